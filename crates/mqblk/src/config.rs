@@ -1,0 +1,159 @@
+//! Device specs: `driver:key=value,key=value`, e.g.
+//! `null:irqmode=2,completion_nsec=20000,memory_backed=1`.
+//!
+//! Every key is checked: an unknown key or a bad value is an error that
+//! names the key and what is accepted. Drivers declare their keys and read
+//! typed values through [`SpecParams`].
+
+use crate::driver::Driver;
+use crate::error::Error;
+
+/// Names of the drivers `Device::open` knows.
+pub const DRIVERS: &[&str] = &["null"];
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    #[error("unknown device driver '{driver}' (accepted: {accepted})")]
+    UnknownDriver { driver: String, accepted: String },
+    #[error("{driver}: unknown key '{key}' (accepted keys: {accepted})")]
+    UnknownKey { driver: String, key: String, accepted: String },
+    #[error("{driver}: bad value '{value}' for '{key}' (accepted: {expected})")]
+    BadValue { driver: String, key: String, value: String, expected: String },
+    #[error("{driver}: '{item}' is not of the form key=value")]
+    Malformed { driver: String, item: String },
+    #[error("{driver}: key '{key}' given more than once")]
+    Duplicate { driver: String, key: String },
+    #[error("{driver}: {message}")]
+    Conflict { driver: String, message: String },
+}
+
+/// A parsed spec: the driver name and its key=value pairs, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecParams {
+    pub driver: String,
+    pairs: Vec<(String, String)>,
+}
+
+impl SpecParams {
+    pub fn parse(spec: &str) -> Result<Self, ConfigError> {
+        let spec = spec.trim();
+        let (driver, rest) = spec.split_once(':').unwrap_or((spec, ""));
+        let driver = driver.trim().to_string();
+        let mut pairs: Vec<(String, String)> = Vec::new();
+        for item in rest.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let Some((key, value)) = item.split_once('=') else {
+                return Err(ConfigError::Malformed { driver, item: item.to_string() });
+            };
+            let key = key.trim().to_string();
+            if pairs.iter().any(|(k, _)| *k == key) {
+                return Err(ConfigError::Duplicate { driver, key });
+            }
+            pairs.push((key, value.trim().to_string()));
+        }
+        Ok(Self { driver, pairs })
+    }
+
+    /// Fails on the first key not in `accepted`.
+    pub fn check_keys(&self, accepted: &[&str]) -> Result<(), ConfigError> {
+        match self.pairs.iter().find(|(k, _)| !accepted.contains(&k.as_str())) {
+            None => Ok(()),
+            Some((key, _)) => Err(ConfigError::UnknownKey {
+                driver: self.driver.clone(),
+                key: key.clone(),
+                accepted: accepted.join(", "),
+            }),
+        }
+    }
+
+    pub fn raw(&self, key: &str) -> Option<&str> {
+        self.pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+
+    pub fn is_set(&self, key: &str) -> bool {
+        self.raw(key).is_some()
+    }
+
+    fn bad(&self, key: &str, value: &str, expected: impl Into<String>) -> ConfigError {
+        ConfigError::BadValue {
+            driver: self.driver.clone(),
+            key: key.to_string(),
+            value: value.to_string(),
+            expected: expected.into(),
+        }
+    }
+
+    /// An integer in `min..=max` (decimal, or hex with 0x).
+    pub fn u64_in(&self, key: &str, default: u64, min: u64, max: u64) -> Result<u64, ConfigError> {
+        let Some(value) = self.raw(key) else { return Ok(default) };
+        let parsed = match value.strip_prefix("0x") {
+            Some(hex) => u64::from_str_radix(hex, 16).ok(),
+            None => value.parse::<u64>().ok(),
+        };
+        match parsed {
+            Some(v) if (min..=max).contains(&v) => Ok(v),
+            _ => Err(self.bad(key, value, format!("an integer in {min}..={max}"))),
+        }
+    }
+
+    /// 0 or 1 (also true/false, on/off).
+    pub fn bool(&self, key: &str, default: bool) -> Result<bool, ConfigError> {
+        let Some(value) = self.raw(key) else { return Ok(default) };
+        match value {
+            "1" | "true" | "on" | "yes" => Ok(true),
+            "0" | "false" | "off" | "no" => Ok(false),
+            _ => Err(self.bad(key, value, "0 or 1")),
+        }
+    }
+
+    /// One of `choices`.
+    pub fn choice<'a>(&self, key: &str, default: &'a str, choices: &[&'a str]) -> Result<&'a str, ConfigError> {
+        let Some(value) = self.raw(key) else { return Ok(default) };
+        choices.iter().find(|c| **c == value).copied().ok_or_else(|| self.bad(key, value, choices.join(", ")))
+    }
+
+    pub fn conflict(&self, message: impl Into<String>) -> ConfigError {
+        ConfigError::Conflict { driver: self.driver.clone(), message: message.into() }
+    }
+}
+
+/// Builds the driver a spec names.
+pub fn driver_from_spec(spec: &str) -> Result<Box<dyn Driver>, Error> {
+    let params = SpecParams::parse(spec)?;
+    match params.driver.as_str() {
+        "null" => Ok(Box::new(crate::driver::null::NullDriver::from_params(&params)?)),
+        other => Err(ConfigError::UnknownDriver { driver: other.to_string(), accepted: DRIVERS.join(", ") }.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_pairs_in_order() {
+        let p = SpecParams::parse("null:irqmode=2, completion_nsec=20000").unwrap();
+        assert_eq!(p.driver, "null");
+        assert_eq!(p.raw("irqmode"), Some("2"));
+        assert_eq!(p.u64_in("completion_nsec", 0, 0, u64::MAX).unwrap(), 20000);
+        assert_eq!(SpecParams::parse("null").unwrap().raw("x"), None);
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let p = SpecParams::parse("null:irqmod=2").unwrap();
+        let e = p.check_keys(&["irqmode", "gb"]).unwrap_err().to_string();
+        assert!(e.contains("irqmod") && e.contains("irqmode, gb"), "{e}");
+        let p = SpecParams::parse("null:irqmode=7").unwrap();
+        let e = p.u64_in("irqmode", 1, 0, 2).unwrap_err().to_string();
+        assert!(e.contains("irqmode") && e.contains("0..=2"), "{e}");
+        assert!(matches!(SpecParams::parse("null:gb"), Err(ConfigError::Malformed { .. })));
+        assert!(matches!(SpecParams::parse("null:gb=1,gb=2"), Err(ConfigError::Duplicate { .. })));
+    }
+
+    #[test]
+    fn unknown_driver_lists_drivers() {
+        let e = driver_from_spec("nul:gb=1").err().unwrap().to_string();
+        assert!(e.contains("'nul'") && e.contains("null"), "{e}");
+    }
+}

@@ -1,0 +1,124 @@
+//! The driver interface: what a block device implements, shaped like the
+//! kernel's `struct blk_mq_ops`.
+//!
+//! # Writing a driver
+//! 1. Say how many hardware queues and tags you want ([`Driver::tag_set`])
+//!    and what the device looks like ([`Driver::limits`]).
+//! 2. Implement [`Driver::queue_rq`]: you receive an [`Rq`] token and own the
+//!    request until you call [`Rq::complete`]. Complete inline, or move the
+//!    token to your completion thread and complete it there.
+//! 3. If you batch submissions (ring a doorbell once per batch), do it when
+//!    `last` is set or in [`Driver::commit_rqs`].
+//! 4. Stop your threads in [`Driver::shutdown`]; every token they hold must
+//!    be completed before it returns.
+//!
+//! ```
+//! use mqblk::driver::{Driver, QueueRqResult};
+//! use mqblk::{Hctx, QueueLimits, Rq, Status, TagSetConfig};
+//!
+//! /// Completes every request at once, successfully: the smallest driver.
+//! struct Nop;
+//!
+//! impl Driver for Nop {
+//!     fn name(&self) -> &str { "nop" }
+//!     fn tag_set(&self) -> TagSetConfig { TagSetConfig::new(1, 64) }
+//!     fn limits(&self) -> QueueLimits { QueueLimits::new(1 << 30, 512) }
+//!     fn queue_rq(&self, _hctx: &Hctx, rq: Rq, _last: bool) -> QueueRqResult {
+//!         rq.complete(Status::Ok);
+//!         QueueRqResult::Queued
+//!     }
+//! }
+//!
+//! let dev = mqblk::Device::with_driver(Box::new(Nop)).unwrap();
+//! let mut client = dev.client();
+//! client.write_at(&[7u8; 512], 4096).unwrap();
+//! ```
+//!
+//! Threads: completion entry points may be called from any thread, but only
+//! from threads the driver owns (joined in `shutdown`) or from a thread that
+//! is inside a call from the block layer (inline completion, `poll`). That is
+//! what keeps the queue alive while a completion runs.
+
+pub mod null;
+
+use std::time::Duration;
+
+use crate::hctx::Hctx;
+use crate::queue::QueueLimits;
+use crate::request::Rq;
+use crate::tag::TagSetConfig;
+
+/// What `queue_rq` did with a request.
+#[derive(Debug)]
+pub enum QueueRqResult {
+    /// The driver owns the request now (it may already have completed it).
+    Queued,
+    /// The device is busy: the request comes back and the block layer
+    /// retries it when a request of this hardware queue completes (or after
+    /// a short delay if none is in flight), keeping its place in line.
+    Busy(Rq),
+}
+
+/// What the timeout handler decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeoutAction {
+    /// Keep waiting: the deadline is pushed out by another `rq_timeout`.
+    ResetTimer,
+    /// The driver has completed, or will complete, the request itself.
+    Done,
+}
+
+/// A request whose deadline passed, as the timeout handler sees it. The
+/// driver finds its own state for the request by `tag`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimedOutRq {
+    pub hctx_index: usize,
+    pub tag: u32,
+}
+
+/// A block device driver (`struct blk_mq_ops`).
+pub trait Driver: Send + Sync + 'static {
+    /// Short name for stats and errors ("null", "uring").
+    fn name(&self) -> &str;
+
+    /// Hardware queues and tags per queue. Read once at device creation.
+    fn tag_set(&self) -> TagSetConfig;
+
+    /// Capacity, block sizes and transfer limits. Read once at creation.
+    fn limits(&self) -> QueueLimits;
+
+    /// Issue one request on hardware queue `hctx`. The driver owns `rq`
+    /// unless it returns it in `Busy`. `last` is false when more requests of
+    /// the same batch follow at once: a driver that batches doorbells may
+    /// wait for `last` (or `commit_rqs`) before starting the hardware.
+    fn queue_rq(&self, hctx: &Hctx, rq: Rq, last: bool) -> QueueRqResult;
+
+    /// A batch ended without a `last == true` request reaching the driver
+    /// (the last one was returned `Busy`): start whatever was queued.
+    fn commit_rqs(&self, _hctx: &Hctx) {}
+
+    /// Reap completions of polled (hipri) requests on `hctx` from the
+    /// calling thread; returns how many completed. Drivers without polling
+    /// keep the default.
+    fn poll(&self, _hctx: &Hctx) -> usize {
+        0
+    }
+
+    /// A request has been in flight longer than `rq_timeout`.
+    fn timeout(&self, _hctx: &Hctx, _rq: TimedOutRq) -> TimeoutAction {
+        TimeoutAction::ResetTimer
+    }
+
+    /// How long a request may be in flight before `timeout` is called
+    /// (None: never). The kernel's default is 30 s.
+    fn rq_timeout(&self) -> Option<Duration> {
+        Some(Duration::from_secs(30))
+    }
+
+    /// Stop the driver's threads. Every request token the driver holds must
+    /// be completed before this returns. Called once, when the device goes.
+    fn shutdown(&self) {}
+
+    /// Driver lines for the debugfs-like stats dump.
+    fn show(&self, _out: &mut String) {}
+}

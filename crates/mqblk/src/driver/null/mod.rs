@@ -1,0 +1,318 @@
+//! null_blk in user space: a device that stores nothing (or, with
+//! `memory_backed=1`, sparse pages in memory) and completes requests inline,
+//! on a completion thread, or after a timer, with the kernel module's
+//! parameter names, defaults and meanings.
+//!
+//! | key | default | meaning |
+//! |---|---|---|
+//! | gb | 250 | size in GiB |
+//! | size | 0 | size in MiB (overrides gb when set) |
+//! | bs | 512 | logical block size: 512, 1024, 2048 or 4096 |
+//! | submit_queues | 1 | hardware queues |
+//! | hw_queue_depth | 64 | tags per hardware queue |
+//! | irqmode | 1 | 0: complete inline, 1: softirq (completion thread), 2: timer |
+//! | completion_nsec | 10000 | irqmode=2: time from submission to completion |
+//! | memory_backed | 0 | keep written data (never-written blocks read zeros) |
+//! | discard | 0 | support discard (needs memory_backed) |
+//! | mbps | 0 | bandwidth limit in MiB/s (0: none) |
+//! | max_sectors | 255 | largest request in sectors (aligned down to bs) |
+//! | rotational | 0 | report rotational media |
+//!
+//! Relies on: the Driver trait, irq.rs for completion threads, mem.rs for
+//! memory backing.
+
+mod irq;
+mod mem;
+
+use std::fmt::Write as _;
+
+use crate::clock::{now_ns, wait_until};
+use crate::config::{ConfigError, SpecParams};
+use crate::driver::{Driver, QueueRqResult};
+use crate::hctx::Hctx;
+use crate::queue::QueueLimits;
+use crate::request::{Op, Rq, SECTOR_SIZE};
+use crate::status::Status;
+use crate::sync::{AtomicU64, Mutex, Ordering};
+use crate::tag::TagSetConfig;
+
+use irq::{IrqQueue, Pending, SPIN_NS};
+use mem::MemStore;
+
+/// The keys a `null:` spec accepts.
+pub const NULL_KEYS: &[&str] = &[
+    "gb",
+    "size",
+    "bs",
+    "submit_queues",
+    "hw_queue_depth",
+    "irqmode",
+    "completion_nsec",
+    "memory_backed",
+    "discard",
+    "mbps",
+    "max_sectors",
+    "rotational",
+];
+
+/// How requests complete (`irqmode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IrqMode {
+    /// 0: inside `queue_rq`, on the submitting thread.
+    None,
+    /// 1: on the hardware queue's completion thread, as soon as possible.
+    Softirq,
+    /// 2: on the completion thread, `completion_nsec` after submission.
+    Timer,
+}
+
+/// null_blk's parameters (see the module table).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NullConfig {
+    pub size_bytes: u64,
+    pub bs: u32,
+    pub submit_queues: usize,
+    pub hw_queue_depth: u32,
+    pub irqmode: IrqMode,
+    pub completion_nsec: u64,
+    pub memory_backed: bool,
+    pub discard: bool,
+    pub mbps: u64,
+    pub max_sectors: u32,
+    pub rotational: bool,
+}
+
+impl Default for NullConfig {
+    fn default() -> Self {
+        Self {
+            size_bytes: 250 << 30,
+            bs: 512,
+            submit_queues: 1,
+            hw_queue_depth: 64,
+            irqmode: IrqMode::Softirq,
+            completion_nsec: 10_000,
+            memory_backed: false,
+            discard: false,
+            mbps: 0,
+            max_sectors: 255,
+            rotational: false,
+        }
+    }
+}
+
+impl NullConfig {
+    pub fn from_params(p: &SpecParams) -> Result<Self, ConfigError> {
+        p.check_keys(NULL_KEYS)?;
+        let d = NullConfig::default();
+        let gb = p.u64_in("gb", d.size_bytes >> 30, 1, 1 << 20)?;
+        let size_mb = p.u64_in("size", 0, 0, 1 << 30)?;
+        let size_bytes = if size_mb > 0 { size_mb << 20 } else { gb << 30 };
+        let bs = p.u64_in("bs", 512, 512, 4096)? as u32;
+        if !bs.is_power_of_two() {
+            return Err(ConfigError::BadValue {
+                driver: p.driver.clone(),
+                key: "bs".into(),
+                value: bs.to_string(),
+                expected: "512, 1024, 2048 or 4096".into(),
+            });
+        }
+        let irqmode = match p.u64_in("irqmode", 1, 0, 2)? {
+            0 => IrqMode::None,
+            1 => IrqMode::Softirq,
+            _ => IrqMode::Timer,
+        };
+        let memory_backed = p.bool("memory_backed", false)?;
+        let discard = p.bool("discard", false)?;
+        if discard && !memory_backed {
+            return Err(p.conflict("discard=1 needs memory_backed=1 (null_blk ignores discard without memory backing)"));
+        }
+        // Requests are whole blocks: align max_sectors down to the block size.
+        let bs_sectors = bs / SECTOR_SIZE as u32;
+        let max_sectors = p.u64_in("max_sectors", 255, 1, 1 << 20)? as u32;
+        let max_sectors = max_sectors / bs_sectors * bs_sectors;
+        if max_sectors == 0 {
+            return Err(p.conflict(format!("max_sectors is smaller than one block of bs={bs}")));
+        }
+        Ok(Self {
+            size_bytes,
+            bs,
+            submit_queues: p.u64_in("submit_queues", 1, 1, 1024)? as usize,
+            hw_queue_depth: p.u64_in("hw_queue_depth", 64, 1, 65536)? as u32,
+            irqmode,
+            completion_nsec: p.u64_in("completion_nsec", 10_000, 0, 60_000_000_000)?,
+            memory_backed,
+            discard,
+            mbps: p.u64_in("mbps", 0, 0, 1 << 30)?,
+            max_sectors,
+            rotational: p.bool("rotational", false)?,
+        })
+    }
+}
+
+/// A device-wide bandwidth limit (`mbps`): transfers are laid end to end on
+/// one timeline; a request completes when its transfer would have finished.
+struct Throttle {
+    bytes_per_sec: u64,
+    next_free_ns: AtomicU64,
+}
+
+impl Throttle {
+    /// Reserves the transfer of `bytes` starting no earlier than `now`;
+    /// returns when it finishes.
+    fn reserve(&self, now: u64, bytes: u64) -> u64 {
+        let xfer_ns = (u128::from(bytes) * 1_000_000_000 / u128::from(self.bytes_per_sec)) as u64;
+        let mut cur = self.next_free_ns.load(Ordering::Relaxed);
+        loop {
+            let done = cur.max(now) + xfer_ns;
+            match self.next_free_ns.compare_exchange_weak(cur, done, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return done,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+}
+
+/// The null block device driver.
+pub struct NullDriver {
+    cfg: NullConfig,
+    mem: Option<MemStore>,
+    throttle: Option<Throttle>,
+    irq: Mutex<Vec<IrqQueue>>,
+    /// Raw pointers to the completion queues for the hot path (the Vec
+    /// above only changes at shutdown, after the last request).
+    irq_fast: Vec<*const IrqQueue>,
+}
+
+// SAFETY: `irq_fast` points into `irq`'s heap buffer, which is never resized
+// and whose queues are themselves Send + Sync (atomics and a join handle);
+// everything else is Send + Sync.
+unsafe impl Send for NullDriver {}
+// SAFETY: as above.
+unsafe impl Sync for NullDriver {}
+
+impl NullDriver {
+    pub fn new(cfg: NullConfig) -> Result<Self, crate::error::Error> {
+        let mut irq = Vec::new();
+        if cfg.irqmode != IrqMode::None || cfg.mbps > 0 {
+            for i in 0..cfg.submit_queues {
+                let q = IrqQueue::start(i, cfg.hw_queue_depth as usize).map_err(|e| {
+                    crate::error::Error::Setup(format!("null: cannot start completion thread: {e}"))
+                })?;
+                irq.push(q);
+            }
+        }
+        let irq_fast = irq.iter().map(|q| q as *const IrqQueue).collect();
+        Ok(Self {
+            mem: cfg.memory_backed.then(MemStore::new),
+            throttle: (cfg.mbps > 0)
+                .then(|| Throttle { bytes_per_sec: cfg.mbps << 20, next_free_ns: AtomicU64::new(0) }),
+            cfg,
+            irq: Mutex::new(irq),
+            irq_fast,
+        })
+    }
+
+    pub fn from_params(p: &SpecParams) -> Result<Self, crate::error::Error> {
+        Self::new(NullConfig::from_params(p)?)
+    }
+
+    pub fn config(&self) -> &NullConfig {
+        &self.cfg
+    }
+
+    /// Moves the data (memory backing) and decides the status.
+    #[inline]
+    fn handle(&self, rq: &mut Rq) -> Status {
+        let Some(mem) = &self.mem else { return Status::Ok };
+        let pos = rq.pos_bytes();
+        match rq.op() {
+            Op::Read => mem.read(pos, rq.data_mut()),
+            Op::Write => mem.write(pos, rq.data()),
+            Op::Discard | Op::WriteZeroes => mem.zero(pos, rq.len_bytes()),
+            Op::Flush => {}
+        }
+        Status::Ok
+    }
+
+    /// When the request is due (0: now).
+    #[inline]
+    fn due_ns(&self, rq: &Rq) -> u64 {
+        let mut due = match self.cfg.irqmode {
+            IrqMode::Timer => irq::timer_due(self.cfg.completion_nsec),
+            _ => 0,
+        };
+        if let Some(t) = &self.throttle {
+            if rq.op().has_data() {
+                due = due.max(t.reserve(now_ns(), rq.len_bytes()));
+            }
+        }
+        due
+    }
+}
+
+impl Driver for NullDriver {
+    fn name(&self) -> &str {
+        "null"
+    }
+
+    fn tag_set(&self) -> TagSetConfig {
+        TagSetConfig::new(self.cfg.submit_queues, self.cfg.hw_queue_depth)
+    }
+
+    fn limits(&self) -> QueueLimits {
+        let mut l = QueueLimits::new(self.cfg.size_bytes, self.cfg.bs);
+        l.max_sectors = self.cfg.max_sectors;
+        l.rotational = self.cfg.rotational;
+        if self.cfg.discard {
+            l.max_discard_sectors = u32::MAX >> 9;
+        }
+        l.max_write_zeroes_sectors = u32::MAX >> 9;
+        l
+    }
+
+    #[inline]
+    fn queue_rq(&self, hctx: &Hctx, mut rq: Rq, _last: bool) -> QueueRqResult {
+        let status = self.handle(&mut rq);
+        let due_ns = self.due_ns(&rq);
+        if self.cfg.irqmode == IrqMode::None && due_ns == 0 {
+            rq.complete(status);
+            return QueueRqResult::Queued;
+        }
+        if self.cfg.irqmode == IrqMode::None {
+            // Throttled inline completion: the submitter waits its turn.
+            wait_until(due_ns, SPIN_NS);
+            rq.complete(status);
+            return QueueRqResult::Queued;
+        }
+        // SAFETY: the pointers stay valid until shutdown, and shutdown only
+        // runs when no request can be submitted any more.
+        let queue = unsafe { &*self.irq_fast[hctx.index()] };
+        queue.push(Pending { rq, due_ns, status });
+        QueueRqResult::Queued
+    }
+
+    fn rq_timeout(&self) -> Option<std::time::Duration> {
+        Some(std::time::Duration::from_secs(30))
+    }
+
+    fn shutdown(&self) {
+        for q in self.irq.lock().iter_mut() {
+            q.stop();
+        }
+    }
+
+    fn show(&self, out: &mut String) {
+        let c = &self.cfg;
+        let _ = writeln!(
+            out,
+            "null/irqmode={} completion_nsec={} memory_backed={} mbps={} bs={} size_bytes={}",
+            c.irqmode as u8, c.completion_nsec, c.memory_backed as u8, c.mbps, c.bs, c.size_bytes
+        );
+        if let Some(mem) = &self.mem {
+            let _ = writeln!(out, "null/pages={}", mem.nr_pages());
+        }
+        for (i, q) in self.irq.lock().iter().enumerate() {
+            let _ = writeln!(out, "null/irq{i}/completed={} pending={}", q.completed(), q.pending());
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! Errors of the block layer's API edges. Operating errors are values;
+//! programmer errors (broken invariants) panic.
+
+use crate::request::{Bio, Op};
+use crate::status::Status;
+
+/// Why a bio was refused at submission, before reaching any driver. The
+/// device is never touched by a refused bio.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SubmitError {
+    #[error("I/O of {len} bytes at offset {offset} goes past the end of the device ({capacity} bytes)")]
+    OutOfRange { offset: u64, len: u64, capacity: u64 },
+    #[error("I/O at offset {offset} of {len} bytes is not aligned to the logical block size of {logical_block_size} bytes")]
+    Misaligned { offset: u64, len: u64, logical_block_size: u32 },
+    #[error("zero-length {op:?} I/O")]
+    ZeroLength { op: Op },
+    #[error("I/O of {len} bytes exceeds the queue's maximum transfer of {max} bytes (max_sectors)")]
+    TooLarge { len: u64, max: u64 },
+    #[error("{op:?} is not supported by this device")]
+    NotSupported { op: Op },
+    #[error("{op:?} needs a data buffer of the I/O's length ({len} bytes), got {buf_len:?}")]
+    BadBuffer { op: Op, len: u64, buf_len: Option<usize> },
+    #[error("the client already has {max} I/Os in flight (its completion ring capacity): reap some with do_io first")]
+    TooManyInFlight { max: usize },
+    #[error("no free tag and NOWAIT was set")]
+    Again,
+}
+
+impl SubmitError {
+    /// The status a kernel would complete such a bio with.
+    pub fn status(&self) -> Status {
+        match self {
+            SubmitError::NotSupported { .. } => Status::NotSupp,
+            SubmitError::Again | SubmitError::TooManyInFlight { .. } => Status::Again,
+            SubmitError::OutOfRange { .. } => Status::IoErr,
+            _ => Status::Invalid,
+        }
+    }
+
+    pub fn errno(&self) -> i32 {
+        self.status().errno()
+    }
+}
+
+/// A refused submission: the error and the bio, given back with its buffer.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct Rejected {
+    pub error: SubmitError,
+    pub bio: Bio,
+}
+
+/// Errors of the blocking helpers and device set-up.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error(transparent)]
+    Submit(#[from] SubmitError),
+    #[error("I/O failed: {0}")]
+    Status(Status),
+    #[error("device configuration: {0}")]
+    Config(#[from] crate::config::ConfigError),
+    #[error("device set-up: {0}")]
+    Setup(String),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+impl Error {
+    /// The errno a POSIX caller would see.
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::Submit(e) => e.errno(),
+            Error::Status(s) => s.errno(),
+            Error::Config(_) | Error::Setup(_) => libc::EINVAL,
+            Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! The hardware context (`struct blk_mq_hw_ctx`): one per hardware queue.
+//!
+//! It owns the queue's tags and request pool, hands requests to the driver,
+//! keeps the requests the driver bounced back (`Busy`) on its dispatch list
+//! and re-runs that list when a request completes (the kernel's restart), and
+//! is the completion entry point (`end_request`).
+//!
+//! Relies on: tag.rs for tags and request slots, the driver's `queue_rq`,
+//! and the client's completion sink for delivering completions.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::ptr::NonNull;
+
+use crossbeam_utils::CachePadded;
+
+use crate::driver::{Driver, QueueRqResult};
+use crate::request::{RequestSlot, Rq, RqState};
+use crate::status::Status;
+use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, Mutex, Ordering};
+use crate::tag::Tags;
+
+/// Counters of one hardware context (the debugfs files of the same names).
+#[derive(Debug, Default)]
+pub(crate) struct HctxStats {
+    /// Requests handed to `queue_rq` (re-issues after Busy included).
+    pub(crate) queued: CachePadded<AtomicU64>,
+    /// Requests the driver completed.
+    pub(crate) completed: CachePadded<AtomicU64>,
+    /// `queue_rq` calls that returned Busy.
+    pub(crate) busy: AtomicU64,
+    /// Runs of the dispatch list.
+    pub(crate) run: AtomicU64,
+}
+
+/// A hardware queue of a device.
+pub struct Hctx {
+    index: usize,
+    pub(crate) tags: Tags,
+    driver: Arc<dyn Driver>,
+    /// Requests waiting to be re-issued after `Busy`, in order.
+    dispatch: Mutex<VecDeque<Rq>>,
+    dispatch_nr: AtomicU32,
+    /// Set when the dispatch list must be run after a delay (nothing in
+    /// flight will complete to restart it); served by the queue's worker.
+    pub(crate) need_delayed_run: AtomicBool,
+    pub(crate) stats: HctxStats,
+}
+
+impl fmt::Debug for Hctx {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Hctx").field("index", &self.index).field("nr_tags", &self.tags.nr_tags()).finish()
+    }
+}
+
+impl Hctx {
+    pub(crate) fn new(index: usize, tags: Tags, driver: Arc<dyn Driver>) -> Self {
+        let depth = tags.nr_tags() as usize;
+        Self {
+            index,
+            tags,
+            driver,
+            dispatch: Mutex::new(VecDeque::with_capacity(depth)),
+            dispatch_nr: AtomicU32::new(0),
+            need_delayed_run: AtomicBool::new(false),
+            stats: HctxStats::default(),
+        }
+    }
+
+    /// This queue's index (`hctx->queue_num`).
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// Tags of this queue (reserved included).
+    pub fn queue_depth(&self) -> u32 {
+        self.tags.nr_tags()
+    }
+
+    /// Requests issued to the driver and not yet completed (a snapshot).
+    pub fn nr_in_flight(&self) -> u64 {
+        let queued = self.stats.queued.load(Ordering::Relaxed);
+        let completed = self.stats.completed.load(Ordering::Relaxed);
+        let busy = self.stats.busy.load(Ordering::Relaxed);
+        queued.saturating_sub(completed).saturating_sub(busy)
+    }
+
+    /// Issues a freshly initialised request. Requests already bounced keep
+    /// their place: a new one goes behind them.
+    #[inline]
+    pub(crate) fn issue(&self, rq: Rq, last: bool) {
+        if self.dispatch_nr.load(Ordering::Acquire) != 0 {
+            self.push_dispatch(rq);
+            self.run_dispatch_list();
+            return;
+        }
+        self.stats.queued.fetch_add(1, Ordering::Relaxed);
+        if let QueueRqResult::Busy(rq) = self.driver.queue_rq(self, rq, last) {
+            self.stats.busy.fetch_add(1, Ordering::Relaxed);
+            self.push_dispatch(rq);
+            if !last {
+                self.driver.commit_rqs(self);
+            }
+            self.restart_if_idle();
+        }
+    }
+
+    fn push_dispatch(&self, rq: Rq) {
+        let mut list = self.dispatch.lock();
+        list.push_back(rq);
+        self.dispatch_nr.store(list.len() as u32, Ordering::Release);
+    }
+
+    /// Re-issues the dispatch list in order until it is empty or the driver
+    /// is busy again (the kernel's `blk_mq_dispatch_rq_list`).
+    pub(crate) fn run_dispatch_list(&self) {
+        let mut list = self.dispatch.lock();
+        if list.is_empty() {
+            return;
+        }
+        self.stats.run.fetch_add(1, Ordering::Relaxed);
+        let mut issued_without_last = false;
+        while let Some(rq) = list.pop_front() {
+            let last = list.is_empty();
+            self.stats.queued.fetch_add(1, Ordering::Relaxed);
+            match self.driver.queue_rq(self, rq, last) {
+                QueueRqResult::Queued => issued_without_last = !last,
+                QueueRqResult::Busy(rq) => {
+                    self.stats.busy.fetch_add(1, Ordering::Relaxed);
+                    list.push_front(rq);
+                    break;
+                }
+            }
+        }
+        self.dispatch_nr.store(list.len() as u32, Ordering::Release);
+        let still_waiting = !list.is_empty();
+        drop(list);
+        if issued_without_last || still_waiting {
+            self.driver.commit_rqs(self);
+        }
+        if still_waiting {
+            self.restart_if_idle();
+        }
+    }
+
+    /// With nothing in flight no completion will restart the queue: ask the
+    /// queue's worker for a delayed run instead.
+    fn restart_if_idle(&self) {
+        if self.nr_in_flight() == 0 {
+            self.need_delayed_run.store(true, Ordering::Release);
+        }
+    }
+
+    pub(crate) fn dispatch_len(&self) -> u32 {
+        self.dispatch_nr.load(Ordering::Relaxed)
+    }
+
+    /// Completes a request: delivers its completion to the submitting client
+    /// and frees its tag (`blk_mq_end_request`).
+    ///
+    /// # Safety
+    /// `ptr` is the slot of an in-flight request and the caller owns it (it
+    /// consumed the request's `Rq` token).
+    pub(crate) unsafe fn end_request(ptr: NonNull<RequestSlot>, status: Status) {
+        // SAFETY: slots live as long as the queue (see the Driver trait's
+        // thread rules), and the caller owns this one's request.
+        let slot = unsafe { ptr.as_ref() };
+        // SAFETY: as above: the consumed token made the access exclusive.
+        let rq = unsafe { &mut *slot.rq.get() };
+        slot.set_state(RqState::Complete);
+        // SAFETY: slots point at their hctx, which outlives them.
+        let hctx = unsafe { &*rq.hctx };
+        let owner = rq.owner;
+        let completion = crate::client::Completion::new(rq.user_data, status, rq.buf.take(), rq.origin);
+        slot.deadline.store(0, Ordering::Relaxed);
+        slot.set_state(RqState::Idle);
+        hctx.stats.completed.fetch_add(1, Ordering::Relaxed);
+        // Free the tag before telling the client: a client that submits again
+        // as soon as it sees this completion then finds a free tag.
+        hctx.tags.put(rq.tag);
+        // SAFETY: owners are client completion sinks kept alive by the queue
+        // for its whole life; requests are only submitted with a valid one.
+        unsafe { (*owner).deliver(completion) };
+        if hctx.dispatch_nr.load(Ordering::Acquire) != 0 {
+            hctx.run_dispatch_list();
+        }
+    }
+}

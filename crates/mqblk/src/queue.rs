@@ -1,0 +1,499 @@
+//! The request queue (`struct request_queue`): one per device. It ties the
+//! driver, the queue limits, the hardware contexts with their tags, and the
+//! clients' completion sinks together, validates bios against the limits,
+//! and runs the queue's worker (the kernel's kblockd duties: delayed
+//! dispatch runs and request timeouts).
+//!
+//! [`Device`] is the public, cloneable handle on a queue.
+//!
+//! Relies on: hctx.rs, tag.rs, client.rs, and a [`Driver`].
+
+use std::fmt::Write as _;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::client::{Client, ClientShared};
+use crate::driver::{Driver, TimeoutAction, TimedOutRq};
+use crate::error::{Error, SubmitError};
+use crate::hctx::Hctx;
+use crate::request::{Bio, Op, RqState, SECTOR_SHIFT, SECTOR_SIZE};
+use crate::sbitmap::BatchWake;
+use crate::sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, Parker};
+use crate::tag::{TagSetConfig, Tags};
+
+/// The kernel's default cap on a request's size (BLK_DEF_MAX_SECTORS_CAP).
+pub const DEFAULT_MAX_SECTORS: u32 = 2560;
+/// The kernel's default segment limit (BLK_MAX_SEGMENTS).
+pub const DEFAULT_MAX_SEGMENTS: u32 = 128;
+
+/// What a device looks like to the block layer (`struct queue_limits`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueLimits {
+    /// Device size in bytes (a multiple of `logical_block_size`).
+    pub capacity_bytes: u64,
+    /// Smallest addressable unit: 512 or 4096 (`bs`).
+    pub logical_block_size: u32,
+    pub physical_block_size: u32,
+    /// Largest request in 512-byte sectors (a multiple of the block size).
+    pub max_sectors: u32,
+    /// Most segments (bios' buffers) one merged request may carry.
+    pub max_segments: u32,
+    /// Largest discard in sectors; 0: discard not supported.
+    pub max_discard_sectors: u32,
+    /// Largest write-zeroes in sectors; 0: not supported.
+    pub max_write_zeroes_sectors: u32,
+    /// The device has a volatile write cache (flush is meaningful).
+    pub write_cache: bool,
+    /// The device honours FUA.
+    pub fua: bool,
+    /// Rotational media (seek costs).
+    pub rotational: bool,
+}
+
+impl QueueLimits {
+    /// Limits with the kernel's defaults for a device of `capacity_bytes`.
+    pub fn new(capacity_bytes: u64, logical_block_size: u32) -> Self {
+        Self {
+            capacity_bytes,
+            logical_block_size,
+            physical_block_size: logical_block_size,
+            max_sectors: DEFAULT_MAX_SECTORS,
+            max_segments: DEFAULT_MAX_SEGMENTS,
+            max_discard_sectors: 0,
+            max_write_zeroes_sectors: 0,
+            write_cache: false,
+            fua: false,
+            rotational: false,
+        }
+    }
+
+    pub fn capacity_sectors(&self) -> u64 {
+        self.capacity_bytes >> SECTOR_SHIFT
+    }
+
+    /// Largest read or write in bytes.
+    pub fn max_transfer_bytes(&self) -> u64 {
+        u64::from(self.max_sectors) * SECTOR_SIZE
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        let lbs = self.logical_block_size;
+        if !lbs.is_power_of_two() || !(512..=65536).contains(&lbs) {
+            return Err(format!("logical_block_size={lbs} (accepted: a power of two in 512..=65536)"));
+        }
+        if self.capacity_bytes == 0 || self.capacity_bytes % u64::from(lbs) != 0 {
+            return Err(format!("capacity {} is not a positive multiple of the block size {lbs}", self.capacity_bytes));
+        }
+        if self.max_sectors == 0 || (u64::from(self.max_sectors) * SECTOR_SIZE) % u64::from(lbs) != 0 {
+            return Err(format!("max_sectors={} is not a positive multiple of the block size", self.max_sectors));
+        }
+        Ok(())
+    }
+
+    /// Checks a bio against the limits (bounds, alignment, size, support).
+    pub fn check_bio(&self, bio: &Bio) -> Result<(), SubmitError> {
+        let (op, offset, len) = (bio.op, bio.offset, bio.len);
+        let supported = match op {
+            Op::Read | Op::Write | Op::Flush => true,
+            Op::Discard => self.max_discard_sectors > 0,
+            Op::WriteZeroes => self.max_write_zeroes_sectors > 0,
+        };
+        if !supported {
+            return Err(SubmitError::NotSupported { op });
+        }
+        let buf_len = bio.buf.as_ref().map(|b| b.len());
+        if op.has_data() != buf_len.is_some() || (op.has_data() && buf_len != Some(len as usize)) {
+            return Err(SubmitError::BadBuffer { op, len, buf_len });
+        }
+        if op == Op::Flush {
+            return if len == 0 { Ok(()) } else { Err(SubmitError::BadBuffer { op, len, buf_len }) };
+        }
+        if len == 0 {
+            return Err(SubmitError::ZeroLength { op });
+        }
+        let lbs = u64::from(self.logical_block_size);
+        if offset % lbs != 0 || len % lbs != 0 {
+            return Err(SubmitError::Misaligned { offset, len, logical_block_size: self.logical_block_size });
+        }
+        match offset.checked_add(len) {
+            Some(end) if end <= self.capacity_bytes => {}
+            _ => return Err(SubmitError::OutOfRange { offset, len, capacity: self.capacity_bytes }),
+        }
+        let max_sectors = match op {
+            Op::Discard => self.max_discard_sectors,
+            Op::WriteZeroes => self.max_write_zeroes_sectors,
+            _ => self.max_sectors,
+        };
+        let max = u64::from(max_sectors) * SECTOR_SIZE;
+        if len > max {
+            return Err(SubmitError::TooLarge { len, max });
+        }
+        Ok(())
+    }
+}
+
+/// Device-wide counters, summed over hardware queues.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceStats {
+    /// Requests handed to the driver's `queue_rq`.
+    pub dispatched: u64,
+    /// Requests the driver completed.
+    pub completed: u64,
+    /// `queue_rq` calls answered Busy.
+    pub busy: u64,
+    /// Times a submitter slept waiting for a tag.
+    pub tag_waits: u64,
+    /// Requests whose timeout handler ran.
+    pub timeouts: u64,
+}
+
+/// The worker's shared state ("kblockd").
+struct WorkerShared {
+    stop: AtomicBool,
+    parker: Parker,
+}
+
+struct Worker {
+    shared: Arc<WorkerShared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Timeout bookkeeping in coarse ticks (the kernel's jiffies), so that
+/// arming a request's timer costs a load and a store, no clock read.
+struct TimeoutClock {
+    start: Instant,
+    tick: Duration,
+    ticks: AtomicU64,
+    /// Ticks a request may be in flight; 0: no timeouts.
+    timeout_ticks: u64,
+}
+
+pub(crate) struct RequestQueue {
+    driver: Arc<dyn Driver>,
+    limits: QueueLimits,
+    tag_set: TagSetConfig,
+    hctxs: Box<[Hctx]>,
+    /// Every client completion sink ever made, for recycling: they live as
+    /// long as the queue so a completer can never reach a freed one.
+    free_clients: Mutex<Vec<Arc<ClientShared>>>,
+    client_seq: AtomicUsize,
+    tag_waits: AtomicU64,
+    timeouts: AtomicU64,
+    clock: TimeoutClock,
+    worker: Mutex<Option<Worker>>,
+}
+
+impl RequestQueue {
+    fn new(driver: Box<dyn Driver>) -> Result<Arc<Self>, Error> {
+        let driver: Arc<dyn Driver> = Arc::from(driver);
+        let tag_set = driver.tag_set();
+        tag_set.validate().map_err(Error::Setup)?;
+        let limits = driver.limits();
+        limits.validate().map_err(Error::Setup)?;
+        let mut hctxs: Box<[Hctx]> = (0..tag_set.nr_hw_queues)
+            .map(|i| Hctx::new(i, Tags::new(&tag_set, Box::<BatchWake>::default()), driver.clone()))
+            .collect();
+        for hctx in hctxs.iter_mut() {
+            let ptr: *const Hctx = hctx;
+            hctx.tags.bind(ptr);
+        }
+        let clock = Self::timeout_clock(driver.rq_timeout());
+        let q = Arc::new(Self {
+            driver,
+            limits,
+            tag_set,
+            hctxs,
+            free_clients: Mutex::new(Vec::new()),
+            client_seq: AtomicUsize::new(0),
+            tag_waits: AtomicU64::new(0),
+            timeouts: AtomicU64::new(0),
+            clock,
+            worker: Mutex::new(None),
+        });
+        q.start_worker()?;
+        Ok(q)
+    }
+
+    fn timeout_clock(rq_timeout: Option<Duration>) -> TimeoutClock {
+        let (tick, timeout_ticks) = match rq_timeout {
+            // Tick at an eighth of the timeout (10 ms .. 1 s): a timeout fires
+            // at most one tick late, as with the kernel's jiffies rounding.
+            Some(t) if !t.is_zero() => {
+                let tick = (t / 8).clamp(Duration::from_millis(10), Duration::from_secs(1));
+                (tick, (t.as_nanos() / tick.as_nanos()).max(1) as u64)
+            }
+            _ => (Duration::from_secs(1), 0),
+        };
+        TimeoutClock { start: Instant::now(), tick, ticks: AtomicU64::new(1), timeout_ticks }
+    }
+
+    fn start_worker(self: &Arc<Self>) -> Result<(), Error> {
+        let shared = Arc::new(WorkerShared { stop: AtomicBool::new(false), parker: Parker::new() });
+        let weak = Arc::downgrade(self);
+        let thread_shared = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("mqblk-kblockd".into())
+            .spawn(move || worker_loop(weak, thread_shared))
+            .map_err(|e| Error::Setup(format!("cannot start the queue worker thread: {e}")))?;
+        *self.worker.lock() = Some(Worker { shared, thread: Some(thread) });
+        Ok(())
+    }
+
+    pub(crate) fn nr_hw_queues(&self) -> usize {
+        self.hctxs.len()
+    }
+
+    #[inline(always)]
+    pub(crate) fn hctx(&self, index: usize) -> &Hctx {
+        &self.hctxs[index]
+    }
+
+    #[inline(always)]
+    pub(crate) fn check_bio(&self, bio: &Bio) -> Result<(), SubmitError> {
+        self.limits.check_bio(bio)
+    }
+
+    /// The tick at which a request issued now times out (0: never).
+    #[inline(always)]
+    pub(crate) fn timeout_deadline(&self) -> u64 {
+        if self.clock.timeout_ticks == 0 {
+            return 0;
+        }
+        self.clock.ticks.load(Ordering::Relaxed) + self.clock.timeout_ticks
+    }
+
+    pub(crate) fn note_tag_wait(&self) {
+        self.tag_waits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A completion sink with room for `capacity` completions, recycled if
+    /// one is free.
+    fn acquire_client(&self, capacity: usize) -> Arc<ClientShared> {
+        let mut free = self.free_clients.lock();
+        if let Some(pos) = free.iter().position(|c| c.capacity() >= capacity) {
+            return free.swap_remove(pos);
+        }
+        Arc::new(ClientShared::new(capacity))
+    }
+
+    pub(crate) fn release_client(&self, shared: Arc<ClientShared>) {
+        self.free_clients.lock().push(shared);
+    }
+
+    /// Runs delayed dispatches and scans for timed-out requests.
+    fn worker_tick(&self) {
+        let ticks = (self.clock.start.elapsed().as_nanos() / self.clock.tick.as_nanos()) as u64 + 1;
+        self.clock.ticks.store(ticks, Ordering::Relaxed);
+        for hctx in self.hctxs.iter() {
+            if hctx.need_delayed_run.swap(false, Ordering::AcqRel) {
+                hctx.run_dispatch_list();
+            }
+        }
+        if self.clock.timeout_ticks != 0 {
+            self.scan_timeouts(ticks);
+        }
+    }
+
+    fn scan_timeouts(&self, now: u64) {
+        for hctx in self.hctxs.iter() {
+            for tag in 0..hctx.tags.nr_tags() {
+                let slot = hctx.tags.slot(tag);
+                let deadline = slot.deadline.load(Ordering::Relaxed);
+                if deadline == 0 || deadline > now || slot.state() != RqState::InFlight {
+                    continue;
+                }
+                self.timeouts.fetch_add(1, Ordering::Relaxed);
+                let rq = TimedOutRq { hctx_index: hctx.index(), tag };
+                let next = match self.driver.timeout(hctx, rq) {
+                    TimeoutAction::ResetTimer => now + self.clock.timeout_ticks,
+                    TimeoutAction::Done => 0,
+                };
+                // CAS: if the request completed and the tag was reused, its
+                // new deadline is left alone.
+                let _ = slot.deadline.compare_exchange(deadline, next, Ordering::Relaxed, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn stats(&self) -> DeviceStats {
+        let mut s = DeviceStats {
+            tag_waits: self.tag_waits.load(Ordering::Relaxed),
+            timeouts: self.timeouts.load(Ordering::Relaxed),
+            ..DeviceStats::default()
+        };
+        for hctx in self.hctxs.iter() {
+            s.dispatched += hctx.stats.queued.load(Ordering::Relaxed);
+            s.completed += hctx.stats.completed.load(Ordering::Relaxed);
+            s.busy += hctx.stats.busy.load(Ordering::Relaxed);
+        }
+        s
+    }
+
+    /// The debugfs-like dump: per hardware queue, its counters and its
+    /// tags' sbitmap state, then the driver's own lines.
+    fn show(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "driver={}", self.driver.name());
+        let _ = writeln!(out, "nr_hw_queues={}", self.hctxs.len());
+        let _ = writeln!(out, "tag_waits={}", self.tag_waits.load(Ordering::Relaxed));
+        let _ = writeln!(out, "timeouts={}", self.timeouts.load(Ordering::Relaxed));
+        for hctx in self.hctxs.iter() {
+            let i = hctx.index();
+            let st = &hctx.stats;
+            let _ = writeln!(out, "hctx{i}/queued={}", st.queued.load(Ordering::Relaxed));
+            let _ = writeln!(out, "hctx{i}/completed={}", st.completed.load(Ordering::Relaxed));
+            let _ = writeln!(out, "hctx{i}/busy={}", st.busy.load(Ordering::Relaxed));
+            let _ = writeln!(out, "hctx{i}/run={}", st.run.load(Ordering::Relaxed));
+            let _ = writeln!(out, "hctx{i}/dispatch={}", hctx.dispatch_len());
+            let _ = writeln!(out, "hctx{i}/tags/nr_tags={}", hctx.tags.nr_tags());
+            let _ = writeln!(out, "hctx{i}/tags/nr_reserved_tags={}", hctx.tags.nr_reserved_tags());
+            let _ = writeln!(out, "hctx{i}/tags/active={}", hctx.tags.busy());
+            for line in hctx.tags.bitmap_tags.show().lines() {
+                let _ = writeln!(out, "hctx{i}/tags/bitmap_tags/{line}");
+            }
+            if let Some(reserved) = &hctx.tags.breserved_tags {
+                for line in reserved.show().lines() {
+                    let _ = writeln!(out, "hctx{i}/tags/breserved_tags/{line}");
+                }
+            }
+        }
+        self.driver.show(&mut out);
+        out
+    }
+}
+
+fn worker_loop(weak: std::sync::Weak<RequestQueue>, shared: Arc<WorkerShared>) {
+    let mut tick = Duration::from_millis(10);
+    loop {
+        shared.parker.park(Some(tick));
+        if shared.stop.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(q) = weak.upgrade() else { return };
+        q.worker_tick();
+        // A dispatch list with nothing in flight is retried after 3 ms, like
+        // the kernel's delayed run; otherwise sleep a whole tick.
+        let delayed = q.hctxs.iter().any(|h| h.need_delayed_run.load(Ordering::Relaxed));
+        tick = if delayed { Duration::from_millis(3) } else { q.clock.tick };
+        // If this was the last reference the queue drops here, on this
+        // thread; Drop knows not to join itself.
+        drop(q);
+    }
+}
+
+impl Drop for RequestQueue {
+    fn drop(&mut self) {
+        // Stop the driver first: its threads complete every request they
+        // hold while the hctxs and client sinks are still alive.
+        self.driver.shutdown();
+        if let Some(mut worker) = self.worker.lock().take() {
+            worker.shared.stop.store(true, Ordering::Release);
+            worker.shared.parker.unpark();
+            if let Some(thread) = worker.thread.take() {
+                if thread.thread().id() != std::thread::current().id() {
+                    let _ = thread.join();
+                }
+            }
+        }
+    }
+}
+
+/// A block device: a cheap, cloneable handle on a request queue.
+#[derive(Clone)]
+pub struct Device {
+    q: Arc<RequestQueue>,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("driver", &self.q.driver.name())
+            .field("limits", &self.q.limits)
+            .field("tag_set", &self.q.tag_set)
+            .finish()
+    }
+}
+
+impl Device {
+    /// Opens a device from a spec such as
+    /// `null:irqmode=2,completion_nsec=20000,memory_backed=1`.
+    pub fn open(spec: &str) -> Result<Device, Error> {
+        Self::with_driver(crate::config::driver_from_spec(spec)?)
+    }
+
+    /// A device over any driver.
+    pub fn with_driver(driver: Box<dyn Driver>) -> Result<Device, Error> {
+        Ok(Device { q: RequestQueue::new(driver)? })
+    }
+
+    /// A client whose completion ring holds one hardware queue's depth.
+    pub fn client(&self) -> Client {
+        self.client_with_capacity(self.q.tag_set.queue_depth as usize)
+    }
+
+    /// A client that may have up to `capacity` I/Os outstanding (rounded up
+    /// to a power of two). Clients are spread over the hardware queues.
+    pub fn client_with_capacity(&self, capacity: usize) -> Client {
+        assert!(capacity > 0, "client capacity must be positive");
+        let shared = self.q.acquire_client(capacity);
+        let seq = self.q.client_seq.fetch_add(1, Ordering::Relaxed);
+        Client::new(self.q.clone(), shared, seq)
+    }
+
+    pub fn limits(&self) -> &QueueLimits {
+        &self.q.limits
+    }
+
+    pub fn tag_set(&self) -> &TagSetConfig {
+        &self.q.tag_set
+    }
+
+    pub fn nr_hw_queues(&self) -> usize {
+        self.q.nr_hw_queues()
+    }
+
+    pub fn driver_name(&self) -> &str {
+        self.q.driver.name()
+    }
+
+    pub fn stats(&self) -> DeviceStats {
+        self.q.stats()
+    }
+
+    /// A debugfs-like dump of every hardware queue and sbitmap.
+    pub fn show_stats(&self) -> String {
+        self.q.show()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::buf::Buf;
+
+    fn limits() -> QueueLimits {
+        let mut l = QueueLimits::new(1 << 20, 4096);
+        l.max_sectors = 16;
+        l
+    }
+
+    #[test]
+    fn check_bio_accepts_in_range_aligned() {
+        assert_eq!(limits().check_bio(&Bio::read(4096, Buf::new(8192))), Ok(()));
+        assert_eq!(limits().check_bio(&Bio::flush()), Ok(()));
+    }
+
+    #[test]
+    fn check_bio_names_each_problem() {
+        let l = limits();
+        assert!(matches!(l.check_bio(&Bio::read(512, Buf::new(4096))), Err(SubmitError::Misaligned { .. })));
+        assert!(matches!(l.check_bio(&Bio::read(1 << 20, Buf::new(4096))), Err(SubmitError::OutOfRange { .. })));
+        assert!(matches!(l.check_bio(&Bio::read(u64::MAX - 4095, Buf::new(4096))), Err(SubmitError::OutOfRange { .. })));
+        assert!(matches!(l.check_bio(&Bio::read(0, Buf::new(0))), Err(SubmitError::ZeroLength { .. })));
+        assert!(matches!(l.check_bio(&Bio::write(0, Buf::new(16384))), Err(SubmitError::TooLarge { .. })));
+        assert!(matches!(l.check_bio(&Bio::discard(0, 4096)), Err(SubmitError::NotSupported { op: Op::Discard })));
+        let mut bad = Bio::read(0, Buf::new(4096));
+        bad.len = 8192;
+        assert!(matches!(l.check_bio(&bad), Err(SubmitError::BadBuffer { .. })));
+    }
+}

@@ -1,0 +1,415 @@
+//! Bios, requests and the request lifecycle.
+//!
+//! A [`Bio`] is what a client submits: an operation, flags, a byte range and
+//! (for reads and writes) an owned [`Buf`]. A `Request` is the block layer's
+//! unit of work: one pre-allocated slot per tag, initialised from a bio when
+//! a tag is taken, handed to the driver as an [`Rq`] token and recycled when
+//! the driver completes it. Nothing here allocates per I/O.
+//!
+//! Ownership: exactly one party owns a request slot at a time. The submitter
+//! owns it from tag allocation until `queue_rq`; the driver owns the `Rq`
+//! token until it calls [`Rq::complete`] (or drops it, which completes it
+//! with `IoErr` so that a buggy driver cannot leak a tag). The tag being held
+//! is what makes that exclusive access sound.
+//!
+//! Lifecycle (checked in debug builds):
+//!
+//! | from     | to       | when                                   |
+//! |----------|----------|----------------------------------------|
+//! | Idle     | InFlight | tag taken, slot initialised, dispatch  |
+//! | InFlight | Complete | driver calls `complete`                |
+//! | Complete | Idle     | bio completions delivered, tag freed   |
+
+use std::fmt;
+use std::ptr::NonNull;
+
+use crate::buf::Buf;
+use crate::client::ClientShared;
+use crate::hctx::Hctx;
+use crate::status::Status;
+use crate::sync::{AtomicU64, AtomicU8, Ordering};
+
+/// Sector size of the block layer's addressing, as in the kernel.
+pub const SECTOR_SIZE: u64 = 512;
+pub const SECTOR_SHIFT: u32 = 9;
+
+/// Request operation (`REQ_OP_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Op {
+    Read,
+    Write,
+    Flush,
+    Discard,
+    WriteZeroes,
+}
+
+impl Op {
+    /// Does the op move data through a buffer?
+    pub fn has_data(self) -> bool {
+        matches!(self, Op::Read | Op::Write)
+    }
+
+    /// Does the op change the device's contents?
+    pub fn is_write(self) -> bool {
+        !matches!(self, Op::Read)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Read => "READ",
+            Op::Write => "WRITE",
+            Op::Flush => "FLUSH",
+            Op::Discard => "DISCARD",
+            Op::WriteZeroes => "WRITE_ZEROES",
+        }
+    }
+}
+
+/// Request flags (`REQ_*`): a small bit set.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct ReqFlags(u8);
+
+impl ReqFlags {
+    pub const NONE: ReqFlags = ReqFlags(0);
+    /// Someone waits for this I/O (REQ_SYNC).
+    pub const SYNC: ReqFlags = ReqFlags(1 << 0);
+    /// Forced unit access: on stable media when it completes (REQ_FUA).
+    pub const FUA: ReqFlags = ReqFlags(1 << 1);
+    /// Complete by polling (REQ_POLLED, formerly REQ_HIPRI).
+    pub const HIPRI: ReqFlags = ReqFlags(1 << 2);
+    /// Background I/O, e.g. writeback (REQ_BACKGROUND).
+    pub const BACKGROUND: ReqFlags = ReqFlags(1 << 3);
+    /// Fail with `Again` instead of sleeping for a tag (REQ_NOWAIT).
+    pub const NOWAIT: ReqFlags = ReqFlags(1 << 4);
+
+    pub const fn contains(self, other: ReqFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    pub const fn union(self, other: ReqFlags) -> ReqFlags {
+        ReqFlags(self.0 | other.0)
+    }
+
+    pub const fn bits(self) -> u8 {
+        self.0
+    }
+}
+
+impl std::ops::BitOr for ReqFlags {
+    type Output = ReqFlags;
+    fn bitor(self, rhs: ReqFlags) -> ReqFlags {
+        self.union(rhs)
+    }
+}
+
+impl std::ops::BitOrAssign for ReqFlags {
+    fn bitor_assign(&mut self, rhs: ReqFlags) {
+        *self = self.union(rhs);
+    }
+}
+
+impl fmt::Debug for ReqFlags {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names = [
+            (ReqFlags::SYNC, "SYNC"),
+            (ReqFlags::FUA, "FUA"),
+            (ReqFlags::HIPRI, "HIPRI"),
+            (ReqFlags::BACKGROUND, "BACKGROUND"),
+            (ReqFlags::NOWAIT, "NOWAIT"),
+        ];
+        let set: Vec<&str> = names.iter().filter(|(fl, _)| self.contains(*fl)).map(|(_, n)| *n).collect();
+        write!(f, "{}", if set.is_empty() { "NONE".to_string() } else { set.join("|") })
+    }
+}
+
+/// One I/O as a client submits it: the user-space `bio`.
+#[derive(Debug)]
+pub struct Bio {
+    pub op: Op,
+    pub flags: ReqFlags,
+    /// Byte offset on the device (a multiple of the logical block size).
+    pub offset: u64,
+    /// Length in bytes (for reads and writes, the buffer's length).
+    pub len: u64,
+    /// The data buffer of reads and writes; returned in the completion.
+    pub buf: Option<Buf>,
+}
+
+impl Bio {
+    /// Read `buf.len()` bytes at `offset` into `buf`.
+    pub fn read(offset: u64, buf: Buf) -> Self {
+        Self { op: Op::Read, flags: ReqFlags::NONE, offset, len: buf.len() as u64, buf: Some(buf) }
+    }
+
+    /// Write `buf` at `offset`.
+    pub fn write(offset: u64, buf: Buf) -> Self {
+        Self { op: Op::Write, flags: ReqFlags::NONE, offset, len: buf.len() as u64, buf: Some(buf) }
+    }
+
+    /// Flush the device's volatile cache.
+    pub fn flush() -> Self {
+        Self { op: Op::Flush, flags: ReqFlags::NONE, offset: 0, len: 0, buf: None }
+    }
+
+    /// Discard (trim) `len` bytes at `offset`.
+    pub fn discard(offset: u64, len: u64) -> Self {
+        Self { op: Op::Discard, flags: ReqFlags::NONE, offset, len, buf: None }
+    }
+
+    /// Write zeroes over `len` bytes at `offset`.
+    pub fn write_zeroes(offset: u64, len: u64) -> Self {
+        Self { op: Op::WriteZeroes, flags: ReqFlags::NONE, offset, len, buf: None }
+    }
+
+    pub fn with_flags(mut self, flags: ReqFlags) -> Self {
+        self.flags |= flags;
+        self
+    }
+}
+
+/// Lifecycle state of a request slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum RqState {
+    Idle = 0,
+    InFlight = 1,
+    Complete = 2,
+}
+
+impl RqState {
+    fn from_u8(v: u8) -> RqState {
+        match v {
+            0 => RqState::Idle,
+            1 => RqState::InFlight,
+            _ => RqState::Complete,
+        }
+    }
+
+    /// The transition table of the module header.
+    pub(crate) fn can_become(self, next: RqState) -> bool {
+        matches!(
+            (self, next),
+            (RqState::Idle, RqState::InFlight) | (RqState::InFlight, RqState::Complete) | (RqState::Complete, RqState::Idle)
+        )
+    }
+}
+
+/// Marks completions of the blocking helpers (`read_at`/`write_at`), which
+/// the client consumes itself and never returns from `do_io`.
+pub(crate) const ORIGIN_USER: u8 = 0;
+pub(crate) const ORIGIN_BLOCKING: u8 = 1;
+
+/// The mutable part of a request slot: only the tag holder touches it.
+pub(crate) struct Request {
+    pub(crate) tag: u32,
+    pub(crate) hctx: *const Hctx,
+    pub(crate) op: Op,
+    pub(crate) flags: ReqFlags,
+    pub(crate) sector: u64,
+    pub(crate) nr_sectors: u32,
+    pub(crate) buf: Option<Buf>,
+    pub(crate) user_data: u64,
+    pub(crate) origin: u8,
+    /// The submitting client's completion sink; lives as long as the queue.
+    pub(crate) owner: *const ClientShared,
+    /// Scratch space for the driver (its per-request "pdu").
+    pub(crate) driver_data: u64,
+}
+
+/// A request slot: one per tag, allocated with the tag set. The atomics are
+/// outside the `UnsafeCell` because the timeout scanner reads them while the
+/// tag holder owns the request.
+pub(crate) struct RequestSlot {
+    /// Lifecycle state (`RqState`).
+    pub(crate) state: AtomicU8,
+    /// Timeout deadline in queue ticks (0: none).
+    pub(crate) deadline: AtomicU64,
+    pub(crate) rq: std::cell::UnsafeCell<Request>,
+}
+
+// SAFETY: the `UnsafeCell<Request>` is only accessed by whoever holds the
+// slot's tag (the submitter, then the `Rq` token's owner), one at a time,
+// with the handover ordered by the tag bitmap's atomics; the raw pointers
+// point at the hctx and a client sink, both Sync and kept alive by the queue.
+// Other threads only read the atomics.
+unsafe impl Sync for RequestSlot {}
+// SAFETY: as above; nothing in a slot is tied to a thread.
+unsafe impl Send for RequestSlot {}
+
+impl RequestSlot {
+    pub(crate) fn new(tag: u32) -> Self {
+        let rq = Request {
+            tag,
+            hctx: std::ptr::null(),
+            op: Op::Read,
+            flags: ReqFlags::NONE,
+            sector: 0,
+            nr_sectors: 0,
+            buf: None,
+            user_data: 0,
+            origin: ORIGIN_USER,
+            owner: std::ptr::null(),
+            driver_data: 0,
+        };
+        Self {
+            state: AtomicU8::new(RqState::Idle as u8),
+            deadline: AtomicU64::new(0),
+            rq: std::cell::UnsafeCell::new(rq),
+        }
+    }
+
+    pub(crate) fn state(&self) -> RqState {
+        RqState::from_u8(self.state.load(Ordering::Acquire))
+    }
+
+    /// Moves the lifecycle on; asserts the transition in debug builds.
+    #[inline]
+    pub(crate) fn set_state(&self, next: RqState) {
+        if cfg!(debug_assertions) {
+            let prev = RqState::from_u8(self.state.swap(next as u8, Ordering::AcqRel));
+            assert!(prev.can_become(next), "request: illegal transition {prev:?} -> {next:?}");
+        } else {
+            self.state.store(next as u8, Ordering::Release);
+        }
+    }
+}
+
+/// The driver's handle on one in-flight request: a move-only token. Hand it
+/// back with [`Rq::complete`]; dropping it completes the request with
+/// [`Status::IoErr`].
+pub struct Rq {
+    ptr: NonNull<RequestSlot>,
+}
+
+// SAFETY: an `Rq` is the unique owner of its request slot while it exists
+// (the held tag guarantees no one else touches the slot), and everything in
+// the slot is `Send`. Moving the token to a completion thread is the point.
+unsafe impl Send for Rq {}
+
+impl Rq {
+    /// # Safety
+    /// The caller holds the tag of `ptr`'s slot, has initialised it, and
+    /// gives up all access to it to this token.
+    pub(crate) unsafe fn from_raw(ptr: NonNull<RequestSlot>) -> Self {
+        Self { ptr }
+    }
+
+    #[inline(always)]
+    fn rq(&self) -> &Request {
+        // SAFETY: the token owns the slot's request exclusively (see the
+        // type's Send impl); the slot lives as long as the queue.
+        unsafe { &*self.ptr.as_ref().rq.get() }
+    }
+
+    #[inline(always)]
+    fn rq_mut(&mut self) -> &mut Request {
+        // SAFETY: as in `rq`, and `&mut self` makes the access exclusive.
+        unsafe { &mut *self.ptr.as_ref().rq.get() }
+    }
+
+    pub fn tag(&self) -> u32 {
+        self.rq().tag
+    }
+
+    pub fn op(&self) -> Op {
+        self.rq().op
+    }
+
+    pub fn flags(&self) -> ReqFlags {
+        self.rq().flags
+    }
+
+    /// First sector (512-byte units).
+    pub fn sector(&self) -> u64 {
+        self.rq().sector
+    }
+
+    pub fn nr_sectors(&self) -> u32 {
+        self.rq().nr_sectors
+    }
+
+    pub fn pos_bytes(&self) -> u64 {
+        self.rq().sector << SECTOR_SHIFT
+    }
+
+    pub fn len_bytes(&self) -> u64 {
+        u64::from(self.rq().nr_sectors) << SECTOR_SHIFT
+    }
+
+    /// Index of the hardware queue the request was dispatched to.
+    pub fn hctx_index(&self) -> usize {
+        // SAFETY: `hctx` points into the queue's hctx array, which outlives
+        // every request of the queue.
+        unsafe { (*self.rq().hctx).index() }
+    }
+
+    /// The data of a write (empty for ops without data).
+    pub fn data(&self) -> &[u8] {
+        self.rq().buf.as_deref().unwrap_or(&[])
+    }
+
+    /// The buffer a read fills (empty for ops without data).
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        self.rq_mut().buf.as_deref_mut().unwrap_or(&mut [])
+    }
+
+    /// A word of per-request driver state.
+    pub fn driver_data(&mut self) -> &mut u64 {
+        &mut self.rq_mut().driver_data
+    }
+
+    /// Ends the request: every bio completes to its client with `status`,
+    /// and the tag is freed. Callable from any thread.
+    #[inline]
+    pub fn complete(self, status: Status) {
+        let ptr = self.ptr;
+        std::mem::forget(self);
+        // SAFETY: we consumed the unique token for this slot.
+        unsafe { Hctx::end_request(ptr, status) }
+    }
+}
+
+impl Drop for Rq {
+    fn drop(&mut self) {
+        // SAFETY: the token is being destroyed and owns the slot.
+        unsafe { Hctx::end_request(self.ptr, Status::IoErr) }
+    }
+}
+
+impl fmt::Debug for Rq {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let rq = self.rq();
+        f.debug_struct("Rq")
+            .field("tag", &rq.tag)
+            .field("op", &rq.op)
+            .field("flags", &rq.flags)
+            .field("sector", &rq.sector)
+            .field("nr_sectors", &rq.nr_sectors)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lifecycle_table() {
+        use RqState::*;
+        assert!(Idle.can_become(InFlight));
+        assert!(InFlight.can_become(Complete));
+        assert!(Complete.can_become(Idle));
+        assert!(!Idle.can_become(Complete));
+        assert!(!InFlight.can_become(Idle));
+        assert!(!Complete.can_become(InFlight));
+    }
+
+    #[test]
+    fn flags_compose() {
+        let f = ReqFlags::SYNC | ReqFlags::FUA;
+        assert!(f.contains(ReqFlags::SYNC));
+        assert!(!f.contains(ReqFlags::HIPRI));
+        assert_eq!(format!("{f:?}"), "SYNC|FUA");
+    }
+}

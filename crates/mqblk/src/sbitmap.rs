@@ -1,0 +1,880 @@
+//! Scalable bitmap allocation (`Sbitmap`) and a queue of sleepers on it
+//! (`SbitmapQueue`), after Linux's lib/sbitmap.c.
+//!
+//! The bitmap is split into words of `1 << shift` bits, each on its own cache
+//! line so that allocators on different threads rarely touch the same line.
+//! Freeing a bit does not touch `word`: it sets the bit in the word's
+//! `cleared` mask (deferred clear), and an allocator that finds the word full
+//! moves `cleared` into `word` under the word's `swap_lock`. Each caller keeps
+//! its own allocation hint (`AllocHint`, the kernel's per-CPU hint) so that
+//! threads start their searches in different places.
+//!
+//! `SbitmapQueue` adds waiting: 8 wait queues, a count of active waiters
+//! (`ws_active`), and a pluggable [`WakePolicy`] deciding how freed bits turn
+//! into wakeups. The default, [`BatchWake`], is the kernel 6.2+ scheme.
+//!
+//! This module is generic: it knows nothing of requests or tags.
+//!
+//! # The lost-wakeup argument
+//! A waiter registers (`ws_active += 1`, SeqCst RMW) and only then retries the
+//! allocation (SeqCst loads of `word` and `cleared`). A freer sets its bit in
+//! `cleared` (SeqCst RMW) and only then reads `ws_active` (SeqCst). In the
+//! single total order of SeqCst operations one of the two comes first: either
+//! the waiter's retry sees the freed bit, or the freer sees the waiter and
+//! hands the free to the wakeup policy. loom's model is weaker than C++'s for
+//! SeqCst accesses, so under `cfg(loom)` explicit SeqCst fences stand in at the
+//! two places marked `dekker_fence` (on x86 the RMWs are full barriers, as in
+//! the kernel's `smp_mb__after_atomic`).
+
+use std::collections::VecDeque;
+use std::fmt;
+
+use crossbeam_utils::CachePadded;
+
+use crate::sync::{dekker_fence, Arc, AtomicU32, AtomicUsize, Mutex, Ordering, Parker};
+
+/// Bits per word at most (the machine word).
+pub const BITS_PER_WORD: u32 = usize::BITS;
+/// Number of wait queues per `SbitmapQueue`, as in the kernel.
+pub const SBQ_WAIT_QUEUES: usize = 8;
+/// Upper bound of `wake_batch`.
+pub const SBQ_WAKE_BATCH: u32 = 8;
+
+/// Mask of the low `n` bits (`n` may be a full word).
+#[inline(always)]
+fn low_mask(n: u32) -> usize {
+    debug_assert!(n <= BITS_PER_WORD);
+    if n >= BITS_PER_WORD {
+        usize::MAX
+    } else {
+        (1usize << n) - 1
+    }
+}
+
+/// One word of the bitmap with its deferred-clear mask, alone on a cache line.
+#[derive(Debug, Default)]
+struct SbitmapWord {
+    /// Allocated bits (set = busy).
+    word: AtomicUsize,
+    /// Bits freed but not yet cleared from `word`.
+    cleared: AtomicUsize,
+    /// Serialises moving `cleared` into `word` (the 2024 io-hang fix: without
+    /// it an allocator can see `cleared == 0` while another one holds the
+    /// swapped mask and has not yet cleared it from `word`, and give up).
+    swap_lock: Mutex<()>,
+}
+
+/// A caller's allocation hint: where its next search starts. One per thread
+/// or per client, like the kernel's per-CPU hint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AllocHint(pub u32);
+
+impl AllocHint {
+    /// A hint starting at `seed` (taken modulo the depth on first use), so
+    /// that different callers start in different words.
+    pub fn new(seed: u32) -> Self {
+        Self(seed)
+    }
+}
+
+/// The scalable bitmap.
+pub struct Sbitmap {
+    depth: u32,
+    shift: u32,
+    round_robin: bool,
+    words: Box<[CachePadded<SbitmapWord>]>,
+}
+
+impl fmt::Debug for Sbitmap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sbitmap")
+            .field("depth", &self.depth)
+            .field("shift", &self.shift)
+            .field("map_nr", &self.words.len())
+            .field("busy", &self.weight())
+            .finish()
+    }
+}
+
+/// The kernel's default word shift: a full word, lowered until the map spans
+/// at least 4 words, so that allocators spread out even for small depths.
+pub fn default_shift(depth: u32) -> u32 {
+    let mut shift = BITS_PER_WORD.trailing_zeros();
+    if depth >= 4 {
+        while (4u32 << shift) > depth {
+            shift -= 1;
+        }
+    }
+    shift
+}
+
+impl Sbitmap {
+    /// A bitmap of `depth` bits with words of `1 << shift` bits
+    /// (`None`: [`default_shift`]).
+    pub fn new(depth: u32, shift: Option<u32>, round_robin: bool) -> Self {
+        assert!(depth > 0, "sbitmap depth must be positive");
+        let shift = shift.unwrap_or_else(|| default_shift(depth));
+        assert!(shift <= BITS_PER_WORD.trailing_zeros(), "sbitmap shift {shift} too large");
+        let bits_per_word = 1u32 << shift;
+        let map_nr = depth.div_ceil(bits_per_word) as usize;
+        let words = (0..map_nr).map(|_| CachePadded::new(SbitmapWord::default())).collect();
+        Self { depth, shift, round_robin, words }
+    }
+
+    pub fn depth(&self) -> u32 {
+        self.depth
+    }
+
+    pub fn shift(&self) -> u32 {
+        self.shift
+    }
+
+    pub fn map_nr(&self) -> usize {
+        self.words.len()
+    }
+
+    pub fn round_robin(&self) -> bool {
+        self.round_robin
+    }
+
+    /// Number of usable bits in word `index` (the last word may be short).
+    fn word_depth(&self, index: usize) -> u32 {
+        let start = (index as u32) << self.shift;
+        (self.depth - start).min(1 << self.shift)
+    }
+
+    /// Bits of word `index` usable under a whole-bitmap `shallow_depth`: the
+    /// limit is spread over the words in proportion to their size, with
+    /// cumulative rounding so the per-word limits add up to exactly
+    /// `shallow_depth` (the 6.17 semantics).
+    fn word_limit(&self, index: usize, shallow_depth: u32) -> u32 {
+        let word_depth = self.word_depth(index);
+        if shallow_depth >= self.depth {
+            return word_depth;
+        }
+        let start = u64::from((index as u32) << self.shift);
+        let end = start + u64::from(word_depth);
+        let shallow = u64::from(shallow_depth);
+        let depth = u64::from(self.depth);
+        ((end * shallow) / depth - (start * shallow) / depth) as u32
+    }
+
+    /// Takes a free bit in `word` within `[hint, limit)`, then (if `wrap`)
+    /// within `[0, hint)`.
+    fn get_in_word(word: &AtomicUsize, limit: u32, hint: u32, wrap: bool) -> Option<u32> {
+        let limit_mask = low_mask(limit);
+        let upper = limit_mask & !low_mask(hint.min(limit));
+        let lower = if wrap { limit_mask & low_mask(hint.min(limit)) } else { 0 };
+        for range in [upper, lower] {
+            if range == 0 {
+                continue;
+            }
+            // SeqCst: the waiter's retry must be ordered after its ws_active
+            // increment (see the module header). A plain load on x86.
+            let mut val = word.load(Ordering::SeqCst);
+            loop {
+                // Look before test-and-set: a full word is never dirtied.
+                let free = !val & range;
+                if free == 0 {
+                    break;
+                }
+                let nr = free.trailing_zeros();
+                let bit = 1usize << nr;
+                // Acquire pairs with the Release in `deferred_clear`, which
+                // carries the freer's writes (the previous owner is done).
+                let old = word.fetch_or(bit, Ordering::AcqRel);
+                if old & bit == 0 {
+                    return Some(nr);
+                }
+                val = old | bit;
+            }
+        }
+        None
+    }
+
+    /// Moves freed bits of `w` into its word. Returns true if the caller
+    /// should retry the word: bits were moved, or free bits exist in the
+    /// searched range (a concurrent swapper finished between our looks).
+    fn deferred_clear(w: &SbitmapWord, limit: u32, hint: u32, wrap: bool) -> bool {
+        let _guard = w.swap_lock.lock();
+        if w.cleared.load(Ordering::SeqCst) == 0 {
+            if limit == 0 {
+                return false;
+            }
+            let mut mask = low_mask(limit);
+            if !wrap {
+                mask &= !low_mask(hint.min(limit));
+            }
+            return w.word.load(Ordering::SeqCst) & mask != mask;
+        }
+        // Acquire: we see the freers' writes (pairs with their Release RMW).
+        let mask = w.cleared.swap(0, Ordering::AcqRel);
+        // Release: the next allocator of these bits sees those writes too.
+        w.word.fetch_and(!mask, Ordering::AcqRel);
+        true
+    }
+
+    fn find_bit_in_word(&self, index: usize, limit: u32, hint: u32, wrap: bool) -> Option<u32> {
+        let w = &self.words[index];
+        loop {
+            if let Some(nr) = Self::get_in_word(&w.word, limit, hint, wrap) {
+                return Some(nr);
+            }
+            if !Self::deferred_clear(w, limit, hint, wrap) {
+                return None;
+            }
+        }
+    }
+
+    fn hint_start(&self, hint: &AllocHint) -> u32 {
+        if hint.0 >= self.depth {
+            hint.0 % self.depth
+        } else {
+            hint.0
+        }
+    }
+
+    fn hint_after_get(&self, hint: &mut AllocHint, bit: u32) {
+        let next = bit + 1;
+        hint.0 = if next >= self.depth { 0 } else { next };
+    }
+
+    /// Allocates one bit, or `None` if every bit (within `shallow_depth`) is
+    /// busy. Updates `hint`: past the bit on success, 0 on failure.
+    pub fn get_shallow(&self, hint: &mut AllocHint, shallow_depth: u32) -> Option<u32> {
+        let start = self.hint_start(hint);
+        let mut index = (start >> self.shift) as usize;
+        // Without round robin the hint picks the word and the word is searched
+        // from bit 0 (no point looping twice inside it); with round robin the
+        // search starts at the hinted bit and the start word is visited again
+        // at the end for its low bits.
+        let mut bit_hint = if self.round_robin { start & low_mask(self.shift) as u32 } else { 0 };
+        let visits = self.words.len() + usize::from(self.round_robin);
+        for _ in 0..visits {
+            let limit = self.word_limit(index, shallow_depth);
+            if let Some(nr) = self.find_bit_in_word(index, limit, bit_hint, !self.round_robin) {
+                let bit = ((index as u32) << self.shift) + nr;
+                debug_assert!(bit < self.depth);
+                self.hint_after_get(hint, bit);
+                return Some(bit);
+            }
+            bit_hint = 0;
+            index = (index + 1) % self.words.len();
+        }
+        hint.0 = 0;
+        None
+    }
+
+    /// Allocates one bit anywhere in the bitmap.
+    #[inline]
+    pub fn get(&self, hint: &mut AllocHint) -> Option<u32> {
+        self.get_shallow(hint, self.depth)
+    }
+
+    /// Allocates up to `nr` contiguous bits from one word with a single
+    /// compare-and-swap. Returns the first bit number and a mask of the bits
+    /// obtained relative to it (bit i of the mask = bit `base + i`); the mask
+    /// may have holes where another allocator got there first.
+    pub fn get_batch(&self, nr: u32, hint: &mut AllocHint) -> Option<(u32, usize)> {
+        assert!(nr > 0 && nr <= BITS_PER_WORD, "batch of {nr} bits");
+        if self.round_robin {
+            return None; // as in the kernel: batching would break the order
+        }
+        let start = self.hint_start(hint);
+        let mut index = (start >> self.shift) as usize;
+        for _ in 0..self.words.len() {
+            if let Some((first, mask)) = self.get_batch_in_word(index, nr) {
+                let base = ((index as u32) << self.shift) + first;
+                let last = base + (BITS_PER_WORD - 1 - mask.leading_zeros());
+                self.hint_after_get(hint, last);
+                return Some((base, mask));
+            }
+            index = (index + 1) % self.words.len();
+        }
+        hint.0 = 0;
+        None
+    }
+
+    fn get_batch_in_word(&self, index: usize, nr: u32) -> Option<(u32, usize)> {
+        let w = &self.words[index];
+        let word_depth = self.word_depth(index);
+        let depth_mask = low_mask(word_depth);
+        let mut val = w.word.load(Ordering::SeqCst);
+        if val & depth_mask == depth_mask {
+            if !Self::deferred_clear(w, word_depth, 0, true) {
+                return None;
+            }
+            val = w.word.load(Ordering::SeqCst);
+        }
+        let first = (!val & depth_mask).trailing_zeros();
+        if first >= word_depth {
+            return None;
+        }
+        let run = nr.min(word_depth - first);
+        let want = low_mask(run) << first;
+        loop {
+            if val & want == want {
+                return None; // all taken meanwhile
+            }
+            match w.word.compare_exchange_weak(val, val | want, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return Some((first, (want & !val) >> first)),
+                Err(actual) => val = actual,
+            }
+        }
+    }
+
+    /// Frees `bit` (deferred: it becomes allocatable once an allocator finds
+    /// its word full). Sets `hint` to the freed bit unless round robin.
+    #[inline]
+    pub fn clear(&self, bit: u32, hint: Option<&mut AllocHint>) {
+        assert!(bit < self.depth, "clear of bit {bit} beyond depth {}", self.depth);
+        let index = (bit >> self.shift) as usize;
+        let mask = 1usize << (bit & low_mask(self.shift) as u32);
+        // SeqCst RMW: first half of the freer's side of the lost-wakeup
+        // argument (the second is the ws_active load in SbitmapQueue::clear).
+        // Release also publishes the previous owner's writes.
+        let old = self.words[index].cleared.fetch_or(mask, Ordering::SeqCst);
+        debug_assert_eq!(old & mask, 0, "bit {bit} freed twice");
+        if let Some(hint) = hint {
+            if !self.round_robin {
+                hint.0 = bit;
+            }
+        }
+    }
+
+    /// Is `bit` allocated (set in its word and not yet freed)?
+    pub fn test_bit(&self, bit: u32) -> bool {
+        let index = (bit >> self.shift) as usize;
+        let mask = 1usize << (bit & low_mask(self.shift) as u32);
+        let w = &self.words[index];
+        w.word.load(Ordering::SeqCst) & !w.cleared.load(Ordering::SeqCst) & mask != 0
+    }
+
+    /// Number of allocated bits (a snapshot; racy while in use).
+    pub fn weight(&self) -> u32 {
+        (0..self.words.len())
+            .map(|i| {
+                let w = &self.words[i];
+                let busy = w.word.load(Ordering::Relaxed) & !w.cleared.load(Ordering::Relaxed);
+                (busy & low_mask(self.word_depth(i))).count_ones()
+            })
+            .sum()
+    }
+}
+
+/// One waiter: a thread that may sleep on an `SbitmapQueue`. Allocate it once
+/// per thread or client and reuse it (waiting allocates nothing).
+#[derive(Debug, Default)]
+pub struct SbqWaiter {
+    parker: Parker,
+}
+
+impl SbqWaiter {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+}
+
+/// One of the 8 wait queues.
+#[derive(Debug, Default)]
+struct WaitState {
+    /// Number of entries in `list`, readable without the lock
+    /// (`waitqueue_active`).
+    nr_waiting: AtomicU32,
+    list: Mutex<VecDeque<Arc<SbqWaiter>>>,
+}
+
+/// How freed bits become wakeups. Implementations keep their own state.
+///
+/// Contract: `bits_freed` is called by a freer after its bits are visible in
+/// the bitmap and only when `ws_active` was seen non-zero. An implementation
+/// must eventually wake a waiter whenever bits are free and waiters sleep
+/// (no lost wakeup), and must wake through [`SbitmapQueue::wake_up_nr`].
+pub trait WakePolicy: Send + Sync + fmt::Debug {
+    /// The policy's name as chosen on the command line (`wake=NAME`).
+    fn name(&self) -> &'static str;
+    /// `nr` bits were freed while waiters were active.
+    fn bits_freed(&self, sbq: &SbitmapQueue, nr: u32);
+    /// Extra lines for the debugfs-like dump.
+    fn show(&self, _out: &mut String) {}
+}
+
+/// The kernel 6.2+ wakeup: freed bits add to `completion_cnt`; whenever
+/// `completion_cnt - wakeup_cnt >= wake_batch`, the freer that advances
+/// `wakeup_cnt` by `wake_batch` (compare-and-swap) wakes up to `wake_batch`
+/// waiters.
+#[derive(Debug, Default)]
+pub struct BatchWake {
+    completion_cnt: AtomicU32,
+    wakeup_cnt: AtomicU32,
+}
+
+impl WakePolicy for BatchWake {
+    fn name(&self) -> &'static str {
+        "batch"
+    }
+
+    fn bits_freed(&self, sbq: &SbitmapQueue, nr: u32) {
+        let wake_batch = sbq.wake_batch();
+        self.completion_cnt.fetch_add(nr, Ordering::SeqCst);
+        let mut wakeups = self.wakeup_cnt.load(Ordering::SeqCst);
+        loop {
+            // Wrapping arithmetic: both counters wrap at 2^32 together.
+            if self.completion_cnt.load(Ordering::SeqCst).wrapping_sub(wakeups) < wake_batch {
+                return;
+            }
+            match self.wakeup_cnt.compare_exchange_weak(
+                wakeups,
+                wakeups.wrapping_add(wake_batch),
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => break,
+                Err(actual) => wakeups = actual,
+            }
+        }
+        sbq.wake_up_nr(wake_batch);
+    }
+
+    fn show(&self, out: &mut String) {
+        use std::fmt::Write;
+        let _ = writeln!(out, "completion_cnt={}", self.completion_cnt.load(Ordering::Relaxed));
+        let _ = writeln!(out, "wakeup_cnt={}", self.wakeup_cnt.load(Ordering::Relaxed));
+    }
+}
+
+/// `Sbitmap` plus sleeping: the tag allocator's engine.
+pub struct SbitmapQueue {
+    sb: Sbitmap,
+    wake_batch: AtomicU32,
+    wake_index: AtomicU32,
+    ws_active: AtomicU32,
+    min_shallow_depth: u32,
+    ws: Box<[CachePadded<WaitState>]>,
+    policy: Box<dyn WakePolicy>,
+    /// Times a caller went to sleep waiting for a bit (slow path only).
+    nr_sleeps: AtomicUsize,
+}
+
+impl fmt::Debug for SbitmapQueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SbitmapQueue")
+            .field("sb", &self.sb)
+            .field("wake_batch", &self.wake_batch())
+            .field("policy", &self.policy.name())
+            .finish()
+    }
+}
+
+/// wake_batch = clamp(min(depth, min_shallow_depth) / 8, 1, 8).
+pub fn calc_wake_batch(depth: u32, min_shallow_depth: u32) -> u32 {
+    (depth.min(min_shallow_depth) / SBQ_WAIT_QUEUES as u32).clamp(1, SBQ_WAKE_BATCH)
+}
+
+/// A point-in-time view of an `SbitmapQueue`, for the stats dump.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SbqSnapshot {
+    pub depth: u32,
+    pub busy: u32,
+    pub bits_per_word: u32,
+    pub map_nr: usize,
+    pub wake_batch: u32,
+    pub wake_index: u32,
+    pub ws_active: u32,
+    pub ws_waiting: [u32; SBQ_WAIT_QUEUES],
+    pub min_shallow_depth: u32,
+    pub round_robin: bool,
+    pub policy: &'static str,
+    pub nr_sleeps: usize,
+}
+
+impl SbitmapQueue {
+    /// A queue over `depth` bits with the kernel's batched wakeup.
+    pub fn new(depth: u32, round_robin: bool) -> Self {
+        Self::with_policy(depth, None, round_robin, depth, Box::<BatchWake>::default())
+    }
+
+    /// Full constructor: `min_shallow_depth` is the smallest shallow depth
+    /// any caller will pass (it shrinks `wake_batch` so that callers limited
+    /// to few bits are still woken).
+    pub fn with_policy(
+        depth: u32,
+        shift: Option<u32>,
+        round_robin: bool,
+        min_shallow_depth: u32,
+        policy: Box<dyn WakePolicy>,
+    ) -> Self {
+        assert!(min_shallow_depth > 0, "min_shallow_depth must be positive");
+        let sb = Sbitmap::new(depth, shift, round_robin);
+        let ws = (0..SBQ_WAIT_QUEUES).map(|_| CachePadded::new(WaitState::default())).collect();
+        Self {
+            wake_batch: AtomicU32::new(calc_wake_batch(depth, min_shallow_depth)),
+            sb,
+            wake_index: AtomicU32::new(0),
+            ws_active: AtomicU32::new(0),
+            min_shallow_depth,
+            ws,
+            policy,
+            nr_sleeps: AtomicUsize::new(0),
+        }
+    }
+
+    pub fn sb(&self) -> &Sbitmap {
+        &self.sb
+    }
+
+    pub fn depth(&self) -> u32 {
+        self.sb.depth
+    }
+
+    pub fn wake_batch(&self) -> u32 {
+        self.wake_batch.load(Ordering::Relaxed)
+    }
+
+    pub fn min_shallow_depth(&self) -> u32 {
+        self.min_shallow_depth
+    }
+
+    pub fn policy_name(&self) -> &'static str {
+        self.policy.name()
+    }
+
+    pub fn ws_active(&self) -> u32 {
+        self.ws_active.load(Ordering::SeqCst)
+    }
+
+    #[inline]
+    pub fn get(&self, hint: &mut AllocHint) -> Option<u32> {
+        self.sb.get(hint)
+    }
+
+    #[inline]
+    pub fn get_shallow(&self, hint: &mut AllocHint, shallow_depth: u32) -> Option<u32> {
+        debug_assert!(
+            shallow_depth >= self.min_shallow_depth,
+            "shallow depth {shallow_depth} below min_shallow_depth {}",
+            self.min_shallow_depth
+        );
+        self.sb.get_shallow(hint, shallow_depth)
+    }
+
+    pub fn get_batch(&self, nr: u32, hint: &mut AllocHint) -> Option<(u32, usize)> {
+        self.sb.get_batch(nr, hint)
+    }
+
+    /// Frees `bit` and lets the wakeup policy wake waiters.
+    #[inline]
+    pub fn clear(&self, bit: u32, hint: Option<&mut AllocHint>) {
+        self.sb.clear(bit, hint);
+        dekker_fence();
+        // Fast path: nobody waits, no policy call (no cost without contention).
+        if self.ws_active.load(Ordering::SeqCst) != 0 {
+            self.policy.bits_freed(self, 1);
+        }
+    }
+
+    /// Wakes up to `nr` waiters, walking the queues from `wake_index` and
+    /// advancing the index before looking at each queue (so one busy queue
+    /// does not have to empty before the next is served). Returns the number
+    /// woken.
+    pub fn wake_up_nr(&self, mut nr: u32) -> u32 {
+        if self.ws_active.load(Ordering::SeqCst) == 0 {
+            return 0;
+        }
+        let start = self.wake_index.load(Ordering::Relaxed) as usize % SBQ_WAIT_QUEUES;
+        let mut index = start;
+        let mut woken_total = 0;
+        for _ in 0..SBQ_WAIT_QUEUES {
+            let ws = &self.ws[index];
+            index = (index + 1) % SBQ_WAIT_QUEUES;
+            if ws.nr_waiting.load(Ordering::SeqCst) == 0 {
+                continue;
+            }
+            let woken = Self::wake_queue(ws, nr);
+            woken_total += woken;
+            nr -= woken;
+            if nr == 0 {
+                break;
+            }
+        }
+        if index != start {
+            self.wake_index.store(index as u32, Ordering::Relaxed);
+        }
+        woken_total
+    }
+
+    fn wake_queue(ws: &WaitState, nr: u32) -> u32 {
+        let mut list = ws.list.lock();
+        let mut woken = 0;
+        while woken < nr {
+            let Some(waiter) = list.pop_front() else { break };
+            ws.nr_waiting.fetch_sub(1, Ordering::SeqCst);
+            // Unpark under the lock: the waiter may re-queue itself right
+            // after waking, and must not find itself still on the list.
+            waiter.parker.unpark();
+            woken += 1;
+        }
+        woken
+    }
+
+    /// Wakes every waiter (depth changes, shutdown).
+    pub fn wake_all(&self) {
+        for ws in self.ws.iter() {
+            Self::wake_queue(ws, u32::MAX);
+        }
+    }
+
+    /// Gets a bit, sleeping until one is free. `ws_index` picks the wait
+    /// queue (callers spread over the 8 queues, as hardware contexts do);
+    /// `before_sleep` runs before each sleep (flush a plug, run the queue).
+    /// Returns the bit and whether the caller slept.
+    pub fn get_or_wait(
+        &self,
+        hint: &mut AllocHint,
+        shallow_depth: u32,
+        waiter: &Arc<SbqWaiter>,
+        ws_index: usize,
+        mut before_sleep: impl FnMut(),
+    ) -> (u32, bool) {
+        if let Some(bit) = self.get_shallow(hint, shallow_depth) {
+            return (bit, false);
+        }
+        let ws = &self.ws[ws_index % SBQ_WAIT_QUEUES];
+        // Registered as an active waiter for the whole wait, like the
+        // kernel's sbitmap_prepare_to_wait .. sbitmap_finish_wait.
+        self.ws_active.fetch_add(1, Ordering::SeqCst);
+        let mut slept = false;
+        let bit = loop {
+            self.enqueue(ws, waiter);
+            dekker_fence();
+            if let Some(bit) = self.get_shallow(hint, shallow_depth) {
+                break bit;
+            }
+            before_sleep();
+            if let Some(bit) = self.get_shallow(hint, shallow_depth) {
+                break bit;
+            }
+            self.nr_sleeps.fetch_add(1, Ordering::Relaxed);
+            slept = true;
+            waiter.parker.park(None);
+            // Woken (and removed from the list by the waker) or, after a
+            // racing unpark, still listed: enqueue() handles both.
+        };
+        self.finish_wait(ws, waiter);
+        (bit, slept)
+    }
+
+    /// Puts `waiter` at the tail of `ws` unless it is already listed.
+    fn enqueue(&self, ws: &WaitState, waiter: &Arc<SbqWaiter>) {
+        let mut list = ws.list.lock();
+        if !list.iter().any(|w| Arc::ptr_eq(w, waiter)) {
+            list.push_back(waiter.clone());
+            ws.nr_waiting.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Leaves the wait: off the list if still there, `ws_active -= 1`. If a
+    /// wakeup was meant for us but we got a bit on our own, pass it on so it
+    /// is not lost to the other waiters.
+    fn finish_wait(&self, ws: &WaitState, waiter: &Arc<SbqWaiter>) {
+        let was_listed = {
+            let mut list = ws.list.lock();
+            match list.iter().position(|w| Arc::ptr_eq(w, waiter)) {
+                Some(pos) => {
+                    list.remove(pos);
+                    ws.nr_waiting.fetch_sub(1, Ordering::SeqCst);
+                    true
+                }
+                None => false,
+            }
+        };
+        self.ws_active.fetch_sub(1, Ordering::SeqCst);
+        // Consume a pending unpark so the next wait starts clean.
+        let had_wakeup = !was_listed && waiter.parker.park(Some(std::time::Duration::ZERO));
+        if had_wakeup {
+            self.wake_up_nr(1);
+        }
+    }
+
+    pub fn snapshot(&self) -> SbqSnapshot {
+        let mut ws_waiting = [0; SBQ_WAIT_QUEUES];
+        for (i, ws) in self.ws.iter().enumerate() {
+            ws_waiting[i] = ws.nr_waiting.load(Ordering::Relaxed);
+        }
+        SbqSnapshot {
+            depth: self.sb.depth,
+            busy: self.sb.weight(),
+            bits_per_word: 1 << self.sb.shift,
+            map_nr: self.sb.map_nr(),
+            wake_batch: self.wake_batch(),
+            wake_index: self.wake_index.load(Ordering::Relaxed),
+            ws_active: self.ws_active.load(Ordering::Relaxed),
+            ws_waiting,
+            min_shallow_depth: self.min_shallow_depth,
+            round_robin: self.sb.round_robin,
+            policy: self.policy.name(),
+            nr_sleeps: self.nr_sleeps.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The debugfs `sbitmap_queue_show` equivalent.
+    pub fn show(&self) -> String {
+        use std::fmt::Write;
+        let s = self.snapshot();
+        let mut out = String::new();
+        let _ = writeln!(out, "depth={}", s.depth);
+        let _ = writeln!(out, "busy={}", s.busy);
+        let _ = writeln!(out, "bits_per_word={}", s.bits_per_word);
+        let _ = writeln!(out, "map_nr={}", s.map_nr);
+        let _ = writeln!(out, "wake_batch={}", s.wake_batch);
+        let _ = writeln!(out, "wake_index={}", s.wake_index);
+        let _ = writeln!(out, "ws_active={}", s.ws_active);
+        let _ = writeln!(out, "ws={:?}", s.ws_waiting);
+        let _ = writeln!(out, "round_robin={}", u8::from(s.round_robin));
+        let _ = writeln!(out, "min_shallow_depth={}", s.min_shallow_depth);
+        let _ = writeln!(out, "wake_policy={}", s.policy);
+        let _ = writeln!(out, "sleeps={}", s.nr_sleeps);
+        self.policy.show(&mut out);
+        out
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_shift_spans_four_words() {
+        assert_eq!(default_shift(64), 4);
+        assert_eq!(default_shift(128), 5);
+        assert_eq!(default_shift(256), 6);
+        assert_eq!(default_shift(1024), 6);
+        assert_eq!(default_shift(2), 6);
+    }
+
+    #[test]
+    fn get_all_then_full() {
+        let sb = Sbitmap::new(100, None, false);
+        let mut hint = AllocHint::new(37);
+        let mut seen = vec![false; 100];
+        for _ in 0..100 {
+            let bit = sb.get(&mut hint).expect("free bit");
+            assert!(!seen[bit as usize], "bit {bit} handed out twice");
+            seen[bit as usize] = true;
+        }
+        assert_eq!(sb.get(&mut hint), None);
+        assert_eq!(hint.0, 0, "hint resets on failure");
+        assert_eq!(sb.weight(), 100);
+    }
+
+    #[test]
+    fn deferred_clear_makes_bit_reusable() {
+        let sb = Sbitmap::new(8, Some(3), false);
+        let mut hint = AllocHint::new(0);
+        for _ in 0..8 {
+            sb.get(&mut hint).unwrap();
+        }
+        sb.clear(5, Some(&mut hint));
+        assert_eq!(hint.0, 5, "freeing sets the hint to the freed bit");
+        assert_eq!(sb.weight(), 7);
+        assert!(!sb.test_bit(5));
+        // Word is full until the deferred clear runs inside get.
+        assert_eq!(sb.get(&mut hint), Some(5));
+        assert_eq!(sb.get(&mut hint), None);
+    }
+
+    #[test]
+    fn hint_advances_past_allocated_bit() {
+        let sb = Sbitmap::new(64, Some(6), false);
+        let mut hint = AllocHint::new(0);
+        assert_eq!(sb.get(&mut hint), Some(0));
+        assert_eq!(hint.0, 1);
+    }
+
+    #[test]
+    fn round_robin_hands_out_in_order() {
+        let sb = Sbitmap::new(16, Some(2), true);
+        let mut hint = AllocHint::new(0);
+        let got: Vec<u32> = (0..16).map(|_| sb.get(&mut hint).unwrap()).collect();
+        assert_eq!(got, (0..16).collect::<Vec<_>>());
+        sb.clear(3, Some(&mut hint));
+        assert_eq!(hint.0, 0, "round robin ignores the freed bit for the hint");
+        assert_eq!(sb.get(&mut hint), Some(3));
+    }
+
+    #[test]
+    fn shallow_depth_limits_whole_bitmap() {
+        let sb = Sbitmap::new(64, Some(4), false);
+        for shallow in [1, 3, 16, 17, 48, 63] {
+            let mut hint = AllocHint::new(5);
+            let mut got = Vec::new();
+            while let Some(bit) = sb.get_shallow(&mut hint, shallow) {
+                got.push(bit);
+            }
+            assert_eq!(got.len() as u32, shallow, "shallow {shallow}");
+            for bit in got {
+                sb.clear(bit, None);
+            }
+            // Force the deferred clears through so the next round starts empty.
+            let mut h = AllocHint::new(0);
+            let all: Vec<u32> = (0..64).map(|_| sb.get(&mut h).unwrap()).collect();
+            for bit in all {
+                sb.clear(bit, None);
+            }
+        }
+    }
+
+    #[test]
+    fn batch_get_takes_contiguous_bits_from_one_word() {
+        let sb = Sbitmap::new(256, Some(6), false);
+        let mut hint = AllocHint::new(0);
+        let (base, mask) = sb.get_batch(8, &mut hint).unwrap();
+        assert_eq!((base, mask), (0, 0xff));
+        assert_eq!(hint.0, 8);
+        let (base, mask) = sb.get_batch(8, &mut hint).unwrap();
+        assert_eq!((base, mask), (8, 0xff));
+        assert_eq!(sb.weight(), 16);
+    }
+
+    #[test]
+    fn batch_get_truncates_at_word_end() {
+        let sb = Sbitmap::new(8, Some(3), false);
+        let mut hint = AllocHint::new(0);
+        for _ in 0..6 {
+            sb.get(&mut hint).unwrap();
+        }
+        let mut hint = AllocHint::new(0);
+        assert_eq!(sb.get_batch(4, &mut hint), Some((6, 0b11)));
+        assert_eq!(sb.get_batch(4, &mut hint), None);
+    }
+
+    #[test]
+    fn wake_batch_formula() {
+        assert_eq!(calc_wake_batch(64, 64), 8);
+        assert_eq!(calc_wake_batch(256, 256), 8);
+        assert_eq!(calc_wake_batch(32, 32), 4);
+        assert_eq!(calc_wake_batch(256, 16), 2);
+        assert_eq!(calc_wake_batch(4, 4), 1);
+    }
+
+    #[test]
+    fn waiter_sleeps_and_is_woken_by_free() {
+        let sbq = std::sync::Arc::new(SbitmapQueue::new(4, false));
+        let mut hint = AllocHint::new(0);
+        let bits: Vec<u32> = (0..4).map(|_| sbq.get(&mut hint).unwrap()).collect();
+        let sbq2 = sbq.clone();
+        let t = std::thread::spawn(move || {
+            let waiter = SbqWaiter::new();
+            let mut hint = AllocHint::new(0);
+            sbq2.get_or_wait(&mut hint, 4, &waiter, 0, || {})
+        });
+        while sbq.ws_active() == 0 {
+            std::thread::yield_now();
+        }
+        sbq.clear(bits[2], None);
+        let (bit, _slept) = t.join().unwrap();
+        assert_eq!(bit, bits[2]);
+        assert_eq!(sbq.ws_active(), 0);
+        assert_eq!(sbq.snapshot().ws_waiting, [0; SBQ_WAIT_QUEUES]);
+    }
+}

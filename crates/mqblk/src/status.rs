@@ -1,0 +1,122 @@
+//! `Status`: how an I/O ended, shaped like the kernel's `blk_status_t`.
+//!
+//! Each value maps to the errno the kernel reports to user space for it
+//! (block/blk-core.c's `blk_errors` table), so callers that speak POSIX
+//! (the NBD server, the io_uring driver) translate in one place.
+
+use std::fmt;
+
+/// Completion status of a request, like `blk_status_t`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+#[non_exhaustive]
+pub enum Status {
+    Ok = 0,
+    /// Operation not supported by the device (EOPNOTSUPP).
+    NotSupp,
+    /// The request timed out (ETIMEDOUT).
+    Timeout,
+    /// No space left (ENOSPC).
+    NoSpc,
+    /// Transport error (ENOLINK).
+    Transport,
+    /// Target error (EREMOTEIO).
+    Target,
+    /// Medium error (ENODATA).
+    Medium,
+    /// Integrity/protection error (EILSEQ).
+    Protection,
+    /// Out of resources, retry later (ENOMEM).
+    Resource,
+    /// Device resource busy, retry later (EBUSY).
+    DevResource,
+    /// Would block under NOWAIT (EAGAIN).
+    Again,
+    /// Device offline (ENODEV).
+    Offline,
+    /// Invalid request: out of range, misaligned, too large (EINVAL).
+    Invalid,
+    /// Generic I/O error (EIO).
+    IoErr,
+    /// Too many open zones (ETOOMANYREFS).
+    ZoneOpenResource,
+    /// Too many active zones (EOVERFLOW).
+    ZoneActiveResource,
+}
+
+impl Status {
+    /// The errno the kernel returns to user space for this status (0 for Ok).
+    pub fn errno(self) -> i32 {
+        match self {
+            Status::Ok => 0,
+            Status::NotSupp => libc::EOPNOTSUPP,
+            Status::Timeout => libc::ETIMEDOUT,
+            Status::NoSpc => libc::ENOSPC,
+            Status::Transport => libc::ENOLINK,
+            Status::Target => libc::EREMOTEIO,
+            Status::Medium => libc::ENODATA,
+            Status::Protection => libc::EILSEQ,
+            Status::Resource => libc::ENOMEM,
+            Status::DevResource => libc::EBUSY,
+            Status::Again => libc::EAGAIN,
+            Status::Offline => libc::ENODEV,
+            Status::Invalid => libc::EINVAL,
+            Status::IoErr => libc::EIO,
+            Status::ZoneOpenResource => libc::ETOOMANYREFS,
+            Status::ZoneActiveResource => libc::EOVERFLOW,
+        }
+    }
+
+    /// The kernel's name for it (`BLK_STS_*` without the prefix).
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Ok => "OK",
+            Status::NotSupp => "NOTSUPP",
+            Status::Timeout => "TIMEOUT",
+            Status::NoSpc => "NOSPC",
+            Status::Transport => "TRANSPORT",
+            Status::Target => "TARGET",
+            Status::Medium => "MEDIUM",
+            Status::Protection => "PROTECTION",
+            Status::Resource => "RESOURCE",
+            Status::DevResource => "DEV_RESOURCE",
+            Status::Again => "AGAIN",
+            Status::Offline => "OFFLINE",
+            Status::Invalid => "INVAL",
+            Status::IoErr => "IOERR",
+            Status::ZoneOpenResource => "ZONE_OPEN_RESOURCE",
+            Status::ZoneActiveResource => "ZONE_ACTIVE_RESOURCE",
+        }
+    }
+
+    pub fn is_ok(self) -> bool {
+        self == Status::Ok
+    }
+
+    /// As an `io::Error` (None for Ok).
+    pub fn to_io_error(self) -> Option<std::io::Error> {
+        (self != Status::Ok).then(|| std::io::Error::from_raw_os_error(self.errno()))
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if *self == Status::Ok {
+            return f.write_str("OK");
+        }
+        write!(f, "{} ({})", self.name(), std::io::Error::from_raw_os_error(self.errno()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zone_statuses_map_like_the_kernel() {
+        assert_eq!(Status::IoErr.errno(), libc::EIO);
+        assert_eq!(Status::ZoneOpenResource.errno(), libc::ETOOMANYREFS);
+        assert_eq!(Status::ZoneActiveResource.errno(), libc::EOVERFLOW);
+        assert!(Status::Ok.to_io_error().is_none());
+    }
+}

@@ -1,0 +1,208 @@
+//! Tags: the per-hardware-queue tag space and its request pool, after
+//! block/blk-mq-tag.c.
+//!
+//! A tag names one in-flight request of a hardware queue. Reserved tags come
+//! first: a normal tag is `bit + nr_reserved_tags`, as in the kernel, so the
+//! two bitmaps share one request pool. Every tag owns one pre-allocated
+//! `Request` slot; taking a tag is what grants exclusive use of the slot.
+//!
+//! Relies on: `SbitmapQueue` for allocation and sleeping.
+
+use std::ptr::NonNull;
+
+use crossbeam_utils::CachePadded;
+
+use crate::hctx::Hctx;
+use crate::request::RequestSlot;
+use crate::sbitmap::{AllocHint, BatchWake, SbitmapQueue, SbqWaiter, WakePolicy};
+use crate::sync::Arc;
+
+/// What a device asks of its tag set (`struct blk_mq_tag_set`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TagSetConfig {
+    /// Hardware queues (`submit_queues` for null_blk).
+    pub nr_hw_queues: usize,
+    /// Tags per hardware queue, reserved ones included (`hw_queue_depth`).
+    pub queue_depth: u32,
+    /// Tags set aside for callers that must not fail (reserved requests).
+    pub reserved_tags: u32,
+    /// Hand out tags in strict round-robin order (BLK_MQ_F_TAG_RR).
+    pub round_robin: bool,
+}
+
+impl TagSetConfig {
+    pub fn new(nr_hw_queues: usize, queue_depth: u32) -> Self {
+        Self { nr_hw_queues, queue_depth, reserved_tags: 0, round_robin: false }
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if self.nr_hw_queues == 0 || self.nr_hw_queues > 1024 {
+            return Err(format!("nr_hw_queues={} (accepted: 1..=1024)", self.nr_hw_queues));
+        }
+        if self.queue_depth == 0 || self.queue_depth > 65536 {
+            return Err(format!("queue_depth={} (accepted: 1..=65536)", self.queue_depth));
+        }
+        if self.reserved_tags >= self.queue_depth {
+            return Err(format!(
+                "reserved_tags={} must be below queue_depth={}",
+                self.reserved_tags, self.queue_depth
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A request slot, on its own cache line(s) so that requests completed on
+/// different threads do not share lines.
+pub(crate) type RequestCell = CachePadded<RequestSlot>;
+
+/// The tags of one hardware queue (`struct blk_mq_tags`).
+pub(crate) struct Tags {
+    nr_tags: u32,
+    nr_reserved_tags: u32,
+    pub(crate) bitmap_tags: SbitmapQueue,
+    pub(crate) breserved_tags: Option<SbitmapQueue>,
+    rqs: Box<[RequestCell]>,
+}
+
+/// How a tag request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TagGot {
+    pub(crate) tag: u32,
+    pub(crate) slept: bool,
+}
+
+impl Tags {
+    pub(crate) fn new(config: &TagSetConfig, policy: Box<dyn WakePolicy>) -> Self {
+        let nr_tags = config.queue_depth;
+        let nr_reserved_tags = config.reserved_tags;
+        let normal = nr_tags - nr_reserved_tags;
+        let bitmap_tags = SbitmapQueue::with_policy(normal, None, config.round_robin, normal, policy);
+        let breserved_tags = (nr_reserved_tags > 0).then(|| {
+            SbitmapQueue::with_policy(
+                nr_reserved_tags,
+                None,
+                config.round_robin,
+                nr_reserved_tags,
+                Box::<BatchWake>::default(),
+            )
+        });
+        let rqs = (0..nr_tags)
+            .map(|tag| CachePadded::new(RequestSlot::new(tag)))
+            .collect();
+        Self { nr_tags, nr_reserved_tags, bitmap_tags, breserved_tags, rqs }
+    }
+
+    /// Points every request slot at its hardware context (called once, after
+    /// the hctx has its final address).
+    pub(crate) fn bind(&mut self, hctx: *const Hctx) {
+        for cell in self.rqs.iter_mut() {
+            cell.rq.get_mut().hctx = hctx;
+        }
+    }
+
+    pub(crate) fn nr_tags(&self) -> u32 {
+        self.nr_tags
+    }
+
+    pub(crate) fn nr_reserved_tags(&self) -> u32 {
+        self.nr_reserved_tags
+    }
+
+    /// Gets a tag, sleeping until one frees unless `nowait`.
+    pub(crate) fn get(
+        &self,
+        reserved: bool,
+        nowait: bool,
+        hint: &mut AllocHint,
+        shallow_depth: u32,
+        waiter: &Arc<SbqWaiter>,
+        ws_index: usize,
+        before_sleep: impl FnMut(),
+    ) -> Option<TagGot> {
+        let (sbq, offset) = match (&self.breserved_tags, reserved) {
+            (Some(sbq), true) => (sbq, 0),
+            (None, true) => return None, // no reserved tags configured
+            (_, false) => (&self.bitmap_tags, self.nr_reserved_tags),
+        };
+        let shallow_depth = shallow_depth.min(sbq.depth());
+        if let Some(bit) = sbq.get_shallow(hint, shallow_depth) {
+            return Some(TagGot { tag: bit + offset, slept: false });
+        }
+        if nowait {
+            return None;
+        }
+        let (bit, slept) = sbq.get_or_wait(hint, shallow_depth, waiter, ws_index, before_sleep);
+        Some(TagGot { tag: bit + offset, slept })
+    }
+
+    /// Frees `tag`, waking waiters per the wakeup policy.
+    #[inline]
+    pub(crate) fn put(&self, tag: u32) {
+        debug_assert!(tag < self.nr_tags, "tag {tag} beyond {}", self.nr_tags);
+        if tag < self.nr_reserved_tags {
+            let sbq = self.breserved_tags.as_ref().expect("reserved tag without reserved bitmap");
+            sbq.clear(tag, None);
+        } else {
+            self.bitmap_tags.clear(tag - self.nr_reserved_tags, None);
+        }
+    }
+
+    /// The request slot of `tag`. Only the holder of the tag may use it.
+    #[inline]
+    pub(crate) fn rq_ptr(&self, tag: u32) -> NonNull<RequestSlot> {
+        NonNull::from(&*self.rqs[tag as usize])
+    }
+
+    /// The slot of `tag`, for reading its atomics (timeout scan).
+    pub(crate) fn slot(&self, tag: u32) -> &RequestSlot {
+        &self.rqs[tag as usize]
+    }
+
+    /// Busy tags (a racy snapshot).
+    pub(crate) fn busy(&self) -> u32 {
+        self.bitmap_tags.sb().weight() + self.breserved_tags.as_ref().map_or(0, |s| s.sb().weight())
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reserved_tags_come_first() {
+        let mut config = TagSetConfig::new(1, 8);
+        config.reserved_tags = 2;
+        let tags = Tags::new(&config, Box::<BatchWake>::default());
+        let waiter = SbqWaiter::new();
+        let mut hint = AllocHint::new(0);
+        let normal = tags.get(false, true, &mut hint, u32::MAX, &waiter, 0, || {}).unwrap();
+        assert!(normal.tag >= 2, "normal tags are offset by the reserved ones");
+        let reserved = tags.get(true, true, &mut hint, u32::MAX, &waiter, 0, || {}).unwrap();
+        assert!(reserved.tag < 2);
+        assert_eq!(tags.busy(), 2);
+        tags.put(normal.tag);
+        tags.put(reserved.tag);
+        assert_eq!(tags.busy(), 0);
+    }
+
+    #[test]
+    fn nowait_fails_when_exhausted() {
+        let config = TagSetConfig::new(1, 4);
+        let tags = Tags::new(&config, Box::<BatchWake>::default());
+        let waiter = SbqWaiter::new();
+        let mut hint = AllocHint::new(0);
+        for _ in 0..4 {
+            tags.get(false, true, &mut hint, u32::MAX, &waiter, 0, || {}).unwrap();
+        }
+        assert!(tags.get(false, true, &mut hint, u32::MAX, &waiter, 0, || {}).is_none());
+    }
+
+    #[test]
+    fn config_validation_names_the_field() {
+        let mut config = TagSetConfig::new(1, 4);
+        config.reserved_tags = 4;
+        assert!(config.validate().unwrap_err().contains("reserved_tags"));
+        assert!(TagSetConfig::new(0, 4).validate().unwrap_err().contains("nr_hw_queues"));
+    }
+}
