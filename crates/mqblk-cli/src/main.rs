@@ -1,1 +1,65 @@
-fn main(){}
+//! The `mqblk` command: `mqblk bench` (a fio-compatible benchmark over an
+//! mqblk device).
+//!
+//! Exit codes: 0 success, 1 a run that failed, 2 bad input (options, job
+//! files, device specs).
+
+mod bench;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+const USAGE: &str = "\
+usage: mqblk <command> [options]
+
+commands:
+  bench [--device SPEC] [--output-format=normal|json] [--stats] [fio options] [jobfile ...]
+        Run fio-style jobs on an mqblk device (default: 4k randread, iodepth 32,
+        10 s on null:gb=1). Options: --name=NAME starts a job; options before the
+        first --name are global. Job files use fio's INI format.
+  help  Show this message.
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(cmd) = args.first() else {
+        eprint!("{USAGE}");
+        return ExitCode::from(2);
+    };
+    match cmd.as_str() {
+        "bench" => run_bench(&args[1..]),
+        "help" | "--help" | "-h" => {
+            print!("{USAGE}");
+            ExitCode::SUCCESS
+        }
+        other => {
+            eprintln!("mqblk: unknown command '{other}' (accepted: bench, help)");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run_bench(args: &[String]) -> ExitCode {
+    let plan = match bench::options::parse_bench_args(args) {
+        Ok(plan) => plan,
+        Err(e) => {
+            eprintln!("mqblk bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match bench::run(&plan) {
+        Ok(out) => {
+            let mut stdout = std::io::stdout().lock();
+            let _ = stdout.write_all(out.as_bytes());
+            ExitCode::SUCCESS
+        }
+        Err(bench::BenchError::BadInput(e)) => {
+            eprintln!("mqblk bench: {e}");
+            ExitCode::from(2)
+        }
+        Err(bench::BenchError::Failed(e)) => {
+            eprintln!("mqblk bench: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -139,6 +139,9 @@ pub struct DeviceStats {
     pub dispatched: u64,
     /// Requests the driver completed.
     pub completed: u64,
+    /// Bios merged into another bio's request (none until plugging and
+    /// merging exist: every bio becomes its own request).
+    pub merges: u64,
     /// `queue_rq` calls answered Busy.
     pub busy: u64,
     /// Times a submitter slept waiting for a tag.

@@ -1,0 +1,273 @@
+//! One job thread: fio's I/O loop over an mqblk client.
+//!
+//! The loop fills the queue to `iodepth` in chunks of
+//! `iodepth_batch_submit`, then reaps at least `iodepth_batch_complete_min`
+//! (at least one) and at most `iodepth_batch_complete_max` completions, like
+//! fio's `do_io`. Every in-flight I/O owns one slot (its `user_data`) with its
+//! buffer and timestamps, allocated before the run: nothing is allocated per
+//! I/O.
+//!
+//! Timing (unless `gtod_reduce`): one clock read per I/O at issue; the next
+//! issue's read closes the previous I/O's submission latency (they are back
+//! to back), one read closes each chunk, and one read per reap stamps all of
+//! its completions.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+
+use crossbeam_utils::CachePadded;
+use mqblk::clock::now_ns;
+use mqblk::{Bio, Buf, ClientStats, Completion, Device};
+
+use super::options::JobOptions;
+use super::stats::{DirStats, Rusage};
+
+pub const PHASE_RAMP: u8 = 0;
+pub const PHASE_RUN: u8 = 1;
+pub const PHASE_STOP: u8 = 2;
+
+/// Run control shared by the main thread and all jobs.
+#[derive(Debug, Default)]
+pub struct Control {
+    pub phase: AtomicU8,
+}
+
+/// A job's progress, published once per loop iteration for the progress
+/// bar and the bandwidth samples.
+#[derive(Debug, Default)]
+pub struct Live {
+    pub ios: CachePadded<AtomicU64>,
+    pub read_bytes: AtomicU64,
+    pub write_bytes: AtomicU64,
+    pub measuring: AtomicBool,
+    pub done: AtomicBool,
+}
+
+/// What one job thread measured.
+#[derive(Debug, Clone)]
+pub struct JobResult {
+    pub read: DirStats,
+    pub write: DirStats,
+    pub elapsed_ns: u64,
+    pub rusage: Rusage,
+    pub client: ClientStats,
+    /// First error's errno (0: none), as fio's "error".
+    pub error: i32,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Slot {
+    issue_ns: u64,
+    slat_ns: u64,
+    is_write: bool,
+}
+
+/// Where the next I/O goes.
+struct Pattern {
+    random: bool,
+    read_pct: u32,
+    region_start: u64,
+    region_len: u64,
+    pos: u64,
+    rng: u64,
+}
+
+impl Pattern {
+    #[inline]
+    fn next_rand(&mut self) -> u64 {
+        // xorshift64*: fast and good enough for offsets.
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    #[inline]
+    fn next_is_write(&mut self) -> bool {
+        match self.read_pct {
+            100 => false,
+            0 => true,
+            pct => (self.next_rand() % 100) as u32 >= pct,
+        }
+    }
+
+    #[inline]
+    fn next_offset(&mut self, bs: u64) -> u64 {
+        if self.random {
+            let blocks = self.region_len / bs;
+            return self.region_start + (self.next_rand() % blocks) * bs;
+        }
+        if self.pos + bs > self.region_len {
+            self.pos = 0; // wrap (time_based runs loop over the region)
+        }
+        let off = self.region_start + self.pos;
+        self.pos += bs;
+        off
+    }
+}
+
+/// Runs one job to completion on the calling thread.
+pub fn run_job(opts: &JobOptions, dev: &Device, job_index: usize, ctrl: &Control, live: &Live) -> Result<JobResult, String> {
+    let capacity = dev.limits().capacity_bytes;
+    if opts.offset >= capacity {
+        return Err(format!("job '{}': offset {} is beyond the device size {capacity}", opts.name, opts.offset));
+    }
+    let max_bs = opts.bs_read.max(opts.bs_write);
+    let region_len = opts.size.unwrap_or(capacity - opts.offset).min(capacity - opts.offset);
+    if region_len < max_bs {
+        return Err(format!("job '{}': size {region_len} is smaller than the block size {max_bs}", opts.name));
+    }
+    let read_pct = opts.rw.read_pct(opts.rwmixread);
+    let mut pattern = Pattern {
+        random: opts.rw.is_random(),
+        read_pct,
+        region_start: opts.offset,
+        region_len,
+        pos: 0,
+        rng: opts.randseed.wrapping_add(job_index as u64 * 0x9e37_79b9_7f4a_7c15) | 1,
+    };
+    let depth = opts.iodepth;
+    let mut client = dev.client_with_capacity(depth);
+    let mut slots = vec![Slot::default(); depth];
+    let mut read_bufs: Vec<Option<Buf>> = (0..depth).map(|_| (read_pct > 0).then(|| Buf::new(opts.bs_read as usize))).collect();
+    let mut write_bufs: Vec<Option<Buf>> = (0..depth).map(|_| (read_pct < 100).then(|| random_buf(opts.bs_write as usize, job_index))).collect();
+    let mut free: Vec<u32> = (0..depth as u32).rev().collect();
+    let mut done: Vec<Completion> = Vec::with_capacity(depth);
+
+    let io_limit_bytes = if opts.time_based { u64::MAX } else { region_len };
+    let io_limit_count = if opts.number_ios == 0 { u64::MAX } else { opts.number_ios };
+    let batch = opts.iodepth_batch_submit.max(1);
+    let complete_min = opts.iodepth_batch_complete_min.max(1);
+    let complete_max = opts.complete_max();
+    let timed = !opts.gtod_reduce;
+
+    let mut read = DirStats::default();
+    let mut write = DirStats::default();
+    let mut measuring = ctrl.phase.load(Ordering::Acquire) != PHASE_RAMP;
+    let mut start_ns = now_ns();
+    let mut start_ru = Rusage::thread_now();
+    live.measuring.store(measuring, Ordering::Release);
+    let (mut issued_bytes, mut issued_ios, mut total_ios) = (0u64, 0u64, 0u64);
+    let mut error = 0;
+
+    loop {
+        let phase = ctrl.phase.load(Ordering::Acquire);
+        if !measuring && phase != PHASE_RAMP {
+            // Ramp over: forget what was measured, start the clock now.
+            read = DirStats::default();
+            write = DirStats::default();
+            total_ios = 0;
+            measuring = true;
+            start_ns = now_ns();
+            start_ru = Rusage::thread_now();
+            live.measuring.store(true, Ordering::Release);
+        }
+        let can_issue = phase != PHASE_STOP && error == 0 && issued_bytes < io_limit_bytes && issued_ios < io_limit_count;
+        if can_issue {
+            let mut chunk_open = false;
+            let mut prev: Option<u32> = None;
+            let mut in_chunk = 0;
+            while client.in_flight() < depth && issued_bytes < io_limit_bytes && issued_ios < io_limit_count {
+                let Some(idx) = free.pop() else { break };
+                let is_write = pattern.next_is_write();
+                let bs = if is_write { opts.bs_write } else { opts.bs_read };
+                let offset = pattern.next_offset(bs);
+                let bio = if is_write {
+                    Bio::write(offset, write_bufs[idx as usize].take().expect("slot owns its write buffer"))
+                } else {
+                    Bio::read(offset, read_bufs[idx as usize].take().expect("slot owns its read buffer"))
+                };
+                let t = if timed { now_ns() } else { 0 };
+                if let Some(p) = prev {
+                    slots[p as usize].slat_ns = t - slots[p as usize].issue_ns;
+                }
+                slots[idx as usize] = Slot { issue_ns: t, slat_ns: 0, is_write };
+                if let Err(rejected) = client.submit(bio, u64::from(idx)) {
+                    return Err(format!("job '{}': submit failed: {}", opts.name, rejected.error));
+                }
+                prev = Some(idx);
+                chunk_open = true;
+                issued_bytes += bs;
+                issued_ios += 1;
+                in_chunk += 1;
+                if in_chunk == batch {
+                    in_chunk = 0;
+                    if timed {
+                        close_slat(&mut slots, prev.take());
+                    }
+                }
+            }
+            if timed && chunk_open {
+                close_slat(&mut slots, prev);
+            }
+        }
+        let in_flight = client.in_flight();
+        if in_flight == 0 {
+            if can_issue {
+                continue;
+            }
+            break;
+        }
+        let min = complete_min.min(in_flight);
+        done.clear();
+        client.do_io(&mut done, min, complete_max, None).map_err(|e| format!("job '{}': do_io: {e}", opts.name))?;
+        let now = if timed { now_ns() } else { 0 };
+        for c in done.drain(..) {
+            let idx = c.user_data as usize;
+            let slot = slots[idx];
+            let stats = if slot.is_write { &mut write } else { &mut read };
+            let bs = if slot.is_write { opts.bs_write } else { opts.bs_read };
+            if c.status.is_ok() {
+                stats.ios += 1;
+                stats.bytes += bs;
+                if timed {
+                    let clat = now.saturating_sub(slot.issue_ns + slot.slat_ns);
+                    stats.record_latency(slot.slat_ns, clat);
+                }
+            } else {
+                stats.errors += 1;
+                if error == 0 {
+                    error = c.status.errno();
+                }
+            }
+            let buf = c.buf.expect("data I/O completions carry their buffer");
+            if slot.is_write {
+                write_bufs[idx] = Some(buf);
+            } else {
+                read_bufs[idx] = Some(buf);
+            }
+            free.push(idx as u32);
+            total_ios += 1;
+        }
+        live.ios.store(total_ios, Ordering::Relaxed);
+        live.read_bytes.store(read.bytes, Ordering::Relaxed);
+        live.write_bytes.store(write.bytes, Ordering::Relaxed);
+    }
+    let elapsed_ns = now_ns() - start_ns;
+    let rusage = Rusage::thread_now().since(&start_ru);
+    live.done.store(true, Ordering::Release);
+    Ok(JobResult { read, write, elapsed_ns, rusage, client: client.stats(), error })
+}
+
+/// Ends the open chunk: the last I/O's submission latency runs to now.
+#[inline]
+fn close_slat(slots: &mut [Slot], last: Option<u32>) {
+    if let Some(p) = last {
+        let t = now_ns();
+        slots[p as usize].slat_ns = t - slots[p as usize].issue_ns;
+    }
+}
+
+/// Write buffers hold pseudo-random bytes (fio's default buffer content), so
+/// a device that compresses or dedups gains nothing.
+fn random_buf(len: usize, seed: usize) -> Buf {
+    let mut buf = Buf::new(len);
+    let mut x = 0x1234_5678_9abc_def1u64 ^ (seed as u64).wrapping_mul(0x9e37_79b9);
+    for chunk in buf.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let bytes = x.to_le_bytes();
+        chunk.copy_from_slice(&bytes[..chunk.len()]);
+    }
+    buf
+}

@@ -1,0 +1,194 @@
+//! `mqblk bench`: a fio-compatible benchmark over an mqblk device.
+//!
+//! Each job (times `numjobs`) runs on its own thread with its own client;
+//! the main thread keeps time (ramp, runtime), samples bandwidth every
+//! 500 ms, draws the progress bar on a terminal, and writes the report.
+
+pub mod job;
+pub mod options;
+pub mod report;
+pub mod stats;
+
+use std::io::IsTerminal;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use mqblk::Device;
+
+use job::{Control, JobResult, Live, PHASE_RUN, PHASE_STOP};
+use options::{BenchPlan, JobOptions};
+use report::{DeviceInfo, Entry, Samples};
+
+/// The device of a bare `mqblk bench`.
+pub const DEFAULT_DEVICE: &str = "null:gb=1";
+
+/// Why the benchmark could not run; the exit code tells bad input (2) from
+/// a failure while running (1).
+#[derive(Debug)]
+pub enum BenchError {
+    BadInput(String),
+    Failed(String),
+}
+
+const SAMPLE_NS: u64 = 500_000_000;
+
+/// What a job thread shares with the supervisor.
+struct Shared<'a> {
+    opts: &'a JobOptions,
+    ctrl: Control,
+    live: Live,
+}
+
+/// The supervisor's own view of one job: its timeline and samples.
+struct Running {
+    ramp_end: Instant,
+    stop_at: Option<Instant>,
+    read_samples: Samples,
+    write_samples: Samples,
+    last: (Instant, u64, u64, u64),
+}
+
+pub fn run(plan: &BenchPlan) -> Result<String, BenchError> {
+    let spec = plan.device.clone().unwrap_or_else(|| DEFAULT_DEVICE.to_string());
+    let dev = Device::open(&spec).map_err(|e| BenchError::BadInput(format!("--device {spec}: {e}")))?;
+    let start = Instant::now();
+    let mut shared: Vec<Shared> = Vec::new();
+    let mut running: Vec<Running> = Vec::new();
+    for opts in &plan.jobs {
+        for _ in 0..opts.numjobs {
+            let ramp_end = start + Duration::from_nanos(opts.ramp_time_ns);
+            let stop_at = (opts.runtime_ns > 0).then(|| ramp_end + Duration::from_nanos(opts.runtime_ns));
+            let ctrl = Control::default();
+            if opts.ramp_time_ns == 0 {
+                ctrl.phase.store(PHASE_RUN, Ordering::Release);
+            }
+            shared.push(Shared { opts, ctrl, live: Live::default() });
+            running.push(Running {
+                ramp_end,
+                stop_at,
+                read_samples: Samples::default(),
+                write_samples: Samples::default(),
+                last: (ramp_end, 0, 0, 0),
+            });
+        }
+    }
+    let bar = progress_bar(!plan.json);
+    let results: Vec<Result<JobResult, String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = shared
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let dev = &dev;
+                std::thread::Builder::new()
+                    .name(format!("job{i}"))
+                    .spawn_scoped(scope, move || job::run_job(r.opts, dev, i, &r.ctrl, &r.live))
+                    .expect("spawn job thread")
+            })
+            .collect();
+        supervise(&shared, &mut running, &bar);
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("job thread panicked".into()))).collect()
+    });
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let mut entries: Vec<Entry> = Vec::new();
+    for ((sh, r), res) in shared.iter().zip(running).zip(results) {
+        let res = res.map_err(BenchError::Failed)?;
+        let entry = Entry::from_result(sh.opts, &res, r.read_samples, r.write_samples);
+        match entries.iter_mut().find(|e| sh.opts.group_reporting && e.opts.group_reporting) {
+            Some(group) => group.merge(&entry),
+            None => entries.push(entry),
+        }
+    }
+    let info = DeviceInfo {
+        spec,
+        driver: dev.driver_name().to_string(),
+        nr_hw_queues: dev.nr_hw_queues(),
+        queue_depth: dev.tag_set().queue_depth,
+        stats: dev.stats(),
+    };
+    let mut out = if plan.json {
+        serde_json::to_string_pretty(&report::to_json(&entries, &plan.global_given, &info)).expect("JSON encoding") + "\n"
+    } else {
+        report::to_human(&entries, &info)
+    };
+    if plan.stats {
+        out.push_str("\n== stats ==\n");
+        out.push_str(&dev.show_stats());
+    }
+    Ok(out)
+}
+
+fn progress_bar(human: bool) -> Option<indicatif::ProgressBar> {
+    if !human || !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_style(indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}").expect("valid template"));
+    Some(bar)
+}
+
+/// Keeps every job's timeline and samples until all are done.
+fn supervise(shared: &[Shared], running: &mut [Running], bar: &Option<indicatif::ProgressBar>) {
+    let mut last_bar = (Instant::now(), 0u64);
+    loop {
+        std::thread::sleep(Duration::from_millis(20));
+        let now = Instant::now();
+        let mut all_done = true;
+        for (sh, r) in shared.iter().zip(running.iter_mut()) {
+            if sh.live.done.load(Ordering::Acquire) {
+                continue;
+            }
+            all_done = false;
+            if now >= r.ramp_end && sh.ctrl.phase.load(Ordering::Relaxed) < PHASE_RUN {
+                sh.ctrl.phase.store(PHASE_RUN, Ordering::Release);
+                r.last = (now, 0, 0, 0);
+            }
+            if r.stop_at.is_some_and(|t| now >= t) {
+                sh.ctrl.phase.store(PHASE_STOP, Ordering::Release);
+            }
+            take_sample(sh, r, now);
+        }
+        if let Some(bar) = bar {
+            let ios: u64 = shared.iter().map(|sh| sh.live.ios.load(Ordering::Relaxed)).sum();
+            let dt = now.duration_since(last_bar.0).as_secs_f64();
+            if dt >= 0.5 {
+                let iops = ios.saturating_sub(last_bar.1) as f64 / dt;
+                bar.set_message(format!("{} IOPS", report::fmt_num(iops)));
+                bar.tick();
+                last_bar = (now, ios);
+            }
+        }
+        if all_done {
+            return;
+        }
+    }
+}
+
+fn take_sample(sh: &Shared, r: &mut Running, now: Instant) {
+    if !sh.live.measuring.load(Ordering::Acquire) {
+        return;
+    }
+    let dt = now.duration_since(r.last.0);
+    if dt.as_nanos() < u128::from(SAMPLE_NS) {
+        return;
+    }
+    let ios = sh.live.ios.load(Ordering::Relaxed);
+    let rb = sh.live.read_bytes.load(Ordering::Relaxed);
+    let wb = sh.live.write_bytes.load(Ordering::Relaxed);
+    let secs = dt.as_secs_f64();
+    let (_, last_ios, last_rb, last_wb) = r.last;
+    let (drb, dwb) = (rb.saturating_sub(last_rb), wb.saturating_sub(last_wb));
+    let dios = ios.saturating_sub(last_ios) as f64;
+    let total = (drb + dwb).max(1) as f64;
+    let read_pct = sh.opts.rw.read_pct(sh.opts.rwmixread);
+    if read_pct > 0 {
+        r.read_samples.bw_kib.push(drb as f64 / 1024.0 / secs);
+        r.read_samples.iops.push(dios * drb as f64 / total / secs);
+    }
+    if read_pct < 100 {
+        r.write_samples.bw_kib.push(dwb as f64 / 1024.0 / secs);
+        r.write_samples.iops.push(dios * dwb as f64 / total / secs);
+    }
+    r.last = (now, ios, rb, wb);
+}

@@ -1,0 +1,529 @@
+//! fio's job options: parsing from the command line (`--opt=value`, each
+//! `--name` starting a job, options before the first one global) and from
+//! INI job files (`[global]` and job sections), with fio's names, defaults,
+//! size suffixes and time units.
+
+use std::fmt;
+
+/// An option error: names the option and what was wrong (exit code 2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OptionError(pub String);
+
+impl fmt::Display for OptionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for OptionError {}
+
+fn err<T>(msg: impl Into<String>) -> Result<T, OptionError> {
+    Err(OptionError(msg.into()))
+}
+
+/// Job options mqblk understands (fio names); aliases map to these.
+pub const JOB_OPTIONS: &[&str] = &[
+    "name",
+    "rw",
+    "readwrite",
+    "rwmixread",
+    "rwmixwrite",
+    "bs",
+    "blocksize",
+    "size",
+    "offset",
+    "iodepth",
+    "iodepth_batch_submit",
+    "iodepth_batch",
+    "iodepth_batch_complete_min",
+    "iodepth_batch_complete",
+    "iodepth_batch_complete_max",
+    "numjobs",
+    "runtime",
+    "timeout",
+    "time_based",
+    "ramp_time",
+    "number_ios",
+    "group_reporting",
+    "randseed",
+    "gtod_reduce",
+    "device",
+];
+
+/// The data direction pattern (`rw=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RwMode {
+    Read,
+    Write,
+    RandRead,
+    RandWrite,
+    ReadWrite,
+    RandRw,
+}
+
+impl RwMode {
+    fn parse(v: &str) -> Result<Self, OptionError> {
+        Ok(match v {
+            "read" => RwMode::Read,
+            "write" => RwMode::Write,
+            "randread" => RwMode::RandRead,
+            "randwrite" => RwMode::RandWrite,
+            "rw" | "readwrite" => RwMode::ReadWrite,
+            "randrw" => RwMode::RandRw,
+            _ => return err(format!("rw: bad value '{v}' (accepted: read, write, randread, randwrite, rw, readwrite, randrw)")),
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            RwMode::Read => "read",
+            RwMode::Write => "write",
+            RwMode::RandRead => "randread",
+            RwMode::RandWrite => "randwrite",
+            RwMode::ReadWrite => "rw",
+            RwMode::RandRw => "randrw",
+        }
+    }
+
+    pub fn is_random(self) -> bool {
+        matches!(self, RwMode::RandRead | RwMode::RandWrite | RwMode::RandRw)
+    }
+
+    /// Share of reads in percent, given rwmixread.
+    pub fn read_pct(self, rwmixread: u32) -> u32 {
+        match self {
+            RwMode::Read | RwMode::RandRead => 100,
+            RwMode::Write | RwMode::RandWrite => 0,
+            RwMode::ReadWrite | RwMode::RandRw => rwmixread,
+        }
+    }
+}
+
+/// One job's options after defaults and inheritance from `[global]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobOptions {
+    pub name: String,
+    pub rw: RwMode,
+    pub rwmixread: u32,
+    pub bs_read: u64,
+    pub bs_write: u64,
+    /// Bytes of I/O per job (None: the device size minus offset).
+    pub size: Option<u64>,
+    pub offset: u64,
+    pub iodepth: usize,
+    pub iodepth_batch_submit: usize,
+    pub iodepth_batch_complete_min: usize,
+    pub iodepth_batch_complete_max: usize,
+    pub numjobs: usize,
+    /// Run-time limit in ns (0: none).
+    pub runtime_ns: u64,
+    pub time_based: bool,
+    pub ramp_time_ns: u64,
+    /// Stop after this many I/Os (0: no limit).
+    pub number_ios: u64,
+    pub group_reporting: bool,
+    pub randseed: u64,
+    pub gtod_reduce: bool,
+    /// The options as given, for the JSON "job options" object.
+    pub given: Vec<(String, String)>,
+}
+
+impl JobOptions {
+    /// fio's defaults.
+    fn defaults(name: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            rw: RwMode::Read,
+            rwmixread: 50,
+            bs_read: 4096,
+            bs_write: 4096,
+            size: None,
+            offset: 0,
+            iodepth: 1,
+            iodepth_batch_submit: 1,
+            iodepth_batch_complete_min: 1,
+            iodepth_batch_complete_max: 0,
+            numjobs: 1,
+            runtime_ns: 0,
+            time_based: false,
+            ramp_time_ns: 0,
+            number_ios: 0,
+            group_reporting: false,
+            randseed: 0x89,
+            gtod_reduce: false,
+            given: Vec::new(),
+        }
+    }
+
+    /// Completion batch upper bound (0 in fio means "iodepth").
+    pub fn complete_max(&self) -> usize {
+        if self.iodepth_batch_complete_max == 0 {
+            self.iodepth
+        } else {
+            self.iodepth_batch_complete_max.min(self.iodepth).max(1)
+        }
+    }
+
+    fn set(&mut self, key: &str, value: Option<&str>) -> Result<(), OptionError> {
+        let v = || value.ok_or_else(|| OptionError(format!("{key}: needs a value ({key}=...)")));
+        match key {
+            "name" => self.name = v()?.to_string(),
+            "rw" | "readwrite" => self.rw = RwMode::parse(v()?)?,
+            "rwmixread" => self.rwmixread = parse_int(key, v()?, 0, 100)? as u32,
+            "rwmixwrite" => self.rwmixread = 100 - parse_int(key, v()?, 0, 100)? as u32,
+            "bs" | "blocksize" => {
+                let v = v()?;
+                let (r, w) = v.split_once(',').unwrap_or((v, v));
+                self.bs_read = parse_size(key, r)?;
+                self.bs_write = if w.is_empty() { self.bs_read } else { parse_size(key, w)? };
+                if self.bs_read == 0 || self.bs_write == 0 {
+                    return err(format!("{key}: block size must be positive, got '{v}'"));
+                }
+            }
+            "size" => self.size = Some(parse_size(key, v()?)?),
+            "offset" => self.offset = parse_size(key, v()?)?,
+            "iodepth" => self.iodepth = parse_int(key, v()?, 1, 65536)? as usize,
+            "iodepth_batch_submit" | "iodepth_batch" => {
+                self.iodepth_batch_submit = parse_int(key, v()?, 0, 65536)? as usize
+            }
+            "iodepth_batch_complete_min" | "iodepth_batch_complete" => {
+                self.iodepth_batch_complete_min = parse_int(key, v()?, 0, 65536)? as usize
+            }
+            "iodepth_batch_complete_max" => {
+                self.iodepth_batch_complete_max = parse_int(key, v()?, 0, 65536)? as usize
+            }
+            "numjobs" => self.numjobs = parse_int(key, v()?, 1, 4096)? as usize,
+            "runtime" | "timeout" => self.runtime_ns = parse_time_ns(key, v()?)?,
+            "time_based" => self.time_based = parse_flag(key, value)?,
+            "ramp_time" => self.ramp_time_ns = parse_time_ns(key, v()?)?,
+            "number_ios" => self.number_ios = parse_int(key, v()?, 0, u64::MAX)?,
+            "group_reporting" => self.group_reporting = parse_flag(key, value)?,
+            "randseed" => self.randseed = parse_int(key, v()?, 0, u64::MAX)?,
+            "gtod_reduce" => self.gtod_reduce = parse_flag(key, value)?,
+            _ => return err(unknown_option(key)),
+        }
+        if key != "name" {
+            self.given.push((key.to_string(), value.unwrap_or("").to_string()));
+        }
+        Ok(())
+    }
+
+    fn validate(&self) -> Result<(), OptionError> {
+        if self.time_based && self.runtime_ns == 0 {
+            return err(format!("job '{}': time_based needs a runtime", self.name));
+        }
+        Ok(())
+    }
+}
+
+fn unknown_option(key: &str) -> String {
+    let mut known: Vec<&str> = JOB_OPTIONS.to_vec();
+    known.sort_unstable();
+    format!("unknown option '{key}' (known: {})", known.join(", "))
+}
+
+/// fio integer: decimal or 0x hex, within `min..=max`.
+pub fn parse_int(key: &str, v: &str, min: u64, max: u64) -> Result<u64, OptionError> {
+    let parsed = match v.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16).ok(),
+        None => v.parse::<u64>().ok(),
+    };
+    match parsed {
+        Some(n) if (min..=max).contains(&n) => Ok(n),
+        _ => err(format!("{key}: bad value '{v}' (accepted: an integer in {min}..={max})")),
+    }
+}
+
+/// fio size: a number with an optional k/m/g/t/p suffix (powers of 1024,
+/// fio's default kb_base), with or without "i"/"b" ("4k", "4KiB", "1g").
+pub fn parse_size(key: &str, v: &str) -> Result<u64, OptionError> {
+    let lower = v.trim().to_ascii_lowercase();
+    let digits_end = lower.find(|c: char| !c.is_ascii_digit()).unwrap_or(lower.len());
+    let (num, suffix) = lower.split_at(digits_end);
+    let shift = match suffix.trim_end_matches('b').trim_end_matches('i') {
+        "" => 0,
+        "k" => 10,
+        "m" => 20,
+        "g" => 30,
+        "t" => 40,
+        "p" => 50,
+        _ => return err(format!("{key}: bad size '{v}' (accepted: a number with an optional k, m, g, t suffix)")),
+    };
+    let n: u64 = num.parse().map_err(|_| OptionError(format!("{key}: bad size '{v}' (accepted: e.g. 4k, 1m, 10g)")))?;
+    n.checked_mul(1u64 << shift).ok_or_else(|| OptionError(format!("{key}: size '{v}' overflows")))
+}
+
+/// fio time: seconds by default, or with a unit (us, ms, s, m, h, d).
+pub fn parse_time_ns(key: &str, v: &str) -> Result<u64, OptionError> {
+    let lower = v.trim().to_ascii_lowercase();
+    let digits_end = lower.find(|c: char| !c.is_ascii_digit()).unwrap_or(lower.len());
+    let (num, unit) = lower.split_at(digits_end);
+    let ns_per_unit: u64 = match unit {
+        "" | "s" | "sec" => 1_000_000_000,
+        "ms" | "msec" => 1_000_000,
+        "us" | "usec" => 1_000,
+        "m" | "min" => 60_000_000_000,
+        "h" => 3_600_000_000_000,
+        "d" => 86_400_000_000_000,
+        _ => return err(format!("{key}: bad time '{v}' (accepted: a number with an optional unit us, ms, s, m, h)")),
+    };
+    let n: u64 = num.parse().map_err(|_| OptionError(format!("{key}: bad time '{v}' (accepted: e.g. 10, 500ms, 2m)")))?;
+    n.checked_mul(ns_per_unit).ok_or_else(|| OptionError(format!("{key}: time '{v}' overflows")))
+}
+
+/// A flag option: bare (`time_based`) means on; else 0/1.
+fn parse_flag(key: &str, value: Option<&str>) -> Result<bool, OptionError> {
+    match value {
+        None | Some("1") | Some("true") => Ok(true),
+        Some("0") | Some("false") => Ok(false),
+        Some(v) => err(format!("{key}: bad value '{v}' (accepted: 0 or 1)")),
+    }
+}
+
+/// What `mqblk bench` was asked to run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BenchPlan {
+    pub jobs: Vec<JobOptions>,
+    pub device: Option<String>,
+    pub json: bool,
+    pub stats: bool,
+    pub global_given: Vec<(String, String)>,
+}
+
+/// The default job of a bare `mqblk bench`: 4k randread, iodepth 32, 10 s.
+fn default_job() -> JobOptions {
+    let mut job = JobOptions::defaults("randread");
+    for (k, v) in [("rw", "randread"), ("bs", "4k"), ("iodepth", "32"), ("runtime", "10"), ("time_based", "1")] {
+        job.set(k, Some(v)).expect("default job options are valid");
+    }
+    job
+}
+
+/// Collects options in order: `device` is plan-level, the rest job options.
+struct Collector {
+    global: Vec<(String, Option<String>)>,
+    jobs: Vec<(String, Vec<(String, Option<String>)>)>,
+    device: Option<String>,
+}
+
+impl Collector {
+    fn add(&mut self, key: &str, value: Option<String>) {
+        if key == "device" {
+            self.device = value;
+            return;
+        }
+        match self.jobs.last_mut() {
+            Some((_, opts)) => opts.push((key.to_string(), value)),
+            None => self.global.push((key.to_string(), value)),
+        }
+    }
+
+    fn finish(self) -> Result<(Vec<JobOptions>, Vec<(String, String)>, Option<String>), OptionError> {
+        let mut base = JobOptions::defaults("");
+        for (k, v) in &self.global {
+            base.set(k, v.as_deref())?;
+        }
+        let global_given = base.given.clone();
+        let mut jobs = Vec::new();
+        for (name, opts) in &self.jobs {
+            let mut job = base.clone();
+            job.name = name.clone();
+            for (k, v) in opts {
+                job.set(k, v.as_deref())?;
+            }
+            job.validate()?;
+            jobs.push(job);
+        }
+        Ok((jobs, global_given, self.device))
+    }
+}
+
+/// Parses `mqblk bench` arguments (everything after `bench`).
+pub fn parse_bench_args(args: &[String]) -> Result<BenchPlan, OptionError> {
+    let mut c = Collector { global: Vec::new(), jobs: Vec::new(), device: None };
+    let mut json = false;
+    let mut stats = false;
+    let mut job_files = Vec::new();
+    let mut any_job_option = false;
+    let mut i = 0;
+    while i < args.len() {
+        let arg = &args[i];
+        i += 1;
+        let Some(opt) = arg.strip_prefix("--") else {
+            job_files.push(arg.clone());
+            continue;
+        };
+        let (key, inline) = match opt.split_once('=') {
+            Some((k, v)) => (k.to_string(), Some(v.to_string())),
+            None => (opt.to_string(), None),
+        };
+        // Our own options also take "--opt value".
+        let mut take_value = |inline: Option<String>| -> Result<String, OptionError> {
+            if let Some(v) = inline {
+                return Ok(v);
+            }
+            let v = args.get(i).cloned().ok_or_else(|| OptionError(format!("--{key}: needs a value")))?;
+            i += 1;
+            Ok(v)
+        };
+        match key.as_str() {
+            "output-format" => {
+                let v = take_value(inline)?;
+                json = match v.as_str() {
+                    "json" => true,
+                    "normal" => false,
+                    _ => return err(format!("--output-format: bad value '{v}' (accepted: normal, json)")),
+                };
+            }
+            "stats" => stats = true,
+            "device" => c.device = Some(take_value(inline)?),
+            "name" => {
+                let v = take_value(inline)?;
+                c.jobs.push((v, Vec::new()));
+                any_job_option = true;
+            }
+            _ if JOB_OPTIONS.contains(&key.as_str()) => {
+                c.add(&key, inline);
+                any_job_option = true;
+            }
+            _ => return err(unknown_option(&key)),
+        }
+    }
+    for path in &job_files {
+        let text = std::fs::read_to_string(path).map_err(|e| OptionError(format!("job file '{path}': {e}")))?;
+        parse_job_file(&text, path, &mut c)?;
+    }
+    if c.jobs.is_empty() && !any_job_option && job_files.is_empty() {
+        let device = c.device.take();
+        return Ok(BenchPlan { jobs: vec![default_job()], device, json, stats, global_given: Vec::new() });
+    }
+    if c.jobs.is_empty() {
+        // Options but no --name: one job, named after its pattern like fio's
+        // default naming would be unhelpful ("job0").
+        let rw = c.global.iter().rev().find(|(k, _)| k == "rw" || k == "readwrite");
+        let name = rw.and_then(|(_, v)| v.clone()).unwrap_or_else(|| "read".to_string());
+        c.jobs.push((name, std::mem::take(&mut c.global)));
+    }
+    let (jobs, global_given, device) = c.finish()?;
+    Ok(BenchPlan { jobs, device, json, stats, global_given })
+}
+
+/// Parses an INI job file into the collector: `[global]` then job sections.
+fn parse_job_file(text: &str, path: &str, c: &mut Collector) -> Result<(), OptionError> {
+    let mut in_global = false;
+    let mut seen_section = false;
+    for (lineno, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        if line.is_empty() || line.starts_with(';') || line.starts_with('#') {
+            continue;
+        }
+        let at = || format!("{path}:{}", lineno + 1);
+        if let Some(section) = line.strip_prefix('[') {
+            let Some(name) = section.strip_suffix(']') else {
+                return err(format!("{}: unterminated section header '{line}'", at()));
+            };
+            let name = name.trim();
+            seen_section = true;
+            in_global = name == "global";
+            if in_global && !c.jobs.is_empty() {
+                return err(format!("{}: [global] after a job section is not supported", at()));
+            }
+            if !in_global {
+                c.jobs.push((name.to_string(), Vec::new()));
+            }
+            continue;
+        }
+        if !seen_section {
+            return err(format!("{}: option '{line}' outside any section", at()));
+        }
+        let (key, value) = match line.split_once('=') {
+            Some((k, v)) => (k.trim(), Some(v.trim().to_string())),
+            None => (line, None),
+        };
+        if !JOB_OPTIONS.contains(&key) {
+            return err(format!("{}: {}", at(), unknown_option(key)));
+        }
+        if in_global {
+            if key == "device" {
+                c.device = value;
+            } else {
+                c.global.push((key.to_string(), value));
+            }
+        } else {
+            c.add(key, value);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn sizes_and_times() {
+        assert_eq!(parse_size("bs", "4k").unwrap(), 4096);
+        assert_eq!(parse_size("bs", "4KiB").unwrap(), 4096);
+        assert_eq!(parse_size("size", "1g").unwrap(), 1 << 30);
+        assert_eq!(parse_size("size", "512").unwrap(), 512);
+        assert!(parse_size("bs", "4x").unwrap_err().0.contains("bs"));
+        assert_eq!(parse_time_ns("runtime", "10").unwrap(), 10_000_000_000);
+        assert_eq!(parse_time_ns("runtime", "500ms").unwrap(), 500_000_000);
+        assert!(parse_time_ns("runtime", "ten").unwrap_err().0.contains("runtime"));
+    }
+
+    #[test]
+    fn bare_bench_is_the_default_job() {
+        let plan = parse_bench_args(&[]).unwrap();
+        let job = &plan.jobs[0];
+        assert_eq!(job.rw, RwMode::RandRead);
+        assert_eq!((job.bs_read, job.iodepth, job.runtime_ns, job.time_based), (4096, 32, 10_000_000_000, true));
+    }
+
+    #[test]
+    fn cli_globals_then_jobs() {
+        let plan = parse_bench_args(&args(
+            "--bs=8k --iodepth=4 --name=a --rw=randwrite --name=b --rw=read --iodepth=2 --output-format=json --device null:irqmode=0",
+        ))
+        .unwrap();
+        assert!(plan.json);
+        assert_eq!(plan.device.as_deref(), Some("null:irqmode=0"));
+        assert_eq!(plan.jobs.len(), 2);
+        assert_eq!((plan.jobs[0].name.as_str(), plan.jobs[0].rw, plan.jobs[0].iodepth), ("a", RwMode::RandWrite, 4));
+        assert_eq!((plan.jobs[1].bs_read, plan.jobs[1].iodepth), (8192, 2));
+    }
+
+    #[test]
+    fn unknown_and_bad_options_name_themselves() {
+        assert!(parse_bench_args(&args("--iodpeth=4")).unwrap_err().0.contains("'iodpeth'"));
+        assert!(parse_bench_args(&args("--rw=sideways")).unwrap_err().0.starts_with("rw:"));
+        assert!(parse_bench_args(&args("--iodepth=0")).unwrap_err().0.starts_with("iodepth:"));
+        assert!(parse_bench_args(&args("--time_based --name=x")).unwrap_err().0.contains("runtime"));
+    }
+
+    #[test]
+    fn job_file_with_global_section() {
+        let text = "; comment\n[global]\nbs=16k\ntime_based\nruntime=2\n\n[reader]\nrw=randread\niodepth=8\n[writer]\nrw=write\n";
+        let mut c = Collector { global: Vec::new(), jobs: Vec::new(), device: None };
+        parse_job_file(text, "t.fio", &mut c).unwrap();
+        let (jobs, _, _) = c.finish().unwrap();
+        assert_eq!(jobs.len(), 2);
+        assert_eq!((jobs[0].bs_read, jobs[0].iodepth, jobs[0].time_based), (16384, 8, true));
+        assert_eq!(jobs[1].rw, RwMode::Write);
+        let mut c = Collector { global: Vec::new(), jobs: Vec::new(), device: None };
+        let e = parse_job_file("[a]\nfoo=1\n", "t.fio", &mut c).unwrap_err();
+        assert!(e.0.contains("t.fio:2") && e.0.contains("'foo'"), "{}", e.0);
+    }
+
+    #[test]
+    fn rwmix_and_bs_pairs() {
+        let plan = parse_bench_args(&args("--name=m --rw=randrw --rwmixwrite=30 --bs=4k,64k")).unwrap();
+        let j = &plan.jobs[0];
+        assert_eq!(j.rw.read_pct(j.rwmixread), 70);
+        assert_eq!((j.bs_read, j.bs_write), (4096, 65536));
+    }
+}

@@ -1,0 +1,413 @@
+//! Reports: fio's JSON shape (`--output-format=json`) and a fio-like human
+//! report, each with mqblk's block-layer counters.
+
+use std::fmt::Write as _;
+
+use mqblk::{ClientStats, DeviceStats};
+use serde_json::{json, Map, Value};
+
+use super::job::JobResult;
+use super::options::JobOptions;
+use super::stats::{DirStats, Rusage, Summary, PERCENTILES};
+
+/// Bandwidth (KiB/s) and IOPS samples of one direction, every 500 ms.
+#[derive(Debug, Clone, Default)]
+pub struct Samples {
+    pub bw_kib: Vec<f64>,
+    pub iops: Vec<f64>,
+}
+
+/// One reported entry: a job, or a group of jobs under group_reporting.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub opts: JobOptions,
+    pub nr_jobs: usize,
+    pub read: DirStats,
+    pub write: DirStats,
+    pub elapsed_ns: u64,
+    pub rusage: Rusage,
+    pub client: ClientStats,
+    pub error: i32,
+    pub read_samples: Samples,
+    pub write_samples: Samples,
+}
+
+impl Entry {
+    pub fn from_result(opts: &JobOptions, r: &JobResult, read_samples: Samples, write_samples: Samples) -> Self {
+        Self {
+            opts: opts.clone(),
+            nr_jobs: 1,
+            read: r.read.clone(),
+            write: r.write.clone(),
+            elapsed_ns: r.elapsed_ns,
+            rusage: r.rusage,
+            client: r.client,
+            error: r.error,
+            read_samples,
+            write_samples,
+        }
+    }
+
+    /// Folds another job into this group entry (fio's group_reporting).
+    pub fn merge(&mut self, o: &Entry) {
+        self.nr_jobs += o.nr_jobs;
+        self.read.merge(&o.read);
+        self.write.merge(&o.write);
+        self.elapsed_ns = self.elapsed_ns.max(o.elapsed_ns);
+        self.rusage.add(&o.rusage);
+        self.client.submitted += o.client.submitted;
+        self.client.completed += o.client.completed;
+        self.client.tag_waits += o.client.tag_waits;
+        self.client.completion_sleeps += o.client.completion_sleeps;
+        if self.error == 0 {
+            self.error = o.error;
+        }
+        merge_samples(&mut self.read_samples, &o.read_samples);
+        merge_samples(&mut self.write_samples, &o.write_samples);
+    }
+
+    fn secs(&self) -> f64 {
+        (self.elapsed_ns as f64 / 1e9).max(1e-9)
+    }
+
+    pub fn total_ios(&self) -> u64 {
+        self.read.ios + self.write.ios
+    }
+
+    pub fn iops(&self, d: &DirStats) -> f64 {
+        d.ios as f64 / self.secs()
+    }
+
+    /// CPU ns per completed I/O (user + system) across the entry's jobs.
+    pub fn cpu_ns_per_io(&self) -> f64 {
+        let ios = self.total_ios().max(1) as f64;
+        (self.rusage.user_ns + self.rusage.sys_ns) as f64 / ios
+    }
+}
+
+/// Group entries add their jobs' samples taken at the same instants.
+fn merge_samples(a: &mut Samples, b: &Samples) {
+    for (i, v) in b.bw_kib.iter().enumerate() {
+        match a.bw_kib.get_mut(i) {
+            Some(x) => *x += v,
+            None => a.bw_kib.push(*v),
+        }
+    }
+    for (i, v) in b.iops.iter().enumerate() {
+        match a.iops.get_mut(i) {
+            Some(x) => *x += v,
+            None => a.iops.push(*v),
+        }
+    }
+}
+
+fn sample_stats(v: &[f64]) -> (f64, f64, f64, f64) {
+    if v.is_empty() {
+        return (0.0, 0.0, 0.0, 0.0);
+    }
+    let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = v.iter().copied().fold(0.0, f64::max);
+    let mean = v.iter().sum::<f64>() / v.len() as f64;
+    let var = if v.len() > 1 { v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (v.len() - 1) as f64 } else { 0.0 };
+    (min, max, mean, var.sqrt())
+}
+
+fn summary_json(s: &Summary) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("min".into(), json!(s.min_or_zero()));
+    m.insert("max".into(), json!(s.max));
+    m.insert("mean".into(), json!(s.mean()));
+    m.insert("stddev".into(), json!(s.stddev()));
+    m.insert("N".into(), json!(s.n));
+    m
+}
+
+fn dir_json(e: &Entry, d: &DirStats, samples: &Samples, timed: bool) -> Value {
+    let secs = e.secs();
+    let bw_bytes = d.bytes as f64 / secs;
+    let mut clat = summary_json(&d.clat);
+    if timed && d.ios > 0 {
+        let pct: Map<String, Value> = PERCENTILES.iter().map(|p| (format!("{p:.6}"), json!(d.percentile(*p)))).collect();
+        clat.insert("percentile".into(), Value::Object(pct));
+    }
+    let (bw_min, bw_max, bw_mean, bw_dev) = sample_stats(&samples.bw_kib);
+    let (iops_min, iops_max, iops_mean, iops_dev) = sample_stats(&samples.iops);
+    json!({
+        "io_bytes": d.bytes,
+        "io_kbytes": d.bytes / 1024,
+        "bw_bytes": bw_bytes as u64,
+        "bw": (bw_bytes / 1024.0) as u64,
+        "iops": e.iops(d),
+        "runtime": e.elapsed_ns / 1_000_000,
+        "total_ios": d.ios,
+        "short_ios": 0,
+        "drop_ios": 0,
+        "errors": d.errors,
+        "slat_ns": Value::Object(summary_json(&d.slat)),
+        "clat_ns": Value::Object(clat),
+        "lat_ns": Value::Object(summary_json(&d.lat)),
+        "bw_min": bw_min as u64,
+        "bw_max": bw_max as u64,
+        "bw_agg": if d.bytes > 0 { 100.0 } else { 0.0 },
+        "bw_mean": bw_mean,
+        "bw_dev": bw_dev,
+        "bw_samples": samples.bw_kib.len(),
+        "iops_min": iops_min as u64,
+        "iops_max": iops_max as u64,
+        "iops_mean": iops_mean,
+        "iops_stddev": iops_dev,
+        "iops_samples": samples.iops.len(),
+    })
+}
+
+fn options_json(given: &[(String, String)]) -> Value {
+    Value::Object(given.iter().map(|(k, v)| (k.clone(), json!(v))).collect())
+}
+
+fn ctx_json(e: &Entry) -> Value {
+    let secs = e.secs();
+    let ios = e.total_ios().max(1) as f64;
+    json!({
+        "ctx_voluntary": e.rusage.voluntary_ctx,
+        "ctx_involuntary": e.rusage.involuntary_ctx,
+        "ctx_voluntary_per_sec": e.rusage.voluntary_ctx as f64 / secs,
+        "ctx_involuntary_per_sec": e.rusage.involuntary_ctx as f64 / secs,
+        "ctx_voluntary_per_io": e.rusage.voluntary_ctx as f64 / ios,
+        "tag_waits": e.client.tag_waits,
+        "completion_sleeps": e.client.completion_sleeps,
+        "cpu_ns_per_io": e.cpu_ns_per_io(),
+    })
+}
+
+/// Device-level facts for the report.
+pub struct DeviceInfo {
+    pub spec: String,
+    pub driver: String,
+    pub nr_hw_queues: usize,
+    pub queue_depth: u32,
+    pub stats: DeviceStats,
+}
+
+/// fio's JSON document, plus "mqblk" objects.
+pub fn to_json(entries: &[Entry], global_given: &[(String, String)], dev: &DeviceInfo) -> Value {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let jobs: Vec<Value> = entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let timed = !e.opts.gtod_reduce;
+            let cpu_base = e.secs() * 1e9 * e.nr_jobs as f64;
+            json!({
+                "jobname": e.opts.name,
+                "groupid": 0,
+                "job_index": i,
+                "jobs": e.nr_jobs,
+                "error": e.error,
+                "eta": 0,
+                "elapsed": (e.elapsed_ns as f64 / 1e9).ceil() as u64,
+                "job options": options_json(&e.opts.given),
+                "read": dir_json(e, &e.read, &e.read_samples, timed),
+                "write": dir_json(e, &e.write, &e.write_samples, timed),
+                "trim": dir_json(e, &DirStats::default(), &Samples::default(), false),
+                "job_runtime": e.elapsed_ns / 1_000_000,
+                "usr_cpu": e.rusage.user_ns as f64 / cpu_base * 100.0,
+                "sys_cpu": e.rusage.sys_ns as f64 / cpu_base * 100.0,
+                "ctx": e.rusage.voluntary_ctx + e.rusage.involuntary_ctx,
+                "majf": e.rusage.majflt,
+                "minf": e.rusage.minflt,
+                "mqblk": ctx_json(e),
+            })
+        })
+        .collect();
+    let total_secs = entries.iter().map(|e| e.secs()).fold(0.0, f64::max).max(1e-9);
+    let vol: u64 = entries.iter().map(|e| e.rusage.voluntary_ctx).sum();
+    let invol: u64 = entries.iter().map(|e| e.rusage.involuntary_ctx).sum();
+    let s = &dev.stats;
+    json!({
+        "fio version": format!("mqblk-{}", env!("CARGO_PKG_VERSION")),
+        "timestamp": now.as_secs(),
+        "timestamp_ms": now.as_millis() as u64,
+        "global options": options_json(global_given),
+        "jobs": jobs,
+        "mqblk": {
+            "device": dev.spec,
+            "driver": dev.driver,
+            "nr_hw_queues": dev.nr_hw_queues,
+            "hw_queue_depth": dev.queue_depth,
+            "dispatched": s.dispatched,
+            "completed": s.completed,
+            "merges": s.merges,
+            "busy": s.busy,
+            "tag_waits": s.tag_waits,
+            "timeouts": s.timeouts,
+            "ctx_voluntary": vol,
+            "ctx_involuntary": invol,
+            "ctx_voluntary_per_sec": vol as f64 / total_secs,
+            "ctx_involuntary_per_sec": invol as f64 / total_secs,
+        }
+    })
+}
+
+/// 12345678 -> "12.3M", like fio's num2str with 3 significant digits.
+pub fn fmt_num(v: f64) -> String {
+    let (div, suffix) = match v {
+        v if v >= 1e12 => (1e12, "T"),
+        v if v >= 1e9 => (1e9, "G"),
+        v if v >= 1e6 => (1e6, "M"),
+        v if v >= 1e3 => (1e3, "k"),
+        _ => (1.0, ""),
+    };
+    let x = v / div;
+    let digits = if x >= 100.0 || div == 1.0 { 0 } else if x >= 10.0 { 1 } else { 2 };
+    format!("{x:.digits$}{suffix}")
+}
+
+/// Bytes per second as "46.9GiB/s (50.4GB/s)".
+pub fn fmt_bw(bytes_per_sec: f64) -> String {
+    format!("{}/s ({}/s)", fmt_bytes_bin(bytes_per_sec), fmt_bytes_dec(bytes_per_sec))
+}
+
+fn fmt_bytes_bin(b: f64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut x = b;
+    let mut i = 0;
+    while x >= 1024.0 && i + 1 < units.len() {
+        x /= 1024.0;
+        i += 1;
+    }
+    format!("{}{}", trim_num(x), units[i])
+}
+
+fn fmt_bytes_dec(b: f64) -> String {
+    let units = ["B", "kB", "MB", "GB", "TB", "PB"];
+    let mut x = b;
+    let mut i = 0;
+    while x >= 1000.0 && i + 1 < units.len() {
+        x /= 1000.0;
+        i += 1;
+    }
+    format!("{}{}", trim_num(x), units[i])
+}
+
+fn trim_num(x: f64) -> String {
+    if x >= 100.0 {
+        format!("{x:.0}")
+    } else if x >= 10.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+fn human_dir(out: &mut String, label: &str, e: &Entry, d: &DirStats) {
+    if d.ios == 0 && d.errors == 0 {
+        return;
+    }
+    let secs = e.secs();
+    let _ = writeln!(
+        out,
+        "  {label}: IOPS={}, BW={}({}/{}msec)",
+        fmt_num(e.iops(d)),
+        fmt_bw(d.bytes as f64 / secs),
+        fmt_bytes_bin(d.bytes as f64),
+        e.elapsed_ns / 1_000_000
+    );
+    if e.opts.gtod_reduce {
+        return;
+    }
+    for (name, s) in [("slat", &d.slat), ("clat", &d.clat), (" lat", &d.lat)] {
+        let _ = writeln!(
+            out,
+            "    {name} (nsec): min={}, max={}, avg={:.2}, stdev={:.2}",
+            s.min_or_zero(),
+            s.max,
+            s.mean(),
+            s.stddev()
+        );
+    }
+    let _ = writeln!(out, "    clat percentiles (nsec):");
+    for row in PERCENTILES.chunks(4) {
+        let cells: Vec<String> = row.iter().map(|p| format!("{p:5.2}th=[{:>8}]", d.percentile(*p))).collect();
+        let _ = writeln!(out, "     | {}", cells.join(", "));
+    }
+}
+
+/// The fio-like human report.
+pub fn to_human(entries: &[Entry], dev: &DeviceInfo) -> String {
+    let mut out = String::new();
+    for e in entries {
+        let _ = writeln!(
+            out,
+            "{}: (groupid=0, jobs={}): err={:2}: rw={}, bs={}, iodepth={}",
+            e.opts.name,
+            e.nr_jobs,
+            e.error,
+            e.opts.rw.name(),
+            e.opts.bs_read,
+            e.opts.iodepth
+        );
+        human_dir(&mut out, "read", e, &e.read);
+        human_dir(&mut out, "write", e, &e.write);
+        let cpu_base = e.secs() * 1e9 * e.nr_jobs as f64;
+        let _ = writeln!(
+            out,
+            "  cpu          : usr={:.2}%, sys={:.2}%, ctx={}, majf={}, minf={}",
+            e.rusage.user_ns as f64 / cpu_base * 100.0,
+            e.rusage.sys_ns as f64 / cpu_base * 100.0,
+            e.rusage.voluntary_ctx + e.rusage.involuntary_ctx,
+            e.rusage.majflt,
+            e.rusage.minflt
+        );
+        let _ = writeln!(
+            out,
+            "  mqblk        : ctx vol={} ({:.1}/s) invol={}, tag_waits={}, completion_sleeps={}, cpu={:.1} ns/io",
+            e.rusage.voluntary_ctx,
+            e.rusage.voluntary_ctx as f64 / e.secs(),
+            e.rusage.involuntary_ctx,
+            e.client.tag_waits,
+            e.client.completion_sleeps,
+            e.cpu_ns_per_io()
+        );
+        let _ = writeln!(out);
+    }
+    let _ = writeln!(out, "Run status group 0 (all jobs):");
+    for (label, pick) in [("READ", 0), ("WRITE", 1)] {
+        let bytes: u64 = entries.iter().map(|e| if pick == 0 { e.read.bytes } else { e.write.bytes }).sum();
+        if bytes == 0 {
+            continue;
+        }
+        let run_ms: Vec<u64> = entries.iter().map(|e| e.elapsed_ns / 1_000_000).collect();
+        let max_secs = entries.iter().map(|e| e.secs()).fold(0.0, f64::max);
+        let _ = writeln!(
+            out,
+            "  {label:>5}: bw={}, io={} ({}), run={}-{}msec",
+            fmt_bw(bytes as f64 / max_secs),
+            fmt_bytes_bin(bytes as f64),
+            fmt_bytes_dec(bytes as f64),
+            run_ms.iter().min().copied().unwrap_or(0),
+            run_ms.iter().max().copied().unwrap_or(0)
+        );
+    }
+    let s = &dev.stats;
+    let _ = writeln!(out);
+    let _ = writeln!(out, "Block layer stats ({}, {} hw queue(s) x {} tags):", dev.spec, dev.nr_hw_queues, dev.queue_depth);
+    let _ = writeln!(
+        out,
+        "  {}: dispatched={}, completed={}, merges={}, busy={}, tag_waits={}, timeouts={}",
+        dev.driver, s.dispatched, s.completed, s.merges, s.busy, s.tag_waits, s.timeouts
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn number_formatting() {
+        assert_eq!(fmt_num(12_345_678.0), "12.3M");
+        assert_eq!(fmt_num(999.0), "999");
+        assert_eq!(fmt_num(1500.0), "1.50k");
+        assert_eq!(fmt_bw(1024.0 * 1024.0), "1.00MiB/s (1.05MB/s)");
+    }
+}

@@ -1,0 +1,212 @@
+//! Per-job measurements: latency summaries and histograms per data
+//! direction, and the thread's CPU use and context switches (getrusage).
+
+use hdrhistogram::Histogram;
+
+/// fio's default completion-latency percentiles.
+pub const PERCENTILES: &[f64] =
+    &[1.0, 5.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95, 99.99];
+
+/// min / max / mean / stddev without a histogram (slat, lat).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Summary {
+    pub n: u64,
+    pub min: u64,
+    pub max: u64,
+    sum: f64,
+    sum_sq: f64,
+}
+
+impl Default for Summary {
+    fn default() -> Self {
+        Self { n: 0, min: u64::MAX, max: 0, sum: 0.0, sum_sq: 0.0 }
+    }
+}
+
+impl Summary {
+    #[inline]
+    pub fn add(&mut self, v: u64) {
+        self.n += 1;
+        self.min = self.min.min(v);
+        self.max = self.max.max(v);
+        let f = v as f64;
+        self.sum += f;
+        self.sum_sq += f * f;
+    }
+
+    pub fn merge(&mut self, o: &Summary) {
+        self.n += o.n;
+        self.min = self.min.min(o.min);
+        self.max = self.max.max(o.max);
+        self.sum += o.sum;
+        self.sum_sq += o.sum_sq;
+    }
+
+    pub fn mean(&self) -> f64 {
+        if self.n == 0 {
+            0.0
+        } else {
+            self.sum / self.n as f64
+        }
+    }
+
+    /// Sample standard deviation, as fio reports it.
+    pub fn stddev(&self) -> f64 {
+        if self.n < 2 {
+            return 0.0;
+        }
+        let n = self.n as f64;
+        ((self.sum_sq - self.sum * self.sum / n) / (n - 1.0)).max(0.0).sqrt()
+    }
+
+    pub fn min_or_zero(&self) -> u64 {
+        if self.n == 0 {
+            0
+        } else {
+            self.min
+        }
+    }
+}
+
+/// Everything measured for one direction (read or write) of one job.
+#[derive(Debug, Clone)]
+pub struct DirStats {
+    pub ios: u64,
+    pub bytes: u64,
+    pub errors: u64,
+    pub slat: Summary,
+    pub clat: Summary,
+    pub lat: Summary,
+    pub clat_hist: Histogram<u64>,
+}
+
+impl Default for DirStats {
+    fn default() -> Self {
+        Self {
+            ios: 0,
+            bytes: 0,
+            errors: 0,
+            slat: Summary::default(),
+            clat: Summary::default(),
+            lat: Summary::default(),
+            // 1 ns .. 1 h at 3 significant digits: allocated once per job.
+            clat_hist: Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds"),
+        }
+    }
+}
+
+impl DirStats {
+    pub fn merge(&mut self, o: &DirStats) {
+        self.ios += o.ios;
+        self.bytes += o.bytes;
+        self.errors += o.errors;
+        self.slat.merge(&o.slat);
+        self.clat.merge(&o.clat);
+        self.lat.merge(&o.lat);
+        // Same bounds on both sides: cannot fail.
+        self.clat_hist.add(&o.clat_hist).expect("histograms share bounds");
+    }
+
+    #[inline]
+    pub fn record_latency(&mut self, slat_ns: u64, clat_ns: u64) {
+        self.slat.add(slat_ns);
+        self.clat.add(clat_ns);
+        self.lat.add(slat_ns + clat_ns);
+        self.clat_hist.saturating_record(clat_ns.max(1));
+    }
+
+    pub fn percentile(&self, p: f64) -> u64 {
+        if self.clat_hist.is_empty() {
+            0
+        } else {
+            self.clat_hist.value_at_quantile(p / 100.0)
+        }
+    }
+}
+
+/// CPU use of one thread between two points (getrusage RUSAGE_THREAD).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rusage {
+    pub user_ns: u64,
+    pub sys_ns: u64,
+    pub voluntary_ctx: u64,
+    pub involuntary_ctx: u64,
+    pub minflt: u64,
+    pub majflt: u64,
+}
+
+impl Rusage {
+    /// The calling thread's counters now.
+    pub fn thread_now() -> Self {
+        // SAFETY: rusage is plain data; zeroed is a valid value.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: RUSAGE_THREAD with a valid out pointer.
+        unsafe {
+            libc::getrusage(libc::RUSAGE_THREAD, &mut ru);
+        }
+        let tv_ns = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000_000 + tv.tv_usec as u64 * 1000;
+        Self {
+            user_ns: tv_ns(ru.ru_utime),
+            sys_ns: tv_ns(ru.ru_stime),
+            voluntary_ctx: ru.ru_nvcsw as u64,
+            involuntary_ctx: ru.ru_nivcsw as u64,
+            minflt: ru.ru_minflt as u64,
+            majflt: ru.ru_majflt as u64,
+        }
+    }
+
+    pub fn since(&self, start: &Rusage) -> Rusage {
+        Rusage {
+            user_ns: self.user_ns.saturating_sub(start.user_ns),
+            sys_ns: self.sys_ns.saturating_sub(start.sys_ns),
+            voluntary_ctx: self.voluntary_ctx.saturating_sub(start.voluntary_ctx),
+            involuntary_ctx: self.involuntary_ctx.saturating_sub(start.involuntary_ctx),
+            minflt: self.minflt.saturating_sub(start.minflt),
+            majflt: self.majflt.saturating_sub(start.majflt),
+        }
+    }
+
+    pub fn add(&mut self, o: &Rusage) {
+        self.user_ns += o.user_ns;
+        self.sys_ns += o.sys_ns;
+        self.voluntary_ctx += o.voluntary_ctx;
+        self.involuntary_ctx += o.involuntary_ctx;
+        self.minflt += o.minflt;
+        self.majflt += o.majflt;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_mean_and_stddev() {
+        let mut s = Summary::default();
+        for v in [2, 4, 4, 4, 5, 5, 7, 9] {
+            s.add(v);
+        }
+        assert_eq!((s.min, s.max, s.n), (2, 9, 8));
+        assert!((s.mean() - 5.0).abs() < 1e-9);
+        assert!((s.stddev() - 2.138_089_935).abs() < 1e-6);
+    }
+
+    #[test]
+    fn percentiles_from_histogram() {
+        let mut d = DirStats::default();
+        for v in 1..=1000u64 {
+            d.record_latency(10, v * 1000);
+        }
+        let p50 = d.percentile(50.0);
+        assert!((499_000..=501_000).contains(&p50), "{p50}");
+        assert_eq!(d.lat.min, 1010);
+    }
+
+    #[test]
+    fn rusage_counts_a_sleep_as_voluntary_switch() {
+        let a = Rusage::thread_now();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let d = Rusage::thread_now().since(&a);
+        assert!(d.voluntary_ctx >= 1);
+    }
+}
