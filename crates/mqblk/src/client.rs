@@ -28,7 +28,9 @@ use crate::request::{Bio, ReqFlags, RqState, ORIGIN_BLOCKING, ORIGIN_USER, SECTO
 use crate::ring::MpscRing;
 use crate::sbitmap::{AllocHint, SbqWaiter};
 use crate::status::Status;
-use crate::sync::{dekker_fence, Arc, AtomicBool, AtomicI32, Ordering, Parker};
+use std::sync::Arc;
+
+use crate::sync::{dekker_fence, AtomicBool, AtomicI32, Ordering, SleepGate};
 
 /// One finished I/O, as `do_io` returns it.
 #[derive(Debug)]
@@ -52,8 +54,7 @@ impl Completion {
 /// between clients), so a completer can never touch a freed one.
 pub(crate) struct ClientShared {
     ring: MpscRing<Completion>,
-    sleeping: AtomicBool,
-    parker: Parker,
+    gate: SleepGate,
     /// eventfd to signal, or -1.
     notify_fd: AtomicI32,
     /// The next completion must signal `notify_fd`.
@@ -64,8 +65,7 @@ impl ClientShared {
     pub(crate) fn new(capacity: usize) -> Self {
         Self {
             ring: MpscRing::new(capacity),
-            sleeping: AtomicBool::new(false),
-            parker: Parker::new(),
+            gate: SleepGate::default(),
             notify_fd: AtomicI32::new(-1),
             notify_armed: AtomicBool::new(false),
         }
@@ -75,6 +75,21 @@ impl ClientShared {
         self.ring.capacity()
     }
 
+    /// Consumer: sleeps until a completion is delivered (or `timeout`),
+    /// unless one is already there. Returns true if it slept.
+    pub(crate) fn sleep_until_delivery(&self, timeout: Option<Duration>) -> bool {
+        self.gate.sleep_unless(|| self.ring.has_ready(), timeout)
+    }
+
+    /// Consumer: the next completion, if any.
+    ///
+    /// # Safety
+    /// Only the owning client (one thread at a time) may call this.
+    pub(crate) unsafe fn take(&self) -> Option<Completion> {
+        // SAFETY: forwarded contract: single consumer.
+        unsafe { self.ring.pop() }
+    }
+
     /// Hands a completion to the client and wakes it if it sleeps.
     #[inline]
     pub(crate) fn deliver(&self, completion: Completion) {
@@ -82,10 +97,7 @@ impl ClientShared {
             // The client never has more I/Os outstanding than the ring holds.
             panic!("completion ring overflow: client in-flight accounting is broken");
         }
-        dekker_fence();
-        if self.sleeping.load(Ordering::SeqCst) {
-            self.parker.unpark();
-        }
+        self.gate.notify();
         let fd = self.notify_fd.load(Ordering::Relaxed);
         if fd >= 0 && self.notify_armed.swap(false, Ordering::SeqCst) {
             signal_eventfd(fd);
@@ -120,7 +132,7 @@ pub struct Client {
     hctx_index: usize,
     ws_index: usize,
     hint: AllocHint,
-    waiter: Arc<SbqWaiter>,
+    waiter: crate::sync::Arc<SbqWaiter>,
     /// Submitted and not yet handed back (by `do_io` or a blocking helper).
     in_flight: usize,
     /// Completions collected while a blocking helper waited.
@@ -287,7 +299,7 @@ impl Client {
         let mut got = 0;
         while got < max {
             // SAFETY: `&mut self`: this client is the ring's only consumer.
-            let Some(c) = (unsafe { self.shared.ring.pop() }) else {
+            let Some(c) = (unsafe { self.shared.take() }) else {
                 if self.rearm_notify() {
                     continue;
                 }
@@ -315,15 +327,9 @@ impl Client {
     }
 
     fn sleep_for_completions(&mut self, timeout: Option<Duration>) {
-        // Dekker with ClientShared::deliver: announce the sleep (SeqCst RMW),
-        // then look at the ring one last time (SeqCst load).
-        self.shared.sleeping.swap(true, Ordering::SeqCst);
-        dekker_fence();
-        if !self.shared.ring.has_ready() {
+        if self.shared.sleep_until_delivery(timeout) {
             self.stats.completion_sleeps += 1;
-            self.shared.parker.park(timeout);
         }
-        self.shared.sleeping.store(false, Ordering::Relaxed);
     }
 
     /// An eventfd that becomes readable when completions are ready. After it

@@ -17,7 +17,9 @@ use crossbeam_utils::CachePadded;
 use crate::driver::{Driver, QueueRqResult};
 use crate::request::{RequestSlot, Rq, RqState};
 use crate::status::Status;
-use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, Mutex, Ordering};
+use std::sync::Arc;
+
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Mutex, Ordering};
 use crate::tag::Tags;
 
 /// Counters of one hardware context (the debugfs files of the same names).
@@ -41,6 +43,12 @@ pub struct Hctx {
     /// Requests waiting to be re-issued after `Busy`, in order.
     dispatch: Mutex<VecDeque<Rq>>,
     dispatch_nr: AtomicU32,
+    /// A thread is running the dispatch list (only one at a time, so the
+    /// list's order is the issue order).
+    dispatch_running: AtomicBool,
+    /// Someone asked for a run while it was running (a completion freed
+    /// resources): the runner goes round once more instead of stopping.
+    dispatch_rerun: AtomicBool,
     /// Set when the dispatch list must be run after a delay (nothing in
     /// flight will complete to restart it); served by the queue's worker.
     pub(crate) need_delayed_run: AtomicBool,
@@ -62,6 +70,8 @@ impl Hctx {
             driver,
             dispatch: Mutex::new(VecDeque::with_capacity(depth)),
             dispatch_nr: AtomicU32::new(0),
+            dispatch_running: AtomicBool::new(false),
+            dispatch_rerun: AtomicBool::new(false),
             need_delayed_run: AtomicBool::new(false),
             stats: HctxStats::default(),
         }
@@ -113,34 +123,59 @@ impl Hctx {
 
     /// Re-issues the dispatch list in order until it is empty or the driver
     /// is busy again (the kernel's `blk_mq_dispatch_rq_list`).
+    ///
+    /// The list lock is never held across `queue_rq`: a driver may complete
+    /// inline, and completion runs the list again. Only one thread runs the
+    /// list at a time; a run requested meanwhile (`dispatch_rerun`) makes the
+    /// runner go round again, so a completion's restart is never lost.
     pub(crate) fn run_dispatch_list(&self) {
-        let mut list = self.dispatch.lock();
-        if list.is_empty() {
-            return;
+        self.dispatch_rerun.store(true, Ordering::SeqCst);
+        loop {
+            if self.dispatch_running.swap(true, Ordering::SeqCst) {
+                return; // the running thread will see dispatch_rerun
+            }
+            self.dispatch_rerun.store(false, Ordering::SeqCst);
+            let busy = self.dispatch_once();
+            self.dispatch_running.store(false, Ordering::SeqCst);
+            let again = self.dispatch_rerun.load(Ordering::SeqCst) && self.dispatch_len() != 0;
+            if !again {
+                if busy {
+                    self.restart_if_idle();
+                }
+                return;
+            }
         }
+    }
+
+    /// One pass over the list; returns true if the driver was busy.
+    fn dispatch_once(&self) -> bool {
         self.stats.run.fetch_add(1, Ordering::Relaxed);
         let mut issued_without_last = false;
-        while let Some(rq) = list.pop_front() {
-            let last = list.is_empty();
+        let mut busy = false;
+        loop {
+            let (rq, last) = {
+                let mut list = self.dispatch.lock();
+                let Some(rq) = list.pop_front() else { break };
+                self.dispatch_nr.store(list.len() as u32, Ordering::Release);
+                (rq, list.is_empty())
+            };
             self.stats.queued.fetch_add(1, Ordering::Relaxed);
             match self.driver.queue_rq(self, rq, last) {
                 QueueRqResult::Queued => issued_without_last = !last,
                 QueueRqResult::Busy(rq) => {
                     self.stats.busy.fetch_add(1, Ordering::Relaxed);
+                    let mut list = self.dispatch.lock();
                     list.push_front(rq);
+                    self.dispatch_nr.store(list.len() as u32, Ordering::Release);
+                    busy = true;
                     break;
                 }
             }
         }
-        self.dispatch_nr.store(list.len() as u32, Ordering::Release);
-        let still_waiting = !list.is_empty();
-        drop(list);
-        if issued_without_last || still_waiting {
+        if issued_without_last || busy {
             self.driver.commit_rqs(self);
         }
-        if still_waiting {
-            self.restart_if_idle();
-        }
+        busy
     }
 
     /// With nothing in flight no completion will restart the queue: ask the

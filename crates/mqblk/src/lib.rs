@@ -29,6 +29,8 @@ pub mod config;
 pub mod driver;
 mod error;
 mod hctx;
+#[cfg(all(test, loom))]
+mod loom_models;
 mod queue;
 mod request;
 mod ring;

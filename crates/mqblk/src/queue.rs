@@ -18,7 +18,9 @@ use crate::error::{Error, SubmitError};
 use crate::hctx::Hctx;
 use crate::request::{Bio, Op, RqState, SECTOR_SHIFT, SECTOR_SIZE};
 use crate::sbitmap::BatchWake;
-use crate::sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, Parker};
+use std::sync::Arc;
+
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, Parker};
 use crate::tag::{TagSetConfig, Tags};
 
 /// The kernel's default cap on a request's size (BLK_DEF_MAX_SECTORS_CAP).
@@ -461,6 +463,11 @@ impl Device {
 
     pub fn stats(&self) -> DeviceStats {
         self.q.stats()
+    }
+
+    /// Tags currently allocated over all hardware queues (a snapshot).
+    pub fn busy_tags(&self) -> u32 {
+        self.q.hctxs.iter().map(|h| h.tags.busy()).sum()
     }
 
     /// A debugfs-like dump of every hardware queue and sbitmap.

@@ -239,6 +239,49 @@ pub(crate) fn dekker_fence() {
     loom::sync::atomic::fence(Ordering::SeqCst);
 }
 
+/// The consumer side of a producer/consumer handoff that sleeps only when
+/// there is nothing to do, and the producer side that wakes it only when it
+/// really sleeps (no syscall otherwise).
+///
+/// Protocol (a Dekker pair): the producer publishes its work with a SeqCst
+/// RMW, then `notify` reads `sleeping`; the consumer sets `sleeping` with a
+/// SeqCst RMW, then checks for work with a SeqCst load. One of the two sees
+/// the other, so a wakeup is never lost. `Parker` remembers an early unpark.
+#[derive(Debug, Default)]
+pub(crate) struct SleepGate {
+    sleeping: AtomicBool,
+    parker: Parker,
+}
+
+impl SleepGate {
+    /// Producer: call after publishing work (with a SeqCst RMW).
+    #[inline]
+    pub(crate) fn notify(&self) {
+        dekker_fence();
+        if self.sleeping.load(Ordering::SeqCst) {
+            self.parker.unpark();
+        }
+    }
+
+    /// Consumer: sleeps (at most `timeout`) unless `has_work` (a SeqCst
+    /// load) sees work. Returns true if it went to sleep.
+    pub(crate) fn sleep_unless(&self, has_work: impl Fn() -> bool, timeout: Option<Duration>) -> bool {
+        self.sleeping.swap(true, Ordering::SeqCst);
+        dekker_fence();
+        let sleep = !has_work();
+        if sleep {
+            self.parker.park(timeout);
+        }
+        self.sleeping.store(false, Ordering::Relaxed);
+        sleep
+    }
+
+    /// Wakes the consumer whether or not it sleeps (shutdown).
+    pub(crate) fn force_wake(&self) {
+        self.parker.unpark();
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;

@@ -15,7 +15,9 @@ use crate::clock::{now_ns, set_precise_timer_slack, wait_until};
 use crate::request::Rq;
 use crate::ring::MpscRing;
 use crate::status::Status;
-use crate::sync::{dekker_fence, Arc, AtomicBool, AtomicU64, Ordering, Parker};
+use std::sync::Arc;
+
+use crate::sync::{AtomicBool, AtomicU64, Ordering, SleepGate};
 
 /// Spin for the last 60 us before a due time: timer sleeps here overshoot
 /// by about 30 us on average and up to ~90 us.
@@ -29,8 +31,7 @@ pub(crate) struct Pending {
 
 struct Shared {
     ring: MpscRing<Pending>,
-    sleeping: AtomicBool,
-    parker: Parker,
+    gate: SleepGate,
     stop: AtomicBool,
     completed: AtomicU64,
 }
@@ -45,8 +46,7 @@ impl IrqQueue {
     pub(crate) fn start(index: usize, depth: usize) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             ring: MpscRing::new(depth),
-            sleeping: AtomicBool::new(false),
-            parker: Parker::new(),
+            gate: SleepGate::default(),
             stop: AtomicBool::new(false),
             completed: AtomicU64::new(0),
         });
@@ -63,10 +63,7 @@ impl IrqQueue {
         if self.shared.ring.push(pending).is_err() {
             panic!("null completion ring overflow: more requests in flight than tags");
         }
-        dekker_fence();
-        if self.shared.sleeping.load(Ordering::SeqCst) {
-            self.shared.parker.unpark();
-        }
+        self.shared.gate.notify();
     }
 
     pub(crate) fn completed(&self) -> u64 {
@@ -80,7 +77,7 @@ impl IrqQueue {
     /// Completes everything still queued (at its due time) and joins.
     pub(crate) fn stop(&mut self) {
         self.shared.stop.store(true, Ordering::SeqCst);
-        self.shared.parker.unpark();
+        self.shared.gate.force_wake();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -108,13 +105,7 @@ fn completion_loop(shared: &Shared) {
         if shared.stop.load(Ordering::SeqCst) {
             return; // ring empty and no submitter left (the queue is going)
         }
-        // Dekker with `push`: announce, then look once more, then sleep.
-        shared.sleeping.swap(true, Ordering::SeqCst);
-        dekker_fence();
-        if !shared.ring.has_ready() && !shared.stop.load(Ordering::SeqCst) {
-            shared.parker.park(None);
-        }
-        shared.sleeping.store(false, Ordering::Relaxed);
+        shared.gate.sleep_unless(|| shared.ring.has_ready() || shared.stop.load(Ordering::SeqCst), None);
     }
 }
 

@@ -1,0 +1,221 @@
+//! The driver contract through small test drivers: Busy requeues keep order
+//! and lose nothing, timeouts reach the driver, a dropped request token
+//! completes with an error, and the client's waiting and notification
+//! paths work.
+
+#![cfg(not(loom))]
+
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mqblk::driver::{Driver, QueueRqResult, TimeoutAction, TimedOutRq};
+use mqblk::{Bio, Buf, Device, Hctx, QueueLimits, Rq, Status, TagSetConfig};
+
+/// Answers Busy to every other `queue_rq`, completing the rest inline, and
+/// records the order in which requests were accepted.
+struct Flaky {
+    calls: AtomicU32,
+    accepted: Mutex<Vec<u64>>,
+}
+
+impl Driver for Flaky {
+    fn name(&self) -> &str {
+        "flaky"
+    }
+    fn tag_set(&self) -> TagSetConfig {
+        TagSetConfig::new(1, 8)
+    }
+    fn limits(&self) -> QueueLimits {
+        QueueLimits::new(1 << 20, 512)
+    }
+    fn queue_rq(&self, _hctx: &Hctx, rq: Rq, _last: bool) -> QueueRqResult {
+        if self.calls.fetch_add(1, Ordering::Relaxed) % 2 == 0 {
+            return QueueRqResult::Busy(rq);
+        }
+        self.accepted.lock().unwrap().push(rq.sector());
+        rq.complete(Status::Ok);
+        QueueRqResult::Queued
+    }
+}
+
+#[test]
+fn busy_requests_are_retried_in_order_and_none_lost() {
+    let driver = Arc::new(Flaky { calls: AtomicU32::new(0), accepted: Mutex::new(Vec::new()) });
+    struct Shim(Arc<Flaky>);
+    impl Driver for Shim {
+        fn name(&self) -> &str {
+            self.0.name()
+        }
+        fn tag_set(&self) -> TagSetConfig {
+            self.0.tag_set()
+        }
+        fn limits(&self) -> QueueLimits {
+            self.0.limits()
+        }
+        fn queue_rq(&self, hctx: &Hctx, rq: Rq, last: bool) -> QueueRqResult {
+            self.0.queue_rq(hctx, rq, last)
+        }
+    }
+    let dev = Device::with_driver(Box::new(Shim(driver.clone()))).unwrap();
+    let mut c = dev.client_with_capacity(8);
+    let mut done = Vec::new();
+    for i in 0..200u64 {
+        c.submit(Bio::read(i * 512, Buf::new(512)), i).unwrap();
+        if c.in_flight() == 8 {
+            c.do_io(&mut done, 1, 8, Some(Duration::from_secs(10))).unwrap();
+        }
+    }
+    while c.in_flight() > 0 {
+        c.do_io(&mut done, 1, 8, Some(Duration::from_secs(10))).unwrap();
+    }
+    assert_eq!(done.len(), 200);
+    assert!(done.iter().all(|d| d.status.is_ok()));
+    let accepted = driver.accepted.lock().unwrap().clone();
+    assert_eq!(accepted, (0..200u64).collect::<Vec<_>>(), "Busy requests keep their place in line");
+    let stats = dev.stats();
+    assert!(stats.busy >= 100, "half the calls were Busy: {stats:?}");
+    assert_eq!(stats.completed, 200);
+    assert_eq!(dev.busy_tags(), 0);
+}
+
+/// Holds every request until its timeout handler runs, then completes it
+/// with `Timeout`.
+struct Sleepy {
+    held: Mutex<Vec<Rq>>,
+    timeouts: AtomicUsize,
+}
+
+impl Driver for Sleepy {
+    fn name(&self) -> &str {
+        "sleepy"
+    }
+    fn tag_set(&self) -> TagSetConfig {
+        TagSetConfig::new(1, 4)
+    }
+    fn limits(&self) -> QueueLimits {
+        QueueLimits::new(1 << 20, 512)
+    }
+    fn rq_timeout(&self) -> Option<Duration> {
+        Some(Duration::from_millis(50))
+    }
+    fn queue_rq(&self, _hctx: &Hctx, rq: Rq, _last: bool) -> QueueRqResult {
+        self.held.lock().unwrap().push(rq);
+        QueueRqResult::Queued
+    }
+    fn timeout(&self, _hctx: &Hctx, rq: TimedOutRq) -> TimeoutAction {
+        self.timeouts.fetch_add(1, Ordering::Relaxed);
+        let mut held = self.held.lock().unwrap();
+        if let Some(pos) = held.iter().position(|r| r.tag() == rq.tag) {
+            held.swap_remove(pos).complete(Status::Timeout);
+        }
+        TimeoutAction::Done
+    }
+    fn shutdown(&self) {
+        for rq in self.held.lock().unwrap().drain(..) {
+            rq.complete(Status::IoErr);
+        }
+    }
+}
+
+#[test]
+fn timed_out_requests_reach_the_timeout_handler() {
+    let dev = Device::with_driver(Box::new(Sleepy { held: Mutex::new(Vec::new()), timeouts: AtomicUsize::new(0) })).unwrap();
+    let mut c = dev.client();
+    c.submit(Bio::read(0, Buf::new(512)), 42).unwrap();
+    let mut done = Vec::new();
+    let n = c.do_io(&mut done, 1, 1, Some(Duration::from_secs(20))).unwrap();
+    assert_eq!(n, 1);
+    assert_eq!(done[0].user_data, 42);
+    assert_eq!(done[0].status, Status::Timeout);
+    assert_eq!(dev.stats().timeouts, 1);
+}
+
+/// Drops every request token without completing it.
+struct Leaky;
+
+impl Driver for Leaky {
+    fn name(&self) -> &str {
+        "leaky"
+    }
+    fn tag_set(&self) -> TagSetConfig {
+        TagSetConfig::new(1, 2)
+    }
+    fn limits(&self) -> QueueLimits {
+        QueueLimits::new(1 << 20, 512)
+    }
+    fn queue_rq(&self, _hctx: &Hctx, rq: Rq, _last: bool) -> QueueRqResult {
+        drop(rq);
+        QueueRqResult::Queued
+    }
+}
+
+#[test]
+fn a_dropped_request_completes_with_ioerr_and_frees_its_tag() {
+    let dev = Device::with_driver(Box::new(Leaky)).unwrap();
+    let mut c = dev.client();
+    for i in 0..10 {
+        let err = c.write_at(&[1u8; 512], 0).unwrap_err();
+        assert_eq!(err.errno(), libc::EIO, "round {i}");
+    }
+    assert_eq!(dev.busy_tags(), 0);
+}
+
+#[test]
+fn do_io_times_out_without_completions() {
+    let dev = Device::open("null:gb=1,irqmode=2,completion_nsec=500000000").unwrap();
+    let mut c = dev.client();
+    c.submit(Bio::read(0, Buf::new(4096)), 1).unwrap();
+    let mut done = Vec::new();
+    let n = c.do_io(&mut done, 1, 1, Some(Duration::from_millis(5))).unwrap();
+    assert_eq!(n, 0, "nothing can complete within 5 ms");
+    let n = c.do_io(&mut done, 1, 1, Some(Duration::from_secs(30))).unwrap();
+    assert_eq!(n, 1);
+    assert!(c.do_io(&mut done, 1, 1, None).is_err(), "min beyond the in-flight count is refused");
+}
+
+#[test]
+fn eventfd_signals_completions() {
+    let dev = Device::open("null:gb=1,irqmode=2,completion_nsec=1000000").unwrap();
+    let mut c = dev.client();
+    let fd = c.completion_fd().unwrap();
+    c.submit(Bio::read(0, Buf::new(4096)), 9).unwrap();
+    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd.
+    let ready = unsafe { libc::poll(&mut pfd, 1, 10_000) };
+    assert_eq!(ready, 1, "the eventfd becomes readable when the completion arrives");
+    let mut val = 0u64;
+    // SAFETY: reads 8 bytes into a u64 from our eventfd.
+    assert_eq!(unsafe { libc::read(fd, (&mut val as *mut u64).cast(), 8) }, 8);
+    let mut done = Vec::new();
+    assert_eq!(c.do_io(&mut done, 0, 8, None).unwrap(), 1);
+    assert_eq!(done[0].user_data, 9);
+}
+
+#[test]
+fn dropping_a_client_waits_for_its_io() {
+    let dev = Device::open("null:gb=1,irqmode=2,completion_nsec=2000000").unwrap();
+    {
+        let mut c = dev.client();
+        for i in 0..16 {
+            c.submit(Bio::write(i * 4096, Buf::new(4096)), i).unwrap();
+        }
+    }
+    let stats = dev.stats();
+    assert_eq!(stats.completed, 16, "the client's drop waited for every I/O");
+    assert_eq!(dev.busy_tags(), 0);
+}
+
+#[test]
+fn blocking_helpers_leave_other_completions_for_do_io() {
+    let dev = Device::open("null:gb=1,irqmode=1,memory_backed=1").unwrap();
+    let mut c = dev.client();
+    c.submit(Bio::write(0, Buf::from_slice(&[3u8; 4096])), 77).unwrap();
+    c.write_at(&[4u8; 4096], 8192).unwrap();
+    let mut back = [0u8; 4096];
+    c.read_at(&mut back, 8192).unwrap();
+    assert_eq!(back, [4u8; 4096]);
+    let mut done = Vec::new();
+    assert_eq!(c.do_io(&mut done, 1, 8, None).unwrap(), 1);
+    assert_eq!(done[0].user_data, 77);
+}

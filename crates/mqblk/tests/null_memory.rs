@@ -1,0 +1,145 @@
+//! The memory-backed null device against a plain byte-vector model, and the
+//! bad-input rules: a refused I/O leaves the device unchanged.
+
+#![cfg(not(loom))]
+
+use mqblk::{Bio, Buf, Device, Op, Status, SubmitError};
+use proptest::prelude::*;
+
+const DEV_BYTES: u64 = 1 << 20;
+
+fn device(extra: &str) -> Device {
+    Device::open(&format!("null:size=1,bs=512,irqmode=0,memory_backed=1,discard=1{extra}")).unwrap()
+}
+
+#[test]
+fn never_written_blocks_read_as_zeros() {
+    let dev = device("");
+    let mut c = dev.client();
+    let mut out = vec![0xffu8; 8192];
+    c.read_at(&mut out, 65536).unwrap();
+    assert!(out.iter().all(|&b| b == 0));
+}
+
+#[test]
+fn read_after_write_across_completion_modes() {
+    for mode in ["irqmode=0", "irqmode=1", "irqmode=2,completion_nsec=5000"] {
+        let dev = Device::open(&format!("null:size=4,memory_backed=1,{mode}")).unwrap();
+        let mut c = dev.client();
+        let data: Vec<u8> = (0..12288u32).map(|i| (i * 31 % 256) as u8).collect();
+        c.write_at(&data, 4096 * 5).unwrap();
+        let mut back = vec![0u8; data.len()];
+        c.read_at(&mut back, 4096 * 5).unwrap();
+        assert_eq!(back, data, "{mode}");
+    }
+}
+
+#[test]
+fn discard_and_write_zeroes_read_back_zero() {
+    let dev = device("");
+    let mut c = dev.client();
+    c.write_at(&[0x5a; 16384], 0).unwrap();
+    c.submit_and_wait(Bio::discard(0, 4096)).unwrap();
+    c.submit_and_wait(Bio::write_zeroes(8192, 1024)).unwrap();
+    let mut out = vec![0u8; 16384];
+    c.read_at(&mut out, 0).unwrap();
+    assert!(out[..4096].iter().all(|&b| b == 0));
+    assert!(out[4096..8192].iter().all(|&b| b == 0x5a));
+    assert!(out[8192..9216].iter().all(|&b| b == 0));
+    assert!(out[9216..].iter().all(|&b| b == 0x5a));
+}
+
+#[test]
+fn bad_io_is_refused_and_device_unchanged() {
+    let dev = device("");
+    let mut c = dev.client();
+    c.write_at(&[7u8; 4096], DEV_BYTES - 4096).unwrap();
+    let cases: Vec<(Bio, fn(&SubmitError) -> bool)> = vec![
+        (Bio::write(DEV_BYTES - 512, Buf::from_slice(&[1; 1024])), |e| matches!(e, SubmitError::OutOfRange { .. })),
+        (Bio::write(100, Buf::from_slice(&[1; 512])), |e| matches!(e, SubmitError::Misaligned { .. })),
+        (Bio::write(0, Buf::from_slice(&[1; 700])), |e| matches!(e, SubmitError::Misaligned { .. })),
+        (Bio::write(0, Buf::new(0)), |e| matches!(e, SubmitError::ZeroLength { op: Op::Write })),
+        (Bio::write(0, Buf::new(256 * 512)), |e| matches!(e, SubmitError::TooLarge { max: 130_560, .. })),
+        (Bio::discard(u64::MAX - 511, 512), |e| matches!(e, SubmitError::OutOfRange { .. })),
+    ];
+    for (bio, check) in cases {
+        let what = format!("{:?} at {}", bio.op, bio.offset);
+        let rejected = c.submit(bio, 0).unwrap_err();
+        assert!(check(&rejected.error), "{what}: {}", rejected.error);
+        assert!(!rejected.error.to_string().is_empty());
+    }
+    assert_eq!(c.in_flight(), 0);
+    assert_eq!(dev.stats().dispatched, 1, "refused bios never reach the driver");
+    let mut out = vec![0u8; 4096];
+    c.read_at(&mut out, DEV_BYTES - 4096).unwrap();
+    assert_eq!(out, vec![7u8; 4096]);
+    c.read_at(&mut out, 0).unwrap();
+    assert_eq!(out, vec![0u8; 4096]);
+}
+
+#[test]
+fn discard_unsupported_without_the_parameter() {
+    let dev = Device::open("null:size=1,irqmode=0,memory_backed=1").unwrap();
+    let mut c = dev.client();
+    let r = c.submit(Bio::discard(0, 4096), 1).unwrap_err();
+    assert_eq!(r.error, SubmitError::NotSupported { op: Op::Discard });
+    assert_eq!(r.error.status(), Status::NotSupp);
+}
+
+#[derive(Debug, Clone)]
+enum ModelOp {
+    Write { block: u64, blocks: u64, seed: u8 },
+    Read { block: u64, blocks: u64 },
+    Discard { block: u64, blocks: u64 },
+    Zeroes { block: u64, blocks: u64 },
+}
+
+fn model_op() -> impl Strategy<Value = ModelOp> {
+    let range = (0u64..2048, 1u64..64).prop_map(|(b, n)| (b.min(2048 - n), n));
+    prop_oneof![
+        (range.clone(), any::<u8>()).prop_map(|((block, blocks), seed)| ModelOp::Write { block, blocks, seed }),
+        range.clone().prop_map(|(block, blocks)| ModelOp::Read { block, blocks }),
+        range.clone().prop_map(|(block, blocks)| ModelOp::Discard { block, blocks }),
+        range.prop_map(|(block, blocks)| ModelOp::Zeroes { block, blocks }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    /// Any sequence of writes, reads, discards and write-zeroes reads back
+    /// exactly like a Vec<u8> model.
+    #[test]
+    fn memory_device_matches_vec_model(ops in prop::collection::vec(model_op(), 1..40)) {
+        let dev = device("");
+        let mut c = dev.client();
+        let mut model = vec![0u8; DEV_BYTES as usize];
+        for op in ops {
+            match op {
+                ModelOp::Write { block, blocks, seed } => {
+                    let data: Vec<u8> = (0..blocks * 512).map(|i| (i as u8).wrapping_mul(seed | 1).wrapping_add(seed)).collect();
+                    c.write_at(&data, block * 512).unwrap();
+                    model[(block * 512) as usize..((block + blocks) * 512) as usize].copy_from_slice(&data);
+                }
+                ModelOp::Read { block, blocks } => {
+                    let mut out = vec![0u8; (blocks * 512) as usize];
+                    c.read_at(&mut out, block * 512).unwrap();
+                    prop_assert_eq!(&out[..], &model[(block * 512) as usize..((block + blocks) * 512) as usize]);
+                }
+                ModelOp::Discard { block, blocks } => {
+                    c.submit_and_wait(Bio::discard(block * 512, blocks * 512)).unwrap();
+                    model[(block * 512) as usize..((block + blocks) * 512) as usize].fill(0);
+                }
+                ModelOp::Zeroes { block, blocks } => {
+                    c.submit_and_wait(Bio::write_zeroes(block * 512, blocks * 512)).unwrap();
+                    model[(block * 512) as usize..((block + blocks) * 512) as usize].fill(0);
+                }
+            }
+        }
+        // Finally the whole device, in 64 KiB reads.
+        for off in (0..DEV_BYTES).step_by(65536) {
+            let mut out = vec![0u8; 65536];
+            c.read_at(&mut out, off).unwrap();
+            prop_assert_eq!(&out[..], &model[off as usize..off as usize + 65536]);
+        }
+    }
+}
