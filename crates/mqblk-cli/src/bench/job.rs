@@ -244,7 +244,6 @@ pub fn run_job(opts: &JobOptions, dev: &Device, job_index: usize, ctrl: &Control
     }
     let elapsed_ns = now_ns() - start_ns;
     let rusage = Rusage::thread_now().since(&start_ru);
-    live.done.store(true, Ordering::Release);
     Ok(JobResult { read, write, elapsed_ns, rusage, client: client.stats(), error })
 }
 

@@ -81,7 +81,12 @@ pub fn run(plan: &BenchPlan) -> Result<String, BenchError> {
                 let dev = &dev;
                 std::thread::Builder::new()
                     .name(format!("job{i}"))
-                    .spawn_scoped(scope, move || job::run_job(r.opts, dev, i, &r.ctrl, &r.live))
+                    .spawn_scoped(scope, move || {
+                        let result = job::run_job(r.opts, dev, i, &r.ctrl, &r.live);
+                        // Done whatever the outcome, so the supervisor stops.
+                        r.live.done.store(true, Ordering::Release);
+                        result
+                    })
                     .expect("spawn job thread")
             })
             .collect();

@@ -1,0 +1,146 @@
+//! `mqblk bench` end to end: run the binary, parse its JSON, check the
+//! numbers add up; bad input exits 2 with a message naming the problem.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn mqblk(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_mqblk")).args(args).output().expect("run mqblk")
+}
+
+fn bench_json(args: &[&str]) -> Value {
+    let mut all = vec!["bench", "--output-format=json"];
+    all.extend_from_slice(args);
+    let out = mqblk(&all);
+    assert!(out.status.success(), "mqblk {all:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("valid JSON on stdout")
+}
+
+#[test]
+fn number_ios_runs_exactly_that_many() {
+    let v = bench_json(&["--device", "null:gb=1,irqmode=0", "--name=n", "--rw=randread", "--iodepth=16", "--number_ios=5000"]);
+    let job = &v["jobs"][0];
+    assert_eq!(job["jobname"], "n");
+    assert_eq!(job["read"]["total_ios"], 5000);
+    assert_eq!(job["read"]["io_bytes"], 5000 * 4096);
+    assert_eq!(job["write"]["total_ios"], 0);
+    assert_eq!(v["mqblk"]["dispatched"], 5000);
+    assert_eq!(v["mqblk"]["completed"], 5000);
+    let clat = &job["read"]["clat_ns"];
+    assert_eq!(clat["N"], 5000);
+    assert!(clat["percentile"]["99.000000"].as_u64().unwrap() >= clat["min"].as_u64().unwrap());
+    assert!(job["read"]["iops"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn size_limits_a_sequential_job() {
+    let v = bench_json(&["--device", "null:gb=1,irqmode=1", "--name=s", "--rw=write", "--bs=64k", "--size=4m", "--iodepth=4"]);
+    assert_eq!(v["jobs"][0]["write"]["total_ios"], 64);
+    assert_eq!(v["jobs"][0]["write"]["io_kbytes"], 4096);
+}
+
+#[test]
+fn mixed_jobs_with_numjobs_and_group_reporting() {
+    let v = bench_json(&[
+        "--device",
+        "null:gb=1,irqmode=0,submit_queues=2",
+        "--group_reporting",
+        "--name=mix",
+        "--rw=randrw",
+        "--rwmixread=70",
+        "--numjobs=3",
+        "--number_ios=3000",
+        "--iodepth=8",
+    ]);
+    let jobs = v["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 1, "group_reporting merges the clones");
+    assert_eq!(jobs[0]["jobs"], 3);
+    let reads = jobs[0]["read"]["total_ios"].as_u64().unwrap();
+    let writes = jobs[0]["write"]["total_ios"].as_u64().unwrap();
+    assert_eq!(reads + writes, 9000);
+    assert!((5400..=7200).contains(&reads), "about 70% reads: {reads}");
+    assert_eq!(v["mqblk"]["completed"], 9000);
+}
+
+#[test]
+fn time_based_run_with_gtod_reduce_and_ctx_counters() {
+    let v = bench_json(&[
+        "--device",
+        "null:gb=1,irqmode=2,completion_nsec=50000",
+        "--name=t",
+        "--rw=randread",
+        "--iodepth=4",
+        "--runtime=300ms",
+        "--time_based",
+        "--gtod_reduce=1",
+    ]);
+    let job = &v["jobs"][0];
+    let runtime = job["job_runtime"].as_u64().unwrap();
+    assert!((250..5000).contains(&runtime), "runtime {runtime} ms");
+    assert!(job["read"]["total_ios"].as_u64().unwrap() > 0);
+    assert!(job["read"]["clat_ns"].get("percentile").is_none(), "gtod_reduce measures no latency");
+    // The job waits for timer completions: it must really sleep.
+    assert!(job["mqblk"]["ctx_voluntary"].as_u64().unwrap() > 0);
+    assert!(job["mqblk"]["completion_sleeps"].as_u64().unwrap() > 0);
+    assert!(v["mqblk"]["ctx_voluntary_per_sec"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn job_file_is_read() {
+    let dir = std::env::temp_dir().join(format!("mqblk-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("two.fio");
+    std::fs::write(&path, "[global]\nbs=8k\niodepth=2\nnumber_ios=100\ndevice=null:gb=1,irqmode=0\n[r]\nrw=read\n[w]\nrw=randwrite\n").unwrap();
+    let v = bench_json(&[path.to_str().unwrap()]);
+    let jobs = v["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 2);
+    assert_eq!(jobs[0]["jobname"], "r");
+    assert_eq!(jobs[0]["read"]["io_bytes"], 100 * 8192);
+    assert_eq!(jobs[1]["write"]["total_ios"], 100);
+    assert_eq!(v["global options"]["bs"], "8k");
+}
+
+#[test]
+fn human_report_and_stats_dump() {
+    let out = mqblk(&["bench", "--device", "null:gb=1,irqmode=0", "--name=h", "--number_ios=1000", "--stats"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("h: (groupid=0, jobs=1)"), "{text}");
+    assert!(text.contains("read: IOPS="), "{text}");
+    assert!(text.contains("clat percentiles (nsec):"), "{text}");
+    assert!(text.contains("dispatched=1000, completed=1000"), "{text}");
+    assert!(text.contains("hctx0/tags/bitmap_tags/depth=64"), "{text}");
+    assert!(text.contains("hctx0/tags/bitmap_tags/wake_batch=8"), "{text}");
+    assert!(text.contains("hctx0/completed=1000"), "{text}");
+}
+
+#[test]
+fn bad_options_exit_2_naming_the_option() {
+    for (args, needle) in [
+        (vec!["bench", "--iodpeth=4"], "'iodpeth'"),
+        (vec!["bench", "--rw=sideways"], "rw:"),
+        (vec!["bench", "--bs=4q"], "bs:"),
+        (vec!["bench", "--name=x", "--time_based"], "runtime"),
+        (vec!["bench", "--output-format=xml"], "--output-format"),
+        (vec!["bench", "--device", "null:irqmode=9"], "irqmode"),
+        (vec!["bench", "--device", "null:colour=blue"], "'colour'"),
+        (vec!["bench", "--device", "nvme:x=1"], "'nvme'"),
+        (vec!["bench", "/nonexistent/job.fio"], "/nonexistent/job.fio"),
+        (vec!["frobnicate"], "'frobnicate'"),
+    ] {
+        let out = mqblk(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: '{err}' should name {needle}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn offset_beyond_device_is_a_clear_error() {
+    let out = mqblk(&["bench", "--device", "null:gb=1", "--name=o", "--offset=2g", "--number_ios=1"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("offset"), "{err}");
+}
