@@ -19,7 +19,14 @@ fn bench_json(args: &[&str]) -> Value {
 
 #[test]
 fn number_ios_runs_exactly_that_many() {
-    let v = bench_json(&["--device", "null:gb=1,irqmode=0", "--name=n", "--rw=randread", "--iodepth=16", "--number_ios=5000"]);
+    let v = bench_json(&[
+        "--device",
+        "null:gb=1,irqmode=0",
+        "--name=n",
+        "--rw=randread",
+        "--iodepth=16",
+        "--number_ios=5000",
+    ]);
     let job = &v["jobs"][0];
     assert_eq!(job["jobname"], "n");
     assert_eq!(job["read"]["total_ios"], 5000);
@@ -35,7 +42,15 @@ fn number_ios_runs_exactly_that_many() {
 
 #[test]
 fn size_limits_a_sequential_job() {
-    let v = bench_json(&["--device", "null:gb=1,irqmode=1", "--name=s", "--rw=write", "--bs=64k", "--size=4m", "--iodepth=4"]);
+    let v = bench_json(&[
+        "--device",
+        "null:gb=1,irqmode=1",
+        "--name=s",
+        "--rw=write",
+        "--bs=64k",
+        "--size=4m",
+        "--iodepth=4",
+    ]);
     assert_eq!(v["jobs"][0]["write"]["total_ios"], 64);
     assert_eq!(v["jobs"][0]["write"]["io_kbytes"], 4096);
 }
@@ -91,7 +106,11 @@ fn job_file_is_read() {
     let dir = std::env::temp_dir().join(format!("mqblk-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("two.fio");
-    std::fs::write(&path, "[global]\nbs=8k\niodepth=2\nnumber_ios=100\ndevice=null:gb=1,irqmode=0\n[r]\nrw=read\n[w]\nrw=randwrite\n").unwrap();
+    std::fs::write(
+        &path,
+        "[global]\nbs=8k\niodepth=2\nnumber_ios=100\ndevice=null:gb=1,irqmode=0\n[r]\nrw=read\n[w]\nrw=randwrite\n",
+    )
+    .unwrap();
     let v = bench_json(&[path.to_str().unwrap()]);
     let jobs = v["jobs"].as_array().unwrap();
     assert_eq!(jobs.len(), 2);

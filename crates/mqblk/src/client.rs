@@ -26,8 +26,8 @@ use crate::error::{Error, Rejected, SubmitError};
 use crate::queue::RequestQueue;
 use crate::request::{Bio, ReqFlags, RqState, ORIGIN_BLOCKING, ORIGIN_USER, SECTOR_SHIFT};
 use crate::ring::MpscRing;
-use crate::sbitmap::{AllocHint, SbqWaiter};
 use crate::status::Status;
+use crate::tag::AllocData;
 use std::sync::Arc;
 
 use crate::sync::{dekker_fence, AtomicBool, AtomicI32, Ordering, SleepGate};
@@ -130,9 +130,7 @@ pub struct Client {
     q: Arc<RequestQueue>,
     shared: Arc<ClientShared>,
     hctx_index: usize,
-    ws_index: usize,
-    hint: AllocHint,
-    waiter: crate::sync::Arc<SbqWaiter>,
+    alloc: AllocData,
     /// Submitted and not yet handed back (by `do_io` or a blocking helper).
     in_flight: usize,
     /// Completions collected while a blocking helper waited.
@@ -160,10 +158,9 @@ impl Client {
         let capacity = shared.capacity();
         Self {
             hctx_index,
-            // Spread clients over the 8 wait queues, as hctxs spread over them.
-            ws_index: seq,
-            hint: AllocHint::new((seq as u32).wrapping_mul(0x9e37_79b9)),
-            waiter: SbqWaiter::new(),
+            // Spread clients' hints, and their waits over the 8 wait queues
+            // (as hctxs spread over them).
+            alloc: AllocData::new((seq as u32).wrapping_mul(0x9e37_79b9), seq),
             q,
             shared,
             in_flight: 0,
@@ -213,9 +210,7 @@ impl Client {
         }
         let hctx = self.q.hctx(self.hctx_index);
         let nowait = bio.flags.contains(ReqFlags::NOWAIT);
-        let Some(got) =
-            hctx.tags.get(false, nowait, &mut self.hint, u32::MAX, &self.waiter, self.ws_index, || {})
-        else {
+        let Some(got) = hctx.tags.get(&mut self.alloc, false, nowait, || {}) else {
             return Err(Box::new(Rejected { error: SubmitError::Again, bio }));
         };
         if got.slept {

@@ -11,7 +11,9 @@ use crate::status::Status;
 pub enum SubmitError {
     #[error("I/O of {len} bytes at offset {offset} goes past the end of the device ({capacity} bytes)")]
     OutOfRange { offset: u64, len: u64, capacity: u64 },
-    #[error("I/O at offset {offset} of {len} bytes is not aligned to the logical block size of {logical_block_size} bytes")]
+    #[error(
+        "I/O at offset {offset} of {len} bytes is not aligned to the logical block size of {logical_block_size} bytes"
+    )]
     Misaligned { offset: u64, len: u64, logical_block_size: u32 },
     #[error("zero-length {op:?} I/O")]
     ZeroLength { op: Op },

@@ -13,7 +13,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::client::{Client, ClientShared};
-use crate::driver::{Driver, TimeoutAction, TimedOutRq};
+use crate::driver::{Driver, TimedOutRq, TimeoutAction};
 use crate::error::{Error, SubmitError};
 use crate::hctx::Hctx;
 use crate::request::{Bio, Op, RqState, SECTOR_SHIFT, SECTOR_SIZE};
@@ -498,7 +498,10 @@ mod tests {
         let l = limits();
         assert!(matches!(l.check_bio(&Bio::read(512, Buf::new(4096))), Err(SubmitError::Misaligned { .. })));
         assert!(matches!(l.check_bio(&Bio::read(1 << 20, Buf::new(4096))), Err(SubmitError::OutOfRange { .. })));
-        assert!(matches!(l.check_bio(&Bio::read(u64::MAX - 4095, Buf::new(4096))), Err(SubmitError::OutOfRange { .. })));
+        assert!(matches!(
+            l.check_bio(&Bio::read(u64::MAX - 4095, Buf::new(4096))),
+            Err(SubmitError::OutOfRange { .. })
+        ));
         assert!(matches!(l.check_bio(&Bio::read(0, Buf::new(0))), Err(SubmitError::ZeroLength { .. })));
         assert!(matches!(l.check_bio(&Bio::write(0, Buf::new(16384))), Err(SubmitError::TooLarge { .. })));
         assert!(matches!(l.check_bio(&Bio::discard(0, 4096)), Err(SubmitError::NotSupported { op: Op::Discard })));

@@ -190,7 +190,9 @@ impl RqState {
     pub(crate) fn can_become(self, next: RqState) -> bool {
         matches!(
             (self, next),
-            (RqState::Idle, RqState::InFlight) | (RqState::InFlight, RqState::Complete) | (RqState::Complete, RqState::Idle)
+            (RqState::Idle, RqState::InFlight)
+                | (RqState::InFlight, RqState::Complete)
+                | (RqState::Complete, RqState::Idle)
         )
     }
 }

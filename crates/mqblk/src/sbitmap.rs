@@ -82,6 +82,8 @@ pub struct Sbitmap {
     depth: u32,
     shift: u32,
     round_robin: bool,
+    /// Usable bits of the last word (it may be short).
+    last_word_mask: usize,
     words: Box<[CachePadded<SbitmapWord>]>,
 }
 
@@ -118,7 +120,8 @@ impl Sbitmap {
         let bits_per_word = 1u32 << shift;
         let map_nr = depth.div_ceil(bits_per_word) as usize;
         let words = (0..map_nr).map(|_| CachePadded::new(SbitmapWord::default())).collect();
-        Self { depth, shift, round_robin, words }
+        let last_word_mask = low_mask(depth - ((map_nr as u32 - 1) << shift));
+        Self { depth, shift, round_robin, last_word_mask, words }
     }
 
     pub fn depth(&self) -> u32 {
@@ -241,7 +244,18 @@ impl Sbitmap {
 
     /// Allocates one bit, or `None` if every bit (within `shallow_depth`) is
     /// busy. Updates `hint`: past the bit on success, 0 on failure.
+    #[inline]
     pub fn get_shallow(&self, hint: &mut AllocHint, shallow_depth: u32) -> Option<u32> {
+        if !self.round_robin && shallow_depth >= self.depth {
+            if let Some(bit) = self.get_fast(hint) {
+                return Some(bit);
+            }
+        }
+        self.search(hint, shallow_depth)
+    }
+
+    /// The general search over all words from the hint.
+    fn search(&self, hint: &mut AllocHint, shallow_depth: u32) -> Option<u32> {
         let start = self.hint_start(hint);
         let mut index = (start >> self.shift) as usize;
         // Without round robin the hint picks the word and the word is searched
@@ -269,6 +283,29 @@ impl Sbitmap {
     #[inline]
     pub fn get(&self, hint: &mut AllocHint) -> Option<u32> {
         self.get_shallow(hint, self.depth)
+    }
+
+    /// The uncontended case in one look: the first free bit of the hinted
+    /// word. Anything else (word full, lost race, round robin, shallow
+    /// limits) goes to the general search, which behaves the same.
+    #[inline(always)]
+    fn get_fast(&self, hint: &mut AllocHint) -> Option<u32> {
+        let index = (hint.0 >> self.shift) as usize;
+        let w = self.words.get(index)?;
+        let limit_mask = if index + 1 == self.words.len() { self.last_word_mask } else { low_mask(1 << self.shift) };
+        // SeqCst: see get_in_word (the waiter's retry ordering).
+        let free = !w.word.load(Ordering::SeqCst) & limit_mask;
+        if free == 0 {
+            return None;
+        }
+        let nr = free.trailing_zeros();
+        let bit_mask = 1usize << nr;
+        if w.word.fetch_or(bit_mask, Ordering::AcqRel) & bit_mask != 0 {
+            return None;
+        }
+        let bit = ((index as u32) << self.shift) + nr;
+        self.hint_after_get(hint, bit);
+        Some(bit)
     }
 
     /// Allocates up to `nr` contiguous bits from one word with a single
@@ -756,7 +793,7 @@ mod tests {
     fn get_all_then_full() {
         let sb = Sbitmap::new(100, None, false);
         let mut hint = AllocHint::new(37);
-        let mut seen = vec![false; 100];
+        let mut seen = [false; 100];
         for _ in 0..100 {
             let bit = sb.get(&mut hint).expect("free bit");
             assert!(!seen[bit as usize], "bit {bit} handed out twice");

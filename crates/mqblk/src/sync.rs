@@ -150,10 +150,7 @@ impl Parker {
                 }
             };
             futex_wait(&self.state, PARKER_PARKED, remaining);
-            if self
-                .state
-                .compare_exchange(PARKER_NOTIFIED, PARKER_EMPTY, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
+            if self.state.compare_exchange(PARKER_NOTIFIED, PARKER_EMPTY, Ordering::Acquire, Ordering::Relaxed).is_ok()
             {
                 return true;
             }
@@ -204,13 +201,7 @@ pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Durati
     // points to a timespec on this stack frame. FUTEX_PRIVATE_FLAG is right
     // because all waiters and wakers are threads of this process.
     unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
-            expected,
-            ts_ptr,
-        );
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG, expected, ts_ptr);
     }
 }
 

@@ -43,10 +43,7 @@ impl TagSetConfig {
             return Err(format!("queue_depth={} (accepted: 1..=65536)", self.queue_depth));
         }
         if self.reserved_tags >= self.queue_depth {
-            return Err(format!(
-                "reserved_tags={} must be below queue_depth={}",
-                self.reserved_tags, self.queue_depth
-            ));
+            return Err(format!("reserved_tags={} must be below queue_depth={}", self.reserved_tags, self.queue_depth));
         }
         Ok(())
     }
@@ -63,6 +60,24 @@ pub(crate) struct Tags {
     pub(crate) bitmap_tags: SbitmapQueue,
     pub(crate) breserved_tags: Option<SbitmapQueue>,
     rqs: Box<[RequestCell]>,
+}
+
+/// What a tag allocation needs from its caller (the kernel's
+/// `blk_mq_alloc_data`): the caller's hint, its waiter, its wait queue and
+/// the depth it may use.
+#[derive(Debug)]
+pub(crate) struct AllocData {
+    pub(crate) hint: AllocHint,
+    pub(crate) waiter: Arc<SbqWaiter>,
+    pub(crate) ws_index: usize,
+    /// Shallow depth a scheduler may impose (u32::MAX: none).
+    pub(crate) shallow_depth: u32,
+}
+
+impl AllocData {
+    pub(crate) fn new(seed: u32, ws_index: usize) -> Self {
+        Self { hint: AllocHint::new(seed), waiter: SbqWaiter::new(), ws_index, shallow_depth: u32::MAX }
+    }
 }
 
 /// How a tag request ended.
@@ -87,9 +102,7 @@ impl Tags {
                 Box::<BatchWake>::default(),
             )
         });
-        let rqs = (0..nr_tags)
-            .map(|tag| CachePadded::new(RequestSlot::new(tag)))
-            .collect();
+        let rqs = (0..nr_tags).map(|tag| CachePadded::new(RequestSlot::new(tag))).collect();
         Self { nr_tags, nr_reserved_tags, bitmap_tags, breserved_tags, rqs }
     }
 
@@ -112,12 +125,9 @@ impl Tags {
     /// Gets a tag, sleeping until one frees unless `nowait`.
     pub(crate) fn get(
         &self,
+        data: &mut AllocData,
         reserved: bool,
         nowait: bool,
-        hint: &mut AllocHint,
-        shallow_depth: u32,
-        waiter: &Arc<SbqWaiter>,
-        ws_index: usize,
         before_sleep: impl FnMut(),
     ) -> Option<TagGot> {
         let (sbq, offset) = match (&self.breserved_tags, reserved) {
@@ -125,14 +135,14 @@ impl Tags {
             (None, true) => return None, // no reserved tags configured
             (_, false) => (&self.bitmap_tags, self.nr_reserved_tags),
         };
-        let shallow_depth = shallow_depth.min(sbq.depth());
-        if let Some(bit) = sbq.get_shallow(hint, shallow_depth) {
+        let shallow_depth = data.shallow_depth.min(sbq.depth());
+        if let Some(bit) = sbq.get_shallow(&mut data.hint, shallow_depth) {
             return Some(TagGot { tag: bit + offset, slept: false });
         }
         if nowait {
             return None;
         }
-        let (bit, slept) = sbq.get_or_wait(hint, shallow_depth, waiter, ws_index, before_sleep);
+        let (bit, slept) = sbq.get_or_wait(&mut data.hint, shallow_depth, &data.waiter, data.ws_index, before_sleep);
         Some(TagGot { tag: bit + offset, slept })
     }
 
@@ -174,11 +184,10 @@ mod tests {
         let mut config = TagSetConfig::new(1, 8);
         config.reserved_tags = 2;
         let tags = Tags::new(&config, Box::<BatchWake>::default());
-        let waiter = SbqWaiter::new();
-        let mut hint = AllocHint::new(0);
-        let normal = tags.get(false, true, &mut hint, u32::MAX, &waiter, 0, || {}).unwrap();
+        let mut data = AllocData::new(0, 0);
+        let normal = tags.get(&mut data, false, true, || {}).unwrap();
         assert!(normal.tag >= 2, "normal tags are offset by the reserved ones");
-        let reserved = tags.get(true, true, &mut hint, u32::MAX, &waiter, 0, || {}).unwrap();
+        let reserved = tags.get(&mut data, true, true, || {}).unwrap();
         assert!(reserved.tag < 2);
         assert_eq!(tags.busy(), 2);
         tags.put(normal.tag);
@@ -190,12 +199,11 @@ mod tests {
     fn nowait_fails_when_exhausted() {
         let config = TagSetConfig::new(1, 4);
         let tags = Tags::new(&config, Box::<BatchWake>::default());
-        let waiter = SbqWaiter::new();
-        let mut hint = AllocHint::new(0);
+        let mut data = AllocData::new(0, 0);
         for _ in 0..4 {
-            tags.get(false, true, &mut hint, u32::MAX, &waiter, 0, || {}).unwrap();
+            tags.get(&mut data, false, true, || {}).unwrap();
         }
-        assert!(tags.get(false, true, &mut hint, u32::MAX, &waiter, 0, || {}).is_none());
+        assert!(tags.get(&mut data, false, true, || {}).is_none());
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mqblk::driver::{Driver, QueueRqResult, TimeoutAction, TimedOutRq};
+use mqblk::driver::{Driver, QueueRqResult, TimedOutRq, TimeoutAction};
 use mqblk::{Bio, Buf, Device, Hctx, QueueLimits, Rq, Status, TagSetConfig};
 
 /// Answers Busy to every other `queue_rq`, completing the rest inline, and
@@ -120,7 +120,8 @@ impl Driver for Sleepy {
 
 #[test]
 fn timed_out_requests_reach_the_timeout_handler() {
-    let dev = Device::with_driver(Box::new(Sleepy { held: Mutex::new(Vec::new()), timeouts: AtomicUsize::new(0) })).unwrap();
+    let dev =
+        Device::with_driver(Box::new(Sleepy { held: Mutex::new(Vec::new()), timeouts: AtomicUsize::new(0) })).unwrap();
     let mut c = dev.client();
     c.submit(Bio::read(0, Buf::new(512)), 42).unwrap();
     let mut done = Vec::new();

@@ -54,7 +54,8 @@ fn bad_io_is_refused_and_device_unchanged() {
     let dev = device("");
     let mut c = dev.client();
     c.write_at(&[7u8; 4096], DEV_BYTES - 4096).unwrap();
-    let cases: Vec<(Bio, fn(&SubmitError) -> bool)> = vec![
+    type Check = fn(&SubmitError) -> bool;
+    let cases: Vec<(Bio, Check)> = vec![
         (Bio::write(DEV_BYTES - 512, Buf::from_slice(&[1; 1024])), |e| matches!(e, SubmitError::OutOfRange { .. })),
         (Bio::write(100, Buf::from_slice(&[1; 512])), |e| matches!(e, SubmitError::Misaligned { .. })),
         (Bio::write(0, Buf::from_slice(&[1; 700])), |e| matches!(e, SubmitError::Misaligned { .. })),

@@ -106,7 +106,13 @@ impl Pattern {
 }
 
 /// Runs one job to completion on the calling thread.
-pub fn run_job(opts: &JobOptions, dev: &Device, job_index: usize, ctrl: &Control, live: &Live) -> Result<JobResult, String> {
+pub fn run_job(
+    opts: &JobOptions,
+    dev: &Device,
+    job_index: usize,
+    ctrl: &Control,
+    live: &Live,
+) -> Result<JobResult, String> {
     let capacity = dev.limits().capacity_bytes;
     if opts.offset >= capacity {
         return Err(format!("job '{}': offset {} is beyond the device size {capacity}", opts.name, opts.offset));
@@ -123,13 +129,15 @@ pub fn run_job(opts: &JobOptions, dev: &Device, job_index: usize, ctrl: &Control
         region_start: opts.offset,
         region_len,
         pos: 0,
-        rng: opts.randseed.wrapping_add(job_index as u64 * 0x9e37_79b9_7f4a_7c15) | 1,
+        rng: opts.randseed.wrapping_add((job_index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1,
     };
     let depth = opts.iodepth;
     let mut client = dev.client_with_capacity(depth);
     let mut slots = vec![Slot::default(); depth];
-    let mut read_bufs: Vec<Option<Buf>> = (0..depth).map(|_| (read_pct > 0).then(|| Buf::new(opts.bs_read as usize))).collect();
-    let mut write_bufs: Vec<Option<Buf>> = (0..depth).map(|_| (read_pct < 100).then(|| random_buf(opts.bs_write as usize, job_index))).collect();
+    let mut read_bufs: Vec<Option<Buf>> =
+        (0..depth).map(|_| (read_pct > 0).then(|| Buf::new(opts.bs_read as usize))).collect();
+    let mut write_bufs: Vec<Option<Buf>> =
+        (0..depth).map(|_| (read_pct < 100).then(|| random_buf(opts.bs_write as usize, job_index))).collect();
     let mut free: Vec<u32> = (0..depth as u32).rev().collect();
     let mut done: Vec<Completion> = Vec::with_capacity(depth);
 
@@ -161,7 +169,8 @@ pub fn run_job(opts: &JobOptions, dev: &Device, job_index: usize, ctrl: &Control
             start_ru = Rusage::thread_now();
             live.measuring.store(true, Ordering::Release);
         }
-        let can_issue = phase != PHASE_STOP && error == 0 && issued_bytes < io_limit_bytes && issued_ios < io_limit_count;
+        let can_issue =
+            phase != PHASE_STOP && error == 0 && issued_bytes < io_limit_bytes && issued_ios < io_limit_count;
         if can_issue {
             let mut chunk_open = false;
             let mut prev: Option<u32> = None;

@@ -32,6 +32,15 @@ pub enum BenchError {
 
 const SAMPLE_NS: u64 = 500_000_000;
 
+/// Marks a job done when its thread leaves `run_job`, by return or unwind.
+struct DoneOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for DoneOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
 /// What a job thread shares with the supervisor.
 struct Shared<'a> {
     opts: &'a JobOptions,
@@ -82,10 +91,10 @@ pub fn run(plan: &BenchPlan) -> Result<String, BenchError> {
                 std::thread::Builder::new()
                     .name(format!("job{i}"))
                     .spawn_scoped(scope, move || {
-                        let result = job::run_job(r.opts, dev, i, &r.ctrl, &r.live);
-                        // Done whatever the outcome, so the supervisor stops.
-                        r.live.done.store(true, Ordering::Release);
-                        result
+                        // Done whatever the outcome (even a panic), so the
+                        // supervisor stops.
+                        let _done = DoneOnDrop(&r.live.done);
+                        job::run_job(r.opts, dev, i, &r.ctrl, &r.live)
                     })
                     .expect("spawn job thread")
             })
@@ -113,7 +122,8 @@ pub fn run(plan: &BenchPlan) -> Result<String, BenchError> {
         stats: dev.stats(),
     };
     let mut out = if plan.json {
-        serde_json::to_string_pretty(&report::to_json(&entries, &plan.global_given, &info)).expect("JSON encoding") + "\n"
+        serde_json::to_string_pretty(&report::to_json(&entries, &plan.global_given, &info)).expect("JSON encoding")
+            + "\n"
     } else {
         report::to_human(&entries, &info)
     };
@@ -129,7 +139,9 @@ fn progress_bar(human: bool) -> Option<indicatif::ProgressBar> {
         return None;
     }
     let bar = indicatif::ProgressBar::new_spinner();
-    bar.set_style(indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}").expect("valid template"));
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}").expect("valid template"),
+    );
     Some(bar)
 }
 

@@ -70,7 +70,11 @@ impl RwMode {
             "randwrite" => RwMode::RandWrite,
             "rw" | "readwrite" => RwMode::ReadWrite,
             "randrw" => RwMode::RandRw,
-            _ => return err(format!("rw: bad value '{v}' (accepted: read, write, randread, randwrite, rw, readwrite, randrw)")),
+            _ => {
+                return err(format!(
+                    "rw: bad value '{v}' (accepted: read, write, randread, randwrite, rw, readwrite, randrw)"
+                ))
+            }
         })
     }
 
@@ -189,9 +193,7 @@ impl JobOptions {
             "iodepth_batch_complete_min" | "iodepth_batch_complete" => {
                 self.iodepth_batch_complete_min = parse_int(key, v()?, 0, 65536)? as usize
             }
-            "iodepth_batch_complete_max" => {
-                self.iodepth_batch_complete_max = parse_int(key, v()?, 0, 65536)? as usize
-            }
+            "iodepth_batch_complete_max" => self.iodepth_batch_complete_max = parse_int(key, v()?, 0, 65536)? as usize,
             "numjobs" => self.numjobs = parse_int(key, v()?, 1, 4096)? as usize,
             "runtime" | "timeout" => self.runtime_ns = parse_time_ns(key, v()?)?,
             "time_based" => self.time_based = parse_flag(key, value)?,
@@ -267,7 +269,8 @@ pub fn parse_time_ns(key: &str, v: &str) -> Result<u64, OptionError> {
         "d" => 86_400_000_000_000,
         _ => return err(format!("{key}: bad time '{v}' (accepted: a number with an optional unit us, ms, s, m, h)")),
     };
-    let n: u64 = num.parse().map_err(|_| OptionError(format!("{key}: bad time '{v}' (accepted: e.g. 10, 500ms, 2m)")))?;
+    let n: u64 =
+        num.parse().map_err(|_| OptionError(format!("{key}: bad time '{v}' (accepted: e.g. 10, 500ms, 2m)")))?;
     n.checked_mul(ns_per_unit).ok_or_else(|| OptionError(format!("{key}: time '{v}' overflows")))
 }
 
@@ -299,10 +302,16 @@ fn default_job() -> JobOptions {
     job
 }
 
+/// Options in the order given: (key, value; None for a bare flag).
+type OptionList = Vec<(String, Option<String>)>;
+
+/// What parsing produced: the jobs, the global options as given, the device.
+type Parsed = (Vec<JobOptions>, Vec<(String, String)>, Option<String>);
+
 /// Collects options in order: `device` is plan-level, the rest job options.
 struct Collector {
-    global: Vec<(String, Option<String>)>,
-    jobs: Vec<(String, Vec<(String, Option<String>)>)>,
+    global: OptionList,
+    jobs: Vec<(String, OptionList)>,
     device: Option<String>,
 }
 
@@ -318,7 +327,7 @@ impl Collector {
         }
     }
 
-    fn finish(self) -> Result<(Vec<JobOptions>, Vec<(String, String)>, Option<String>), OptionError> {
+    fn finish(self) -> Result<Parsed, OptionError> {
         let mut base = JobOptions::defaults("");
         for (k, v) in &self.global {
             base.set(k, v.as_deref())?;

@@ -127,7 +127,8 @@ fn dir_json(e: &Entry, d: &DirStats, samples: &Samples, timed: bool) -> Value {
     let bw_bytes = d.bytes as f64 / secs;
     let mut clat = summary_json(&d.clat);
     if timed && d.ios > 0 {
-        let pct: Map<String, Value> = PERCENTILES.iter().map(|p| (format!("{p:.6}"), json!(d.percentile(*p)))).collect();
+        let pct: Map<String, Value> =
+            PERCENTILES.iter().map(|p| (format!("{p:.6}"), json!(d.percentile(*p)))).collect();
         clat.insert("percentile".into(), Value::Object(pct));
     }
     let (bw_min, bw_max, bw_mean, bw_dev) = sample_stats(&samples.bw_kib);
@@ -258,7 +259,13 @@ pub fn fmt_num(v: f64) -> String {
         _ => (1.0, ""),
     };
     let x = v / div;
-    let digits = if x >= 100.0 || div == 1.0 { 0 } else if x >= 10.0 { 1 } else { 2 };
+    let digits = if x >= 100.0 || div == 1.0 {
+        0
+    } else if x >= 10.0 {
+        1
+    } else {
+        2
+    };
     format!("{x:.digits$}{suffix}")
 }
 
@@ -390,7 +397,8 @@ pub fn to_human(entries: &[Entry], dev: &DeviceInfo) -> String {
     }
     let s = &dev.stats;
     let _ = writeln!(out);
-    let _ = writeln!(out, "Block layer stats ({}, {} hw queue(s) x {} tags):", dev.spec, dev.nr_hw_queues, dev.queue_depth);
+    let _ =
+        writeln!(out, "Block layer stats ({}, {} hw queue(s) x {} tags):", dev.spec, dev.nr_hw_queues, dev.queue_depth);
     let _ = writeln!(
         out,
         "  {}: dispatched={}, completed={}, merges={}, busy={}, tag_waits={}, timeouts={}",

@@ -195,9 +195,8 @@ impl NullDriver {
         let mut irq = Vec::new();
         if cfg.irqmode != IrqMode::None || cfg.mbps > 0 {
             for i in 0..cfg.submit_queues {
-                let q = IrqQueue::start(i, cfg.hw_queue_depth as usize).map_err(|e| {
-                    crate::error::Error::Setup(format!("null: cannot start completion thread: {e}"))
-                })?;
+                let q = IrqQueue::start(i, cfg.hw_queue_depth as usize)
+                    .map_err(|e| crate::error::Error::Setup(format!("null: cannot start completion thread: {e}")))?;
                 irq.push(q);
             }
         }
