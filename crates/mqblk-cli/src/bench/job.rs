@@ -15,7 +15,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 
 use crossbeam_utils::CachePadded;
-use mqblk::clock::now_ns;
+use mqblk::clock::Clock;
 use mqblk::{Bio, Buf, ClientStats, Completion, Device};
 
 use super::options::JobOptions;
@@ -109,6 +109,7 @@ impl Pattern {
 pub fn run_job(
     opts: &JobOptions,
     dev: &Device,
+    clock: Clock,
     job_index: usize,
     ctrl: &Control,
     live: &Live,
@@ -151,7 +152,7 @@ pub fn run_job(
     let mut read = DirStats::default();
     let mut write = DirStats::default();
     let mut measuring = ctrl.phase.load(Ordering::Acquire) != PHASE_RAMP;
-    let mut start_ns = now_ns();
+    let mut start_ns = clock.now_ns();
     let mut start_ru = Rusage::thread_now();
     live.measuring.store(measuring, Ordering::Release);
     let (mut issued_bytes, mut issued_ios, mut total_ios) = (0u64, 0u64, 0u64);
@@ -165,7 +166,7 @@ pub fn run_job(
             write = DirStats::default();
             total_ios = 0;
             measuring = true;
-            start_ns = now_ns();
+            start_ns = clock.now_ns();
             start_ru = Rusage::thread_now();
             live.measuring.store(true, Ordering::Release);
         }
@@ -185,7 +186,7 @@ pub fn run_job(
                 } else {
                     Bio::read(offset, read_bufs[idx as usize].take().expect("slot owns its read buffer"))
                 };
-                let t = if timed { now_ns() } else { 0 };
+                let t = if timed { clock.now_ns() } else { 0 };
                 if let Some(p) = prev {
                     slots[p as usize].slat_ns = t - slots[p as usize].issue_ns;
                 }
@@ -201,12 +202,12 @@ pub fn run_job(
                 if in_chunk == batch {
                     in_chunk = 0;
                     if timed {
-                        close_slat(&mut slots, prev.take());
+                        close_slat(&clock, &mut slots, prev.take());
                     }
                 }
             }
             if timed && chunk_open {
-                close_slat(&mut slots, prev);
+                close_slat(&clock, &mut slots, prev);
             }
         }
         let in_flight = client.in_flight();
@@ -219,7 +220,7 @@ pub fn run_job(
         let min = complete_min.min(in_flight);
         done.clear();
         client.do_io(&mut done, min, complete_max, None).map_err(|e| format!("job '{}': do_io: {e}", opts.name))?;
-        let now = if timed { now_ns() } else { 0 };
+        let now = if timed { clock.now_ns() } else { 0 };
         for c in done.drain(..) {
             let idx = c.user_data as usize;
             let slot = slots[idx];
@@ -251,16 +252,16 @@ pub fn run_job(
         live.read_bytes.store(read.bytes, Ordering::Relaxed);
         live.write_bytes.store(write.bytes, Ordering::Relaxed);
     }
-    let elapsed_ns = now_ns() - start_ns;
+    let elapsed_ns = clock.now_ns() - start_ns;
     let rusage = Rusage::thread_now().since(&start_ru);
     Ok(JobResult { read, write, elapsed_ns, rusage, client: client.stats(), error })
 }
 
 /// Ends the open chunk: the last I/O's submission latency runs to now.
 #[inline]
-fn close_slat(slots: &mut [Slot], last: Option<u32>) {
+fn close_slat(clock: &Clock, slots: &mut [Slot], last: Option<u32>) {
     if let Some(p) = last {
-        let t = now_ns();
+        let t = clock.now_ns();
         slots[p as usize].slat_ns = t - slots[p as usize].issue_ns;
     }
 }

@@ -13,6 +13,7 @@ use std::io::IsTerminal;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use mqblk::clock::Clock;
 use mqblk::Device;
 
 use job::{Control, JobResult, Live, PHASE_RUN, PHASE_STOP};
@@ -60,6 +61,7 @@ struct Running {
 pub fn run(plan: &BenchPlan) -> Result<String, BenchError> {
     let spec = plan.device.clone().unwrap_or_else(|| DEFAULT_DEVICE.to_string());
     let dev = Device::open(&spec).map_err(|e| BenchError::BadInput(format!("--device {spec}: {e}")))?;
+    let clock = bench_clock(plan)?;
     let start = Instant::now();
     let mut shared: Vec<Shared> = Vec::new();
     let mut running: Vec<Running> = Vec::new();
@@ -94,7 +96,7 @@ pub fn run(plan: &BenchPlan) -> Result<String, BenchError> {
                         // Done whatever the outcome (even a panic), so the
                         // supervisor stops.
                         let _done = DoneOnDrop(&r.live.done);
-                        job::run_job(r.opts, dev, i, &r.ctrl, &r.live)
+                        job::run_job(r.opts, dev, clock, i, &r.ctrl, &r.live)
                     })
                     .expect("spawn job thread")
             })
@@ -132,6 +134,15 @@ pub fn run(plan: &BenchPlan) -> Result<String, BenchError> {
         out.push_str(&dev.show_stats());
     }
     Ok(out)
+}
+
+/// One clock for all jobs: the first explicit `clocksource`, else fio's
+/// default (the TSC when reliable, else clock_gettime).
+fn bench_clock(plan: &BenchPlan) -> Result<Clock, BenchError> {
+    match plan.jobs.iter().find_map(|j| j.clocksource) {
+        Some(source) => Clock::new(source).map_err(|e| BenchError::BadInput(format!("clocksource: {e}"))),
+        None => Ok(Clock::best()),
+    }
 }
 
 fn progress_bar(human: bool) -> Option<indicatif::ProgressBar> {

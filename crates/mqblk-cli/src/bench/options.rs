@@ -47,6 +47,7 @@ pub const JOB_OPTIONS: &[&str] = &[
     "group_reporting",
     "randseed",
     "gtod_reduce",
+    "clocksource",
     "device",
 ];
 
@@ -128,6 +129,9 @@ pub struct JobOptions {
     pub group_reporting: bool,
     pub randseed: u64,
     pub gtod_reduce: bool,
+    /// Timestamps from the TSC (fio's clocksource=cpu) or clock_gettime;
+    /// None: fio's default (the TSC when reliable).
+    pub clocksource: Option<mqblk::clock::ClockSource>,
     /// The options as given, for the JSON "job options" object.
     pub given: Vec<(String, String)>,
 }
@@ -155,6 +159,7 @@ impl JobOptions {
             group_reporting: false,
             randseed: 0x89,
             gtod_reduce: false,
+            clocksource: None,
             given: Vec::new(),
         }
     }
@@ -202,6 +207,18 @@ impl JobOptions {
             "group_reporting" => self.group_reporting = parse_flag(key, value)?,
             "randseed" => self.randseed = parse_int(key, v()?, 0, u64::MAX)?,
             "gtod_reduce" => self.gtod_reduce = parse_flag(key, value)?,
+            "clocksource" => {
+                use mqblk::clock::ClockSource;
+                self.clocksource = Some(match v()? {
+                    "cpu" => ClockSource::Cpu,
+                    "clock_gettime" | "gettimeofday" => ClockSource::ClockGettime,
+                    other => {
+                        return err(format!(
+                            "clocksource: bad value '{other}' (accepted: cpu, clock_gettime, gettimeofday)"
+                        ))
+                    }
+                })
+            }
             _ => return err(unknown_option(key)),
         }
         if key != "name" {
