@@ -163,3 +163,21 @@ fn offset_beyond_device_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("offset"), "{err}");
 }
+
+#[test]
+fn ramp_time_is_not_measured() {
+    // 1 s of ramp, then 200 ms measured: the measured runtime is far below
+    // the 1.2 s the job lives.
+    let v = bench_json(&[
+        "--device",
+        "null:gb=1,irqmode=0",
+        "--name=r",
+        "--rw=randread",
+        "--ramp_time=1",
+        "--runtime=200ms",
+        "--time_based",
+    ]);
+    let runtime = v["jobs"][0]["job_runtime"].as_u64().unwrap();
+    assert!((150..1000).contains(&runtime), "measured {runtime} ms");
+    assert!(v["mqblk"]["completed"].as_u64().unwrap() > v["jobs"][0]["read"]["total_ios"].as_u64().unwrap());
+}

@@ -197,10 +197,22 @@ impl Client {
     /// `NOWAIT`). A refused bio comes back in the error, untouched.
     #[inline]
     pub fn submit(&mut self, bio: Bio, user_data: u64) -> Result<(), Box<Rejected>> {
-        self.submit_inner(bio, user_data, ORIGIN_USER)
+        self.submit_inner(bio, user_data, ORIGIN_USER, false)
     }
 
-    fn submit_inner(&mut self, bio: Bio, user_data: u64, origin: u8) -> Result<(), Box<Rejected>> {
+    /// Submits `bio` on one of the driver's reserved tags (the kernel's
+    /// BLK_MQ_REQ_RESERVED): for I/O that must not wait behind normal
+    /// traffic. Refused with `NoReservedTags` if the device has no
+    /// reserved tags at all.
+    pub fn submit_reserved(&mut self, bio: Bio, user_data: u64) -> Result<(), Box<Rejected>> {
+        self.submit_inner(bio, user_data, ORIGIN_USER, true)
+    }
+
+    fn submit_inner(&mut self, bio: Bio, user_data: u64, origin: u8, reserved: bool) -> Result<(), Box<Rejected>> {
+        if reserved && self.q.hctx(self.hctx_index).tags.nr_reserved_tags() == 0 {
+            let error = SubmitError::NoReservedTags;
+            return Err(Box::new(Rejected { error, bio }));
+        }
         if self.in_flight >= self.capacity() {
             let error = SubmitError::TooManyInFlight { max: self.capacity() };
             return Err(Box::new(Rejected { error, bio }));
@@ -210,7 +222,7 @@ impl Client {
         }
         let hctx = self.q.hctx(self.hctx_index);
         let nowait = bio.flags.contains(ReqFlags::NOWAIT);
-        let Some(got) = hctx.tags.get(&mut self.alloc, false, nowait, || {}) else {
+        let Some(got) = hctx.tags.get(&mut self.alloc, reserved, nowait, || {}) else {
             return Err(Box::new(Rejected { error: SubmitError::Again, bio }));
         };
         if got.slept {
@@ -389,7 +401,7 @@ impl Client {
     }
 
     fn blocking(&mut self, bio: Bio) -> Result<Completion, Error> {
-        self.submit_inner(bio, 0, ORIGIN_BLOCKING).map_err(|r| Error::Submit(r.error))?;
+        self.submit_inner(bio, 0, ORIGIN_BLOCKING, false).map_err(|r| Error::Submit(r.error))?;
         let mut scratch = Vec::new();
         loop {
             let n = self.reap_ring(&mut scratch, usize::MAX);

@@ -27,13 +27,15 @@ pub enum SubmitError {
     TooManyInFlight { max: usize },
     #[error("no free tag and NOWAIT was set")]
     Again,
+    #[error("the device has no reserved tags (its driver's tag set reserves none)")]
+    NoReservedTags,
 }
 
 impl SubmitError {
     /// The status a kernel would complete such a bio with.
     pub fn status(&self) -> Status {
         match self {
-            SubmitError::NotSupported { .. } => Status::NotSupp,
+            SubmitError::NotSupported { .. } | SubmitError::NoReservedTags => Status::NotSupp,
             SubmitError::Again | SubmitError::TooManyInFlight { .. } => Status::Again,
             SubmitError::OutOfRange { .. } => Status::IoErr,
             _ => Status::Invalid,

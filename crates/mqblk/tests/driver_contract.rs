@@ -220,3 +220,75 @@ fn blocking_helpers_leave_other_completions_for_do_io() {
     assert_eq!(c.do_io(&mut done, 1, 8, None).unwrap(), 1);
     assert_eq!(done[0].user_data, 77);
 }
+
+/// A tag set with 2 reserved tags out of 6, completing inline.
+struct Reserving;
+
+impl Driver for Reserving {
+    fn name(&self) -> &str {
+        "reserving"
+    }
+    fn tag_set(&self) -> TagSetConfig {
+        let mut t = TagSetConfig::new(1, 6);
+        t.reserved_tags = 2;
+        t
+    }
+    fn limits(&self) -> QueueLimits {
+        QueueLimits::new(1 << 20, 512)
+    }
+    fn queue_rq(&self, _hctx: &Hctx, rq: Rq, _last: bool) -> QueueRqResult {
+        rq.complete(Status::Ok);
+        QueueRqResult::Queued
+    }
+}
+
+#[test]
+fn reserved_tags_are_separate_and_refused_without_them() {
+    let dev = Device::with_driver(Box::new(Reserving)).unwrap();
+    let mut c = dev.client();
+    c.submit_reserved(Bio::read(0, Buf::new(512)), 1).unwrap();
+    c.submit(Bio::read(0, Buf::new(512)), 2).unwrap();
+    let mut done = Vec::new();
+    c.do_io(&mut done, 2, 2, None).unwrap();
+    assert!(done.iter().all(|d| d.status.is_ok()));
+    let dump = dev.show_stats();
+    assert!(dump.contains("hctx0/tags/nr_reserved_tags=2"), "{dump}");
+    assert!(dump.contains("hctx0/tags/breserved_tags/depth=2"), "{dump}");
+    assert!(dump.contains("hctx0/tags/bitmap_tags/depth=4"), "{dump}");
+
+    let null = Device::open("null:gb=1,irqmode=0").unwrap();
+    let mut c = null.client();
+    let r = c.submit_reserved(Bio::read(0, Buf::new(4096)), 1).unwrap_err();
+    assert_eq!(r.error, mqblk::SubmitError::NoReservedTags);
+}
+
+#[test]
+fn timer_mode_never_completes_early() {
+    // A lower bound only: a slow machine can only make latencies longer.
+    let dev = Device::open("null:gb=1,irqmode=2,completion_nsec=300000").unwrap();
+    let mut c = dev.client();
+    for i in 0..20 {
+        let t = std::time::Instant::now();
+        c.read_at(&mut [0u8; 4096], i * 4096).unwrap();
+        assert!(t.elapsed() >= Duration::from_micros(300), "completed after {:?}", t.elapsed());
+    }
+}
+
+#[test]
+fn mbps_limits_bandwidth() {
+    // 40 MiB through a 100 MiB/s device takes at least 0.4 s (lower bound).
+    for mode in ["irqmode=0", "irqmode=1"] {
+        let dev = Device::open(&format!("null:gb=1,mbps=100,{mode}")).unwrap();
+        let mut c = dev.client_with_capacity(8);
+        let t = std::time::Instant::now();
+        let mut done = Vec::new();
+        for i in 0..640u64 {
+            if c.in_flight() == 8 {
+                c.do_io(&mut done, 1, 8, None).unwrap();
+            }
+            c.submit(Bio::write(i * 65536, Buf::new(65536)), i).unwrap();
+        }
+        c.drain();
+        assert!(t.elapsed() >= Duration::from_millis(390), "{mode}: {:?}", t.elapsed());
+    }
+}

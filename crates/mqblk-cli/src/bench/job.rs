@@ -94,7 +94,10 @@ impl Pattern {
     fn next_offset(&mut self, bs: u64) -> u64 {
         if self.random {
             let blocks = self.region_len / bs;
-            return self.region_start + (self.next_rand() % blocks) * bs;
+            // Multiply-high maps the random word onto 0..blocks without a
+            // 64-bit division (Lemire's reduction; bias below 2^-40 here).
+            let block = ((u128::from(self.next_rand()) * u128::from(blocks)) >> 64) as u64;
+            return self.region_start + block * bs;
         }
         if self.pos + bs > self.region_len {
             self.pos = 0; // wrap (time_based runs loop over the region)
