@@ -15,11 +15,12 @@ pub fn now_ns() -> u64 {
 /// Waits until `now_ns() >= due_ns`: sleeps while far away (the kernel's
 /// timers oversleep by tens of microseconds here), then spins for the last
 /// `spin_ns`, so wakeups land within a few microseconds.
-pub fn wait_until(due_ns: u64, spin_ns: u64) {
+/// Returns the time it saw at or past `due_ns`.
+pub fn wait_until(due_ns: u64, spin_ns: u64) -> u64 {
     loop {
         let now = now_ns();
         if now >= due_ns {
-            return;
+            return now;
         }
         let remaining = due_ns - now;
         if remaining > spin_ns {

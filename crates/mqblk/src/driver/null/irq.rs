@@ -23,6 +23,11 @@ use crate::sync::{AtomicBool, AtomicU64, Ordering, SleepGate};
 /// by about 30 us on average and up to ~90 us.
 pub(crate) const SPIN_NS: u64 = 60_000;
 
+/// Timer mode: after the ring empties, look for new requests for this long
+/// before sleeping. Waking a sleeping thread takes 10-30 us here, longer than
+/// a typical completion_nsec, so a thread that slept would be late.
+pub(crate) const IDLE_SPIN_NS: u64 = 50_000;
+
 pub(crate) struct Pending {
     pub(crate) rq: Rq,
     pub(crate) due_ns: u64,
@@ -34,6 +39,11 @@ struct Shared {
     gate: SleepGate,
     stop: AtomicBool,
     completed: AtomicU64,
+    /// Timed completions, and how late they were noticed in total and at
+    /// worst (ns past their due time): the timer's precision.
+    timed: AtomicU64,
+    late_ns_sum: AtomicU64,
+    late_ns_max: AtomicU64,
 }
 
 /// One hardware queue's completion thread.
@@ -43,17 +53,21 @@ pub(crate) struct IrqQueue {
 }
 
 impl IrqQueue {
-    pub(crate) fn start(index: usize, depth: usize) -> std::io::Result<Self> {
+    /// `idle_spin`: stay awake `IDLE_SPIN_NS` after going idle (timer mode).
+    pub(crate) fn start(index: usize, depth: usize, idle_spin: bool) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             ring: MpscRing::new(depth),
             gate: SleepGate::default(),
             stop: AtomicBool::new(false),
             completed: AtomicU64::new(0),
+            timed: AtomicU64::new(0),
+            late_ns_sum: AtomicU64::new(0),
+            late_ns_max: AtomicU64::new(0),
         });
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
             .name(format!("null-irq{index}"))
-            .spawn(move || completion_loop(&thread_shared))?;
+            .spawn(move || completion_loop(&thread_shared, idle_spin))?;
         Ok(Self { shared, thread: Some(thread) })
     }
 
@@ -74,6 +88,13 @@ impl IrqQueue {
         self.shared.ring.len()
     }
 
+    /// (timed completions, mean lateness ns, worst lateness ns).
+    pub(crate) fn lateness(&self) -> (u64, u64, u64) {
+        let n = self.shared.timed.load(Ordering::Relaxed);
+        let sum = self.shared.late_ns_sum.load(Ordering::Relaxed);
+        (n, sum.checked_div(n).unwrap_or(0), self.shared.late_ns_max.load(Ordering::Relaxed))
+    }
+
     /// Completes everything still queued (at its due time) and joins.
     pub(crate) fn stop(&mut self) {
         self.shared.stop.store(true, Ordering::SeqCst);
@@ -90,21 +111,39 @@ impl Drop for IrqQueue {
     }
 }
 
-fn completion_loop(shared: &Shared) {
+fn completion_loop(shared: &Shared, idle_spin: bool) {
     set_precise_timer_slack();
+    let mut idle_since: Option<u64> = None;
     loop {
         // SAFETY: this thread is the ring's only consumer.
         if let Some(p) = unsafe { shared.ring.pop() } {
             if p.due_ns > 0 {
-                wait_until(p.due_ns, SPIN_NS);
+                let late_ns = wait_until(p.due_ns, SPIN_NS) - p.due_ns;
+                // Only this thread writes these: plain load/store suffices.
+                let st = shared;
+                st.timed.store(st.timed.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+                st.late_ns_sum.store(st.late_ns_sum.load(Ordering::Relaxed) + late_ns, Ordering::Relaxed);
+                if late_ns > st.late_ns_max.load(Ordering::Relaxed) {
+                    st.late_ns_max.store(late_ns, Ordering::Relaxed);
+                }
             }
             p.rq.complete(p.status);
             shared.completed.fetch_add(1, Ordering::Relaxed);
+            idle_since = None;
             continue;
         }
         if shared.stop.load(Ordering::SeqCst) {
             return; // ring empty and no submitter left (the queue is going)
         }
+        if idle_spin {
+            let now = now_ns();
+            let since = *idle_since.get_or_insert(now);
+            if now - since < IDLE_SPIN_NS {
+                std::hint::spin_loop();
+                continue;
+            }
+        }
+        idle_since = None;
         shared.gate.sleep_unless(|| shared.ring.has_ready() || shared.stop.load(Ordering::SeqCst), None);
     }
 }

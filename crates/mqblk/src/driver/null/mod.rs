@@ -195,7 +195,9 @@ impl NullDriver {
         let mut irq = Vec::new();
         if cfg.irqmode != IrqMode::None || cfg.mbps > 0 {
             for i in 0..cfg.submit_queues {
-                let q = IrqQueue::start(i, cfg.hw_queue_depth as usize)
+                // Timer mode stays awake briefly when idle, for precision.
+                let idle_spin = cfg.irqmode == IrqMode::Timer;
+                let q = IrqQueue::start(i, cfg.hw_queue_depth as usize, idle_spin)
                     .map_err(|e| crate::error::Error::Setup(format!("null: cannot start completion thread: {e}")))?;
                 irq.push(q);
             }
@@ -311,7 +313,13 @@ impl Driver for NullDriver {
             let _ = writeln!(out, "null/pages={}", mem.nr_pages());
         }
         for (i, q) in self.irq.lock().iter().enumerate() {
-            let _ = writeln!(out, "null/irq{i}/completed={} pending={}", q.completed(), q.pending());
+            let (timed, late_mean, late_max) = q.lateness();
+            let _ = writeln!(
+                out,
+                "null/irq{i}/completed={} pending={} timed={timed} late_ns_mean={late_mean} late_ns_max={late_max}",
+                q.completed(),
+                q.pending()
+            );
         }
     }
 }
