@@ -181,3 +181,25 @@ fn ramp_time_is_not_measured() {
     assert!((150..1000).contains(&runtime), "measured {runtime} ms");
     assert!(v["mqblk"]["completed"].as_u64().unwrap() > v["jobs"][0]["read"]["total_ios"].as_u64().unwrap());
 }
+
+#[test]
+fn wake_policy_is_chosen_per_device() {
+    let out = mqblk(&[
+        "bench",
+        "--device",
+        "null:gb=1,irqmode=1,hw_queue_depth=4,wake=stash",
+        "--name=w",
+        "--iodepth=8",
+        "--numjobs=4",
+        "--number_ios=2000",
+        "--stats",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("hctx0/tags/bitmap_tags/wake_policy=stash"), "{text}");
+    assert!(text.contains("hctx0/tags/bitmap_tags/stash_min_waiters=4"), "{text}");
+    let out = mqblk(&["bench", "--device", "null:wake=fast"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(err.contains("'wake'") && err.contains("batch, stash"), "{err}");
+}

@@ -11,6 +11,22 @@ use crate::error::Error;
 /// Names of the drivers `Device::open` knows.
 pub const DRIVERS: &[&str] = &["null"];
 
+/// Keys of the block layer itself, accepted in any driver's spec.
+pub const BLOCK_KEYS: &[&str] = &["wake"];
+
+/// Block-layer options of a device spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueOptions {
+    /// Tag wakeup policy (`wake=`): one of `sbitmap::WAKE_POLICIES`.
+    pub wake: String,
+}
+
+impl Default for QueueOptions {
+    fn default() -> Self {
+        Self { wake: "batch".to_string() }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
@@ -54,16 +70,24 @@ impl SpecParams {
         Ok(Self { driver, pairs })
     }
 
-    /// Fails on the first key not in `accepted`.
+    /// Fails on the first key that is neither in `accepted` (the driver's)
+    /// nor a block-layer key.
     pub fn check_keys(&self, accepted: &[&str]) -> Result<(), ConfigError> {
-        match self.pairs.iter().find(|(k, _)| !accepted.contains(&k.as_str())) {
+        let known = |k: &str| accepted.contains(&k) || BLOCK_KEYS.contains(&k);
+        match self.pairs.iter().find(|(k, _)| !known(k)) {
             None => Ok(()),
             Some((key, _)) => Err(ConfigError::UnknownKey {
                 driver: self.driver.clone(),
                 key: key.clone(),
-                accepted: accepted.join(", "),
+                accepted: accepted.iter().chain(BLOCK_KEYS).copied().collect::<Vec<_>>().join(", "),
             }),
         }
+    }
+
+    /// The block-layer options of this spec.
+    pub fn queue_options(&self) -> Result<QueueOptions, ConfigError> {
+        let wake = self.choice("wake", "batch", crate::sbitmap::WAKE_POLICIES)?;
+        Ok(QueueOptions { wake: wake.to_string() })
     }
 
     pub fn raw(&self, key: &str) -> Option<&str> {
@@ -117,13 +141,16 @@ impl SpecParams {
     }
 }
 
-/// Builds the driver a spec names.
-pub fn driver_from_spec(spec: &str) -> Result<Box<dyn Driver>, Error> {
+/// Builds the driver a spec names, and the block-layer options it sets.
+pub fn driver_from_spec(spec: &str) -> Result<(Box<dyn Driver>, QueueOptions), Error> {
     let params = SpecParams::parse(spec)?;
-    match params.driver.as_str() {
-        "null" => Ok(Box::new(crate::driver::null::NullDriver::from_params(&params)?)),
-        other => Err(ConfigError::UnknownDriver { driver: other.to_string(), accepted: DRIVERS.join(", ") }.into()),
-    }
+    let driver: Box<dyn Driver> = match params.driver.as_str() {
+        "null" => Box::new(crate::driver::null::NullDriver::from_params(&params)?),
+        other => {
+            return Err(ConfigError::UnknownDriver { driver: other.to_string(), accepted: DRIVERS.join(", ") }.into())
+        }
+    };
+    Ok((driver, params.queue_options()?))
 }
 
 #[cfg(test)]

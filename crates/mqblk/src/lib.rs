@@ -41,7 +41,7 @@ mod tag;
 
 pub use buf::{Buf, BUF_ALIGN};
 pub use client::{Client, ClientStats, Completion};
-pub use config::ConfigError;
+pub use config::{ConfigError, QueueOptions};
 pub use error::{Error, Rejected, SubmitError};
 pub use hctx::Hctx;
 pub use queue::{Device, DeviceStats, QueueLimits, DEFAULT_MAX_SECTORS, DEFAULT_MAX_SEGMENTS};

@@ -13,11 +13,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::client::{Client, ClientShared};
+use crate::config::QueueOptions;
 use crate::driver::{Driver, TimedOutRq, TimeoutAction};
 use crate::error::{Error, SubmitError};
 use crate::hctx::Hctx;
 use crate::request::{Bio, Op, RqState, SECTOR_SHIFT, SECTOR_SIZE};
-use crate::sbitmap::BatchWake;
+use crate::sbitmap::{wake_policy, WAKE_POLICIES};
 use std::sync::Arc;
 
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, Parker};
@@ -189,14 +190,21 @@ pub(crate) struct RequestQueue {
 }
 
 impl RequestQueue {
-    fn new(driver: Box<dyn Driver>) -> Result<Arc<Self>, Error> {
+    fn new(driver: Box<dyn Driver>, opts: QueueOptions) -> Result<Arc<Self>, Error> {
         let driver: Arc<dyn Driver> = Arc::from(driver);
         let tag_set = driver.tag_set();
         tag_set.validate().map_err(Error::Setup)?;
         let limits = driver.limits();
         limits.validate().map_err(Error::Setup)?;
         let mut hctxs: Box<[Hctx]> = (0..tag_set.nr_hw_queues)
-            .map(|i| Hctx::new(i, Tags::new(&tag_set, Box::<BatchWake>::default()), driver.clone()))
+            .map(|i| {
+                let policy = wake_policy(&opts.wake).ok_or_else(|| {
+                    Error::Setup(format!("wake={} (accepted: {})", opts.wake, WAKE_POLICIES.join(", ")))
+                })?;
+                Ok(Hctx::new(i, Tags::new(&tag_set, policy), driver.clone()))
+            })
+            .collect::<Result<Vec<_>, Error>>()?
+            .into_iter()
             .collect();
         for hctx in hctxs.iter_mut() {
             let ptr: *const Hctx = hctx;
@@ -422,13 +430,20 @@ impl std::fmt::Debug for Device {
 impl Device {
     /// Opens a device from a spec such as
     /// `null:irqmode=2,completion_nsec=20000,memory_backed=1`.
+    /// Block-layer keys (`wake=batch|stash`) may appear in any driver's spec.
     pub fn open(spec: &str) -> Result<Device, Error> {
-        Self::with_driver(crate::config::driver_from_spec(spec)?)
+        let (driver, opts) = crate::config::driver_from_spec(spec)?;
+        Self::with_driver_options(driver, opts)
     }
 
-    /// A device over any driver.
+    /// A device over any driver, with the default block-layer options.
     pub fn with_driver(driver: Box<dyn Driver>) -> Result<Device, Error> {
-        Ok(Device { q: RequestQueue::new(driver)? })
+        Self::with_driver_options(driver, QueueOptions::default())
+    }
+
+    /// A device over any driver with the given block-layer options.
+    pub fn with_driver_options(driver: Box<dyn Driver>, opts: QueueOptions) -> Result<Device, Error> {
+        Ok(Device { q: RequestQueue::new(driver, opts)? })
     }
 
     /// A client whose completion ring holds one hardware queue's depth.

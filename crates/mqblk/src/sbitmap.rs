@@ -480,6 +480,99 @@ impl WakePolicy for BatchWake {
     }
 }
 
+/// Hou Tao's stash-wake-use (the 2020 RFC of seed 000, in the form of his
+/// follow-up): with few waiters, the kernel's batched wakeup; once at least
+/// `min_waiters` wait, freed bits are *stashed* (left free, nobody woken)
+/// until at least a quarter of the depth is free (busy <= 3/4 depth), and
+/// from then on every freed bit wakes one waiter, who finds the stash and
+/// consumes several bits in a row without sleeping again.
+///
+/// The busy count is taken from the bitmap's words (popcount) only on this
+/// slow path, when waiters exist, instead of an atomic counter updated on
+/// every get and put (the cost that kept the RFC out of mainline).
+///
+/// A stash is also cut short after depth/4 consecutive stashed frees (the
+/// stash size of the original RFC): one waiter is woken, so a waiter waits
+/// a bounded number of frees even when threads that never sleep keep the
+/// bitmap more than 3/4 busy.
+///
+/// No lost wakeup: a stashed free leaves more than 3/4 of the depth busy;
+/// those bits are in flight and each of their frees runs this policy again,
+/// so the wakeups resume before the bitmap can drain.
+#[derive(Debug)]
+pub struct StashWake {
+    batch: BatchWake,
+    min_waiters: u32,
+    /// Frees stashed since the last wakeup.
+    stash_run: AtomicU32,
+    /// Frees that were stashed (no wakeup), and single wakeups made.
+    stashed: AtomicUsize,
+    single_wakes: AtomicUsize,
+}
+
+impl Default for StashWake {
+    fn default() -> Self {
+        Self::with_min_waiters(4)
+    }
+}
+
+impl StashWake {
+    /// `min_waiters`: below this many active waiters, batch wakeup (the RFC's 4).
+    pub fn with_min_waiters(min_waiters: u32) -> Self {
+        Self {
+            batch: BatchWake::default(),
+            min_waiters,
+            stash_run: AtomicU32::new(0),
+            stashed: AtomicUsize::new(0),
+            single_wakes: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl WakePolicy for StashWake {
+    fn name(&self) -> &'static str {
+        "stash"
+    }
+
+    fn bits_freed(&self, sbq: &SbitmapQueue, nr: u32) {
+        if sbq.ws_active() < self.min_waiters {
+            return self.batch.bits_freed(sbq, nr);
+        }
+        let max_busy = (sbq.depth() * 3 / 4).max(1);
+        let stash_size = (sbq.depth() / 4).max(1);
+        if sbq.sb().weight() > max_busy {
+            let run = self.stash_run.fetch_add(nr, Ordering::Relaxed) + nr;
+            if run < stash_size {
+                self.stashed.fetch_add(nr as usize, Ordering::Relaxed);
+                return;
+            }
+        }
+        self.stash_run.store(0, Ordering::Relaxed);
+        self.single_wakes.fetch_add(1, Ordering::Relaxed);
+        sbq.wake_up_nr(nr);
+    }
+
+    fn show(&self, out: &mut String) {
+        use std::fmt::Write;
+        let _ = writeln!(out, "stash_min_waiters={}", self.min_waiters);
+        let _ = writeln!(out, "stashed={}", self.stashed.load(Ordering::Relaxed));
+        let _ = writeln!(out, "single_wakes={}", self.single_wakes.load(Ordering::Relaxed));
+        self.batch.show(out);
+    }
+}
+
+/// Names accepted by `wake=`.
+pub const WAKE_POLICIES: &[&str] = &["batch", "stash"];
+
+/// The wakeup policy called `name` (`wake=NAME`), or None.
+pub fn wake_policy(name: &str) -> Option<Box<dyn WakePolicy>> {
+    match name {
+        "batch" => Some(Box::<BatchWake>::default()),
+        "stash" => Some(Box::<StashWake>::default()),
+        _ => None,
+    }
+}
+
 /// `Sbitmap` plus sleeping: the tag allocator's engine.
 pub struct SbitmapQueue {
     sb: Sbitmap,
@@ -681,8 +774,9 @@ impl SbitmapQueue {
         // kernel's sbitmap_prepare_to_wait .. sbitmap_finish_wait.
         self.ws_active.fetch_add(1, Ordering::SeqCst);
         let mut slept = false;
+        let mut woken = false;
         let bit = loop {
-            self.enqueue(ws, waiter);
+            self.enqueue(ws, waiter, woken);
             dekker_fence();
             if let Some(bit) = self.get_shallow(hint, shallow_depth) {
                 break bit;
@@ -694,6 +788,7 @@ impl SbitmapQueue {
             self.nr_sleeps.fetch_add(1, Ordering::Relaxed);
             slept = true;
             waiter.parker.park(None);
+            woken = true;
             // Woken (and removed from the list by the waker) or, after a
             // racing unpark, still listed: enqueue() handles both.
         };
@@ -701,11 +796,18 @@ impl SbitmapQueue {
         (bit, slept)
     }
 
-    /// Puts `waiter` at the tail of `ws` unless it is already listed.
-    fn enqueue(&self, ws: &WaitState, waiter: &Arc<SbqWaiter>) {
+    /// Puts `waiter` on `ws` unless it is already listed: at the tail when
+    /// it starts waiting, at the head when it was woken and lost the race
+    /// for the bit (it keeps its place in line; the kernel re-queues at the
+    /// tail, which lets a waiter be passed over again and again).
+    fn enqueue(&self, ws: &WaitState, waiter: &Arc<SbqWaiter>, keep_place: bool) {
         let mut list = ws.list.lock();
         if !list.iter().any(|w| Arc::ptr_eq(w, waiter)) {
-            list.push_back(waiter.clone());
+            if keep_place {
+                list.push_front(waiter.clone());
+            } else {
+                list.push_back(waiter.clone());
+            }
             ws.nr_waiting.fetch_add(1, Ordering::SeqCst);
         }
     }

@@ -93,3 +93,33 @@ fn loom_waiters_are_woken_by_frees() {
         assert_eq!(sbq.ws_active(), 0);
     });
 }
+
+#[test]
+fn loom_stash_policy_wakes_waiters() {
+    use mqblk::sbitmap::StashWake;
+    model(|| {
+        // min_waiters 1 so that two waiters already engage the stash logic.
+        let sbq = Arc::new(SbitmapQueue::with_policy(2, None, false, 2, Box::new(StashWake::with_min_waiters(1))));
+        let mut hint = AllocHint::new(0);
+        let (b0, b1) = (sbq.get(&mut hint).unwrap(), sbq.get(&mut hint).unwrap());
+        let waiter = {
+            let sbq = sbq.clone();
+            thread::spawn(move || {
+                let w = SbqWaiter::new();
+                sbq.get_or_wait(&mut AllocHint::new(0), 2, &w, 0, || {}).0
+            })
+        };
+        let freer = {
+            let sbq = sbq.clone();
+            thread::spawn(move || {
+                sbq.clear(b0, None);
+                sbq.clear(b1, None);
+            })
+        };
+        let w = SbqWaiter::new();
+        let mine = sbq.get_or_wait(&mut AllocHint::new(1), 2, &w, 1, || {}).0;
+        freer.join().unwrap();
+        let theirs = waiter.join().unwrap();
+        assert_ne!(mine, theirs, "a bit was handed out twice");
+    });
+}
