@@ -1,0 +1,339 @@
+//! `SbitmapQueue`: an `Sbitmap` plus sleeping, after lib/sbitmap.c's
+//! sbitmap_queue: 8 wait queues, the active-waiter count, and a pluggable
+//! [`WakePolicy`] turning freed bits into wakeups. See the parent module for
+//! the lost-wakeup argument.
+
+use std::collections::VecDeque;
+use std::fmt;
+
+use crossbeam_utils::CachePadded;
+
+use super::{AllocHint, BatchWake, Sbitmap, WakePolicy, SBQ_WAIT_QUEUES, SBQ_WAKE_BATCH};
+use crate::sync::{dekker_fence, Arc, AtomicU32, AtomicUsize, Mutex, Ordering, Parker};
+
+/// One waiter: a thread that may sleep on an `SbitmapQueue`. Allocate it once
+/// per thread or client and reuse it (waiting allocates nothing).
+#[derive(Debug, Default)]
+pub struct SbqWaiter {
+    parker: Parker,
+}
+
+impl SbqWaiter {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+}
+
+/// One of the 8 wait queues.
+#[derive(Debug, Default)]
+struct WaitState {
+    /// Number of entries in `list`, readable without the lock
+    /// (`waitqueue_active`).
+    nr_waiting: AtomicU32,
+    list: Mutex<VecDeque<Arc<SbqWaiter>>>,
+}
+
+/// `Sbitmap` plus sleeping: the tag allocator's engine.
+pub struct SbitmapQueue {
+    sb: Sbitmap,
+    wake_batch: AtomicU32,
+    wake_index: AtomicU32,
+    ws_active: AtomicU32,
+    min_shallow_depth: u32,
+    ws: Box<[CachePadded<WaitState>]>,
+    policy: Box<dyn WakePolicy>,
+    /// Times a caller went to sleep waiting for a bit (slow path only).
+    nr_sleeps: AtomicUsize,
+}
+
+impl fmt::Debug for SbitmapQueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SbitmapQueue")
+            .field("sb", &self.sb)
+            .field("wake_batch", &self.wake_batch())
+            .field("policy", &self.policy.name())
+            .finish()
+    }
+}
+
+/// wake_batch = clamp(min(depth, min_shallow_depth) / 8, 1, 8).
+pub fn calc_wake_batch(depth: u32, min_shallow_depth: u32) -> u32 {
+    (depth.min(min_shallow_depth) / SBQ_WAIT_QUEUES as u32).clamp(1, SBQ_WAKE_BATCH)
+}
+
+/// A point-in-time view of an `SbitmapQueue`, for the stats dump.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SbqSnapshot {
+    pub depth: u32,
+    pub busy: u32,
+    pub bits_per_word: u32,
+    pub map_nr: usize,
+    pub wake_batch: u32,
+    pub wake_index: u32,
+    pub ws_active: u32,
+    pub ws_waiting: [u32; SBQ_WAIT_QUEUES],
+    pub min_shallow_depth: u32,
+    pub round_robin: bool,
+    pub policy: &'static str,
+    pub nr_sleeps: usize,
+}
+
+impl SbitmapQueue {
+    /// A queue over `depth` bits with the kernel's batched wakeup.
+    pub fn new(depth: u32, round_robin: bool) -> Self {
+        Self::with_policy(depth, None, round_robin, depth, Box::<BatchWake>::default())
+    }
+
+    /// Full constructor: `min_shallow_depth` is the smallest shallow depth
+    /// any caller will pass (it shrinks `wake_batch` so that callers limited
+    /// to few bits are still woken).
+    pub fn with_policy(
+        depth: u32,
+        shift: Option<u32>,
+        round_robin: bool,
+        min_shallow_depth: u32,
+        policy: Box<dyn WakePolicy>,
+    ) -> Self {
+        assert!(min_shallow_depth > 0, "min_shallow_depth must be positive");
+        let sb = Sbitmap::new(depth, shift, round_robin);
+        let ws = (0..SBQ_WAIT_QUEUES).map(|_| CachePadded::new(WaitState::default())).collect();
+        Self {
+            wake_batch: AtomicU32::new(calc_wake_batch(depth, min_shallow_depth)),
+            sb,
+            wake_index: AtomicU32::new(0),
+            ws_active: AtomicU32::new(0),
+            min_shallow_depth,
+            ws,
+            policy,
+            nr_sleeps: AtomicUsize::new(0),
+        }
+    }
+
+    pub fn sb(&self) -> &Sbitmap {
+        &self.sb
+    }
+
+    pub fn depth(&self) -> u32 {
+        self.sb.depth
+    }
+
+    pub fn wake_batch(&self) -> u32 {
+        self.wake_batch.load(Ordering::Relaxed)
+    }
+
+    pub fn min_shallow_depth(&self) -> u32 {
+        self.min_shallow_depth
+    }
+
+    pub fn policy_name(&self) -> &'static str {
+        self.policy.name()
+    }
+
+    pub fn ws_active(&self) -> u32 {
+        self.ws_active.load(Ordering::SeqCst)
+    }
+
+    #[inline]
+    pub fn get(&self, hint: &mut AllocHint) -> Option<u32> {
+        self.sb.get(hint)
+    }
+
+    #[inline]
+    pub fn get_shallow(&self, hint: &mut AllocHint, shallow_depth: u32) -> Option<u32> {
+        debug_assert!(
+            shallow_depth >= self.min_shallow_depth,
+            "shallow depth {shallow_depth} below min_shallow_depth {}",
+            self.min_shallow_depth
+        );
+        self.sb.get_shallow(hint, shallow_depth)
+    }
+
+    pub fn get_batch(&self, nr: u32, hint: &mut AllocHint) -> Option<(u32, usize)> {
+        self.sb.get_batch(nr, hint)
+    }
+
+    /// Frees `bit` and lets the wakeup policy wake waiters.
+    #[inline]
+    pub fn clear(&self, bit: u32, hint: Option<&mut AllocHint>) {
+        self.sb.clear(bit, hint);
+        dekker_fence();
+        // Fast path: nobody waits, no policy call (no cost without contention).
+        if self.ws_active.load(Ordering::SeqCst) != 0 {
+            self.policy.bits_freed(self, 1);
+        }
+    }
+
+    /// Wakes up to `nr` waiters, walking the queues from `wake_index` and
+    /// advancing the index before looking at each queue (so one busy queue
+    /// does not have to empty before the next is served). Returns the number
+    /// woken.
+    pub fn wake_up_nr(&self, mut nr: u32) -> u32 {
+        if self.ws_active.load(Ordering::SeqCst) == 0 {
+            return 0;
+        }
+        let start = self.wake_index.load(Ordering::Relaxed) as usize % SBQ_WAIT_QUEUES;
+        let mut index = start;
+        let mut woken_total = 0;
+        for _ in 0..SBQ_WAIT_QUEUES {
+            let ws = &self.ws[index];
+            index = (index + 1) % SBQ_WAIT_QUEUES;
+            if ws.nr_waiting.load(Ordering::SeqCst) == 0 {
+                continue;
+            }
+            let woken = Self::wake_queue(ws, nr);
+            woken_total += woken;
+            nr -= woken;
+            if nr == 0 {
+                break;
+            }
+        }
+        if index != start {
+            self.wake_index.store(index as u32, Ordering::Relaxed);
+        }
+        woken_total
+    }
+
+    fn wake_queue(ws: &WaitState, nr: u32) -> u32 {
+        let mut list = ws.list.lock();
+        let mut woken = 0;
+        while woken < nr {
+            let Some(waiter) = list.pop_front() else { break };
+            ws.nr_waiting.fetch_sub(1, Ordering::SeqCst);
+            // Unpark under the lock: the waiter may re-queue itself right
+            // after waking, and must not find itself still on the list.
+            waiter.parker.unpark();
+            woken += 1;
+        }
+        woken
+    }
+
+    /// Wakes every waiter (depth changes, shutdown).
+    pub fn wake_all(&self) {
+        for ws in self.ws.iter() {
+            Self::wake_queue(ws, u32::MAX);
+        }
+    }
+
+    /// Gets a bit, sleeping until one is free. `ws_index` picks the wait
+    /// queue (callers spread over the 8 queues, as hardware contexts do);
+    /// `before_sleep` runs before each sleep (flush a plug, run the queue).
+    /// Returns the bit and whether the caller slept.
+    pub fn get_or_wait(
+        &self,
+        hint: &mut AllocHint,
+        shallow_depth: u32,
+        waiter: &Arc<SbqWaiter>,
+        ws_index: usize,
+        mut before_sleep: impl FnMut(),
+    ) -> (u32, bool) {
+        if let Some(bit) = self.get_shallow(hint, shallow_depth) {
+            return (bit, false);
+        }
+        let ws = &self.ws[ws_index % SBQ_WAIT_QUEUES];
+        // Registered as an active waiter for the whole wait, like the
+        // kernel's sbitmap_prepare_to_wait .. sbitmap_finish_wait.
+        self.ws_active.fetch_add(1, Ordering::SeqCst);
+        let mut slept = false;
+        let mut woken = false;
+        let bit = loop {
+            self.enqueue(ws, waiter, woken);
+            dekker_fence();
+            if let Some(bit) = self.get_shallow(hint, shallow_depth) {
+                break bit;
+            }
+            before_sleep();
+            if let Some(bit) = self.get_shallow(hint, shallow_depth) {
+                break bit;
+            }
+            self.nr_sleeps.fetch_add(1, Ordering::Relaxed);
+            slept = true;
+            waiter.parker.park(None);
+            woken = true;
+            // Woken (and removed from the list by the waker) or, after a
+            // racing unpark, still listed: enqueue() handles both.
+        };
+        self.finish_wait(ws, waiter);
+        (bit, slept)
+    }
+
+    /// Puts `waiter` on `ws` unless it is already listed: at the tail when
+    /// it starts waiting, at the head when it was woken and lost the race
+    /// for the bit (it keeps its place in line; the kernel re-queues at the
+    /// tail, which lets a waiter be passed over again and again).
+    fn enqueue(&self, ws: &WaitState, waiter: &Arc<SbqWaiter>, keep_place: bool) {
+        let mut list = ws.list.lock();
+        if !list.iter().any(|w| Arc::ptr_eq(w, waiter)) {
+            if keep_place {
+                list.push_front(waiter.clone());
+            } else {
+                list.push_back(waiter.clone());
+            }
+            ws.nr_waiting.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Leaves the wait: off the list if still there, `ws_active -= 1`. If a
+    /// wakeup was meant for us but we got a bit on our own, pass it on so it
+    /// is not lost to the other waiters.
+    fn finish_wait(&self, ws: &WaitState, waiter: &Arc<SbqWaiter>) {
+        let was_listed = {
+            let mut list = ws.list.lock();
+            match list.iter().position(|w| Arc::ptr_eq(w, waiter)) {
+                Some(pos) => {
+                    list.remove(pos);
+                    ws.nr_waiting.fetch_sub(1, Ordering::SeqCst);
+                    true
+                }
+                None => false,
+            }
+        };
+        self.ws_active.fetch_sub(1, Ordering::SeqCst);
+        // Consume a pending unpark so the next wait starts clean.
+        let had_wakeup = !was_listed && waiter.parker.park(Some(std::time::Duration::ZERO));
+        if had_wakeup {
+            self.wake_up_nr(1);
+        }
+    }
+
+    pub fn snapshot(&self) -> SbqSnapshot {
+        let mut ws_waiting = [0; SBQ_WAIT_QUEUES];
+        for (i, ws) in self.ws.iter().enumerate() {
+            ws_waiting[i] = ws.nr_waiting.load(Ordering::Relaxed);
+        }
+        SbqSnapshot {
+            depth: self.sb.depth,
+            busy: self.sb.weight(),
+            bits_per_word: 1 << self.sb.shift,
+            map_nr: self.sb.map_nr(),
+            wake_batch: self.wake_batch(),
+            wake_index: self.wake_index.load(Ordering::Relaxed),
+            ws_active: self.ws_active.load(Ordering::Relaxed),
+            ws_waiting,
+            min_shallow_depth: self.min_shallow_depth,
+            round_robin: self.sb.round_robin,
+            policy: self.policy.name(),
+            nr_sleeps: self.nr_sleeps.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The debugfs `sbitmap_queue_show` equivalent.
+    pub fn show(&self) -> String {
+        use std::fmt::Write;
+        let s = self.snapshot();
+        let mut out = String::new();
+        let _ = writeln!(out, "depth={}", s.depth);
+        let _ = writeln!(out, "busy={}", s.busy);
+        let _ = writeln!(out, "bits_per_word={}", s.bits_per_word);
+        let _ = writeln!(out, "map_nr={}", s.map_nr);
+        let _ = writeln!(out, "wake_batch={}", s.wake_batch);
+        let _ = writeln!(out, "wake_index={}", s.wake_index);
+        let _ = writeln!(out, "ws_active={}", s.ws_active);
+        let _ = writeln!(out, "ws={:?}", s.ws_waiting);
+        let _ = writeln!(out, "round_robin={}", u8::from(s.round_robin));
+        let _ = writeln!(out, "min_shallow_depth={}", s.min_shallow_depth);
+        let _ = writeln!(out, "wake_policy={}", s.policy);
+        let _ = writeln!(out, "sleeps={}", s.nr_sleeps);
+        self.policy.show(&mut out);
+        out
+    }
+}

@@ -1,0 +1,158 @@
+//! Wakeup policies: how freed bits become wakeups of sleeping waiters.
+
+use std::fmt;
+
+use super::SbitmapQueue;
+use crate::sync::{AtomicU32, AtomicUsize, Ordering};
+
+/// How freed bits become wakeups. Implementations keep their own state.
+///
+/// Contract: `bits_freed` is called by a freer after its bits are visible in
+/// the bitmap and only when `ws_active` was seen non-zero. An implementation
+/// must eventually wake a waiter whenever bits are free and waiters sleep
+/// (no lost wakeup), and must wake through [`SbitmapQueue::wake_up_nr`].
+pub trait WakePolicy: Send + Sync + fmt::Debug {
+    /// The policy's name as chosen on the command line (`wake=NAME`).
+    fn name(&self) -> &'static str;
+    /// `nr` bits were freed while waiters were active.
+    fn bits_freed(&self, sbq: &SbitmapQueue, nr: u32);
+    /// Extra lines for the debugfs-like dump.
+    fn show(&self, _out: &mut String) {}
+}
+
+/// The kernel 6.2+ wakeup: freed bits add to `completion_cnt`; whenever
+/// `completion_cnt - wakeup_cnt >= wake_batch`, the freer that advances
+/// `wakeup_cnt` by `wake_batch` (compare-and-swap) wakes up to `wake_batch`
+/// waiters.
+#[derive(Debug, Default)]
+pub struct BatchWake {
+    completion_cnt: AtomicU32,
+    wakeup_cnt: AtomicU32,
+}
+
+impl WakePolicy for BatchWake {
+    fn name(&self) -> &'static str {
+        "batch"
+    }
+
+    fn bits_freed(&self, sbq: &SbitmapQueue, nr: u32) {
+        let wake_batch = sbq.wake_batch();
+        self.completion_cnt.fetch_add(nr, Ordering::SeqCst);
+        let mut wakeups = self.wakeup_cnt.load(Ordering::SeqCst);
+        loop {
+            // Wrapping arithmetic: both counters wrap at 2^32 together.
+            if self.completion_cnt.load(Ordering::SeqCst).wrapping_sub(wakeups) < wake_batch {
+                return;
+            }
+            match self.wakeup_cnt.compare_exchange_weak(
+                wakeups,
+                wakeups.wrapping_add(wake_batch),
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => break,
+                Err(actual) => wakeups = actual,
+            }
+        }
+        sbq.wake_up_nr(wake_batch);
+    }
+
+    fn show(&self, out: &mut String) {
+        use std::fmt::Write;
+        let _ = writeln!(out, "completion_cnt={}", self.completion_cnt.load(Ordering::Relaxed));
+        let _ = writeln!(out, "wakeup_cnt={}", self.wakeup_cnt.load(Ordering::Relaxed));
+    }
+}
+
+/// Hou Tao's stash-wake-use (the 2020 RFC of seed 000, in the form of his
+/// follow-up): with few waiters, the kernel's batched wakeup; once at least
+/// `min_waiters` wait, freed bits are *stashed* (left free, nobody woken)
+/// until at least a quarter of the depth is free (busy <= 3/4 depth), and
+/// from then on every freed bit wakes one waiter, who finds the stash and
+/// consumes several bits in a row without sleeping again.
+///
+/// The busy count is taken from the bitmap's words (popcount) only on this
+/// slow path, when waiters exist, instead of an atomic counter updated on
+/// every get and put (the cost that kept the RFC out of mainline).
+///
+/// A stash is also cut short after depth/4 consecutive stashed frees (the
+/// stash size of the original RFC): one waiter is woken, so a waiter waits
+/// a bounded number of frees even when threads that never sleep keep the
+/// bitmap more than 3/4 busy.
+///
+/// No lost wakeup: a stashed free leaves more than 3/4 of the depth busy;
+/// those bits are in flight and each of their frees runs this policy again,
+/// so the wakeups resume before the bitmap can drain.
+#[derive(Debug)]
+pub struct StashWake {
+    batch: BatchWake,
+    min_waiters: u32,
+    /// Frees stashed since the last wakeup.
+    stash_run: AtomicU32,
+    /// Frees that were stashed (no wakeup), and single wakeups made.
+    stashed: AtomicUsize,
+    single_wakes: AtomicUsize,
+}
+
+impl Default for StashWake {
+    fn default() -> Self {
+        Self::with_min_waiters(4)
+    }
+}
+
+impl StashWake {
+    /// `min_waiters`: below this many active waiters, batch wakeup (the RFC's 4).
+    pub fn with_min_waiters(min_waiters: u32) -> Self {
+        Self {
+            batch: BatchWake::default(),
+            min_waiters,
+            stash_run: AtomicU32::new(0),
+            stashed: AtomicUsize::new(0),
+            single_wakes: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl WakePolicy for StashWake {
+    fn name(&self) -> &'static str {
+        "stash"
+    }
+
+    fn bits_freed(&self, sbq: &SbitmapQueue, nr: u32) {
+        if sbq.ws_active() < self.min_waiters {
+            return self.batch.bits_freed(sbq, nr);
+        }
+        let max_busy = (sbq.depth() * 3 / 4).max(1);
+        let stash_size = (sbq.depth() / 4).max(1);
+        if sbq.sb().weight() > max_busy {
+            let run = self.stash_run.fetch_add(nr, Ordering::Relaxed) + nr;
+            if run < stash_size {
+                self.stashed.fetch_add(nr as usize, Ordering::Relaxed);
+                return;
+            }
+        }
+        self.stash_run.store(0, Ordering::Relaxed);
+        self.single_wakes.fetch_add(1, Ordering::Relaxed);
+        sbq.wake_up_nr(nr);
+    }
+
+    fn show(&self, out: &mut String) {
+        use std::fmt::Write;
+        let _ = writeln!(out, "stash_min_waiters={}", self.min_waiters);
+        let _ = writeln!(out, "stashed={}", self.stashed.load(Ordering::Relaxed));
+        let _ = writeln!(out, "single_wakes={}", self.single_wakes.load(Ordering::Relaxed));
+        self.batch.show(out);
+    }
+}
+
+/// Names accepted by `wake=`.
+pub const WAKE_POLICIES: &[&str] = &["batch", "stash"];
+
+/// The wakeup policy called `name` (`wake=NAME`), or None.
+pub fn wake_policy(name: &str) -> Option<Box<dyn WakePolicy>> {
+    match name {
+        "batch" => Some(Box::<BatchWake>::default()),
+        "stash" => Some(Box::<StashWake>::default()),
+        _ => None,
+    }
+}
