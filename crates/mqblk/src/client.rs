@@ -334,6 +334,8 @@ impl Client {
     }
 
     fn sleep_for_completions(&mut self, timeout: Option<Duration>) {
+        // Never sleep on tags granted to us (handoff policy) and not used.
+        self.q.hctx(self.hctx_index).tags.release_granted(&self.alloc);
         if self.shared.sleep_until_delivery(timeout) {
             self.stats.completion_sleeps += 1;
         }
@@ -436,6 +438,7 @@ impl Drop for Client {
     fn drop(&mut self) {
         // The device owns our buffers until their I/Os complete: wait.
         self.drain();
+        self.q.hctx(self.hctx_index).tags.release_granted(&self.alloc);
         self.shared.notify_fd.store(-1, Ordering::SeqCst);
         self.shared.notify_armed.store(false, Ordering::SeqCst);
         self.q.release_client(self.shared.clone());

@@ -136,6 +136,10 @@ impl Tags {
             (_, false) => (&self.bitmap_tags, self.nr_reserved_tags),
         };
         let shallow_depth = data.shallow_depth.min(sbq.depth());
+        // A handoff policy may have granted this caller bits while it waited.
+        if let Some(bit) = data.waiter.take_granted(sbq) {
+            return Some(TagGot { tag: bit + offset, slept: false });
+        }
         if let Some(bit) = sbq.get_shallow(&mut data.hint, shallow_depth) {
             return Some(TagGot { tag: bit + offset, slept: false });
         }
@@ -167,6 +171,13 @@ impl Tags {
     /// The slot of `tag`, for reading its atomics (timeout scan).
     pub(crate) fn slot(&self, tag: u32) -> &RequestSlot {
         &self.rqs[tag as usize]
+    }
+
+    /// Gives back tags granted to `data`'s waiter and not used.
+    pub(crate) fn release_granted(&self, data: &AllocData) {
+        if data.waiter.nr_granted() != 0 {
+            self.bitmap_tags.release_granted(&data.waiter);
+        }
     }
 
     /// Busy tags (a racy snapshot).

@@ -123,3 +123,37 @@ fn loom_stash_policy_wakes_waiters() {
         assert_ne!(mine, theirs, "a bit was handed out twice");
     });
 }
+
+#[test]
+fn loom_handoff_policy_grants_each_bit_once() {
+    use mqblk::sbitmap::HandoffWake;
+    model(|| {
+        let sbq = Arc::new(SbitmapQueue::with_policy(2, None, false, 2, Box::new(HandoffWake::default())));
+        let mut hint = AllocHint::new(0);
+        let (b0, b1) = (sbq.get(&mut hint).unwrap(), sbq.get(&mut hint).unwrap());
+        let waiter = {
+            let sbq = sbq.clone();
+            thread::spawn(move || {
+                let w = SbqWaiter::new();
+                let bit = sbq.get_or_wait(&mut AllocHint::new(0), 2, &w, 0, || {}).0;
+                // Whatever else was granted comes back to the bitmap.
+                let extra = w.nr_granted();
+                sbq.release_granted(&w);
+                (bit, extra)
+            })
+        };
+        let freer = {
+            let sbq = sbq.clone();
+            thread::spawn(move || {
+                sbq.clear(b0, None);
+                sbq.clear(b1, None);
+            })
+        };
+        let (bit, _) = waiter.join().unwrap();
+        freer.join().unwrap();
+        assert!(bit == b0 || bit == b1);
+        // Exactly one bit is held (the waiter's); the other is free again.
+        assert_eq!(sbq.sb().weight(), 1, "a bit was lost or granted twice");
+        assert_eq!(sbq.ws_active(), 0);
+    });
+}

@@ -36,7 +36,7 @@ mod queue;
 mod wake;
 
 pub use queue::{calc_wake_batch, SbitmapQueue, SbqSnapshot, SbqWaiter};
-pub use wake::{wake_policy, BatchWake, StashWake, WakePolicy, WAKE_POLICIES};
+pub use wake::{wake_policy, BatchWake, HandoffWake, StashWake, WakePolicy, WAKE_POLICIES};
 
 /// Bits per word at most (the machine word).
 pub const BITS_PER_WORD: u32 = usize::BITS;

@@ -12,15 +12,57 @@ use super::{AllocHint, BatchWake, Sbitmap, WakePolicy, SBQ_WAIT_QUEUES, SBQ_WAKE
 use crate::sync::{dekker_fence, Arc, AtomicU32, AtomicUsize, Mutex, Ordering, Parker};
 
 /// One waiter: a thread that may sleep on an `SbitmapQueue`. Allocate it once
-/// per thread or client and reuse it (waiting allocates nothing).
+/// per thread or client and reuse it (waiting allocates nothing after the
+/// first waits).
 #[derive(Debug, Default)]
 pub struct SbqWaiter {
     parker: Parker,
+    /// Bits handed to this waiter by a handoff policy and not yet used.
+    /// Checked without the lock on every allocation, so it is atomic.
+    nr_granted: AtomicU32,
+    grants: Mutex<Grants>,
+}
+
+#[derive(Debug, Default)]
+struct Grants {
+    bits: Vec<u32>,
+    /// Address of the SbitmapQueue the bits belong to.
+    from: usize,
 }
 
 impl SbqWaiter {
     pub fn new() -> Arc<Self> {
         Arc::new(Self::default())
+    }
+
+    /// Bits granted to this waiter and not yet taken.
+    pub fn nr_granted(&self) -> u32 {
+        self.nr_granted.load(Ordering::Acquire)
+    }
+
+    /// Adds a granted bit; returns true if it is the first one pending.
+    fn grant(&self, sbq: &SbitmapQueue, bit: u32) -> bool {
+        let mut g = self.grants.lock();
+        debug_assert!(g.bits.is_empty() || g.from == sbq as *const _ as usize);
+        g.from = sbq as *const _ as usize;
+        g.bits.push(bit);
+        self.nr_granted.store(g.bits.len() as u32, Ordering::Release);
+        g.bits.len() == 1
+    }
+
+    /// Takes one bit granted by `sbq`, if any.
+    #[inline]
+    pub fn take_granted(&self, sbq: &SbitmapQueue) -> Option<u32> {
+        if self.nr_granted.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let mut g = self.grants.lock();
+        if g.from != sbq as *const _ as usize {
+            return None;
+        }
+        let bit = g.bits.pop();
+        self.nr_granted.store(g.bits.len() as u32, Ordering::Release);
+        bit
     }
 }
 
@@ -42,6 +84,8 @@ pub struct SbitmapQueue {
     min_shallow_depth: u32,
     ws: Box<[CachePadded<WaitState>]>,
     policy: Box<dyn WakePolicy>,
+    /// The policy hands freed bits to waiters (cached `policy.hands_off()`).
+    handoff: bool,
     /// Times a caller went to sleep waiting for a bit (slow path only).
     nr_sleeps: AtomicUsize,
 }
@@ -104,6 +148,7 @@ impl SbitmapQueue {
             ws_active: AtomicU32::new(0),
             min_shallow_depth,
             ws,
+            handoff: policy.hands_off(),
             policy,
             nr_sleeps: AtomicUsize::new(0),
         }
@@ -155,6 +200,11 @@ impl SbitmapQueue {
     /// Frees `bit` and lets the wakeup policy wake waiters.
     #[inline]
     pub fn clear(&self, bit: u32, hint: Option<&mut AllocHint>) {
+        // A handoff policy may give the bit straight to a waiter: it is then
+        // never published in the bitmap, so no one else can take it.
+        if self.handoff && self.ws_active.load(Ordering::SeqCst) != 0 && self.policy.hand_off(self, bit) {
+            return;
+        }
         self.sb.clear(bit, hint);
         dekker_fence();
         // Fast path: nobody waits, no policy call (no cost without contention).
@@ -207,6 +257,44 @@ impl SbitmapQueue {
         woken
     }
 
+    /// Frees every bit granted to `waiter` and not used (a handoff policy
+    /// may have granted more than the waiter needed).
+    pub fn release_granted(&self, waiter: &SbqWaiter) {
+        while let Some(bit) = waiter.take_granted(self) {
+            self.clear(bit, None);
+        }
+    }
+
+    /// Hands `bit` to the waiter at the head of the wake order, waking it on
+    /// its first grant; after `max_batch` grants it leaves the queue and the
+    /// next waiter is served. Returns false if no waiter is listed.
+    pub(crate) fn grant_to_head(&self, bit: u32, max_batch: u32) -> bool {
+        let start = self.wake_index.load(Ordering::Relaxed) as usize % SBQ_WAIT_QUEUES;
+        for i in 0..SBQ_WAIT_QUEUES {
+            let index = (start + i) % SBQ_WAIT_QUEUES;
+            let ws = &self.ws[index];
+            if ws.nr_waiting.load(Ordering::SeqCst) == 0 {
+                continue;
+            }
+            let mut list = ws.list.lock();
+            let Some(head) = list.front() else { continue };
+            let first = head.grant(self, bit);
+            let waiter = head.clone();
+            if waiter.nr_granted() >= max_batch {
+                // Served: off the queue, and the next grant starts with the
+                // next queue (round robin over the 8, as wake_up_nr does).
+                list.pop_front();
+                ws.nr_waiting.fetch_sub(1, Ordering::SeqCst);
+                self.wake_index.store(((index + 1) % SBQ_WAIT_QUEUES) as u32, Ordering::Relaxed);
+            }
+            if first {
+                waiter.parker.unpark();
+            }
+            return true;
+        }
+        false
+    }
+
     /// Wakes every waiter (depth changes, shutdown).
     pub fn wake_all(&self) {
         for ws in self.ws.iter() {
@@ -226,7 +314,7 @@ impl SbitmapQueue {
         ws_index: usize,
         mut before_sleep: impl FnMut(),
     ) -> (u32, bool) {
-        if let Some(bit) = self.get_shallow(hint, shallow_depth) {
+        if let Some(bit) = waiter.take_granted(self).or_else(|| self.get_shallow(hint, shallow_depth)) {
             return (bit, false);
         }
         let ws = &self.ws[ws_index % SBQ_WAIT_QUEUES];
@@ -236,13 +324,16 @@ impl SbitmapQueue {
         let mut slept = false;
         let mut woken = false;
         let bit = loop {
+            if let Some(bit) = waiter.take_granted(self) {
+                break bit;
+            }
             self.enqueue(ws, waiter, woken);
             dekker_fence();
-            if let Some(bit) = self.get_shallow(hint, shallow_depth) {
+            if let Some(bit) = waiter.take_granted(self).or_else(|| self.get_shallow(hint, shallow_depth)) {
                 break bit;
             }
             before_sleep();
-            if let Some(bit) = self.get_shallow(hint, shallow_depth) {
+            if let Some(bit) = waiter.take_granted(self).or_else(|| self.get_shallow(hint, shallow_depth)) {
                 break bit;
             }
             self.nr_sleeps.fetch_add(1, Ordering::Relaxed);
@@ -290,7 +381,9 @@ impl SbitmapQueue {
         self.ws_active.fetch_sub(1, Ordering::SeqCst);
         // Consume a pending unpark so the next wait starts clean.
         let had_wakeup = !was_listed && waiter.parker.park(Some(std::time::Duration::ZERO));
-        if had_wakeup {
+        // A wakeup that came with granted bits is not lost: the bits stay
+        // with the waiter for its next allocations (or release_granted).
+        if had_wakeup && waiter.nr_granted() == 0 {
             self.wake_up_nr(1);
         }
     }

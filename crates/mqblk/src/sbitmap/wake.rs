@@ -18,6 +18,15 @@ pub trait WakePolicy: Send + Sync + fmt::Debug {
     fn bits_freed(&self, sbq: &SbitmapQueue, nr: u32);
     /// Extra lines for the debugfs-like dump.
     fn show(&self, _out: &mut String) {}
+    /// Does this policy hand freed bits directly to waiters?
+    fn hands_off(&self) -> bool {
+        false
+    }
+    /// With `hands_off`, called for a freed bit before it is published, when
+    /// waiters are active. True: the bit now belongs to a waiter.
+    fn hand_off(&self, _sbq: &SbitmapQueue, _bit: u32) -> bool {
+        false
+    }
 }
 
 /// The kernel 6.2+ wakeup: freed bits add to `completion_cnt`; whenever
@@ -145,14 +154,74 @@ impl WakePolicy for StashWake {
     }
 }
 
+/// mqblk's own policy: freed bits are handed directly to waiters.
+///
+/// While anyone waits, a freed bit is not published in the bitmap: it goes
+/// to the waiter at the head of the wake order (FIFO within a wait queue,
+/// round robin over the 8 queues), who is woken on its first grant and keeps
+/// receiving the next freed bits while it wakes up, up to `wake_batch`. So:
+/// - every wakeup is productive: the woken thread already owns its bit;
+/// - nobody barges: running threads cannot take a bit meant for a sleeper,
+///   so a waiter's wait is bounded by the grants to those ahead of it;
+/// - the batch adapts to the real wakeup latency: the slower the wakeup, the
+///   more bits the waiter finds granted, each saving it a sleep.
+///
+/// Granted bits the waiter does not use wait on its `SbqWaiter` for its next
+/// allocations; the owner gives back leftovers with
+/// `SbitmapQueue::release_granted` before it sleeps for other reasons.
+///
+/// Invariants: a bit is either set in the bitmap (busy, or granted to exactly
+/// one waiter's list) or free in it; grants happen under the wait-queue lock
+/// to a listed waiter only, and a waiter leaves the list (finish_wait) under
+/// that lock, so no grant goes to a waiter that stopped waiting without it
+/// seeing the grant. With no listed waiter the bit is published and the
+/// usual Dekker pair (publish, then look at ws_active) wakes a late waiter.
+#[derive(Debug, Default)]
+pub struct HandoffWake {
+    handoffs: AtomicUsize,
+    published: AtomicUsize,
+}
+
+impl WakePolicy for HandoffWake {
+    fn name(&self) -> &'static str {
+        "handoff"
+    }
+
+    fn hands_off(&self) -> bool {
+        true
+    }
+
+    fn hand_off(&self, sbq: &SbitmapQueue, bit: u32) -> bool {
+        let handed = sbq.grant_to_head(bit, sbq.wake_batch());
+        if handed {
+            self.handoffs.fetch_add(1, Ordering::Relaxed);
+        }
+        handed
+    }
+
+    /// The bit was published (no waiter was listed yet): wake one, who
+    /// retries the bitmap.
+    fn bits_freed(&self, sbq: &SbitmapQueue, nr: u32) {
+        self.published.fetch_add(nr as usize, Ordering::Relaxed);
+        sbq.wake_up_nr(nr);
+    }
+
+    fn show(&self, out: &mut String) {
+        use std::fmt::Write;
+        let _ = writeln!(out, "handoffs={}", self.handoffs.load(Ordering::Relaxed));
+        let _ = writeln!(out, "published_while_waiting={}", self.published.load(Ordering::Relaxed));
+    }
+}
+
 /// Names accepted by `wake=`.
-pub const WAKE_POLICIES: &[&str] = &["batch", "stash"];
+pub const WAKE_POLICIES: &[&str] = &["batch", "stash", "handoff"];
 
 /// The wakeup policy called `name` (`wake=NAME`), or None.
 pub fn wake_policy(name: &str) -> Option<Box<dyn WakePolicy>> {
     match name {
         "batch" => Some(Box::<BatchWake>::default()),
         "stash" => Some(Box::<StashWake>::default()),
+        "handoff" => Some(Box::<HandoffWake>::default()),
         _ => None,
     }
 }
