@@ -16,13 +16,16 @@
 //! | discard | 0 | support discard (needs memory_backed) |
 //! | mbps | 0 | bandwidth limit in MiB/s (0: none) |
 //! | max_sectors | 255 | largest request in sectors (aligned down to bs) |
-//! | rotational | 0 | report rotational media |
+//! | rotational | 0 | rotational media: one request at a time, with seeks (service.rs) |
+//! | seek_nsec | 8000000 | rotational: full-stroke seek time |
+//! | channels | 0 | internal channels, each one request at a time for completion_nsec (0: unlimited) |
 //!
 //! Relies on: the Driver trait, irq.rs for completion threads, mem.rs for
 //! memory backing.
 
 mod irq;
 mod mem;
+mod service;
 
 use std::fmt::Write as _;
 
@@ -38,6 +41,7 @@ use crate::tag::TagSetConfig;
 
 use irq::{IrqQueue, Pending, SPIN_NS};
 use mem::MemStore;
+use service::{Channels, Rotational};
 
 /// The keys a `null:` spec accepts.
 pub const NULL_KEYS: &[&str] = &[
@@ -53,6 +57,8 @@ pub const NULL_KEYS: &[&str] = &[
     "mbps",
     "max_sectors",
     "rotational",
+    "seek_nsec",
+    "channels",
 ];
 
 /// How requests complete (`irqmode`).
@@ -80,6 +86,8 @@ pub struct NullConfig {
     pub mbps: u64,
     pub max_sectors: u32,
     pub rotational: bool,
+    pub seek_nsec: u64,
+    pub channels: usize,
 }
 
 impl Default for NullConfig {
@@ -96,6 +104,8 @@ impl Default for NullConfig {
             mbps: 0,
             max_sectors: 255,
             rotational: false,
+            seek_nsec: 8_000_000,
+            channels: 0,
         }
     }
 }
@@ -121,6 +131,9 @@ impl NullConfig {
             1 => IrqMode::Softirq,
             _ => IrqMode::Timer,
         };
+        if p.is_set("channels") && p.bool("rotational", false)? {
+            return Err(p.conflict("rotational=1 and channels=N are different service models: choose one"));
+        }
         let memory_backed = p.bool("memory_backed", false)?;
         let discard = p.bool("discard", false)?;
         if discard && !memory_backed {
@@ -145,6 +158,8 @@ impl NullConfig {
             mbps: p.u64_in("mbps", 0, 0, 1 << 30)?,
             max_sectors,
             rotational: p.bool("rotational", false)?,
+            seek_nsec: p.u64_in("seek_nsec", 8_000_000, 0, 10_000_000_000)?,
+            channels: p.u64_in("channels", 0, 0, 4096)? as usize,
         })
     }
 }
@@ -177,6 +192,8 @@ pub struct NullDriver {
     cfg: NullConfig,
     mem: Option<MemStore>,
     throttle: Option<Throttle>,
+    rotational: Option<Rotational>,
+    channels: Option<Channels>,
     irq: Mutex<Vec<IrqQueue>>,
     /// Raw pointers to the completion queues for the hot path (the Vec
     /// above only changes at shutdown, after the last request).
@@ -193,7 +210,8 @@ unsafe impl Sync for NullDriver {}
 impl NullDriver {
     pub fn new(cfg: NullConfig) -> Result<Self, crate::error::Error> {
         let mut irq = Vec::new();
-        if cfg.irqmode != IrqMode::None || cfg.mbps > 0 {
+        let modelled = cfg.mbps > 0 || cfg.rotational || cfg.channels > 0;
+        if cfg.irqmode != IrqMode::None || modelled {
             for i in 0..cfg.submit_queues {
                 // Timer mode stays awake briefly when idle, for precision.
                 let idle_spin = cfg.irqmode == IrqMode::Timer;
@@ -205,8 +223,13 @@ impl NullDriver {
         let irq_fast = irq.iter().map(|q| q as *const IrqQueue).collect();
         Ok(Self {
             mem: cfg.memory_backed.then(MemStore::new),
-            throttle: (cfg.mbps > 0)
+            // Rotational media transfer at mbps within their own timeline.
+            throttle: (cfg.mbps > 0 && !cfg.rotational)
                 .then(|| Throttle { bytes_per_sec: cfg.mbps << 20, next_free_ns: AtomicU64::new(0) }),
+            rotational: cfg
+                .rotational
+                .then(|| Rotational::new(cfg.seek_nsec, cfg.completion_nsec, cfg.size_bytes, cfg.mbps)),
+            channels: (cfg.channels > 0).then(|| Channels::new(cfg.channels, cfg.completion_nsec)),
             cfg,
             irq: Mutex::new(irq),
             irq_fast,
@@ -235,18 +258,26 @@ impl NullDriver {
         Status::Ok
     }
 
-    /// When the request is due (0: now).
+    /// When the request is due (0: now): the service model's answer, else
+    /// the timer's, then the bandwidth limit.
     #[inline]
     fn due_ns(&self, rq: &Rq) -> u64 {
-        let mut due = match self.cfg.irqmode {
-            IrqMode::Timer => irq::timer_due(self.cfg.completion_nsec),
-            _ => 0,
+        let modelled = self.rotational.is_some() || self.channels.is_some();
+        let mut due = if let Some(r) = &self.rotational {
+            r.reserve(now_ns(), rq.pos_bytes(), rq.len_bytes())
+        } else if let Some(c) = &self.channels {
+            c.reserve(now_ns())
+        } else if self.cfg.irqmode == IrqMode::Timer {
+            irq::timer_due(self.cfg.completion_nsec)
+        } else {
+            0
         };
         if let Some(t) = &self.throttle {
             if rq.op().has_data() {
                 due = due.max(t.reserve(now_ns(), rq.len_bytes()));
             }
         }
+        debug_assert!(due > 0 || !modelled);
         due
     }
 }
@@ -311,6 +342,14 @@ impl Driver for NullDriver {
         );
         if let Some(mem) = &self.mem {
             let _ = writeln!(out, "null/pages={}", mem.nr_pages());
+        }
+        if let Some(r) = &self.rotational {
+            let seeks = r.seeks.load(Ordering::Relaxed);
+            let sequential = r.sequential.load(Ordering::Relaxed);
+            let _ = writeln!(out, "null/rotational seek_nsec={} seeks={seeks} sequential={sequential}", c.seek_nsec);
+        }
+        if self.channels.is_some() {
+            let _ = writeln!(out, "null/channels={} service_nsec={}", c.channels, c.completion_nsec);
         }
         for (i, q) in self.irq.lock().iter().enumerate() {
             let (timed, late_mean, late_max) = q.lateness();
