@@ -5,6 +5,7 @@
 //! files, device specs).
 
 mod bench;
+mod experiment;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -17,6 +18,9 @@ commands:
         Run fio-style jobs on an mqblk device (default: 4k randread, iodepth 32,
         10 s on null:gb=1). Options: --name=NAME starts a job; options before the
         first --name are global. Job files use fio's INI format.
+  experiment NAME [--quick] [--out DIR]
+        Reproduce a source experiment (tag-wakeup): tables on stdout, NAME.json
+        and NAME.svg in DIR (default: results/). --quick: under a minute.
   help  Show this message.
 ";
 
@@ -28,12 +32,13 @@ fn main() -> ExitCode {
     };
     match cmd.as_str() {
         "bench" => run_bench(&args[1..]),
+        "experiment" => run_experiment(&args[1..]),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             ExitCode::SUCCESS
         }
         other => {
-            eprintln!("mqblk: unknown command '{other}' (accepted: bench, help)");
+            eprintln!("mqblk: unknown command '{other}' (accepted: bench, experiment, help)");
             ExitCode::from(2)
         }
     }
@@ -59,6 +64,24 @@ fn run_bench(args: &[String]) -> ExitCode {
         }
         Err(bench::BenchError::Failed(e)) => {
             eprintln!("mqblk bench: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run_experiment(args: &[String]) -> ExitCode {
+    let result = experiment::parse(args).and_then(|opts| experiment::run(&opts));
+    match result {
+        Ok(out) => {
+            print!("{out}");
+            ExitCode::SUCCESS
+        }
+        Err(experiment::ExperimentError::BadInput(e)) => {
+            eprintln!("mqblk experiment: {e}");
+            ExitCode::from(2)
+        }
+        Err(experiment::ExperimentError::Failed(e)) => {
+            eprintln!("mqblk experiment: {e}");
             ExitCode::from(1)
         }
     }

@@ -58,7 +58,33 @@ struct Running {
     last: (Instant, u64, u64, u64),
 }
 
+/// What a run produced, before formatting.
+pub struct RunOutput {
+    pub entries: Vec<Entry>,
+    pub device: DeviceInfo,
+    /// The debugfs-like dump, taken after the run.
+    pub stats: String,
+}
+
+/// Runs `plan` and formats the report (human or JSON, plus `--stats`).
 pub fn run(plan: &BenchPlan) -> Result<String, BenchError> {
+    let r = run_plan(plan)?;
+    let mut out = if plan.json {
+        serde_json::to_string_pretty(&report::to_json(&r.entries, &plan.global_given, &r.device))
+            .expect("JSON encoding")
+            + "\n"
+    } else {
+        report::to_human(&r.entries, &r.device)
+    };
+    if plan.stats {
+        out.push_str("\n== stats ==\n");
+        out.push_str(&r.stats);
+    }
+    Ok(out)
+}
+
+/// Runs `plan` and returns its measurements.
+pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
     let spec = plan.device.clone().unwrap_or_else(|| DEFAULT_DEVICE.to_string());
     let dev = Device::open(&spec).map_err(|e| BenchError::BadInput(format!("--device {spec}: {e}")))?;
     let clock = bench_clock(plan)?;
@@ -123,17 +149,7 @@ pub fn run(plan: &BenchPlan) -> Result<String, BenchError> {
         queue_depth: dev.tag_set().queue_depth,
         stats: dev.stats(),
     };
-    let mut out = if plan.json {
-        serde_json::to_string_pretty(&report::to_json(&entries, &plan.global_given, &info)).expect("JSON encoding")
-            + "\n"
-    } else {
-        report::to_human(&entries, &info)
-    };
-    if plan.stats {
-        out.push_str("\n== stats ==\n");
-        out.push_str(&dev.show_stats());
-    }
-    Ok(out)
+    Ok(RunOutput { entries, device: info, stats: dev.show_stats() })
 }
 
 /// One clock for all jobs: the first explicit `clocksource`, else fio's

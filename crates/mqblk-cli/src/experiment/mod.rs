@@ -1,0 +1,118 @@
+//! `mqblk experiment NAME`: reproduces a source document's experiment end to
+//! end: builds the devices, runs the jobs through the bench engine, prints
+//! tables shaped like the source's, and writes NAME.json and NAME.svg into
+//! a results folder. Every cell records the `mqblk bench` command that
+//! produced it.
+
+pub mod svg;
+mod tag_wakeup;
+
+use std::path::PathBuf;
+
+use crate::bench;
+
+/// The experiments `mqblk experiment` knows.
+pub const EXPERIMENTS: &[&str] = &["tag-wakeup"];
+
+#[derive(Debug)]
+pub enum ExperimentError {
+    BadInput(String),
+    Failed(String),
+}
+
+/// Options common to every experiment.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub name: String,
+    /// Reduced matrix, short runs: under a minute (CI smoke runs).
+    pub quick: bool,
+    pub out_dir: PathBuf,
+}
+
+pub fn parse(args: &[String]) -> Result<Options, ExperimentError> {
+    let mut name = None;
+    let mut quick = false;
+    let mut out_dir = PathBuf::from("results");
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--quick" => quick = true,
+            "--out" => {
+                out_dir = it
+                    .next()
+                    .map(PathBuf::from)
+                    .ok_or_else(|| ExperimentError::BadInput("--out: needs a folder".into()))?
+            }
+            s if s.starts_with("--out=") => out_dir = PathBuf::from(&s[6..]),
+            s if s.starts_with("--") => {
+                return Err(ExperimentError::BadInput(format!("unknown option '{s}' (accepted: --quick, --out DIR)")))
+            }
+            s if name.is_none() => name = Some(s.to_string()),
+            s => return Err(ExperimentError::BadInput(format!("unexpected argument '{s}'"))),
+        }
+    }
+    let name = name.ok_or_else(|| {
+        ExperimentError::BadInput(format!("which experiment? (accepted: {})", EXPERIMENTS.join(", ")))
+    })?;
+    if !EXPERIMENTS.contains(&name.as_str()) {
+        return Err(ExperimentError::BadInput(format!(
+            "unknown experiment '{name}' (accepted: {})",
+            EXPERIMENTS.join(", ")
+        )));
+    }
+    Ok(Options { name, quick, out_dir })
+}
+
+/// One measured cell of an experiment.
+#[derive(Debug, Clone)]
+pub struct Cell {
+    pub jobs: usize,
+    pub policy: String,
+    pub iodepth: usize,
+    pub iops: f64,
+    pub ctx_voluntary_per_sec: f64,
+    pub ctx_per_sec: f64,
+    pub ctx_voluntary_per_io: f64,
+    pub tag_waits: u64,
+    pub command: String,
+}
+
+/// Runs one `mqblk bench` argument list (group_reporting: one entry).
+pub fn run_cell(args: &[String]) -> Result<Cell, ExperimentError> {
+    let plan = bench::options::parse_bench_args(args).map_err(|e| ExperimentError::BadInput(e.to_string()))?;
+    let out = bench::run_plan(&plan).map_err(|e| ExperimentError::Failed(format!("{e:?}")))?;
+    let e = out.entries.first().ok_or_else(|| ExperimentError::Failed("no job ran".into()))?;
+    let secs = (e.elapsed_ns as f64 / 1e9).max(1e-9);
+    let ios = e.total_ios().max(1) as f64;
+    let spec = plan.device.clone().unwrap_or_default();
+    let policy = spec.split(',').find_map(|kv| kv.strip_prefix("wake=")).unwrap_or("batch").to_string();
+    Ok(Cell {
+        jobs: e.nr_jobs,
+        policy,
+        iodepth: e.opts.iodepth,
+        iops: e.total_ios() as f64 / secs,
+        ctx_voluntary_per_sec: e.rusage.voluntary_ctx as f64 / secs,
+        ctx_per_sec: (e.rusage.voluntary_ctx + e.rusage.involuntary_ctx) as f64 / secs,
+        ctx_voluntary_per_io: e.rusage.voluntary_ctx as f64 / ios,
+        tag_waits: out.device.stats.tag_waits,
+        command: format!("mqblk bench {}", args.join(" ")),
+    })
+}
+
+/// Runs the experiment: tables on stdout, NAME.json and NAME.svg in the
+/// results folder.
+pub fn run(opts: &Options) -> Result<String, ExperimentError> {
+    let (doc, panels, table) = match opts.name.as_str() {
+        "tag-wakeup" => tag_wakeup::run(opts)?,
+        other => return Err(ExperimentError::BadInput(format!("unknown experiment '{other}'"))),
+    };
+    std::fs::create_dir_all(&opts.out_dir)
+        .map_err(|e| ExperimentError::Failed(format!("cannot create {}: {e}", opts.out_dir.display())))?;
+    let json_path = opts.out_dir.join(format!("{}.json", opts.name));
+    let svg_path = opts.out_dir.join(format!("{}.svg", opts.name));
+    let json = serde_json::to_string_pretty(&doc).expect("JSON encoding") + "\n";
+    std::fs::write(&json_path, json).map_err(|e| ExperimentError::Failed(format!("{}: {e}", json_path.display())))?;
+    std::fs::write(&svg_path, svg::chart(&panels, 3))
+        .map_err(|e| ExperimentError::Failed(format!("{}: {e}", svg_path.display())))?;
+    Ok(format!("{table}\nwrote {} and {}\n", json_path.display(), svg_path.display()))
+}
