@@ -30,7 +30,7 @@ use crate::status::Status;
 use crate::tag::AllocData;
 use std::sync::Arc;
 
-use crate::sync::{dekker_fence, AtomicBool, AtomicI32, Ordering, SleepGate};
+use crate::sync::{dekker_fence, AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering, SleepGate};
 
 /// One finished I/O, as `do_io` returns it.
 #[derive(Debug)]
@@ -41,11 +41,45 @@ pub struct Completion {
     /// The bio's buffer, given back (reads: filled with the data).
     pub buf: Option<Buf>,
     origin: u8,
+    /// Split slot + 1 of a split bio (0: not split), recycled at reap.
+    split: u32,
 }
 
 impl Completion {
     pub(crate) fn new(user_data: u64, status: Status, buf: Option<Buf>, origin: u8) -> Self {
-        Self { user_data, status, buf, origin }
+        Self { user_data, status, buf, origin, split: 0 }
+    }
+}
+
+/// The parent of a split bio: holds its buffer while the pieces are in
+/// flight, counts them down, and remembers the first error. One per
+/// outstanding bio the client may have, allocated with the client sink.
+struct SplitSlot {
+    remaining: AtomicU32,
+    status: AtomicU8,
+    user_data: AtomicU64,
+    origin: AtomicU8,
+    /// The parent's buffer. Written by the client before the first piece is
+    /// issued, taken by the completer of the last piece.
+    parent: std::cell::UnsafeCell<Option<Buf>>,
+}
+
+// SAFETY: `parent` is accessed by the client before any piece is issued (the
+// issue hands the pieces over with Release/Acquire through the driver path)
+// and by exactly one completer afterwards: the one whose fetch_sub on
+// `remaining` took it to zero (AcqRel, so every piece's writes to the
+// buffer happen before). Everything else is atomic.
+unsafe impl Sync for SplitSlot {}
+
+impl SplitSlot {
+    fn new() -> Self {
+        Self {
+            remaining: AtomicU32::new(0),
+            status: AtomicU8::new(0),
+            user_data: AtomicU64::new(0),
+            origin: AtomicU8::new(ORIGIN_USER),
+            parent: std::cell::UnsafeCell::new(None),
+        }
     }
 }
 
@@ -54,6 +88,7 @@ impl Completion {
 /// between clients), so a completer can never touch a freed one.
 pub(crate) struct ClientShared {
     ring: MpscRing<Completion>,
+    splits: Box<[SplitSlot]>,
     gate: SleepGate,
     /// eventfd to signal, or -1.
     notify_fd: AtomicI32,
@@ -63,8 +98,11 @@ pub(crate) struct ClientShared {
 
 impl ClientShared {
     pub(crate) fn new(capacity: usize) -> Self {
+        let ring = MpscRing::new(capacity);
+        let splits = (0..ring.capacity()).map(|_| SplitSlot::new()).collect();
         Self {
-            ring: MpscRing::new(capacity),
+            ring,
+            splits,
             gate: SleepGate::default(),
             notify_fd: AtomicI32::new(-1),
             notify_armed: AtomicBool::new(false),
@@ -90,8 +128,30 @@ impl ClientShared {
         unsafe { self.ring.pop() }
     }
 
+    /// One piece of split bio `index` completed with `status`; the last one
+    /// delivers the bio's completion.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn piece_done(&self, index: u32, status: Status) {
+        let slot = &self.splits[index as usize];
+        if status != Status::Ok {
+            // First error wins.
+            let _ = slot.status.compare_exchange(0, status as u8, Ordering::AcqRel, Ordering::Relaxed);
+        }
+        if slot.remaining.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        // SAFETY: the last piece's completer owns the parent (see SplitSlot).
+        let buf = unsafe { (*slot.parent.get()).take() };
+        let status = Status::from_u8(slot.status.load(Ordering::Acquire));
+        let mut c =
+            Completion::new(slot.user_data.load(Ordering::Relaxed), status, buf, slot.origin.load(Ordering::Relaxed));
+        c.split = index + 1;
+        self.deliver(c);
+    }
+
     /// Hands a completion to the client and wakes it if it sleeps.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn deliver(&self, completion: Completion) {
         if self.ring.push(completion).is_err() {
             // The client never has more I/Os outstanding than the ring holds.
@@ -112,6 +172,21 @@ fn signal_eventfd(fd: RawFd) {
     unsafe {
         libc::write(fd, (&one as *const u64).cast(), 8);
     }
+}
+
+/// The scalar part of what a request is initialised from: a whole bio, or
+/// one piece of a split bio (`view` into the parent's buffer, `split` =
+/// slot + 1). The buffer travels separately so nothing large is moved.
+#[derive(Clone, Copy)]
+struct RqHead {
+    op: crate::request::Op,
+    flags: ReqFlags,
+    sector: u64,
+    nr_sectors: u32,
+    view: Option<(*mut u8, usize)>,
+    split: u32,
+    user_data: u64,
+    origin: u8,
 }
 
 /// Per-client counters.
@@ -139,6 +214,8 @@ pub struct Client {
     blocking_done: Option<Completion>,
     bounce: Option<Buf>,
     notify_fd: Option<std::os::fd::OwnedFd>,
+    /// Free split slots of `shared` (only this client touches the list).
+    free_splits: Vec<u32>,
     stats: ClientStats,
 }
 
@@ -168,6 +245,7 @@ impl Client {
             blocking_done: None,
             bounce: None,
             notify_fd: None,
+            free_splits: (0..capacity as u32).rev().collect(),
             stats: ClientStats::default(),
         }
     }
@@ -208,7 +286,7 @@ impl Client {
         self.submit_inner(bio, user_data, ORIGIN_USER, true)
     }
 
-    fn submit_inner(&mut self, bio: Bio, user_data: u64, origin: u8, reserved: bool) -> Result<(), Box<Rejected>> {
+    fn submit_inner(&mut self, mut bio: Bio, user_data: u64, origin: u8, reserved: bool) -> Result<(), Box<Rejected>> {
         if reserved && self.q.hctx(self.hctx_index).tags.nr_reserved_tags() == 0 {
             let error = SubmitError::NoReservedTags;
             return Err(Box::new(Rejected { error, bio }));
@@ -220,10 +298,94 @@ impl Client {
         if let Err(error) = self.q.check_bio(&bio) {
             return Err(Box::new(Rejected { error, bio }));
         }
-        let hctx = self.q.hctx(self.hctx_index);
+        let max = self.q.max_request_bytes(bio.op);
+        if bio.len > max {
+            return self.submit_split(bio, user_data, origin, reserved, max);
+        }
         let nowait = bio.flags.contains(ReqFlags::NOWAIT);
-        let Some(got) = hctx.tags.get(&mut self.alloc, reserved, nowait, || {}) else {
+        let head = RqHead {
+            op: bio.op,
+            flags: bio.flags,
+            sector: bio.offset >> SECTOR_SHIFT,
+            nr_sectors: (bio.len >> SECTOR_SHIFT) as u32,
+            view: None,
+            split: 0,
+            user_data,
+            origin,
+        };
+        if !self.issue(&head, &mut bio.buf, reserved, nowait) {
             return Err(Box::new(Rejected { error: SubmitError::Again, bio }));
+        }
+        self.in_flight += 1;
+        self.stats.submitted += 1;
+        Ok(())
+    }
+
+    /// Splits a bio larger than a request into pieces of at most `max`
+    /// bytes, each its own request (the kernel's `bio_split`); the bio
+    /// completes once, when its last piece does, with the first error.
+    fn submit_split(
+        &mut self,
+        mut bio: Bio,
+        user_data: u64,
+        origin: u8,
+        reserved: bool,
+        max: u64,
+    ) -> Result<(), Box<Rejected>> {
+        let index = self.free_splits.pop().expect("a free split slot per outstanding bio");
+        let shared = self.shared.clone();
+        let slot = &shared.splits[index as usize];
+        let pieces = bio.len.div_ceil(max);
+        debug_assert!(pieces > 1 && pieces <= u64::from(u32::MAX));
+        slot.remaining.store(pieces as u32, Ordering::Relaxed);
+        slot.status.store(0, Ordering::Relaxed);
+        slot.user_data.store(user_data, Ordering::Relaxed);
+        slot.origin.store(origin, Ordering::Relaxed);
+        let base = bio.buf.as_mut().map(|b| b.as_mut_ptr());
+        // SAFETY: no piece is issued yet, so the client owns the slot. The
+        // buffer's heap block does not move when the Buf value moves.
+        unsafe { *slot.parent.get() = bio.buf.take() };
+        let nowait = bio.flags.contains(ReqFlags::NOWAIT);
+        for i in 0..pieces {
+            let offset = i * max;
+            let len = max.min(bio.len - offset);
+            // SAFETY: offset + len <= bio.len == the buffer's length
+            // (check_bio), so the view stays inside the buffer.
+            let view = base.map(|p| (unsafe { p.add(offset as usize) }, len as usize));
+            let head = RqHead {
+                op: bio.op,
+                flags: bio.flags,
+                sector: (bio.offset + offset) >> SECTOR_SHIFT,
+                nr_sectors: (len >> SECTOR_SHIFT) as u32,
+                view,
+                split: index + 1,
+                user_data,
+                origin,
+            };
+            // NOWAIT can only refuse the first piece: later ones wait for a
+            // tag, so a bio is never left half issued.
+            if !self.issue(&head, &mut None, reserved, nowait && i == 0) {
+                // SAFETY: nothing was issued: the client still owns the slot.
+                bio.buf = unsafe { (*slot.parent.get()).take() };
+                self.free_splits.push(index);
+                return Err(Box::new(Rejected { error: SubmitError::Again, bio }));
+            }
+        }
+        self.q.note_split();
+        self.in_flight += 1;
+        self.stats.submitted += 1;
+        Ok(())
+    }
+
+    /// Takes a tag, initialises its request from `head` (taking `buf`) and
+    /// issues it. Returns false, leaving `buf` alone, only if NOWAIT found
+    /// no tag. Always inlined: the hot path then writes the request's fields
+    /// directly (measured: tens of instructions per I/O otherwise).
+    #[inline(always)]
+    fn issue(&mut self, head: &RqHead, buf: &mut Option<Buf>, reserved: bool, nowait: bool) -> bool {
+        let hctx = self.q.hctx(self.hctx_index);
+        let Some(got) = hctx.tags.get(&mut self.alloc, reserved, nowait, || {}) else {
+            return false;
         };
         if got.slept {
             self.stats.tag_waits += 1;
@@ -237,24 +399,24 @@ impl Client {
             // SAFETY: holding the tag gives us the request exclusively until
             // we hand it to the driver below.
             let rq = unsafe { &mut *slot.rq.get() };
-            rq.op = bio.op;
-            rq.flags = bio.flags;
-            rq.sector = bio.offset >> SECTOR_SHIFT;
-            rq.nr_sectors = (bio.len >> SECTOR_SHIFT) as u32;
-            rq.buf = bio.buf;
-            rq.user_data = user_data;
-            rq.origin = origin;
+            rq.op = head.op;
+            rq.flags = head.flags;
+            rq.sector = head.sector;
+            rq.nr_sectors = head.nr_sectors;
+            rq.buf = buf.take();
+            (rq.view, rq.view_len) = head.view.unwrap_or((std::ptr::null_mut(), 0));
+            rq.split = head.split;
+            rq.user_data = head.user_data;
+            rq.origin = head.origin;
             rq.owner = Arc::as_ptr(&self.shared);
             rq.driver_data = 0;
             slot.deadline.store(self.q.timeout_deadline(), Ordering::Relaxed);
             slot.set_state(RqState::InFlight);
         }
-        self.in_flight += 1;
-        self.stats.submitted += 1;
         // SAFETY: the slot is initialised and we give up access to it.
         let rq = unsafe { crate::request::Rq::from_raw(ptr) };
         hctx.issue(rq, true);
-        Ok(())
+        true
     }
 
     /// Reaps completions into `out`: at least `min` (sleeping as needed,
@@ -312,6 +474,9 @@ impl Client {
                 }
                 break;
             };
+            if c.split != 0 {
+                self.free_splits.push(c.split - 1);
+            }
             if c.origin == ORIGIN_BLOCKING {
                 self.blocking_done = Some(c);
                 continue;

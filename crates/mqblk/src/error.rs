@@ -17,7 +17,7 @@ pub enum SubmitError {
     Misaligned { offset: u64, len: u64, logical_block_size: u32 },
     #[error("zero-length {op:?} I/O")]
     ZeroLength { op: Op },
-    #[error("I/O of {len} bytes exceeds the queue's maximum transfer of {max} bytes (max_sectors)")]
+    #[error("I/O of {len} bytes exceeds the largest bio of {max} bytes")]
     TooLarge { len: u64, max: u64 },
     #[error("{op:?} is not supported by this device")]
     NotSupported { op: Op },

@@ -206,6 +206,8 @@ impl Hctx {
         // SAFETY: slots point at their hctx, which outlives them.
         let hctx = unsafe { &*rq.hctx };
         let owner = rq.owner;
+        // (`split` and `view` are set on every issue: no need to reset them.)
+        let split = rq.split;
         let completion = crate::client::Completion::new(rq.user_data, status, rq.buf.take(), rq.origin);
         slot.deadline.store(0, Ordering::Relaxed);
         slot.set_state(RqState::Idle);
@@ -215,7 +217,12 @@ impl Hctx {
         hctx.tags.put(rq.tag);
         // SAFETY: owners are client completion sinks kept alive by the queue
         // for its whole life; requests are only submitted with a valid one.
-        unsafe { (*owner).deliver(completion) };
+        let owner = unsafe { &*owner };
+        if split != 0 {
+            owner.piece_done(split - 1, status);
+        } else {
+            owner.deliver(completion);
+        }
         if hctx.dispatch_nr.load(Ordering::Acquire) != 0 {
             hctx.run_dispatch_list();
         }

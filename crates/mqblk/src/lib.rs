@@ -44,7 +44,7 @@ pub use client::{Client, ClientStats, Completion};
 pub use config::{ConfigError, QueueOptions};
 pub use error::{Error, Rejected, SubmitError};
 pub use hctx::Hctx;
-pub use queue::{Device, DeviceStats, QueueLimits, DEFAULT_MAX_SECTORS, DEFAULT_MAX_SEGMENTS};
+pub use queue::{Device, DeviceStats, QueueLimits, DEFAULT_MAX_SECTORS, DEFAULT_MAX_SEGMENTS, MAX_BIO_BYTES};
 pub use request::{Bio, Op, ReqFlags, Rq, SECTOR_SHIFT, SECTOR_SIZE};
 pub use status::Status;
 pub use tag::TagSetConfig;

@@ -24,6 +24,9 @@ use std::sync::Arc;
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, Parker};
 use crate::tag::{TagSetConfig, Tags};
 
+/// The largest bio, as the kernel's 32-bit `bi_size` allows.
+pub const MAX_BIO_BYTES: u64 = u32::MAX as u64;
+
 /// The kernel's default cap on a request's size (BLK_DEF_MAX_SECTORS_CAP).
 pub const DEFAULT_MAX_SECTORS: u32 = 2560;
 /// The kernel's default segment limit (BLK_MAX_SEGMENTS).
@@ -122,16 +125,23 @@ impl QueueLimits {
             Some(end) if end <= self.capacity_bytes => {}
             _ => return Err(SubmitError::OutOfRange { offset, len, capacity: self.capacity_bytes }),
         }
+        // Larger than a request may be: split (client.rs). A bio itself is
+        // limited like the kernel's (bi_size is 32 bits).
+        let max = MAX_BIO_BYTES / lbs * lbs;
+        if len > max {
+            return Err(SubmitError::TooLarge { len, max });
+        }
+        Ok(())
+    }
+
+    /// The largest request of `op` in bytes; larger bios are split.
+    pub fn max_request_bytes(&self, op: Op) -> u64 {
         let max_sectors = match op {
             Op::Discard => self.max_discard_sectors,
             Op::WriteZeroes => self.max_write_zeroes_sectors,
             _ => self.max_sectors,
         };
-        let max = u64::from(max_sectors) * SECTOR_SIZE;
-        if len > max {
-            return Err(SubmitError::TooLarge { len, max });
-        }
-        Ok(())
+        u64::from(max_sectors) * SECTOR_SIZE
     }
 }
 
@@ -142,6 +152,8 @@ pub struct DeviceStats {
     pub dispatched: u64,
     /// Requests the driver completed.
     pub completed: u64,
+    /// Bios larger than a request, split into several.
+    pub splits: u64,
     /// Bios merged into another bio's request (none until plugging and
     /// merging exist: every bio becomes its own request).
     pub merges: u64,
@@ -177,6 +189,8 @@ struct TimeoutClock {
 pub(crate) struct RequestQueue {
     driver: Arc<dyn Driver>,
     limits: QueueLimits,
+    /// `limits.max_request_bytes(op)` for each op, indexed by `Op as usize`.
+    max_request_bytes: [u64; 5],
     tag_set: TagSetConfig,
     hctxs: Box<[Hctx]>,
     /// Every client completion sink ever made, for recycling: they live as
@@ -185,6 +199,7 @@ pub(crate) struct RequestQueue {
     client_seq: AtomicUsize,
     tag_waits: AtomicU64,
     timeouts: AtomicU64,
+    splits: AtomicU64,
     clock: TimeoutClock,
     worker: Mutex<Option<Worker>>,
 }
@@ -211,8 +226,11 @@ impl RequestQueue {
             hctx.tags.bind(ptr);
         }
         let clock = Self::timeout_clock(driver.rq_timeout());
+        let max_request_bytes =
+            [Op::Read, Op::Write, Op::Flush, Op::Discard, Op::WriteZeroes].map(|op| limits.max_request_bytes(op));
         let q = Arc::new(Self {
             driver,
+            max_request_bytes,
             limits,
             tag_set,
             hctxs,
@@ -220,6 +238,7 @@ impl RequestQueue {
             client_seq: AtomicUsize::new(0),
             tag_waits: AtomicU64::new(0),
             timeouts: AtomicU64::new(0),
+            splits: AtomicU64::new(0),
             clock,
             worker: Mutex::new(None),
         });
@@ -279,6 +298,16 @@ impl RequestQueue {
         self.tag_waits.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn note_split(&self) {
+        self.splits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The largest request of `op` in bytes (precomputed per op).
+    #[inline(always)]
+    pub(crate) fn max_request_bytes(&self, op: Op) -> u64 {
+        self.max_request_bytes[op as usize]
+    }
+
     /// A completion sink with room for `capacity` completions, recycled if
     /// one is free.
     fn acquire_client(&self, capacity: usize) -> Arc<ClientShared> {
@@ -332,6 +361,7 @@ impl RequestQueue {
         let mut s = DeviceStats {
             tag_waits: self.tag_waits.load(Ordering::Relaxed),
             timeouts: self.timeouts.load(Ordering::Relaxed),
+            splits: self.splits.load(Ordering::Relaxed),
             ..DeviceStats::default()
         };
         for hctx in self.hctxs.iter() {
@@ -350,6 +380,7 @@ impl RequestQueue {
         let _ = writeln!(out, "nr_hw_queues={}", self.hctxs.len());
         let _ = writeln!(out, "tag_waits={}", self.tag_waits.load(Ordering::Relaxed));
         let _ = writeln!(out, "timeouts={}", self.timeouts.load(Ordering::Relaxed));
+        let _ = writeln!(out, "splits={}", self.splits.load(Ordering::Relaxed));
         for hctx in self.hctxs.iter() {
             let i = hctx.index();
             let st = &hctx.stats;
@@ -518,7 +549,13 @@ mod tests {
             Err(SubmitError::OutOfRange { .. })
         ));
         assert!(matches!(l.check_bio(&Bio::read(0, Buf::new(0))), Err(SubmitError::ZeroLength { .. })));
-        assert!(matches!(l.check_bio(&Bio::write(0, Buf::new(16384))), Err(SubmitError::TooLarge { .. })));
+        assert_eq!(l.check_bio(&Bio::write(0, Buf::new(16384))), Ok(()), "larger than a request: split, not refused");
+        assert_eq!(l.max_request_bytes(Op::Write), 8192);
+        let huge = Bio::discard(0, 8 << 30);
+        let mut big = limits();
+        big.capacity_bytes = 16 << 30;
+        big.max_discard_sectors = 8;
+        assert!(matches!(big.check_bio(&huge), Err(SubmitError::TooLarge { .. })));
         assert!(matches!(l.check_bio(&Bio::discard(0, 4096)), Err(SubmitError::NotSupported { op: Op::Discard })));
         let mut bad = Bio::read(0, Buf::new(4096));
         bad.len = 8192;

@@ -217,6 +217,11 @@ pub(crate) struct Request {
     pub(crate) owner: *const ClientShared,
     /// Scratch space for the driver (its per-request "pdu").
     pub(crate) driver_data: u64,
+    /// A piece of a split bio: its split slot + 1 in the owner's table
+    /// (0: not split), and its part of the parent's buffer.
+    pub(crate) split: u32,
+    pub(crate) view: *mut u8,
+    pub(crate) view_len: usize,
 }
 
 /// A request slot: one per tag, allocated with the tag set. The atomics are
@@ -253,6 +258,9 @@ impl RequestSlot {
             origin: ORIGIN_USER,
             owner: std::ptr::null(),
             driver_data: 0,
+            split: 0,
+            view: std::ptr::null_mut(),
+            view_len: 0,
         };
         Self {
             state: AtomicU8::new(RqState::Idle as u8),
@@ -348,12 +356,25 @@ impl Rq {
 
     /// The data of a write (empty for ops without data).
     pub fn data(&self) -> &[u8] {
-        self.rq().buf.as_deref().unwrap_or(&[])
+        let rq = self.rq();
+        if !rq.view.is_null() {
+            // SAFETY: a split piece views its own disjoint part of the parent
+            // bio's buffer, which the owner's split slot keeps alive until
+            // the last piece completes; the token gives exclusive access.
+            return unsafe { std::slice::from_raw_parts(rq.view, rq.view_len) };
+        }
+        rq.buf.as_deref().unwrap_or(&[])
     }
 
     /// The buffer a read fills (empty for ops without data).
     pub fn data_mut(&mut self) -> &mut [u8] {
-        self.rq_mut().buf.as_deref_mut().unwrap_or(&mut [])
+        let rq = self.rq_mut();
+        if !rq.view.is_null() {
+            // SAFETY: as in `data`; `&mut self` makes the access exclusive
+            // and no other piece overlaps this range.
+            return unsafe { std::slice::from_raw_parts_mut(rq.view, rq.view_len) };
+        }
+        rq.buf.as_deref_mut().unwrap_or(&mut [])
     }
 
     /// A word of per-request driver state.

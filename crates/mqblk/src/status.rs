@@ -67,6 +67,29 @@ impl Status {
         }
     }
 
+    /// The status stored as `self as u8` (anything unknown reads as IoErr).
+    pub(crate) fn from_u8(v: u8) -> Status {
+        const ALL: [Status; 16] = [
+            Status::Ok,
+            Status::NotSupp,
+            Status::Timeout,
+            Status::NoSpc,
+            Status::Transport,
+            Status::Target,
+            Status::Medium,
+            Status::Protection,
+            Status::Resource,
+            Status::DevResource,
+            Status::Again,
+            Status::Offline,
+            Status::Invalid,
+            Status::IoErr,
+            Status::ZoneOpenResource,
+            Status::ZoneActiveResource,
+        ];
+        ALL.get(v as usize).copied().unwrap_or(Status::IoErr)
+    }
+
     /// The kernel's name for it (`BLK_STS_*` without the prefix).
     pub fn name(self) -> &'static str {
         match self {
@@ -111,6 +134,14 @@ impl fmt::Display for Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn u8_round_trip() {
+        for v in 0..16u8 {
+            assert_eq!(Status::from_u8(v) as u8, v);
+        }
+        assert_eq!(Status::from_u8(200), Status::IoErr);
+    }
 
     #[test]
     fn zone_statuses_map_like_the_kernel() {

@@ -123,6 +123,7 @@ impl Tags {
     }
 
     /// Gets a tag, sleeping until one frees unless `nowait`.
+    #[inline(always)]
     pub(crate) fn get(
         &self,
         data: &mut AllocData,
