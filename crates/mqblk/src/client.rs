@@ -362,9 +362,14 @@ impl Client {
                 user_data,
                 origin,
             };
+            // If it must wait, it waits for the tags of all pieces left, so
+            // they are issued back to back (locality on rotational media).
+            self.alloc.want = (pieces - i).min(u64::from(u32::MAX)) as u32;
             // NOWAIT can only refuse the first piece: later ones wait for a
             // tag, so a bio is never left half issued.
-            if !self.issue(&head, &mut None, reserved, nowait && i == 0) {
+            let issued = self.issue(&head, &mut None, reserved, nowait && i == 0);
+            self.alloc.want = 1;
+            if !issued {
                 // SAFETY: nothing was issued: the client still owns the slot.
                 bio.buf = unsafe { (*slot.parent.get()).take() };
                 self.free_splits.push(index);

@@ -72,11 +72,14 @@ pub(crate) struct AllocData {
     pub(crate) ws_index: usize,
     /// Shallow depth a scheduler may impose (u32::MAX: none).
     pub(crate) shallow_depth: u32,
+    /// Tags the caller needs together if it must wait (the pieces left of
+    /// a split bio); a handoff policy gathers that many before waking it.
+    pub(crate) want: u32,
 }
 
 impl AllocData {
     pub(crate) fn new(seed: u32, ws_index: usize) -> Self {
-        Self { hint: AllocHint::new(seed), waiter: SbqWaiter::new(), ws_index, shallow_depth: u32::MAX }
+        Self { hint: AllocHint::new(seed), waiter: SbqWaiter::new(), ws_index, shallow_depth: u32::MAX, want: 1 }
     }
 }
 
@@ -147,6 +150,7 @@ impl Tags {
         if nowait {
             return None;
         }
+        data.waiter.set_want(data.want);
         let (bit, slept) = sbq.get_or_wait(&mut data.hint, shallow_depth, &data.waiter, data.ws_index, before_sleep);
         Some(TagGot { tag: bit + offset, slept })
     }

@@ -111,3 +111,37 @@ fn handoff_is_fair_64_threads_over_8_tags() {
     assert!(worst < bound, "handoff: a waiter was overtaken {worst} times (bound {bound})");
     eprintln!("handoff: worst overtakes {worst}");
 }
+
+#[test]
+fn handoff_wakes_a_waiter_once_it_holds_what_it_wants() {
+    use mqblk::sbitmap::HandoffWake;
+    let sbq = Arc::new(SbitmapQueue::with_policy(8, None, false, 8, Box::new(HandoffWake::default())));
+    let mut hint = AllocHint::new(0);
+    let held: Vec<u32> = (0..8).map(|_| sbq.get(&mut hint).unwrap()).collect();
+    let w = SbqWaiter::new();
+    w.set_want(2);
+    let t = {
+        let (sbq, w) = (sbq.clone(), w.clone());
+        std::thread::spawn(move || sbq.get_or_wait(&mut AllocHint::new(0), 8, &w, 0, || {}).0)
+    };
+    while sbq.ws_active() == 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // Give the waiter time to go to sleep, then grant one bit: not enough.
+    std::thread::sleep(Duration::from_millis(20));
+    sbq.clear(held[0], None);
+    assert_eq!(w.nr_granted(), 1, "the freed bit was granted, not published");
+    assert_eq!(sbq.sb().weight(), 8, "a granted bit stays busy in the bitmap");
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(!t.is_finished(), "woken before holding the 2 bits it wants");
+    sbq.clear(held[1], None);
+    let bit = t.join().unwrap();
+    assert!(bit == held[0] || bit == held[1]);
+    assert_eq!(w.nr_granted(), 1, "the second bit waits for the waiter's next allocation");
+    sbq.release_granted(&w);
+    for &b in &held[2..] {
+        sbq.clear(b, None);
+    }
+    sbq.clear(bit, None);
+    assert_eq!(sbq.sb().weight(), 0);
+}

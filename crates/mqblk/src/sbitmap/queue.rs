@@ -20,6 +20,9 @@ pub struct SbqWaiter {
     /// Bits handed to this waiter by a handoff policy and not yet used.
     /// Checked without the lock on every allocation, so it is atomic.
     nr_granted: AtomicU32,
+    /// How many bits the waiter needs at once (its pending I/O, e.g. the
+    /// pieces of a split bio); a handoff policy wakes it when it has them.
+    want: AtomicU32,
     grants: Mutex<Grants>,
 }
 
@@ -35,19 +38,29 @@ impl SbqWaiter {
         Arc::new(Self::default())
     }
 
+    /// Declares how many bits the next waits need together (at least 1).
+    pub fn set_want(&self, want: u32) {
+        self.want.store(want.max(1), Ordering::Relaxed);
+    }
+
+    fn want(&self) -> u32 {
+        self.want.load(Ordering::Relaxed).max(1)
+    }
+
     /// Bits granted to this waiter and not yet taken.
     pub fn nr_granted(&self) -> u32 {
         self.nr_granted.load(Ordering::Acquire)
     }
 
-    /// Adds a granted bit; returns true if it is the first one pending.
-    fn grant(&self, sbq: &SbitmapQueue, bit: u32) -> bool {
+    /// Adds a granted bit; returns how many are now pending.
+    fn grant(&self, sbq: &SbitmapQueue, bit: u32) -> u32 {
         let mut g = self.grants.lock();
         debug_assert!(g.bits.is_empty() || g.from == sbq as *const _ as usize);
         g.from = sbq as *const _ as usize;
         g.bits.push(bit);
-        self.nr_granted.store(g.bits.len() as u32, Ordering::Release);
-        g.bits.len() == 1
+        let n = g.bits.len() as u32;
+        self.nr_granted.store(n, Ordering::Release);
+        n
     }
 
     /// Takes one bit granted by `sbq`, if any.
@@ -265,9 +278,11 @@ impl SbitmapQueue {
         }
     }
 
-    /// Hands `bit` to the waiter at the head of the wake order, waking it on
-    /// its first grant; after `max_batch` grants it leaves the queue and the
-    /// next waiter is served. Returns false if no waiter is listed.
+    /// Hands `bit` to the waiter at the head of the wake order. The waiter
+    /// is woken once it holds what it wants (see `SbqWaiter::set_want`,
+    /// usually 1) and keeps receiving bits while it wakes up; after
+    /// max(want, `max_batch`) grants it leaves the queue and the next waiter
+    /// is served. Returns false if no waiter is listed.
     pub(crate) fn grant_to_head(&self, bit: u32, max_batch: u32) -> bool {
         let start = self.wake_index.load(Ordering::Relaxed) as usize % SBQ_WAIT_QUEUES;
         for i in 0..SBQ_WAIT_QUEUES {
@@ -278,16 +293,18 @@ impl SbitmapQueue {
             }
             let mut list = ws.list.lock();
             let Some(head) = list.front() else { continue };
-            let first = head.grant(self, bit);
+            let granted = head.grant(self, bit);
             let waiter = head.clone();
-            if waiter.nr_granted() >= max_batch {
+            // Capped so that a want can always be met by the bits in flight.
+            let want = waiter.want().min((self.depth() / 4).max(1));
+            if granted >= want.max(max_batch) {
                 // Served: off the queue, and the next grant starts with the
                 // next queue (round robin over the 8, as wake_up_nr does).
                 list.pop_front();
                 ws.nr_waiting.fetch_sub(1, Ordering::SeqCst);
                 self.wake_index.store(((index + 1) % SBQ_WAIT_QUEUES) as u32, Ordering::Relaxed);
             }
-            if first {
+            if granted == want {
                 waiter.parker.unpark();
             }
             return true;
