@@ -62,12 +62,12 @@ fn loom_deferred_clear_loses_and_duplicates_nothing() {
     });
 }
 
-#[test]
-fn loom_waiters_are_woken_by_frees() {
-    model(|| {
-        // depth 2: wake_batch 1, so every free while waiters are active
-        // produces a wakeup.
-        let sbq = Arc::new(SbitmapQueue::new(2, false));
+/// Two waiters on different wait queues, one freer releasing both bits of a
+/// full depth-2 queue: both waiters must get a bit (a lost wakeup is a loom
+/// deadlock), never the same one. Depth 2 makes wake_batch 1.
+fn two_waiters_one_freer(make: fn() -> SbitmapQueue) {
+    model(move || {
+        let sbq = Arc::new(make());
         let mut hint = AllocHint::new(0);
         let (b0, b1) = (sbq.get(&mut hint).unwrap(), sbq.get(&mut hint).unwrap());
         let waiter = {
@@ -84,7 +84,6 @@ fn loom_waiters_are_woken_by_frees() {
                 sbq.clear(b1, None);
             })
         };
-        // A second waiter on another wait queue.
         let w = SbqWaiter::new();
         let mine = sbq.get_or_wait(&mut AllocHint::new(1), 2, &w, 1, || {}).0;
         freer.join().unwrap();
@@ -95,33 +94,15 @@ fn loom_waiters_are_woken_by_frees() {
 }
 
 #[test]
+fn loom_waiters_are_woken_by_frees() {
+    two_waiters_one_freer(|| SbitmapQueue::new(2, false));
+}
+
+#[test]
 fn loom_stash_policy_wakes_waiters() {
     use mqblk::sbitmap::StashWake;
-    model(|| {
-        // min_waiters 1 so that two waiters already engage the stash logic.
-        let sbq = Arc::new(SbitmapQueue::with_policy(2, None, false, 2, Box::new(StashWake::with_min_waiters(1))));
-        let mut hint = AllocHint::new(0);
-        let (b0, b1) = (sbq.get(&mut hint).unwrap(), sbq.get(&mut hint).unwrap());
-        let waiter = {
-            let sbq = sbq.clone();
-            thread::spawn(move || {
-                let w = SbqWaiter::new();
-                sbq.get_or_wait(&mut AllocHint::new(0), 2, &w, 0, || {}).0
-            })
-        };
-        let freer = {
-            let sbq = sbq.clone();
-            thread::spawn(move || {
-                sbq.clear(b0, None);
-                sbq.clear(b1, None);
-            })
-        };
-        let w = SbqWaiter::new();
-        let mine = sbq.get_or_wait(&mut AllocHint::new(1), 2, &w, 1, || {}).0;
-        freer.join().unwrap();
-        let theirs = waiter.join().unwrap();
-        assert_ne!(mine, theirs, "a bit was handed out twice");
-    });
+    // min_waiters 1 so that two waiters already engage the stash logic.
+    two_waiters_one_freer(|| SbitmapQueue::with_policy(2, None, false, 2, Box::new(StashWake::with_min_waiters(1))));
 }
 
 #[test]

@@ -275,22 +275,18 @@ pub fn fmt_bw(bytes_per_sec: f64) -> String {
 }
 
 fn fmt_bytes_bin(b: f64) -> String {
-    let units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut x = b;
-    let mut i = 0;
-    while x >= 1024.0 && i + 1 < units.len() {
-        x /= 1024.0;
-        i += 1;
-    }
-    format!("{}{}", trim_num(x), units[i])
+    fmt_scaled(b, 1024.0, &["B", "KiB", "MiB", "GiB", "TiB", "PiB"])
 }
 
 fn fmt_bytes_dec(b: f64) -> String {
-    let units = ["B", "kB", "MB", "GB", "TB", "PB"];
-    let mut x = b;
+    fmt_scaled(b, 1000.0, &["B", "kB", "MB", "GB", "TB", "PB"])
+}
+
+/// `x` in the largest of `units` (each `base` times the previous) below it.
+fn fmt_scaled(mut x: f64, base: f64, units: &[&str]) -> String {
     let mut i = 0;
-    while x >= 1000.0 && i + 1 < units.len() {
-        x /= 1000.0;
+    while x >= base && i + 1 < units.len() {
+        x /= base;
         i += 1;
     }
     format!("{}{}", trim_num(x), units[i])
