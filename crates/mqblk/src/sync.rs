@@ -196,10 +196,9 @@ pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Durati
         tv_nsec: t.subsec_nanos() as libc::c_long,
     });
     let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: `word` is a live AtomicU32 for the duration of the call (the
-    // kernel only reads it and queues us on its address); `ts_ptr` is null or
-    // points to a timespec on this stack frame. FUTEX_PRIVATE_FLAG is right
-    // because all waiters and wakers are threads of this process.
+    // FUTEX_PRIVATE_FLAG: all waiters and wakers are threads of this process.
+    // SAFETY: `word` is a live AtomicU32 for the call (the kernel only reads
+    // it); `ts_ptr` is null or points to a timespec on this stack frame.
     unsafe {
         libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG, expected, ts_ptr);
     }
