@@ -8,14 +8,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use mqblk::sbitmap::{wake_policy, AllocHint, SbitmapQueue, SbqWaiter, StashWake, WAKE_POLICIES};
+use mqblk::sbitmap::{wake_policy, AllocHint, HandoffWake, SbitmapQueue, SbqWaiter, StashWake, WAKE_POLICIES};
 
 const THREADS: u32 = 64;
 const TAGS: u32 = 8;
 const ROUNDS: u64 = 300;
 
 fn contend(policy: &str) -> u64 {
-    let sbq = SbitmapQueue::with_policy(TAGS, None, false, TAGS, wake_policy(policy).unwrap());
+    contend_with(policy, wake_policy(policy).unwrap())
+}
+
+fn contend_with(policy: &str, wake: Box<dyn mqblk::sbitmap::WakePolicy>) -> u64 {
+    let sbq = SbitmapQueue::with_policy(TAGS, None, false, TAGS, wake);
     let owner: Vec<AtomicBool> = (0..TAGS).map(|_| AtomicBool::new(false)).collect();
     let grants = AtomicU64::new(0);
     let worst_overtakes = AtomicU64::new(0);
@@ -48,16 +52,19 @@ fn contend(policy: &str) -> u64 {
 
 #[test]
 fn every_policy_64_threads_over_8_tags() {
-    for policy in WAKE_POLICIES.iter().filter(|p| **p != "handoff") {
+    // handoff here: frees are so fast that granted tags would idle most of
+    // the time, so it measures that and wakes like batch (loose bound too).
+    for policy in WAKE_POLICIES {
         let worst = contend(policy);
         // Starvation check: while one thread waits, the others together get
-        // less than three quarters of the run's 19,200 grants. This is a
-        // loose bound on purpose: batch and stash let running threads take
-        // freed bits before woken sleepers (barging, as in the kernel), and
-        // with 64 threads on 2 cores the OS scheduler dominates the waits
-        // (the worst case ranged from 971 to 6,245 over 12 identical runs).
-        // It catches a waiter that is passed over for most of the run.
-        let bound = u64::from(THREADS) * ROUNDS * 3 / 4;
+        // less than 9/10 of the run's 19,200 grants. This is a loose bound on
+        // purpose: batch and stash (and handoff when it falls back, see
+        // below) let running threads take freed bits before woken sleepers
+        // (barging, as in the kernel), and with 64 threads on 2 cores the OS
+        // scheduler dominates the waits (worst cases seen: 467 to 12,911).
+        // It catches a waiter passed over for the whole run. Strict FIFO is
+        // tested for pure handoff below.
+        let bound = u64::from(THREADS) * ROUNDS * 9 / 10;
         assert!(worst < bound, "{policy}: a waiter was overtaken {worst} times (bound {bound})");
         eprintln!("{policy}: worst overtakes {worst}");
     }
@@ -103,10 +110,10 @@ fn stash_holds_wakeups_until_a_quarter_is_free() {
 }
 
 #[test]
-fn handoff_is_fair_64_threads_over_8_tags() {
-    // With handoff nobody barges: a waiter is served after those queued
-    // before it. The bound is far tighter than for batch and stash.
-    let worst = contend("handoff");
+fn pure_handoff_is_fair_64_threads_over_8_tags() {
+    // Always handing off, nobody barges: a waiter is served after those
+    // queued before it. The bound is far tighter than for batch and stash.
+    let worst = contend_with("handoff", Box::new(HandoffWake::with_max_idle_permille(u64::MAX)));
     let bound = u64::from(THREADS) * ROUNDS / 10;
     assert!(worst < bound, "handoff: a waiter was overtaken {worst} times (bound {bound})");
     eprintln!("handoff: worst overtakes {worst}");
@@ -114,7 +121,6 @@ fn handoff_is_fair_64_threads_over_8_tags() {
 
 #[test]
 fn handoff_wakes_a_waiter_once_it_holds_what_it_wants() {
-    use mqblk::sbitmap::HandoffWake;
     let sbq = Arc::new(SbitmapQueue::with_policy(8, None, false, 8, Box::new(HandoffWake::default())));
     let mut hint = AllocHint::new(0);
     let held: Vec<u32> = (0..8).map(|_| sbq.get(&mut hint).unwrap()).collect();
@@ -144,4 +150,34 @@ fn handoff_wakes_a_waiter_once_it_holds_what_it_wants() {
     }
     sbq.clear(bit, None);
     assert_eq!(sbq.sb().weight(), 0);
+}
+
+#[test]
+fn handoff_falls_back_when_tags_are_the_bottleneck() {
+    // The contention run frees bits at a high rate with slow wakeups: the
+    // measured idle share is far above the threshold, so the policy stops
+    // granting and publishes (its dump says how it decided).
+    let sbq = SbitmapQueue::with_policy(TAGS, None, false, TAGS, wake_policy("handoff").unwrap());
+    std::thread::scope(|s| {
+        for t in 0..16u32 {
+            let sbq = &sbq;
+            s.spawn(move || {
+                let waiter = SbqWaiter::new();
+                let mut hint = AllocHint::new(t);
+                for _ in 0..500 {
+                    let (bit, _) = sbq.get_or_wait(&mut hint, TAGS, &waiter, t as usize, || {});
+                    std::thread::yield_now();
+                    sbq.clear(bit, Some(&mut hint));
+                }
+                sbq.release_granted(&waiter);
+            });
+        }
+    });
+    let dump = sbq.show();
+    let field = |name: &str| -> u64 {
+        dump.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+    };
+    assert!(field("free_rate_per_s=") > 0 && field("wake_latency_ns=") > 0, "{dump}");
+    assert!(field("published_while_waiting=") > 0, "fell back to publishing: {dump}");
+    assert_eq!(sbq.snapshot().busy, 0);
 }

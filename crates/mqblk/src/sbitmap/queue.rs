@@ -9,7 +9,7 @@ use std::fmt;
 use crossbeam_utils::CachePadded;
 
 use super::{AllocHint, BatchWake, Sbitmap, WakePolicy, SBQ_WAIT_QUEUES, SBQ_WAKE_BATCH};
-use crate::sync::{dekker_fence, Arc, AtomicU32, AtomicUsize, Mutex, Ordering, Parker};
+use crate::sync::{dekker_fence, Arc, AtomicU32, AtomicU64, AtomicUsize, Mutex, Ordering, Parker};
 
 /// One waiter: a thread that may sleep on an `SbitmapQueue`. Allocate it once
 /// per thread or client and reuse it (waiting allocates nothing after the
@@ -23,6 +23,9 @@ pub struct SbqWaiter {
     /// How many bits the waiter needs at once (its pending I/O, e.g. the
     /// pieces of a split bio); a handoff policy wakes it when it has them.
     want: AtomicU32,
+    /// When a waker last unparked this waiter (ns), to measure wakeup
+    /// latency for policies that care (slow path only).
+    unparked_at_ns: AtomicU64,
     grants: Mutex<Grants>,
 }
 
@@ -36,6 +39,12 @@ struct Grants {
 impl SbqWaiter {
     pub fn new() -> Arc<Self> {
         Arc::new(Self::default())
+    }
+
+    /// Wakes the waiter, noting when (for the wakeup-latency estimate).
+    fn wake(&self) {
+        self.unparked_at_ns.store(crate::clock::now_ns(), Ordering::Relaxed);
+        self.parker.unpark();
     }
 
     /// Declares how many bits the next waits need together (at least 1).
@@ -264,7 +273,7 @@ impl SbitmapQueue {
             ws.nr_waiting.fetch_sub(1, Ordering::SeqCst);
             // Unpark under the lock: the waiter may re-queue itself right
             // after waking, and must not find itself still on the list.
-            waiter.parker.unpark();
+            waiter.wake();
             woken += 1;
         }
         woken
@@ -305,7 +314,7 @@ impl SbitmapQueue {
                 self.wake_index.store(((index + 1) % SBQ_WAIT_QUEUES) as u32, Ordering::Relaxed);
             }
             if granted == want {
-                waiter.parker.unpark();
+                waiter.wake();
             }
             return true;
         }
@@ -355,7 +364,13 @@ impl SbitmapQueue {
             }
             self.nr_sleeps.fetch_add(1, Ordering::Relaxed);
             slept = true;
-            waiter.parker.park(None);
+            if waiter.parker.park(None) {
+                let unparked_at = waiter.unparked_at_ns.load(Ordering::Relaxed);
+                let now = crate::clock::now_ns();
+                if unparked_at != 0 && now > unparked_at {
+                    self.policy.note_wake_latency(now - unparked_at);
+                }
+            }
             woken = true;
             // Woken (and removed from the list by the waker) or, after a
             // racing unpark, still listed: enqueue() handles both.
