@@ -52,37 +52,32 @@ fn run_bench(args: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match bench::run(&plan) {
-        Ok(out) => {
-            let mut stdout = std::io::stdout().lock();
-            let _ = stdout.write_all(out.as_bytes());
-            ExitCode::SUCCESS
-        }
-        Err(bench::BenchError::BadInput(e)) => {
-            eprintln!("mqblk bench: {e}");
-            ExitCode::from(2)
-        }
-        Err(bench::BenchError::Failed(e)) => {
-            eprintln!("mqblk bench: {e}");
-            ExitCode::from(1)
-        }
-    }
+    let result = bench::run(&plan).map_err(|e| match e {
+        bench::BenchError::BadInput(e) => (2, e),
+        bench::BenchError::Failed(e) => (1, e),
+    });
+    finish("bench", result)
 }
 
 fn run_experiment(args: &[String]) -> ExitCode {
-    let result = experiment::parse(args).and_then(|opts| experiment::run(&opts));
+    let result = experiment::parse(args).and_then(|opts| experiment::run(&opts)).map_err(|e| match e {
+        experiment::ExperimentError::BadInput(e) => (2, e),
+        experiment::ExperimentError::Failed(e) => (1, e),
+    });
+    finish("experiment", result)
+}
+
+/// Prints a command's output, or its error with the exit code: 2 for bad
+/// input, 1 for a failed run.
+fn finish(command: &str, result: Result<String, (u8, String)>) -> ExitCode {
     match result {
         Ok(out) => {
-            print!("{out}");
+            let _ = std::io::stdout().lock().write_all(out.as_bytes());
             ExitCode::SUCCESS
         }
-        Err(experiment::ExperimentError::BadInput(e)) => {
-            eprintln!("mqblk experiment: {e}");
-            ExitCode::from(2)
-        }
-        Err(experiment::ExperimentError::Failed(e)) => {
-            eprintln!("mqblk experiment: {e}");
-            ExitCode::from(1)
+        Err((code, e)) => {
+            eprintln!("mqblk {command}: {e}");
+            ExitCode::from(code)
         }
     }
 }

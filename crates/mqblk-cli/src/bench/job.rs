@@ -54,6 +54,24 @@ pub struct JobResult {
     pub error: i32,
 }
 
+impl JobResult {
+    /// Adds another job's measurements (group reporting): totals add up,
+    /// the run lasts as long as the longest job, the first error stays.
+    pub fn merge(&mut self, o: &JobResult) {
+        self.read.merge(&o.read);
+        self.write.merge(&o.write);
+        self.elapsed_ns = self.elapsed_ns.max(o.elapsed_ns);
+        self.rusage.add(&o.rusage);
+        self.client.submitted += o.client.submitted;
+        self.client.completed += o.client.completed;
+        self.client.tag_waits += o.client.tag_waits;
+        self.client.completion_sleeps += o.client.completion_sleeps;
+        if self.error == 0 {
+            self.error = o.error;
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, Default)]
 struct Slot {
     issue_ns: u64,

@@ -3,12 +3,12 @@
 
 use std::fmt::Write as _;
 
-use mqblk::{ClientStats, DeviceStats};
+use mqblk::DeviceStats;
 use serde_json::{json, Map, Value};
 
 use super::job::JobResult;
 use super::options::JobOptions;
-use super::stats::{DirStats, Rusage, Summary, PERCENTILES};
+use super::stats::{DirStats, Summary, PERCENTILES};
 
 /// Bandwidth (KiB/s) and IOPS samples of one direction, every 500 ms.
 #[derive(Debug, Clone, Default)]
@@ -22,56 +22,31 @@ pub struct Samples {
 pub struct Entry {
     pub opts: JobOptions,
     pub nr_jobs: usize,
-    pub read: DirStats,
-    pub write: DirStats,
-    pub elapsed_ns: u64,
-    pub rusage: Rusage,
-    pub client: ClientStats,
-    pub error: i32,
+    /// What the job measured (summed over the group's jobs).
+    pub run: JobResult,
     pub read_samples: Samples,
     pub write_samples: Samples,
 }
 
 impl Entry {
     pub fn from_result(opts: &JobOptions, r: &JobResult, read_samples: Samples, write_samples: Samples) -> Self {
-        Self {
-            opts: opts.clone(),
-            nr_jobs: 1,
-            read: r.read.clone(),
-            write: r.write.clone(),
-            elapsed_ns: r.elapsed_ns,
-            rusage: r.rusage,
-            client: r.client,
-            error: r.error,
-            read_samples,
-            write_samples,
-        }
+        Self { opts: opts.clone(), nr_jobs: 1, run: r.clone(), read_samples, write_samples }
     }
 
     /// Folds another job into this group entry (fio's group_reporting).
     pub fn merge(&mut self, o: &Entry) {
         self.nr_jobs += o.nr_jobs;
-        self.read.merge(&o.read);
-        self.write.merge(&o.write);
-        self.elapsed_ns = self.elapsed_ns.max(o.elapsed_ns);
-        self.rusage.add(&o.rusage);
-        self.client.submitted += o.client.submitted;
-        self.client.completed += o.client.completed;
-        self.client.tag_waits += o.client.tag_waits;
-        self.client.completion_sleeps += o.client.completion_sleeps;
-        if self.error == 0 {
-            self.error = o.error;
-        }
+        self.run.merge(&o.run);
         merge_samples(&mut self.read_samples, &o.read_samples);
         merge_samples(&mut self.write_samples, &o.write_samples);
     }
 
     fn secs(&self) -> f64 {
-        (self.elapsed_ns as f64 / 1e9).max(1e-9)
+        (self.run.elapsed_ns as f64 / 1e9).max(1e-9)
     }
 
     pub fn total_ios(&self) -> u64 {
-        self.read.ios + self.write.ios
+        self.run.read.ios + self.run.write.ios
     }
 
     pub fn iops(&self, d: &DirStats) -> f64 {
@@ -81,7 +56,7 @@ impl Entry {
     /// CPU ns per completed I/O (user + system) across the entry's jobs.
     pub fn cpu_ns_per_io(&self) -> f64 {
         let ios = self.total_ios().max(1) as f64;
-        (self.rusage.user_ns + self.rusage.sys_ns) as f64 / ios
+        (self.run.rusage.user_ns + self.run.rusage.sys_ns) as f64 / ios
     }
 }
 
@@ -139,7 +114,7 @@ fn dir_json(e: &Entry, d: &DirStats, samples: &Samples, timed: bool) -> Value {
         "bw_bytes": bw_bytes as u64,
         "bw": (bw_bytes / 1024.0) as u64,
         "iops": e.iops(d),
-        "runtime": e.elapsed_ns / 1_000_000,
+        "runtime": e.run.elapsed_ns / 1_000_000,
         "total_ios": d.ios,
         "short_ios": 0,
         "drop_ios": 0,
@@ -169,13 +144,13 @@ fn ctx_json(e: &Entry) -> Value {
     let secs = e.secs();
     let ios = e.total_ios().max(1) as f64;
     json!({
-        "ctx_voluntary": e.rusage.voluntary_ctx,
-        "ctx_involuntary": e.rusage.involuntary_ctx,
-        "ctx_voluntary_per_sec": e.rusage.voluntary_ctx as f64 / secs,
-        "ctx_involuntary_per_sec": e.rusage.involuntary_ctx as f64 / secs,
-        "ctx_voluntary_per_io": e.rusage.voluntary_ctx as f64 / ios,
-        "tag_waits": e.client.tag_waits,
-        "completion_sleeps": e.client.completion_sleeps,
+        "ctx_voluntary": e.run.rusage.voluntary_ctx,
+        "ctx_involuntary": e.run.rusage.involuntary_ctx,
+        "ctx_voluntary_per_sec": e.run.rusage.voluntary_ctx as f64 / secs,
+        "ctx_involuntary_per_sec": e.run.rusage.involuntary_ctx as f64 / secs,
+        "ctx_voluntary_per_io": e.run.rusage.voluntary_ctx as f64 / ios,
+        "tag_waits": e.run.client.tag_waits,
+        "completion_sleeps": e.run.client.completion_sleeps,
         "cpu_ns_per_io": e.cpu_ns_per_io(),
     })
 }
@@ -203,26 +178,26 @@ pub fn to_json(entries: &[Entry], global_given: &[(String, String)], dev: &Devic
                 "groupid": 0,
                 "job_index": i,
                 "jobs": e.nr_jobs,
-                "error": e.error,
+                "error": e.run.error,
                 "eta": 0,
-                "elapsed": (e.elapsed_ns as f64 / 1e9).ceil() as u64,
+                "elapsed": (e.run.elapsed_ns as f64 / 1e9).ceil() as u64,
                 "job options": options_json(&e.opts.given),
-                "read": dir_json(e, &e.read, &e.read_samples, timed),
-                "write": dir_json(e, &e.write, &e.write_samples, timed),
+                "read": dir_json(e, &e.run.read, &e.read_samples, timed),
+                "write": dir_json(e, &e.run.write, &e.write_samples, timed),
                 "trim": dir_json(e, &DirStats::default(), &Samples::default(), false),
-                "job_runtime": e.elapsed_ns / 1_000_000,
-                "usr_cpu": e.rusage.user_ns as f64 / cpu_base * 100.0,
-                "sys_cpu": e.rusage.sys_ns as f64 / cpu_base * 100.0,
-                "ctx": e.rusage.voluntary_ctx + e.rusage.involuntary_ctx,
-                "majf": e.rusage.majflt,
-                "minf": e.rusage.minflt,
+                "job_runtime": e.run.elapsed_ns / 1_000_000,
+                "usr_cpu": e.run.rusage.user_ns as f64 / cpu_base * 100.0,
+                "sys_cpu": e.run.rusage.sys_ns as f64 / cpu_base * 100.0,
+                "ctx": e.run.rusage.voluntary_ctx + e.run.rusage.involuntary_ctx,
+                "majf": e.run.rusage.majflt,
+                "minf": e.run.rusage.minflt,
                 "mqblk": ctx_json(e),
             })
         })
         .collect();
     let total_secs = entries.iter().map(|e| e.secs()).fold(0.0, f64::max).max(1e-9);
-    let vol: u64 = entries.iter().map(|e| e.rusage.voluntary_ctx).sum();
-    let invol: u64 = entries.iter().map(|e| e.rusage.involuntary_ctx).sum();
+    let vol: u64 = entries.iter().map(|e| e.run.rusage.voluntary_ctx).sum();
+    let invol: u64 = entries.iter().map(|e| e.run.rusage.involuntary_ctx).sum();
     let s = &dev.stats;
     json!({
         "fio version": format!("mqblk-{}", env!("CARGO_PKG_VERSION")),
@@ -313,7 +288,7 @@ fn human_dir(out: &mut String, label: &str, e: &Entry, d: &DirStats) {
         fmt_num(e.iops(d)),
         fmt_bw(d.bytes as f64 / secs),
         fmt_bytes_bin(d.bytes as f64),
-        e.elapsed_ns / 1_000_000
+        e.run.elapsed_ns / 1_000_000
     );
     if e.opts.gtod_reduce {
         return;
@@ -344,42 +319,42 @@ pub fn to_human(entries: &[Entry], dev: &DeviceInfo) -> String {
             "{}: (groupid=0, jobs={}): err={:2}: rw={}, bs={}, iodepth={}",
             e.opts.name,
             e.nr_jobs,
-            e.error,
+            e.run.error,
             e.opts.rw.name(),
             e.opts.bs_read,
             e.opts.iodepth
         );
-        human_dir(&mut out, "read", e, &e.read);
-        human_dir(&mut out, "write", e, &e.write);
+        human_dir(&mut out, "read", e, &e.run.read);
+        human_dir(&mut out, "write", e, &e.run.write);
         let cpu_base = e.secs() * 1e9 * e.nr_jobs as f64;
         let _ = writeln!(
             out,
             "  cpu          : usr={:.2}%, sys={:.2}%, ctx={}, majf={}, minf={}",
-            e.rusage.user_ns as f64 / cpu_base * 100.0,
-            e.rusage.sys_ns as f64 / cpu_base * 100.0,
-            e.rusage.voluntary_ctx + e.rusage.involuntary_ctx,
-            e.rusage.majflt,
-            e.rusage.minflt
+            e.run.rusage.user_ns as f64 / cpu_base * 100.0,
+            e.run.rusage.sys_ns as f64 / cpu_base * 100.0,
+            e.run.rusage.voluntary_ctx + e.run.rusage.involuntary_ctx,
+            e.run.rusage.majflt,
+            e.run.rusage.minflt
         );
         let _ = writeln!(
             out,
             "  mqblk        : ctx vol={} ({:.1}/s) invol={}, tag_waits={}, completion_sleeps={}, cpu={:.1} ns/io",
-            e.rusage.voluntary_ctx,
-            e.rusage.voluntary_ctx as f64 / e.secs(),
-            e.rusage.involuntary_ctx,
-            e.client.tag_waits,
-            e.client.completion_sleeps,
+            e.run.rusage.voluntary_ctx,
+            e.run.rusage.voluntary_ctx as f64 / e.secs(),
+            e.run.rusage.involuntary_ctx,
+            e.run.client.tag_waits,
+            e.run.client.completion_sleeps,
             e.cpu_ns_per_io()
         );
         let _ = writeln!(out);
     }
     let _ = writeln!(out, "Run status group 0 (all jobs):");
     for (label, pick) in [("READ", 0), ("WRITE", 1)] {
-        let bytes: u64 = entries.iter().map(|e| if pick == 0 { e.read.bytes } else { e.write.bytes }).sum();
+        let bytes: u64 = entries.iter().map(|e| if pick == 0 { e.run.read.bytes } else { e.run.write.bytes }).sum();
         if bytes == 0 {
             continue;
         }
-        let run_ms: Vec<u64> = entries.iter().map(|e| e.elapsed_ns / 1_000_000).collect();
+        let run_ms: Vec<u64> = entries.iter().map(|e| e.run.elapsed_ns / 1_000_000).collect();
         let max_secs = entries.iter().map(|e| e.secs()).fold(0.0, f64::max);
         let _ = writeln!(
             out,

@@ -82,7 +82,7 @@ pub fn run_cell(args: &[String]) -> Result<Cell, ExperimentError> {
     let plan = bench::options::parse_bench_args(args).map_err(|e| ExperimentError::BadInput(e.to_string()))?;
     let out = bench::run_plan(&plan).map_err(|e| ExperimentError::Failed(format!("{e:?}")))?;
     let e = out.entries.first().ok_or_else(|| ExperimentError::Failed("no job ran".into()))?;
-    let secs = (e.elapsed_ns as f64 / 1e9).max(1e-9);
+    let secs = (e.run.elapsed_ns as f64 / 1e9).max(1e-9);
     let ios = e.total_ios().max(1) as f64;
     let spec = plan.device.clone().unwrap_or_default();
     let policy = spec.split(',').find_map(|kv| kv.strip_prefix("wake=")).unwrap_or("batch").to_string();
@@ -91,9 +91,9 @@ pub fn run_cell(args: &[String]) -> Result<Cell, ExperimentError> {
         policy,
         iodepth: e.opts.iodepth,
         iops: e.total_ios() as f64 / secs,
-        ctx_voluntary_per_sec: e.rusage.voluntary_ctx as f64 / secs,
-        ctx_per_sec: (e.rusage.voluntary_ctx + e.rusage.involuntary_ctx) as f64 / secs,
-        ctx_voluntary_per_io: e.rusage.voluntary_ctx as f64 / ios,
+        ctx_voluntary_per_sec: e.run.rusage.voluntary_ctx as f64 / secs,
+        ctx_per_sec: (e.run.rusage.voluntary_ctx + e.run.rusage.involuntary_ctx) as f64 / secs,
+        ctx_voluntary_per_io: e.run.rusage.voluntary_ctx as f64 / ios,
         tag_waits: out.device.stats.tag_waits,
         command: format!("mqblk bench {}", args.join(" ")),
     })
