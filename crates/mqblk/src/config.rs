@@ -23,7 +23,7 @@ pub struct QueueOptions {
 
 impl Default for QueueOptions {
     fn default() -> Self {
-        Self { wake: "batch".to_string() }
+        Self { wake: crate::sbitmap::DEFAULT_WAKE_POLICY.to_string() }
     }
 }
 
@@ -86,7 +86,7 @@ impl SpecParams {
 
     /// The block-layer options of this spec.
     pub fn queue_options(&self) -> Result<QueueOptions, ConfigError> {
-        let wake = self.choice("wake", "batch", crate::sbitmap::WAKE_POLICIES)?;
+        let wake = self.choice("wake", crate::sbitmap::DEFAULT_WAKE_POLICY, crate::sbitmap::WAKE_POLICIES)?;
         Ok(QueueOptions { wake: wake.to_string() })
     }
 

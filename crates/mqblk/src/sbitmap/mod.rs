@@ -11,7 +11,8 @@
 //!
 //! `SbitmapQueue` adds waiting: 8 wait queues, a count of active waiters
 //! (`ws_active`), and a pluggable [`WakePolicy`] deciding how freed bits turn
-//! into wakeups. The default, [`BatchWake`], is the kernel 6.2+ scheme.
+//! into wakeups. A bare `SbitmapQueue` uses [`BatchWake`], the kernel 6.2+
+//! scheme; devices default to [`HandoffWake`] ([`DEFAULT_WAKE_POLICY`]).
 //!
 //! This module is generic: it knows nothing of requests or tags.
 //!
@@ -36,7 +37,7 @@ mod queue;
 mod wake;
 
 pub use queue::{calc_wake_batch, SbitmapQueue, SbqSnapshot, SbqWaiter};
-pub use wake::{wake_policy, BatchWake, HandoffWake, StashWake, WakePolicy, WAKE_POLICIES};
+pub use wake::{wake_policy, BatchWake, HandoffWake, StashWake, WakePolicy, DEFAULT_WAKE_POLICY, WAKE_POLICIES};
 
 /// Bits per word at most (the machine word).
 pub const BITS_PER_WORD: u32 = usize::BITS;

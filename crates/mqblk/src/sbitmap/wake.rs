@@ -312,6 +312,10 @@ impl WakePolicy for HandoffWake {
 /// Names accepted by `wake=`.
 pub const WAKE_POLICIES: &[&str] = &["batch", "stash", "handoff"];
 
+/// The policy a device uses unless its spec says `wake=`: mqblk's own, which
+/// met every target of the tag-wakeup experiment (BENCHMARKS.md).
+pub const DEFAULT_WAKE_POLICY: &str = "handoff";
+
 /// The wakeup policy called `name` (`wake=NAME`), or None.
 pub fn wake_policy(name: &str) -> Option<Box<dyn WakePolicy>> {
     match name {
