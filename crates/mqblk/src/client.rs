@@ -22,157 +22,18 @@ use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
 use crate::buf::Buf;
+use crate::completion::{signal_eventfd, ClientShared};
+pub use crate::completion::{Completion, RwCount};
 use crate::error::{Error, Rejected, SubmitError};
+use crate::merge::{self, BioPos, MergedBio};
+use crate::plug::{Plug, PlugState};
 use crate::queue::RequestQueue;
 use crate::request::{Bio, ReqFlags, RqState, ORIGIN_BLOCKING, ORIGIN_USER, SECTOR_SHIFT};
-use crate::ring::MpscRing;
 use crate::status::Status;
-use crate::tag::AllocData;
+use crate::tag::{AllocData, TagGot};
 use std::sync::Arc;
 
-use crate::sync::{dekker_fence, AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering, SleepGate};
-
-/// One finished I/O, as `do_io` returns it.
-#[derive(Debug)]
-pub struct Completion {
-    /// The cookie given at submission.
-    pub user_data: u64,
-    pub status: Status,
-    /// The bio's buffer, given back (reads: filled with the data).
-    pub buf: Option<Buf>,
-    origin: u8,
-    /// Split slot + 1 of a split bio (0: not split), recycled at reap.
-    split: u32,
-}
-
-impl Completion {
-    pub(crate) fn new(user_data: u64, status: Status, buf: Option<Buf>, origin: u8) -> Self {
-        Self { user_data, status, buf, origin, split: 0 }
-    }
-}
-
-/// The parent of a split bio: holds its buffer while the pieces are in
-/// flight, counts them down, and remembers the first error. One per
-/// outstanding bio the client may have, allocated with the client sink.
-struct SplitSlot {
-    remaining: AtomicU32,
-    status: AtomicU8,
-    user_data: AtomicU64,
-    origin: AtomicU8,
-    /// The parent's buffer. Written by the client before the first piece is
-    /// issued, taken by the completer of the last piece.
-    parent: std::cell::UnsafeCell<Option<Buf>>,
-}
-
-// SAFETY: `parent` is accessed by the client before any piece is issued (the
-// issue hands the pieces over with Release/Acquire through the driver path)
-// and by exactly one completer afterwards: the one whose fetch_sub on
-// `remaining` took it to zero (AcqRel, so every piece's writes to the
-// buffer happen before). Everything else is atomic.
-unsafe impl Sync for SplitSlot {}
-
-impl SplitSlot {
-    fn new() -> Self {
-        Self {
-            remaining: AtomicU32::new(0),
-            status: AtomicU8::new(0),
-            user_data: AtomicU64::new(0),
-            origin: AtomicU8::new(ORIGIN_USER),
-            parent: std::cell::UnsafeCell::new(None),
-        }
-    }
-}
-
-/// The part of a client that completers reach: its completion ring and how
-/// to wake it. Owned by the queue for the queue's whole life (recycled
-/// between clients), so a completer can never touch a freed one.
-pub(crate) struct ClientShared {
-    ring: MpscRing<Completion>,
-    splits: Box<[SplitSlot]>,
-    gate: SleepGate,
-    /// eventfd to signal, or -1.
-    notify_fd: AtomicI32,
-    /// The next completion must signal `notify_fd`.
-    notify_armed: AtomicBool,
-}
-
-impl ClientShared {
-    pub(crate) fn new(capacity: usize) -> Self {
-        let ring = MpscRing::new(capacity);
-        let splits = (0..ring.capacity()).map(|_| SplitSlot::new()).collect();
-        Self {
-            ring,
-            splits,
-            gate: SleepGate::default(),
-            notify_fd: AtomicI32::new(-1),
-            notify_armed: AtomicBool::new(false),
-        }
-    }
-
-    pub(crate) fn capacity(&self) -> usize {
-        self.ring.capacity()
-    }
-
-    /// Consumer: sleeps until a completion is delivered (or `timeout`),
-    /// unless one is already there. Returns true if it slept.
-    pub(crate) fn sleep_until_delivery(&self, timeout: Option<Duration>) -> bool {
-        self.gate.sleep_unless(|| self.ring.has_ready(), timeout)
-    }
-
-    /// Consumer: the next completion, if any.
-    ///
-    /// # Safety
-    /// Only the owning client (one thread at a time) may call this.
-    pub(crate) unsafe fn take(&self) -> Option<Completion> {
-        // SAFETY: forwarded contract: single consumer.
-        unsafe { self.ring.pop() }
-    }
-
-    /// One piece of split bio `index` completed with `status`; the last one
-    /// delivers the bio's completion.
-    #[cold]
-    #[inline(never)]
-    pub(crate) fn piece_done(&self, index: u32, status: Status) {
-        let slot = &self.splits[index as usize];
-        if status != Status::Ok {
-            // First error wins.
-            let _ = slot.status.compare_exchange(0, status as u8, Ordering::AcqRel, Ordering::Relaxed);
-        }
-        if slot.remaining.fetch_sub(1, Ordering::AcqRel) != 1 {
-            return;
-        }
-        // SAFETY: the last piece's completer owns the parent (see SplitSlot).
-        let buf = unsafe { (*slot.parent.get()).take() };
-        let status = Status::from_u8(slot.status.load(Ordering::Acquire));
-        let mut c =
-            Completion::new(slot.user_data.load(Ordering::Relaxed), status, buf, slot.origin.load(Ordering::Relaxed));
-        c.split = index + 1;
-        self.deliver(c);
-    }
-
-    /// Hands a completion to the client and wakes it if it sleeps.
-    #[inline(always)]
-    pub(crate) fn deliver(&self, completion: Completion) {
-        if self.ring.push(completion).is_err() {
-            // The client never has more I/Os outstanding than the ring holds.
-            panic!("completion ring overflow: client in-flight accounting is broken");
-        }
-        self.gate.notify();
-        let fd = self.notify_fd.load(Ordering::Relaxed);
-        if fd >= 0 && self.notify_armed.swap(false, Ordering::SeqCst) {
-            signal_eventfd(fd);
-        }
-    }
-}
-
-fn signal_eventfd(fd: RawFd) {
-    let one: u64 = 1;
-    // SAFETY: writes 8 bytes from a live u64 to an fd we created; an error
-    // (counter overflow, impossible in practice) leaves the fd readable.
-    unsafe {
-        libc::write(fd, (&one as *const u64).cast(), 8);
-    }
-}
+use crate::sync::{dekker_fence, Ordering};
 
 /// The scalar part of what a request is initialised from: a whole bio, or
 /// one piece of a split bio (`view` into the parent's buffer, `split` =
@@ -214,8 +75,9 @@ pub struct Client {
     blocking_done: Option<Completion>,
     bounce: Option<Buf>,
     notify_fd: Option<std::os::fd::OwnedFd>,
-    /// Free split slots of `shared` (only this client touches the list).
-    free_splits: Vec<u32>,
+    /// Free bio slots of `shared` (only this client touches the list).
+    free_slots: Vec<u32>,
+    plug: PlugState,
     stats: ClientStats,
 }
 
@@ -238,14 +100,15 @@ impl Client {
             // Spread clients' hints, and their waits over the 8 wait queues
             // (as hctxs spread over them).
             alloc: AllocData::new((seq as u32).wrapping_mul(0x9e37_79b9), seq),
-            q,
             shared,
             in_flight: 0,
             backlog: VecDeque::with_capacity(capacity),
             blocking_done: None,
             bounce: None,
             notify_fd: None,
-            free_splits: (0..capacity as u32).rev().collect(),
+            plug: PlugState::new(q.plug_nesting()),
+            q,
+            free_slots: (0..capacity as u32).rev().collect(),
             stats: ClientStats::default(),
         }
     }
@@ -302,7 +165,6 @@ impl Client {
         if bio.len > max {
             return self.submit_split(bio, user_data, origin, reserved, max);
         }
-        let nowait = bio.flags.contains(ReqFlags::NOWAIT);
         let head = RqHead {
             op: bio.op,
             flags: bio.flags,
@@ -313,12 +175,45 @@ impl Client {
             user_data,
             origin,
         };
+        if self.plug.is_plugged() && merge::mergeable(bio.op, bio.flags) && self.plug_merge(&head, &mut bio.buf) {
+            self.note_submitted(bio.op);
+            return Ok(());
+        }
+        let nowait = bio.flags.contains(ReqFlags::NOWAIT);
         if !self.issue(&head, &mut bio.buf, reserved, nowait) {
             return Err(Box::new(Rejected { error: SubmitError::Again, bio }));
         }
+        self.note_submitted(bio.op);
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn note_submitted(&mut self, op: crate::request::Op) {
+        self.shared.counters.bio(op);
         self.in_flight += 1;
         self.stats.submitted += 1;
-        Ok(())
+    }
+
+    /// Tries to merge the bio described by `head` into the plug's last
+    /// request (merge.rs); on success the bio's buffer moves into one of
+    /// this client's bio slots and the bio completes on its own.
+    fn plug_merge(&mut self, head: &RqHead, buf: &mut Option<Buf>) -> bool {
+        let hctx_index = self.hctx_index;
+        let max_sectors = self.q.max_request_bytes(head.op) >> SECTOR_SHIFT;
+        let max_segments = self.q.max_segments();
+        let pos = BioPos { op: head.op, flags: head.flags, sector: head.sector, nr_sectors: head.nr_sectors };
+        let Some(rq) = self.plug.merge_candidate() else { return false };
+        if rq.hctx_index() != hctx_index {
+            return false;
+        }
+        let Some(kind) = merge::try_merge(rq.rq(), &pos, max_sectors, max_segments) else { return false };
+        let index = self.free_slots.pop().expect("a free bio slot per outstanding bio");
+        let bio = MergedBio { pos, buf: buf.take(), user_data: head.user_data, origin: head.origin };
+        // SAFETY: the slot was on our free list, so it is ours and unused;
+        // the plug holds the request's token, so we own the request.
+        unsafe { merge::attach(rq.rq_mut(), kind, self.shared.slot(index), &self.shared, bio) };
+        self.shared.counters.merge(head.op, kind == merge::MergeKind::Front);
+        true
     }
 
     /// Splits a bio larger than a request into pieces of at most `max`
@@ -332,19 +227,15 @@ impl Client {
         reserved: bool,
         max: u64,
     ) -> Result<(), Box<Rejected>> {
-        let index = self.free_splits.pop().expect("a free split slot per outstanding bio");
+        let index = self.free_slots.pop().expect("a free bio slot per outstanding bio");
         let shared = self.shared.clone();
-        let slot = &shared.splits[index as usize];
+        let slot = shared.slot(index);
         let pieces = bio.len.div_ceil(max);
         debug_assert!(pieces > 1 && pieces <= u64::from(u32::MAX));
-        slot.remaining.store(pieces as u32, Ordering::Relaxed);
-        slot.status.store(0, Ordering::Relaxed);
-        slot.user_data.store(user_data, Ordering::Relaxed);
-        slot.origin.store(origin, Ordering::Relaxed);
         let base = bio.buf.as_mut().map(|b| b.as_mut_ptr());
         // SAFETY: no piece is issued yet, so the client owns the slot. The
         // buffer's heap block does not move when the Buf value moves.
-        unsafe { *slot.parent.get() = bio.buf.take() };
+        unsafe { slot.start_split(pieces as u32, user_data, origin, bio.buf.take()) };
         let nowait = bio.flags.contains(ReqFlags::NOWAIT);
         for i in 0..pieces {
             let offset = i * max;
@@ -371,31 +262,31 @@ impl Client {
             self.alloc.want = 1;
             if !issued {
                 // SAFETY: nothing was issued: the client still owns the slot.
-                bio.buf = unsafe { (*slot.parent.get()).take() };
-                self.free_splits.push(index);
+                bio.buf = unsafe { slot.data().buf.take() };
+                self.free_slots.push(index);
                 return Err(Box::new(Rejected { error: SubmitError::Again, bio }));
             }
         }
         self.q.note_split();
-        self.in_flight += 1;
-        self.stats.submitted += 1;
+        self.note_submitted(bio.op);
         Ok(())
     }
 
     /// Takes a tag, initialises its request from `head` (taking `buf`) and
-    /// issues it. Returns false, leaving `buf` alone, only if NOWAIT found
-    /// no tag. Always inlined: the hot path then writes the request's fields
-    /// directly (measured: tens of instructions per I/O otherwise).
+    /// issues it, or adds it to the plug. Returns false, leaving `buf`
+    /// alone, only if NOWAIT found no tag. Always inlined: the hot path then
+    /// writes the request's fields directly (measured: tens of instructions
+    /// per I/O otherwise).
     #[inline(always)]
     fn issue(&mut self, head: &RqHead, buf: &mut Option<Buf>, reserved: bool, nowait: bool) -> bool {
-        let hctx = self.q.hctx(self.hctx_index);
-        let Some(got) = hctx.tags.get(&mut self.alloc, reserved, nowait, || {}) else {
+        let Some(got) = self.get_tag(reserved, nowait) else {
             return false;
         };
         if got.slept {
             self.stats.tag_waits += 1;
             self.q.note_tag_wait();
         }
+        let hctx = self.q.hctx(self.hctx_index);
         let ptr = hctx.tags.rq_ptr(got.tag);
         {
             // SAFETY: slots live as long as the queue.
@@ -415,13 +306,111 @@ impl Client {
             rq.origin = head.origin;
             rq.owner = Arc::as_ptr(&self.shared);
             rq.driver_data = 0;
+            debug_assert_eq!(rq.nr_bios, 1, "a finished request leaves no merged bios behind");
+            rq.front = std::ptr::null();
+            rq.back = std::ptr::null();
             slot.deadline.store(self.q.timeout_deadline(), Ordering::Relaxed);
             slot.set_state(RqState::InFlight);
         }
+        self.shared.counters.request(head.op);
         // SAFETY: the slot is initialised and we give up access to it.
         let rq = unsafe { crate::request::Rq::from_raw(ptr) };
-        hctx.issue(rq, true);
+        if self.plug.is_plugged() {
+            self.plug.add(&self.q, &self.shared.counters, rq);
+        } else {
+            hctx.issue(rq, true);
+        }
         true
+    }
+
+    /// A tag on this client's hardware queue: from the plug's cache, a
+    /// batch for the plug's `nr_ios` hint, or one at a time (sleeping for
+    /// it unless `nowait`, after flushing the plug).
+    #[inline(always)]
+    fn get_tag(&mut self, reserved: bool, nowait: bool) -> Option<TagGot> {
+        let hctx = self.q.hctx(self.hctx_index);
+        if self.plug.is_plugged() && !reserved {
+            if let Some(tag) = self.plug.take_cached(self.hctx_index) {
+                return Some(TagGot { tag, slept: false });
+            }
+            if self.plug.nr_ios > 1 {
+                let nr = std::mem::replace(&mut self.plug.nr_ios, 1);
+                if let Some((base, mask)) = hctx.tags.get_batch(&mut self.alloc, nr) {
+                    self.plug.cache(self.hctx_index, base, mask);
+                    return self.plug.take_cached(self.hctx_index).map(|tag| TagGot { tag, slept: false });
+                }
+            }
+        }
+        let (plug, q, counters) = (&mut self.plug, &self.q, &self.shared.counters);
+        // A thread must not sleep on I/O held in its own plug.
+        hctx.tags.get(&mut self.alloc, reserved, nowait, || plug.flush(q, counters))
+    }
+
+    /// Starts a plug (`blk_start_plug`): until the returned guard drops,
+    /// requests are held so adjacent bios merge and reach the driver in one
+    /// batch. Submit through the guard (it derefs to the client); nested
+    /// plugs only count levels, and only the outermost one flushes (see
+    /// plug.rs for every flush rule).
+    ///
+    /// ```
+    /// use mqblk::{Bio, Buf, Device};
+    /// let dev = Device::open("null:gb=1,irqmode=0").unwrap();
+    /// let mut client = dev.client();
+    /// {
+    ///     let mut plug = client.plug();
+    ///     for i in 0..4u64 {
+    ///         plug.submit(Bio::read(i * 4096, Buf::new(4096)), i).unwrap();
+    ///     }
+    ///     assert_eq!(plug.plugged_requests(), 1, "four adjacent reads, one request");
+    /// } // flushed here
+    /// let mut done = Vec::new();
+    /// client.do_io(&mut done, 4, 4, None).unwrap();
+    /// assert_eq!(dev.stats().merges.read, 3);
+    /// ```
+    pub fn plug(&mut self) -> Plug<'_> {
+        Plug::new(self, 1)
+    }
+
+    /// Starts a plug expecting `nr_ios` requests (`blk_start_plug_nr_ios`):
+    /// the first one takes tags for up to that many (at most 32) in one
+    /// batch. Ignored by an inner plug.
+    pub fn plug_nr_ios(&mut self, nr_ios: u32) -> Plug<'_> {
+        Plug::new(self, nr_ios)
+    }
+
+    /// Runs `f` under a plug of `nr_ios` and ends the plug.
+    pub fn with_plug<R>(&mut self, nr_ios: u32, f: impl FnOnce(&mut Client) -> R) -> R {
+        let mut plug = self.plug_nr_ios(nr_ios);
+        f(&mut plug)
+    }
+
+    /// Issues everything the plug holds now (`blk_flush_plug`); the plug
+    /// stays active.
+    pub fn flush_plug(&mut self) {
+        self.plug.flush(&self.q, &self.shared.counters);
+    }
+
+    /// Plug levels active on this client (0: not plugged).
+    pub fn plug_depth(&self) -> u32 {
+        self.plug.depth
+    }
+
+    /// Requests held in the plug, not yet issued to the driver.
+    pub fn plugged_requests(&self) -> usize {
+        self.plug.rqs.len()
+    }
+
+    /// Tags the plug has cached for its next requests.
+    pub fn plug_cached_tags(&self) -> u32 {
+        self.plug.nr_cached()
+    }
+
+    pub(crate) fn plug_state(&mut self) -> &mut PlugState {
+        &mut self.plug
+    }
+
+    pub(crate) fn finish_plug(&mut self, outermost: bool, prev_start: usize) {
+        self.plug.finish(&self.q, &self.shared.counters, outermost, prev_start);
     }
 
     /// Reaps completions into `out`: at least `min` (sleeping as needed,
@@ -479,8 +468,8 @@ impl Client {
                 }
                 break;
             };
-            if c.split != 0 {
-                self.free_splits.push(c.split - 1);
+            if c.slot != 0 {
+                self.free_slots.push(c.slot - 1);
             }
             if c.origin == ORIGIN_BLOCKING {
                 self.blocking_done = Some(c);
@@ -500,10 +489,12 @@ impl Client {
         }
         self.shared.notify_armed.store(true, Ordering::SeqCst);
         dekker_fence();
-        self.shared.ring.has_ready()
+        self.shared.has_ready()
     }
 
     fn sleep_for_completions(&mut self, timeout: Option<Duration>) {
+        // Never sleep on I/O held in our own plug.
+        self.plug.flush(&self.q, &self.shared.counters);
         // Never sleep on tags granted to us (handoff policy) and not used.
         self.q.hctx(self.hctx_index).tags.release_granted(&self.alloc);
         if self.shared.sleep_until_delivery(timeout) {
@@ -530,7 +521,7 @@ impl Client {
         self.shared.notify_fd.store(raw, Ordering::SeqCst);
         self.notify_fd = Some(fd);
         // Completions already queued must be signalled too.
-        if self.shared.ring.has_ready() && self.shared.notify_armed.swap(false, Ordering::SeqCst) {
+        if self.shared.has_ready() && self.shared.notify_armed.swap(false, Ordering::SeqCst) {
             signal_eventfd(raw);
         }
         Ok(raw)
@@ -606,6 +597,8 @@ fn status_result(status: Status) -> Result<(), Error> {
 
 impl Drop for Client {
     fn drop(&mut self) {
+        // A guard forgotten with mem::forget leaves requests plugged.
+        self.plug.flush(&self.q, &self.shared.counters);
         // The device owns our buffers until their I/Os complete: wait.
         self.drain();
         self.q.hctx(self.hctx_index).tags.release_granted(&self.alloc);

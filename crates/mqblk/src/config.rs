@@ -12,18 +12,20 @@ use crate::error::Error;
 pub const DRIVERS: &[&str] = &["null"];
 
 /// Keys of the block layer itself, accepted in any driver's spec.
-pub const BLOCK_KEYS: &[&str] = &["wake"];
+pub const BLOCK_KEYS: &[&str] = &["wake", "plug_nesting"];
 
 /// Block-layer options of a device spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueOptions {
     /// Tag wakeup policy (`wake=`): one of `sbitmap::WAKE_POLICIES`.
     pub wake: String,
+    /// Which plug levels flush (`plug_nesting=outermost|flush_each`).
+    pub plug_nesting: crate::plug::PlugNesting,
 }
 
 impl Default for QueueOptions {
     fn default() -> Self {
-        Self { wake: crate::sbitmap::DEFAULT_WAKE_POLICY.to_string() }
+        Self { wake: crate::sbitmap::DEFAULT_WAKE_POLICY.to_string(), plug_nesting: Default::default() }
     }
 }
 
@@ -87,7 +89,9 @@ impl SpecParams {
     /// The block-layer options of this spec.
     pub fn queue_options(&self) -> Result<QueueOptions, ConfigError> {
         let wake = self.choice("wake", crate::sbitmap::DEFAULT_WAKE_POLICY, crate::sbitmap::WAKE_POLICIES)?;
-        Ok(QueueOptions { wake: wake.to_string() })
+        let nesting = self.choice("plug_nesting", "outermost", crate::plug::PlugNesting::NAMES)?;
+        let plug_nesting = crate::plug::PlugNesting::from_name(nesting).expect("a listed name");
+        Ok(QueueOptions { wake: wake.to_string(), plug_nesting })
     }
 
     pub fn raw(&self, key: &str) -> Option<&str> {

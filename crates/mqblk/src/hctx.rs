@@ -15,7 +15,7 @@ use std::ptr::NonNull;
 use crossbeam_utils::CachePadded;
 
 use crate::driver::{Driver, QueueRqResult};
-use crate::request::{RequestSlot, Rq, RqState};
+use crate::request::{Request, RequestSlot, Rq, RqState, SECTOR_SHIFT};
 use crate::status::Status;
 use std::sync::Arc;
 
@@ -115,6 +115,38 @@ impl Hctx {
         }
     }
 
+    /// Issues a plug's batch of requests for this queue: through the
+    /// driver's `queue_rqs` (by default `queue_rq` per request, `last` on the
+    /// final one). What the driver leaves in `rqs` (it was busy) goes on the
+    /// dispatch list, in order. `rqs` is empty on return.
+    pub(crate) fn issue_list(&self, rqs: &mut VecDeque<Rq>) {
+        if rqs.is_empty() {
+            return;
+        }
+        if self.dispatch_nr.load(Ordering::Acquire) != 0 {
+            self.push_dispatch_all(rqs);
+            self.run_dispatch_list();
+            return;
+        }
+        let n = rqs.len() as u64;
+        self.stats.queued.fetch_add(n, Ordering::Relaxed);
+        self.driver.queue_rqs(self, rqs);
+        if !rqs.is_empty() {
+            // Accounted like one `queue_rq` answered Busy; the rest were
+            // never handed over.
+            self.stats.queued.fetch_sub(rqs.len() as u64 - 1, Ordering::Relaxed);
+            self.stats.busy.fetch_add(1, Ordering::Relaxed);
+            self.push_dispatch_all(rqs);
+            self.restart_if_idle();
+        }
+    }
+
+    fn push_dispatch_all(&self, rqs: &mut VecDeque<Rq>) {
+        let mut list = self.dispatch.lock();
+        list.extend(rqs.drain(..));
+        self.dispatch_nr.store(list.len() as u32, Ordering::Release);
+    }
+
     fn push_dispatch(&self, rq: Rq) {
         let mut list = self.dispatch.lock();
         list.push_back(rq);
@@ -190,13 +222,15 @@ impl Hctx {
         self.dispatch_nr.load(Ordering::Relaxed)
     }
 
-    /// Completes a request: delivers its completion to the submitting client
-    /// and frees its tag (`blk_mq_end_request`).
+    /// Completes a request: delivers the completion of each of its bios to
+    /// the submitting client and frees its tag (`blk_mq_end_request`). With
+    /// `status` an error, bios wholly within the first `ok_bytes` of the
+    /// request still complete with `Ok` (a partial transfer).
     ///
     /// # Safety
     /// `ptr` is the slot of an in-flight request and the caller owns it (it
     /// consumed the request's `Rq` token).
-    pub(crate) unsafe fn end_request(ptr: NonNull<RequestSlot>, status: Status) {
+    pub(crate) unsafe fn end_request(ptr: NonNull<RequestSlot>, status: Status, ok_bytes: u64) {
         // SAFETY: slots live as long as the queue (see the Driver trait's
         // thread rules), and the caller owns this one's request.
         let slot = unsafe { ptr.as_ref() };
@@ -205,10 +239,15 @@ impl Hctx {
         slot.set_state(RqState::Complete);
         // SAFETY: slots point at their hctx, which outlives them.
         let hctx = unsafe { &*rq.hctx };
+        if rq.nr_bios > 1 {
+            // SAFETY: forwarded contract.
+            unsafe { Self::end_merged(slot, rq, hctx, status, ok_bytes) };
+            return;
+        }
         let owner = rq.owner;
         // (`split` and `view` are set on every issue: no need to reset them.)
         let split = rq.split;
-        let completion = crate::client::Completion::new(rq.user_data, status, rq.buf.take(), rq.origin);
+        let completion = crate::completion::Completion::new(rq.user_data, status, rq.buf.take(), rq.origin);
         slot.deadline.store(0, Ordering::Relaxed);
         slot.set_state(RqState::Idle);
         hctx.stats.completed.fetch_add(1, Ordering::Relaxed);
@@ -223,8 +262,64 @@ impl Hctx {
         } else {
             owner.deliver(completion);
         }
-        if hctx.dispatch_nr.load(Ordering::Acquire) != 0 {
-            hctx.run_dispatch_list();
+        hctx.restart_after_completion();
+    }
+
+    /// `end_request` for a request carrying merged bios: each bio completes
+    /// in device order, with `Ok` if it lies within `ok_bytes` (or `status`
+    /// is `Ok`), else with `status`.
+    ///
+    /// # Safety
+    /// As `end_request`; `rq` is `slot`'s request.
+    #[cold]
+    #[inline(never)]
+    unsafe fn end_merged(slot: &RequestSlot, rq: &mut Request, hctx: &Hctx, status: Status, ok_bytes: u64) {
+        debug_assert_eq!(rq.split, 0, "split pieces are never merged");
+        let start = rq.sector;
+        let bio_status = |end_sector: u64| {
+            if status == Status::Ok || (end_sector - start) << SECTOR_SHIFT <= ok_bytes {
+                Status::Ok
+            } else {
+                status
+            }
+        };
+        // Take everything out of the request before freeing its tag.
+        let (front, back) = (rq.front, rq.back);
+        // SAFETY: `back` is null or a live slot of the chain, which the
+        // request's owner (the caller) uses.
+        let own_end = if back.is_null() { start + u64::from(rq.nr_sectors) } else { unsafe { (*back).data().sector } };
+        let own = crate::completion::Completion::new(rq.user_data, bio_status(own_end), rq.buf.take(), rq.origin);
+        let owner = rq.owner;
+        rq.nr_bios = 1;
+        slot.deadline.store(0, Ordering::Relaxed);
+        slot.set_state(RqState::Idle);
+        hctx.stats.completed.fetch_add(1, Ordering::Relaxed);
+        hctx.tags.put(rq.tag);
+        // SAFETY: the chain's slots are ours until each is delivered
+        // (complete_merged reads the link before delivering).
+        unsafe {
+            let mut p = front;
+            while !p.is_null() {
+                let d = (*p).data();
+                let end = d.sector + u64::from(d.nr_sectors);
+                p = (*p).complete_merged(bio_status(end));
+            }
+            (*owner).deliver(own);
+            let mut p = back;
+            while !p.is_null() {
+                let d = (*p).data();
+                let end = d.sector + u64::from(d.nr_sectors);
+                p = (*p).complete_merged(bio_status(end));
+            }
+        }
+        hctx.restart_after_completion();
+    }
+
+    /// A completion freed resources: re-run a waiting dispatch list.
+    #[inline(always)]
+    fn restart_after_completion(&self) {
+        if self.dispatch_nr.load(Ordering::Acquire) != 0 {
+            self.run_dispatch_list();
         }
     }
 }

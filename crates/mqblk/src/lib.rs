@@ -24,6 +24,7 @@
 
 mod buf;
 mod client;
+mod completion;
 pub mod clock;
 pub mod config;
 pub mod driver;
@@ -31,6 +32,8 @@ mod error;
 mod hctx;
 #[cfg(all(test, loom))]
 mod loom_models;
+mod merge;
+pub mod plug;
 mod queue;
 mod request;
 mod ring;
@@ -40,7 +43,8 @@ mod sync;
 mod tag;
 
 pub use buf::{Buf, BUF_ALIGN};
-pub use client::{Client, ClientStats, Completion};
+pub use client::{Client, ClientStats, Completion, RwCount};
+pub use plug::{Plug, PlugNesting};
 pub use config::{ConfigError, QueueOptions};
 pub use error::{Error, Rejected, SubmitError};
 pub use hctx::Hctx;

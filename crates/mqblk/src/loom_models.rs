@@ -2,7 +2,7 @@
 //! gate, as used by client completion rings and driver completion threads.
 //! A lost wakeup shows up as a loom deadlock.
 
-use crate::client::{ClientShared, Completion};
+use crate::completion::{ClientShared, Completion};
 use crate::status::Status;
 use crate::sync::Arc;
 

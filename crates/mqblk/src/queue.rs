@@ -12,7 +12,9 @@ use std::fmt::Write as _;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::client::{Client, ClientShared};
+use crate::client::Client;
+use crate::completion::{ClientShared, CounterTotals, RwCount};
+use crate::plug::PlugNesting;
 use crate::config::QueueOptions;
 use crate::driver::{Driver, TimedOutRq, TimeoutAction};
 use crate::error::{Error, SubmitError};
@@ -154,9 +156,18 @@ pub struct DeviceStats {
     pub completed: u64,
     /// Bios larger than a request, split into several.
     pub splits: u64,
-    /// Bios merged into another bio's request (none until plugging and
-    /// merging exist: every bio becomes its own request).
-    pub merges: u64,
+    /// Bios submitted, by direction (reads; everything else). A split bio
+    /// counts once.
+    pub bios: RwCount,
+    /// Requests made from bios (one per bio not merged, or per split
+    /// piece), by direction.
+    pub requests: RwCount,
+    /// Bios merged into another bio's request, by direction (fio's disk
+    /// stats "merge"); `front_merges` of them preceded the request.
+    pub merges: RwCount,
+    pub front_merges: u64,
+    /// Plug lists issued to the driver.
+    pub plug_flushes: u64,
     /// `queue_rq` calls answered Busy.
     pub busy: u64,
     /// Times a submitter slept waiting for a tag.
@@ -193,9 +204,12 @@ pub(crate) struct RequestQueue {
     max_request_bytes: [u64; 5],
     tag_set: TagSetConfig,
     hctxs: Box<[Hctx]>,
-    /// Every client completion sink ever made, for recycling: they live as
-    /// long as the queue so a completer can never reach a freed one.
+    /// Client completion sinks not in use, for recycling: every sink lives
+    /// as long as the queue so a completer can never reach a freed one.
     free_clients: Mutex<Vec<Arc<ClientShared>>>,
+    /// Every sink ever made (their counters make up the stats).
+    all_clients: Mutex<Vec<Arc<ClientShared>>>,
+    plug_nesting: PlugNesting,
     client_seq: AtomicUsize,
     tag_waits: AtomicU64,
     timeouts: AtomicU64,
@@ -235,6 +249,8 @@ impl RequestQueue {
             tag_set,
             hctxs,
             free_clients: Mutex::new(Vec::new()),
+            all_clients: Mutex::new(Vec::new()),
+            plug_nesting: opts.plug_nesting,
             client_seq: AtomicUsize::new(0),
             tag_waits: AtomicU64::new(0),
             timeouts: AtomicU64::new(0),
@@ -315,7 +331,17 @@ impl RequestQueue {
         if let Some(pos) = free.iter().position(|c| c.capacity() >= capacity) {
             return free.swap_remove(pos);
         }
-        Arc::new(ClientShared::new(capacity))
+        let shared = Arc::new(ClientShared::new(capacity));
+        self.all_clients.lock().push(shared.clone());
+        shared
+    }
+
+    pub(crate) fn plug_nesting(&self) -> PlugNesting {
+        self.plug_nesting
+    }
+
+    pub(crate) fn max_segments(&self) -> u32 {
+        self.limits.max_segments
     }
 
     pub(crate) fn release_client(&self, shared: Arc<ClientShared>) {
@@ -369,6 +395,12 @@ impl RequestQueue {
             s.completed += hctx.stats.completed.load(Ordering::Relaxed);
             s.busy += hctx.stats.busy.load(Ordering::Relaxed);
         }
+        let mut t = CounterTotals::default();
+        for sink in self.all_clients.lock().iter() {
+            sink.counters.add_to(&mut t);
+        }
+        (s.bios, s.requests, s.merges) = (t.bios, t.requests, t.merges);
+        (s.front_merges, s.plug_flushes) = (t.front_merges, t.plug_flushes);
         s
     }
 
@@ -381,6 +413,12 @@ impl RequestQueue {
         let _ = writeln!(out, "tag_waits={}", self.tag_waits.load(Ordering::Relaxed));
         let _ = writeln!(out, "timeouts={}", self.timeouts.load(Ordering::Relaxed));
         let _ = writeln!(out, "splits={}", self.splits.load(Ordering::Relaxed));
+        let s = self.stats();
+        let _ = writeln!(out, "plug_nesting={}", self.plug_nesting.name());
+        let _ = writeln!(out, "bios={} {}", s.bios.read, s.bios.write);
+        let _ = writeln!(out, "requests={} {}", s.requests.read, s.requests.write);
+        let _ = writeln!(out, "merges={} {} front={}", s.merges.read, s.merges.write, s.front_merges);
+        let _ = writeln!(out, "plug_flushes={}", s.plug_flushes);
         for hctx in self.hctxs.iter() {
             let i = hctx.index();
             let st = &hctx.stats;

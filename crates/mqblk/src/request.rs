@@ -24,7 +24,7 @@ use std::fmt;
 use std::ptr::NonNull;
 
 use crate::buf::Buf;
-use crate::client::ClientShared;
+use crate::completion::{BioSlot, ClientShared};
 use crate::hctx::Hctx;
 use crate::status::Status;
 use crate::sync::{AtomicU64, AtomicU8, Ordering};
@@ -222,6 +222,13 @@ pub(crate) struct Request {
     pub(crate) split: u32,
     pub(crate) view: *mut u8,
     pub(crate) view_len: usize,
+    /// Bios this request carries: its own (above) plus those merged in.
+    pub(crate) nr_bios: u32,
+    /// Bios front-merged (lower sectors, in order) and back-merged (higher
+    /// sectors, in order, with the tail for appending); null when none.
+    pub(crate) front: *const BioSlot,
+    pub(crate) back: *const BioSlot,
+    pub(crate) back_tail: *const BioSlot,
 }
 
 /// A request slot: one per tag, allocated with the tag set. The atomics are
@@ -261,6 +268,10 @@ impl RequestSlot {
             split: 0,
             view: std::ptr::null_mut(),
             view_len: 0,
+            nr_bios: 1,
+            front: std::ptr::null(),
+            back: std::ptr::null(),
+            back_tail: std::ptr::null(),
         };
         Self {
             state: AtomicU8::new(RqState::Idle as u8),
@@ -306,14 +317,14 @@ impl Rq {
     }
 
     #[inline(always)]
-    fn rq(&self) -> &Request {
+    pub(crate) fn rq(&self) -> &Request {
         // SAFETY: the token owns the slot's request exclusively (see the
         // type's Send impl); the slot lives as long as the queue.
         unsafe { &*self.ptr.as_ref().rq.get() }
     }
 
     #[inline(always)]
-    fn rq_mut(&mut self) -> &mut Request {
+    pub(crate) fn rq_mut(&mut self) -> &mut Request {
         // SAFETY: as in `rq`, and `&mut self` makes the access exclusive.
         unsafe { &mut *self.ptr.as_ref().rq.get() }
     }
@@ -354,27 +365,59 @@ impl Rq {
         unsafe { (*self.rq().hctx).index() }
     }
 
-    /// The data of a write (empty for ops without data).
-    pub fn data(&self) -> &[u8] {
-        let rq = self.rq();
-        if !rq.view.is_null() {
-            // SAFETY: a split piece views its own disjoint part of the parent
-            // bio's buffer, which the owner's split slot keeps alive until
-            // the last piece completes; the token gives exclusive access.
-            return unsafe { std::slice::from_raw_parts(rq.view, rq.view_len) };
-        }
-        rq.buf.as_deref().unwrap_or(&[])
+    /// Bios (data segments) the request carries: 1 unless bios were
+    /// merged into it.
+    pub fn nr_segments(&self) -> u32 {
+        self.rq().nr_bios
     }
 
-    /// The buffer a read fills (empty for ops without data).
+    /// The data of a write (empty for ops without data). Only for a request
+    /// of one segment: use [`Rq::for_each_segment`] for merged requests.
+    pub fn data(&self) -> &[u8] {
+        let rq = self.rq();
+        assert_eq!(rq.nr_bios, 1, "Rq::data on a merged request: use for_each_segment");
+        inline_data(rq)
+    }
+
+    /// The buffer a read fills (empty for ops without data). Only for a
+    /// request of one segment: use [`Rq::for_each_segment_mut`] otherwise.
     pub fn data_mut(&mut self) -> &mut [u8] {
         let rq = self.rq_mut();
-        if !rq.view.is_null() {
-            // SAFETY: as in `data`; `&mut self` makes the access exclusive
-            // and no other piece overlaps this range.
-            return unsafe { std::slice::from_raw_parts_mut(rq.view, rq.view_len) };
-        }
-        rq.buf.as_deref_mut().unwrap_or(&mut [])
+        assert_eq!(rq.nr_bios, 1, "Rq::data_mut on a merged request: use for_each_segment_mut");
+        inline_data_mut(rq)
+    }
+
+    /// Calls `f(pos_bytes, data)` for each segment, in device order.
+    pub fn for_each_segment(&self, mut f: impl FnMut(u64, &[u8])) {
+        let rq = self.rq();
+        let mut pos = rq.sector << SECTOR_SHIFT;
+        let mut emit = |data: &[u8]| {
+            f(pos, data);
+            pos += data.len() as u64;
+        };
+        // SAFETY: the token owns the request, and with it the merged bios'
+        // slots (see BioSlot), for as long as it lives.
+        unsafe { walk_chain(rq.front, |d| emit(d.buf.as_deref().unwrap_or(&[]))) };
+        emit(inline_data(rq));
+        // SAFETY: as above.
+        unsafe { walk_chain(rq.back, |d| emit(d.buf.as_deref().unwrap_or(&[]))) };
+    }
+
+    /// Calls `f(pos_bytes, buffer)` for each segment, in device order, with
+    /// the buffer to fill (reads).
+    pub fn for_each_segment_mut(&mut self, mut f: impl FnMut(u64, &mut [u8])) {
+        let rq = self.rq_mut();
+        let mut pos = rq.sector << SECTOR_SHIFT;
+        let mut emit = |data: &mut [u8]| {
+            let len = data.len() as u64;
+            f(pos, data);
+            pos += len;
+        };
+        // SAFETY: as in `for_each_segment`; `&mut self` makes it exclusive.
+        unsafe { walk_chain(rq.front, |d| emit(d.buf.as_deref_mut().unwrap_or(&mut []))) };
+        emit(inline_data_mut(rq));
+        // SAFETY: as above.
+        unsafe { walk_chain(rq.back, |d| emit(d.buf.as_deref_mut().unwrap_or(&mut []))) };
     }
 
     /// A word of per-request driver state.
@@ -389,14 +432,61 @@ impl Rq {
         let ptr = self.ptr;
         std::mem::forget(self);
         // SAFETY: we consumed the unique token for this slot.
-        unsafe { Hctx::end_request(ptr, status) }
+        unsafe { Hctx::end_request(ptr, status, 0) }
+    }
+
+    /// Ends the request after a partial transfer (the kernel's
+    /// `blk_update_request` + `blk_mq_end_request`): bios that lie wholly
+    /// within the first `ok_bytes` complete with `Ok`, the rest with
+    /// `status`.
+    pub fn complete_bytes(self, ok_bytes: u64, status: Status) {
+        let status = if self.rq().nr_bios == 1 && ok_bytes >= self.len_bytes() { Status::Ok } else { status };
+        let ptr = self.ptr;
+        std::mem::forget(self);
+        // SAFETY: we consumed the unique token for this slot.
+        unsafe { Hctx::end_request(ptr, status, ok_bytes) }
+    }
+}
+
+/// The request's own bio's data: its buffer, or its view into a split
+/// parent's buffer.
+fn inline_data(rq: &Request) -> &[u8] {
+    if !rq.view.is_null() {
+        // SAFETY: a split piece views its own disjoint part of the parent
+        // bio's buffer, which the owner's bio slot keeps alive until the
+        // last piece completes; the token gives exclusive access.
+        return unsafe { std::slice::from_raw_parts(rq.view, rq.view_len) };
+    }
+    rq.buf.as_deref().unwrap_or(&[])
+}
+
+fn inline_data_mut(rq: &mut Request) -> &mut [u8] {
+    if !rq.view.is_null() {
+        // SAFETY: as in `inline_data`; `&mut` makes the access exclusive and
+        // no other piece overlaps this range.
+        return unsafe { std::slice::from_raw_parts_mut(rq.view, rq.view_len) };
+    }
+    rq.buf.as_deref_mut().unwrap_or(&mut [])
+}
+
+/// Calls `f` on each merged bio of a chain, in order.
+///
+/// # Safety
+/// The caller owns the request the chain belongs to.
+unsafe fn walk_chain(mut p: *const BioSlot, mut f: impl FnMut(&mut crate::completion::BioSlotData)) {
+    while !p.is_null() {
+        // SAFETY: chain links point at live slots of queue-owned sinks, and
+        // the request's owner is their user (forwarded contract).
+        let d = unsafe { (*p).data() };
+        p = d.next;
+        f(d);
     }
 }
 
 impl Drop for Rq {
     fn drop(&mut self) {
         // SAFETY: the token is being destroyed and owns the slot.
-        unsafe { Hctx::end_request(self.ptr, Status::IoErr) }
+        unsafe { Hctx::end_request(self.ptr, Status::IoErr, 0) }
     }
 }
 

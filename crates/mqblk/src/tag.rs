@@ -155,6 +155,19 @@ impl Tags {
         Some(TagGot { tag: bit + offset, slept })
     }
 
+    /// Takes up to `nr` normal tags with one compare-and-swap on one bitmap
+    /// word (a plug's batch, `blk_mq_get_tags`): returns the first tag and a
+    /// mask of those obtained (bit i: tag `first + i`). Never sleeps; None
+    /// when the caller is depth-limited or no word has a free bit.
+    pub(crate) fn get_batch(&self, data: &mut AllocData, nr: u32) -> Option<(u32, usize)> {
+        let sbq = &self.bitmap_tags;
+        if data.shallow_depth < sbq.depth() {
+            return None; // a limited caller takes tags one at a time
+        }
+        let nr = nr.clamp(1, crate::sbitmap::BITS_PER_WORD);
+        sbq.get_batch(nr, &mut data.hint).map(|(bit, mask)| (bit + self.nr_reserved_tags, mask))
+    }
+
     /// Frees `tag`, waking waiters per the wakeup policy.
     #[inline]
     pub(crate) fn put(&self, tag: u32) {

@@ -1,7 +1,9 @@
 //! One job thread: fio's I/O loop over an mqblk client.
 //!
 //! The loop fills the queue to `iodepth` in chunks of
-//! `iodepth_batch_submit`, then reaps at least `iodepth_batch_complete_min`
+//! `iodepth_batch_submit`, each chunk under one plug and each I/O under an
+//! inner plug (`plug`, `plug_per_io`: as an io_submit call and the kernel's
+//! direct-I/O path do, so adjacent I/Os of a chunk merge), then reaps at least `iodepth_batch_complete_min`
 //! (at least one) and at most `iodepth_batch_complete_max` completions, like
 //! fio's `do_io`. Every in-flight I/O owns one slot (its `user_data`) with its
 //! buffer and timestamps, allocated before the run: nothing is allocated per
@@ -16,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 
 use crossbeam_utils::CachePadded;
 use mqblk::clock::Clock;
-use mqblk::{Bio, Buf, ClientStats, Completion, Device};
+use mqblk::{Bio, Buf, Client, ClientStats, Completion, Device};
 
 use super::options::JobOptions;
 use super::stats::{DirStats, Rusage};
@@ -165,7 +167,8 @@ pub fn run_job(
 
     let io_limit_bytes = if opts.time_based { u64::MAX } else { region_len };
     let io_limit_count = if opts.number_ios == 0 { u64::MAX } else { opts.number_ios };
-    let batch = opts.iodepth_batch_submit.max(1);
+    // fio: iodepth_batch_submit=0 means iodepth.
+    let batch = if opts.iodepth_batch_submit == 0 { depth } else { opts.iodepth_batch_submit };
     let complete_min = opts.iodepth_batch_complete_min.max(1);
     let complete_max = opts.complete_max();
     let timed = !opts.gtod_reduce;
@@ -194,41 +197,57 @@ pub fn run_job(
         let can_issue =
             phase != PHASE_STOP && error == 0 && issued_bytes < io_limit_bytes && issued_ios < io_limit_count;
         if can_issue {
-            let mut chunk_open = false;
-            let mut prev: Option<u32> = None;
-            let mut in_chunk = 0;
+            // Chunks of up to `batch` I/Os, each under one plug (an
+            // io_submit call's plug), each I/O under its own inner plug
+            // when `plug_per_io` (the kernel's direct-I/O path).
             while client.in_flight() < depth && issued_bytes < io_limit_bytes && issued_ios < io_limit_count {
-                let Some(idx) = free.pop() else { break };
-                let is_write = pattern.next_is_write();
-                let bs = if is_write { opts.bs_write } else { opts.bs_read };
-                let offset = pattern.next_offset(bs);
-                let bio = if is_write {
-                    Bio::write(offset, write_bufs[idx as usize].take().expect("slot owns its write buffer"))
+                let mut outer;
+                let c: &mut Client = if opts.plug {
+                    outer = client.plug_nr_ios(batch as u32);
+                    &mut outer
                 } else {
-                    Bio::read(offset, read_bufs[idx as usize].take().expect("slot owns its read buffer"))
+                    &mut client
                 };
-                let t = if timed { clock.now_ns() } else { 0 };
-                if let Some(p) = prev {
-                    slots[p as usize].slat_ns = t - slots[p as usize].issue_ns;
-                }
-                slots[idx as usize] = Slot { issue_ns: t, slat_ns: 0, is_write };
-                if let Err(rejected) = client.submit(bio, u64::from(idx)) {
-                    return Err(format!("job '{}': submit failed: {}", opts.name, rejected.error));
-                }
-                prev = Some(idx);
-                chunk_open = true;
-                issued_bytes += bs;
-                issued_ios += 1;
-                in_chunk += 1;
-                if in_chunk == batch {
-                    in_chunk = 0;
-                    if timed {
-                        close_slat(&clock, &mut slots, prev.take());
+                let mut prev: Option<u32> = None;
+                let mut in_chunk = 0;
+                while in_chunk < batch
+                    && c.in_flight() < depth
+                    && issued_bytes < io_limit_bytes
+                    && issued_ios < io_limit_count
+                {
+                    let Some(idx) = free.pop() else { break };
+                    let is_write = pattern.next_is_write();
+                    let bs = if is_write { opts.bs_write } else { opts.bs_read };
+                    let offset = pattern.next_offset(bs);
+                    let bio = if is_write {
+                        Bio::write(offset, write_bufs[idx as usize].take().expect("slot owns its write buffer"))
+                    } else {
+                        Bio::read(offset, read_bufs[idx as usize].take().expect("slot owns its read buffer"))
+                    };
+                    let t = if timed { clock.now_ns() } else { 0 };
+                    if let Some(p) = prev {
+                        slots[p as usize].slat_ns = t - slots[p as usize].issue_ns;
                     }
+                    slots[idx as usize] = Slot { issue_ns: t, slat_ns: 0, is_write };
+                    let submitted = if opts.plug && opts.plug_per_io {
+                        c.plug().submit(bio, u64::from(idx))
+                    } else {
+                        c.submit(bio, u64::from(idx))
+                    };
+                    if let Err(rejected) = submitted {
+                        return Err(format!("job '{}': submit failed: {}", opts.name, rejected.error));
+                    }
+                    prev = Some(idx);
+                    issued_bytes += bs;
+                    issued_ios += 1;
+                    in_chunk += 1;
                 }
-            }
-            if timed && chunk_open {
-                close_slat(&clock, &mut slots, prev);
+                if in_chunk == 0 {
+                    break;
+                }
+                if timed {
+                    close_slat(&clock, &mut slots, prev);
+                }
             }
         }
         let in_flight = client.in_flight();

@@ -83,9 +83,20 @@ pub fn run(plan: &BenchPlan) -> Result<String, BenchError> {
     Ok(out)
 }
 
+/// The plan's device spec, with the device options given as bench options.
+pub fn device_spec(plan: &BenchPlan) -> String {
+    let mut spec = plan.device.clone().unwrap_or_else(|| DEFAULT_DEVICE.to_string());
+    if let Some(nesting) = &plan.plug_nesting {
+        spec.push(if spec.contains(':') { ',' } else { ':' });
+        spec.push_str("plug_nesting=");
+        spec.push_str(nesting);
+    }
+    spec
+}
+
 /// Runs `plan` and returns its measurements.
 pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
-    let spec = plan.device.clone().unwrap_or_else(|| DEFAULT_DEVICE.to_string());
+    let spec = device_spec(plan);
     let dev = Device::open(&spec).map_err(|e| BenchError::BadInput(format!("--device {spec}: {e}")))?;
     let clock = bench_clock(plan)?;
     let start = Instant::now();

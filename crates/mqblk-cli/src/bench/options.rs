@@ -48,7 +48,10 @@ pub const JOB_OPTIONS: &[&str] = &[
     "randseed",
     "gtod_reduce",
     "clocksource",
+    "plug",
+    "plug_per_io",
     "device",
+    "plug_nesting",
 ];
 
 /// The data direction pattern (`rw=`).
@@ -132,6 +135,12 @@ pub struct JobOptions {
     /// Timestamps from the TSC (fio's clocksource=cpu) or clock_gettime;
     /// None: fio's default (the TSC when reliable).
     pub clocksource: Option<mqblk::clock::ClockSource>,
+    /// mqblk: submit each chunk of `iodepth_batch_submit` I/Os under one
+    /// plug (default 1; 0 submits without plugging).
+    pub plug: bool,
+    /// mqblk: each I/O of a chunk under its own inner plug, as the kernel's
+    /// direct-I/O path does (default 1).
+    pub plug_per_io: bool,
     /// The options as given, for the JSON "job options" object.
     pub given: Vec<(String, String)>,
 }
@@ -160,6 +169,8 @@ impl JobOptions {
             randseed: 0x89,
             gtod_reduce: false,
             clocksource: None,
+            plug: true,
+            plug_per_io: true,
             given: Vec::new(),
         }
     }
@@ -219,6 +230,8 @@ impl JobOptions {
                     }
                 })
             }
+            "plug" => self.plug = parse_flag(key, value)?,
+            "plug_per_io" => self.plug_per_io = parse_flag(key, value)?,
             _ => return err(unknown_option(key)),
         }
         if key != "name" {
@@ -305,6 +318,8 @@ fn parse_flag(key: &str, value: Option<&str>) -> Result<bool, OptionError> {
 pub struct BenchPlan {
     pub jobs: Vec<JobOptions>,
     pub device: Option<String>,
+    /// `plug_nesting=`: a device option, added to the device spec.
+    pub plug_nesting: Option<String>,
     pub json: bool,
     pub stats: bool,
     pub global_given: Vec<(String, String)>,
@@ -325,17 +340,23 @@ type OptionList = Vec<(String, Option<String>)>;
 /// What parsing produced: the jobs, the global options as given, the device.
 type Parsed = (Vec<JobOptions>, Vec<(String, String)>, Option<String>);
 
-/// Collects options in order: `device` is plan-level, the rest job options.
+/// Collects options in order: `device` and `plug_nesting` are plan-level
+/// (device options), the rest job options.
 struct Collector {
     global: OptionList,
     jobs: Vec<(String, OptionList)>,
     device: Option<String>,
+    plug_nesting: Option<String>,
 }
 
 impl Collector {
     fn add(&mut self, key: &str, value: Option<String>) {
         if key == "device" {
             self.device = value;
+            return;
+        }
+        if key == "plug_nesting" {
+            self.plug_nesting = Some(value.unwrap_or_default());
             return;
         }
         match self.jobs.last_mut() {
@@ -366,7 +387,7 @@ impl Collector {
 
 /// Parses `mqblk bench` arguments (everything after `bench`).
 pub fn parse_bench_args(args: &[String]) -> Result<BenchPlan, OptionError> {
-    let mut c = Collector { global: Vec::new(), jobs: Vec::new(), device: None };
+    let mut c = Collector { global: Vec::new(), jobs: Vec::new(), device: None, plug_nesting: None };
     let mut json = false;
     let mut stats = false;
     let mut job_files = Vec::new();
@@ -403,6 +424,7 @@ pub fn parse_bench_args(args: &[String]) -> Result<BenchPlan, OptionError> {
             }
             "stats" => stats = true,
             "device" => c.device = Some(take_value(inline)?),
+            "plug_nesting" => c.plug_nesting = Some(take_value(inline)?),
             "name" => {
                 let v = take_value(inline)?;
                 c.jobs.push((v, Vec::new()));
@@ -420,8 +442,8 @@ pub fn parse_bench_args(args: &[String]) -> Result<BenchPlan, OptionError> {
         parse_job_file(&text, path, &mut c)?;
     }
     if c.jobs.is_empty() && !any_job_option && job_files.is_empty() {
-        let device = c.device.take();
-        return Ok(BenchPlan { jobs: vec![default_job()], device, json, stats, global_given: Vec::new() });
+        let (device, plug_nesting) = (c.device.take(), c.plug_nesting.take());
+        return Ok(BenchPlan { jobs: vec![default_job()], device, plug_nesting, json, stats, global_given: Vec::new() });
     }
     if c.jobs.is_empty() {
         // Options but no --name: one job, named after its pattern like fio's
@@ -430,8 +452,9 @@ pub fn parse_bench_args(args: &[String]) -> Result<BenchPlan, OptionError> {
         let name = rw.and_then(|(_, v)| v.clone()).unwrap_or_else(|| "read".to_string());
         c.jobs.push((name, std::mem::take(&mut c.global)));
     }
+    let plug_nesting = c.plug_nesting.take();
     let (jobs, global_given, device) = c.finish()?;
-    Ok(BenchPlan { jobs, device, json, stats, global_given })
+    Ok(BenchPlan { jobs, device, plug_nesting, json, stats, global_given })
 }
 
 /// Parses an INI job file into the collector: `[global]` then job sections.
@@ -534,13 +557,13 @@ mod tests {
     #[test]
     fn job_file_with_global_section() {
         let text = "; comment\n[global]\nbs=16k\ntime_based\nruntime=2\n\n[reader]\nrw=randread\niodepth=8\n[writer]\nrw=write\n";
-        let mut c = Collector { global: Vec::new(), jobs: Vec::new(), device: None };
+        let mut c = Collector { global: Vec::new(), jobs: Vec::new(), device: None, plug_nesting: None };
         parse_job_file(text, "t.fio", &mut c).unwrap();
         let (jobs, _, _) = c.finish().unwrap();
         assert_eq!(jobs.len(), 2);
         assert_eq!((jobs[0].bs_read, jobs[0].iodepth, jobs[0].time_based), (16384, 8, true));
         assert_eq!(jobs[1].rw, RwMode::Write);
-        let mut c = Collector { global: Vec::new(), jobs: Vec::new(), device: None };
+        let mut c = Collector { global: Vec::new(), jobs: Vec::new(), device: None, plug_nesting: None };
         let e = parse_job_file("[a]\nfoo=1\n", "t.fio", &mut c).unwrap_err();
         assert!(e.0.contains("t.fio:2") && e.0.contains("'foo'"), "{}", e.0);
     }

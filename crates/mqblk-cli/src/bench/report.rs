@@ -212,7 +212,13 @@ pub fn to_json(entries: &[Entry], global_given: &[(String, String)], dev: &Devic
             "hw_queue_depth": dev.queue_depth,
             "dispatched": s.dispatched,
             "completed": s.completed,
-            "merges": s.merges,
+            "bios": [s.bios.read, s.bios.write],
+            "requests": [s.requests.read, s.requests.write],
+            "merges": [s.merges.read, s.merges.write],
+            "merges_total": s.merges.total(),
+            "front_merges": s.front_merges,
+            "back_merges": s.merges.total() - s.front_merges,
+            "plug_flushes": s.plug_flushes,
             "busy": s.busy,
             "tag_waits": s.tag_waits,
             "timeouts": s.timeouts,
@@ -372,8 +378,23 @@ pub fn to_human(entries: &[Entry], dev: &DeviceInfo) -> String {
         writeln!(out, "Block layer stats ({}, {} hw queue(s) x {} tags):", dev.spec, dev.nr_hw_queues, dev.queue_depth);
     let _ = writeln!(
         out,
-        "  {}: dispatched={}, completed={}, merges={}, busy={}, tag_waits={}, timeouts={}",
-        dev.driver, s.dispatched, s.completed, s.merges, s.busy, s.tag_waits, s.timeouts
+        "  {}: dispatched={}, completed={}, busy={}, tag_waits={}, timeouts={}, plug_flushes={}",
+        dev.driver, s.dispatched, s.completed, s.busy, s.tag_waits, s.timeouts, s.plug_flushes
+    );
+    // fio's disk stats line: requests and merges, read/write.
+    let _ = writeln!(out);
+    let _ = writeln!(out, "Disk stats (read/write):");
+    let _ = writeln!(
+        out,
+        "  {}: ios={}/{}, merge={}/{}, bios={}/{}, front_merges={}",
+        dev.driver,
+        s.requests.read,
+        s.requests.write,
+        s.merges.read,
+        s.merges.write,
+        s.bios.read,
+        s.bios.write,
+        s.front_merges
     );
     out
 }

@@ -41,6 +41,7 @@
 
 pub mod null;
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::hctx::Hctx;
@@ -96,6 +97,29 @@ pub trait Driver: Send + Sync + 'static {
     /// A batch ended without a `last == true` request reaching the driver
     /// (the last one was returned `Busy`): start whatever was queued.
     fn commit_rqs(&self, _hctx: &Hctx) {}
+
+    /// Issue a plug's batch of requests for `hctx` at once (the kernel's
+    /// `queue_rqs`). Take requests from the front of `rqs`; anything left in
+    /// it on return (the driver was busy) is kept, in order, on the
+    /// dispatch list and retried later. The default hands each request to
+    /// `queue_rq`, `last` set on the final one, stops at the first `Busy`
+    /// and calls `commit_rqs` if a request went in without `last`.
+    fn queue_rqs(&self, hctx: &Hctx, rqs: &mut VecDeque<Rq>) {
+        let mut uncommitted = false;
+        while let Some(rq) = rqs.pop_front() {
+            let last = rqs.is_empty();
+            match self.queue_rq(hctx, rq, last) {
+                QueueRqResult::Queued => uncommitted = !last,
+                QueueRqResult::Busy(rq) => {
+                    rqs.push_front(rq);
+                    break;
+                }
+            }
+        }
+        if uncommitted {
+            self.commit_rqs(hctx);
+        }
+    }
 
     /// Reap completions of polled (hipri) requests on `hctx` from the
     /// calling thread; returns how many completed. Drivers without polling

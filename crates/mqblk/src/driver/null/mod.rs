@@ -14,11 +14,12 @@
 //! | completion_nsec | 10000 | irqmode=2: time from submission to completion |
 //! | memory_backed | 0 | keep written data (never-written blocks read zeros) |
 //! | discard | 0 | support discard (needs memory_backed) |
-//! | mbps | 0 | bandwidth limit in MiB/s (0: none) |
+//! | mbps | 0 | bandwidth limit in MiB/s (0: none); with rotational or channels, the transfer rate of the head or of each channel |
 //! | max_sectors | 255 | largest request in sectors (aligned down to bs) |
+//! | max_segments | 128 | most bios one merged request may carry (the kernel's BLK_MAX_SEGMENTS) |
 //! | rotational | 0 | rotational media: one request at a time, with seeks (service.rs) |
 //! | seek_nsec | 8000000 | rotational: full-stroke seek time |
-//! | channels | 0 | internal channels, each one request at a time for completion_nsec (0: unlimited) |
+//! | channels | 0 | internal channels, each one request at a time for completion_nsec + transfer at mbps (0: unlimited; 1: a serial device) |
 //!
 //! Relies on: the Driver trait, irq.rs for completion threads, mem.rs for
 //! memory backing.
@@ -56,6 +57,7 @@ pub const NULL_KEYS: &[&str] = &[
     "discard",
     "mbps",
     "max_sectors",
+    "max_segments",
     "rotational",
     "seek_nsec",
     "channels",
@@ -85,6 +87,7 @@ pub struct NullConfig {
     pub discard: bool,
     pub mbps: u64,
     pub max_sectors: u32,
+    pub max_segments: u32,
     pub rotational: bool,
     pub seek_nsec: u64,
     pub channels: usize,
@@ -103,6 +106,7 @@ impl Default for NullConfig {
             discard: false,
             mbps: 0,
             max_sectors: 255,
+            max_segments: crate::queue::DEFAULT_MAX_SEGMENTS,
             rotational: false,
             seek_nsec: 8_000_000,
             channels: 0,
@@ -157,6 +161,7 @@ impl NullConfig {
             discard,
             mbps: p.u64_in("mbps", 0, 0, 1 << 30)?,
             max_sectors,
+            max_segments: p.u64_in("max_segments", u64::from(crate::queue::DEFAULT_MAX_SEGMENTS), 1, 65535)? as u32,
             rotational: p.bool("rotational", false)?,
             seek_nsec: p.u64_in("seek_nsec", 8_000_000, 0, 10_000_000_000)?,
             channels: p.u64_in("channels", 0, 0, 4096)? as usize,
@@ -224,12 +229,12 @@ impl NullDriver {
         Ok(Self {
             mem: cfg.memory_backed.then(MemStore::new),
             // Rotational media transfer at mbps within their own timeline.
-            throttle: (cfg.mbps > 0 && !cfg.rotational)
+            throttle: (cfg.mbps > 0 && !cfg.rotational && cfg.channels == 0)
                 .then(|| Throttle { bytes_per_sec: cfg.mbps << 20, next_free_ns: AtomicU64::new(0) }),
             rotational: cfg
                 .rotational
                 .then(|| Rotational::new(cfg.seek_nsec, cfg.completion_nsec, cfg.size_bytes, cfg.mbps)),
-            channels: (cfg.channels > 0).then(|| Channels::new(cfg.channels, cfg.completion_nsec)),
+            channels: (cfg.channels > 0).then(|| Channels::new(cfg.channels, cfg.completion_nsec, cfg.mbps)),
             cfg,
             irq: Mutex::new(irq),
             irq_fast,
@@ -250,8 +255,8 @@ impl NullDriver {
         let Some(mem) = &self.mem else { return Status::Ok };
         let pos = rq.pos_bytes();
         match rq.op() {
-            Op::Read => mem.read(pos, rq.data_mut()),
-            Op::Write => mem.write(pos, rq.data()),
+            Op::Read => rq.for_each_segment_mut(|pos, seg| mem.read(pos, seg)),
+            Op::Write => rq.for_each_segment(|pos, seg| mem.write(pos, seg)),
             Op::Discard | Op::WriteZeroes => mem.zero(pos, rq.len_bytes()),
             Op::Flush => {}
         }
@@ -266,7 +271,7 @@ impl NullDriver {
         let mut due = if let Some(r) = &self.rotational {
             r.reserve(now_ns(), rq.pos_bytes(), rq.len_bytes())
         } else if let Some(c) = &self.channels {
-            c.reserve(now_ns())
+            c.reserve(now_ns(), rq.len_bytes())
         } else if self.cfg.irqmode == IrqMode::Timer {
             irq::timer_due(self.cfg.completion_nsec)
         } else {
@@ -294,6 +299,7 @@ impl Driver for NullDriver {
     fn limits(&self) -> QueueLimits {
         let mut l = QueueLimits::new(self.cfg.size_bytes, self.cfg.bs);
         l.max_sectors = self.cfg.max_sectors;
+        l.max_segments = self.cfg.max_segments;
         l.rotational = self.cfg.rotational;
         if self.cfg.discard {
             l.max_discard_sectors = u32::MAX >> 9;

@@ -9,7 +9,10 @@
 //!   square root of the distance over the capacity; zero for an adjacent
 //!   request) + the transfer at `mbps` (0: free).
 //! - `channels=N`: N internal channels, each serving one request at a time
-//!   for `completion_nsec`; a request takes the channel free soonest.
+//!   for `completion_nsec` + its transfer at `mbps` per channel (0: free);
+//!   a request takes the channel free soonest. `channels=1` with `mbps` is
+//!   the serial device of the plug-merge experiment: a fixed cost per
+//!   request plus transfer time, so merging pays.
 //! - otherwise `mbps` alone throttles the whole device (a shared timeline).
 //!
 //! Each model turns a request into a due time; the completion thread (or
@@ -63,33 +66,39 @@ impl Rotational {
         } else {
             self.seeks.fetch_add(1, Ordering::Relaxed);
         }
-        let xfer = if self.bytes_per_sec == 0 {
-            0
-        } else {
-            (u128::from(len) * 1_000_000_000 / u128::from(self.bytes_per_sec)) as u64
-        };
+        let xfer = transfer_ns(len, self.bytes_per_sec);
         let done = free_at.max(now) + self.completion_nsec + seek + xfer;
         *state = (done, pos + len);
         done
     }
 }
 
+/// Time to move `len` bytes at `bytes_per_sec` (0: free).
+fn transfer_ns(len: u64, bytes_per_sec: u64) -> u64 {
+    if bytes_per_sec == 0 {
+        return 0;
+    }
+    (u128::from(len) * 1_000_000_000 / u128::from(bytes_per_sec)) as u64
+}
+
 /// An SSD or NVMe device's internal channels.
 pub(crate) struct Channels {
     service_nsec: u64,
+    bytes_per_sec: u64,
     /// When each channel is free.
     free_at: Box<[AtomicU64]>,
 }
 
 impl Channels {
-    pub(crate) fn new(nr: usize, service_nsec: u64) -> Self {
+    pub(crate) fn new(nr: usize, service_nsec: u64, mbps: u64) -> Self {
         assert!(nr > 0, "at least one channel");
-        Self { service_nsec, free_at: (0..nr).map(|_| AtomicU64::new(0)).collect() }
+        Self { service_nsec, bytes_per_sec: mbps << 20, free_at: (0..nr).map(|_| AtomicU64::new(0)).collect() }
     }
 
-    /// Serves a request arriving at `now` on the channel free soonest;
-    /// returns when it ends.
-    pub(crate) fn reserve(&self, now: u64) -> u64 {
+    /// Serves a request of `len` bytes arriving at `now` on the channel
+    /// free soonest; returns when it ends.
+    pub(crate) fn reserve(&self, now: u64, len: u64) -> u64 {
+        let busy = self.service_nsec + transfer_ns(len, self.bytes_per_sec);
         loop {
             let (index, free_at) = self
                 .free_at
@@ -98,7 +107,7 @@ impl Channels {
                 .map(|(i, c)| (i, c.load(Ordering::Acquire)))
                 .min_by_key(|&(_, t)| t)
                 .expect("at least one channel");
-            let done = free_at.max(now) + self.service_nsec;
+            let done = free_at.max(now) + busy;
             if self.free_at[index].compare_exchange(free_at, done, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                 return done;
             }
@@ -127,9 +136,19 @@ mod tests {
 
     #[test]
     fn channels_serve_in_parallel_then_queue() {
-        let ch = Channels::new(2, 100);
-        assert_eq!(ch.reserve(1_000), 1_100);
-        assert_eq!(ch.reserve(1_000), 1_100);
-        assert_eq!(ch.reserve(1_000), 1_200, "third request waits for a channel");
+        let ch = Channels::new(2, 100, 0);
+        assert_eq!(ch.reserve(1_000, 4096), 1_100);
+        assert_eq!(ch.reserve(1_000, 4096), 1_100);
+        assert_eq!(ch.reserve(1_000, 4096), 1_200, "third request waits for a channel");
+    }
+
+    #[test]
+    fn one_channel_is_serial_with_transfer_time() {
+        // 1 MiB/s: 1 KiB takes 976,562 ns.
+        let ch = Channels::new(1, 100, 1);
+        let one = ch.reserve(0, 1024);
+        assert_eq!(one, 100 + 976_562);
+        let merged = ch.reserve(one, 16 * 1024);
+        assert_eq!(merged - one, 100 + 15_625_000, "a merged request pays the fixed cost once");
     }
 }

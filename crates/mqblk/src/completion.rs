@@ -1,0 +1,330 @@
+//! The completion side of a client: what completers reach.
+//!
+//! A [`ClientShared`] (one per client, owned by the queue for its whole life
+//! and recycled between clients) holds the client's completion ring, how to
+//! wake it, its bio slots and its counters. A [`BioSlot`] holds a bio that
+//! needs storage beyond its request: the parent of a split bio (its buffer
+//! and the count of pieces left), or a bio merged into another bio's request
+//! (its buffer, cookie and place in the request's chain of bios).
+//!
+//! Relies on: ring.rs for the completion ring; sync.rs for sleeping.
+
+use std::cell::UnsafeCell;
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+use crossbeam_utils::CachePadded;
+
+use crate::buf::Buf;
+use crate::request::{Op, ORIGIN_USER};
+use crate::ring::MpscRing;
+use crate::status::Status;
+use crate::sync::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering, SleepGate};
+
+/// One finished I/O, as `do_io` returns it.
+#[derive(Debug)]
+pub struct Completion {
+    /// The cookie given at submission.
+    pub user_data: u64,
+    pub status: Status,
+    /// The bio's buffer, given back (reads: filled with the data).
+    pub buf: Option<Buf>,
+    pub(crate) origin: u8,
+    /// Bio slot + 1 this bio used (0: none), recycled at reap.
+    pub(crate) slot: u32,
+}
+
+impl Completion {
+    pub(crate) fn new(user_data: u64, status: Status, buf: Option<Buf>, origin: u8) -> Self {
+        Self { user_data, status, buf, origin, slot: 0 }
+    }
+}
+
+/// The non-atomic part of a bio slot: written by the owning client before
+/// the bio is issued (or merged), read by one completer afterwards.
+pub(crate) struct BioSlotData {
+    pub(crate) user_data: u64,
+    pub(crate) origin: u8,
+    /// A split parent's buffer, or a merged bio's own buffer.
+    pub(crate) buf: Option<Buf>,
+    /// Merged bio: where it starts and how long it is (512-byte sectors).
+    pub(crate) sector: u64,
+    pub(crate) nr_sectors: u32,
+    /// Merged bio: the sink to complete it to (the slot's own table's).
+    pub(crate) owner: *const ClientShared,
+    /// Merged bio: the next bio of the request's chain (null: last).
+    pub(crate) next: *const BioSlot,
+}
+
+/// Storage for one outstanding bio of a client beyond its request. See the
+/// module header for the two uses; a bio is never both split and merged.
+pub(crate) struct BioSlot {
+    index: u32,
+    /// Split parent: pieces not yet completed.
+    remaining: AtomicU32,
+    /// Split parent: the first error (0: none).
+    status: AtomicU8,
+    data: UnsafeCell<BioSlotData>,
+}
+
+// SAFETY: `data` is written by the owning client while it alone knows the
+// slot (before the bio's first request is issued, or before the request it
+// is merged into is flushed from the plug), then read by exactly one
+// completer: for a split parent, the one whose AcqRel fetch_sub on
+// `remaining` took it to zero; for a merged bio, the owner of the request
+// that carries it. Issue and completion hand requests over with
+// Release/Acquire (the driver path), so the writes happen before. The raw
+// pointers point at queue-owned sinks and their slots, which live as long as
+// the queue.
+unsafe impl Sync for BioSlot {}
+// SAFETY: as above; nothing in a slot is tied to a thread.
+unsafe impl Send for BioSlot {}
+
+impl BioSlot {
+    fn new(index: u32) -> Self {
+        Self {
+            index,
+            remaining: AtomicU32::new(0),
+            status: AtomicU8::new(0),
+            data: UnsafeCell::new(BioSlotData {
+                user_data: 0,
+                origin: ORIGIN_USER,
+                buf: None,
+                sector: 0,
+                nr_sectors: 0,
+                owner: std::ptr::null(),
+                next: std::ptr::null(),
+            }),
+        }
+    }
+
+    /// The slot's data.
+    ///
+    /// # Safety
+    /// The caller is the slot's current user as described on the `Sync`
+    /// impl, and holds no other reference to the data.
+    #[allow(clippy::mut_from_ref)]
+    #[inline]
+    pub(crate) unsafe fn data(&self) -> &mut BioSlotData {
+        // SAFETY: forwarded contract: exclusive use.
+        unsafe { &mut *self.data.get() }
+    }
+
+    /// Prepares the slot as the parent of a bio split into `pieces`.
+    ///
+    /// # Safety
+    /// The owning client calls this before issuing any piece.
+    pub(crate) unsafe fn start_split(&self, pieces: u32, user_data: u64, origin: u8, buf: Option<Buf>) {
+        self.remaining.store(pieces, Ordering::Relaxed);
+        self.status.store(0, Ordering::Relaxed);
+        // SAFETY: forwarded contract: no piece is in flight yet.
+        let d = unsafe { self.data() };
+        d.user_data = user_data;
+        d.origin = origin;
+        d.buf = buf;
+    }
+
+    /// Ends a merged bio: delivers its completion and returns the next bio
+    /// of the chain.
+    ///
+    /// # Safety
+    /// The caller owns the request this bio was merged into, and it is
+    /// being completed.
+    pub(crate) unsafe fn complete_merged(&self, status: Status) -> *const BioSlot {
+        // SAFETY: forwarded contract: the request's owner is the slot's user.
+        let d = unsafe { self.data() };
+        let next = d.next;
+        let mut c = Completion::new(d.user_data, status, d.buf.take(), d.origin);
+        c.slot = self.index + 1;
+        // SAFETY: owners are queue-owned sinks (see BioSlotData::owner). The
+        // slot may be reused as soon as the completion is delivered, which
+        // is why `next` was read first.
+        unsafe { &*d.owner }.deliver(c);
+        next
+    }
+}
+
+/// Per-direction counts (fio's disk stats: read, and everything else).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RwCount {
+    pub read: u64,
+    pub write: u64,
+}
+
+impl RwCount {
+    pub fn total(&self) -> u64 {
+        self.read + self.write
+    }
+}
+
+/// A client's block-layer counters. Only the owning client writes them
+/// (plain load + store, no read-modify-write); `Device::stats` sums them.
+#[derive(Debug, Default)]
+pub(crate) struct ClientCounters {
+    /// Bios submitted (a split bio counts once).
+    bios: [AtomicU64; 2],
+    /// Requests made (one per unmerged bio or split piece).
+    requests: [AtomicU64; 2],
+    /// Bios merged into another bio's request.
+    merges: [AtomicU64; 2],
+    front_merges: AtomicU64,
+    /// Plug lists issued to the driver.
+    plug_flushes: AtomicU64,
+}
+
+/// What `ClientCounters` adds up to.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CounterTotals {
+    pub(crate) bios: RwCount,
+    pub(crate) requests: RwCount,
+    pub(crate) merges: RwCount,
+    pub(crate) front_merges: u64,
+    pub(crate) plug_flushes: u64,
+}
+
+#[inline(always)]
+fn bump(c: &AtomicU64) {
+    c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+}
+
+#[inline(always)]
+fn dir(op: Op) -> usize {
+    usize::from(op != Op::Read)
+}
+
+impl ClientCounters {
+    #[inline(always)]
+    pub(crate) fn bio(&self, op: Op) {
+        bump(&self.bios[dir(op)]);
+    }
+
+    #[inline(always)]
+    pub(crate) fn request(&self, op: Op) {
+        bump(&self.requests[dir(op)]);
+    }
+
+    pub(crate) fn merge(&self, op: Op, front: bool) {
+        bump(&self.merges[dir(op)]);
+        if front {
+            bump(&self.front_merges);
+        }
+    }
+
+    pub(crate) fn plug_flush(&self) {
+        bump(&self.plug_flushes);
+    }
+
+    pub(crate) fn add_to(&self, t: &mut CounterTotals) {
+        let rw = |a: &[AtomicU64; 2]| RwCount { read: a[0].load(Ordering::Relaxed), write: a[1].load(Ordering::Relaxed) };
+        let (bios, requests, merges) = (rw(&self.bios), rw(&self.requests), rw(&self.merges));
+        t.bios.read += bios.read;
+        t.bios.write += bios.write;
+        t.requests.read += requests.read;
+        t.requests.write += requests.write;
+        t.merges.read += merges.read;
+        t.merges.write += merges.write;
+        t.front_merges += self.front_merges.load(Ordering::Relaxed);
+        t.plug_flushes += self.plug_flushes.load(Ordering::Relaxed);
+    }
+}
+
+/// The part of a client that completers reach: its completion ring and how
+/// to wake it. Owned by the queue for the queue's whole life (recycled
+/// between clients), so a completer can never touch a freed one.
+pub(crate) struct ClientShared {
+    ring: MpscRing<Completion>,
+    slots: Box<[BioSlot]>,
+    gate: SleepGate,
+    /// eventfd to signal, or -1.
+    pub(crate) notify_fd: AtomicI32,
+    /// The next completion must signal `notify_fd`.
+    pub(crate) notify_armed: AtomicBool,
+    /// On its own line: written per I/O by the client, never by completers.
+    pub(crate) counters: CachePadded<ClientCounters>,
+}
+
+impl ClientShared {
+    pub(crate) fn new(capacity: usize) -> Self {
+        let ring = MpscRing::new(capacity);
+        let slots = (0..ring.capacity() as u32).map(BioSlot::new).collect();
+        Self {
+            ring,
+            slots,
+            gate: SleepGate::default(),
+            notify_fd: AtomicI32::new(-1),
+            notify_armed: AtomicBool::new(false),
+            counters: CachePadded::new(ClientCounters::default()),
+        }
+    }
+
+    pub(crate) fn capacity(&self) -> usize {
+        self.ring.capacity()
+    }
+
+    pub(crate) fn slot(&self, index: u32) -> &BioSlot {
+        &self.slots[index as usize]
+    }
+
+    pub(crate) fn has_ready(&self) -> bool {
+        self.ring.has_ready()
+    }
+
+    /// Consumer: sleeps until a completion is delivered (or `timeout`),
+    /// unless one is already there. Returns true if it slept.
+    pub(crate) fn sleep_until_delivery(&self, timeout: Option<Duration>) -> bool {
+        self.gate.sleep_unless(|| self.ring.has_ready(), timeout)
+    }
+
+    /// Consumer: the next completion, if any.
+    ///
+    /// # Safety
+    /// Only the owning client (one thread at a time) may call this.
+    pub(crate) unsafe fn take(&self) -> Option<Completion> {
+        // SAFETY: forwarded contract: single consumer.
+        unsafe { self.ring.pop() }
+    }
+
+    /// One piece of split bio `index` completed with `status`; the last one
+    /// delivers the bio's completion.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn piece_done(&self, index: u32, status: Status) {
+        let slot = &self.slots[index as usize];
+        if status != Status::Ok {
+            // First error wins.
+            let _ = slot.status.compare_exchange(0, status as u8, Ordering::AcqRel, Ordering::Relaxed);
+        }
+        if slot.remaining.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        // SAFETY: the last piece's completer is the slot's user (see BioSlot).
+        let d = unsafe { slot.data() };
+        let status = Status::from_u8(slot.status.load(Ordering::Acquire));
+        let mut c = Completion::new(d.user_data, status, d.buf.take(), d.origin);
+        c.slot = index + 1;
+        self.deliver(c);
+    }
+
+    /// Hands a completion to the client and wakes it if it sleeps.
+    #[inline(always)]
+    pub(crate) fn deliver(&self, completion: Completion) {
+        if self.ring.push(completion).is_err() {
+            // The client never has more bios outstanding than the ring holds.
+            panic!("completion ring overflow: client in-flight accounting is broken");
+        }
+        self.gate.notify();
+        let fd = self.notify_fd.load(Ordering::Relaxed);
+        if fd >= 0 && self.notify_armed.swap(false, Ordering::SeqCst) {
+            signal_eventfd(fd);
+        }
+    }
+}
+
+pub(crate) fn signal_eventfd(fd: RawFd) {
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a live u64 to an fd we created; an error
+    // (counter overflow, impossible in practice) leaves the fd readable.
+    unsafe {
+        libc::write(fd, (&one as *const u64).cast(), 8);
+    }
+}

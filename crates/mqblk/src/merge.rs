@@ -1,0 +1,181 @@
+//! Merging a bio into a plugged request (`blk_attempt_plug_merge`,
+//! `bio_attempt_back_merge` / `bio_attempt_front_merge`, block/blk-merge.c).
+//!
+//! A bio merges into a request when both are mergeable and of the same op,
+//! their flags of the same class, the bio starts where the request ends
+//! (back merge) or ends where it starts (front merge), and the merged
+//! request stays within the queue's `max_sectors` for the op and its
+//! `max_segments`. Reads, writes and discards merge (discards by the same
+//! contiguity rule, as the kernel does with one discard segment); flushes,
+//! write-zeroes and FUA bios never do (the kernel's REQ_NOMERGE_FLAGS and
+//! `rq_mergeable`). Pieces of a split bio neither merge nor take merges:
+//! they are already as large as a request may be.
+//!
+//! The merged bio keeps its identity: its buffer, cookie and origin go into
+//! one of its client's bio slots, linked into the request's chain in device
+//! order (front merges before the request's own bio, back merges after), so
+//! that it completes on its own (hctx.rs `end_merged`).
+//!
+//! Relies on: request.rs for the request's fields, completion.rs for bio
+//! slots.
+
+use crate::buf::Buf;
+use crate::completion::{BioSlot, ClientShared};
+use crate::request::{Op, ReqFlags, Request};
+
+/// Where a bio joins a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MergeKind {
+    /// The bio follows the request.
+    Back,
+    /// The bio precedes the request.
+    Front,
+}
+
+/// Flags that must be equal for a merge: they decide how a request is
+/// scheduled and completed (sync vs async accounting, polling, writeback).
+pub(crate) const MERGE_CLASS: ReqFlags =
+    ReqFlags::SYNC.union(ReqFlags::HIPRI).union(ReqFlags::BACKGROUND).union(ReqFlags::FUA);
+
+/// Can an I/O of this op and flags take part in a merge at all?
+#[inline(always)]
+pub(crate) fn mergeable(op: Op, flags: ReqFlags) -> bool {
+    matches!(op, Op::Read | Op::Write | Op::Discard) && !flags.contains(ReqFlags::FUA)
+}
+
+/// A bio, as far as the merge rules look at it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BioPos {
+    pub(crate) op: Op,
+    pub(crate) flags: ReqFlags,
+    pub(crate) sector: u64,
+    pub(crate) nr_sectors: u32,
+}
+
+/// How `bio` can merge into `rq` within `max_sectors` and `max_segments`,
+/// if at all (`blk_rq_merge_ok` + `blk_try_merge` + the size checks).
+pub(crate) fn try_merge(rq: &Request, bio: &BioPos, max_sectors: u64, max_segments: u32) -> Option<MergeKind> {
+    if rq.split != 0 || rq.op != bio.op || !mergeable(rq.op, rq.flags) || !mergeable(bio.op, bio.flags) {
+        return None;
+    }
+    if rq.flags.bits() & MERGE_CLASS.bits() != bio.flags.bits() & MERGE_CLASS.bits() {
+        return None;
+    }
+    if rq.nr_bios >= max_segments || u64::from(rq.nr_sectors) + u64::from(bio.nr_sectors) > max_sectors {
+        return None;
+    }
+    if rq.sector + u64::from(rq.nr_sectors) == bio.sector {
+        Some(MergeKind::Back)
+    } else if bio.sector + u64::from(bio.nr_sectors) == rq.sector {
+        Some(MergeKind::Front)
+    } else {
+        None
+    }
+}
+
+/// What a merged bio completes with.
+pub(crate) struct MergedBio {
+    pub(crate) pos: BioPos,
+    pub(crate) buf: Option<Buf>,
+    pub(crate) user_data: u64,
+    pub(crate) origin: u8,
+}
+
+/// Links `bio` into `rq` as `kind` says, storing it in `slot`.
+///
+/// # Safety
+/// `slot` is a free bio slot of `owner`, the caller's own sink; the caller
+/// owns `rq` (it holds the plugged request's token).
+pub(crate) unsafe fn attach(rq: &mut Request, kind: MergeKind, slot: &BioSlot, owner: &ClientShared, bio: MergedBio) {
+    debug_assert_eq!(try_merge(rq, &bio.pos, u64::MAX, u32::MAX), Some(kind));
+    // SAFETY: forwarded contract: the slot is free and ours.
+    let d = unsafe { slot.data() };
+    d.user_data = bio.user_data;
+    d.origin = bio.origin;
+    d.buf = bio.buf;
+    d.sector = bio.pos.sector;
+    d.nr_sectors = bio.pos.nr_sectors;
+    d.owner = owner;
+    let p: *const BioSlot = slot;
+    match kind {
+        MergeKind::Back => {
+            d.next = std::ptr::null();
+            if rq.back.is_null() {
+                rq.back = p;
+            } else {
+                // SAFETY: the tail is a slot of this request's chain, which
+                // the request's owner (the caller) uses.
+                unsafe { (*rq.back_tail).data().next = p };
+            }
+            rq.back_tail = p;
+        }
+        MergeKind::Front => {
+            d.next = rq.front;
+            rq.front = p;
+            rq.sector = bio.pos.sector;
+        }
+    }
+    rq.nr_sectors += bio.pos.nr_sectors;
+    rq.nr_bios += 1;
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::request::RequestSlot;
+
+    fn request(op: Op, flags: ReqFlags, sector: u64, nr_sectors: u32) -> Request {
+        let slot = RequestSlot::new(0);
+        let mut rq = slot.rq.into_inner();
+        (rq.op, rq.flags, rq.sector, rq.nr_sectors) = (op, flags, sector, nr_sectors);
+        rq
+    }
+
+    fn bio(op: Op, flags: ReqFlags, sector: u64, nr_sectors: u32) -> BioPos {
+        BioPos { op, flags, sector, nr_sectors }
+    }
+
+    #[test]
+    fn contiguous_bios_merge_back_and_front() {
+        let rq = request(Op::Read, ReqFlags::NONE, 8, 8);
+        assert_eq!(try_merge(&rq, &bio(Op::Read, ReqFlags::NONE, 16, 8), 255, 128), Some(MergeKind::Back));
+        assert_eq!(try_merge(&rq, &bio(Op::Read, ReqFlags::NONE, 0, 8), 255, 128), Some(MergeKind::Front));
+        assert_eq!(try_merge(&rq, &bio(Op::Read, ReqFlags::NONE, 24, 8), 255, 128), None, "a gap");
+        assert_eq!(try_merge(&rq, &bio(Op::Read, ReqFlags::NONE, 12, 8), 255, 128), None, "an overlap");
+    }
+
+    #[test]
+    fn each_limit_refuses() {
+        let rq = request(Op::Write, ReqFlags::NONE, 0, 8);
+        let next = bio(Op::Write, ReqFlags::NONE, 8, 8);
+        assert_eq!(try_merge(&rq, &next, 16, 128), Some(MergeKind::Back), "exactly max_sectors");
+        assert_eq!(try_merge(&rq, &next, 15, 128), None, "max_sectors");
+        assert_eq!(try_merge(&rq, &next, 255, 1), None, "max_segments");
+        let mut full = request(Op::Write, ReqFlags::NONE, 0, 8);
+        full.nr_bios = 4;
+        assert_eq!(try_merge(&full, &next, 255, 5), Some(MergeKind::Back));
+        assert_eq!(try_merge(&full, &next, 255, 4), None);
+    }
+
+    #[test]
+    fn op_and_flag_mismatches_refuse() {
+        let rq = request(Op::Write, ReqFlags::SYNC, 0, 8);
+        assert_eq!(try_merge(&rq, &bio(Op::Read, ReqFlags::SYNC, 8, 8), 255, 128), None, "op");
+        for other in [ReqFlags::NONE, ReqFlags::SYNC | ReqFlags::HIPRI, ReqFlags::SYNC | ReqFlags::BACKGROUND] {
+            assert_eq!(try_merge(&rq, &bio(Op::Write, other, 8, 8), 255, 128), None, "{other:?}");
+        }
+        assert_eq!(try_merge(&rq, &bio(Op::Write, ReqFlags::SYNC | ReqFlags::NOWAIT, 8, 8), 255, 128), Some(MergeKind::Back));
+        let fua = request(Op::Write, ReqFlags::FUA, 0, 8);
+        assert_eq!(try_merge(&fua, &bio(Op::Write, ReqFlags::FUA, 8, 8), 255, 128), None, "FUA never merges");
+        assert_eq!(try_merge(&rq, &bio(Op::Write, ReqFlags::SYNC | ReqFlags::FUA, 8, 8), 255, 128), None);
+        for op in [Op::Flush, Op::WriteZeroes] {
+            let rq = request(op, ReqFlags::NONE, 0, 8);
+            assert_eq!(try_merge(&rq, &bio(op, ReqFlags::NONE, 8, 8), u64::MAX, 128), None, "{op:?}");
+        }
+        let discard = request(Op::Discard, ReqFlags::NONE, 0, 8);
+        assert_eq!(try_merge(&discard, &bio(Op::Discard, ReqFlags::NONE, 8, 8), 1 << 20, 128), Some(MergeKind::Back));
+        let mut piece = request(Op::Read, ReqFlags::NONE, 0, 8);
+        piece.split = 1;
+        assert_eq!(try_merge(&piece, &bio(Op::Read, ReqFlags::NONE, 8, 8), 255, 128), None, "split piece");
+    }
+}
