@@ -9,7 +9,6 @@
 //!
 //! Relies on: ring.rs for the completion ring; sync.rs for sleeping.
 
-use std::cell::UnsafeCell;
 use std::os::fd::RawFd;
 use std::time::Duration;
 
@@ -19,7 +18,7 @@ use crate::buf::Buf;
 use crate::request::{Op, ORIGIN_USER};
 use crate::ring::MpscRing;
 use crate::status::Status;
-use crate::sync::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering, SleepGate};
+use crate::sync::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering, SleepGate, UnsafeCell};
 
 /// One finished I/O, as `do_io` returns it.
 #[derive(Debug)]
@@ -106,8 +105,9 @@ impl BioSlot {
     #[allow(clippy::mut_from_ref)]
     #[inline]
     pub(crate) unsafe fn data(&self) -> &mut BioSlotData {
-        // SAFETY: forwarded contract: exclusive use.
-        unsafe { &mut *self.data.get() }
+        // SAFETY: forwarded contract: exclusive use. (Under loom the access
+        // is recorded here, so unordered uses show up as races.)
+        self.data.with_mut(|p| unsafe { &mut *p })
     }
 
     /// Prepares the slot as the parent of a bio split into `pieces`.
