@@ -233,3 +233,56 @@ fn unknown_experiment_is_bad_input() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("'warp-drive'"));
 }
+
+#[test]
+fn plug_merge_experiment_quick_writes_json_and_svg() {
+    let dir = std::env::temp_dir().join(format!("mqblk-exp-pm-{}", std::process::id()));
+    let out = mqblk(&["experiment", "plug-merge", "--quick", "--out", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("outermost / flush_each bandwidth"), "{table}");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("plug-merge.json")).unwrap()).unwrap();
+    assert_eq!(v["experiment"], "plug-merge");
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2, "one batch size x two nesting modes");
+    for r in results {
+        for key in ["iodepth_batch", "plug_nesting", "bw_kib_per_sec", "bios", "requests", "merges", "command"] {
+            assert!(!r[key].is_null(), "{key} missing in {r}");
+        }
+        assert!(r["bios"].as_u64().unwrap() > 0, "{r}");
+        let (bios, requests, merges) =
+            (r["bios"].as_u64().unwrap(), r["requests"].as_u64().unwrap(), r["merges"].as_u64().unwrap());
+        assert_eq!(bios, requests + merges, "every bio is a request or merged into one: {r}");
+    }
+    // Shape, not speed: flush_each never merges; outermost does.
+    let by = |n: &str| results.iter().find(|r| r["plug_nesting"] == n).unwrap();
+    assert_eq!(by("flush_each")["merges"], 0);
+    assert!(by("outermost")["merges"].as_u64().unwrap() > 0);
+    let svg = std::fs::read_to_string(dir.join("plug-merge.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.matches("<polyline").count() == 2 * 2, "one line per mode per panel");
+}
+
+#[test]
+fn bench_reports_merges_like_fio_disk_stats() {
+    let out = mqblk(&[
+        "bench",
+        "--device",
+        "null:gb=1,irqmode=0",
+        "--name=seq",
+        "--rw=read",
+        "--iodepth=16",
+        "--iodepth_batch=16",
+        "--iodepth_batch_complete=16",
+        "--number_ios=1600",
+        "--output-format=json",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let m = &v["mqblk"];
+    assert_eq!(m["bios"][0], 1600);
+    assert_eq!(m["requests"][0], 100, "each batch of 16 adjacent reads became one request");
+    assert_eq!(m["merges"][0], 1500);
+    let out = mqblk(&["bench", "--device", "null:gb=1,irqmode=0", "--name=seq", "--rw=read", "--number_ios=64"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Disk stats (read/write):") && text.contains("merge=0/0"), "{text}");
+}

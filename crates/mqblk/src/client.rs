@@ -175,7 +175,11 @@ impl Client {
             user_data,
             origin,
         };
-        if self.plug.is_plugged() && merge::mergeable(bio.op, bio.flags) && self.plug_merge(&head, &mut bio.buf) {
+        if self.plug.is_plugged()
+            && self.plug.touches_last(head.sector, head.nr_sectors)
+            && merge::mergeable(bio.op, bio.flags)
+            && self.plug_merge(&head, &mut bio.buf)
+        {
             self.note_submitted(bio.op);
             return Ok(());
         }
@@ -197,21 +201,20 @@ impl Client {
     /// Tries to merge the bio described by `head` into the plug's last
     /// request (merge.rs); on success the bio's buffer moves into one of
     /// this client's bio slots and the bio completes on its own.
+    #[inline(never)]
     fn plug_merge(&mut self, head: &RqHead, buf: &mut Option<Buf>) -> bool {
-        let hctx_index = self.hctx_index;
         let max_sectors = self.q.max_request_bytes(head.op) >> SECTOR_SHIFT;
         let max_segments = self.q.max_segments();
         let pos = BioPos { op: head.op, flags: head.flags, sector: head.sector, nr_sectors: head.nr_sectors };
-        let Some(rq) = self.plug.merge_candidate() else { return false };
-        if rq.hctx_index() != hctx_index {
-            return false;
-        }
+        let Some(rq) = self.plug.merge_candidate(self.hctx_index) else { return false };
         let Some(kind) = merge::try_merge(rq.rq(), &pos, max_sectors, max_segments) else { return false };
         let index = self.free_slots.pop().expect("a free bio slot per outstanding bio");
         let bio = MergedBio { pos, buf: buf.take(), user_data: head.user_data, origin: head.origin };
         // SAFETY: the slot was on our free list, so it is ours and unused;
         // the plug holds the request's token, so we own the request.
         unsafe { merge::attach(rq.rq_mut(), kind, self.shared.slot(index), &self.shared, bio) };
+        let (sector, len_bytes) = (rq.sector(), rq.len_bytes());
+        self.plug.last_grew(sector, len_bytes);
         self.shared.counters.merge(head.op, kind == merge::MergeKind::Front);
         true
     }
@@ -316,7 +319,8 @@ impl Client {
         // SAFETY: the slot is initialised and we give up access to it.
         let rq = unsafe { crate::request::Rq::from_raw(ptr) };
         if self.plug.is_plugged() {
-            self.plug.add(&self.q, &self.shared.counters, rq);
+            let len_bytes = u64::from(head.nr_sectors) << SECTOR_SHIFT;
+            self.plug.add(&self.q, &self.shared.counters, rq, self.hctx_index, len_bytes);
         } else {
             hctx.issue(rq, true);
         }
@@ -405,10 +409,12 @@ impl Client {
         self.plug.nr_cached()
     }
 
+    #[inline(always)]
     pub(crate) fn plug_state(&mut self) -> &mut PlugState {
         &mut self.plug
     }
 
+    #[inline(always)]
     pub(crate) fn finish_plug(&mut self, outermost: bool, prev_start: usize) {
         self.plug.finish(&self.q, &self.shared.counters, outermost, prev_start);
     }

@@ -15,7 +15,7 @@ use std::ptr::NonNull;
 use crossbeam_utils::CachePadded;
 
 use crate::driver::{Driver, QueueRqResult};
-use crate::request::{Request, RequestSlot, Rq, RqState, SECTOR_SHIFT};
+use crate::request::{Request, RequestSlot, Rq, RqList, RqState, SECTOR_SHIFT};
 use crate::status::Status;
 use std::sync::Arc;
 
@@ -119,7 +119,7 @@ impl Hctx {
     /// driver's `queue_rqs` (by default `queue_rq` per request, `last` on the
     /// final one). What the driver leaves in `rqs` (it was busy) goes on the
     /// dispatch list, in order. `rqs` is empty on return.
-    pub(crate) fn issue_list(&self, rqs: &mut VecDeque<Rq>) {
+    pub(crate) fn issue_list(&self, rqs: &mut RqList) {
         if rqs.is_empty() {
             return;
         }
@@ -141,9 +141,9 @@ impl Hctx {
         }
     }
 
-    fn push_dispatch_all(&self, rqs: &mut VecDeque<Rq>) {
+    fn push_dispatch_all(&self, rqs: &mut RqList) {
         let mut list = self.dispatch.lock();
-        list.extend(rqs.drain(..));
+        list.extend(rqs);
         self.dispatch_nr.store(list.len() as u32, Ordering::Release);
     }
 

@@ -49,6 +49,6 @@ pub use config::{ConfigError, QueueOptions};
 pub use error::{Error, Rejected, SubmitError};
 pub use hctx::Hctx;
 pub use queue::{Device, DeviceStats, QueueLimits, DEFAULT_MAX_SECTORS, DEFAULT_MAX_SEGMENTS, MAX_BIO_BYTES};
-pub use request::{Bio, Op, ReqFlags, Rq, SECTOR_SHIFT, SECTOR_SIZE};
+pub use request::{Bio, Op, ReqFlags, Rq, RqList, SECTOR_SHIFT, SECTOR_SIZE};
 pub use status::Status;
 pub use tag::TagSetConfig;

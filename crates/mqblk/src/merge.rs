@@ -54,7 +54,10 @@ pub(crate) struct BioPos {
 
 /// How `bio` can merge into `rq` within `max_sectors` and `max_segments`,
 /// if at all (`blk_rq_merge_ok` + `blk_try_merge` + the size checks).
+#[inline]
 pub(crate) fn try_merge(rq: &Request, bio: &BioPos, max_sectors: u64, max_segments: u32) -> Option<MergeKind> {
+    // Contiguity first: it is what fails for random I/O, and it is cheap.
+    let kind = contiguity(rq, bio)?;
     if rq.split != 0 || rq.op != bio.op || !mergeable(rq.op, rq.flags) || !mergeable(bio.op, bio.flags) {
         return None;
     }
@@ -64,6 +67,12 @@ pub(crate) fn try_merge(rq: &Request, bio: &BioPos, max_sectors: u64, max_segmen
     if rq.nr_bios >= max_segments || u64::from(rq.nr_sectors) + u64::from(bio.nr_sectors) > max_sectors {
         return None;
     }
+    Some(kind)
+}
+
+/// Does `bio` follow or precede `rq` exactly?
+#[inline(always)]
+fn contiguity(rq: &Request, bio: &BioPos) -> Option<MergeKind> {
     if rq.sector + u64::from(rq.nr_sectors) == bio.sector {
         Some(MergeKind::Back)
     } else if bio.sector + u64::from(bio.nr_sectors) == rq.sector {

@@ -25,13 +25,12 @@
 //! Relies on: hctx.rs to issue lists (`Hctx::issue_list`), tag.rs for the
 //! batched tags, and client.rs, which owns the `PlugState`.
 
-use std::collections::VecDeque;
 use std::ops::{Deref, DerefMut};
 
 use crate::client::Client;
 use crate::completion::ClientCounters;
 use crate::queue::RequestQueue;
-use crate::request::Rq;
+use crate::request::{Rq, RqList};
 
 /// Requests a plug holds before it flushes (the kernel's
 /// BLK_MAX_REQUEST_COUNT); twice that when they span several queues.
@@ -77,12 +76,17 @@ pub(crate) struct PlugState {
     /// Where the innermost level's own requests start in `rqs`.
     level_start: usize,
     /// Plugged requests, in submission order.
-    pub(crate) rqs: VecDeque<Rq>,
+    pub(crate) rqs: RqList,
     /// Spare lists for flushing part of `rqs` or one queue's requests.
-    level_buf: VecDeque<Rq>,
-    group_buf: VecDeque<Rq>,
+    level_buf: RqList,
+    group_buf: RqList,
     /// `rqs` spans more than one hardware queue.
     multiple_queues: bool,
+    /// Start, size and queue of the last request of `rqs` (no pointer
+    /// chasing on the submit path).
+    last_sector: u64,
+    last_len_bytes: u64,
+    last_hctx: usize,
     /// Tags the outermost plug asked to batch (1: none).
     pub(crate) nr_ios: u32,
     /// Cached tags: `cached_base + i` for each bit i of `cached_mask`.
@@ -98,10 +102,13 @@ impl PlugState {
         Self {
             depth: 0,
             level_start: 0,
-            rqs: VecDeque::with_capacity(cap),
-            level_buf: VecDeque::with_capacity(cap),
-            group_buf: VecDeque::with_capacity(cap),
+            rqs: RqList::with_capacity(cap),
+            level_buf: RqList::with_capacity(cap),
+            group_buf: RqList::with_capacity(cap),
             multiple_queues: false,
+            last_sector: 0,
+            last_len_bytes: 0,
+            last_hctx: 0,
             nr_ios: 1,
             cached_base: 0,
             cached_mask: 0,
@@ -117,6 +124,7 @@ impl PlugState {
 
     /// Enters a level; returns (outermost, the previous level's start) for
     /// the guard to hand back to `finish`.
+    #[inline(always)]
     pub(crate) fn start(&mut self, nr_ios: u32) -> (bool, usize) {
         let outermost = self.depth == 0;
         self.depth += 1;
@@ -125,33 +133,44 @@ impl PlugState {
             self.nr_ios = nr_ios.clamp(1, BLK_MAX_REQUEST_COUNT as u32);
         }
         let prev = self.level_start;
-        self.level_start = self.rqs.len();
+        if self.nesting == PlugNesting::FlushEach {
+            self.level_start = self.rqs.len();
+        }
         (outermost, prev)
     }
 
     /// Leaves a level, flushing as the nesting mode says.
+    #[inline(always)]
     pub(crate) fn finish(&mut self, q: &RequestQueue, counters: &ClientCounters, outermost: bool, prev_start: usize) {
         debug_assert!(self.depth > 0, "plug finished more often than started");
-        self.depth -= 1;
-        match self.nesting {
-            PlugNesting::Outermost if outermost => self.flush(q, counters),
-            PlugNesting::Outermost => {}
-            PlugNesting::FlushEach => self.flush_from(q, counters, self.level_start.min(self.rqs.len())),
+        if !outermost && self.nesting == PlugNesting::Outermost {
+            self.depth -= 1; // an inner level: nothing to do
+            return;
         }
-        self.level_start = prev_start.min(self.rqs.len());
+        self.finish_slow(q, counters, outermost, prev_start);
+    }
+
+    #[inline(never)]
+    fn finish_slow(&mut self, q: &RequestQueue, counters: &ClientCounters, outermost: bool, prev_start: usize) {
+        self.depth -= 1;
+        if self.nesting == PlugNesting::FlushEach {
+            self.flush_from(q, counters, self.level_start.min(self.rqs.len()));
+            self.level_start = prev_start.min(self.rqs.len());
+        }
         if outermost {
-            self.release_cached(q);
+            self.flush(q, counters);
             self.nr_ios = 1;
             self.level_start = 0;
         }
     }
 
-    /// The request a new bio may merge into: the last one of the current
-    /// level's list (the whole list unless `flush_each`).
+    /// The request a new bio for hardware queue `hctx` may merge into: the
+    /// last one of the current level's list (the whole list unless
+    /// `flush_each`), if it is for the same queue.
     #[inline]
-    pub(crate) fn merge_candidate(&mut self) -> Option<&mut Rq> {
+    pub(crate) fn merge_candidate(&mut self, hctx: usize) -> Option<&mut Rq> {
         let floor = if self.nesting == PlugNesting::FlushEach { self.level_start } else { 0 };
-        if self.rqs.len() > floor {
+        if self.rqs.len() > floor && self.last_hctx == hctx {
             self.rqs.back_mut()
         } else {
             None
@@ -160,17 +179,37 @@ impl PlugState {
 
     /// Adds a plugged request, flushing the list first if it is full or
     /// ends with a large request (`blk_add_rq_to_plug`).
-    #[inline]
-    pub(crate) fn add(&mut self, q: &RequestQueue, counters: &ClientCounters, rq: Rq) {
-        if let Some(last) = self.rqs.back() {
+    #[inline(always)]
+    pub(crate) fn add(&mut self, q: &RequestQueue, counters: &ClientCounters, rq: Rq, hctx: usize, len_bytes: u64) {
+        let len = self.rqs.len();
+        if len != 0 {
             let limit = if self.multiple_queues { 2 * BLK_MAX_REQUEST_COUNT } else { BLK_MAX_REQUEST_COUNT };
-            if self.rqs.len() >= limit || last.len_bytes() >= BLK_PLUG_FLUSH_SIZE {
+            if len >= limit || self.last_len_bytes >= BLK_PLUG_FLUSH_SIZE {
                 self.flush_list(q, counters);
-            } else if last.hctx_index() != rq.hctx_index() {
+            } else if self.last_hctx != hctx {
                 self.multiple_queues = true;
             }
         }
+        debug_assert_eq!(len_bytes, rq.len_bytes());
+        self.last_len_bytes = len_bytes;
+        self.last_sector = rq.sector();
+        self.last_hctx = hctx;
         self.rqs.push_back(rq);
+    }
+
+    /// A merge grew the last request: it now starts at `sector` and is
+    /// `len_bytes` long.
+    #[inline]
+    pub(crate) fn last_grew(&mut self, sector: u64, len_bytes: u64) {
+        (self.last_sector, self.last_len_bytes) = (sector, len_bytes);
+    }
+
+    /// Could a bio of `nr_sectors` at `sector` be contiguous with the last
+    /// request? (A check on plain fields before looking at the request.)
+    #[inline(always)]
+    pub(crate) fn touches_last(&self, sector: u64, nr_sectors: u32) -> bool {
+        let last_end = self.last_sector + (self.last_len_bytes >> crate::request::SECTOR_SHIFT);
+        !self.rqs.is_empty() && (sector == last_end || sector + u64::from(nr_sectors) == self.last_sector)
     }
 
     /// Issues the whole list and gives back cached tags: before the client
@@ -181,6 +220,7 @@ impl PlugState {
     }
 
     /// Issues the whole list (cached tags stay: more requests are coming).
+    #[inline(never)]
     fn flush_list(&mut self, q: &RequestQueue, counters: &ClientCounters) {
         if self.rqs.is_empty() {
             return;
@@ -190,8 +230,12 @@ impl PlugState {
         if self.multiple_queues {
             issue_by_queue(q, &mut self.rqs, &mut self.group_buf);
             self.multiple_queues = false;
+        } else if self.rqs.len() == 1 {
+            // One request: the plain issue path, no batch bookkeeping.
+            let rq = self.rqs.pop_front().expect("one request");
+            q.hctx(rq.hctx_index()).issue(rq, true);
         } else {
-            let index = self.rqs[0].hctx_index();
+            let index = self.rqs.front().expect("not empty").hctx_index();
             q.hctx(index).issue_list(&mut self.rqs);
         }
         debug_assert!(self.rqs.is_empty());
@@ -206,7 +250,7 @@ impl PlugState {
             return;
         }
         counters.plug_flush();
-        self.level_buf.extend(self.rqs.drain(start..));
+        self.rqs.move_tail_to(start, &mut self.level_buf);
         issue_by_queue(q, &mut self.level_buf, &mut self.group_buf);
     }
 
@@ -241,7 +285,7 @@ impl PlugState {
 
 /// Issues `list` one hardware queue at a time, each queue's requests in
 /// their order (the kernel groups a plug list by queue the same way).
-fn issue_by_queue(q: &RequestQueue, list: &mut VecDeque<Rq>, group: &mut VecDeque<Rq>) {
+fn issue_by_queue(q: &RequestQueue, list: &mut RqList, group: &mut RqList) {
     while let Some(first) = list.front() {
         let index = first.hctx_index();
         for _ in 0..list.len() {
@@ -265,6 +309,7 @@ pub struct Plug<'a> {
 }
 
 impl<'a> Plug<'a> {
+    #[inline(always)]
     pub(crate) fn new(client: &'a mut Client, nr_ios: u32) -> Self {
         let (outermost, prev_start) = client.plug_state().start(nr_ios);
         Self { client, outermost, prev_start }
@@ -285,6 +330,7 @@ impl DerefMut for Plug<'_> {
 }
 
 impl Drop for Plug<'_> {
+    #[inline(always)]
     fn drop(&mut self) {
         self.client.finish_plug(self.outermost, self.prev_start);
     }

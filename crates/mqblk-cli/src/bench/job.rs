@@ -1,9 +1,10 @@
 //! One job thread: fio's I/O loop over an mqblk client.
 //!
 //! The loop fills the queue to `iodepth` in chunks of
-//! `iodepth_batch_submit`, each chunk under one plug and each I/O under an
-//! inner plug (`plug`, `plug_per_io`: as an io_submit call and the kernel's
-//! direct-I/O path do, so adjacent I/Os of a chunk merge), then reaps at least `iodepth_batch_complete_min`
+//! `iodepth_batch_submit`, each chunk of more than two I/Os under one plug
+//! and each of its I/Os under an inner plug (`plug`, `plug_per_io`: as an
+//! io_submit call and the kernel's direct-I/O path do, so adjacent I/Os of
+//! a chunk merge), then reaps at least `iodepth_batch_complete_min`
 //! (at least one) and at most `iodepth_batch_complete_max` completions, like
 //! fio's `do_io`. Every in-flight I/O owns one slot (its `user_data`) with its
 //! buffer and timestamps, allocated before the run: nothing is allocated per
@@ -22,6 +23,10 @@ use mqblk::{Bio, Buf, Client, ClientStats, Completion, Device};
 
 use super::options::JobOptions;
 use super::stats::{DirStats, Rusage};
+
+/// The kernel's io_submit plugs only batches above this many I/Os (and
+/// io_uring likewise, `max_ios > 2`).
+const AIO_PLUG_THRESHOLD: usize = 2;
 
 pub const PHASE_RAMP: u8 = 0;
 pub const PHASE_RUN: u8 = 1;
@@ -201,9 +206,16 @@ pub fn run_job(
             // io_submit call's plug), each I/O under its own inner plug
             // when `plug_per_io` (the kernel's direct-I/O path).
             while client.in_flight() < depth && issued_bytes < io_limit_bytes && issued_ios < io_limit_count {
+                // The plug's nr_ios hint is what this chunk will really
+                // submit (io_submit passes its own count), so no tags are
+                // batched that the chunk cannot use.
+                let chunk = batch.min(depth - client.in_flight()).min(free.len());
+                // Like io_submit and io_uring, plug only a chunk of more
+                // than AIO_PLUG_THRESHOLD I/Os: a plug cannot help one or two.
+                let plugged = opts.plug && chunk > AIO_PLUG_THRESHOLD;
                 let mut outer;
-                let c: &mut Client = if opts.plug {
-                    outer = client.plug_nr_ios(batch as u32);
+                let c: &mut Client = if plugged {
+                    outer = client.plug_nr_ios(chunk as u32);
                     &mut outer
                 } else {
                     &mut client
@@ -229,7 +241,7 @@ pub fn run_job(
                         slots[p as usize].slat_ns = t - slots[p as usize].issue_ns;
                     }
                     slots[idx as usize] = Slot { issue_ns: t, slat_ns: 0, is_write };
-                    let submitted = if opts.plug && opts.plug_per_io {
+                    let submitted = if plugged && opts.plug_per_io {
                         c.plug().submit(bio, u64::from(idx))
                     } else {
                         c.submit(bio, u64::from(idx))

@@ -175,13 +175,16 @@ impl JobOptions {
         }
     }
 
-    /// Completion batch upper bound (0 in fio means "iodepth").
+    /// Completion batch upper bound. As fio's option fix-up: unset (or
+    /// below the minimum) it equals `iodepth_batch_complete_min`, so by
+    /// default a job reaps one completion per call, like fio; both 0
+    /// (fio's polling mode) reaps whatever is there, up to `iodepth`.
     pub fn complete_max(&self) -> usize {
-        if self.iodepth_batch_complete_max == 0 {
-            self.iodepth
-        } else {
-            self.iodepth_batch_complete_max.min(self.iodepth).max(1)
+        let (min, max) = (self.iodepth_batch_complete_min, self.iodepth_batch_complete_max);
+        if min == 0 && max == 0 {
+            return self.iodepth;
         }
+        max.max(min).clamp(1, self.iodepth)
     }
 
     fn set(&mut self, key: &str, value: Option<&str>) -> Result<(), OptionError> {
@@ -566,6 +569,27 @@ mod tests {
         let mut c = Collector { global: Vec::new(), jobs: Vec::new(), device: None, plug_nesting: None };
         let e = parse_job_file("[a]\nfoo=1\n", "t.fio", &mut c).unwrap_err();
         assert!(e.0.contains("t.fio:2") && e.0.contains("'foo'"), "{}", e.0);
+    }
+
+    #[test]
+    fn completion_batches_follow_fio_fixups() {
+        let job = |a: &str| parse_bench_args(&args(a)).unwrap().jobs[0].clone();
+        assert_eq!(job("--name=a --iodepth=128").complete_max(), 1, "fio: max defaults to min (1)");
+        assert_eq!(job("--name=a --iodepth=128 --iodepth_batch_complete=16").complete_max(), 16);
+        assert_eq!(job("--name=a --iodepth=128 --iodepth_batch_complete_max=64").complete_max(), 64);
+        assert_eq!(job("--name=a --iodepth=8 --iodepth_batch_complete_max=64").complete_max(), 8, "capped by iodepth");
+        let poll = job("--name=a --iodepth=32 --iodepth_batch_complete_min=0 --iodepth_batch_complete_max=0");
+        assert_eq!(poll.complete_max(), 32, "both 0: reap whatever is there");
+    }
+
+    #[test]
+    fn plug_options() {
+        let plan = parse_bench_args(&args("--plug_nesting=flush_each --name=a --plug_per_io=0")).unwrap();
+        assert_eq!(plan.plug_nesting.as_deref(), Some("flush_each"));
+        assert!(plan.jobs[0].plug && !plan.jobs[0].plug_per_io);
+        let plan = parse_bench_args(&args("--name=a --plug=0")).unwrap();
+        assert!(!plan.jobs[0].plug);
+        assert!(parse_bench_args(&args("--name=a --plug=maybe")).unwrap_err().0.contains("plug"));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! a results folder. Every cell records the `mqblk bench` command that
 //! produced it.
 
+mod plug_merge;
 pub mod svg;
 mod tag_wakeup;
 
@@ -12,7 +13,7 @@ use std::path::PathBuf;
 use crate::bench;
 
 /// The experiments `mqblk experiment` knows.
-pub const EXPERIMENTS: &[&str] = &["tag-wakeup"];
+pub const EXPERIMENTS: &[&str] = &["tag-wakeup", "plug-merge"];
 
 #[derive(Debug)]
 pub enum ExperimentError {
@@ -74,6 +75,10 @@ pub struct Cell {
     pub ctx_per_sec: f64,
     pub ctx_voluntary_per_io: f64,
     pub tag_waits: u64,
+    /// Bytes per second over all directions.
+    pub bw_bytes_per_sec: f64,
+    /// The device's block-layer counters after the run.
+    pub stats: mqblk::DeviceStats,
     pub command: String,
 }
 
@@ -95,6 +100,8 @@ pub fn run_cell(args: &[String]) -> Result<Cell, ExperimentError> {
         ctx_per_sec: (e.run.rusage.voluntary_ctx + e.run.rusage.involuntary_ctx) as f64 / secs,
         ctx_voluntary_per_io: e.run.rusage.voluntary_ctx as f64 / ios,
         tag_waits: out.device.stats.tag_waits,
+        bw_bytes_per_sec: (e.run.read.bytes + e.run.write.bytes) as f64 / secs,
+        stats: out.device.stats,
         command: format!("mqblk bench {}", args.join(" ")),
     })
 }
@@ -104,6 +111,7 @@ pub fn run_cell(args: &[String]) -> Result<Cell, ExperimentError> {
 pub fn run(opts: &Options) -> Result<String, ExperimentError> {
     let (doc, panels, table) = match opts.name.as_str() {
         "tag-wakeup" => tag_wakeup::run(opts)?,
+        "plug-merge" => plug_merge::run(opts)?,
         other => return Err(ExperimentError::BadInput(format!("unknown experiment '{other}'"))),
     };
     std::fs::create_dir_all(&opts.out_dir)
@@ -112,7 +120,7 @@ pub fn run(opts: &Options) -> Result<String, ExperimentError> {
     let svg_path = opts.out_dir.join(format!("{}.svg", opts.name));
     let json = serde_json::to_string_pretty(&doc).expect("JSON encoding") + "\n";
     std::fs::write(&json_path, json).map_err(|e| ExperimentError::Failed(format!("{}: {e}", json_path.display())))?;
-    std::fs::write(&svg_path, svg::chart(&panels, 3))
+    std::fs::write(&svg_path, svg::chart(&panels, panels.len().clamp(1, 3)))
         .map_err(|e| ExperimentError::Failed(format!("{}: {e}", svg_path.display())))?;
     Ok(format!("{table}\nwrote {} and {}\n", json_path.display(), svg_path.display()))
 }

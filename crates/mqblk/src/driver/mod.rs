@@ -41,12 +41,11 @@
 
 pub mod null;
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::hctx::Hctx;
 use crate::queue::QueueLimits;
-use crate::request::Rq;
+use crate::request::{Rq, RqList};
 use crate::tag::TagSetConfig;
 
 /// What `queue_rq` did with a request.
@@ -104,7 +103,7 @@ pub trait Driver: Send + Sync + 'static {
     /// dispatch list and retried later. The default hands each request to
     /// `queue_rq`, `last` set on the final one, stops at the first `Busy`
     /// and calls `commit_rqs` if a request went in without `last`.
-    fn queue_rqs(&self, hctx: &Hctx, rqs: &mut VecDeque<Rq>) {
+    fn queue_rqs(&self, hctx: &Hctx, rqs: &mut RqList) {
         let mut uncommitted = false;
         while let Some(rq) = rqs.pop_front() {
             let last = rqs.is_empty();
