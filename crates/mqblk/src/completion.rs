@@ -215,7 +215,8 @@ impl ClientCounters {
     }
 
     pub(crate) fn add_to(&self, t: &mut CounterTotals) {
-        let rw = |a: &[AtomicU64; 2]| RwCount { read: a[0].load(Ordering::Relaxed), write: a[1].load(Ordering::Relaxed) };
+        let rw =
+            |a: &[AtomicU64; 2]| RwCount { read: a[0].load(Ordering::Relaxed), write: a[1].load(Ordering::Relaxed) };
         let (bios, requests, merges) = (rw(&self.bios), rw(&self.requests), rw(&self.merges));
         t.bios.read += bios.read;
         t.bios.write += bios.write;

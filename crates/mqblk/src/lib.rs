@@ -24,8 +24,8 @@
 
 mod buf;
 mod client;
-mod completion;
 pub mod clock;
+mod completion;
 pub mod config;
 pub mod driver;
 mod error;
@@ -44,10 +44,10 @@ mod tag;
 
 pub use buf::{Buf, BUF_ALIGN};
 pub use client::{Client, ClientStats, Completion, RwCount};
-pub use plug::{Plug, PlugNesting};
 pub use config::{ConfigError, QueueOptions};
 pub use error::{Error, Rejected, SubmitError};
 pub use hctx::Hctx;
+pub use plug::{Plug, PlugNesting};
 pub use queue::{Device, DeviceStats, QueueLimits, DEFAULT_MAX_SECTORS, DEFAULT_MAX_SEGMENTS, MAX_BIO_BYTES};
 pub use request::{Bio, Op, ReqFlags, Rq, RqList, SECTOR_SHIFT, SECTOR_SIZE};
 pub use status::Status;

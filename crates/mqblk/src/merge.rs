@@ -173,7 +173,10 @@ mod tests {
         for other in [ReqFlags::NONE, ReqFlags::SYNC | ReqFlags::HIPRI, ReqFlags::SYNC | ReqFlags::BACKGROUND] {
             assert_eq!(try_merge(&rq, &bio(Op::Write, other, 8, 8), 255, 128), None, "{other:?}");
         }
-        assert_eq!(try_merge(&rq, &bio(Op::Write, ReqFlags::SYNC | ReqFlags::NOWAIT, 8, 8), 255, 128), Some(MergeKind::Back));
+        assert_eq!(
+            try_merge(&rq, &bio(Op::Write, ReqFlags::SYNC | ReqFlags::NOWAIT, 8, 8), 255, 128),
+            Some(MergeKind::Back)
+        );
         let fua = request(Op::Write, ReqFlags::FUA, 0, 8);
         assert_eq!(try_merge(&fua, &bio(Op::Write, ReqFlags::FUA, 8, 8), 255, 128), None, "FUA never merges");
         assert_eq!(try_merge(&rq, &bio(Op::Write, ReqFlags::SYNC | ReqFlags::FUA, 8, 8), 255, 128), None);

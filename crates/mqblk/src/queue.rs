@@ -14,11 +14,11 @@ use std::time::{Duration, Instant};
 
 use crate::client::Client;
 use crate::completion::{ClientShared, CounterTotals, RwCount};
-use crate::plug::PlugNesting;
 use crate::config::QueueOptions;
 use crate::driver::{Driver, TimedOutRq, TimeoutAction};
 use crate::error::{Error, SubmitError};
 use crate::hctx::Hctx;
+use crate::plug::PlugNesting;
 use crate::request::{Bio, Op, RqState, SECTOR_SHIFT, SECTOR_SIZE};
 use crate::sbitmap::{wake_policy, WAKE_POLICIES};
 use std::sync::Arc;

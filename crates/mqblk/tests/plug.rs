@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mqblk::driver::{Driver, QueueRqResult};
-use mqblk::{Bio, Buf, Client, Completion, Device, Hctx, QueueLimits, QueueOptions, Rq, Status, SubmitError, TagSetConfig};
+use mqblk::{
+    Bio, Buf, Client, Completion, Device, Hctx, QueueLimits, QueueOptions, Rq, Status, SubmitError, TagSetConfig,
+};
 use proptest::prelude::*;
 
 /// One `queue_rq` call as the driver saw it.

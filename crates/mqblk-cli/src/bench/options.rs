@@ -446,7 +446,14 @@ pub fn parse_bench_args(args: &[String]) -> Result<BenchPlan, OptionError> {
     }
     if c.jobs.is_empty() && !any_job_option && job_files.is_empty() {
         let (device, plug_nesting) = (c.device.take(), c.plug_nesting.take());
-        return Ok(BenchPlan { jobs: vec![default_job()], device, plug_nesting, json, stats, global_given: Vec::new() });
+        return Ok(BenchPlan {
+            jobs: vec![default_job()],
+            device,
+            plug_nesting,
+            json,
+            stats,
+            global_given: Vec::new(),
+        });
     }
     if c.jobs.is_empty() {
         // Options but no --name: one job, named after its pattern like fio's

@@ -4,6 +4,7 @@
 //! a results folder. Every cell records the `mqblk bench` command that
 //! produced it.
 
+mod loop_anchor;
 mod plug_merge;
 pub mod svg;
 mod tag_wakeup;
@@ -90,7 +91,11 @@ pub fn run_cell(args: &[String]) -> Result<Cell, ExperimentError> {
     let secs = (e.run.elapsed_ns as f64 / 1e9).max(1e-9);
     let ios = e.total_ios().max(1) as f64;
     let spec = plan.device.clone().unwrap_or_default();
-    let policy = spec.split(',').find_map(|kv| kv.strip_prefix("wake=")).unwrap_or(mqblk::sbitmap::DEFAULT_WAKE_POLICY).to_string();
+    let policy = spec
+        .split(',')
+        .find_map(|kv| kv.strip_prefix("wake="))
+        .unwrap_or(mqblk::sbitmap::DEFAULT_WAKE_POLICY)
+        .to_string();
     Ok(Cell {
         jobs: e.nr_jobs,
         policy,

@@ -4,7 +4,9 @@
 //! every request pays a fixed cost. With `plug_nesting=outermost` a batch's
 //! bios merge into one request; with `flush_each` (the behaviour the seed's
 //! patch removed) every inner plug flushes its single bio and nothing
-//! merges. Reports bandwidth, merges and requests like the source.
+//! merges. Reports bandwidth, merges and requests like the source, and,
+//! when it can (loop_anchor.rs), the kernel's own merge count for the same
+//! fio job on a loop device.
 
 use serde_json::{json, Value};
 
@@ -78,6 +80,21 @@ pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentErro
             })
         })
         .collect();
+    let anchor = if opts.quick {
+        Err("skipped in --quick mode".to_string())
+    } else {
+        eprintln!("plug-merge: the same fio job on a kernel loop device (anchor)");
+        super::loop_anchor::run(16, 5)
+    };
+    let mut table = table(&cells);
+    match &anchor {
+        Ok(a) => table.push_str(&format!(
+            "\nanchor, the kernel itself (fio libaio direct=1 on a loop device over tmpfs, batch 16): \
+             {} bios, {} requests, {} merges, {} KiB/s\n",
+            a["bios"], a["requests"], a["merges"], a["bw_kib_per_sec"]
+        )),
+        Err(why) => table.push_str(&format!("\nkernel loop-device anchor not run: {why}\n")),
+    }
     let doc = json!({
         "experiment": "plug-merge",
         "source": "seed 001: blk-plug: don't flush nested plug lists (2015): 283,638 KB/s with 0 merges \
@@ -89,8 +106,9 @@ pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentErro
         "job": "rw=read bs=4k iodepth=128 iodepth_batch=B iodepth_batch_complete=B; each batch under a plug, \
                 each bio under an inner plug (plug_per_io=1)",
         "results": results,
+        "kernel_loop_anchor": anchor.unwrap_or_else(|why| json!({ "not_run": why })),
     });
-    Ok((doc, panels(&cells), table(&cells)))
+    Ok((doc, panels(&cells), table))
 }
 
 fn share(part: u64, whole: u64) -> Option<f64> {
