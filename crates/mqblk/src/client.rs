@@ -48,6 +48,7 @@ struct RqHead {
     split: u32,
     user_data: u64,
     origin: u8,
+    ioprio: crate::request::IoPrio,
 }
 
 /// Per-client counters.
@@ -77,6 +78,10 @@ pub struct Client {
     notify_fd: Option<std::os::fd::OwnedFd>,
     /// Free bio slots of `shared` (only this client touches the list).
     free_slots: Vec<u32>,
+    /// Identity for schedulers (the kernel's process).
+    client_id: u32,
+    /// An empty request list to hand single requests to a scheduler.
+    scratch: crate::request::RqList,
     plug: PlugState,
     stats: ClientStats,
 }
@@ -109,6 +114,8 @@ impl Client {
             plug: PlugState::new(q.plug_nesting()),
             q,
             free_slots: (0..capacity as u32).rev().collect(),
+            client_id: seq as u32,
+            scratch: crate::request::RqList::with_capacity(1),
             stats: ClientStats::default(),
         }
     }
@@ -149,7 +156,41 @@ impl Client {
         self.submit_inner(bio, user_data, ORIGIN_USER, true)
     }
 
-    fn submit_inner(&mut self, mut bio: Bio, user_data: u64, origin: u8, reserved: bool) -> Result<(), Box<Rejected>> {
+    /// Submits inside the queue's door (`enter`/`exit`: a scheduler switch
+    /// waits for submissions in progress and holds new ones back).
+    fn submit_inner(&mut self, bio: Bio, user_data: u64, origin: u8, reserved: bool) -> Result<(), Box<Rejected>> {
+        self.enter();
+        let result = self.submit_entered(bio, user_data, origin, reserved);
+        self.shared.counters.entered.store(false, Ordering::Release);
+        result
+    }
+
+    /// Announces a submission (SeqCst, against the freezer's SeqCst flag:
+    /// a Dekker pair, so either the freezer sees us or we see it).
+    #[inline(always)]
+    fn enter(&mut self) {
+        self.shared.counters.entered.store(true, Ordering::SeqCst);
+        if self.q.frozen.load(Ordering::SeqCst) {
+            self.wait_unfrozen();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn wait_unfrozen(&mut self) {
+        while self.q.frozen.load(Ordering::SeqCst) {
+            self.shared.counters.entered.store(false, Ordering::SeqCst);
+            // The freeze waits for every request: give back what the plug
+            // holds, as before any sleep.
+            self.plug.flush(&self.q, &self.shared.counters);
+            while self.q.frozen.load(Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            self.shared.counters.entered.store(true, Ordering::SeqCst);
+        }
+    }
+
+    fn submit_entered(&mut self, mut bio: Bio, user_data: u64, origin: u8, reserved: bool) -> Result<(), Box<Rejected>> {
         if reserved && self.q.hctx(self.hctx_index).tags.nr_reserved_tags() == 0 {
             let error = SubmitError::NoReservedTags;
             return Err(Box::new(Rejected { error, bio }));
@@ -174,11 +215,20 @@ impl Client {
             split: 0,
             user_data,
             origin,
+            ioprio: bio.ioprio,
         };
         if self.plug.is_plugged()
             && self.plug.touches_last(head.sector, head.nr_sectors)
             && merge::mergeable(bio.op, bio.flags)
             && self.plug_merge(&head, &mut bio.buf)
+        {
+            self.note_submitted(bio.op);
+            return Ok(());
+        }
+        if !reserved
+            && merge::mergeable(bio.op, bio.flags)
+            && self.q.hctx(self.hctx_index).sched().is_some()
+            && self.sched_merge(&head, &mut bio.buf)
         {
             self.note_submitted(bio.op);
             return Ok(());
@@ -219,6 +269,35 @@ impl Client {
         true
     }
 
+    /// Tries to merge the bio into a request queued in the scheduler
+    /// (`Elevator::bio_merge`), with the same rules and bookkeeping as a
+    /// plug merge.
+    #[inline(never)]
+    fn sched_merge(&mut self, head: &RqHead, buf: &mut Option<Buf>) -> bool {
+        let Some(s) = self.q.hctx(self.hctx_index).sched() else { return false };
+        let max_sectors = self.q.max_request_bytes(head.op) >> SECTOR_SHIFT;
+        let max_segments = self.q.max_segments();
+        let pos = BioPos { op: head.op, flags: head.flags, sector: head.sector, nr_sectors: head.nr_sectors };
+        let (shared, free_slots) = (&self.shared, &mut self.free_slots);
+        let mut front = false;
+        let merged = s.elevator.bio_merge(self.hctx_index, &pos, &mut |rq, kind| {
+            if merge::try_merge(rq.rq(), &pos, max_sectors, max_segments) != Some(kind) {
+                return false;
+            }
+            let index = free_slots.pop().expect("a free bio slot per outstanding bio");
+            let bio = MergedBio { pos, buf: buf.take(), user_data: head.user_data, origin: head.origin };
+            // SAFETY: the slot was on our free list; the elevator holds the
+            // queued request's token under its lock while we attach.
+            unsafe { merge::attach(rq.rq_mut(), kind, shared.slot(index), shared, bio) };
+            front = kind == merge::MergeKind::Front;
+            true
+        });
+        if merged {
+            self.shared.counters.merge(head.op, front);
+        }
+        merged
+    }
+
     /// Splits a bio larger than a request into pieces of at most `max`
     /// bytes, each its own request (the kernel's `bio_split`); the bio
     /// completes once, when its last piece does, with the first error.
@@ -255,6 +334,7 @@ impl Client {
                 split: index + 1,
                 user_data,
                 origin,
+                ioprio: bio.ioprio,
             };
             // If it must wait, it waits for the tags of all pieces left, so
             // they are issued back to back (locality on rotational media).
@@ -282,7 +362,10 @@ impl Client {
     /// per I/O otherwise).
     #[inline(always)]
     fn issue(&mut self, head: &RqHead, buf: &mut Option<Buf>, reserved: bool, nowait: bool) -> bool {
-        let Some(got) = self.get_tag(reserved, nowait) else {
+        // Reserved requests bypass a scheduler (and the plug): they take a
+        // driver tag and go straight to the driver.
+        let use_sched = !reserved && self.q.hctx(self.hctx_index).sched().is_some();
+        let Some(got) = self.get_tag(head, use_sched, reserved, nowait) else {
             return false;
         };
         if got.slept {
@@ -290,7 +373,11 @@ impl Client {
             self.q.note_tag_wait();
         }
         let hctx = self.q.hctx(self.hctx_index);
-        let ptr = hctx.tags.rq_ptr(got.tag);
+        // (The scheduler cannot change meanwhile: switching freezes the
+        // queue, which waits for this submission.)
+        let sched = if use_sched { hctx.sched() } else { None };
+        let pool = sched.map_or(&hctx.tags, |s| &s.tags);
+        let ptr = pool.rq_ptr(got.tag);
         {
             // SAFETY: slots live as long as the queue.
             let slot = unsafe { ptr.as_ref() };
@@ -309,6 +396,9 @@ impl Client {
             rq.origin = head.origin;
             rq.owner = Arc::as_ptr(&self.shared);
             rq.driver_data = 0;
+            rq.client_id = self.client_id;
+            rq.ioprio = head.ioprio;
+            rq.in_sched = sched.is_some();
             debug_assert_eq!(rq.nr_bios, 1, "a finished request leaves no merged bios behind");
             rq.front = std::ptr::null();
             rq.back = std::ptr::null();
@@ -318,9 +408,13 @@ impl Client {
         self.shared.counters.request(head.op);
         // SAFETY: the slot is initialised and we give up access to it.
         let rq = unsafe { crate::request::Rq::from_raw(ptr) };
-        if self.plug.is_plugged() {
+        if reserved {
+            hctx.issue(rq, true);
+        } else if self.plug.is_plugged() {
             let len_bytes = u64::from(head.nr_sectors) << SECTOR_SHIFT;
             self.plug.add(&self.q, &self.shared.counters, rq, self.hctx_index, len_bytes);
+        } else if sched.is_some() {
+            hctx.submit(rq, &mut self.scratch);
         } else {
             hctx.issue(rq, true);
         }
@@ -329,17 +423,23 @@ impl Client {
 
     /// A tag on this client's hardware queue: from the plug's cache, a
     /// batch for the plug's `nr_ios` hint, or one at a time (sleeping for
-    /// it unless `nowait`, after flushing the plug).
+    /// it unless `nowait`, after flushing the plug). With a scheduler, a
+    /// scheduler tag within the depth it allows this op.
     #[inline(always)]
-    fn get_tag(&mut self, reserved: bool, nowait: bool) -> Option<TagGot> {
+    fn get_tag(&mut self, head: &RqHead, sched: bool, reserved: bool, nowait: bool) -> Option<TagGot> {
         let hctx = self.q.hctx(self.hctx_index);
-        if self.plug.is_plugged() && !reserved {
+        let (pool, limit) = match hctx.sched() {
+            Some(s) if sched => (&s.tags, s.elevator.limit_depth(self.hctx_index, head.op, head.flags)),
+            _ => (&hctx.tags, None),
+        };
+        self.alloc.shallow_depth = limit.unwrap_or(u32::MAX);
+        if self.plug.is_plugged() && !reserved && limit.is_none() {
             if let Some(tag) = self.plug.take_cached(self.hctx_index) {
                 return Some(TagGot { tag, slept: false });
             }
             if self.plug.nr_ios > 1 {
                 let nr = std::mem::replace(&mut self.plug.nr_ios, 1);
-                if let Some((base, mask)) = hctx.tags.get_batch(&mut self.alloc, nr) {
+                if let Some((base, mask)) = pool.get_batch(&mut self.alloc, nr) {
                     self.plug.cache(self.hctx_index, base, mask);
                     return self.plug.take_cached(self.hctx_index).map(|tag| TagGot { tag, slept: false });
                 }
@@ -347,7 +447,7 @@ impl Client {
         }
         let (plug, q, counters) = (&mut self.plug, &self.q, &self.shared.counters);
         // A thread must not sleep on I/O held in its own plug.
-        hctx.tags.get(&mut self.alloc, reserved, nowait, || plug.flush(q, counters))
+        pool.get(&mut self.alloc, reserved, nowait, || plug.flush(q, counters))
     }
 
     /// Starts a plug (`blk_start_plug`): until the returned guard drops,

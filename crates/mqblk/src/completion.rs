@@ -170,6 +170,8 @@ pub(crate) struct ClientCounters {
     front_merges: AtomicU64,
     /// Plug lists issued to the driver.
     plug_flushes: AtomicU64,
+    /// The client is inside a submission (a queue freeze waits for it).
+    pub(crate) entered: AtomicBool,
 }
 
 /// What `ClientCounters` adds up to.

@@ -12,7 +12,7 @@ use crate::error::Error;
 pub const DRIVERS: &[&str] = &["null"];
 
 /// Keys of the block layer itself, accepted in any driver's spec.
-pub const BLOCK_KEYS: &[&str] = &["wake", "plug_nesting"];
+pub const BLOCK_KEYS: &[&str] = &["wake", "plug_nesting", "sched", "nr_requests"];
 
 /// Block-layer options of a device spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,11 +21,23 @@ pub struct QueueOptions {
     pub wake: String,
     /// Which plug levels flush (`plug_nesting=outermost|flush_each`).
     pub plug_nesting: crate::plug::PlugNesting,
+    /// The I/O scheduler (`sched=none|mq-deadline|kyber|bfq`) and its
+    /// tunables (kernel names, e.g. `read_expire=250`).
+    pub sched: String,
+    pub sched_tunables: Vec<(String, String)>,
+    /// Scheduler tags per hardware queue (None: 2 x min(queue_depth, 128)).
+    pub nr_requests: Option<u32>,
 }
 
 impl Default for QueueOptions {
     fn default() -> Self {
-        Self { wake: crate::sbitmap::DEFAULT_WAKE_POLICY.to_string(), plug_nesting: Default::default() }
+        Self {
+            wake: crate::sbitmap::DEFAULT_WAKE_POLICY.to_string(),
+            plug_nesting: Default::default(),
+            sched: "none".to_string(),
+            sched_tunables: Vec::new(),
+            nr_requests: None,
+        }
     }
 }
 
@@ -75,13 +87,20 @@ impl SpecParams {
     /// Fails on the first key that is neither in `accepted` (the driver's)
     /// nor a block-layer key.
     pub fn check_keys(&self, accepted: &[&str]) -> Result<(), ConfigError> {
-        let known = |k: &str| accepted.contains(&k) || BLOCK_KEYS.contains(&k);
+        let known =
+            |k: &str| accepted.contains(&k) || BLOCK_KEYS.contains(&k) || crate::sched::TUNABLE_KEYS.contains(&k);
         match self.pairs.iter().find(|(k, _)| !known(k)) {
             None => Ok(()),
             Some((key, _)) => Err(ConfigError::UnknownKey {
                 driver: self.driver.clone(),
                 key: key.clone(),
-                accepted: accepted.iter().chain(BLOCK_KEYS).copied().collect::<Vec<_>>().join(", "),
+                accepted: accepted
+                    .iter()
+                    .chain(BLOCK_KEYS)
+                    .chain(crate::sched::TUNABLE_KEYS)
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .join(", "),
             }),
         }
     }
@@ -91,7 +110,28 @@ impl SpecParams {
         let wake = self.choice("wake", crate::sbitmap::DEFAULT_WAKE_POLICY, crate::sbitmap::WAKE_POLICIES)?;
         let nesting = self.choice("plug_nesting", "outermost", crate::plug::PlugNesting::NAMES)?;
         let plug_nesting = crate::plug::PlugNesting::from_name(nesting).expect("a listed name");
-        Ok(QueueOptions { wake: wake.to_string(), plug_nesting })
+        let sched = self.choice("sched", "none", crate::sched::SCHEDULERS)?.to_string();
+        let nr_requests = match self.is_set("nr_requests") {
+            true => Some(self.u64_in("nr_requests", 0, 4, 65536)? as u32),
+            false => None,
+        };
+        let sched_tunables = self
+            .pairs
+            .iter()
+            .filter(|(k, _)| crate::sched::TUNABLE_KEYS.contains(&k.as_str()))
+            .cloned()
+            .collect();
+        Ok(QueueOptions { wake: wake.to_string(), plug_nesting, sched, sched_tunables, nr_requests })
+    }
+
+    /// The key=value pairs, in order.
+    pub fn pairs(&self) -> &[(String, String)] {
+        &self.pairs
+    }
+
+    /// Params from key=value pairs (for options given programmatically).
+    pub fn from_pairs(driver: &str, pairs: Vec<(String, String)>) -> Self {
+        Self { driver: driver.to_string(), pairs }
     }
 
     pub fn raw(&self, key: &str) -> Option<&str> {

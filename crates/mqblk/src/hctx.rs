@@ -19,8 +19,14 @@ use crate::request::{Request, RequestSlot, Rq, RqList, RqState, SECTOR_SHIFT};
 use crate::status::Status;
 use std::sync::Arc;
 
+use crate::sched::SchedCtx;
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Mutex, Ordering};
-use crate::tag::Tags;
+use crate::tag::{AllocData, Tags};
+use std::sync::atomic::AtomicPtr;
+
+/// Requests taken from a scheduler per dispatch batch (the kernel's
+/// max_dispatch is the queue depth; a bound keeps `last` batches short).
+pub(crate) const SCHED_BATCH: usize = 32;
 
 /// Counters of one hardware context (the debugfs files of the same names).
 #[derive(Debug, Default)]
@@ -52,6 +58,13 @@ pub struct Hctx {
     /// Set when the dispatch list must be run after a delay (nothing in
     /// flight will complete to restart it); served by the queue's worker.
     pub(crate) need_delayed_run: AtomicBool,
+    /// The scheduler (null: none). Changed only while the queue is frozen;
+    /// every context ever installed lives as long as the queue
+    /// (`RequestQueue::sched_contexts`), so a reference never dangles.
+    pub(crate) sched: AtomicPtr<SchedCtx>,
+    /// Driver-tag allocation and the batch being dispatched from the
+    /// scheduler (used by the one thread running the queue).
+    pub(crate) sched_dispatch: Mutex<(AllocData, RqList)>,
     pub(crate) stats: HctxStats,
 }
 
@@ -73,6 +86,8 @@ impl Hctx {
             dispatch_running: AtomicBool::new(false),
             dispatch_rerun: AtomicBool::new(false),
             need_delayed_run: AtomicBool::new(false),
+            sched: AtomicPtr::new(std::ptr::null_mut()),
+            sched_dispatch: Mutex::new((AllocData::new(index as u32, index), RqList::with_capacity(SCHED_BATCH))),
             stats: HctxStats::default(),
         }
     }
@@ -147,6 +162,20 @@ impl Hctx {
         self.dispatch_nr.store(list.len() as u32, Ordering::Release);
     }
 
+    /// Hands a batch to the driver's `queue_rqs`.
+    pub(crate) fn driver_queue_rqs(&self, rqs: &mut RqList) {
+        self.driver.queue_rqs(self, rqs);
+    }
+
+    /// A request the driver could not take waits on the dispatch list.
+    pub(crate) fn requeue(&self, rq: Rq) {
+        self.push_dispatch(rq);
+    }
+
+    pub(crate) fn restart_if_idle_pub(&self) {
+        self.restart_if_idle();
+    }
+
     fn push_dispatch(&self, rq: Rq) {
         let mut list = self.dispatch.lock();
         list.push_back(rq);
@@ -167,9 +196,12 @@ impl Hctx {
                 return; // the running thread will see dispatch_rerun
             }
             self.dispatch_rerun.store(false, Ordering::SeqCst);
-            let busy = self.dispatch_once();
+            let mut busy = self.dispatch_once();
+            if !busy {
+                busy = self.dispatch_sched();
+            }
             self.dispatch_running.store(false, Ordering::SeqCst);
-            let again = self.dispatch_rerun.load(Ordering::SeqCst) && self.dispatch_len() != 0;
+            let again = self.dispatch_rerun.load(Ordering::SeqCst) && (self.dispatch_len() != 0 || self.sched_has_work());
             if !again {
                 if busy {
                     self.restart_if_idle();
@@ -253,7 +285,7 @@ impl Hctx {
         hctx.stats.completed.fetch_add(1, Ordering::Relaxed);
         // Free the tag before telling the client: a client that submits again
         // as soon as it sees this completion then finds a free tag.
-        hctx.tags.put(rq.tag);
+        hctx.put_tags(rq);
         // SAFETY: owners are client completion sinks kept alive by the queue
         // for its whole life; requests are only submitted with a valid one.
         let owner = unsafe { &*owner };
@@ -294,7 +326,7 @@ impl Hctx {
         slot.deadline.store(0, Ordering::Relaxed);
         slot.set_state(RqState::Idle);
         hctx.stats.completed.fetch_add(1, Ordering::Relaxed);
-        hctx.tags.put(rq.tag);
+        hctx.put_tags(rq);
         // SAFETY: the chain's slots are ours until each is delivered
         // (complete_merged reads the link before delivering).
         unsafe {
@@ -315,11 +347,22 @@ impl Hctx {
         hctx.restart_after_completion();
     }
 
-    /// A completion freed resources: re-run a waiting dispatch list.
+    /// A completion freed resources: re-run a waiting dispatch list, or a
+    /// scheduler with requests left (they may have waited for a driver tag).
     #[inline(always)]
     fn restart_after_completion(&self) {
-        if self.dispatch_nr.load(Ordering::Acquire) != 0 {
+        if self.dispatch_nr.load(Ordering::Acquire) != 0 || self.sched_has_work() {
             self.run_dispatch_list();
+        }
+    }
+
+    /// Frees a finished request's tags: its slot's tag, and with a
+    /// scheduler (after telling it) the driver tag too.
+    #[inline(always)]
+    fn put_tags(&self, rq: &Request) {
+        match self.sched() {
+            Some(s) if rq.in_sched => self.finish_sched(s, rq),
+            _ => self.tags.put(rq.tag),
         }
     }
 }

@@ -25,7 +25,7 @@ use crate::request::{Op, ReqFlags, Request};
 
 /// Where a bio joins a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum MergeKind {
+pub enum MergeKind {
     /// The bio follows the request.
     Back,
     /// The bio precedes the request.
@@ -45,11 +45,11 @@ pub(crate) fn mergeable(op: Op, flags: ReqFlags) -> bool {
 
 /// A bio, as far as the merge rules look at it.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct BioPos {
-    pub(crate) op: Op,
-    pub(crate) flags: ReqFlags,
-    pub(crate) sector: u64,
-    pub(crate) nr_sectors: u32,
+pub struct BioPos {
+    pub op: Op,
+    pub flags: ReqFlags,
+    pub sector: u64,
+    pub nr_sectors: u32,
 }
 
 /// How `bio` can merge into `rq` within `max_sectors` and `max_segments`,

@@ -22,7 +22,10 @@
 //! them; cached tags left unused go back when the plug ends or the client
 //! sleeps.
 //!
-//! Relies on: hctx.rs to issue lists (`Hctx::issue_list`), tag.rs for the
+//! With a scheduler, a flush inserts each queue's requests into it in one
+//! call (`Hctx::submit_list`).
+//!
+//! Relies on: hctx.rs and sched/ to issue or insert lists, tag.rs for the
 //! batched tags, and client.rs, which owns the `PlugState`.
 
 use std::ops::{Deref, DerefMut};
@@ -231,12 +234,12 @@ impl PlugState {
             issue_by_queue(q, &mut self.rqs, &mut self.group_buf);
             self.multiple_queues = false;
         } else if self.rqs.len() == 1 {
-            // One request: the plain issue path, no batch bookkeeping.
+            // One request: the plain path, no batch bookkeeping.
             let rq = self.rqs.pop_front().expect("one request");
-            q.hctx(rq.hctx_index()).issue(rq, true);
+            q.hctx(rq.hctx_index()).submit(rq, &mut self.group_buf);
         } else {
             let index = self.rqs.front().expect("not empty").hctx_index();
-            q.hctx(index).issue_list(&mut self.rqs);
+            q.hctx(index).submit_list(&mut self.rqs);
         }
         debug_assert!(self.rqs.is_empty());
     }
@@ -278,7 +281,7 @@ impl PlugState {
     /// Frees cached tags nobody used.
     pub(crate) fn release_cached(&mut self, q: &RequestQueue) {
         while let Some(tag) = self.take_cached(self.cached_hctx) {
-            q.hctx(self.cached_hctx).tags.put(tag);
+            q.hctx(self.cached_hctx).pool().put(tag);
         }
     }
 }
@@ -296,7 +299,7 @@ fn issue_by_queue(q: &RequestQueue, list: &mut RqList, group: &mut RqList) {
                 list.push_back(rq);
             }
         }
-        q.hctx(index).issue_list(group);
+        q.hctx(index).submit_list(group);
     }
 }
 

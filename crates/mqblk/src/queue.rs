@@ -24,7 +24,13 @@ use crate::sbitmap::{wake_policy, WAKE_POLICIES};
 use std::sync::Arc;
 
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, Parker};
+use crate::config::SpecParams;
+use crate::sched::SchedCtx;
 use crate::tag::{TagSetConfig, Tags};
+
+fn params_keys(p: &SpecParams) -> impl Iterator<Item = (String, String)> + '_ {
+    p.pairs().iter().cloned()
+}
 
 /// The largest bio, as the kernel's 32-bit `bi_size` allows.
 pub const MAX_BIO_BYTES: u64 = u32::MAX as u64;
@@ -210,6 +216,16 @@ pub(crate) struct RequestQueue {
     /// Every sink ever made (their counters make up the stats).
     all_clients: Mutex<Vec<Arc<ClientShared>>>,
     plug_nesting: PlugNesting,
+    /// The wakeup policy's name, for scheduler tags made later.
+    wake: String,
+    /// Every scheduler context ever installed: hctxs point into these, and
+    /// they live as long as the queue (see `Hctx::sched`).
+    sched_contexts: Mutex<Vec<Box<SchedCtx>>>,
+    sched_name: Mutex<String>,
+    /// Submissions wait at the door while the queue is frozen (a scheduler
+    /// switch drains it).
+    pub(crate) frozen: AtomicBool,
+    switch_lock: Mutex<()>,
     client_seq: AtomicUsize,
     tag_waits: AtomicU64,
     timeouts: AtomicU64,
@@ -251,6 +267,11 @@ impl RequestQueue {
             free_clients: Mutex::new(Vec::new()),
             all_clients: Mutex::new(Vec::new()),
             plug_nesting: opts.plug_nesting,
+            wake: opts.wake.clone(),
+            sched_contexts: Mutex::new(Vec::new()),
+            sched_name: Mutex::new("none".to_string()),
+            frozen: AtomicBool::new(false),
+            switch_lock: Mutex::new(()),
             client_seq: AtomicUsize::new(0),
             tag_waits: AtomicU64::new(0),
             timeouts: AtomicU64::new(0),
@@ -259,7 +280,78 @@ impl RequestQueue {
             worker: Mutex::new(None),
         });
         q.start_worker()?;
+        let params = SpecParams::from_pairs(&opts.sched, opts.sched_tunables.clone());
+        q.install_scheduler(&opts.sched, opts.nr_requests, &params).map_err(Error::Setup)?;
         Ok(q)
+    }
+
+    /// Builds scheduler `name` and points every hctx at it. Only at
+    /// creation or while frozen (`set_scheduler`).
+    fn install_scheduler(&self, name: &str, nr_requests: Option<u32>, p: &SpecParams) -> Result<(), String> {
+        let nr_requests = nr_requests.unwrap_or_else(|| crate::sched::default_nr_requests(self.tag_set.queue_depth));
+        let elevator: Option<Arc<dyn crate::sched::Elevator>> =
+            crate::sched::elevator(name, self.hctxs.len(), nr_requests, p)?.map(Arc::from);
+        let mut contexts = self.sched_contexts.lock();
+        for hctx in self.hctxs.iter() {
+            let ptr = match &elevator {
+                None => std::ptr::null_mut(),
+                Some(e) => {
+                    let policy = wake_policy(&self.wake).expect("checked at creation");
+                    let mut tags = Tags::new(&TagSetConfig::new(self.hctxs.len(), nr_requests), policy);
+                    tags.bind(hctx);
+                    let ctx = Box::new(SchedCtx { elevator: e.clone(), tags });
+                    let ptr = &*ctx as *const SchedCtx as *mut SchedCtx;
+                    contexts.push(ctx);
+                    ptr
+                }
+            };
+            hctx.sched.store(ptr, Ordering::Release);
+        }
+        *self.sched_name.lock() = name.to_string();
+        Ok(())
+    }
+
+    /// Switches the scheduler of a live queue (writing queue/scheduler):
+    /// freezes submissions, waits until every request has completed, swaps,
+    /// and lets submissions in again. Nothing is lost; a request held in a
+    /// thread's plug for more than `drain_timeout` makes it fail instead.
+    fn set_scheduler(&self, spec: &str, drain_timeout: Duration) -> Result<(), Error> {
+        let params = SpecParams::parse(&format!("sched:{}", spec.split_once(',').map_or("", |(_, t)| t)))?;
+        let name = spec.split(',').next().unwrap_or("").trim();
+        if let Some((key, _)) = params_keys(&params).find(|(k, _)| !crate::sched::TUNABLE_KEYS.contains(&k.as_str())) {
+            return Err(Error::Setup(format!("scheduler tunable '{key}' unknown (accepted: {})", crate::sched::TUNABLE_KEYS.join(", "))));
+        }
+        // Build first: a bad name or tunable fails before anything stops.
+        let nr_requests = crate::sched::default_nr_requests(self.tag_set.queue_depth);
+        crate::sched::elevator(name, self.hctxs.len(), nr_requests, &params).map_err(Error::Setup)?;
+        let _one_switch = self.switch_lock.lock();
+        self.frozen.store(true, Ordering::SeqCst);
+        let drained = self.wait_drained(drain_timeout);
+        let result = match drained {
+            Ok(()) => self.install_scheduler(name, None, &params).map_err(Error::Setup),
+            Err(e) => Err(e),
+        };
+        self.frozen.store(false, Ordering::SeqCst);
+        result
+    }
+
+    /// Waits until no client is inside a submission and no request holds a
+    /// tag (frozen: none can start).
+    fn wait_drained(&self, timeout: Duration) -> Result<(), Error> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let entered = self.all_clients.lock().iter().any(|c| c.counters.entered.load(Ordering::SeqCst));
+            let busy: u32 = self.hctxs.iter().map(|h| h.tags.busy() + h.pool().busy() * u32::from(h.sched().is_some())).sum();
+            if !entered && busy == 0 {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Setup(format!(
+                    "scheduler switch: the queue did not drain in {timeout:?} ({busy} tags still held: a request kept in a thread's plug?)"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     fn timeout_clock(rq_timeout: Option<Duration>) -> TimeoutClock {
@@ -364,8 +456,9 @@ impl RequestQueue {
 
     fn scan_timeouts(&self, now: u64) {
         for hctx in self.hctxs.iter() {
-            for tag in 0..hctx.tags.nr_tags() {
-                let slot = hctx.tags.slot(tag);
+            let pool = hctx.pool();
+            for tag in 0..pool.nr_tags() {
+                let slot = pool.slot(tag);
                 let deadline = slot.deadline.load(Ordering::Relaxed);
                 if deadline == 0 || deadline > now || slot.state() != RqState::InFlight {
                     continue;
@@ -415,6 +508,7 @@ impl RequestQueue {
         let _ = writeln!(out, "splits={}", self.splits.load(Ordering::Relaxed));
         let s = self.stats();
         let _ = writeln!(out, "plug_nesting={}", self.plug_nesting.name());
+        let _ = writeln!(out, "scheduler={}", self.sched_name.lock());
         let _ = writeln!(out, "bios={} {}", s.bios.read, s.bios.write);
         let _ = writeln!(out, "requests={} {}", s.requests.read, s.requests.write);
         let _ = writeln!(out, "merges={} {} front={}", s.merges.read, s.merges.write, s.front_merges);
@@ -438,6 +532,9 @@ impl RequestQueue {
                     let _ = writeln!(out, "hctx{i}/tags/breserved_tags/{line}");
                 }
             }
+        }
+        if let Some(s) = self.hctxs[0].sched() {
+            s.elevator.show(&mut out);
         }
         self.driver.show(&mut out);
         out
@@ -552,6 +649,21 @@ impl Device {
     /// Tags currently allocated over all hardware queues (a snapshot).
     pub fn busy_tags(&self) -> u32 {
         self.q.hctxs.iter().map(|h| h.tags.busy()).sum()
+    }
+
+    /// The scheduler in use (`none`, `mq-deadline`, `kyber`, `bfq`).
+    pub fn scheduler(&self) -> String {
+        self.q.sched_name.lock().clone()
+    }
+
+    /// Switches the I/O scheduler of the live device, like writing
+    /// `queue/scheduler`: `spec` is a name with optional tunables,
+    /// e.g. `"bfq,limit_depths=0"`. In-flight requests drain first (new
+    /// submissions wait); none is lost. Fails, leaving the scheduler as it
+    /// was, on a bad name or tunable, or if the queue does not drain
+    /// within 30 s (a thread holding requests in a plug).
+    pub fn set_scheduler(&self, spec: &str) -> Result<(), Error> {
+        self.q.set_scheduler(spec, Duration::from_secs(30))
     }
 
     /// A debugfs-like dump of every hardware queue and sbitmap.

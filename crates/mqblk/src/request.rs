@@ -123,6 +123,49 @@ impl fmt::Debug for ReqFlags {
     }
 }
 
+/// I/O priority class (`IOPRIO_CLASS_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum IoPrioClass {
+    /// Real time: served before everything else.
+    Rt = 1,
+    /// Best effort: the default.
+    #[default]
+    Be = 2,
+    /// Only when nothing else wants the disk.
+    Idle = 3,
+}
+
+/// An I/O priority (`ioprio`): a class and a level, 0 (highest) to 7. The
+/// default is what the kernel derives for a task that set none: best
+/// effort, level 4.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct IoPrio {
+    pub class: IoPrioClass,
+    pub level: u8,
+}
+
+impl Default for IoPrio {
+    fn default() -> Self {
+        Self { class: IoPrioClass::Be, level: 4 }
+    }
+}
+
+impl IoPrio {
+    pub fn new(class: IoPrioClass, level: u8) -> Self {
+        assert!(level < 8, "ioprio level {level} (accepted: 0..=7)");
+        Self { class, level }
+    }
+}
+
+/// Is an I/O of this op and flags synchronous (someone waits for it)? As
+/// the kernel's `op_is_sync`: reads always, flushes always, writes only
+/// with SYNC (or FUA).
+#[inline(always)]
+pub fn op_is_sync(op: Op, flags: ReqFlags) -> bool {
+    matches!(op, Op::Read | Op::Flush) || flags.contains(ReqFlags::SYNC) || flags.contains(ReqFlags::FUA)
+}
+
 /// One I/O as a client submits it: the user-space `bio`.
 #[derive(Debug)]
 pub struct Bio {
@@ -134,36 +177,43 @@ pub struct Bio {
     pub len: u64,
     /// The data buffer of reads and writes; returned in the completion.
     pub buf: Option<Buf>,
+    /// Priority, for schedulers that use it (bfq, mq-deadline).
+    pub ioprio: IoPrio,
 }
 
 impl Bio {
     /// Read `buf.len()` bytes at `offset` into `buf`.
     pub fn read(offset: u64, buf: Buf) -> Self {
-        Self { op: Op::Read, flags: ReqFlags::NONE, offset, len: buf.len() as u64, buf: Some(buf) }
+        Self { op: Op::Read, flags: ReqFlags::NONE, offset, len: buf.len() as u64, buf: Some(buf), ioprio: IoPrio::default() }
     }
 
     /// Write `buf` at `offset`.
     pub fn write(offset: u64, buf: Buf) -> Self {
-        Self { op: Op::Write, flags: ReqFlags::NONE, offset, len: buf.len() as u64, buf: Some(buf) }
+        Self { op: Op::Write, flags: ReqFlags::NONE, offset, len: buf.len() as u64, buf: Some(buf), ioprio: IoPrio::default() }
     }
 
     /// Flush the device's volatile cache.
     pub fn flush() -> Self {
-        Self { op: Op::Flush, flags: ReqFlags::NONE, offset: 0, len: 0, buf: None }
+        Self { op: Op::Flush, flags: ReqFlags::NONE, offset: 0, len: 0, buf: None, ioprio: IoPrio::default() }
     }
 
     /// Discard (trim) `len` bytes at `offset`.
     pub fn discard(offset: u64, len: u64) -> Self {
-        Self { op: Op::Discard, flags: ReqFlags::NONE, offset, len, buf: None }
+        Self { op: Op::Discard, flags: ReqFlags::NONE, offset, len, buf: None, ioprio: IoPrio::default() }
     }
 
     /// Write zeroes over `len` bytes at `offset`.
     pub fn write_zeroes(offset: u64, len: u64) -> Self {
-        Self { op: Op::WriteZeroes, flags: ReqFlags::NONE, offset, len, buf: None }
+        Self { op: Op::WriteZeroes, flags: ReqFlags::NONE, offset, len, buf: None, ioprio: IoPrio::default() }
     }
 
     pub fn with_flags(mut self, flags: ReqFlags) -> Self {
         self.flags |= flags;
+        self
+    }
+
+    pub fn with_ioprio(mut self, ioprio: IoPrio) -> Self {
+        self.ioprio = ioprio;
         self
     }
 }
@@ -217,6 +267,18 @@ pub(crate) struct Request {
     pub(crate) owner: *const ClientShared,
     /// Scratch space for the driver (its per-request "pdu").
     pub(crate) driver_data: u64,
+    /// The tag the driver sees: the slot's own tag without a scheduler;
+    /// with one (`tag` is then a scheduler tag) the driver tag taken at
+    /// dispatch.
+    pub(crate) driver_tag: u32,
+    /// The submitting client (its "process" for schedulers) and priority.
+    pub(crate) client_id: u32,
+    pub(crate) ioprio: IoPrio,
+    /// When the request was inserted into the scheduler or dispatched to
+    /// the driver (ns, set by the scheduler framework; 0 without one).
+    pub(crate) sched_time_ns: u64,
+    /// The request holds a scheduler tag (its slot is the scheduler's).
+    pub(crate) in_sched: bool,
     /// A piece of a split bio: its split slot + 1 in the owner's table
     /// (0: not split), and its part of the parent's buffer.
     pub(crate) split: u32,
@@ -265,6 +327,11 @@ impl RequestSlot {
             origin: ORIGIN_USER,
             owner: std::ptr::null(),
             driver_data: 0,
+            driver_tag: tag,
+            client_id: 0,
+            ioprio: IoPrio { class: IoPrioClass::Be, level: 4 },
+            sched_time_ns: 0,
+            in_sched: false,
             split: 0,
             view: std::ptr::null_mut(),
             view_len: 0,
@@ -329,8 +396,37 @@ impl Rq {
         unsafe { &mut *self.ptr.as_ref().rq.get() }
     }
 
+    /// The request's driver tag (unique among the requests the driver
+    /// holds on this hardware queue).
     pub fn tag(&self) -> u32 {
+        self.rq().driver_tag
+    }
+
+    /// The request's slot tag: the scheduler tag when the queue has a
+    /// scheduler (what a scheduler indexes its per-request state with),
+    /// else the same as [`Rq::tag`].
+    pub fn sched_tag(&self) -> u32 {
         self.rq().tag
+    }
+
+    /// The submitting client, for schedulers that serve clients in
+    /// proportion (bfq).
+    pub fn client_id(&self) -> u32 {
+        self.rq().client_id
+    }
+
+    pub fn ioprio(&self) -> IoPrio {
+        self.rq().ioprio
+    }
+
+    /// See [`op_is_sync`].
+    pub fn is_sync(&self) -> bool {
+        op_is_sync(self.rq().op, self.rq().flags)
+    }
+
+    /// When the scheduler framework inserted the request (ns, `clock::now_ns`).
+    pub fn sched_time_ns(&self) -> u64 {
+        self.rq().sched_time_ns
     }
 
     pub fn op(&self) -> Op {
@@ -551,6 +647,11 @@ impl RqList {
         } else {
             self.rqs.insert(0, Some(rq));
         }
+    }
+
+    /// The requests, in order, for updating them in place.
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = &mut Rq> {
+        self.rqs[self.head..].iter_mut().flatten()
     }
 
     pub fn front(&self) -> Option<&Rq> {

@@ -1,0 +1,285 @@
+//! mq-deadline (block/mq-deadline.c): per direction, requests sorted by
+//! sector and a FIFO by deadline. Dispatch runs in batches of up to
+//! `fifo_batch` requests in one direction, in sector order; reads are
+//! preferred unless writes have been passed over `writes_starved` times;
+//! a batch starts at the FIFO head when that request's deadline has passed.
+//! Async I/O and writes may hold at most `async_depth` scheduler tags
+//! (3/4 of nr_requests by default), so sync reads always find one.
+//!
+//! Tunables (kernel names and defaults): read_expire=500 (ms),
+//! write_expire=5000 (ms), writes_starved=2, fifo_batch=16, front_merges=1,
+//! async_depth=3/4 of nr_requests. One priority level: the kernel's
+//! per-class queues (RT/BE/IDLE) are not modelled.
+//!
+//! No allocation per I/O: the sorted lists and FIFOs are vectors with room
+//! for every scheduler tag, and requests wait in an `RqTable`.
+
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+
+use super::{tunable, BioPos, DoneInfo, Elevator, MergeKind, RqTable};
+use crate::clock::now_ns;
+use crate::config::SpecParams;
+use crate::request::{op_is_sync, Op, ReqFlags, Rq, RqList};
+use crate::sync::{AtomicU32, Mutex, Ordering};
+
+const READ: usize = 0;
+const WRITE: usize = 1;
+
+fn dir_of(op: Op) -> usize {
+    usize::from(op != Op::Read && op != Op::Flush)
+}
+
+/// One direction's queued requests.
+struct DirQueue {
+    /// (start sector, scheduler tag), sorted.
+    sorted: Vec<(u64, u32)>,
+    /// (deadline ns, scheduler tag), in insertion order (deadlines grow).
+    fifo: VecDeque<(u64, u32)>,
+    /// Where the current batch continues: the end sector of the last
+    /// request dispatched in this direction.
+    next_sector: Option<u64>,
+}
+
+impl DirQueue {
+    fn new(cap: usize) -> Self {
+        Self { sorted: Vec::with_capacity(cap), fifo: VecDeque::with_capacity(cap), next_sector: None }
+    }
+
+    fn insert_sorted(&mut self, sector: u64, tag: u32) {
+        let at = self.sorted.partition_point(|&e| e < (sector, tag));
+        self.sorted.insert(at, (sector, tag));
+    }
+
+    fn remove_sorted(&mut self, sector: u64, tag: u32) {
+        let at = self.sorted.partition_point(|&e| e < (sector, tag));
+        assert_eq!(self.sorted.get(at), Some(&(sector, tag)), "mq-deadline: sorted list lost a request");
+        self.sorted.remove(at);
+    }
+
+    fn remove_fifo(&mut self, deadline: u64, tag: u32) {
+        let at = self.fifo.partition_point(|&e| e.0 < deadline);
+        let off = self.fifo.range(at..).position(|&e| e.1 == tag).expect("mq-deadline: FIFO lost a request");
+        self.fifo.remove(at + off);
+    }
+}
+
+struct HctxState {
+    dirs: [DirQueue; 2],
+    rqs: RqTable,
+    /// Per scheduler tag: (start sector, deadline) of the queued request.
+    meta: Vec<(u64, u64)>,
+    batching: u32,
+    last_dir: usize,
+    starved: u32,
+}
+
+struct Tunables {
+    read_expire_ns: u64,
+    write_expire_ns: u64,
+    writes_starved: u32,
+    fifo_batch: u32,
+    front_merges: bool,
+    async_depth: u32,
+}
+
+pub struct MqDeadline {
+    t: Tunables,
+    hctxs: Box<[(Mutex<HctxState>, AtomicU32)]>,
+}
+
+impl MqDeadline {
+    pub fn new(nr_hw_queues: usize, nr_requests: u32, p: &SpecParams) -> Result<Self, String> {
+        let ms = 1_000_000;
+        let t = Tunables {
+            read_expire_ns: tunable(p, "read_expire", 500, 0, 3_600_000)? * ms,
+            write_expire_ns: tunable(p, "write_expire", 5000, 0, 3_600_000)? * ms,
+            writes_starved: tunable(p, "writes_starved", 2, 0, 1 << 20)? as u32,
+            fifo_batch: tunable(p, "fifo_batch", 16, 1, 1 << 20)? as u32,
+            front_merges: tunable(p, "front_merges", 1, 0, 1)? == 1,
+            async_depth: tunable(p, "async_depth", (3 * u64::from(nr_requests) / 4).max(1), 1, nr_requests.into())?
+                as u32,
+        };
+        let cap = nr_requests as usize;
+        let hctxs = (0..nr_hw_queues)
+            .map(|_| {
+                let state = HctxState {
+                    dirs: [DirQueue::new(cap), DirQueue::new(cap)],
+                    rqs: RqTable::new(nr_requests),
+                    meta: vec![(0, 0); cap],
+                    batching: 0,
+                    last_dir: READ,
+                    starved: 0,
+                };
+                (Mutex::new(state), AtomicU32::new(0))
+            })
+            .collect();
+        Ok(Self { t, hctxs })
+    }
+
+    fn insert_one(&self, st: &mut HctxState, rq: Rq, now: u64) {
+        let dir = dir_of(rq.op());
+        let expire = if dir == READ { self.t.read_expire_ns } else { self.t.write_expire_ns };
+        // Deadlines never decrease along a FIFO (clock reads of different
+        // threads may interleave), so it stays sorted for removal.
+        let last = st.dirs[dir].fifo.back().map_or(0, |e| e.0);
+        let (sector, deadline) = (rq.sector(), (now + expire).max(last));
+        let tag = st.rqs.put(rq);
+        st.meta[tag as usize] = (sector, deadline);
+        st.dirs[dir].insert_sorted(sector, tag);
+        st.dirs[dir].fifo.push_back((deadline, tag));
+    }
+
+    /// Removes `tag` from both lists and hands its request out.
+    fn take(st: &mut HctxState, dir: usize, tag: u32) -> Rq {
+        let (sector, deadline) = st.meta[tag as usize];
+        st.dirs[dir].remove_sorted(sector, tag);
+        st.dirs[dir].remove_fifo(deadline, tag);
+        st.rqs.take(tag)
+    }
+
+    /// The request a batch in `dir` continues with: the first at or after
+    /// the last one's end, in sector order.
+    fn next_in_batch(st: &HctxState, dir: usize) -> Option<u32> {
+        let q = &st.dirs[dir];
+        let from = q.next_sector?;
+        q.sorted.get(q.sorted.partition_point(|&(s, _)| s < from)).map(|&(_, tag)| tag)
+    }
+
+    fn choose(&self, st: &mut HctxState, now: u64) -> Option<(usize, u32)> {
+        if st.batching < self.t.fifo_batch {
+            if let Some(tag) = Self::next_in_batch(st, st.last_dir) {
+                return Some((st.last_dir, tag));
+            }
+        }
+        let (reads, writes) = (!st.dirs[READ].sorted.is_empty(), !st.dirs[WRITE].sorted.is_empty());
+        let dir = if reads {
+            if writes && st.starved >= self.t.writes_starved {
+                WRITE
+            } else {
+                if writes {
+                    st.starved += 1;
+                }
+                READ
+            }
+        } else if writes {
+            WRITE
+        } else {
+            return None;
+        };
+        if dir == WRITE {
+            st.starved = 0;
+        }
+        st.batching = 0;
+        st.last_dir = dir;
+        let q = &st.dirs[dir];
+        let &(deadline, head) = q.fifo.front().expect("a non-empty direction has a FIFO head");
+        // A new batch starts at the FIFO head if it expired, else where the
+        // last batch of this direction left off (or the lowest sector).
+        let tag = if deadline <= now {
+            head
+        } else {
+            Self::next_in_batch(st, dir).unwrap_or(q.sorted[0].1)
+        };
+        Some((dir, tag))
+    }
+}
+
+impl Elevator for MqDeadline {
+    fn name(&self) -> &'static str {
+        "mq-deadline"
+    }
+
+    fn limit_depth(&self, _hctx: usize, op: Op, flags: ReqFlags) -> Option<u32> {
+        // Sync reads are never throttled; async I/O and writes are.
+        if op_is_sync(op, flags) && dir_of(op) == READ {
+            None
+        } else {
+            Some(self.t.async_depth)
+        }
+    }
+
+    fn insert_requests(&self, hctx: usize, rqs: &mut RqList) {
+        let (lock, queued) = &self.hctxs[hctx];
+        let mut st = lock.lock();
+        let now = now_ns();
+        let n = rqs.len() as u32;
+        for rq in rqs {
+            self.insert_one(&mut st, rq, now);
+        }
+        queued.fetch_add(n, Ordering::SeqCst);
+    }
+
+    fn dispatch_request(&self, hctx: usize) -> Option<Rq> {
+        let (lock, queued) = &self.hctxs[hctx];
+        let mut st = lock.lock();
+        let (dir, tag) = self.choose(&mut st, now_ns())?;
+        let rq = Self::take(&mut st, dir, tag);
+        st.batching += 1;
+        st.dirs[dir].next_sector = Some(rq.sector() + u64::from(rq.nr_sectors()));
+        queued.fetch_sub(1, Ordering::SeqCst);
+        Some(rq)
+    }
+
+    fn has_work(&self, hctx: usize) -> bool {
+        self.hctxs[hctx].1.load(Ordering::SeqCst) != 0
+    }
+
+    fn bio_merge(&self, hctx: usize, bio: &BioPos, attach: &mut dyn FnMut(&mut Rq, MergeKind) -> bool) -> bool {
+        let mut st = self.hctxs[hctx].0.lock();
+        let st = &mut *st;
+        let dir = dir_of(bio.op);
+        let sorted = &st.dirs[dir].sorted;
+        // Back merge: the request starting last before the bio may end at it.
+        let at = sorted.partition_point(|&(s, _)| s < bio.sector);
+        if at > 0 {
+            let tag = sorted[at - 1].1;
+            let rq = st.rqs.get_mut(tag);
+            if rq.sector() + u64::from(rq.nr_sectors()) == bio.sector && attach(rq, MergeKind::Back) {
+                return true;
+            }
+        }
+        if !self.t.front_merges {
+            return false;
+        }
+        let end = bio.sector + u64::from(bio.nr_sectors);
+        let sorted = &st.dirs[dir].sorted;
+        let at = sorted.partition_point(|&(s, _)| s < end);
+        let Some(&(start, tag)) = sorted.get(at) else { return false };
+        if start != end || !attach(st.rqs.get_mut(tag), MergeKind::Front) {
+            return false;
+        }
+        // The request now starts at the bio: keep the list sorted.
+        st.dirs[dir].remove_sorted(start, tag);
+        st.dirs[dir].insert_sorted(bio.sector, tag);
+        st.meta[tag as usize].0 = bio.sector;
+        true
+    }
+
+    fn finish_request(&self, _hctx: usize, _done: &DoneInfo) {}
+
+    fn show(&self, out: &mut String) {
+        let t = &self.t;
+        let _ = writeln!(
+            out,
+            "sched/mq-deadline read_expire={} write_expire={} writes_starved={} fifo_batch={} front_merges={} async_depth={}",
+            t.read_expire_ns / 1_000_000,
+            t.write_expire_ns / 1_000_000,
+            t.writes_starved,
+            t.fifo_batch,
+            u8::from(t.front_merges),
+            t.async_depth
+        );
+        for (i, (lock, queued)) in self.hctxs.iter().enumerate() {
+            let st = lock.lock();
+            let _ = writeln!(
+                out,
+                "sched/hctx{i} queued={} reads={} writes={} starved={}",
+                queued.load(Ordering::Relaxed),
+                st.dirs[READ].sorted.len(),
+                st.dirs[WRITE].sorted.len(),
+                st.starved
+            );
+        }
+    }
+}

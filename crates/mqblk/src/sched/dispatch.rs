@@ -1,0 +1,146 @@
+//! The hardware context's side of scheduling (block/blk-mq-sched.c):
+//! inserting requests into the elevator, dispatching from it with driver
+//! tags taken without sleeping, and finishing requests.
+//!
+//! Restart without lost runs: a dispatcher that finds no driver tag stops;
+//! every completion frees its driver tag (a SeqCst read-modify-write in the
+//! bitmap) and then checks `has_work` (a SeqCst load of the elevator's
+//! queued count); an inserter increments that count (SeqCst) before it
+//! looks for a driver tag. In the single order of those operations, either
+//! the completer sees the inserted request and runs the queue, or the
+//! inserter's search sees the freed tag.
+
+use super::{DoneInfo, SchedCtx};
+use crate::clock::now_ns;
+use crate::driver::QueueRqResult;
+use crate::hctx::{Hctx, SCHED_BATCH};
+use crate::request::{Request, Rq, RqList};
+use crate::sync::Ordering;
+
+impl Hctx {
+    /// The scheduler of this hardware queue, if any.
+    #[inline(always)]
+    pub(crate) fn sched(&self) -> Option<&SchedCtx> {
+        let p = self.sched.load(Ordering::Acquire);
+        // SAFETY: a non-null pointer names a context the queue keeps alive
+        // for its whole life (see `Hctx::sched`).
+        unsafe { p.as_ref() }
+    }
+
+    /// The tags whose slots hold this queue's requests: the scheduler tags
+    /// with a scheduler, else the driver tags.
+    #[inline(always)]
+    pub(crate) fn pool(&self) -> &crate::tag::Tags {
+        self.sched().map_or(&self.tags, |s| &s.tags)
+    }
+
+    #[inline(always)]
+    pub(crate) fn sched_has_work(&self) -> bool {
+        self.sched().is_some_and(|s| s.elevator.has_work(self.index()))
+    }
+
+    /// Hands a new request on: into the scheduler (then runs the queue),
+    /// or straight to the driver. `scratch` is an empty list to carry it.
+    #[inline]
+    pub(crate) fn submit(&self, rq: Rq, scratch: &mut RqList) {
+        match self.sched() {
+            None => self.issue(rq, true),
+            Some(s) => {
+                scratch.push_back(rq);
+                self.insert(s, scratch);
+            }
+        }
+    }
+
+    /// `submit` for a plug's list of requests of this queue.
+    pub(crate) fn submit_list(&self, rqs: &mut RqList) {
+        match self.sched() {
+            None => self.issue_list(rqs),
+            Some(s) => self.insert(s, rqs),
+        }
+    }
+
+    fn insert(&self, s: &SchedCtx, rqs: &mut RqList) {
+        let now = now_ns();
+        for rq in rqs.iter_mut() {
+            rq.rq_mut().sched_time_ns = now;
+        }
+        s.elevator.insert_requests(self.index(), rqs);
+        debug_assert!(rqs.is_empty(), "the elevator took every request");
+        self.run_dispatch_list();
+    }
+
+    /// Moves requests from the scheduler to the driver while both have
+    /// some to give: batches of up to SCHED_BATCH, each with a driver tag,
+    /// `last` on the final one. Returns true if the driver was busy (the
+    /// rest waits on the dispatch list).
+    pub(crate) fn dispatch_sched(&self) -> bool {
+        let Some(s) = self.sched() else { return false };
+        let index = self.index();
+        let mut guard = self.sched_dispatch.lock();
+        let (alloc, batch) = &mut *guard;
+        loop {
+            let mut out_of_tags = false;
+            while batch.len() < SCHED_BATCH && s.elevator.has_work(index) {
+                let Some(got) = self.tags.get(alloc, false, true, || {}) else {
+                    out_of_tags = true;
+                    break;
+                };
+                match s.elevator.dispatch_request(index) {
+                    Some(mut rq) => {
+                        rq.rq_mut().driver_tag = got.tag;
+                        batch.push_back(rq);
+                    }
+                    None => {
+                        self.tags.put(got.tag);
+                        break;
+                    }
+                }
+            }
+            if batch.is_empty() {
+                return false;
+            }
+            let n = batch.len() as u64;
+            self.stats.queued.fetch_add(n, Ordering::Relaxed);
+            self.driver_queue_rqs(batch);
+            if !batch.is_empty() {
+                self.stats.queued.fetch_sub(batch.len() as u64 - 1, Ordering::Relaxed);
+                self.stats.busy.fetch_add(1, Ordering::Relaxed);
+                drop_to_dispatch(self, batch);
+                return true;
+            }
+            if out_of_tags {
+                return false;
+            }
+        }
+    }
+
+    /// A request of the scheduler completed: tell it, then free the
+    /// scheduler tag and the driver tag.
+    #[inline]
+    pub(crate) fn finish_sched(&self, s: &SchedCtx, rq: &Request) {
+        let done = DoneInfo {
+            sched_tag: rq.tag,
+            op: rq.op,
+            flags: rq.flags,
+            nr_sectors: rq.nr_sectors,
+            client_id: rq.client_id,
+            ioprio: rq.ioprio,
+            inserted_ns: rq.sched_time_ns,
+            done_ns: now_ns(),
+        };
+        s.elevator.finish_request(self.index(), &done);
+        s.tags.put(rq.tag);
+        self.tags.put(rq.driver_tag);
+    }
+}
+
+/// Requests the driver could not take keep their driver tags and wait on
+/// the dispatch list, in order.
+fn drop_to_dispatch(hctx: &Hctx, batch: &mut RqList) {
+    for rq in batch {
+        debug_assert!(matches!(QueueRqResult::Queued, QueueRqResult::Queued));
+        hctx.requeue(rq);
+    }
+    hctx.restart_if_idle_pub();
+}

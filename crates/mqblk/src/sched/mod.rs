@@ -1,0 +1,182 @@
+//! I/O schedulers (the kernel's elevators, block/elevator.c and
+//! blk-mq-sched.c).
+//!
+//! With a scheduler, a request takes a *scheduler tag* when it is allocated
+//! (one of `nr_requests` per hardware queue, default 2 x min(queue_depth,
+//! 128)), possibly limited to a shallow depth the scheduler chooses per op
+//! (`limit_depth`: the fix of seed 003, which keeps async writes from taking
+//! every tag), and is inserted into the scheduler. The hardware queue then
+//! asks the scheduler for requests to dispatch and gives each a *driver tag*
+//! without ever sleeping; when driver tags run out, the queue is run again
+//! when a request completes (hctx.rs `run_queue`).
+//!
+//! An [`Elevator`] keeps its queued requests (their `Rq` tokens) per
+//! hardware queue and decides the order. `none` means no elevator at all.
+//!
+//! Relies on: hctx.rs for dispatch, tag.rs for the scheduler tags,
+//! merge.rs for merging bios into queued requests.
+
+mod bfq;
+mod deadline;
+mod dispatch;
+mod kyber;
+
+use std::fmt;
+
+pub use crate::merge::{BioPos, MergeKind};
+use crate::config::SpecParams;
+use crate::request::{op_is_sync, IoPrio, Op, ReqFlags, Rq, RqList};
+use crate::tag::Tags;
+
+pub use bfq::Bfq;
+pub use deadline::MqDeadline;
+pub use kyber::Kyber;
+
+/// Scheduler names `sched=` accepts.
+pub const SCHEDULERS: &[&str] = &["none", "mq-deadline", "kyber", "bfq"];
+
+/// What a completed request looked like, for `Elevator::finish_request`.
+#[derive(Debug, Clone, Copy)]
+pub struct DoneInfo {
+    pub sched_tag: u32,
+    pub op: Op,
+    pub flags: ReqFlags,
+    pub nr_sectors: u32,
+    pub client_id: u32,
+    pub ioprio: IoPrio,
+    /// When the framework inserted the request (ns).
+    pub inserted_ns: u64,
+    /// When it completed (ns).
+    pub done_ns: u64,
+}
+
+impl DoneInfo {
+    pub fn is_sync(&self) -> bool {
+        op_is_sync(self.op, self.flags)
+    }
+}
+
+/// An I/O scheduler (`struct elevator_mq_ops`). One instance serves a whole
+/// device; `hctx` arguments are hardware queue indexes. Every method may be
+/// called from any thread; implementations lock their per-queue state.
+pub trait Elevator: Send + Sync + 'static {
+    /// The name `sched=` chooses it by.
+    fn name(&self) -> &'static str;
+
+    /// The most scheduler tags an allocation of this op and flags may use
+    /// (a shallow depth), or None for all of them.
+    fn limit_depth(&self, hctx: usize, op: Op, flags: ReqFlags) -> Option<u32>;
+
+    /// Takes requests (in order) into the scheduler. `rqs` is empty after.
+    fn insert_requests(&self, hctx: usize, rqs: &mut RqList);
+
+    /// The next request to hand to the driver, if any.
+    fn dispatch_request(&self, hctx: usize) -> Option<Rq>;
+
+    /// Whether `dispatch_request` would return a request (cheap: called on
+    /// every completion).
+    fn has_work(&self, hctx: usize) -> bool;
+
+    /// Merges a bio into a queued request if one is contiguous: finds a
+    /// candidate and calls `attach(rq, kind)`, which applies the merge
+    /// rules and returns whether it merged. Default: no merging.
+    fn bio_merge(&self, _hctx: usize, _bio: &BioPos, _attach: &mut dyn FnMut(&mut Rq, MergeKind) -> bool) -> bool {
+        false
+    }
+
+    /// A request of this scheduler completed (before its tags are freed).
+    fn finish_request(&self, _hctx: usize, _done: &DoneInfo) {}
+
+    /// Tunables and state for the stats dump.
+    fn show(&self, _out: &mut String) {}
+}
+
+/// Builds the scheduler `name` for a device of `nr_hw_queues` queues with
+/// `nr_requests` scheduler tags each; tunables come from the spec (their
+/// kernel names, e.g. `read_expire=250`).
+pub fn elevator(
+    name: &str,
+    nr_hw_queues: usize,
+    nr_requests: u32,
+    p: &SpecParams,
+) -> Result<Option<Box<dyn Elevator>>, String> {
+    Ok(match name {
+        "none" => None,
+        "mq-deadline" => Some(Box::new(MqDeadline::new(nr_hw_queues, nr_requests, p)?)),
+        "kyber" => Some(Box::new(Kyber::new(nr_hw_queues, nr_requests, p)?)),
+        "bfq" => Some(Box::new(Bfq::new(nr_hw_queues, nr_requests, p)?)),
+        other => return Err(format!("sched={other} (accepted: {})", SCHEDULERS.join(", "))),
+    })
+}
+
+/// Tunable keys of every scheduler (accepted in any device spec).
+pub const TUNABLE_KEYS: &[&str] = &[
+    // mq-deadline
+    "read_expire",
+    "write_expire",
+    "writes_starved",
+    "fifo_batch",
+    "front_merges",
+    "async_depth",
+    // kyber
+    "read_lat_nsec",
+    "write_lat_nsec",
+    // bfq
+    "low_latency",
+    "limit_depths",
+    "max_budget",
+    "wr_max_time",
+    "wr_min_idle_time",
+];
+
+/// The default scheduler tag depth: 2 x min(queue_depth, 128).
+pub fn default_nr_requests(queue_depth: u32) -> u32 {
+    2 * queue_depth.min(128)
+}
+
+/// A hardware queue's scheduler: the elevator and the scheduler tags with
+/// their request slots.
+pub(crate) struct SchedCtx {
+    pub(crate) elevator: std::sync::Arc<dyn Elevator>,
+    pub(crate) tags: Tags,
+}
+
+impl fmt::Debug for SchedCtx {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SchedCtx").field("elevator", &self.elevator.name()).finish()
+    }
+}
+
+/// A fixed-capacity table of queued request tokens, indexed by scheduler
+/// tag: where elevators keep requests without allocating per I/O.
+pub(crate) struct RqTable {
+    slots: Vec<Option<Rq>>,
+}
+
+impl RqTable {
+    pub(crate) fn new(nr_requests: u32) -> Self {
+        Self { slots: (0..nr_requests).map(|_| None).collect() }
+    }
+
+    pub(crate) fn put(&mut self, rq: Rq) -> u32 {
+        let tag = rq.sched_tag();
+        let slot = &mut self.slots[tag as usize];
+        assert!(slot.is_none(), "scheduler tag {tag} queued twice");
+        *slot = Some(rq);
+        tag
+    }
+
+    pub(crate) fn take(&mut self, tag: u32) -> Rq {
+        self.slots[tag as usize].take().expect("a queued request")
+    }
+
+    pub(crate) fn get_mut(&mut self, tag: u32) -> &mut Rq {
+        self.slots[tag as usize].as_mut().expect("a queued request")
+    }
+
+}
+
+/// Reads a tunable in `min..=max` with a default.
+pub(crate) fn tunable(p: &SpecParams, key: &str, default: u64, min: u64, max: u64) -> Result<u64, String> {
+    p.u64_in(key, default, min, max).map_err(|e| e.to_string())
+}
