@@ -190,7 +190,13 @@ impl Client {
         }
     }
 
-    fn submit_entered(&mut self, mut bio: Bio, user_data: u64, origin: u8, reserved: bool) -> Result<(), Box<Rejected>> {
+    fn submit_entered(
+        &mut self,
+        mut bio: Bio,
+        user_data: u64,
+        origin: u8,
+        reserved: bool,
+    ) -> Result<(), Box<Rejected>> {
         if reserved && self.q.hctx(self.hctx_index).tags.nr_reserved_tags() == 0 {
             let error = SubmitError::NoReservedTags;
             return Err(Box::new(Rejected { error, bio }));
@@ -519,6 +525,16 @@ impl Client {
         self.plug.finish(&self.q, &self.shared.counters, outermost, prev_start);
     }
 
+    /// Gives back tags a handoff wakeup granted to this client and it did
+    /// not use, to whichever tags granted them (driver or scheduler).
+    fn release_granted(&self) {
+        let hctx = self.q.hctx(self.hctx_index);
+        hctx.tags.release_granted(&self.alloc);
+        if let Some(s) = hctx.sched() {
+            s.tags.release_granted(&self.alloc);
+        }
+    }
+
     /// Reaps completions into `out`: at least `min` (sleeping as needed,
     /// at most `timeout`) and at most `max`. Returns how many were added;
     /// fewer than `min` only if the timeout passed. `min` may not exceed the
@@ -602,7 +618,7 @@ impl Client {
         // Never sleep on I/O held in our own plug.
         self.plug.flush(&self.q, &self.shared.counters);
         // Never sleep on tags granted to us (handoff policy) and not used.
-        self.q.hctx(self.hctx_index).tags.release_granted(&self.alloc);
+        self.release_granted();
         if self.shared.sleep_until_delivery(timeout) {
             self.stats.completion_sleeps += 1;
         }
@@ -707,7 +723,7 @@ impl Drop for Client {
         self.plug.flush(&self.q, &self.shared.counters);
         // The device owns our buffers until their I/Os complete: wait.
         self.drain();
-        self.q.hctx(self.hctx_index).tags.release_granted(&self.alloc);
+        self.release_granted();
         self.shared.notify_fd.store(-1, Ordering::SeqCst);
         self.shared.notify_armed.store(false, Ordering::SeqCst);
         self.q.release_client(self.shared.clone());

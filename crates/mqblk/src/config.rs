@@ -115,12 +115,8 @@ impl SpecParams {
             true => Some(self.u64_in("nr_requests", 0, 4, 65536)? as u32),
             false => None,
         };
-        let sched_tunables = self
-            .pairs
-            .iter()
-            .filter(|(k, _)| crate::sched::TUNABLE_KEYS.contains(&k.as_str()))
-            .cloned()
-            .collect();
+        let sched_tunables =
+            self.pairs.iter().filter(|(k, _)| crate::sched::TUNABLE_KEYS.contains(&k.as_str())).cloned().collect();
         Ok(QueueOptions { wake: wake.to_string(), plug_nesting, sched, sched_tunables, nr_requests })
     }
 

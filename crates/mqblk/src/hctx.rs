@@ -201,7 +201,8 @@ impl Hctx {
                 busy = self.dispatch_sched();
             }
             self.dispatch_running.store(false, Ordering::SeqCst);
-            let again = self.dispatch_rerun.load(Ordering::SeqCst) && (self.dispatch_len() != 0 || self.sched_has_work());
+            let again =
+                self.dispatch_rerun.load(Ordering::SeqCst) && (self.dispatch_len() != 0 || self.sched_has_work());
             if !again {
                 if busy {
                     self.restart_if_idle();

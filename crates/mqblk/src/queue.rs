@@ -23,9 +23,9 @@ use crate::request::{Bio, Op, RqState, SECTOR_SHIFT, SECTOR_SIZE};
 use crate::sbitmap::{wake_policy, WAKE_POLICIES};
 use std::sync::Arc;
 
-use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, Parker};
 use crate::config::SpecParams;
 use crate::sched::SchedCtx;
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, Parker};
 use crate::tag::{TagSetConfig, Tags};
 
 fn params_keys(p: &SpecParams) -> impl Iterator<Item = (String, String)> + '_ {
@@ -219,7 +219,9 @@ pub(crate) struct RequestQueue {
     /// The wakeup policy's name, for scheduler tags made later.
     wake: String,
     /// Every scheduler context ever installed: hctxs point into these, and
-    /// they live as long as the queue (see `Hctx::sched`).
+    /// they live as long as the queue (see `Hctx::sched`). Boxed so that
+    /// they never move when the vector grows.
+    #[allow(clippy::vec_box)]
     sched_contexts: Mutex<Vec<Box<SchedCtx>>>,
     sched_name: Mutex<String>,
     /// Submissions wait at the door while the queue is frozen (a scheduler
@@ -297,7 +299,8 @@ impl RequestQueue {
                 None => std::ptr::null_mut(),
                 Some(e) => {
                     let policy = wake_policy(&self.wake).expect("checked at creation");
-                    let mut tags = Tags::new(&TagSetConfig::new(self.hctxs.len(), nr_requests), policy);
+                    let config = TagSetConfig::new(self.hctxs.len(), nr_requests);
+                    let mut tags = Tags::with_min_shallow(&config, policy, e.min_shallow_depth());
                     tags.bind(hctx);
                     let ctx = Box::new(SchedCtx { elevator: e.clone(), tags });
                     let ptr = &*ctx as *const SchedCtx as *mut SchedCtx;
@@ -319,7 +322,10 @@ impl RequestQueue {
         let params = SpecParams::parse(&format!("sched:{}", spec.split_once(',').map_or("", |(_, t)| t)))?;
         let name = spec.split(',').next().unwrap_or("").trim();
         if let Some((key, _)) = params_keys(&params).find(|(k, _)| !crate::sched::TUNABLE_KEYS.contains(&k.as_str())) {
-            return Err(Error::Setup(format!("scheduler tunable '{key}' unknown (accepted: {})", crate::sched::TUNABLE_KEYS.join(", "))));
+            return Err(Error::Setup(format!(
+                "scheduler tunable '{key}' unknown (accepted: {})",
+                crate::sched::TUNABLE_KEYS.join(", ")
+            )));
         }
         // Build first: a bad name or tunable fails before anything stops.
         let nr_requests = crate::sched::default_nr_requests(self.tag_set.queue_depth);
@@ -341,7 +347,8 @@ impl RequestQueue {
         let deadline = Instant::now() + timeout;
         loop {
             let entered = self.all_clients.lock().iter().any(|c| c.counters.entered.load(Ordering::SeqCst));
-            let busy: u32 = self.hctxs.iter().map(|h| h.tags.busy() + h.pool().busy() * u32::from(h.sched().is_some())).sum();
+            let busy: u32 =
+                self.hctxs.iter().map(|h| h.tags.busy() + h.pool().busy() * u32::from(h.sched().is_some())).sum();
             if !entered && busy == 0 {
                 return Ok(());
             }

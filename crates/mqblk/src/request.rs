@@ -184,12 +184,26 @@ pub struct Bio {
 impl Bio {
     /// Read `buf.len()` bytes at `offset` into `buf`.
     pub fn read(offset: u64, buf: Buf) -> Self {
-        Self { op: Op::Read, flags: ReqFlags::NONE, offset, len: buf.len() as u64, buf: Some(buf), ioprio: IoPrio::default() }
+        Self {
+            op: Op::Read,
+            flags: ReqFlags::NONE,
+            offset,
+            len: buf.len() as u64,
+            buf: Some(buf),
+            ioprio: IoPrio::default(),
+        }
     }
 
     /// Write `buf` at `offset`.
     pub fn write(offset: u64, buf: Buf) -> Self {
-        Self { op: Op::Write, flags: ReqFlags::NONE, offset, len: buf.len() as u64, buf: Some(buf), ioprio: IoPrio::default() }
+        Self {
+            op: Op::Write,
+            flags: ReqFlags::NONE,
+            offset,
+            len: buf.len() as u64,
+            buf: Some(buf),
+            ioprio: IoPrio::default(),
+        }
     }
 
     /// Flush the device's volatile cache.
@@ -397,7 +411,9 @@ impl Rq {
     }
 
     /// The request's driver tag (unique among the requests the driver
-    /// holds on this hardware queue).
+    /// holds on this hardware queue). Not the slot's `tag` field, which is
+    /// the scheduler tag when there is a scheduler.
+    #[allow(clippy::misnamed_getters)]
     pub fn tag(&self) -> u32 {
         self.rq().driver_tag
     }

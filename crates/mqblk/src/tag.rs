@@ -92,10 +92,18 @@ pub(crate) struct TagGot {
 
 impl Tags {
     pub(crate) fn new(config: &TagSetConfig, policy: Box<dyn WakePolicy>) -> Self {
+        Self::with_min_shallow(config, policy, u32::MAX)
+    }
+
+    /// Tags whose callers may be limited to a shallow depth as low as
+    /// `min_shallow_depth` (a scheduler's `limit_depth`): the wake batch is
+    /// sized so such a caller is still woken (`sbitmap_queue_min_shallow_depth`).
+    pub(crate) fn with_min_shallow(config: &TagSetConfig, policy: Box<dyn WakePolicy>, min_shallow_depth: u32) -> Self {
         let nr_tags = config.queue_depth;
         let nr_reserved_tags = config.reserved_tags;
         let normal = nr_tags - nr_reserved_tags;
-        let bitmap_tags = SbitmapQueue::with_policy(normal, None, config.round_robin, normal, policy);
+        let min_shallow = min_shallow_depth.clamp(1, normal);
+        let bitmap_tags = SbitmapQueue::with_policy(normal, None, config.round_robin, min_shallow, policy);
         let breserved_tags = (nr_reserved_tags > 0).then(|| {
             SbitmapQueue::with_policy(
                 nr_reserved_tags,

@@ -157,8 +157,9 @@ impl Bfq {
     /// looks interactive, and let it preempt a queue that is not raised.
     fn activate(&self, st: &mut HctxState, i: usize, now: u64) {
         let q = &mut st.queues[i];
-        let interactive =
-            q.sync && self.t.low_latency && (!q.ever_busy || now.saturating_sub(q.idle_since_ns) >= self.t.wr_min_idle_ns);
+        let interactive = q.sync
+            && self.t.low_latency
+            && (!q.ever_busy || now.saturating_sub(q.idle_since_ns) >= self.t.wr_min_idle_ns);
         if interactive && !q.raised() {
             q.wr_until_ns = now + self.t.wr_max_time_ns;
         }
@@ -255,6 +256,10 @@ impl Elevator for Bfq {
         })
     }
 
+    fn min_shallow_depth(&self) -> u32 {
+        self.depth_share(3, 16)
+    }
+
     fn insert_requests(&self, hctx: usize, rqs: &mut RqList) {
         let (lock, queued) = &self.hctxs[hctx];
         let now = now_ns();
@@ -341,14 +346,5 @@ impl Elevator for Bfq {
                 );
             }
         }
-    }
-}
-
-/// Sectors served per client on hardware queue 0, for the tests.
-#[cfg(test)]
-impl Bfq {
-    pub(crate) fn served(&self, client_id: u32, sync: bool) -> u64 {
-        let st = self.hctxs[0].0.lock();
-        st.by_owner.get(&(client_id, sync)).map_or(0, |&i| st.queues[i].served_sectors)
     }
 }

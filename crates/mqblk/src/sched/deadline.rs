@@ -176,11 +176,7 @@ impl MqDeadline {
         let &(deadline, head) = q.fifo.front().expect("a non-empty direction has a FIFO head");
         // A new batch starts at the FIFO head if it expired, else where the
         // last batch of this direction left off (or the lowest sector).
-        let tag = if deadline <= now {
-            head
-        } else {
-            Self::next_in_batch(st, dir).unwrap_or(q.sorted[0].1)
-        };
+        let tag = if deadline <= now { head } else { Self::next_in_batch(st, dir).unwrap_or(q.sorted[0].1) };
         Some((dir, tag))
     }
 }
@@ -197,6 +193,10 @@ impl Elevator for MqDeadline {
         } else {
             Some(self.t.async_depth)
         }
+    }
+
+    fn min_shallow_depth(&self) -> u32 {
+        self.t.async_depth
     }
 
     fn insert_requests(&self, hctx: usize, rqs: &mut RqList) {

@@ -130,8 +130,11 @@ impl Hctx {
             done_ns: now_ns(),
         };
         s.elevator.finish_request(self.index(), &done);
-        s.tags.put(rq.tag);
-        self.tags.put(rq.driver_tag);
+        // The driver tag first, read before anything is freed: once the
+        // scheduler tag is free another client may reuse this request.
+        let (driver_tag, sched_tag) = (rq.driver_tag, rq.tag);
+        self.tags.put(driver_tag);
+        s.tags.put(sched_tag);
     }
 }
 

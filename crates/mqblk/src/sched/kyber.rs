@@ -118,6 +118,10 @@ impl Elevator for Kyber {
         (!op_is_sync(op, flags)).then_some(self.async_depth)
     }
 
+    fn min_shallow_depth(&self) -> u32 {
+        self.async_depth
+    }
+
     fn insert_requests(&self, hctx: usize, rqs: &mut RqList) {
         let (lock, queued) = &self.hctxs[hctx];
         let mut st = lock.lock();

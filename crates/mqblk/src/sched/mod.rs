@@ -23,8 +23,8 @@ mod kyber;
 
 use std::fmt;
 
-pub use crate::merge::{BioPos, MergeKind};
 use crate::config::SpecParams;
+pub use crate::merge::{BioPos, MergeKind};
 use crate::request::{op_is_sync, IoPrio, Op, ReqFlags, Rq, RqList};
 use crate::tag::Tags;
 
@@ -66,6 +66,12 @@ pub trait Elevator: Send + Sync + 'static {
     /// The most scheduler tags an allocation of this op and flags may use
     /// (a shallow depth), or None for all of them.
     fn limit_depth(&self, hctx: usize, op: Op, flags: ReqFlags) -> Option<u32>;
+
+    /// The smallest depth `limit_depth` may return (sizes the tag wakeup
+    /// batch, as the kernel's `depth_updated` does).
+    fn min_shallow_depth(&self) -> u32 {
+        u32::MAX
+    }
 
     /// Takes requests (in order) into the scheduler. `rqs` is empty after.
     fn insert_requests(&self, hctx: usize, rqs: &mut RqList);
@@ -173,7 +179,6 @@ impl RqTable {
     pub(crate) fn get_mut(&mut self, tag: u32) -> &mut Rq {
         self.slots[tag as usize].as_mut().expect("a queued request")
     }
-
 }
 
 /// Reads a tunable in `min..=max` with a default.

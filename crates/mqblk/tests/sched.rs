@@ -1,0 +1,388 @@
+//! I/O schedulers through the whole stack: dispatch order rules on a
+//! device that completes one request at a time when told (a deterministic
+//! timeline), the depth limits at the tag allocator, exactly-once dispatch
+//! under load, and live switching.
+
+#![cfg(not(loom))]
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mqblk::config::SpecParams;
+use mqblk::driver::{Driver, QueueRqResult};
+use mqblk::{
+    Bio, Buf, Client, Device, Hctx, IoPrio, IoPrioClass, Op, QueueLimits, QueueOptions, ReqFlags, Rq, Status,
+    SubmitError, TagSetConfig,
+};
+
+/// One driver tag; requests wait until the test releases them, so the
+/// scheduler decides every next request.
+#[derive(Default)]
+struct GateState {
+    held: Mutex<VecDeque<Rq>>,
+    /// (client id, op, first sector) in dispatch order.
+    order: Mutex<Vec<(u32, Op, u64)>>,
+}
+
+struct Gate(Arc<GateState>);
+
+impl Driver for Gate {
+    fn name(&self) -> &str {
+        "gate"
+    }
+    fn tag_set(&self) -> TagSetConfig {
+        TagSetConfig::new(1, 1)
+    }
+    fn limits(&self) -> QueueLimits {
+        QueueLimits::new(1 << 30, 512)
+    }
+    fn queue_rq(&self, _hctx: &Hctx, rq: Rq, _last: bool) -> QueueRqResult {
+        self.0.order.lock().unwrap().push((rq.client_id(), rq.op(), rq.sector()));
+        self.0.held.lock().unwrap().push_back(rq);
+        QueueRqResult::Queued
+    }
+}
+
+impl GateState {
+    /// Completes the request the device holds; returns false if none.
+    fn release_one(&self) -> bool {
+        let rq = self.held.lock().unwrap().pop_front();
+        match rq {
+            Some(rq) => {
+                rq.complete(Status::Ok);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn release_all(&self) {
+        while self.release_one() {}
+    }
+
+    fn order(&self) -> Vec<(u32, Op, u64)> {
+        self.order.lock().unwrap().clone()
+    }
+}
+
+fn gate_device(sched: &str, tunables: &[(&str, &str)], nr_requests: Option<u32>) -> (Device, Arc<GateState>) {
+    let state = Arc::new(GateState::default());
+    let opts = QueueOptions {
+        sched: sched.to_string(),
+        sched_tunables: tunables.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        nr_requests,
+        ..QueueOptions::default()
+    };
+    (Device::with_driver_options(Box::new(Gate(state.clone())), opts).unwrap(), state)
+}
+
+fn read(sector: u64) -> Bio {
+    Bio::read(sector * 512, Buf::new(512))
+}
+
+fn write(sector: u64) -> Bio {
+    Bio::write(sector * 512, Buf::new(512)).with_flags(ReqFlags::SYNC)
+}
+
+fn reap(c: &mut Client, n: usize) {
+    let mut done = Vec::new();
+    c.do_io(&mut done, n, n, Some(Duration::from_secs(30))).unwrap();
+    assert_eq!(done.len(), n);
+    assert!(done.iter().all(|d| d.status.is_ok()));
+}
+
+fn sectors(order: &[(u32, Op, u64)]) -> Vec<(Op, u64)> {
+    order.iter().map(|&(_, op, s)| (op, s)).collect()
+}
+
+#[test]
+fn deadline_sorts_by_sector_until_a_deadline_expires() {
+    for (expire, want) in [("3600000", vec![10, 50, 100]), ("0", vec![100, 50, 10])] {
+        let tunables = [("read_expire", expire), ("fifo_batch", "16")];
+        let (dev, gate) = gate_device("mq-deadline", &tunables, Some(64));
+        let mut c = dev.client_with_capacity(64);
+        // The first read takes the only driver tag; the rest queue up.
+        c.submit(read(1000), 0).unwrap();
+        for s in [100, 50, 10] {
+            c.submit(read(s), s).unwrap();
+        }
+        for _ in 0..8 {
+            gate.release_all();
+        }
+        reap(&mut c, 4);
+        let got: Vec<u64> = gate.order()[1..].iter().map(|o| o.2).collect();
+        assert_eq!(got, want, "read_expire={expire}: sorted when nothing expired, FIFO when all did");
+    }
+}
+
+#[test]
+fn deadline_serves_writes_after_writes_starved_read_batches() {
+    let tunables =
+        [("fifo_batch", "1"), ("writes_starved", "2"), ("read_expire", "3600000"), ("write_expire", "3600000")];
+    let (dev, gate) = gate_device("mq-deadline", &tunables, Some(64));
+    let mut c = dev.client_with_capacity(64);
+    c.submit(read(5000), 0).unwrap(); // holds the driver tag
+    for i in 0..6u64 {
+        c.submit(read(100 + 10 * i), i).unwrap();
+        c.submit(write(900 + 10 * i), 100 + i).unwrap();
+    }
+    for _ in 0..20 {
+        gate.release_all();
+    }
+    reap(&mut c, 13);
+    let ops: Vec<Op> = gate.order()[1..].iter().map(|o| o.1).collect();
+    use Op::{Read as R, Write as W};
+    assert_eq!(ops, vec![R, R, W, R, R, W, R, R, W, W, W, W], "two read batches, then one write batch");
+}
+
+#[test]
+fn deadline_merges_bios_into_queued_requests() {
+    let (dev, gate) = gate_device("mq-deadline", &[], Some(64));
+    let mut c = dev.client_with_capacity(64);
+    c.submit(read(5000), 0).unwrap();
+    c.submit(read(100), 1).unwrap();
+    c.submit(read(101), 2).unwrap(); // back merge
+    c.submit(read(99), 3).unwrap(); // front merge
+    for _ in 0..4 {
+        gate.release_all();
+    }
+    reap(&mut c, 4);
+    assert_eq!(sectors(&gate.order()), vec![(Op::Read, 5000), (Op::Read, 99)]);
+    let s = dev.stats();
+    assert_eq!((s.merges.read, s.front_merges, s.requests.read), (2, 1, 2));
+}
+
+#[test]
+fn bfq_serves_busy_queues_in_proportion_to_their_weights() {
+    // Weights 80 (level 0) and 40 (level 4), small budgets so turns
+    // alternate often, no weight raising: service should be 2:1.
+    let tunables = [("low_latency", "0"), ("max_budget", "8")];
+    let (dev, gate) = gate_device("bfq", &tunables, Some(256));
+    let mut heavy = dev.client_with_capacity(128);
+    let mut light = dev.client_with_capacity(128);
+    let hi = IoPrio::new(IoPrioClass::Be, 0);
+    for i in 0..100u64 {
+        heavy.submit(read(10_000 + i).with_ioprio(hi), i).unwrap();
+        light.submit(read(20_000 + i), i).unwrap();
+    }
+    // Serve 120 requests while both stay backlogged.
+    let order_before = gate.order().len();
+    for _ in 0..120 {
+        assert!(gate.release_one());
+    }
+    let order = gate.order();
+    let served = &order[order_before..order_before + 120];
+    let heavy_id = served.iter().find(|o| o.2 >= 10_000 && o.2 < 20_000).unwrap().0;
+    let n_heavy = served.iter().filter(|o| o.0 == heavy_id).count() as f64;
+    let ratio = n_heavy / (120.0 - n_heavy);
+    assert!((1.7..=2.3).contains(&ratio), "service ratio {ratio:.2} (want 2 +- 15%)");
+    gate.release_all();
+    for _ in 0..300 {
+        gate.release_all();
+        if gate.order().len() >= 200 {
+            break;
+        }
+    }
+    gate.release_all();
+    reap(&mut heavy, 100);
+    reap(&mut light, 100);
+}
+
+#[test]
+fn bfq_raises_a_new_sync_reader_and_serves_it_first() {
+    let (dev, gate) = gate_device("bfq", &[("max_budget", "100000")], Some(256));
+    let mut writer = dev.client_with_capacity(64);
+    for i in 0..40u64 {
+        writer.submit(Bio::write(i * 512, Buf::new(512)), i).unwrap(); // async
+    }
+    let mut reader = dev.client_with_capacity(8);
+    reader.submit(read(50_000), 7).unwrap();
+    assert!(gate.release_one(), "the first write was on the device");
+    let order = gate.order();
+    assert_eq!(order[1].2, 50_000, "the raised reader preempts the writer: {order:?}");
+    gate.release_all();
+    for _ in 0..60 {
+        gate.release_all();
+    }
+    reap(&mut reader, 1);
+    reap(&mut writer, 40);
+}
+
+/// How many NOWAIT requests of `bio` fit before the allocator refuses.
+fn fill(c: &mut Client, make: impl Fn(u64) -> Bio, max: u64) -> u64 {
+    for i in 0..max {
+        match c.submit(make(i).with_flags(ReqFlags::NOWAIT), i) {
+            Ok(()) => {}
+            Err(r) => {
+                assert!(matches!(r.error, SubmitError::Again), "{:?}", r.error);
+                return i;
+            }
+        }
+    }
+    max
+}
+
+#[test]
+fn depth_limits_hold_at_the_tag_allocator() {
+    let async_write = |i: u64| Bio::write(i * 4096, Buf::new(512));
+    let sync_write = |i: u64| Bio::write(i * 4096, Buf::new(512)).with_flags(ReqFlags::SYNC);
+    let sync_read = |i: u64| Bio::read(i * 4096, Buf::new(512));
+    // nr_requests 64 (+ the one request on the device, which holds a
+    // scheduler tag too).
+    for (sched, tunables, make, want) in [
+        ("bfq", vec![], &async_write as &dyn Fn(u64) -> Bio, 32),
+        ("bfq", vec![("low_latency", "0")], &sync_write, 48),
+        // A new sync queue is weight-raised (interactive), which tightens
+        // the limits to 6/16 for its own sync writes.
+        ("bfq", vec![], &sync_write, 24),
+        ("bfq", vec![], &sync_read, 64),
+        ("bfq", vec![("limit_depths", "0")], &async_write, 64),
+        ("mq-deadline", vec![], &async_write, 48),
+        ("mq-deadline", vec![], &sync_read, 64),
+        ("kyber", vec![], &async_write, 48),
+        ("kyber", vec![], &sync_write, 64),
+    ] {
+        let (dev, gate) = gate_device(sched, &tunables, Some(64));
+        let mut c = dev.client_with_capacity(128);
+        let got = fill(&mut c, make, 128);
+        assert_eq!(got, want, "{sched} {tunables:?}");
+        for _ in 0..(got + 4) {
+            gate.release_all();
+        }
+        reap(&mut c, got as usize);
+    }
+}
+
+#[test]
+fn bfq_tightens_async_limits_while_a_queue_is_raised() {
+    let (dev, gate) = gate_device("bfq", &[("max_budget", "100000")], Some(64));
+    let mut reader = dev.client_with_capacity(8);
+    // A new sync queue, raised; it stays busy (one read on the device, one
+    // queued).
+    reader.submit(read(1), 1).unwrap();
+    reader.submit(read(9), 2).unwrap();
+    let mut writer = dev.client_with_capacity(128);
+    let got = fill(&mut writer, |i| Bio::write(i * 4096, Buf::new(512)), 128);
+    // 3/16 of 64 = 12 bit positions, two of which the reader's tags may
+    // occupy; without raising it would be 32.
+    assert!((10..=12).contains(&got), "async limit while raised: {got}");
+    for _ in 0..20 {
+        gate.release_all();
+    }
+    reap(&mut reader, 2);
+    reap(&mut writer, got as usize);
+}
+
+/// Several clients doing mixed I/O through each scheduler on a memory
+/// null device: every bio completes exactly once, data reads back, tags
+/// all come back.
+#[test]
+fn every_request_is_dispatched_once_under_load() {
+    for sched in mqblk::sched::SCHEDULERS {
+        let dev = Device::open(&format!("null:gb=1,irqmode=1,memory_backed=1,hw_queue_depth=8,sched={sched}")).unwrap();
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                let dev = dev.clone();
+                std::thread::spawn(move || {
+                    let mut c = dev.client_with_capacity(32);
+                    let mut done = Vec::new();
+                    let mut completed = 0;
+                    for i in 0..2000u64 {
+                        let off = (t * 10_000 + (i % 500)) * 4096;
+                        let bio = if i % 3 == 0 {
+                            Bio::write(off, Buf::from_slice(&[(i % 251) as u8; 4096]))
+                        } else {
+                            Bio::read(off, Buf::new(4096))
+                        };
+                        c.submit(bio, i).unwrap();
+                        if c.in_flight() == 32 {
+                            done.clear();
+                            completed += c.do_io(&mut done, 1, 32, Some(Duration::from_secs(30))).unwrap();
+                            assert!(done.iter().all(|d| d.status.is_ok()));
+                        }
+                    }
+                    while c.in_flight() > 0 {
+                        done.clear();
+                        completed += c.do_io(&mut done, 1, 32, Some(Duration::from_secs(30))).unwrap();
+                    }
+                    completed
+                })
+            })
+            .collect();
+        let total: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        assert_eq!(total, 8000, "{sched}");
+        let s = dev.stats();
+        assert_eq!(s.bios.total(), 8000, "{sched}");
+        assert_eq!(s.completed, s.requests.total(), "{sched}: every request completed once");
+        assert_eq!(s.bios.total(), s.requests.total() + s.merges.total(), "{sched}");
+        assert_eq!(dev.busy_tags(), 0, "{sched}");
+        let mut c = dev.client();
+        let mut back = [0u8; 4096];
+        c.read_at(&mut back, 3 * 4096).unwrap(); // written at i = 3 by thread 0, then i = 1503
+        assert!(back.iter().all(|b| *b == (1503 % 251) as u8), "{sched}");
+    }
+}
+
+#[test]
+fn switching_schedulers_under_load_loses_nothing() {
+    let dev = Device::open("null:gb=1,irqmode=1,hw_queue_depth=16").unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let done_total = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..3u64)
+        .map(|t| {
+            let (dev, stop, done_total) = (dev.clone(), stop.clone(), done_total.clone());
+            std::thread::spawn(move || {
+                let mut c = dev.client_with_capacity(16);
+                let mut done = Vec::new();
+                let (mut submitted, mut i) = (0u64, 0u64);
+                while !stop.load(Ordering::Relaxed) {
+                    let off = (t << 26) | ((i % 1000) * 4096);
+                    let bio = if i % 2 == 0 { Bio::read(off, Buf::new(4096)) } else { Bio::write(off, Buf::new(4096)) };
+                    c.submit(bio, i).unwrap();
+                    submitted += 1;
+                    i += 1;
+                    if c.in_flight() == 16 {
+                        done.clear();
+                        let n = c.do_io(&mut done, 1, 16, Some(Duration::from_secs(30))).unwrap();
+                        done_total.fetch_add(n as u64, Ordering::Relaxed);
+                    }
+                }
+                while c.in_flight() > 0 {
+                    done.clear();
+                    let n = c.do_io(&mut done, 1, 16, Some(Duration::from_secs(30))).unwrap();
+                    done_total.fetch_add(n as u64, Ordering::Relaxed);
+                }
+                submitted
+            })
+        })
+        .collect();
+    for name in ["mq-deadline", "bfq", "kyber", "none", "bfq,limit_depths=0", "mq-deadline,fifo_batch=4", "none"] {
+        std::thread::sleep(Duration::from_millis(30));
+        dev.set_scheduler(name).unwrap();
+        assert_eq!(dev.scheduler(), name.split(',').next().unwrap());
+    }
+    stop.store(true, Ordering::Relaxed);
+    let submitted: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert!(submitted > 0);
+    assert_eq!(done_total.load(Ordering::Relaxed), submitted, "every submitted bio completed once");
+    assert_eq!(dev.busy_tags(), 0);
+    let e = dev.set_scheduler("cfq").unwrap_err().to_string();
+    assert!(e.contains("cfq") && e.contains("mq-deadline"), "{e}");
+    let e = dev.set_scheduler("bfq,slice_idle=8").unwrap_err().to_string();
+    assert!(e.contains("slice_idle"), "{e}");
+    assert_eq!(dev.scheduler(), "none", "a refused switch changes nothing");
+}
+
+#[test]
+fn sched_options_are_checked_in_specs() {
+    let e = Device::open("null:sched=cfq").unwrap_err().to_string();
+    assert!(e.contains("cfq") && e.contains("bfq"), "{e}");
+    let e = Device::open("null:sched=mq-deadline,fifo_batch=0").unwrap_err().to_string();
+    assert!(e.contains("fifo_batch"), "{e}");
+    let dev = Device::open("null:sched=kyber,nr_requests=32").unwrap();
+    assert_eq!(dev.scheduler(), "kyber");
+    assert!(dev.show_stats().contains("sched/kyber"), "{}", dev.show_stats());
+    let _ = SpecParams::parse("x:a=1").unwrap();
+}
