@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 
 use crossbeam_utils::CachePadded;
 use mqblk::clock::Clock;
-use mqblk::{Bio, Buf, Client, ClientStats, Completion, Device};
+use mqblk::{Bio, Buf, Client, ClientStats, Completion, Device, ReqFlags};
 
 use super::options::JobOptions;
 use super::stats::{DirStats, Rusage};
@@ -62,6 +62,18 @@ pub struct JobResult {
 }
 
 impl JobResult {
+    /// A job that did nothing (stopped before it started).
+    pub fn empty() -> Self {
+        Self {
+            read: DirStats::default(),
+            write: DirStats::default(),
+            elapsed_ns: 0,
+            rusage: Rusage::default(),
+            client: ClientStats::default(),
+            error: 0,
+        }
+    }
+
     /// Adds another job's measurements (group reporting): totals add up,
     /// the run lasts as long as the longest job, the first error stays.
     pub fn merge(&mut self, o: &JobResult) {
@@ -161,6 +173,11 @@ pub fn run_job(
         rng: opts.randseed.wrapping_add((job_index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1,
     };
     let depth = opts.iodepth;
+    // Writes are sync (O_DIRECT) unless the job is async (writeback).
+    let write_flags = if opts.mqblk_async { ReqFlags::NONE } else { ReqFlags::SYNC };
+    if opts.startdelay_ns > 0 && !start_delay(opts.startdelay_ns, ctrl) {
+        return Ok(JobResult::empty());
+    }
     let mut client = dev.client_with_capacity(depth);
     let mut slots = vec![Slot::default(); depth];
     let mut read_bufs: Vec<Option<Buf>> =
@@ -233,9 +250,11 @@ pub fn run_job(
                     let offset = pattern.next_offset(bs);
                     let bio = if is_write {
                         Bio::write(offset, write_bufs[idx as usize].take().expect("slot owns its write buffer"))
+                            .with_flags(write_flags)
                     } else {
                         Bio::read(offset, read_bufs[idx as usize].take().expect("slot owns its read buffer"))
-                    };
+                    }
+                    .with_ioprio(opts.ioprio);
                     let t = if timed { clock.now_ns() } else { 0 };
                     if let Some(p) = prev {
                         slots[p as usize].slat_ns = t - slots[p as usize].issue_ns;
@@ -307,6 +326,19 @@ pub fn run_job(
     let elapsed_ns = clock.now_ns() - start_ns;
     let rusage = Rusage::thread_now().since(&start_ru);
     Ok(JobResult { read, write, elapsed_ns, rusage, client: client.stats(), error })
+}
+
+/// Sleeps for fio's `startdelay`; false if the run stopped meanwhile.
+fn start_delay(delay_ns: u64, ctrl: &Control) -> bool {
+    let until = std::time::Instant::now() + std::time::Duration::from_nanos(delay_ns);
+    while std::time::Instant::now() < until {
+        if ctrl.phase.load(Ordering::Acquire) == PHASE_STOP {
+            return false;
+        }
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        std::thread::sleep(left.min(std::time::Duration::from_millis(10)));
+    }
+    true
 }
 
 /// Ends the open chunk: the last I/O's submission latency runs to now.

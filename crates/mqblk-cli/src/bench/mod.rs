@@ -86,10 +86,13 @@ pub fn run(plan: &BenchPlan) -> Result<String, BenchError> {
 /// The plan's device spec, with the device options given as bench options.
 pub fn device_spec(plan: &BenchPlan) -> String {
     let mut spec = plan.device.clone().unwrap_or_else(|| DEFAULT_DEVICE.to_string());
-    if let Some(nesting) = &plan.plug_nesting {
-        spec.push(if spec.contains(':') { ',' } else { ':' });
-        spec.push_str("plug_nesting=");
-        spec.push_str(nesting);
+    for (key, value) in [("plug_nesting", &plan.plug_nesting), ("sched", &plan.sched)] {
+        if let Some(value) = value {
+            spec.push(if spec.contains(':') { ',' } else { ':' });
+            spec.push_str(key);
+            spec.push('=');
+            spec.push_str(value);
+        }
     }
     spec
 }
@@ -190,9 +193,14 @@ fn supervise(shared: &[Shared], running: &mut [Running], bar: &Option<indicatif:
         std::thread::sleep(Duration::from_millis(20));
         let now = Instant::now();
         let mut all_done = true;
+        // fio's exitall: once a job that has it finishes, the rest stop.
+        let exit_all = shared.iter().any(|sh| sh.opts.exitall && sh.live.done.load(Ordering::Acquire));
         for (sh, r) in shared.iter().zip(running.iter_mut()) {
             if sh.live.done.load(Ordering::Acquire) {
                 continue;
+            }
+            if exit_all {
+                sh.ctrl.phase.store(PHASE_STOP, Ordering::Release);
             }
             all_done = false;
             if now >= r.ramp_end && sh.ctrl.phase.load(Ordering::Relaxed) < PHASE_RUN {

@@ -50,8 +50,14 @@ pub const JOB_OPTIONS: &[&str] = &[
     "clocksource",
     "plug",
     "plug_per_io",
+    "mqblk_async",
+    "prio",
+    "prioclass",
+    "startdelay",
+    "exitall",
     "device",
     "plug_nesting",
+    "sched",
 ];
 
 /// The data direction pattern (`rw=`).
@@ -141,6 +147,16 @@ pub struct JobOptions {
     /// mqblk: each I/O of a chunk under its own inner plug, as the kernel's
     /// direct-I/O path does (default 1).
     pub plug_per_io: bool,
+    /// mqblk: writes are async (no SYNC flag), like page-cache writeback;
+    /// by default they are sync, like O_DIRECT writes. Reads are always
+    /// sync, as in the kernel.
+    pub mqblk_async: bool,
+    /// fio's `prio` (0-7) and `prioclass` (1 RT, 2 BE, 3 IDLE).
+    pub ioprio: mqblk::IoPrio,
+    /// fio's `startdelay`: the job starts this late (ns).
+    pub startdelay_ns: u64,
+    /// fio's `exitall`: when this job finishes, every job stops.
+    pub exitall: bool,
     /// The options as given, for the JSON "job options" object.
     pub given: Vec<(String, String)>,
 }
@@ -171,6 +187,10 @@ impl JobOptions {
             clocksource: None,
             plug: true,
             plug_per_io: true,
+            mqblk_async: false,
+            ioprio: mqblk::IoPrio::default(),
+            startdelay_ns: 0,
+            exitall: false,
             given: Vec::new(),
         }
     }
@@ -235,6 +255,18 @@ impl JobOptions {
             }
             "plug" => self.plug = parse_flag(key, value)?,
             "plug_per_io" => self.plug_per_io = parse_flag(key, value)?,
+            "mqblk_async" => self.mqblk_async = parse_flag(key, value)?,
+            "prio" => self.ioprio.level = parse_int(key, v()?, 0, 7)? as u8,
+            "prioclass" => {
+                use mqblk::IoPrioClass;
+                self.ioprio.class = match parse_int(key, v()?, 1, 3)? {
+                    1 => IoPrioClass::Rt,
+                    2 => IoPrioClass::Be,
+                    _ => IoPrioClass::Idle,
+                }
+            }
+            "startdelay" => self.startdelay_ns = parse_time_ns(key, v()?)?,
+            "exitall" => self.exitall = parse_flag(key, value)?,
             _ => return err(unknown_option(key)),
         }
         if key != "name" {
@@ -321,8 +353,9 @@ fn parse_flag(key: &str, value: Option<&str>) -> Result<bool, OptionError> {
 pub struct BenchPlan {
     pub jobs: Vec<JobOptions>,
     pub device: Option<String>,
-    /// `plug_nesting=`: a device option, added to the device spec.
+    /// `plug_nesting=` and `sched=`: device options, added to the spec.
     pub plug_nesting: Option<String>,
+    pub sched: Option<String>,
     pub json: bool,
     pub stats: bool,
     pub global_given: Vec<(String, String)>,
@@ -350,6 +383,7 @@ struct Collector {
     jobs: Vec<(String, OptionList)>,
     device: Option<String>,
     plug_nesting: Option<String>,
+    sched: Option<String>,
 }
 
 impl Collector {
@@ -360,6 +394,10 @@ impl Collector {
         }
         if key == "plug_nesting" {
             self.plug_nesting = Some(value.unwrap_or_default());
+            return;
+        }
+        if key == "sched" {
+            self.sched = Some(value.unwrap_or_default());
             return;
         }
         match self.jobs.last_mut() {
@@ -390,7 +428,7 @@ impl Collector {
 
 /// Parses `mqblk bench` arguments (everything after `bench`).
 pub fn parse_bench_args(args: &[String]) -> Result<BenchPlan, OptionError> {
-    let mut c = Collector { global: Vec::new(), jobs: Vec::new(), device: None, plug_nesting: None };
+    let mut c = Collector { global: Vec::new(), jobs: Vec::new(), device: None, plug_nesting: None, sched: None };
     let mut json = false;
     let mut stats = false;
     let mut job_files = Vec::new();
@@ -428,6 +466,7 @@ pub fn parse_bench_args(args: &[String]) -> Result<BenchPlan, OptionError> {
             "stats" => stats = true,
             "device" => c.device = Some(take_value(inline)?),
             "plug_nesting" => c.plug_nesting = Some(take_value(inline)?),
+            "sched" => c.sched = Some(take_value(inline)?),
             "name" => {
                 let v = take_value(inline)?;
                 c.jobs.push((v, Vec::new()));
@@ -445,11 +484,12 @@ pub fn parse_bench_args(args: &[String]) -> Result<BenchPlan, OptionError> {
         parse_job_file(&text, path, &mut c)?;
     }
     if c.jobs.is_empty() && !any_job_option && job_files.is_empty() {
-        let (device, plug_nesting) = (c.device.take(), c.plug_nesting.take());
+        let (device, plug_nesting, sched) = (c.device.take(), c.plug_nesting.take(), c.sched.take());
         return Ok(BenchPlan {
             jobs: vec![default_job()],
             device,
             plug_nesting,
+            sched,
             json,
             stats,
             global_given: Vec::new(),
@@ -462,9 +502,9 @@ pub fn parse_bench_args(args: &[String]) -> Result<BenchPlan, OptionError> {
         let name = rw.and_then(|(_, v)| v.clone()).unwrap_or_else(|| "read".to_string());
         c.jobs.push((name, std::mem::take(&mut c.global)));
     }
-    let plug_nesting = c.plug_nesting.take();
+    let (plug_nesting, sched) = (c.plug_nesting.take(), c.sched.take());
     let (jobs, global_given, device) = c.finish()?;
-    Ok(BenchPlan { jobs, device, plug_nesting, json, stats, global_given })
+    Ok(BenchPlan { jobs, device, plug_nesting, sched, json, stats, global_given })
 }
 
 /// Parses an INI job file into the collector: `[global]` then job sections.
@@ -567,13 +607,13 @@ mod tests {
     #[test]
     fn job_file_with_global_section() {
         let text = "; comment\n[global]\nbs=16k\ntime_based\nruntime=2\n\n[reader]\nrw=randread\niodepth=8\n[writer]\nrw=write\n";
-        let mut c = Collector { global: Vec::new(), jobs: Vec::new(), device: None, plug_nesting: None };
+        let mut c = Collector { global: Vec::new(), jobs: Vec::new(), device: None, plug_nesting: None, sched: None };
         parse_job_file(text, "t.fio", &mut c).unwrap();
         let (jobs, _, _) = c.finish().unwrap();
         assert_eq!(jobs.len(), 2);
         assert_eq!((jobs[0].bs_read, jobs[0].iodepth, jobs[0].time_based), (16384, 8, true));
         assert_eq!(jobs[1].rw, RwMode::Write);
-        let mut c = Collector { global: Vec::new(), jobs: Vec::new(), device: None, plug_nesting: None };
+        let mut c = Collector { global: Vec::new(), jobs: Vec::new(), device: None, plug_nesting: None, sched: None };
         let e = parse_job_file("[a]\nfoo=1\n", "t.fio", &mut c).unwrap_err();
         assert!(e.0.contains("t.fio:2") && e.0.contains("'foo'"), "{}", e.0);
     }

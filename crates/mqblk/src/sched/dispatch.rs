@@ -92,7 +92,11 @@ impl Hctx {
                         batch.push_back(rq);
                     }
                     None => {
+                        // Work the scheduler holds back (bfq idling, kyber
+                        // out of tokens): a completion or, if none is due,
+                        // the worker's delayed run brings it back.
                         self.tags.put(got.tag);
+                        self.need_delayed_run.store(true, Ordering::Release);
                         break;
                     }
                 }

@@ -133,6 +133,7 @@ pub const TUNABLE_KEYS: &[&str] = &[
     "max_budget",
     "wr_max_time",
     "wr_min_idle_time",
+    "slice_idle",
 ];
 
 /// The default scheduler tag depth: 2 x min(queue_depth, 128).
