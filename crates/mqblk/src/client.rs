@@ -281,6 +281,9 @@ impl Client {
     #[inline(never)]
     fn sched_merge(&mut self, head: &RqHead, buf: &mut Option<Buf>) -> bool {
         let Some(s) = self.q.hctx(self.hctx_index).sched() else { return false };
+        if s.queued.load(Ordering::Relaxed) == 0 {
+            return false; // nothing queued to merge with
+        }
         let max_sectors = self.q.max_request_bytes(head.op) >> SECTOR_SHIFT;
         let max_segments = self.q.max_segments();
         let pos = BioPos { op: head.op, flags: head.flags, sector: head.sector, nr_sectors: head.nr_sectors };

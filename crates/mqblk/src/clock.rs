@@ -3,6 +3,17 @@
 
 /// Nanoseconds since an arbitrary fixed point (boot), monotonic.
 #[inline]
+/// A cheap monotonic clock with the kernel tick's resolution (a few ms,
+/// CLOCK_MONOTONIC_COARSE): for deadlines of hundreds of ms, like jiffies.
+pub fn coarse_now_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec; the clock exists on Linux.
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts);
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 pub fn now_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists.

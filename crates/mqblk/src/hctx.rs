@@ -214,6 +214,9 @@ impl Hctx {
 
     /// One pass over the list; returns true if the driver was busy.
     fn dispatch_once(&self) -> bool {
+        if self.dispatch_nr.load(Ordering::Acquire) == 0 {
+            return false; // nothing bounced: no lock, no count
+        }
         self.stats.run.fetch_add(1, Ordering::Relaxed);
         let mut issued_without_last = false;
         let mut busy = false;

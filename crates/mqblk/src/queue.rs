@@ -302,7 +302,7 @@ impl RequestQueue {
                     let config = TagSetConfig::new(self.hctxs.len(), nr_requests);
                     let mut tags = Tags::with_min_shallow(&config, policy, e.min_shallow_depth());
                     tags.bind(hctx);
-                    let ctx = Box::new(SchedCtx { elevator: e.clone(), tags });
+                    let ctx = Box::new(SchedCtx { elevator: e.clone(), tags, queued: Default::default() });
                     let ptr = &*ctx as *const SchedCtx as *mut SchedCtx;
                     contexts.push(ctx);
                     ptr

@@ -288,8 +288,7 @@ pub(crate) struct Request {
     /// The submitting client (its "process" for schedulers) and priority.
     pub(crate) client_id: u32,
     pub(crate) ioprio: IoPrio,
-    /// When the request was inserted into the scheduler or dispatched to
-    /// the driver (ns, set by the scheduler framework; 0 without one).
+    /// Scratch time for the scheduler (kyber: when it was inserted, ns).
     pub(crate) sched_time_ns: u64,
     /// The request holds a scheduler tag (its slot is the scheduler's).
     pub(crate) in_sched: bool,
@@ -440,7 +439,7 @@ impl Rq {
         op_is_sync(self.rq().op, self.rq().flags)
     }
 
-    /// When the scheduler framework inserted the request (ns, `clock::now_ns`).
+    /// The scheduler's time stamp of the request (kyber: insertion, ns).
     pub fn sched_time_ns(&self) -> u64 {
         self.rq().sched_time_ns
     }
@@ -663,11 +662,6 @@ impl RqList {
         } else {
             self.rqs.insert(0, Some(rq));
         }
-    }
-
-    /// The requests, in order, for updating them in place.
-    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = &mut Rq> {
-        self.rqs[self.head..].iter_mut().flatten()
     }
 
     pub fn front(&self) -> Option<&Rq> {

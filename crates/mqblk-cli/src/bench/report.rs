@@ -101,10 +101,15 @@ fn dir_json(e: &Entry, d: &DirStats, samples: &Samples, timed: bool) -> Value {
     let secs = e.secs();
     let bw_bytes = d.bytes as f64 / secs;
     let mut clat = summary_json(&d.clat);
+    let mut lat = summary_json(&d.lat);
     if timed && d.ios > 0 {
         let pct: Map<String, Value> =
             PERCENTILES.iter().map(|p| (format!("{p:.6}"), json!(d.percentile(*p)))).collect();
         clat.insert("percentile".into(), Value::Object(pct));
+        // As fio with lat_percentiles=1: total latency, tag waits included.
+        let pct: Map<String, Value> =
+            PERCENTILES.iter().map(|p| (format!("{p:.6}"), json!(d.lat_percentile(*p)))).collect();
+        lat.insert("percentile".into(), Value::Object(pct));
     }
     let (bw_min, bw_max, bw_mean, bw_dev) = sample_stats(&samples.bw_kib);
     let (iops_min, iops_max, iops_mean, iops_dev) = sample_stats(&samples.iops);
@@ -121,7 +126,7 @@ fn dir_json(e: &Entry, d: &DirStats, samples: &Samples, timed: bool) -> Value {
         "errors": d.errors,
         "slat_ns": Value::Object(summary_json(&d.slat)),
         "clat_ns": Value::Object(clat),
-        "lat_ns": Value::Object(summary_json(&d.lat)),
+        "lat_ns": Value::Object(lat),
         "bw_min": bw_min as u64,
         "bw_max": bw_max as u64,
         "bw_agg": if d.bytes > 0 { 100.0 } else { 0.0 },

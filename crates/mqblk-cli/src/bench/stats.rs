@@ -78,6 +78,9 @@ pub struct DirStats {
     pub clat: Summary,
     pub lat: Summary,
     pub clat_hist: Histogram<u64>,
+    /// Total latency (submission + completion: includes waiting for a
+    /// tag), for fio's `lat_ns` percentiles.
+    pub lat_hist: Histogram<u64>,
 }
 
 impl Default for DirStats {
@@ -91,6 +94,7 @@ impl Default for DirStats {
             lat: Summary::default(),
             // 1 ns .. 1 h at 3 significant digits: allocated once per job.
             clat_hist: Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds"),
+            lat_hist: Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds"),
         }
     }
 }
@@ -105,6 +109,7 @@ impl DirStats {
         self.lat.merge(&o.lat);
         // Same bounds on both sides: cannot fail.
         self.clat_hist.add(&o.clat_hist).expect("histograms share bounds");
+        self.lat_hist.add(&o.lat_hist).expect("histograms share bounds");
     }
 
     #[inline]
@@ -113,6 +118,16 @@ impl DirStats {
         self.clat.add(clat_ns);
         self.lat.add(slat_ns + clat_ns);
         self.clat_hist.saturating_record(clat_ns.max(1));
+        self.lat_hist.saturating_record((slat_ns + clat_ns).max(1));
+    }
+
+    /// Total-latency percentile `p` (0..=100), ns.
+    pub fn lat_percentile(&self, p: f64) -> u64 {
+        if self.lat_hist.is_empty() {
+            0
+        } else {
+            self.lat_hist.value_at_quantile(p / 100.0)
+        }
     }
 
     pub fn percentile(&self, p: f64) -> u64 {

@@ -4,6 +4,7 @@
 //! a results folder. Every cell records the `mqblk bench` command that
 //! produced it.
 
+mod async_starvation;
 mod loop_anchor;
 mod plug_merge;
 pub mod svg;
@@ -14,7 +15,7 @@ use std::path::PathBuf;
 use crate::bench;
 
 /// The experiments `mqblk experiment` knows.
-pub const EXPERIMENTS: &[&str] = &["tag-wakeup", "plug-merge"];
+pub const EXPERIMENTS: &[&str] = &["tag-wakeup", "plug-merge", "async-starvation"];
 
 #[derive(Debug)]
 pub enum ExperimentError {
@@ -83,6 +84,14 @@ pub struct Cell {
     pub command: String,
 }
 
+/// Runs one `mqblk bench` argument list; returns its output and the
+/// command line that reproduces it.
+pub fn run_args(args: &[String]) -> Result<(bench::RunOutput, String), ExperimentError> {
+    let plan = bench::options::parse_bench_args(args).map_err(|e| ExperimentError::BadInput(e.to_string()))?;
+    let out = bench::run_plan(&plan).map_err(|e| ExperimentError::Failed(format!("{e:?}")))?;
+    Ok((out, format!("mqblk bench {}", args.join(" "))))
+}
+
 /// Runs one `mqblk bench` argument list (group_reporting: one entry).
 pub fn run_cell(args: &[String]) -> Result<Cell, ExperimentError> {
     let plan = bench::options::parse_bench_args(args).map_err(|e| ExperimentError::BadInput(e.to_string()))?;
@@ -117,6 +126,7 @@ pub fn run(opts: &Options) -> Result<String, ExperimentError> {
     let (doc, panels, table) = match opts.name.as_str() {
         "tag-wakeup" => tag_wakeup::run(opts)?,
         "plug-merge" => plug_merge::run(opts)?,
+        "async-starvation" => async_starvation::run(opts)?,
         other => return Err(ExperimentError::BadInput(format!("unknown experiment '{other}'"))),
     };
     std::fs::create_dir_all(&opts.out_dir)

@@ -156,6 +156,16 @@ impl Sbitmap {
     /// limit is spread over the words in proportion to their size, with
     /// cumulative rounding so the per-word limits add up to exactly
     /// `shallow_depth` (the 6.17 semantics).
+    /// May a caller limited to `shallow_depth` hold `bit`? (The same rule
+    /// the search applies: a proportional share of each word's low bits.)
+    pub fn bit_allowed(&self, bit: u32, shallow_depth: u32) -> bool {
+        if shallow_depth >= self.depth {
+            return true;
+        }
+        let index = (bit >> self.shift) as usize;
+        (bit & low_mask(self.shift) as u32) < self.word_limit(index, shallow_depth)
+    }
+
     fn word_limit(&self, index: usize, shallow_depth: u32) -> u32 {
         let word_depth = self.word_depth(index);
         if shallow_depth >= self.depth {

@@ -26,6 +26,9 @@ pub struct SbqWaiter {
     /// When a waker last unparked this waiter (ns), to measure wakeup
     /// latency for policies that care (slow path only).
     unparked_at_ns: AtomicU64,
+    /// The shallow depth the waiter allocates within (0: never set, the
+    /// whole bitmap): a handoff grants it only bits it could take itself.
+    shallow_depth: AtomicU32,
     grants: Mutex<Grants>,
 }
 
@@ -54,6 +57,17 @@ impl SbqWaiter {
 
     fn want(&self) -> u32 {
         self.want.load(Ordering::Relaxed).max(1)
+    }
+
+    fn set_shallow_depth(&self, shallow_depth: u32) {
+        self.shallow_depth.store(shallow_depth, Ordering::Relaxed);
+    }
+
+    fn shallow_depth(&self) -> u32 {
+        match self.shallow_depth.load(Ordering::Relaxed) {
+            0 => u32::MAX,
+            d => d,
+        }
     }
 
     /// Bits granted to this waiter and not yet taken.
@@ -301,7 +315,11 @@ impl SbitmapQueue {
                 continue;
             }
             let mut list = ws.list.lock();
-            let Some(head) = list.front() else { continue };
+            // The first waiter in line allowed to use this bit (a
+            // depth-limited one, e.g. async I/O under a scheduler, is
+            // passed over for bits beyond its shallow depth).
+            let Some(pos) = list.iter().position(|w| self.sb.bit_allowed(bit, w.shallow_depth())) else { continue };
+            let head = &list[pos];
             let granted = head.grant(self, bit);
             let waiter = head.clone();
             // Capped so that a want can always be met by the bits in flight.
@@ -309,7 +327,7 @@ impl SbitmapQueue {
             if granted >= want.max(max_batch) {
                 // Served: off the queue, and the next grant starts with the
                 // next queue (round robin over the 8, as wake_up_nr does).
-                list.pop_front();
+                list.remove(pos);
                 ws.nr_waiting.fetch_sub(1, Ordering::SeqCst);
                 self.wake_index.store(((index + 1) % SBQ_WAIT_QUEUES) as u32, Ordering::Relaxed);
             }
@@ -343,6 +361,7 @@ impl SbitmapQueue {
         if let Some(bit) = waiter.take_granted(self).or_else(|| self.get_shallow(hint, shallow_depth)) {
             return (bit, false);
         }
+        waiter.set_shallow_depth(shallow_depth);
         let ws = &self.ws[ws_index % SBQ_WAIT_QUEUES];
         // Registered as an active waiter for the whole wait, like the
         // kernel's sbitmap_prepare_to_wait .. sbitmap_finish_wait.

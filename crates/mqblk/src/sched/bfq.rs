@@ -27,7 +27,7 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
 
 use super::{tunable, DoneInfo, Elevator, RqTable};
-use crate::clock::now_ns;
+use crate::clock::coarse_now_ns as now_ns;
 use crate::config::SpecParams;
 use crate::request::{op_is_sync, IoPrio, IoPrioClass, Op, ReqFlags, Rq, RqList};
 use crate::sync::{AtomicU32, Mutex, Ordering};

@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 use std::fmt::Write as _;
 
 use super::{tunable, BioPos, DoneInfo, Elevator, MergeKind, RqTable};
-use crate::clock::now_ns;
+use crate::clock::coarse_now_ns as now_ns;
 use crate::config::SpecParams;
 use crate::request::{op_is_sync, Op, ReqFlags, Rq, RqList};
 use crate::sync::{AtomicU32, Mutex, Ordering};
@@ -34,8 +34,11 @@ fn dir_of(op: Op) -> usize {
 struct DirQueue {
     /// (start sector, scheduler tag), sorted.
     sorted: Vec<(u64, u32)>,
-    /// (deadline ns, scheduler tag), in insertion order (deadlines grow).
-    fifo: VecDeque<(u64, u32)>,
+    /// (deadline ns, scheduler tag, generation), in insertion order
+    /// (deadlines grow). Entries of requests dispatched in sector order are
+    /// left in place and dropped when they reach the head (their
+    /// generation no longer matches): no removal from the middle.
+    fifo: VecDeque<(u64, u32, u32)>,
     /// Where the current batch continues: the end sector of the last
     /// request dispatched in this direction.
     next_sector: Option<u64>,
@@ -57,18 +60,33 @@ impl DirQueue {
         self.sorted.remove(at);
     }
 
-    fn remove_fifo(&mut self, deadline: u64, tag: u32) {
-        let at = self.fifo.partition_point(|&e| e.0 < deadline);
-        let off = self.fifo.range(at..).position(|&e| e.1 == tag).expect("mq-deadline: FIFO lost a request");
-        self.fifo.remove(at + off);
+    /// The oldest queued request's (deadline, tag), dropping stale entries.
+    fn fifo_head(&mut self, gens: &[u32]) -> Option<(u64, u32)> {
+        while let Some(&(deadline, tag, gen)) = self.fifo.front() {
+            if gens[tag as usize] == gen {
+                return Some((deadline, tag));
+            }
+            self.fifo.pop_front();
+        }
+        None
+    }
+
+    /// Keeps stale entries from piling up behind a long-lived head.
+    fn compact_fifo(&mut self, gens: &[u32], cap: usize) {
+        if self.fifo.len() > 2 * cap {
+            self.fifo.retain(|&(_, tag, gen)| gens[tag as usize] == gen);
+        }
     }
 }
 
 struct HctxState {
     dirs: [DirQueue; 2],
     rqs: RqTable,
-    /// Per scheduler tag: (start sector, deadline) of the queued request.
-    meta: Vec<(u64, u64)>,
+    /// Per scheduler tag: start sector of the queued request.
+    meta: Vec<u64>,
+    /// Per scheduler tag: generation of its FIFO entry while queued (odd),
+    /// bumped when it leaves (even), so stale FIFO entries are recognised.
+    gens: Vec<u32>,
     batching: u32,
     last_dir: usize,
     starved: u32,
@@ -106,7 +124,8 @@ impl MqDeadline {
                 let state = HctxState {
                     dirs: [DirQueue::new(cap), DirQueue::new(cap)],
                     rqs: RqTable::new(nr_requests),
-                    meta: vec![(0, 0); cap],
+                    meta: vec![0; cap],
+                    gens: vec![0; cap],
                     batching: 0,
                     last_dir: READ,
                     starved: 0,
@@ -125,16 +144,20 @@ impl MqDeadline {
         let last = st.dirs[dir].fifo.back().map_or(0, |e| e.0);
         let (sector, deadline) = (rq.sector(), (now + expire).max(last));
         let tag = st.rqs.put(rq);
-        st.meta[tag as usize] = (sector, deadline);
+        st.meta[tag as usize] = sector;
+        st.gens[tag as usize] = st.gens[tag as usize].wrapping_add(1);
+        let gen = st.gens[tag as usize];
         st.dirs[dir].insert_sorted(sector, tag);
-        st.dirs[dir].fifo.push_back((deadline, tag));
+        st.dirs[dir].compact_fifo(&st.gens, st.meta.len());
+        st.dirs[dir].fifo.push_back((deadline, tag, gen));
     }
 
-    /// Removes `tag` from both lists and hands its request out.
+    /// Removes `tag` from the sorted list (its FIFO entry goes stale) and
+    /// hands its request out.
     fn take(st: &mut HctxState, dir: usize, tag: u32) -> Rq {
-        let (sector, deadline) = st.meta[tag as usize];
+        let sector = st.meta[tag as usize];
         st.dirs[dir].remove_sorted(sector, tag);
-        st.dirs[dir].remove_fifo(deadline, tag);
+        st.gens[tag as usize] = st.gens[tag as usize].wrapping_add(1);
         st.rqs.take(tag)
     }
 
@@ -172,8 +195,8 @@ impl MqDeadline {
         }
         st.batching = 0;
         st.last_dir = dir;
+        let (deadline, head) = st.dirs[dir].fifo_head(&st.gens).expect("a non-empty direction has a FIFO head");
         let q = &st.dirs[dir];
-        let &(deadline, head) = q.fifo.front().expect("a non-empty direction has a FIFO head");
         // A new batch starts at the FIFO head if it expired, else where the
         // last batch of this direction left off (or the lowest sector).
         let tag = if deadline <= now { head } else { Self::next_in_batch(st, dir).unwrap_or(q.sorted[0].1) };
@@ -252,7 +275,7 @@ impl Elevator for MqDeadline {
         // The request now starts at the bio: keep the list sorted.
         st.dirs[dir].remove_sorted(start, tag);
         st.dirs[dir].insert_sorted(bio.sector, tag);
-        st.meta[tag as usize].0 = bio.sector;
+        st.meta[tag as usize] = bio.sector;
         true
     }
 

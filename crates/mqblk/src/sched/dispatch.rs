@@ -11,11 +11,19 @@
 //! inserter's search sees the freed tag.
 
 use super::{DoneInfo, SchedCtx};
-use crate::clock::now_ns;
 use crate::driver::QueueRqResult;
 use crate::hctx::{Hctx, SCHED_BATCH};
 use crate::request::{Request, Rq, RqList};
 use crate::sync::Ordering;
+
+impl SchedCtx {
+    /// Whether the elevator has a request to dispatch now: one load when
+    /// nothing is queued.
+    #[inline(always)]
+    fn has_work(&self, hctx: usize) -> bool {
+        self.queued.load(Ordering::SeqCst) != 0 && self.elevator.has_work(hctx)
+    }
+}
 
 impl Hctx {
     /// The scheduler of this hardware queue, if any.
@@ -36,7 +44,7 @@ impl Hctx {
 
     #[inline(always)]
     pub(crate) fn sched_has_work(&self) -> bool {
-        self.sched().is_some_and(|s| s.elevator.has_work(self.index()))
+        self.sched().is_some_and(|s| s.has_work(self.index()))
     }
 
     /// Hands a new request on: into the scheduler (then runs the queue),
@@ -61,10 +69,8 @@ impl Hctx {
     }
 
     fn insert(&self, s: &SchedCtx, rqs: &mut RqList) {
-        let now = now_ns();
-        for rq in rqs.iter_mut() {
-            rq.rq_mut().sched_time_ns = now;
-        }
+        // SeqCst: the inserter's half of the restart argument (module docs).
+        s.queued.fetch_add(rqs.len() as u32, Ordering::SeqCst);
         s.elevator.insert_requests(self.index(), rqs);
         debug_assert!(rqs.is_empty(), "the elevator took every request");
         self.run_dispatch_list();
@@ -81,13 +87,14 @@ impl Hctx {
         let (alloc, batch) = &mut *guard;
         loop {
             let mut out_of_tags = false;
-            while batch.len() < SCHED_BATCH && s.elevator.has_work(index) {
+            while batch.len() < SCHED_BATCH && s.has_work(index) {
                 let Some(got) = self.tags.get(alloc, false, true, || {}) else {
                     out_of_tags = true;
                     break;
                 };
                 match s.elevator.dispatch_request(index) {
                     Some(mut rq) => {
+                        s.queued.fetch_sub(1, Ordering::Relaxed);
                         rq.rq_mut().driver_tag = got.tag;
                         batch.push_back(rq);
                     }
@@ -131,7 +138,6 @@ impl Hctx {
             client_id: rq.client_id,
             ioprio: rq.ioprio,
             inserted_ns: rq.sched_time_ns,
-            done_ns: now_ns(),
         };
         s.elevator.finish_request(self.index(), &done);
         // The driver tag first, read before anything is freed: once the

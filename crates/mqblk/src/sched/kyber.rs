@@ -126,7 +126,9 @@ impl Elevator for Kyber {
         let (lock, queued) = &self.hctxs[hctx];
         let mut st = lock.lock();
         let n = rqs.len() as u32;
-        for rq in rqs {
+        let now = now_ns();
+        for mut rq in rqs {
+            rq.rq_mut().sched_time_ns = now;
             let d = domain_of(rq.op());
             let tag = st.rqs.put(rq);
             st.domains[d].fifo.push_back(tag);
@@ -163,14 +165,15 @@ impl Elevator for Kyber {
     }
 
     fn finish_request(&self, hctx: usize, done: &DoneInfo) {
+        let now = now_ns();
         let mut st = self.hctxs[hctx].0.lock();
         let dom = &mut st.domains[domain_of(done.op)];
         dom.in_flight -= 1;
         if dom.samples.len() < SAMPLES {
-            dom.samples.push(done.done_ns.saturating_sub(done.inserted_ns));
+            dom.samples.push(now.saturating_sub(done.inserted_ns));
         }
-        if done.done_ns >= st.window_start_ns + WINDOW_NS {
-            self.adjust(&mut st, done.done_ns);
+        if now >= st.window_start_ns + WINDOW_NS {
+            self.adjust(&mut st, now);
         }
     }
 

@@ -44,10 +44,8 @@ pub struct DoneInfo {
     pub nr_sectors: u32,
     pub client_id: u32,
     pub ioprio: IoPrio,
-    /// When the framework inserted the request (ns).
+    /// `Rq::sched_time_ns` as the scheduler set it (kyber: insertion).
     pub inserted_ns: u64,
-    /// When it completed (ns).
-    pub done_ns: u64,
 }
 
 impl DoneInfo {
@@ -146,6 +144,9 @@ pub fn default_nr_requests(queue_depth: u32) -> u32 {
 pub(crate) struct SchedCtx {
     pub(crate) elevator: std::sync::Arc<dyn Elevator>,
     pub(crate) tags: Tags,
+    /// Requests inserted and not yet dispatched (kept by the framework, so
+    /// the common "nothing queued" check is one load, no call).
+    pub(crate) queued: crate::sync::AtomicU32,
 }
 
 impl fmt::Debug for SchedCtx {
