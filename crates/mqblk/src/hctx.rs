@@ -42,6 +42,9 @@ pub(crate) struct HctxStats {
 }
 
 /// A hardware queue of a device.
+///
+/// `Sync` by hand for one field: `sched_dispatch` is an `UnsafeCell` used
+/// only by the thread that holds `dispatch_running`.
 pub struct Hctx {
     index: usize,
     pub(crate) tags: Tags,
@@ -63,10 +66,18 @@ pub struct Hctx {
     /// (`RequestQueue::sched_contexts`), so a reference never dangles.
     pub(crate) sched: AtomicPtr<SchedCtx>,
     /// Driver-tag allocation and the batch being dispatched from the
-    /// scheduler (used by the one thread running the queue).
-    pub(crate) sched_dispatch: Mutex<(AllocData, RqList)>,
+    /// scheduler: used only by the thread running the queue, which
+    /// `dispatch_running` makes exclusive (see `dispatch_sched`).
+    pub(crate) sched_dispatch: std::cell::UnsafeCell<(AllocData, RqList)>,
     pub(crate) stats: HctxStats,
 }
+
+// SAFETY: every field is Sync except `sched_dispatch`, which only the
+// thread that won the `dispatch_running` swap touches (SeqCst swap to take,
+// SeqCst store to release: the next runner sees its writes).
+unsafe impl Sync for Hctx {}
+// SAFETY: nothing in an Hctx is tied to a thread.
+unsafe impl Send for Hctx {}
 
 impl fmt::Debug for Hctx {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -87,7 +98,10 @@ impl Hctx {
             dispatch_rerun: AtomicBool::new(false),
             need_delayed_run: AtomicBool::new(false),
             sched: AtomicPtr::new(std::ptr::null_mut()),
-            sched_dispatch: Mutex::new((AllocData::new(index as u32, index), RqList::with_capacity(SCHED_BATCH))),
+            sched_dispatch: std::cell::UnsafeCell::new((
+                AllocData::new(index as u32, index),
+                RqList::with_capacity(SCHED_BATCH),
+            )),
             stats: HctxStats::default(),
         }
     }

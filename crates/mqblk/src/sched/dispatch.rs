@@ -77,14 +77,16 @@ impl Hctx {
     }
 
     /// Moves requests from the scheduler to the driver while both have
-    /// some to give: batches of up to SCHED_BATCH, each with a driver tag,
+    /// some to give (only from `run_dispatch_list`, holding
+    /// `dispatch_running`): batches of up to SCHED_BATCH, each with a driver tag,
     /// `last` on the final one. Returns true if the driver was busy (the
     /// rest waits on the dispatch list).
     pub(crate) fn dispatch_sched(&self) -> bool {
         let Some(s) = self.sched() else { return false };
         let index = self.index();
-        let mut guard = self.sched_dispatch.lock();
-        let (alloc, batch) = &mut *guard;
+        // SAFETY: only called from `run_dispatch_list` by the thread holding
+        // `dispatch_running`, so no one else touches the cell meanwhile.
+        let (alloc, batch) = unsafe { &mut *self.sched_dispatch.get() };
         loop {
             let mut out_of_tags = false;
             while batch.len() < SCHED_BATCH && s.has_work(index) {
