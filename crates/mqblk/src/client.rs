@@ -33,7 +33,7 @@ use crate::status::Status;
 use crate::tag::{AllocData, TagGot};
 use std::sync::Arc;
 
-use crate::sync::{dekker_fence, Ordering};
+use crate::sync::{dekker_fence, door, Ordering};
 
 /// The scalar part of what a request is initialised from: a whole bio, or
 /// one piece of a split bio (`view` into the parent's buffer, `split` =
@@ -159,34 +159,27 @@ impl Client {
     /// Submits inside the queue's door (`enter`/`exit`: a scheduler switch
     /// waits for submissions in progress and holds new ones back).
     fn submit_inner(&mut self, bio: Bio, user_data: u64, origin: u8, reserved: bool) -> Result<(), Box<Rejected>> {
-        self.enter();
+        if !door::enter(&self.shared.counters.entered, &self.q.frozen) {
+            self.wait_at_door();
+        }
         let result = self.submit_entered(bio, user_data, origin, reserved);
-        self.shared.counters.entered.store(false, Ordering::Release);
+        door::leave(&self.shared.counters.entered);
         result
     }
 
-    /// Announces a submission (SeqCst, against the freezer's SeqCst flag:
-    /// a Dekker pair, so either the freezer sees us or we see it).
-    #[inline(always)]
-    fn enter(&mut self) {
-        self.shared.counters.entered.store(true, Ordering::SeqCst);
-        if self.q.frozen.load(Ordering::SeqCst) {
-            self.wait_unfrozen();
-        }
-    }
-
+    /// The queue is frozen (a scheduler switch): give back what the plug
+    /// holds, as before any sleep, and wait until the door opens.
     #[cold]
     #[inline(never)]
-    fn wait_unfrozen(&mut self) {
-        while self.q.frozen.load(Ordering::SeqCst) {
-            self.shared.counters.entered.store(false, Ordering::SeqCst);
-            // The freeze waits for every request: give back what the plug
-            // holds, as before any sleep.
+    fn wait_at_door(&mut self) {
+        loop {
             self.plug.flush(&self.q, &self.shared.counters);
             while self.q.frozen.load(Ordering::Acquire) {
                 std::thread::sleep(Duration::from_millis(1));
             }
-            self.shared.counters.entered.store(true, Ordering::SeqCst);
+            if door::enter(&self.shared.counters.entered, &self.q.frozen) {
+                return;
+            }
         }
     }
 
@@ -416,7 +409,10 @@ impl Client {
         }
         self.shared.counters.request(head.op);
         // SAFETY: the slot is initialised and we give up access to it.
-        let rq = unsafe { crate::request::Rq::from_raw(ptr) };
+        let mut rq = unsafe { crate::request::Rq::from_raw(ptr) };
+        if let Some(s) = sched {
+            s.elevator.prepare_request(self.hctx_index, &mut rq);
+        }
         if reserved {
             hctx.issue(rq, true);
         } else if self.plug.is_plugged() {

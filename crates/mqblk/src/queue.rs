@@ -293,6 +293,9 @@ impl RequestQueue {
         let nr_requests = nr_requests.unwrap_or_else(|| crate::sched::default_nr_requests(self.tag_set.queue_depth));
         let elevator: Option<Arc<dyn crate::sched::Elevator>> =
             crate::sched::elevator(name, self.hctxs.len(), nr_requests, p)?.map(Arc::from);
+        if let Some(e) = &elevator {
+            e.depth_updated(nr_requests);
+        }
         let mut contexts = self.sched_contexts.lock();
         for hctx in self.hctxs.iter() {
             let ptr = match &elevator {
@@ -331,13 +334,13 @@ impl RequestQueue {
         let nr_requests = crate::sched::default_nr_requests(self.tag_set.queue_depth);
         crate::sched::elevator(name, self.hctxs.len(), nr_requests, &params).map_err(Error::Setup)?;
         let _one_switch = self.switch_lock.lock();
-        self.frozen.store(true, Ordering::SeqCst);
+        crate::sync::door::close(&self.frozen);
         let drained = self.wait_drained(drain_timeout);
         let result = match drained {
             Ok(()) => self.install_scheduler(name, None, &params).map_err(Error::Setup),
             Err(e) => Err(e),
         };
-        self.frozen.store(false, Ordering::SeqCst);
+        crate::sync::door::open(&self.frozen);
         result
     }
 
@@ -346,7 +349,7 @@ impl RequestQueue {
     fn wait_drained(&self, timeout: Duration) -> Result<(), Error> {
         let deadline = Instant::now() + timeout;
         loop {
-            let entered = self.all_clients.lock().iter().any(|c| c.counters.entered.load(Ordering::SeqCst));
+            let entered = self.all_clients.lock().iter().any(|c| crate::sync::door::is_inside(&c.counters.entered));
             let busy: u32 =
                 self.hctxs.iter().map(|h| h.tags.busy() + h.pool().busy() * u32::from(h.sched().is_some())).sum();
             if !entered && busy == 0 {
@@ -515,7 +518,7 @@ impl RequestQueue {
         let _ = writeln!(out, "splits={}", self.splits.load(Ordering::Relaxed));
         let s = self.stats();
         let _ = writeln!(out, "plug_nesting={}", self.plug_nesting.name());
-        let _ = writeln!(out, "scheduler={}", self.sched_name.lock());
+        let _ = writeln!(out, "scheduler={}", self.sched_name.lock().as_str());
         let _ = writeln!(out, "bios={} {}", s.bios.read, s.bios.write);
         let _ = writeln!(out, "requests={} {}", s.requests.read, s.requests.write);
         let _ = writeln!(out, "merges={} {} front={}", s.merges.read, s.merges.write, s.front_merges);

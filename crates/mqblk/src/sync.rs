@@ -229,6 +229,49 @@ pub(crate) fn dekker_fence() {
     loom::sync::atomic::fence(Ordering::SeqCst);
 }
 
+/// The queue's door (the kernel's queue freeze): submitters pass it, a
+/// freezer closes it and waits until no one is inside. Each submitter has
+/// its own `entered` flag; the door is one `frozen` flag. A Dekker pair:
+/// the submitter stores `entered` then reads `frozen`, the freezer stores
+/// `frozen` then reads every `entered`, all SeqCst, so at least one of them
+/// sees the other: no submitter is inside while the freezer believes the
+/// queue empty. Model-checked in loom_models.rs.
+pub(crate) mod door {
+    use super::{dekker_fence, AtomicBool, Ordering};
+
+    /// Tries to enter; false (and not inside) if the door is closed.
+    #[inline(always)]
+    pub(crate) fn enter(entered: &AtomicBool, frozen: &AtomicBool) -> bool {
+        entered.store(true, Ordering::SeqCst);
+        dekker_fence();
+        if frozen.load(Ordering::SeqCst) {
+            entered.store(false, Ordering::SeqCst);
+            return false;
+        }
+        true
+    }
+
+    #[inline(always)]
+    pub(crate) fn leave(entered: &AtomicBool) {
+        entered.store(false, Ordering::Release);
+    }
+
+    /// Closes the door; then `is_inside` on every submitter tells whether
+    /// the freezer must still wait.
+    pub(crate) fn close(frozen: &AtomicBool) {
+        frozen.store(true, Ordering::SeqCst);
+        dekker_fence();
+    }
+
+    pub(crate) fn is_inside(entered: &AtomicBool) -> bool {
+        entered.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn open(frozen: &AtomicBool) {
+        frozen.store(false, Ordering::SeqCst);
+    }
+}
+
 /// The consumer side of a producer/consumer handoff that sleeps only when
 /// there is nothing to do, and the producer side that wakes it only when it
 /// really sleeps (no syscall otherwise).

@@ -93,12 +93,14 @@ struct HctxState {
 }
 
 struct Tunables {
+    /// async_depth was given: depth updates leave it alone.
+    async_depth_set: bool,
     read_expire_ns: u64,
     write_expire_ns: u64,
     writes_starved: u32,
     fifo_batch: u32,
     front_merges: bool,
-    async_depth: u32,
+    async_depth: AtomicU32,
 }
 
 pub struct MqDeadline {
@@ -110,13 +112,19 @@ impl MqDeadline {
     pub fn new(nr_hw_queues: usize, nr_requests: u32, p: &SpecParams) -> Result<Self, String> {
         let ms = 1_000_000;
         let t = Tunables {
+            async_depth_set: p.is_set("async_depth"),
             read_expire_ns: tunable(p, "read_expire", 500, 0, 3_600_000)? * ms,
             write_expire_ns: tunable(p, "write_expire", 5000, 0, 3_600_000)? * ms,
             writes_starved: tunable(p, "writes_starved", 2, 0, 1 << 20)? as u32,
             fifo_batch: tunable(p, "fifo_batch", 16, 1, 1 << 20)? as u32,
             front_merges: tunable(p, "front_merges", 1, 0, 1)? == 1,
-            async_depth: tunable(p, "async_depth", (3 * u64::from(nr_requests) / 4).max(1), 1, nr_requests.into())?
-                as u32,
+            async_depth: AtomicU32::new(tunable(
+                p,
+                "async_depth",
+                (3 * u64::from(nr_requests) / 4).max(1),
+                1,
+                nr_requests.into(),
+            )? as u32),
         };
         let cap = nr_requests as usize;
         let hctxs = (0..nr_hw_queues)
@@ -214,12 +222,18 @@ impl Elevator for MqDeadline {
         if op_is_sync(op, flags) && dir_of(op) == READ {
             None
         } else {
-            Some(self.t.async_depth)
+            Some(self.t.async_depth.load(Ordering::Relaxed))
         }
     }
 
     fn min_shallow_depth(&self) -> u32 {
-        self.t.async_depth
+        self.t.async_depth.load(Ordering::Relaxed)
+    }
+
+    fn depth_updated(&self, nr_requests: u32) {
+        if !self.t.async_depth_set {
+            self.t.async_depth.store((3 * nr_requests / 4).max(1), Ordering::Relaxed);
+        }
     }
 
     fn insert_requests(&self, hctx: usize, rqs: &mut RqList) {
@@ -291,7 +305,7 @@ impl Elevator for MqDeadline {
             t.writes_starved,
             t.fifo_batch,
             u8::from(t.front_merges),
-            t.async_depth
+            t.async_depth.load(Ordering::Relaxed)
         );
         for (i, (lock, queued)) in self.hctxs.iter().enumerate() {
             let st = lock.lock();

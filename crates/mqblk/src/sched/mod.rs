@@ -71,6 +71,14 @@ pub trait Elevator: Send + Sync + 'static {
         u32::MAX
     }
 
+    /// The scheduler tags per hardware queue changed (at installation, and
+    /// whenever nr_requests would change): recompute depth-derived limits.
+    fn depth_updated(&self, _nr_requests: u32) {}
+
+    /// A request was allocated for this scheduler and initialised, before
+    /// it is plugged or inserted (the kernel's `prepare_request`).
+    fn prepare_request(&self, _hctx: usize, _rq: &mut Rq) {}
+
     /// Takes requests (in order) into the scheduler. `rqs` is empty after.
     fn insert_requests(&self, hctx: usize, rqs: &mut RqList);
 
