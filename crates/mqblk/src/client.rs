@@ -167,13 +167,16 @@ impl Client {
         result
     }
 
-    /// The queue is frozen (a scheduler switch): give back what the plug
-    /// holds, as before any sleep, and wait until the door opens.
+    /// The queue is frozen (a scheduler switch): give back what we hold,
+    /// as before any sleep, and wait until the door opens.
     #[cold]
     #[inline(never)]
     fn wait_at_door(&mut self) {
         loop {
+            // The freeze waits for every tag: give back the plug's requests
+            // and cached tags, and tags a handoff granted us in advance.
             self.plug.flush(&self.q, &self.shared.counters);
+            self.release_granted();
             while self.q.frozen.load(Ordering::Acquire) {
                 std::thread::sleep(Duration::from_millis(1));
             }

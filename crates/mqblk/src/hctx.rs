@@ -202,14 +202,27 @@ impl Hctx {
     /// The list lock is never held across `queue_rq`: a driver may complete
     /// inline, and completion runs the list again. Only one thread runs the
     /// list at a time; a run requested meanwhile (`dispatch_rerun`) makes the
-    /// runner go round again, so a completion's restart is never lost.
+    /// runner go round again, so a completion's restart is never lost: the
+    /// requester stores `dispatch_rerun` then reads `dispatch_running`, the
+    /// runner stores `dispatch_running = false` then reads `dispatch_rerun`
+    /// (all SeqCst), so one of them sees the other. Uncontended, a run costs
+    /// two locked instructions.
     pub(crate) fn run_dispatch_list(&self) {
-        self.dispatch_rerun.store(true, Ordering::SeqCst);
         loop {
             if self.dispatch_running.swap(true, Ordering::SeqCst) {
-                return; // the running thread will see dispatch_rerun
+                // Someone runs: ask for another round. If it released the
+                // list before our request became visible it may not see it,
+                // so check: still running means it will (it reads
+                // `dispatch_rerun` after releasing), else run ourselves.
+                self.dispatch_rerun.store(true, Ordering::SeqCst);
+                if self.dispatch_running.load(Ordering::SeqCst) {
+                    return;
+                }
+                continue;
             }
-            self.dispatch_rerun.store(false, Ordering::SeqCst);
+            if self.dispatch_rerun.load(Ordering::Relaxed) {
+                self.dispatch_rerun.store(false, Ordering::SeqCst);
+            }
             let mut busy = self.dispatch_once();
             if !busy {
                 busy = self.dispatch_sched();
