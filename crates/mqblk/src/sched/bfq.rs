@@ -103,7 +103,7 @@ pub struct Bfq {
     nr_requests: u32,
     /// Busy weight-raised queues over the device (for the depth limits).
     wr_busy: AtomicU32,
-    hctxs: Box<[(Mutex<HctxState>, AtomicU32)]>,
+    hctxs: Box<[Mutex<HctxState>]>,
 }
 
 impl Bfq {
@@ -130,7 +130,7 @@ impl Bfq {
                     service_start_ns: 0,
                     idle_until_ns: 0,
                 };
-                (Mutex::new(state), AtomicU32::new(0))
+                Mutex::new(state)
             })
             .collect();
         Ok(Self { t, nr_requests, wr_busy: AtomicU32::new(0), hctxs })
@@ -277,10 +277,8 @@ impl Elevator for Bfq {
     }
 
     fn insert_requests(&self, hctx: usize, rqs: &mut RqList) {
-        let (lock, queued) = &self.hctxs[hctx];
         let now = now_ns();
-        let mut st = lock.lock();
-        let n = rqs.len() as u32;
+        let mut st = self.hctxs[hctx].lock();
         for rq in rqs {
             let sync = op_is_sync(rq.op(), rq.flags());
             let i = Self::queue_index(&mut st, rq.client_id(), sync, rq.ioprio());
@@ -290,13 +288,11 @@ impl Elevator for Bfq {
                 self.activate(&mut st, i, now);
             }
         }
-        queued.fetch_add(n, Ordering::SeqCst);
     }
 
     fn dispatch_request(&self, hctx: usize) -> Option<Rq> {
-        let (lock, queued) = &self.hctxs[hctx];
         let now = now_ns();
-        let mut st = lock.lock();
+        let mut st = self.hctxs[hctx].lock();
         let st = &mut *st;
         self.end_raising(st, now);
         if let Some(i) = st.in_service {
@@ -333,12 +329,13 @@ impl Elevator for Bfq {
                 self.expire(st, now);
             }
         }
-        queued.fetch_sub(1, Ordering::SeqCst);
         Some(rq)
     }
 
-    fn has_work(&self, hctx: usize) -> bool {
-        self.hctxs[hctx].1.load(Ordering::SeqCst) != 0
+    fn has_work(&self, _hctx: usize) -> bool {
+        // Queued requests are dispatchable, except while idling, when
+        // `dispatch_request` says no and the framework retries later.
+        true
     }
 
     fn finish_request(&self, _hctx: usize, _done: &DoneInfo) {}
@@ -354,7 +351,7 @@ impl Elevator for Bfq {
             t.wr_max_time_ns / 1_000_000,
             self.wr_busy.load(Ordering::Relaxed)
         );
-        for (h, (lock, _)) in self.hctxs.iter().enumerate() {
+        for (h, lock) in self.hctxs.iter().enumerate() {
             let st = lock.lock();
             for q in &st.queues {
                 let _ = writeln!(

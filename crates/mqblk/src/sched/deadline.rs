@@ -105,7 +105,7 @@ struct Tunables {
 
 pub struct MqDeadline {
     t: Tunables,
-    hctxs: Box<[(Mutex<HctxState>, AtomicU32)]>,
+    hctxs: Box<[Mutex<HctxState>]>,
 }
 
 impl MqDeadline {
@@ -138,7 +138,7 @@ impl MqDeadline {
                     last_dir: READ,
                     starved: 0,
                 };
-                (Mutex::new(state), AtomicU32::new(0))
+                Mutex::new(state)
             })
             .collect();
         Ok(Self { t, hctxs })
@@ -237,33 +237,28 @@ impl Elevator for MqDeadline {
     }
 
     fn insert_requests(&self, hctx: usize, rqs: &mut RqList) {
-        let (lock, queued) = &self.hctxs[hctx];
-        let mut st = lock.lock();
+        let mut st = self.hctxs[hctx].lock();
         let now = now_ns();
-        let n = rqs.len() as u32;
         for rq in rqs {
             self.insert_one(&mut st, rq, now);
         }
-        queued.fetch_add(n, Ordering::SeqCst);
     }
 
     fn dispatch_request(&self, hctx: usize) -> Option<Rq> {
-        let (lock, queued) = &self.hctxs[hctx];
-        let mut st = lock.lock();
+        let mut st = self.hctxs[hctx].lock();
         let (dir, tag) = self.choose(&mut st, now_ns())?;
         let rq = Self::take(&mut st, dir, tag);
         st.batching += 1;
         st.dirs[dir].next_sector = Some(rq.sector() + u64::from(rq.nr_sectors()));
-        queued.fetch_sub(1, Ordering::SeqCst);
         Some(rq)
     }
 
-    fn has_work(&self, hctx: usize) -> bool {
-        self.hctxs[hctx].1.load(Ordering::SeqCst) != 0
+    fn has_work(&self, _hctx: usize) -> bool {
+        true // every queued request can be dispatched
     }
 
     fn bio_merge(&self, hctx: usize, bio: &BioPos, attach: &mut dyn FnMut(&mut Rq, MergeKind) -> bool) -> bool {
-        let mut st = self.hctxs[hctx].0.lock();
+        let mut st = self.hctxs[hctx].lock();
         let st = &mut *st;
         let dir = dir_of(bio.op);
         let sorted = &st.dirs[dir].sorted;
@@ -307,12 +302,11 @@ impl Elevator for MqDeadline {
             u8::from(t.front_merges),
             t.async_depth.load(Ordering::Relaxed)
         );
-        for (i, (lock, queued)) in self.hctxs.iter().enumerate() {
+        for (i, lock) in self.hctxs.iter().enumerate() {
             let st = lock.lock();
             let _ = writeln!(
                 out,
-                "sched/hctx{i} queued={} reads={} writes={} starved={}",
-                queued.load(Ordering::Relaxed),
+                "sched/hctx{i} reads={} writes={} starved={}",
                 st.dirs[READ].sorted.len(),
                 st.dirs[WRITE].sorted.len(),
                 st.starved

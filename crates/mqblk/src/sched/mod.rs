@@ -85,8 +85,10 @@ pub trait Elevator: Send + Sync + 'static {
     /// The next request to hand to the driver, if any.
     fn dispatch_request(&self, hctx: usize) -> Option<Rq>;
 
-    /// Whether `dispatch_request` would return a request (cheap: called on
-    /// every completion).
+    /// Whether `dispatch_request` would return a request. Asked only while
+    /// the framework counts requests queued in this elevator (so "none
+    /// queued" never reaches it); an elevator whose every queued request
+    /// is dispatchable answers true. Called on every completion: be cheap.
     fn has_work(&self, hctx: usize) -> bool;
 
     /// Merges a bio into a queued request if one is contiguous: finds a
