@@ -177,7 +177,7 @@ impl MqDeadline {
         q.sorted.get(q.sorted.partition_point(|&(s, _)| s < from)).map(|&(_, tag)| tag)
     }
 
-    fn choose(&self, st: &mut HctxState, now: u64) -> Option<(usize, u32)> {
+    fn choose(&self, st: &mut HctxState) -> Option<(usize, u32)> {
         if st.batching < self.t.fifo_batch {
             if let Some(tag) = Self::next_in_batch(st, st.last_dir) {
                 return Some((st.last_dir, tag));
@@ -207,7 +207,8 @@ impl MqDeadline {
         let q = &st.dirs[dir];
         // A new batch starts at the FIFO head if it expired, else where the
         // last batch of this direction left off (or the lowest sector).
-        let tag = if deadline <= now { head } else { Self::next_in_batch(st, dir).unwrap_or(q.sorted[0].1) };
+        // The clock is read only here, when a batch starts.
+        let tag = if deadline <= now_ns() { head } else { Self::next_in_batch(st, dir).unwrap_or(q.sorted[0].1) };
         Some((dir, tag))
     }
 }
@@ -246,7 +247,7 @@ impl Elevator for MqDeadline {
 
     fn dispatch_request(&self, hctx: usize) -> Option<Rq> {
         let mut st = self.hctxs[hctx].lock();
-        let (dir, tag) = self.choose(&mut st, now_ns())?;
+        let (dir, tag) = self.choose(&mut st)?;
         let rq = Self::take(&mut st, dir, tag);
         st.batching += 1;
         st.dirs[dir].next_sector = Some(rq.sector() + u64::from(rq.nr_sectors()));
