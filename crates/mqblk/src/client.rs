@@ -422,7 +422,7 @@ impl Client {
             let len_bytes = u64::from(head.nr_sectors) << SECTOR_SHIFT;
             self.plug.add(&self.q, &self.shared.counters, rq, self.hctx_index, len_bytes);
         } else if sched.is_some() {
-            hctx.submit(rq, &mut self.scratch);
+            hctx.submit(rq, &mut self.scratch, Some(&mut self.alloc));
         } else {
             hctx.issue(rq, true);
         }

@@ -236,7 +236,7 @@ impl PlugState {
         } else if self.rqs.len() == 1 {
             // One request: the plain path, no batch bookkeeping.
             let rq = self.rqs.pop_front().expect("one request");
-            q.hctx(rq.hctx_index()).submit(rq, &mut self.group_buf);
+            q.hctx(rq.hctx_index()).submit(rq, &mut self.group_buf, None);
         } else {
             let index = self.rqs.front().expect("not empty").hctx_index();
             q.hctx(index).submit_list(&mut self.rqs);

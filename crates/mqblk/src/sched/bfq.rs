@@ -26,7 +26,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
 
-use super::{tunable, DoneInfo, Elevator, RqTable};
+use super::{tunable, Elevator, RqTable};
 use crate::clock::coarse_now_ns as now_ns;
 use crate::config::SpecParams;
 use crate::request::{op_is_sync, IoPrio, IoPrioClass, Op, ReqFlags, Rq, RqList};
@@ -337,8 +337,6 @@ impl Elevator for Bfq {
         // `dispatch_request` says no and the framework retries later.
         true
     }
-
-    fn finish_request(&self, _hctx: usize, _done: &DoneInfo) {}
 
     fn show(&self, out: &mut String) {
         let t = &self.t;

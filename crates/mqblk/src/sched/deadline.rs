@@ -17,7 +17,7 @@
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 
-use super::{tunable, BioPos, DoneInfo, Elevator, MergeKind, RqTable};
+use super::{tunable, BioPos, Elevator, MergeKind, RqTable};
 use crate::clock::coarse_now_ns as now_ns;
 use crate::config::SpecParams;
 use crate::request::{op_is_sync, Op, ReqFlags, Rq, RqList};
@@ -237,6 +237,26 @@ impl Elevator for MqDeadline {
         }
     }
 
+    fn dispatch_direct(&self, hctx: usize, rq: Rq) -> Result<Rq, Rq> {
+        let mut st = self.hctxs[hctx].lock();
+        if !st.dirs[READ].sorted.is_empty() || !st.dirs[WRITE].sorted.is_empty() {
+            return Err(rq);
+        }
+        // The only request: it would start (or continue) a batch in its
+        // direction, exactly as `dispatch_request` would record it.
+        let dir = dir_of(rq.op());
+        if dir != st.last_dir || st.batching >= self.t.fifo_batch {
+            st.batching = 0;
+            st.last_dir = dir;
+            if dir == WRITE {
+                st.starved = 0;
+            }
+        }
+        st.batching += 1;
+        st.dirs[dir].next_sector = Some(rq.sector() + u64::from(rq.nr_sectors()));
+        Ok(rq)
+    }
+
     fn insert_requests(&self, hctx: usize, rqs: &mut RqList) {
         let mut st = self.hctxs[hctx].lock();
         let now = now_ns();
@@ -288,8 +308,6 @@ impl Elevator for MqDeadline {
         st.meta[tag as usize] = bio.sector;
         true
     }
-
-    fn finish_request(&self, _hctx: usize, _done: &DoneInfo) {}
 
     fn show(&self, out: &mut String) {
         let t = &self.t;

@@ -15,6 +15,7 @@ use crate::driver::QueueRqResult;
 use crate::hctx::{Hctx, SCHED_BATCH};
 use crate::request::{Request, Rq, RqList};
 use crate::sync::Ordering;
+use crate::tag::AllocData;
 
 impl SchedCtx {
     /// Whether the elevator has a request to dispatch now: one load when
@@ -48,14 +49,42 @@ impl Hctx {
     }
 
     /// Hands a new request on: into the scheduler (then runs the queue),
-    /// or straight to the driver. `scratch` is an empty list to carry it.
+    /// or straight to the driver. `scratch` is an empty list to carry it;
+    /// with `alloc` (the submitter's), a request the scheduler would
+    /// dispatch next anyway goes to the driver at once (`dispatch_direct`).
     #[inline]
-    pub(crate) fn submit(&self, rq: Rq, scratch: &mut RqList) {
-        match self.sched() {
-            None => self.issue(rq, true),
-            Some(s) => {
-                scratch.push_back(rq);
-                self.insert(s, scratch);
+    pub(crate) fn submit(&self, rq: Rq, scratch: &mut RqList, alloc: Option<&mut AllocData>) {
+        let Some(s) = self.sched() else { return self.issue(rq, true) };
+        let rq = match alloc {
+            Some(alloc) => match self.try_dispatch_direct(s, rq, alloc) {
+                Ok(()) => return,
+                Err(rq) => rq,
+            },
+            None => rq,
+        };
+        scratch.push_back(rq);
+        self.insert(s, scratch);
+    }
+
+    /// The direct path: nothing queued, nothing bounced, a driver tag free,
+    /// and the elevator agrees.
+    fn try_dispatch_direct(&self, s: &SchedCtx, rq: Rq, alloc: &mut AllocData) -> Result<(), Rq> {
+        if s.queued.load(Ordering::SeqCst) != 0 || self.dispatch_len() != 0 {
+            return Err(rq);
+        }
+        let saved = std::mem::replace(&mut alloc.shallow_depth, u32::MAX);
+        let got = self.tags.get(alloc, false, true, || {});
+        alloc.shallow_depth = saved;
+        let Some(got) = got else { return Err(rq) };
+        match s.elevator.dispatch_direct(self.index(), rq) {
+            Ok(mut rq) => {
+                rq.rq_mut().driver_tag = got.tag;
+                self.issue(rq, true);
+                Ok(())
+            }
+            Err(rq) => {
+                self.tags.put(got.tag);
+                Err(rq)
             }
         }
     }

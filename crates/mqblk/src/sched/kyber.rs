@@ -122,6 +122,17 @@ impl Elevator for Kyber {
         self.async_depth
     }
 
+    fn dispatch_direct(&self, hctx: usize, mut rq: Rq) -> Result<Rq, Rq> {
+        let mut st = self.hctxs[hctx].0.lock();
+        let dom = &mut st.domains[domain_of(rq.op())];
+        if !dom.fifo.is_empty() || dom.in_flight >= dom.depth {
+            return Err(rq);
+        }
+        dom.in_flight += 1; // its token, returned by finish_request
+        rq.rq_mut().sched_time_ns = now_ns();
+        Ok(rq)
+    }
+
     fn insert_requests(&self, hctx: usize, rqs: &mut RqList) {
         let (lock, queued) = &self.hctxs[hctx];
         let mut st = lock.lock();

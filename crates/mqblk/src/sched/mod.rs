@@ -12,6 +12,9 @@
 //!
 //! An [`Elevator`] keeps its queued requests (their `Rq` tokens) per
 //! hardware queue and decides the order. `none` means no elevator at all.
+//! A request that arrives at an empty elevator with a driver tag free may
+//! go to the driver at once if the elevator agrees (`dispatch_direct`):
+//! the order is the same, the insert/dispatch round trip is saved.
 //!
 //! Relies on: hctx.rs for dispatch, tag.rs for the scheduler tags,
 //! merge.rs for merging bios into queued requests.
@@ -78,6 +81,15 @@ pub trait Elevator: Send + Sync + 'static {
     /// A request was allocated for this scheduler and initialised, before
     /// it is plugged or inserted (the kernel's `prepare_request`).
     fn prepare_request(&self, _hctx: usize, _rq: &mut Rq) {}
+
+    /// A request arrives while nothing is queued in this elevator, no
+    /// request waits on the dispatch list and a driver tag is free: return
+    /// `Ok(rq)` to have it dispatched at once (the elevator accounts it as
+    /// inserted and dispatched: the order it would have chosen anyway), or
+    /// `Err(rq)` to have it inserted. Default: always insert.
+    fn dispatch_direct(&self, _hctx: usize, rq: Rq) -> Result<Rq, Rq> {
+        Err(rq)
+    }
 
     /// Takes requests (in order) into the scheduler. `rqs` is empty after.
     fn insert_requests(&self, hctx: usize, rqs: &mut RqList);
