@@ -100,11 +100,13 @@ impl Client {
     pub(crate) fn new(q: Arc<RequestQueue>, shared: Arc<ClientShared>, seq: usize) -> Self {
         let hctx_index = seq % q.nr_hw_queues();
         let capacity = shared.capacity();
+        // Spread clients' hints, and their waits over the 8 wait queues (as
+        // hctxs spread over them).
+        let alloc = AllocData::new((seq as u32).wrapping_mul(0x9e37_79b9), seq);
+        *shared.waiter.lock() = Some(alloc.waiter.clone());
         Self {
             hctx_index,
-            // Spread clients' hints, and their waits over the 8 wait queues
-            // (as hctxs spread over them).
-            alloc: AllocData::new((seq as u32).wrapping_mul(0x9e37_79b9), seq),
+            alloc,
             shared,
             in_flight: 0,
             backlog: VecDeque::with_capacity(capacity),

@@ -244,6 +244,9 @@ pub(crate) struct ClientShared {
     pub(crate) notify_armed: AtomicBool,
     /// On its own line: written per I/O by the client, never by completers.
     pub(crate) counters: CachePadded<ClientCounters>,
+    /// The client's tag waiter, so that a queue freeze can give back tags
+    /// a handoff granted it in advance while it is outside the door.
+    pub(crate) waiter: crate::sync::Mutex<Option<crate::sync::Arc<crate::sbitmap::SbqWaiter>>>,
 }
 
 impl ClientShared {
@@ -257,6 +260,7 @@ impl ClientShared {
             notify_fd: AtomicI32::new(-1),
             notify_armed: AtomicBool::new(false),
             counters: CachePadded::new(ClientCounters::default()),
+            waiter: crate::sync::Mutex::new(None),
         }
     }
 

@@ -344,12 +344,29 @@ impl RequestQueue {
         result
     }
 
+    /// Gives back tags a handoff granted to clients in advance (frozen and
+    /// with no one inside, no client can be using them).
+    fn release_all_grants(&self) {
+        for sink in self.all_clients.lock().iter() {
+            let Some(waiter) = sink.waiter.lock().clone() else { continue };
+            for hctx in self.hctxs.iter() {
+                hctx.tags.bitmap_tags.release_granted(&waiter);
+                if let Some(s) = hctx.sched() {
+                    s.tags.bitmap_tags.release_granted(&waiter);
+                }
+            }
+        }
+    }
+
     /// Waits until no client is inside a submission and no request holds a
     /// tag (frozen: none can start).
     fn wait_drained(&self, timeout: Duration) -> Result<(), Error> {
         let deadline = Instant::now() + timeout;
         loop {
             let entered = self.all_clients.lock().iter().any(|c| crate::sync::door::is_inside(&c.counters.entered));
+            if !entered {
+                self.release_all_grants();
+            }
             let busy: u32 =
                 self.hctxs.iter().map(|h| h.tags.busy() + h.pool().busy() * u32::from(h.sched().is_some())).sum();
             if !entered && busy == 0 {
@@ -357,7 +374,7 @@ impl RequestQueue {
             }
             if Instant::now() >= deadline {
                 return Err(Error::Setup(format!(
-                    "scheduler switch: the queue did not drain in {timeout:?} ({busy} tags still held: a request kept in a thread's plug?)"
+                    "scheduler switch: the queue did not drain in {timeout:?} ({busy} tags still held: requests kept in a thread's plug?)"
                 )));
             }
             std::thread::sleep(Duration::from_millis(1));
