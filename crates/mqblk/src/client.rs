@@ -28,7 +28,7 @@ use crate::error::{Error, Rejected, SubmitError};
 use crate::merge::{self, BioPos, MergedBio};
 use crate::plug::{Plug, PlugState};
 use crate::queue::RequestQueue;
-use crate::request::{Bio, ReqFlags, RqState, ORIGIN_BLOCKING, ORIGIN_USER, SECTOR_SHIFT};
+use crate::request::{Bio, ReqFlags, RqState, ORIGIN_BLOCKING, ORIGIN_POLLED, ORIGIN_USER, SECTOR_SHIFT};
 use crate::status::Status;
 use crate::tag::{AllocData, TagGot};
 use std::sync::Arc;
@@ -66,7 +66,15 @@ pub struct ClientStats {
 pub struct Client {
     q: Arc<RequestQueue>,
     shared: Arc<ClientShared>,
-    hctx_index: usize,
+    /// The hardware queue of the submission in progress (the default one
+    /// between submissions).
+    cur_hctx: usize,
+    /// This client's default queue, and its poll queue if the device has
+    /// poll queues (hipri bios go there: the kernel's HCTX_TYPE_POLL map).
+    default_hctx: usize,
+    poll_hctx: Option<usize>,
+    /// Bios on the poll queue not yet reaped: while any, waiting polls.
+    polled_outstanding: usize,
     alloc: AllocData,
     /// Submitted and not yet handed back (by `do_io` or a blocking helper).
     in_flight: usize,
@@ -89,7 +97,7 @@ pub struct Client {
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("hctx", &self.hctx_index)
+            .field("hctx", &self.cur_hctx)
             .field("in_flight", &self.in_flight)
             .field("capacity", &self.capacity())
             .finish()
@@ -98,14 +106,18 @@ impl std::fmt::Debug for Client {
 
 impl Client {
     pub(crate) fn new(q: Arc<RequestQueue>, shared: Arc<ClientShared>, seq: usize) -> Self {
-        let hctx_index = seq % q.nr_hw_queues();
+        let hctx_index = seq % q.nr_default_queues();
+        let poll_hctx = (q.nr_poll_queues() > 0).then(|| q.nr_default_queues() + seq % q.nr_poll_queues());
         let capacity = shared.capacity();
         // Spread clients' hints, and their waits over the 8 wait queues (as
         // hctxs spread over them).
         let alloc = AllocData::new((seq as u32).wrapping_mul(0x9e37_79b9), seq);
         *shared.waiter.lock() = Some(alloc.waiter.clone());
         Self {
-            hctx_index,
+            cur_hctx: hctx_index,
+            default_hctx: hctx_index,
+            poll_hctx,
+            polled_outstanding: 0,
             alloc,
             shared,
             in_flight: 0,
@@ -124,7 +136,13 @@ impl Client {
 
     /// The hardware queue this client submits to.
     pub fn hctx_index(&self) -> usize {
-        self.hctx_index
+        self.default_hctx
+    }
+
+    /// The poll queue this client's hipri bios go to, if the device has
+    /// poll queues.
+    pub fn poll_hctx_index(&self) -> Option<usize> {
+        self.poll_hctx
     }
 
     /// The most I/Os this client may have outstanding (submitted and not yet
@@ -164,7 +182,20 @@ impl Client {
         if !door::enter(&self.shared.counters.entered, &self.q.frozen) {
             self.wait_at_door();
         }
+        // Queue map: hipri bios go to the poll queue when there is one.
+        let polled = match self.poll_hctx {
+            Some(poll) if bio.flags.contains(ReqFlags::HIPRI) && !reserved => {
+                self.cur_hctx = poll;
+                true
+            }
+            _ => false,
+        };
+        let origin = if polled { origin | ORIGIN_POLLED } else { origin };
         let result = self.submit_entered(bio, user_data, origin, reserved);
+        if polled {
+            self.cur_hctx = self.default_hctx;
+            self.polled_outstanding += usize::from(result.is_ok());
+        }
         door::leave(&self.shared.counters.entered);
         result
     }
@@ -195,7 +226,7 @@ impl Client {
         origin: u8,
         reserved: bool,
     ) -> Result<(), Box<Rejected>> {
-        if reserved && self.q.hctx(self.hctx_index).tags.nr_reserved_tags() == 0 {
+        if reserved && self.q.hctx(self.cur_hctx).tags.nr_reserved_tags() == 0 {
             let error = SubmitError::NoReservedTags;
             return Err(Box::new(Rejected { error, bio }));
         }
@@ -231,7 +262,7 @@ impl Client {
         }
         if !reserved
             && merge::mergeable(bio.op, bio.flags)
-            && self.q.hctx(self.hctx_index).sched().is_some()
+            && self.q.hctx(self.cur_hctx).sched().is_some()
             && self.sched_merge(&head, &mut bio.buf)
         {
             self.note_submitted(bio.op);
@@ -260,7 +291,7 @@ impl Client {
         let max_sectors = self.q.max_request_bytes(head.op) >> SECTOR_SHIFT;
         let max_segments = self.q.max_segments();
         let pos = BioPos { op: head.op, flags: head.flags, sector: head.sector, nr_sectors: head.nr_sectors };
-        let Some(rq) = self.plug.merge_candidate(self.hctx_index) else { return false };
+        let Some(rq) = self.plug.merge_candidate(self.cur_hctx) else { return false };
         let Some(kind) = merge::try_merge(rq.rq(), &pos, max_sectors, max_segments) else { return false };
         let index = self.free_slots.pop().expect("a free bio slot per outstanding bio");
         let bio = MergedBio { pos, buf: buf.take(), user_data: head.user_data, origin: head.origin };
@@ -278,7 +309,7 @@ impl Client {
     /// plug merge.
     #[inline(never)]
     fn sched_merge(&mut self, head: &RqHead, buf: &mut Option<Buf>) -> bool {
-        let Some(s) = self.q.hctx(self.hctx_index).sched() else { return false };
+        let Some(s) = self.q.hctx(self.cur_hctx).sched() else { return false };
         if s.queued.load(Ordering::Relaxed) == 0 {
             return false; // nothing queued to merge with
         }
@@ -287,7 +318,7 @@ impl Client {
         let pos = BioPos { op: head.op, flags: head.flags, sector: head.sector, nr_sectors: head.nr_sectors };
         let (shared, free_slots) = (&self.shared, &mut self.free_slots);
         let mut front = false;
-        let merged = s.elevator.bio_merge(self.hctx_index, &pos, &mut |rq, kind| {
+        let merged = s.elevator.bio_merge(self.cur_hctx, &pos, &mut |rq, kind| {
             if merge::try_merge(rq.rq(), &pos, max_sectors, max_segments) != Some(kind) {
                 return false;
             }
@@ -371,7 +402,7 @@ impl Client {
     fn issue(&mut self, head: &RqHead, buf: &mut Option<Buf>, reserved: bool, nowait: bool) -> bool {
         // Reserved requests bypass a scheduler (and the plug): they take a
         // driver tag and go straight to the driver.
-        let use_sched = !reserved && self.q.hctx(self.hctx_index).sched().is_some();
+        let use_sched = !reserved && self.q.hctx(self.cur_hctx).sched().is_some();
         let Some(got) = self.get_tag(head, use_sched, reserved, nowait) else {
             return false;
         };
@@ -379,7 +410,7 @@ impl Client {
             self.stats.tag_waits += 1;
             self.q.note_tag_wait();
         }
-        let hctx = self.q.hctx(self.hctx_index);
+        let hctx = self.q.hctx(self.cur_hctx);
         // (The scheduler cannot change meanwhile: switching freezes the
         // queue, which waits for this submission.)
         let sched = if use_sched { hctx.sched() } else { None };
@@ -416,13 +447,13 @@ impl Client {
         // SAFETY: the slot is initialised and we give up access to it.
         let mut rq = unsafe { crate::request::Rq::from_raw(ptr) };
         if let Some(s) = sched {
-            s.elevator.prepare_request(self.hctx_index, &mut rq);
+            s.elevator.prepare_request(self.cur_hctx, &mut rq);
         }
         if reserved {
             hctx.issue(rq, true);
         } else if self.plug.is_plugged() {
             let len_bytes = u64::from(head.nr_sectors) << SECTOR_SHIFT;
-            self.plug.add(&self.q, &self.shared.counters, rq, self.hctx_index, len_bytes);
+            self.plug.add(&self.q, &self.shared.counters, rq, self.cur_hctx, len_bytes);
         } else if sched.is_some() {
             hctx.submit(rq, &mut self.scratch, Some(&mut self.alloc));
         } else {
@@ -437,25 +468,38 @@ impl Client {
     /// scheduler tag within the depth it allows this op.
     #[inline(always)]
     fn get_tag(&mut self, head: &RqHead, sched: bool, reserved: bool, nowait: bool) -> Option<TagGot> {
-        let hctx = self.q.hctx(self.hctx_index);
+        let hctx = self.q.hctx(self.cur_hctx);
         let (pool, limit) = match hctx.sched() {
-            Some(s) if sched => (&s.tags, s.elevator.limit_depth(self.hctx_index, head.op, head.flags)),
+            Some(s) if sched => (&s.tags, s.elevator.limit_depth(self.cur_hctx, head.op, head.flags)),
             _ => (&hctx.tags, None),
         };
         self.alloc.shallow_depth = limit.unwrap_or(u32::MAX);
         if self.plug.is_plugged() && !reserved && limit.is_none() {
-            if let Some(tag) = self.plug.take_cached(self.hctx_index) {
+            if let Some(tag) = self.plug.take_cached(self.cur_hctx) {
                 return Some(TagGot { tag, slept: false });
             }
             if self.plug.nr_ios > 1 {
                 let nr = std::mem::replace(&mut self.plug.nr_ios, 1);
                 if let Some((base, mask)) = pool.get_batch(&mut self.alloc, nr) {
-                    self.plug.cache(self.hctx_index, base, mask);
-                    return self.plug.take_cached(self.hctx_index).map(|tag| TagGot { tag, slept: false });
+                    self.plug.cache(self.cur_hctx, base, mask);
+                    return self.plug.take_cached(self.cur_hctx).map(|tag| TagGot { tag, slept: false });
                 }
             }
         }
         let (plug, q, counters) = (&mut self.plug, &self.q, &self.shared.counters);
+        if hctx.is_poll() && !nowait {
+            // Tags of a poll queue free only when someone polls: poll while
+            // waiting instead of sleeping (nobody would wake us).
+            loop {
+                if let Some(got) = pool.get(&mut self.alloc, reserved, true, || {}) {
+                    return Some(got);
+                }
+                plug.flush(q, counters);
+                if hctx.poll() == 0 {
+                    std::hint::spin_loop();
+                }
+            }
+        }
         // A thread must not sleep on I/O held in its own plug.
         pool.get(&mut self.alloc, reserved, nowait, || plug.flush(q, counters))
     }
@@ -532,10 +576,12 @@ impl Client {
     /// Gives back tags a handoff wakeup granted to this client and it did
     /// not use, to whichever tags granted them (driver or scheduler).
     fn release_granted(&self) {
-        let hctx = self.q.hctx(self.hctx_index);
-        hctx.tags.release_granted(&self.alloc);
-        if let Some(s) = hctx.sched() {
-            s.tags.release_granted(&self.alloc);
+        for index in std::iter::once(self.default_hctx).chain(self.poll_hctx) {
+            let hctx = self.q.hctx(index);
+            hctx.tags.release_granted(&self.alloc);
+            if let Some(s) = hctx.sched() {
+                s.tags.release_granted(&self.alloc);
+            }
         }
     }
 
@@ -597,7 +643,10 @@ impl Client {
             if c.slot != 0 {
                 self.free_slots.push(c.slot - 1);
             }
-            if c.origin == ORIGIN_BLOCKING {
+            if c.origin & ORIGIN_POLLED != 0 {
+                self.polled_outstanding -= 1;
+            }
+            if c.origin & !ORIGIN_POLLED == ORIGIN_BLOCKING {
                 self.blocking_done = Some(c);
                 continue;
             }
@@ -621,6 +670,14 @@ impl Client {
     fn sleep_for_completions(&mut self, timeout: Option<Duration>) {
         // Never sleep on I/O held in our own plug.
         self.plug.flush(&self.q, &self.shared.counters);
+        if let (Some(poll), true) = (self.poll_hctx, self.polled_outstanding > 0) {
+            // Polled I/O completes only when we poll: reap instead of
+            // sleeping (the caller loops, re-checking its ring and timeout).
+            if self.q.hctx(poll).poll() == 0 {
+                std::hint::spin_loop();
+            }
+            return;
+        }
         // Never sleep on tags granted to us (handoff policy) and not used.
         self.release_granted();
         if self.shared.sleep_until_delivery(timeout) {

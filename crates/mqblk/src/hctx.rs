@@ -69,6 +69,8 @@ pub struct Hctx {
     /// scheduler: used only by the thread running the queue, which
     /// `dispatch_running` makes exclusive (see `dispatch_sched`).
     pub(crate) sched_dispatch: std::cell::UnsafeCell<(AllocData, RqList)>,
+    /// A poll queue (HCTX_TYPE_POLL): its requests complete when polled.
+    pub(crate) is_poll: bool,
     pub(crate) stats: HctxStats,
 }
 
@@ -86,7 +88,7 @@ impl fmt::Debug for Hctx {
 }
 
 impl Hctx {
-    pub(crate) fn new(index: usize, tags: Tags, driver: Arc<dyn Driver>) -> Self {
+    pub(crate) fn new(index: usize, tags: Tags, driver: Arc<dyn Driver>, is_poll: bool) -> Self {
         let depth = tags.nr_tags() as usize;
         Self {
             index,
@@ -102,8 +104,20 @@ impl Hctx {
                 AllocData::new(index as u32, index),
                 RqList::with_capacity(SCHED_BATCH),
             )),
+            is_poll,
             stats: HctxStats::default(),
         }
+    }
+
+    /// Whether this is a poll queue (hipri requests, completed by polling).
+    pub fn is_poll(&self) -> bool {
+        self.is_poll
+    }
+
+    /// Reaps due completions of this queue on the calling thread (the
+    /// driver's `poll`); returns how many.
+    pub(crate) fn poll(&self) -> usize {
+        self.driver.poll(self)
     }
 
     /// This queue's index (`hctx->queue_num`).

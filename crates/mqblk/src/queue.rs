@@ -248,7 +248,8 @@ impl RequestQueue {
                 let policy = wake_policy(&opts.wake).ok_or_else(|| {
                     Error::Setup(format!("wake={} (accepted: {})", opts.wake, WAKE_POLICIES.join(", ")))
                 })?;
-                Ok(Hctx::new(i, Tags::new(&tag_set, policy), driver.clone()))
+                let is_poll = i >= tag_set.nr_hw_queues - tag_set.poll_queues;
+                Ok(Hctx::new(i, Tags::new(&tag_set, policy), driver.clone(), is_poll))
             })
             .collect::<Result<Vec<_>, Error>>()?
             .into_iter()
@@ -408,6 +409,15 @@ impl RequestQueue {
 
     pub(crate) fn nr_hw_queues(&self) -> usize {
         self.hctxs.len()
+    }
+
+    /// Default (non-poll) hardware queues: the first ones.
+    pub(crate) fn nr_default_queues(&self) -> usize {
+        self.hctxs.len() - self.tag_set.poll_queues
+    }
+
+    pub(crate) fn nr_poll_queues(&self) -> usize {
+        self.tag_set.poll_queues
     }
 
     #[inline(always)]

@@ -265,6 +265,9 @@ impl RqState {
 /// the client consumes itself and never returns from `do_io`.
 pub(crate) const ORIGIN_USER: u8 = 0;
 pub(crate) const ORIGIN_BLOCKING: u8 = 1;
+/// Or-ed into the origin of a bio submitted to a poll queue: its
+/// completion arrives only when its client polls.
+pub(crate) const ORIGIN_POLLED: u8 = 0x80;
 
 /// The mutable part of a request slot: only the tag holder touches it.
 pub(crate) struct Request {

@@ -28,11 +28,15 @@ pub struct TagSetConfig {
     pub reserved_tags: u32,
     /// Hand out tags in strict round-robin order (BLK_MQ_F_TAG_RR).
     pub round_robin: bool,
+    /// How many of the hardware queues (the last ones) are poll queues
+    /// (HCTX_TYPE_POLL): hipri requests go there and complete only when
+    /// their submitter polls.
+    pub poll_queues: usize,
 }
 
 impl TagSetConfig {
     pub fn new(nr_hw_queues: usize, queue_depth: u32) -> Self {
-        Self { nr_hw_queues, queue_depth, reserved_tags: 0, round_robin: false }
+        Self { nr_hw_queues, queue_depth, reserved_tags: 0, round_robin: false, poll_queues: 0 }
     }
 
     pub fn validate(&self) -> Result<(), String> {
@@ -41,6 +45,12 @@ impl TagSetConfig {
         }
         if self.queue_depth == 0 || self.queue_depth > 65536 {
             return Err(format!("queue_depth={} (accepted: 1..=65536)", self.queue_depth));
+        }
+        if self.poll_queues >= self.nr_hw_queues {
+            return Err(format!(
+                "poll_queues={} leaves no default queue among nr_hw_queues={}",
+                self.poll_queues, self.nr_hw_queues
+            ));
         }
         if self.reserved_tags >= self.queue_depth {
             return Err(format!("reserved_tags={} must be below queue_depth={}", self.reserved_tags, self.queue_depth));

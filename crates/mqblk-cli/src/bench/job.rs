@@ -174,7 +174,8 @@ pub fn run_job(
     };
     let depth = opts.iodepth;
     // Writes are sync (O_DIRECT) unless the job is async (writeback).
-    let write_flags = if opts.mqblk_async { ReqFlags::NONE } else { ReqFlags::SYNC };
+    let hipri = if opts.hipri { ReqFlags::HIPRI } else { ReqFlags::NONE };
+    let write_flags = if opts.mqblk_async { ReqFlags::NONE } else { ReqFlags::SYNC } | hipri;
     if opts.startdelay_ns > 0 && !start_delay(opts.startdelay_ns, ctrl) {
         return Ok(JobResult::empty());
     }
@@ -253,6 +254,7 @@ pub fn run_job(
                             .with_flags(write_flags)
                     } else {
                         Bio::read(offset, read_bufs[idx as usize].take().expect("slot owns its read buffer"))
+                            .with_flags(hipri)
                     }
                     .with_ioprio(opts.ioprio);
                     let t = if timed { clock.now_ns() } else { 0 };

@@ -51,6 +51,7 @@ pub const JOB_OPTIONS: &[&str] = &[
     "plug",
     "plug_per_io",
     "mqblk_async",
+    "hipri",
     "prio",
     "prioclass",
     "startdelay",
@@ -151,6 +152,9 @@ pub struct JobOptions {
     /// by default they are sync, like O_DIRECT writes. Reads are always
     /// sync, as in the kernel.
     pub mqblk_async: bool,
+    /// fio's `hipri`: I/O completed by polling (on the device's poll
+    /// queues; without any, it completes like any other).
+    pub hipri: bool,
     /// fio's `prio` (0-7) and `prioclass` (1 RT, 2 BE, 3 IDLE).
     pub ioprio: mqblk::IoPrio,
     /// fio's `startdelay`: the job starts this late (ns).
@@ -188,6 +192,7 @@ impl JobOptions {
             plug: true,
             plug_per_io: true,
             mqblk_async: false,
+            hipri: false,
             ioprio: mqblk::IoPrio::default(),
             startdelay_ns: 0,
             exitall: false,
@@ -256,6 +261,7 @@ impl JobOptions {
             "plug" => self.plug = parse_flag(key, value)?,
             "plug_per_io" => self.plug_per_io = parse_flag(key, value)?,
             "mqblk_async" => self.mqblk_async = parse_flag(key, value)?,
+            "hipri" => self.hipri = parse_flag(key, value)?,
             "prio" => self.ioprio.level = parse_int(key, v()?, 0, 7)? as u8,
             "prioclass" => {
                 use mqblk::IoPrioClass;

@@ -9,6 +9,7 @@
 //! | size | 0 | size in MiB (overrides gb when set) |
 //! | bs | 512 | logical block size: 512, 1024, 2048 or 4096 |
 //! | submit_queues | 1 | hardware queues |
+//! | poll_queues | 1 | poll queues besides them (hipri requests; completed when their submitter polls) |
 //! | hw_queue_depth | 64 | tags per hardware queue |
 //! | irqmode | 1 | 0: complete inline, 1: softirq (completion thread), 2: timer |
 //! | completion_nsec | 10000 | irqmode=2: time from submission to completion |
@@ -28,6 +29,7 @@ mod irq;
 mod mem;
 mod service;
 
+use std::collections::VecDeque;
 use std::fmt::Write as _;
 
 use crate::clock::{now_ns, wait_until};
@@ -50,6 +52,7 @@ pub const NULL_KEYS: &[&str] = &[
     "size",
     "bs",
     "submit_queues",
+    "poll_queues",
     "hw_queue_depth",
     "irqmode",
     "completion_nsec",
@@ -80,6 +83,7 @@ pub struct NullConfig {
     pub size_bytes: u64,
     pub bs: u32,
     pub submit_queues: usize,
+    pub poll_queues: usize,
     pub hw_queue_depth: u32,
     pub irqmode: IrqMode,
     pub completion_nsec: u64,
@@ -99,6 +103,7 @@ impl Default for NullConfig {
             size_bytes: 250 << 30,
             bs: 512,
             submit_queues: 1,
+            poll_queues: 1,
             hw_queue_depth: 64,
             irqmode: IrqMode::Softirq,
             completion_nsec: 10_000,
@@ -154,6 +159,7 @@ impl NullConfig {
             size_bytes,
             bs,
             submit_queues: p.u64_in("submit_queues", 1, 1, 1024)? as usize,
+            poll_queues: p.u64_in("poll_queues", 1, 0, 1024)? as usize,
             hw_queue_depth: p.u64_in("hw_queue_depth", 64, 1, 65536)? as u32,
             irqmode,
             completion_nsec: p.u64_in("completion_nsec", 10_000, 0, 60_000_000_000)?,
@@ -203,6 +209,9 @@ pub struct NullDriver {
     /// Raw pointers to the completion queues for the hot path (the Vec
     /// above only changes at shutdown, after the last request).
     irq_fast: Vec<*const IrqQueue>,
+    /// Requests of the poll queues, in submission order, until a poll
+    /// finds them due.
+    poll_lists: Box<[Mutex<VecDeque<Pending>>]>,
 }
 
 // SAFETY: `irq_fast` points into `irq`'s heap buffer, which is never resized
@@ -235,6 +244,9 @@ impl NullDriver {
                 .rotational
                 .then(|| Rotational::new(cfg.seek_nsec, cfg.completion_nsec, cfg.size_bytes, cfg.mbps)),
             channels: (cfg.channels > 0).then(|| Channels::new(cfg.channels, cfg.completion_nsec, cfg.mbps)),
+            poll_lists: (0..cfg.poll_queues)
+                .map(|_| Mutex::new(VecDeque::with_capacity(cfg.hw_queue_depth as usize)))
+                .collect(),
             cfg,
             irq: Mutex::new(irq),
             irq_fast,
@@ -293,7 +305,9 @@ impl Driver for NullDriver {
     }
 
     fn tag_set(&self) -> TagSetConfig {
-        TagSetConfig::new(self.cfg.submit_queues, self.cfg.hw_queue_depth)
+        let mut t = TagSetConfig::new(self.cfg.submit_queues + self.cfg.poll_queues, self.cfg.hw_queue_depth);
+        t.poll_queues = self.cfg.poll_queues;
+        t
     }
 
     fn limits(&self) -> QueueLimits {
@@ -312,6 +326,12 @@ impl Driver for NullDriver {
     fn queue_rq(&self, hctx: &Hctx, mut rq: Rq, _last: bool) -> QueueRqResult {
         let status = self.handle(&mut rq);
         let due_ns = self.due_ns(&rq);
+        if hctx.is_poll() {
+            // No completion thread: the submitter's poll completes it.
+            let list = &self.poll_lists[hctx.index() - self.cfg.submit_queues];
+            list.lock().push_back(Pending { rq, due_ns, status });
+            return QueueRqResult::Queued;
+        }
         if self.cfg.irqmode == IrqMode::None && due_ns == 0 {
             rq.complete(status);
             return QueueRqResult::Queued;
@@ -329,6 +349,29 @@ impl Driver for NullDriver {
         QueueRqResult::Queued
     }
 
+    /// Completes the poll queue's requests that are due (in submission
+    /// order; each completes outside the list's lock, since completing may
+    /// issue the next request to this very queue).
+    fn poll(&self, hctx: &Hctx) -> usize {
+        let Some(list) = hctx.index().checked_sub(self.cfg.submit_queues).and_then(|i| self.poll_lists.get(i)) else {
+            return 0;
+        };
+        let now = now_ns();
+        let mut done = 0;
+        loop {
+            let due = {
+                let mut l = list.lock();
+                match l.front() {
+                    Some(p) if p.due_ns <= now => l.pop_front(),
+                    _ => None,
+                }
+            };
+            let Some(p) = due else { return done };
+            p.rq.complete(p.status);
+            done += 1;
+        }
+    }
+
     fn rq_timeout(&self) -> Option<std::time::Duration> {
         Some(std::time::Duration::from_secs(30))
     }
@@ -336,6 +379,11 @@ impl Driver for NullDriver {
     fn shutdown(&self) {
         for q in self.irq.lock().iter_mut() {
             q.stop();
+        }
+        // Requests nobody polled end with an error (dropping a token does).
+        for list in self.poll_lists.iter() {
+            let left: Vec<Pending> = list.lock().drain(..).collect();
+            drop(left);
         }
     }
 
