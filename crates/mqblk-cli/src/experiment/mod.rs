@@ -7,6 +7,7 @@
 mod async_starvation;
 mod loop_anchor;
 mod plug_merge;
+mod poll;
 pub mod svg;
 mod tag_wakeup;
 
@@ -15,7 +16,7 @@ use std::path::PathBuf;
 use crate::bench;
 
 /// The experiments `mqblk experiment` knows.
-pub const EXPERIMENTS: &[&str] = &["tag-wakeup", "plug-merge", "async-starvation"];
+pub const EXPERIMENTS: &[&str] = &["tag-wakeup", "plug-merge", "async-starvation", "poll"];
 
 #[derive(Debug)]
 pub enum ExperimentError {
@@ -127,6 +128,7 @@ pub fn run(opts: &Options) -> Result<String, ExperimentError> {
         "tag-wakeup" => tag_wakeup::run(opts)?,
         "plug-merge" => plug_merge::run(opts)?,
         "async-starvation" => async_starvation::run(opts)?,
+        "poll" => poll::run(opts)?,
         other => return Err(ExperimentError::BadInput(format!("unknown experiment '{other}'"))),
     };
     std::fs::create_dir_all(&opts.out_dir)
