@@ -420,6 +420,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn bit_allowed_matches_what_a_shallow_search_can_take() {
+        for (depth, shallow) in [(64, 32), (64, 12), (64, 48), (100, 37), (8, 3), (64, 64)] {
+            let sb = Sbitmap::new(depth, None, false);
+            let mut hint = AllocHint::new(0);
+            let mut taken = Vec::new();
+            while let Some(bit) = sb.get_shallow(&mut hint, shallow) {
+                taken.push(bit);
+            }
+            taken.sort_unstable();
+            let allowed: Vec<u32> = (0..depth).filter(|&b| sb.bit_allowed(b, shallow)).collect();
+            assert_eq!(taken, allowed, "depth {depth} shallow {shallow}");
+        }
+    }
+
+    #[test]
     fn default_shift_spans_four_words() {
         assert_eq!(default_shift(64), 4);
         assert_eq!(default_shift(128), 5);
