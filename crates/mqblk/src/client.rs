@@ -75,6 +75,9 @@ pub struct Client {
     poll_hctx: Option<usize>,
     /// Bios on the poll queue not yet reaped: while any, waiting polls.
     polled_outstanding: usize,
+    /// This wait already took its hybrid-polling sleep (reset when a
+    /// completion is reaped).
+    hybrid_slept: bool,
     alloc: AllocData,
     /// Submitted and not yet handed back (by `do_io` or a blocking helper).
     in_flight: usize,
@@ -118,6 +121,7 @@ impl Client {
             default_hctx: hctx_index,
             poll_hctx,
             polled_outstanding: 0,
+            hybrid_slept: false,
             alloc,
             shared,
             in_flight: 0,
@@ -645,6 +649,7 @@ impl Client {
             }
             if c.origin & ORIGIN_POLLED != 0 {
                 self.polled_outstanding -= 1;
+                self.hybrid_slept = false;
             }
             if c.origin & !ORIGIN_POLLED == ORIGIN_BLOCKING {
                 self.blocking_done = Some(c);
@@ -673,6 +678,13 @@ impl Client {
         if let (Some(poll), true) = (self.poll_hctx, self.polled_outstanding > 0) {
             // Polled I/O completes only when we poll: reap instead of
             // sleeping (the caller loops, re-checking its ring and timeout).
+            // Hybrid polling sleeps first, once per wait, then spins.
+            let delay = self.q.hybrid_poll_delay();
+            if !delay.is_zero() && !self.hybrid_slept {
+                self.hybrid_slept = true;
+                self.stats.completion_sleeps += 1;
+                std::thread::sleep(delay.min(timeout.unwrap_or(delay)));
+            }
             if self.q.hctx(poll).poll() == 0 {
                 std::hint::spin_loop();
             }

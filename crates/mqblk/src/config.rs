@@ -12,7 +12,7 @@ use crate::error::Error;
 pub const DRIVERS: &[&str] = &["null"];
 
 /// Keys of the block layer itself, accepted in any driver's spec.
-pub const BLOCK_KEYS: &[&str] = &["wake", "plug_nesting", "sched", "nr_requests"];
+pub const BLOCK_KEYS: &[&str] = &["wake", "plug_nesting", "sched", "nr_requests", "hybrid_poll_delay"];
 
 /// Block-layer options of a device spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,6 +27,10 @@ pub struct QueueOptions {
     pub sched_tunables: Vec<(String, String)>,
     /// Scheduler tags per hardware queue (None: 2 x min(queue_depth, 128)).
     pub nr_requests: Option<u32>,
+    /// Hybrid polling (`hybrid_poll_delay=` in us, the kernel's io_poll_delay
+    /// > 0): a client waiting for polled I/O sleeps this long before it
+    /// starts spinning. 0: spin at once (classic polling).
+    pub hybrid_poll_delay_us: u32,
 }
 
 impl Default for QueueOptions {
@@ -37,6 +41,7 @@ impl Default for QueueOptions {
             sched: "none".to_string(),
             sched_tunables: Vec::new(),
             nr_requests: None,
+            hybrid_poll_delay_us: 0,
         }
     }
 }
@@ -117,7 +122,15 @@ impl SpecParams {
         };
         let sched_tunables =
             self.pairs.iter().filter(|(k, _)| crate::sched::TUNABLE_KEYS.contains(&k.as_str())).cloned().collect();
-        Ok(QueueOptions { wake: wake.to_string(), plug_nesting, sched, sched_tunables, nr_requests })
+        let hybrid_poll_delay_us = self.u64_in("hybrid_poll_delay", 0, 0, 1_000_000)? as u32;
+        Ok(QueueOptions {
+            wake: wake.to_string(),
+            plug_nesting,
+            sched,
+            sched_tunables,
+            nr_requests,
+            hybrid_poll_delay_us,
+        })
     }
 
     /// The key=value pairs, in order.

@@ -216,6 +216,7 @@ pub(crate) struct RequestQueue {
     /// Every sink ever made (their counters make up the stats).
     all_clients: Mutex<Vec<Arc<ClientShared>>>,
     plug_nesting: PlugNesting,
+    hybrid_poll_delay: Duration,
     /// The wakeup policy's name, for scheduler tags made later.
     wake: String,
     /// Every scheduler context ever installed: hctxs point into these, and
@@ -270,6 +271,7 @@ impl RequestQueue {
             free_clients: Mutex::new(Vec::new()),
             all_clients: Mutex::new(Vec::new()),
             plug_nesting: opts.plug_nesting,
+            hybrid_poll_delay: Duration::from_micros(opts.hybrid_poll_delay_us.into()),
             wake: opts.wake.clone(),
             sched_contexts: Mutex::new(Vec::new()),
             sched_name: Mutex::new("none".to_string()),
@@ -467,6 +469,11 @@ impl RequestQueue {
 
     pub(crate) fn plug_nesting(&self) -> PlugNesting {
         self.plug_nesting
+    }
+
+    /// How long a client waiting for polled I/O sleeps before spinning.
+    pub(crate) fn hybrid_poll_delay(&self) -> Duration {
+        self.hybrid_poll_delay
     }
 
     pub(crate) fn max_segments(&self) -> u32 {

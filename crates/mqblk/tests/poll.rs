@@ -115,3 +115,20 @@ fn poll_queue_options_are_checked() {
     let e = Device::open("null:poll_queues=5000").unwrap_err().to_string();
     assert!(e.contains("poll_queues"), "{e}");
 }
+
+#[test]
+fn hybrid_polling_sleeps_once_per_wait_then_spins() {
+    let dev = Device::open("null:gb=1,irqmode=2,completion_nsec=200000,poll_queues=1,hybrid_poll_delay=100").unwrap();
+    let mut c = dev.client();
+    let mut done = Vec::new();
+    for i in 0..20u64 {
+        c.submit(hipri_read(i * 4096), i).unwrap();
+        done.clear();
+        c.do_io(&mut done, 1, 1, None).unwrap();
+        assert_eq!(done[0].user_data, i);
+    }
+    // One sleep of 100 us per 200 us request, then spinning for the rest.
+    assert_eq!(c.stats().completion_sleeps, 20, "{:?}", c.stats());
+    let e = Device::open("null:hybrid_poll_delay=2000000").unwrap_err().to_string();
+    assert!(e.contains("hybrid_poll_delay"), "{e}");
+}
