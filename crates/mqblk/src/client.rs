@@ -683,6 +683,11 @@ impl Client {
             if !delay.is_zero() && !self.hybrid_slept {
                 self.hybrid_slept = true;
                 self.stats.completion_sleeps += 1;
+                // A sleep of a few us is worth it only if it is not
+                // stretched by the default 50 us timer slack (the kernel's
+                // hybrid poll used an hrtimer without slack): this thread
+                // sleeps precisely from now on.
+                crate::clock::set_precise_timer_slack();
                 std::thread::sleep(delay.min(timeout.unwrap_or(delay)));
             }
             if self.q.hctx(poll).poll() == 0 {

@@ -27,9 +27,9 @@ pub struct QueueOptions {
     pub sched_tunables: Vec<(String, String)>,
     /// Scheduler tags per hardware queue (None: 2 x min(queue_depth, 128)).
     pub nr_requests: Option<u32>,
-    /// Hybrid polling (`hybrid_poll_delay=` in us, the kernel's io_poll_delay
-    /// > 0): a client waiting for polled I/O sleeps this long before it
-    /// starts spinning. 0: spin at once (classic polling).
+    /// Hybrid polling (`hybrid_poll_delay=` in us, like a positive value of
+    /// the kernel's io_poll_delay): a client waiting for polled I/O sleeps
+    /// this long before it starts spinning. 0: spin at once (classic).
     pub hybrid_poll_delay_us: u32,
 }
 
