@@ -172,7 +172,7 @@ pub fn run_job(
         pos: 0,
         rng: opts.randseed.wrapping_add((job_index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1,
     };
-    let depth = opts.iodepth;
+    let depth = opts.effective_iodepth();
     // Writes are sync (O_DIRECT) unless the job is async (writeback).
     let hipri = if opts.hipri { ReqFlags::HIPRI } else { ReqFlags::NONE };
     let write_flags = if opts.mqblk_async { ReqFlags::NONE } else { ReqFlags::SYNC } | hipri;

@@ -52,6 +52,7 @@ pub const JOB_OPTIONS: &[&str] = &[
     "plug_per_io",
     "mqblk_async",
     "hipri",
+    "ioengine",
     "prio",
     "prioclass",
     "startdelay",
@@ -60,6 +61,10 @@ pub const JOB_OPTIONS: &[&str] = &[
     "plug_nesting",
     "sched",
 ];
+
+/// `ioengine` values accepted; the sync ones run one I/O at a time.
+pub const IOENGINES: &[&str] = &["io_uring", "libaio", "pvsync2", "pvsync", "psync", "sync"];
+const SYNC_IOENGINES: &[&str] = &["pvsync2", "pvsync", "psync", "sync"];
 
 /// The data direction pattern (`rw=`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,6 +160,11 @@ pub struct JobOptions {
     /// fio's `hipri`: I/O completed by polling (on the device's poll
     /// queues; without any, it completes like any other).
     pub hipri: bool,
+    /// fio's `ioengine`, as far as it changes the job's loop: the sync
+    /// engines (`psync`, `pvsync`, `pvsync2`, `sync`) submit one I/O and
+    /// wait for it, so iodepth is 1 whatever was asked; the async ones
+    /// (`libaio`, `io_uring`) keep iodepth. All run on the mqblk device.
+    pub ioengine: String,
     /// fio's `prio` (0-7) and `prioclass` (1 RT, 2 BE, 3 IDLE).
     pub ioprio: mqblk::IoPrio,
     /// fio's `startdelay`: the job starts this late (ns).
@@ -193,6 +203,7 @@ impl JobOptions {
             plug_per_io: true,
             mqblk_async: false,
             hipri: false,
+            ioengine: "io_uring".to_string(),
             ioprio: mqblk::IoPrio::default(),
             startdelay_ns: 0,
             exitall: false,
@@ -262,6 +273,13 @@ impl JobOptions {
             "plug_per_io" => self.plug_per_io = parse_flag(key, value)?,
             "mqblk_async" => self.mqblk_async = parse_flag(key, value)?,
             "hipri" => self.hipri = parse_flag(key, value)?,
+            "ioengine" => {
+                let v = v()?;
+                if !IOENGINES.contains(&v) {
+                    return err(format!("ioengine: bad value '{v}' (accepted: {})", IOENGINES.join(", ")));
+                }
+                self.ioengine = v.to_string();
+            }
             "prio" => self.ioprio.level = parse_int(key, v()?, 0, 7)? as u8,
             "prioclass" => {
                 use mqblk::IoPrioClass;
@@ -279,6 +297,15 @@ impl JobOptions {
             self.given.push((key.to_string(), value.unwrap_or("").to_string()));
         }
         Ok(())
+    }
+
+    /// The queue depth the job really uses: 1 with a sync engine.
+    pub fn effective_iodepth(&self) -> usize {
+        if SYNC_IOENGINES.contains(&self.ioengine.as_str()) {
+            1
+        } else {
+            self.iodepth
+        }
     }
 
     fn validate(&self) -> Result<(), OptionError> {
@@ -633,6 +660,15 @@ mod tests {
         assert_eq!(job("--name=a --iodepth=8 --iodepth_batch_complete_max=64").complete_max(), 8, "capped by iodepth");
         let poll = job("--name=a --iodepth=32 --iodepth_batch_complete_min=0 --iodepth_batch_complete_max=0");
         assert_eq!(poll.complete_max(), 32, "both 0: reap whatever is there");
+    }
+
+    #[test]
+    fn sync_engines_run_at_depth_one() {
+        let job = |a: &str| parse_bench_args(&args(a)).unwrap().jobs[0].clone();
+        assert_eq!(job("--name=a --iodepth=32 --ioengine=pvsync2").effective_iodepth(), 1);
+        assert_eq!(job("--name=a --iodepth=32 --ioengine=libaio").effective_iodepth(), 32);
+        let e = parse_bench_args(&args("--name=a --ioengine=spdk")).unwrap_err().0;
+        assert!(e.contains("ioengine") && e.contains("pvsync2"), "{e}");
     }
 
     #[test]

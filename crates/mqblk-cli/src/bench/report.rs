@@ -333,7 +333,7 @@ pub fn to_human(entries: &[Entry], dev: &DeviceInfo) -> String {
             e.run.error,
             e.opts.rw.name(),
             e.opts.bs_read,
-            e.opts.iodepth
+            e.opts.effective_iodepth()
         );
         human_dir(&mut out, "read", e, &e.run.read);
         human_dir(&mut out, "write", e, &e.run.write);

@@ -109,7 +109,7 @@ pub fn run_cell(args: &[String]) -> Result<Cell, ExperimentError> {
     Ok(Cell {
         jobs: e.nr_jobs,
         policy,
-        iodepth: e.opts.iodepth,
+        iodepth: e.opts.effective_iodepth(),
         iops: e.total_ios() as f64 / secs,
         ctx_voluntary_per_sec: e.run.rusage.voluntary_ctx as f64 / secs,
         ctx_per_sec: (e.run.rusage.voluntary_ctx + e.run.rusage.involuntary_ctx) as f64 / secs,

@@ -43,7 +43,10 @@ pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentErro
         for &bs in bss {
             for hipri in [false, true] {
                 let mut args: Vec<String> = vec!["--device".into(), DEVICE.into()];
-                args.extend(["--name=poll", "--iodepth=1", "--time_based", "--group_reporting"].map(String::from));
+                args.extend(
+                    ["--name=poll", "--ioengine=pvsync2", "--iodepth=1", "--time_based", "--group_reporting"]
+                        .map(String::from),
+                );
                 args.push(format!("--rw={rw}"));
                 args.push(format!("--bs={bs}"));
                 args.push(format!("--numjobs={jobs}"));
