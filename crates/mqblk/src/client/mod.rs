@@ -15,7 +15,10 @@
 //! optional eventfd lets event loops wait instead.
 //!
 //! Relies on: queue.rs for limits, tags and dispatch; ring.rs for the
-//! completion ring; sync.rs for sleeping.
+//! completion ring; sync.rs for sleeping. The blocking helpers
+//! (`read_at`, `write_at`, `submit_and_wait`) are in blocking.rs.
+
+mod blocking;
 
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
@@ -29,7 +32,6 @@ use crate::merge::{self, BioPos, MergedBio};
 use crate::plug::{Plug, PlugState};
 use crate::queue::RequestQueue;
 use crate::request::{Bio, ReqFlags, RqState, ORIGIN_BLOCKING, ORIGIN_POLLED, ORIGIN_USER, SECTOR_SHIFT};
-use crate::status::Status;
 use crate::tag::{AllocData, TagGot};
 use std::sync::Arc;
 
@@ -727,56 +729,6 @@ impl Client {
         Ok(raw)
     }
 
-    /// Reads `buf.len()` bytes at `offset`, waiting for the result. Other
-    /// I/Os of this client keep flowing and are returned by later `do_io`s.
-    pub fn read_at(&mut self, buf: &mut [u8], offset: u64) -> Result<(), Error> {
-        let bounce = self.take_bounce(buf.len());
-        let done = self.blocking(Bio::read(offset, bounce))?;
-        let data = done.buf.expect("read completion carries its buffer");
-        if done.status.is_ok() {
-            buf.copy_from_slice(&data);
-        }
-        self.bounce = Some(data);
-        status_result(done.status)
-    }
-
-    /// Writes `buf` at `offset`, waiting for the result.
-    pub fn write_at(&mut self, buf: &[u8], offset: u64) -> Result<(), Error> {
-        let mut bounce = self.take_bounce(buf.len());
-        bounce.copy_from_slice(buf);
-        let done = self.blocking(Bio::write(offset, bounce))?;
-        self.bounce = done.buf;
-        status_result(done.status)
-    }
-
-    /// Submits any bio and waits for it (flush, discard, write zeroes ...).
-    pub fn submit_and_wait(&mut self, bio: Bio) -> Result<Option<Buf>, Error> {
-        let done = self.blocking(bio)?;
-        status_result(done.status)?;
-        Ok(done.buf)
-    }
-
-    fn take_bounce(&mut self, len: usize) -> Buf {
-        match self.bounce.take() {
-            Some(b) if b.len() == len => b,
-            _ => Buf::new(len),
-        }
-    }
-
-    fn blocking(&mut self, bio: Bio) -> Result<Completion, Error> {
-        self.submit_inner(bio, 0, ORIGIN_BLOCKING, false).map_err(|r| Error::Submit(r.error))?;
-        let mut scratch = Vec::new();
-        loop {
-            let n = self.reap_ring(&mut scratch, usize::MAX);
-            self.backlog.extend(scratch.drain(..n));
-            if let Some(done) = self.blocking_done.take() {
-                self.in_flight -= 1;
-                return Ok(done);
-            }
-            self.sleep_for_completions(None);
-        }
-    }
-
     /// Waits for every outstanding I/O and drops the completions.
     pub fn drain(&mut self) {
         let mut sink = Vec::with_capacity(self.capacity());
@@ -784,14 +736,6 @@ impl Client {
             sink.clear();
             let _ = self.do_io(&mut sink, 1, usize::MAX, None);
         }
-    }
-}
-
-fn status_result(status: Status) -> Result<(), Error> {
-    if status.is_ok() {
-        Ok(())
-    } else {
-        Err(Error::Status(status))
     }
 }
 
