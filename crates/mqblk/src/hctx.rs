@@ -171,37 +171,31 @@ impl Hctx {
             self.run_dispatch_list();
             return;
         }
+        self.queue_list(rqs);
+    }
+
+    /// Hands `rqs` to the driver's `queue_rqs`; what it leaves (it was busy)
+    /// waits on the dispatch list, in order. Returns true if it was busy.
+    pub(crate) fn queue_list(&self, rqs: &mut RqList) -> bool {
         let n = rqs.len() as u64;
         self.stats.queued.fetch_add(n, Ordering::Relaxed);
         self.driver.queue_rqs(self, rqs);
-        if !rqs.is_empty() {
-            // Accounted like one `queue_rq` answered Busy; the rest were
-            // never handed over.
-            self.stats.queued.fetch_sub(rqs.len() as u64 - 1, Ordering::Relaxed);
-            self.stats.busy.fetch_add(1, Ordering::Relaxed);
-            self.push_dispatch_all(rqs);
-            self.restart_if_idle();
+        if rqs.is_empty() {
+            return false;
         }
+        // Accounted like one `queue_rq` answered Busy; the rest were never
+        // handed over.
+        self.stats.queued.fetch_sub(rqs.len() as u64 - 1, Ordering::Relaxed);
+        self.stats.busy.fetch_add(1, Ordering::Relaxed);
+        self.push_dispatch_all(rqs);
+        self.restart_if_idle();
+        true
     }
 
     fn push_dispatch_all(&self, rqs: &mut RqList) {
         let mut list = self.dispatch.lock();
         list.extend(rqs);
         self.dispatch_nr.store(list.len() as u32, Ordering::Release);
-    }
-
-    /// Hands a batch to the driver's `queue_rqs`.
-    pub(crate) fn driver_queue_rqs(&self, rqs: &mut RqList) {
-        self.driver.queue_rqs(self, rqs);
-    }
-
-    /// A request the driver could not take waits on the dispatch list.
-    pub(crate) fn requeue(&self, rq: Rq) {
-        self.push_dispatch(rq);
-    }
-
-    pub(crate) fn restart_if_idle_pub(&self) {
-        self.restart_if_idle();
     }
 
     fn push_dispatch(&self, rq: Rq) {

@@ -11,7 +11,6 @@
 //! inserter's search sees the freed tag.
 
 use super::{DoneInfo, SchedCtx};
-use crate::driver::QueueRqResult;
 use crate::hctx::{Hctx, SCHED_BATCH};
 use crate::request::{Request, Rq, RqList};
 use crate::sync::Ordering;
@@ -142,13 +141,9 @@ impl Hctx {
             if batch.is_empty() {
                 return false;
             }
-            let n = batch.len() as u64;
-            self.stats.queued.fetch_add(n, Ordering::Relaxed);
-            self.driver_queue_rqs(batch);
-            if !batch.is_empty() {
-                self.stats.queued.fetch_sub(batch.len() as u64 - 1, Ordering::Relaxed);
-                self.stats.busy.fetch_add(1, Ordering::Relaxed);
-                drop_to_dispatch(self, batch);
+            // Requests the driver cannot take keep their driver tags and
+            // wait on the dispatch list.
+            if self.queue_list(batch) {
                 return true;
             }
             if out_of_tags {
@@ -177,14 +172,4 @@ impl Hctx {
         self.tags.put(driver_tag);
         s.tags.put(sched_tag);
     }
-}
-
-/// Requests the driver could not take keep their driver tags and wait on
-/// the dispatch list, in order.
-fn drop_to_dispatch(hctx: &Hctx, batch: &mut RqList) {
-    for rq in batch {
-        debug_assert!(matches!(QueueRqResult::Queued, QueueRqResult::Queued));
-        hctx.requeue(rq);
-    }
-    hctx.restart_if_idle_pub();
 }
