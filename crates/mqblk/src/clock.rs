@@ -3,22 +3,23 @@
 
 /// Nanoseconds since an arbitrary fixed point (boot), monotonic.
 #[inline]
-/// A cheap monotonic clock with the kernel tick's resolution (a few ms,
-/// CLOCK_MONOTONIC_COARSE): for deadlines of hundreds of ms, like jiffies.
-pub fn coarse_now_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid, writable timespec; the clock exists on Linux.
-    unsafe {
-        libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts);
-    }
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+pub fn now_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
 }
 
-pub fn now_ns() -> u64 {
+/// A cheap monotonic clock with the kernel tick's resolution (a few ms,
+/// CLOCK_MONOTONIC_COARSE): for deadlines of hundreds of ms, like jiffies.
+#[inline]
+pub fn coarse_now_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC_COARSE)
+}
+
+#[inline(always)]
+fn clock_ns(id: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists.
+    // SAFETY: `ts` is a valid, writable timespec; both clocks exist on Linux.
     unsafe {
-        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+        libc::clock_gettime(id, &mut ts);
     }
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
