@@ -148,3 +148,72 @@ fn loom_frozen_door_keeps_submitters_out_of_a_switch() {
         submitter.join().unwrap();
     });
 }
+
+/// Hybrid polling (null poll_mode=hybrid, driver/null/hybrid.rs): a poller
+/// submits a hipri request and reaps it; another client's plain request
+/// lands on the same queue meanwhile. The completion thread runs its real
+/// loop (reap while notifications are on, else sleep on the gate). Each
+/// request must be reaped exactly once, and after the poller leaves, the
+/// plain request must still be reaped: a toggle that loses it leaves the
+/// completion thread asleep, which loom reports as a deadlock.
+#[test]
+fn loom_hybrid_toggle_never_loses_a_completion() {
+    use crate::driver::null::hybrid::{HybridCq, IrqReap};
+    use crate::sync::{AtomicU32, Ordering};
+    const HIPRI: u64 = 0;
+    const PLAIN: u64 = 1;
+    struct Seen([AtomicU32; 2], AtomicU32);
+    impl Seen {
+        /// Records a reap; true once both requests are reaped.
+        fn record(&self, id: u64) -> bool {
+            self.0[id as usize].fetch_add(1, Ordering::SeqCst);
+            self.1.fetch_add(1, Ordering::SeqCst) + 1 == 2
+        }
+        fn all(&self) -> bool {
+            self.1.load(Ordering::SeqCst) == 2
+        }
+    }
+    model(|| {
+        let cq = Arc::new(HybridCq::<u64>::new(2));
+        let seen = Arc::new(Seen([AtomicU32::new(0), AtomicU32::new(0)], AtomicU32::new(0)));
+        let poller = {
+            let (cq, seen) = (cq.clone(), seen.clone());
+            loom::thread::spawn(move || {
+                cq.submit(HIPRI, 0, true);
+                loop {
+                    match cq.poll_one(0) {
+                        Some(id) => {
+                            if seen.record(id) {
+                                // Model only: let the thread's loop end.
+                                cq.gate.notify();
+                            }
+                            if id == HIPRI {
+                                return; // leaves: nobody polls any more
+                            }
+                        }
+                        None => loom::thread::yield_now(),
+                    }
+                }
+            })
+        };
+        let irq = {
+            let (cq, seen) = (cq.clone(), seen.clone());
+            loom::thread::spawn(move || loop {
+                if let IrqReap::Done(id) = cq.irq_one(0, false) {
+                    seen.record(id);
+                    continue;
+                }
+                if seen.all() {
+                    return;
+                }
+                cq.gate.sleep_unless(|| cq.has_irq_work() || seen.all(), None);
+            })
+        };
+        cq.submit(PLAIN, 0, false);
+        poller.join().unwrap();
+        irq.join().unwrap();
+        assert_eq!(seen.0[0].load(Ordering::SeqCst), 1, "hipri reaped once");
+        assert_eq!(seen.0[1].load(Ordering::SeqCst), 1, "plain reaped once");
+        assert_eq!(cq.snapshot().0 + cq.snapshot().1, 0);
+    });
+}

@@ -418,6 +418,11 @@ impl RequestQueue {
         self.hctxs.len() - self.tag_set.poll_queues
     }
 
+    /// Whether hipri requests are polled on the default queues (hybrid).
+    pub(crate) fn shared_poll(&self) -> bool {
+        self.tag_set.shared_poll
+    }
+
     pub(crate) fn nr_poll_queues(&self) -> usize {
         self.tag_set.poll_queues
     }

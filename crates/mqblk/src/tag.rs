@@ -32,11 +32,15 @@ pub struct TagSetConfig {
     /// (HCTX_TYPE_POLL): hipri requests go there and complete only when
     /// their submitter polls.
     pub poll_queues: usize,
+    /// The default queues also serve the POLL map (seed 002's hybrid
+    /// design): hipri requests stay on them, flagged, and their submitters
+    /// poll those queues. Excludes `poll_queues`.
+    pub shared_poll: bool,
 }
 
 impl TagSetConfig {
     pub fn new(nr_hw_queues: usize, queue_depth: u32) -> Self {
-        Self { nr_hw_queues, queue_depth, reserved_tags: 0, round_robin: false, poll_queues: 0 }
+        Self { nr_hw_queues, queue_depth, reserved_tags: 0, round_robin: false, poll_queues: 0, shared_poll: false }
     }
 
     pub fn validate(&self) -> Result<(), String> {
@@ -51,6 +55,9 @@ impl TagSetConfig {
                 "poll_queues={} leaves no default queue among nr_hw_queues={}",
                 self.poll_queues, self.nr_hw_queues
             ));
+        }
+        if self.shared_poll && self.poll_queues > 0 {
+            return Err(format!("shared_poll with poll_queues={}: a device polls one way", self.poll_queues));
         }
         if self.reserved_tags >= self.queue_depth {
             return Err(format!("reserved_tags={} must be below queue_depth={}", self.reserved_tags, self.queue_depth));

@@ -112,7 +112,11 @@ impl std::fmt::Debug for Client {
 impl Client {
     pub(crate) fn new(q: Arc<RequestQueue>, shared: Arc<ClientShared>, seq: usize) -> Self {
         let hctx_index = seq % q.nr_default_queues();
-        let poll_hctx = (q.nr_poll_queues() > 0).then(|| q.nr_default_queues() + seq % q.nr_poll_queues());
+        let poll_hctx = if q.shared_poll() {
+            Some(hctx_index)
+        } else {
+            (q.nr_poll_queues() > 0).then(|| q.nr_default_queues() + seq % q.nr_poll_queues())
+        };
         let capacity = shared.capacity();
         // Spread clients' hints, and their waits over the 8 wait queues (as
         // hctxs spread over them).
@@ -493,9 +497,12 @@ impl Client {
             }
         }
         let (plug, q, counters) = (&mut self.plug, &self.q, &self.shared.counters);
-        if hctx.is_poll() && !nowait {
+        let polled_here = self.polled_outstanding > 0 && self.poll_hctx == Some(self.cur_hctx);
+        if (hctx.is_poll() || polled_here) && !nowait {
             // Tags of a poll queue free only when someone polls: poll while
-            // waiting instead of sleeping (nobody would wake us).
+            // waiting instead of sleeping (nobody would wake us). On a
+            // hybrid queue the same holds while our hipri requests are in
+            // flight (its notifications may be off).
             loop {
                 if let Some(got) = pool.get(&mut self.alloc, reserved, true, || {}) {
                     return Some(got);

@@ -10,6 +10,7 @@
 //! | bs | 512 | logical block size: 512, 1024, 2048 or 4096 |
 //! | submit_queues | 1 | hardware queues |
 //! | poll_queues | 1 | poll queues besides them (hipri requests; completed when their submitter polls) |
+//! | poll_mode | queues | `queues`: hipri requests go to the dedicated poll queues; `hybrid`: no poll queues, every queue takes both kinds and turns its completion notifications off while hipri requests are in flight (hybrid.rs) |
 //! | hw_queue_depth | 64 | tags per hardware queue |
 //! | irqmode | 1 | 0: complete inline, 1: softirq (completion thread), 2: timer |
 //! | completion_nsec | 10000 | irqmode=2: time from submission to completion |
@@ -22,9 +23,11 @@
 //! | seek_nsec | 8000000 | rotational: full-stroke seek time |
 //! | channels | 0 | internal channels, each one request at a time for completion_nsec + transfer at mbps (0: unlimited; 1: a serial device) |
 //!
-//! Relies on: the Driver trait, irq.rs for completion threads, mem.rs for
+//! Relies on: the Driver trait, irq.rs for completion threads, hybrid.rs
+//! for queues shared by polled and interrupt-style requests, mem.rs for
 //! memory backing.
 
+pub(crate) mod hybrid;
 mod irq;
 mod mem;
 mod service;
@@ -37,11 +40,12 @@ use crate::config::{ConfigError, SpecParams};
 use crate::driver::{Driver, QueueRqResult};
 use crate::hctx::Hctx;
 use crate::queue::QueueLimits;
-use crate::request::{Op, Rq, SECTOR_SIZE};
+use crate::request::{Op, ReqFlags, Rq, SECTOR_SIZE};
 use crate::status::Status;
 use crate::sync::{AtomicU64, Mutex, Ordering};
 use crate::tag::TagSetConfig;
 
+use hybrid::HybridQueue;
 use irq::{IrqQueue, Pending, SPIN_NS};
 use mem::MemStore;
 use service::{Channels, Rotational};
@@ -53,6 +57,7 @@ pub const NULL_KEYS: &[&str] = &[
     "bs",
     "submit_queues",
     "poll_queues",
+    "poll_mode",
     "hw_queue_depth",
     "irqmode",
     "completion_nsec",
@@ -77,6 +82,16 @@ pub enum IrqMode {
     Timer,
 }
 
+/// How hipri requests are completed by polling (`poll_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PollMode {
+    /// Dedicated poll queues with notifications always off (the kernel's
+    /// merged design, NVMe's and later virtio_blk's).
+    Queues,
+    /// Shared queues that toggle notifications (seed 002's RFC).
+    Hybrid,
+}
+
 /// null_blk's parameters (see the module table).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NullConfig {
@@ -84,6 +99,7 @@ pub struct NullConfig {
     pub bs: u32,
     pub submit_queues: usize,
     pub poll_queues: usize,
+    pub poll_mode: PollMode,
     pub hw_queue_depth: u32,
     pub irqmode: IrqMode,
     pub completion_nsec: u64,
@@ -104,6 +120,7 @@ impl Default for NullConfig {
             bs: 512,
             submit_queues: 1,
             poll_queues: 1,
+            poll_mode: PollMode::Queues,
             hw_queue_depth: 64,
             irqmode: IrqMode::Softirq,
             completion_nsec: 10_000,
@@ -143,6 +160,17 @@ impl NullConfig {
         if p.is_set("channels") && p.bool("rotational", false)? {
             return Err(p.conflict("rotational=1 and channels=N are different service models: choose one"));
         }
+        let poll_mode = match p.choice("poll_mode", "queues", &["queues", "hybrid"])? {
+            "hybrid" => PollMode::Hybrid,
+            _ => PollMode::Queues,
+        };
+        let poll_queues = match poll_mode {
+            PollMode::Queues => p.u64_in("poll_queues", 1, 0, 1024)? as usize,
+            PollMode::Hybrid if p.u64_in("poll_queues", 0, 0, 1024)? > 0 => {
+                return Err(p.conflict("poll_mode=hybrid polls the submit queues themselves: poll_queues must be 0"));
+            }
+            PollMode::Hybrid => 0,
+        };
         let memory_backed = p.bool("memory_backed", false)?;
         let discard = p.bool("discard", false)?;
         if discard && !memory_backed {
@@ -159,7 +187,8 @@ impl NullConfig {
             size_bytes,
             bs,
             submit_queues: p.u64_in("submit_queues", 1, 1, 1024)? as usize,
-            poll_queues: p.u64_in("poll_queues", 1, 0, 1024)? as usize,
+            poll_queues,
+            poll_mode,
             hw_queue_depth: p.u64_in("hw_queue_depth", 64, 1, 65536)? as u32,
             irqmode,
             completion_nsec: p.u64_in("completion_nsec", 10_000, 0, 60_000_000_000)?,
@@ -209,6 +238,9 @@ pub struct NullDriver {
     /// Raw pointers to the completion queues for the hot path (the Vec
     /// above only changes at shutdown, after the last request).
     irq_fast: Vec<*const IrqQueue>,
+    /// poll_mode=hybrid: the submit queues' shared completion sides (in
+    /// place of `irq`).
+    hybrid: Box<[HybridQueue]>,
     /// Requests of the poll queues, in submission order, until a poll
     /// finds them due.
     poll_lists: Box<[Mutex<VecDeque<Pending>>]>,
@@ -224,14 +256,18 @@ unsafe impl Sync for NullDriver {}
 impl NullDriver {
     pub fn new(cfg: NullConfig) -> Result<Self, crate::error::Error> {
         let mut irq = Vec::new();
+        let mut hybrid = Vec::new();
         let modelled = cfg.mbps > 0 || cfg.rotational || cfg.channels > 0;
+        let thread_err = |e| crate::error::Error::Setup(format!("null: cannot start completion thread: {e}"));
         if cfg.irqmode != IrqMode::None || modelled {
             for i in 0..cfg.submit_queues {
                 // Timer mode stays awake briefly when idle, for precision.
                 let idle_spin = cfg.irqmode == IrqMode::Timer;
-                let q = IrqQueue::start(i, cfg.hw_queue_depth as usize, idle_spin)
-                    .map_err(|e| crate::error::Error::Setup(format!("null: cannot start completion thread: {e}")))?;
-                irq.push(q);
+                let depth = cfg.hw_queue_depth as usize;
+                match cfg.poll_mode {
+                    PollMode::Queues => irq.push(IrqQueue::start(i, depth, idle_spin).map_err(thread_err)?),
+                    PollMode::Hybrid => hybrid.push(HybridQueue::start(i, depth, idle_spin).map_err(thread_err)?),
+                }
             }
         }
         let irq_fast = irq.iter().map(|q| q as *const IrqQueue).collect();
@@ -250,6 +286,7 @@ impl NullDriver {
             cfg,
             irq: Mutex::new(irq),
             irq_fast,
+            hybrid: hybrid.into_boxed_slice(),
         })
     }
 
@@ -307,6 +344,7 @@ impl Driver for NullDriver {
     fn tag_set(&self) -> TagSetConfig {
         let mut t = TagSetConfig::new(self.cfg.submit_queues + self.cfg.poll_queues, self.cfg.hw_queue_depth);
         t.poll_queues = self.cfg.poll_queues;
+        t.shared_poll = self.cfg.poll_mode == PollMode::Hybrid;
         t
     }
 
@@ -326,10 +364,15 @@ impl Driver for NullDriver {
     fn queue_rq(&self, hctx: &Hctx, mut rq: Rq, _last: bool) -> QueueRqResult {
         let status = self.handle(&mut rq);
         let due_ns = self.due_ns(&rq);
+        let rq_is_hipri = rq.flags().contains(ReqFlags::HIPRI);
         if hctx.is_poll() {
             // No completion thread: the submitter's poll completes it.
             let list = &self.poll_lists[hctx.index() - self.cfg.submit_queues];
             list.lock().push_back(Pending { rq, due_ns, status });
+            return QueueRqResult::Queued;
+        }
+        if let Some(q) = self.hybrid.get(hctx.index()) {
+            q.submit(rq, status, due_ns, rq_is_hipri);
             return QueueRqResult::Queued;
         }
         if self.cfg.irqmode == IrqMode::None && due_ns == 0 {
@@ -353,6 +396,9 @@ impl Driver for NullDriver {
     /// order; each completes outside the list's lock, since completing may
     /// issue the next request to this very queue).
     fn poll(&self, hctx: &Hctx) -> usize {
+        if let Some(q) = self.hybrid.get(hctx.index()) {
+            return q.poll();
+        }
         let Some(list) = hctx.index().checked_sub(self.cfg.submit_queues).and_then(|i| self.poll_lists.get(i)) else {
             return 0;
         };
@@ -380,6 +426,9 @@ impl Driver for NullDriver {
         for q in self.irq.lock().iter_mut() {
             q.stop();
         }
+        for q in self.hybrid.iter() {
+            q.stop();
+        }
         // Requests nobody polled end with an error (dropping a token does).
         for list in self.poll_lists.iter() {
             let left: Vec<Pending> = list.lock().drain(..).collect();
@@ -404,6 +453,19 @@ impl Driver for NullDriver {
         }
         if self.channels.is_some() {
             let _ = writeln!(out, "null/channels={} service_nsec={}", c.channels, c.completion_nsec);
+        }
+        for (i, q) in self.hybrid.iter().enumerate() {
+            let s = q.stats();
+            let (hipri, lopri, on) = q.snapshot();
+            let _ = writeln!(
+                out,
+                "null/hybrid{i}/notify={} hipri={hipri} lopri={lopri} notify_off={} notify_on={} irq_reaped={} poll_reaped={}",
+                on as u8,
+                s.notify_off.load(Ordering::Relaxed),
+                s.notify_on.load(Ordering::Relaxed),
+                s.irq_reaped.load(Ordering::Relaxed),
+                s.poll_reaped.load(Ordering::Relaxed),
+            );
         }
         for (i, q) in self.irq.lock().iter().enumerate() {
             let (timed, late_mean, late_max) = q.lateness();
