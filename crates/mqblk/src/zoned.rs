@@ -1,0 +1,161 @@
+//! The zone model of zoned block devices (SMR disks, ZNS SSDs), as the
+//! kernel exposes it (`struct blk_zone`, include/uapi/linux/blkzoned.h):
+//! zone types and conditions, what a zone report returns, and a zoned
+//! device's limits. Drivers that emulate zones (null `zoned=1`) implement
+//! the state machine; the block layer validates zone operations against
+//! these limits and keeps writes to a zone in order (queue.rs).
+//!
+//! All positions here are in 512-byte sectors, as in the kernel's API.
+//!
+//! Relies on: nothing but std.
+
+use std::fmt;
+
+/// `BLK_ZONE_TYPE_*`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZoneType {
+    /// Random writes allowed; no write pointer.
+    Conventional,
+    /// Writes only at the write pointer.
+    SeqWriteRequired,
+}
+
+/// `BLK_ZONE_COND_*`, in the kernel's numbering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ZoneCond {
+    NotWp = 0x0,
+    Empty = 0x1,
+    ImpOpen = 0x2,
+    ExpOpen = 0x3,
+    Closed = 0x4,
+    ReadOnly = 0xd,
+    Full = 0xe,
+    Offline = 0xf,
+}
+
+impl ZoneCond {
+    /// The name user-space tools print (blkzone, the oracle's JSON).
+    pub fn name(self) -> &'static str {
+        match self {
+            ZoneCond::NotWp => "NOT_WP",
+            ZoneCond::Empty => "EMPTY",
+            ZoneCond::ImpOpen => "IMP_OPEN",
+            ZoneCond::ExpOpen => "EXP_OPEN",
+            ZoneCond::Closed => "CLOSED",
+            ZoneCond::ReadOnly => "READONLY",
+            ZoneCond::Full => "FULL",
+            ZoneCond::Offline => "OFFLINE",
+        }
+    }
+
+    /// From the kernel's numeric condition (`blk_zone.cond`).
+    pub fn from_raw(v: u8) -> Option<ZoneCond> {
+        Some(match v {
+            0x0 => ZoneCond::NotWp,
+            0x1 => ZoneCond::Empty,
+            0x2 => ZoneCond::ImpOpen,
+            0x3 => ZoneCond::ExpOpen,
+            0x4 => ZoneCond::Closed,
+            0xd => ZoneCond::ReadOnly,
+            0xe => ZoneCond::Full,
+            0xf => ZoneCond::Offline,
+            _ => return None,
+        })
+    }
+
+    /// Open (implicitly or explicitly): counts against max_open.
+    pub fn is_open(self) -> bool {
+        matches!(self, ZoneCond::ImpOpen | ZoneCond::ExpOpen)
+    }
+
+    /// Open or closed: counts against max_active.
+    pub fn is_active(self) -> bool {
+        matches!(self, ZoneCond::ImpOpen | ZoneCond::ExpOpen | ZoneCond::Closed)
+    }
+}
+
+impl fmt::Display for ZoneCond {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One zone as a report returns it (`struct blk_zone`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Zone {
+    pub start: u64,
+    /// Zone size in sectors.
+    pub len: u64,
+    /// Writable sectors from `start` (`capacity <= len`).
+    pub capacity: u64,
+    /// Write pointer (conventional zones: `start + len`).
+    pub wp: u64,
+    pub ztype: ZoneType,
+    pub cond: ZoneCond,
+}
+
+/// Zone management operations (`REQ_OP_ZONE_*`, the BLK*ZONE ioctls).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZoneMgmt {
+    Reset,
+    Open,
+    Close,
+    Finish,
+}
+
+impl ZoneMgmt {
+    pub fn name(self) -> &'static str {
+        match self {
+            ZoneMgmt::Reset => "reset",
+            ZoneMgmt::Open => "open",
+            ZoneMgmt::Close => "close",
+            ZoneMgmt::Finish => "finish",
+        }
+    }
+}
+
+/// What a zoned device declares (`queue_limits` zone fields).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ZonedLimits {
+    /// Zone size in sectors (a power of two); also the boundary bios are
+    /// split at (`chunk_sectors`).
+    pub zone_sectors: u64,
+    pub nr_zones: u32,
+    /// 0: no limit.
+    pub max_open_zones: u32,
+    /// 0: no limit.
+    pub max_active_zones: u32,
+    pub zone_append_max_sectors: u32,
+}
+
+impl ZonedLimits {
+    /// Index of the zone holding `sector`.
+    pub fn zone_no(&self, sector: u64) -> u64 {
+        sector / self.zone_sectors
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cond_numbers_and_names_match_the_kernel() {
+        for c in [
+            ZoneCond::NotWp,
+            ZoneCond::Empty,
+            ZoneCond::ImpOpen,
+            ZoneCond::ExpOpen,
+            ZoneCond::Closed,
+            ZoneCond::ReadOnly,
+            ZoneCond::Full,
+            ZoneCond::Offline,
+        ] {
+            assert_eq!(ZoneCond::from_raw(c as u8), Some(c));
+        }
+        assert_eq!(ZoneCond::from_raw(5), None);
+        assert_eq!(ZoneCond::ImpOpen.name(), "IMP_OPEN");
+        assert!(ZoneCond::Closed.is_active() && !ZoneCond::Closed.is_open());
+    }
+}
