@@ -28,6 +28,9 @@ pub struct Completion {
     pub status: Status,
     /// The bio's buffer, given back (reads: filled with the data).
     pub buf: Option<Buf>,
+    /// Zone append: the byte offset the data was written at (where the
+    /// zone's write pointer was).
+    pub append_offset: Option<u64>,
     pub(crate) origin: u8,
     /// Bio slot + 1 this bio used (0: none), recycled at reap.
     pub(crate) slot: u32,
@@ -35,7 +38,7 @@ pub struct Completion {
 
 impl Completion {
     pub(crate) fn new(user_data: u64, status: Status, buf: Option<Buf>, origin: u8) -> Self {
-        Self { user_data, status, buf, origin, slot: 0 }
+        Self { user_data, status, buf, append_offset: None, origin, slot: 0 }
     }
 }
 

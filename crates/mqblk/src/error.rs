@@ -15,6 +15,8 @@ pub enum SubmitError {
         "I/O at offset {offset} of {len} bytes is not aligned to the logical block size of {logical_block_size} bytes"
     )]
     Misaligned { offset: u64, len: u64, logical_block_size: u32 },
+    #[error("{op:?} at offset {offset} does not name a zone of this device (zones are {zone_bytes} bytes)")]
+    NotZoneStart { op: Op, offset: u64, zone_bytes: u64 },
     #[error("zero-length {op:?} I/O")]
     ZeroLength { op: Op },
     #[error("I/O of {len} bytes exceeds the largest bio of {max} bytes")]

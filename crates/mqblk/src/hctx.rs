@@ -318,7 +318,10 @@ impl Hctx {
         let owner = rq.owner;
         // (`split` and `view` are set on every issue: no need to reset them.)
         let split = rq.split;
-        let completion = crate::completion::Completion::new(rq.user_data, status, rq.buf.take(), rq.origin);
+        let mut completion = crate::completion::Completion::new(rq.user_data, status, rq.buf.take(), rq.origin);
+        if rq.op == crate::request::Op::ZoneAppend && status.is_ok() {
+            completion.append_offset = Some(rq.sector << SECTOR_SHIFT);
+        }
         slot.deadline.store(0, Ordering::Relaxed);
         slot.set_state(RqState::Idle);
         hctx.stats.completed.fetch_add(1, Ordering::Relaxed);

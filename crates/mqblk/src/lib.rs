@@ -39,6 +39,7 @@ mod request;
 mod ring;
 pub mod sbitmap;
 pub mod sched;
+pub mod zoned;
 mod status;
 mod sync;
 mod tag;

@@ -62,6 +62,9 @@ pub struct QueueLimits {
     pub fua: bool,
     /// Rotational media (seek costs).
     pub rotational: bool,
+    /// A zoned device's zone geometry and limits (None: not zoned). Bios
+    /// are split at zone boundaries, and zone ops are accepted only then.
+    pub zoned: Option<crate::zoned::ZonedLimits>,
 }
 
 impl QueueLimits {
@@ -78,6 +81,7 @@ impl QueueLimits {
             write_cache: false,
             fua: false,
             rotational: false,
+            zoned: None,
         }
     }
 
@@ -101,6 +105,11 @@ impl QueueLimits {
         if self.max_sectors == 0 || (u64::from(self.max_sectors) * SECTOR_SIZE) % u64::from(lbs) != 0 {
             return Err(format!("max_sectors={} is not a positive multiple of the block size", self.max_sectors));
         }
+        if let Some(z) = &self.zoned {
+            if !z.zone_sectors.is_power_of_two() || (z.zone_sectors << SECTOR_SHIFT) % u64::from(lbs) != 0 {
+                return Err(format!("zone size of {} sectors is not a power of two multiple of the block", z.zone_sectors));
+            }
+        }
         Ok(())
     }
 
@@ -111,9 +120,15 @@ impl QueueLimits {
             Op::Read | Op::Write | Op::Flush => true,
             Op::Discard => self.max_discard_sectors > 0,
             Op::WriteZeroes => self.max_write_zeroes_sectors > 0,
+            _ => self.zoned.is_some(),
         };
         if !supported {
             return Err(SubmitError::NotSupported { op });
+        }
+        if let Some(z) = &self.zoned {
+            if op.is_zone_mgmt() || op == Op::ZoneAppend {
+                return self.check_zone_bio(bio, z);
+            }
         }
         let buf_len = bio.buf.as_ref().map(|b| b.len());
         if op.has_data() != buf_len.is_some() || (op.has_data() && buf_len != Some(len as usize)) {
@@ -142,11 +157,57 @@ impl QueueLimits {
         Ok(())
     }
 
+    /// Zone ops: a zone management bio names a zone by its start and has
+    /// no length (reset all: offset 0); a zone append starts at its zone's
+    /// start, stays inside it and within zone_append_max_sectors.
+    fn check_zone_bio(&self, bio: &Bio, z: &crate::zoned::ZonedLimits) -> Result<(), SubmitError> {
+        let (op, offset, len) = (bio.op, bio.offset, bio.len);
+        let zone_bytes = z.zone_sectors << SECTOR_SHIFT;
+        if offset % zone_bytes != 0 || offset >= self.capacity_bytes || (op == Op::ZoneResetAll && offset != 0) {
+            return Err(SubmitError::NotZoneStart { op, offset, zone_bytes });
+        }
+        let buf_len = bio.buf.as_ref().map(|b| b.len());
+        if op.is_zone_mgmt() {
+            return if len == 0 && buf_len.is_none() { Ok(()) } else { Err(SubmitError::BadBuffer { op, len, buf_len }) };
+        }
+        if buf_len != Some(len as usize) {
+            return Err(SubmitError::BadBuffer { op, len, buf_len });
+        }
+        let lbs = u64::from(self.logical_block_size);
+        if len == 0 || len % lbs != 0 {
+            return Err(SubmitError::Misaligned { offset, len, logical_block_size: self.logical_block_size });
+        }
+        let max = (u64::from(z.zone_append_max_sectors.min(self.max_sectors)) << SECTOR_SHIFT)
+            .min(zone_bytes)
+            .min(self.capacity_bytes - offset);
+        if len > max {
+            return Err(SubmitError::TooLarge { len, max });
+        }
+        Ok(())
+    }
+
+    /// Bytes from `offset` to the next zone boundary (u64::MAX if not
+    /// zoned): the kernel's chunk_sectors split.
+    #[inline]
+    pub fn bytes_to_zone_end(&self, offset: u64) -> u64 {
+        match &self.zoned {
+            Some(z) => {
+                let zone_bytes = z.zone_sectors << SECTOR_SHIFT;
+                zone_bytes - offset % zone_bytes
+            }
+            None => u64::MAX,
+        }
+    }
+
     /// The largest request of `op` in bytes; larger bios are split.
     pub fn max_request_bytes(&self, op: Op) -> u64 {
         let max_sectors = match op {
             Op::Discard => self.max_discard_sectors,
             Op::WriteZeroes => self.max_write_zeroes_sectors,
+            // Never split: check_zone_bio bounds them.
+            Op::ZoneAppend | Op::ZoneReset | Op::ZoneResetAll | Op::ZoneOpen | Op::ZoneClose | Op::ZoneFinish => {
+                return u64::MAX
+            }
             _ => self.max_sectors,
         };
         u64::from(max_sectors) * SECTOR_SIZE
@@ -207,7 +268,7 @@ pub(crate) struct RequestQueue {
     driver: Arc<dyn Driver>,
     limits: QueueLimits,
     /// `limits.max_request_bytes(op)` for each op, indexed by `Op as usize`.
-    max_request_bytes: [u64; 5],
+    max_request_bytes: [u64; crate::request::NR_OPS],
     tag_set: TagSetConfig,
     hctxs: Box<[Hctx]>,
     /// Client completion sinks not in use, for recycling: every sink lives
@@ -260,8 +321,7 @@ impl RequestQueue {
             hctx.tags.bind(ptr);
         }
         let clock = Self::timeout_clock(driver.rq_timeout());
-        let max_request_bytes =
-            [Op::Read, Op::Write, Op::Flush, Op::Discard, Op::WriteZeroes].map(|op| limits.max_request_bytes(op));
+        let max_request_bytes = Op::ALL.map(|op| limits.max_request_bytes(op));
         let q = Arc::new(Self {
             driver,
             max_request_bytes,
@@ -293,6 +353,11 @@ impl RequestQueue {
     /// Builds scheduler `name` and points every hctx at it. Only at
     /// creation or while frozen (`set_scheduler`).
     fn install_scheduler(&self, name: &str, nr_requests: Option<u32>, p: &SpecParams) -> Result<(), String> {
+        if self.limits.zoned.is_some() && matches!(name, "kyber" | "bfq") {
+            // The kernel's ELEVATOR_F_ZBD_SEQ_WRITE: only schedulers that
+            // keep a zone's writes in order may run on a zoned device.
+            return Err(format!("sched={name} may reorder writes within a zone: a zoned device accepts none or mq-deadline"));
+        }
         let nr_requests = nr_requests.unwrap_or_else(|| crate::sched::default_nr_requests(self.tag_set.queue_depth));
         let elevator: Option<Arc<dyn crate::sched::Elevator>> =
             crate::sched::elevator(name, self.hctxs.len(), nr_requests, p)?.map(Arc::from);
@@ -452,6 +517,27 @@ impl RequestQueue {
 
     pub(crate) fn note_split(&self) {
         self.splits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Bytes from `offset` to the end of its zone (u64::MAX: not zoned).
+    #[inline(always)]
+    pub(crate) fn bytes_to_zone_end(&self, offset: u64) -> u64 {
+        self.limits.bytes_to_zone_end(offset)
+    }
+
+    /// Whether a merge keeps a zoned device's rules: the request stays in
+    /// one zone, and writes only grow at the back (a front merge would
+    /// reach the zone before a bio submitted earlier). Always true when not
+    /// zoned.
+    #[inline]
+    pub(crate) fn zone_merge_ok(&self, rq_sector: u64, rq_sectors: u32, bio: &crate::merge::BioPos, front: bool) -> bool {
+        let Some(z) = &self.limits.zoned else { return true };
+        if front && bio.op.is_write() {
+            return false;
+        }
+        let start = rq_sector.min(bio.sector);
+        let end = (rq_sector + u64::from(rq_sectors)).max(bio.sector + u64::from(bio.nr_sectors));
+        z.zone_no(start) == z.zone_no(end - 1)
     }
 
     /// The largest request of `op` in bytes (precomputed per op).
@@ -677,6 +763,22 @@ impl Device {
 
     pub fn limits(&self) -> &QueueLimits {
         &self.q.limits
+    }
+
+    /// Up to `nr` zones from the one holding byte `offset`
+    /// (`blkdev_report_zones`). Errors: the device is not zoned (NotSupp),
+    /// or `offset` lies past its end (Invalid).
+    pub fn report_zones(&self, offset: u64, nr: usize) -> Result<Vec<crate::zoned::Zone>, crate::status::Status> {
+        use crate::status::Status;
+        if self.q.limits.zoned.is_none() {
+            return Err(Status::NotSupp);
+        }
+        if offset >= self.q.limits.capacity_bytes {
+            return Err(Status::Invalid);
+        }
+        let mut out = Vec::with_capacity(nr.min(4096));
+        self.q.driver.report_zones(offset >> SECTOR_SHIFT, nr, &mut out)?;
+        Ok(out)
     }
 
     pub fn tag_set(&self) -> &TagSetConfig {

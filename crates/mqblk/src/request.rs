@@ -42,12 +42,45 @@ pub enum Op {
     Flush,
     Discard,
     WriteZeroes,
+    /// Write at a zone's write pointer, wherever it is; the completion
+    /// says where the data went (`Completion::append_sector`).
+    ZoneAppend,
+    /// Zone management: the bio's offset is the zone's start.
+    ZoneReset,
+    /// Reset every sequential zone (offset 0, length 0).
+    ZoneResetAll,
+    ZoneOpen,
+    ZoneClose,
+    ZoneFinish,
 }
 
+/// Number of ops (for per-op tables).
+pub(crate) const NR_OPS: usize = 11;
+
 impl Op {
+    /// Every op, in `Op as usize` order.
+    pub const ALL: [Op; NR_OPS] = [
+        Op::Read,
+        Op::Write,
+        Op::Flush,
+        Op::Discard,
+        Op::WriteZeroes,
+        Op::ZoneAppend,
+        Op::ZoneReset,
+        Op::ZoneResetAll,
+        Op::ZoneOpen,
+        Op::ZoneClose,
+        Op::ZoneFinish,
+    ];
+
     /// Does the op move data through a buffer?
     pub fn has_data(self) -> bool {
-        matches!(self, Op::Read | Op::Write)
+        matches!(self, Op::Read | Op::Write | Op::ZoneAppend)
+    }
+
+    /// A zone management op (no data, addresses a whole zone).
+    pub fn is_zone_mgmt(self) -> bool {
+        matches!(self, Op::ZoneReset | Op::ZoneResetAll | Op::ZoneOpen | Op::ZoneClose | Op::ZoneFinish)
     }
 
     /// Does the op change the device's contents?
@@ -62,6 +95,12 @@ impl Op {
             Op::Flush => "FLUSH",
             Op::Discard => "DISCARD",
             Op::WriteZeroes => "WRITE_ZEROES",
+            Op::ZoneAppend => "ZONE_APPEND",
+            Op::ZoneReset => "ZONE_RESET",
+            Op::ZoneResetAll => "ZONE_RESET_ALL",
+            Op::ZoneOpen => "ZONE_OPEN",
+            Op::ZoneClose => "ZONE_CLOSE",
+            Op::ZoneFinish => "ZONE_FINISH",
         }
     }
 }
@@ -219,6 +258,35 @@ impl Bio {
     /// Write zeroes over `len` bytes at `offset`.
     pub fn write_zeroes(offset: u64, len: u64) -> Self {
         Self { op: Op::WriteZeroes, flags: ReqFlags::NONE, offset, len, buf: None, ioprio: IoPrio::default() }
+    }
+
+    /// Zone append of `buf` to the zone starting at byte `zone_offset`.
+    pub fn zone_append(zone_offset: u64, buf: Buf) -> Self {
+        Self {
+            op: Op::ZoneAppend,
+            flags: ReqFlags::NONE,
+            offset: zone_offset,
+            len: buf.len() as u64,
+            buf: Some(buf),
+            ioprio: IoPrio::default(),
+        }
+    }
+
+    /// A zone management op on the zone starting at byte `zone_offset`.
+    pub fn zone_mgmt(mgmt: crate::zoned::ZoneMgmt, zone_offset: u64) -> Self {
+        use crate::zoned::ZoneMgmt;
+        let op = match mgmt {
+            ZoneMgmt::Reset => Op::ZoneReset,
+            ZoneMgmt::Open => Op::ZoneOpen,
+            ZoneMgmt::Close => Op::ZoneClose,
+            ZoneMgmt::Finish => Op::ZoneFinish,
+        };
+        Self { op, flags: ReqFlags::SYNC, offset: zone_offset, len: 0, buf: None, ioprio: IoPrio::default() }
+    }
+
+    /// Reset every sequential zone of the device.
+    pub fn zone_reset_all() -> Self {
+        Self { op: Op::ZoneResetAll, flags: ReqFlags::SYNC, offset: 0, len: 0, buf: None, ioprio: IoPrio::default() }
     }
 
     pub fn with_flags(mut self, flags: ReqFlags) -> Self {
@@ -537,6 +605,13 @@ impl Rq {
     /// A word of per-request driver state.
     pub fn driver_data(&mut self) -> &mut u64 {
         &mut self.rq_mut().driver_data
+    }
+
+    /// Zone append: records where the data went (the zone's write pointer
+    /// when the driver wrote it), reported in the completion.
+    pub fn set_append_sector(&mut self, sector: u64) {
+        debug_assert_eq!(self.op(), Op::ZoneAppend);
+        self.rq_mut().sector = sector;
     }
 
     /// Ends the request: every bio completes to its client with `status`,

@@ -248,7 +248,7 @@ impl Client {
             return Err(Box::new(Rejected { error, bio }));
         }
         let max = self.q.max_request_bytes(bio.op);
-        if bio.len > max {
+        if bio.len > max || (bio.len > 0 && bio.len > self.q.bytes_to_zone_end(bio.offset)) {
             return self.submit_split(bio, user_data, origin, reserved, max);
         }
         let head = RqHead {
@@ -303,6 +303,9 @@ impl Client {
         let pos = BioPos { op: head.op, flags: head.flags, sector: head.sector, nr_sectors: head.nr_sectors };
         let Some(rq) = self.plug.merge_candidate(self.cur_hctx) else { return false };
         let Some(kind) = merge::try_merge(rq.rq(), &pos, max_sectors, max_segments) else { return false };
+        if !self.q.zone_merge_ok(rq.sector(), rq.nr_sectors(), &pos, kind == merge::MergeKind::Front) {
+            return false;
+        }
         let index = self.free_slots.pop().expect("a free bio slot per outstanding bio");
         let bio = MergedBio { pos, buf: buf.take(), user_data: head.user_data, origin: head.origin };
         // SAFETY: the slot was on our free list, so it is ours and unused;
@@ -326,10 +329,13 @@ impl Client {
         let max_sectors = self.q.max_request_bytes(head.op) >> SECTOR_SHIFT;
         let max_segments = self.q.max_segments();
         let pos = BioPos { op: head.op, flags: head.flags, sector: head.sector, nr_sectors: head.nr_sectors };
-        let (shared, free_slots) = (&self.shared, &mut self.free_slots);
+        let (shared, free_slots, q) = (&self.shared, &mut self.free_slots, &self.q);
         let mut front = false;
         let merged = s.elevator.bio_merge(self.cur_hctx, &pos, &mut |rq, kind| {
             if merge::try_merge(rq.rq(), &pos, max_sectors, max_segments) != Some(kind) {
+                return false;
+            }
+            if !q.zone_merge_ok(rq.sector(), rq.nr_sectors(), &pos, kind == merge::MergeKind::Front) {
                 return false;
             }
             let index = free_slots.pop().expect("a free bio slot per outstanding bio");
@@ -347,8 +353,9 @@ impl Client {
     }
 
     /// Splits a bio larger than a request into pieces of at most `max`
-    /// bytes, each its own request (the kernel's `bio_split`); the bio
-    /// completes once, when its last piece does, with the first error.
+    /// bytes that do not cross a zone boundary, each its own request (the
+    /// kernel's `bio_split`, with chunk_sectors); the bio completes once,
+    /// when its last piece does, with the first error.
     fn submit_split(
         &mut self,
         mut bio: Bio,
@@ -360,16 +367,23 @@ impl Client {
         let index = self.free_slots.pop().expect("a free bio slot per outstanding bio");
         let shared = self.shared.clone();
         let slot = shared.slot(index);
-        let pieces = bio.len.div_ceil(max);
+        let (q, bio_offset, bio_len) = (self.q.clone(), bio.offset, bio.len);
+        let piece_len = |offset: u64| max.min(q.bytes_to_zone_end(bio_offset + offset)).min(bio_len - offset);
+        let mut pieces = 0u64;
+        let mut offset = 0;
+        while offset < bio.len {
+            offset += piece_len(offset);
+            pieces += 1;
+        }
         debug_assert!(pieces > 1 && pieces <= u64::from(u32::MAX));
         let base = bio.buf.as_mut().map(|b| b.as_mut_ptr());
         // SAFETY: no piece is issued yet, so the client owns the slot. The
         // buffer's heap block does not move when the Buf value moves.
         unsafe { slot.start_split(pieces as u32, user_data, origin, bio.buf.take()) };
         let nowait = bio.flags.contains(ReqFlags::NOWAIT);
+        let mut offset = 0;
         for i in 0..pieces {
-            let offset = i * max;
-            let len = max.min(bio.len - offset);
+            let len = piece_len(offset);
             // SAFETY: offset + len <= bio.len == the buffer's length
             // (check_bio), so the view stays inside the buffer.
             let view = base.map(|p| (unsafe { p.add(offset as usize) }, len as usize));
@@ -397,6 +411,7 @@ impl Client {
                 self.free_slots.push(index);
                 return Err(Box::new(Rejected { error: SubmitError::Again, bio }));
             }
+            offset += len;
         }
         self.q.note_split();
         self.note_submitted(bio.op);

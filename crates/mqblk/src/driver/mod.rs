@@ -46,6 +46,7 @@ use std::time::Duration;
 use crate::hctx::Hctx;
 use crate::queue::QueueLimits;
 use crate::request::{Rq, RqList};
+use crate::status::Status;
 use crate::tag::TagSetConfig;
 
 /// What `queue_rq` did with a request.
@@ -144,4 +145,10 @@ pub trait Driver: Send + Sync + 'static {
 
     /// Driver lines for the debugfs-like stats dump.
     fn show(&self, _out: &mut String) {}
+
+    /// Zoned devices: appends up to `nr` zones, from the one holding
+    /// `sector`, to `out` (`report_zones`). Others: NotSupp.
+    fn report_zones(&self, _sector: u64, _nr: usize, _out: &mut Vec<crate::zoned::Zone>) -> Result<(), Status> {
+        Err(Status::NotSupp)
+    }
 }

@@ -34,7 +34,7 @@ fn domain_of(op: Op) -> usize {
         Op::Read => 0,
         Op::Write => 1,
         Op::Discard => 2,
-        Op::Flush | Op::WriteZeroes => 3,
+        _ => 3, // flush, write zeroes, zone ops: "other"
     }
 }
 

@@ -22,6 +22,16 @@
 //! | rotational | 0 | rotational media: one request at a time, with seeks (service.rs) |
 //! | seek_nsec | 8000000 | rotational: full-stroke seek time |
 //! | channels | 0 | internal channels, each one request at a time for completion_nsec + transfer at mbps (0: unlimited; 1: a serial device) |
+//! | zoned | 0 | a zoned device (zoned.rs): the keys below apply |
+//! | zone_size | 256 | zone size in MB (a power of two) |
+//! | zone_capacity | 0 | writable MB per zone (0: zone_size) |
+//! | zone_nr_conv | 0 | conventional zones at the start |
+//! | zone_max_open | 0 | open zones allowed (0: no limit) |
+//! | zone_max_active | 0 | open + closed zones allowed (0: no limit) |
+//! | zone_append_max_sectors | 0 | largest zone append (0: the zone size) |
+//! | zone_readonly | 0 | the last sequential zones start READONLY (before those of zone_offline) |
+//! | zone_offline | 0 | the last sequential zones start OFFLINE |
+//! | zone_lock | per-zone | `per-zone` locks (seed 004) or one `global` device lock |
 //!
 //! Relies on: the Driver trait, irq.rs for completion threads, hybrid.rs
 //! for queues shared by polled and interrupt-style requests, mem.rs for
@@ -31,6 +41,7 @@ pub(crate) mod hybrid;
 mod irq;
 mod mem;
 mod service;
+pub mod zoned;
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -49,6 +60,7 @@ use hybrid::HybridQueue;
 use irq::{IrqQueue, Pending, SPIN_NS};
 use mem::MemStore;
 use service::{Channels, Rotational};
+use zoned::{NullZoned, ZoneLock, ZonedConfig};
 
 /// The keys a `null:` spec accepts.
 pub const NULL_KEYS: &[&str] = &[
@@ -69,6 +81,16 @@ pub const NULL_KEYS: &[&str] = &[
     "rotational",
     "seek_nsec",
     "channels",
+    "zoned",
+    "zone_size",
+    "zone_capacity",
+    "zone_nr_conv",
+    "zone_max_open",
+    "zone_max_active",
+    "zone_append_max_sectors",
+    "zone_readonly",
+    "zone_offline",
+    "zone_lock",
 ];
 
 /// How requests complete (`irqmode`).
@@ -111,6 +133,8 @@ pub struct NullConfig {
     pub rotational: bool,
     pub seek_nsec: u64,
     pub channels: usize,
+    /// `zoned=1` and its parameters.
+    pub zoned: Option<ZonedConfig>,
 }
 
 impl Default for NullConfig {
@@ -132,6 +156,7 @@ impl Default for NullConfig {
             rotational: false,
             seek_nsec: 8_000_000,
             channels: 0,
+            zoned: None,
         }
     }
 }
@@ -176,6 +201,10 @@ impl NullConfig {
         if discard && !memory_backed {
             return Err(p.conflict("discard=1 needs memory_backed=1 (null_blk ignores discard without memory backing)"));
         }
+        let zoned = Self::zoned_from_params(p)?;
+        if zoned.is_some() && discard {
+            return Err(p.conflict("discard=1 with zoned=1: a zoned null device supports no discard (reset zones instead)"));
+        }
         // Requests are whole blocks: align max_sectors down to the block size.
         let bs_sectors = bs / SECTOR_SIZE as u32;
         let max_sectors = p.u64_in("max_sectors", 255, 1, 1 << 20)? as u32;
@@ -200,7 +229,32 @@ impl NullConfig {
             rotational: p.bool("rotational", false)?,
             seek_nsec: p.u64_in("seek_nsec", 8_000_000, 0, 10_000_000_000)?,
             channels: p.u64_in("channels", 0, 0, 4096)? as usize,
+            zoned,
         })
+    }
+
+    fn zoned_from_params(p: &SpecParams) -> Result<Option<ZonedConfig>, ConfigError> {
+        if !p.bool("zoned", false)? {
+            if let Some((key, _)) = p.pairs().iter().find(|(k, _)| k.starts_with("zone_")) {
+                return Err(p.conflict(format!("{key} needs zoned=1")));
+            }
+            return Ok(None);
+        }
+        let u32_key = |key: &str, max: u64| -> Result<u32, ConfigError> { Ok(p.u64_in(key, 0, 0, max)? as u32) };
+        Ok(Some(ZonedConfig {
+            zone_size_mb: p.u64_in("zone_size", 256, 1, 1 << 20)?,
+            zone_capacity_mb: p.u64_in("zone_capacity", 0, 0, 1 << 20)?,
+            zone_nr_conv: u32_key("zone_nr_conv", 1 << 20)?,
+            zone_max_open: u32_key("zone_max_open", 1 << 20)?,
+            zone_max_active: u32_key("zone_max_active", 1 << 20)?,
+            zone_append_max_sectors: u32_key("zone_append_max_sectors", 1 << 22)?,
+            zone_readonly: u32_key("zone_readonly", 1 << 20)?,
+            zone_offline: u32_key("zone_offline", 1 << 20)?,
+            zone_lock: match p.choice("zone_lock", "per-zone", &["per-zone", "global"])? {
+                "global" => ZoneLock::Global,
+                _ => ZoneLock::PerZone,
+            },
+        }))
     }
 }
 
@@ -244,6 +298,8 @@ pub struct NullDriver {
     /// Requests of the poll queues, in submission order, until a poll
     /// finds them due.
     poll_lists: Box<[Mutex<VecDeque<Pending>>]>,
+    /// `zoned=1`: the zones.
+    zoned: Option<NullZoned>,
 }
 
 // SAFETY: `irq_fast` points into `irq`'s heap buffer, which is never resized
@@ -271,6 +327,10 @@ impl NullDriver {
             }
         }
         let irq_fast = irq.iter().map(|q| q as *const IrqQueue).collect();
+        let zoned = match &cfg.zoned {
+            Some(z) => Some(NullZoned::new(z, cfg.size_bytes).map_err(|e| crate::error::Error::Setup(format!("null: {e}")))?),
+            None => None,
+        };
         Ok(Self {
             mem: cfg.memory_backed.then(MemStore::new),
             // Rotational media transfer at mbps within their own timeline.
@@ -287,6 +347,7 @@ impl NullDriver {
             irq: Mutex::new(irq),
             irq_fast,
             hybrid: hybrid.into_boxed_slice(),
+            zoned,
         })
     }
 
@@ -301,6 +362,9 @@ impl NullDriver {
     /// Moves the data (memory backing) and decides the status.
     #[inline]
     fn handle(&self, rq: &mut Rq) -> Status {
+        if let Some(z) = &self.zoned {
+            return z.process(rq, self.mem.as_ref());
+        }
         let Some(mem) = &self.mem else { return Status::Ok };
         let pos = rq.pos_bytes();
         match rq.op() {
@@ -308,6 +372,8 @@ impl NullDriver {
             Op::Write => rq.for_each_segment(|pos, seg| mem.write(pos, seg)),
             Op::Discard | Op::WriteZeroes => mem.zero(pos, rq.len_bytes()),
             Op::Flush => {}
+            // Zone ops reach only zoned devices (check_bio).
+            _ => return Status::NotSupp,
         }
         Status::Ok
     }
@@ -357,7 +423,18 @@ impl Driver for NullDriver {
             l.max_discard_sectors = u32::MAX >> 9;
         }
         l.max_write_zeroes_sectors = u32::MAX >> 9;
+        l.zoned = self.zoned.as_ref().map(NullZoned::limits);
         l
+    }
+
+    fn report_zones(&self, sector: u64, nr: usize, out: &mut Vec<crate::zoned::Zone>) -> Result<(), Status> {
+        match &self.zoned {
+            Some(z) => {
+                z.report(sector, nr, out);
+                Ok(())
+            }
+            None => Err(Status::NotSupp),
+        }
     }
 
     #[inline]
