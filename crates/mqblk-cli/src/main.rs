@@ -6,6 +6,7 @@
 
 mod bench;
 mod experiment;
+mod zone;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -24,21 +25,26 @@ commands:
   help  Show this message.
 ";
 
+fn usage() -> String {
+    format!("{USAGE}{}", zone::USAGE)
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(cmd) = args.first() else {
-        eprint!("{USAGE}");
+        eprint!("{}", usage());
         return ExitCode::from(2);
     };
     match cmd.as_str() {
         "bench" => run_bench(&args[1..]),
         "experiment" => run_experiment(&args[1..]),
+        "zone" => finish("zone", zone::run(&args[1..])),
         "help" | "--help" | "-h" => {
-            print!("{USAGE}");
+            print!("{}", usage());
             ExitCode::SUCCESS
         }
         other => {
-            eprintln!("mqblk: unknown command '{other}' (accepted: bench, experiment, help)");
+            eprintln!("mqblk: unknown command '{other}' (accepted: bench, experiment, zone, help)");
             ExitCode::from(2)
         }
     }

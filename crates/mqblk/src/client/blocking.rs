@@ -41,6 +41,12 @@ impl Client {
         Ok(done.buf)
     }
 
+    /// Submits any bio and waits for its completion, whatever its status
+    /// (zone appends: the completion carries `append_offset`).
+    pub fn submit_and_wait_completion(&mut self, bio: Bio) -> Result<Completion, Error> {
+        self.blocking(bio)
+    }
+
     fn take_bounce(&mut self, len: usize) -> Buf {
         match self.bounce.take() {
             Some(b) if b.len() == len => b,

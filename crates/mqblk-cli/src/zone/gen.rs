@@ -1,0 +1,118 @@
+//! `mqblk zone gen`: random zone op scripts for the kernel oracle, weighted
+//! toward edge cases: writes at and just off the write pointer, past the
+//! zone capacity, across zone boundaries and larger than max_sectors (so
+//! they split); opens and finishes at the open/active limits; reset all;
+//! zone indices out of range. The generator keeps a rough guess of each
+//! zone's write pointer (as if every write succeeded) to aim its writes.
+
+/// xorshift64*: deterministic per seed, no dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+fn num(args: &mut Vec<String>, name: &str, default: u64) -> Result<u64, String> {
+    match super::take_opt(args, name)? {
+        None => Ok(default),
+        Some(v) => v.parse().map_err(|_| format!("{name}={v} is not a number")),
+    }
+}
+
+/// The script (one op per line) for the given shape.
+pub fn generate(seed: u64, ops: u64, zones: u64, nr_conv: u64, zone_sectors: u64, cap_sectors: u64) -> String {
+    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut wp = vec![0u64; zones as usize];
+    let mut out = format!("# mqblk zone gen --seed {seed} --ops {ops} --zones {zones}\n");
+    for _ in 0..ops {
+        // Mostly sequential zones; sometimes a conventional one.
+        let z = if nr_conv > 0 && rng.below(8) == 0 { rng.below(nr_conv) } else { nr_conv + rng.below(zones - nr_conv) };
+        let zi = z as usize;
+        let line = match rng.below(100) {
+            0..=34 => {
+                let (off, n) = match rng.below(6) {
+                    0 | 1 | 2 => (wp[zi], 1 + rng.below(64)),                    // at the wp
+                    3 => (wp[zi] + 1 + rng.below(8), 1 + rng.below(16)),          // just past it
+                    4 => (wp[zi], cap_sectors.saturating_sub(wp[zi]) + rng.below(16)), // to or past capacity
+                    _ => (wp[zi], 200 + rng.below(400)),                          // splits at max_sectors
+                };
+                let n = n.max(1);
+                // Keep inside the device (the kernel clips or fails past it).
+                let n = n.min((zones - z) * zone_sectors - off.min((zones - z) * zone_sectors - 1));
+                if off == wp[zi] {
+                    wp[zi] = (wp[zi] + n).min(cap_sectors);
+                }
+                format!("write {z} {off} {n}")
+            }
+            35..=49 => {
+                let off = rng.below(zone_sectors);
+                let n = (1 + rng.below(300)).min((zones - z) * zone_sectors - off);
+                format!("read {z} {off} {n}")
+            }
+            50..=61 => "open".to_string() + &format!(" {z}"),
+            62..=71 => format!("close {z}"),
+            72..=79 => {
+                wp[zi] = cap_sectors;
+                format!("finish {z}")
+            }
+            80..=89 => {
+                wp[zi] = 0;
+                format!("reset {z}")
+            }
+            90..=92 => {
+                wp.iter_mut().for_each(|w| *w = 0);
+                "reset all".to_string()
+            }
+            93..=95 => "report".to_string(),
+            _ => {
+                let verb = ["open", "close", "finish", "reset"][rng.below(4) as usize];
+                format!("{verb} {}", zones + rng.below(3)) // out of range
+            }
+        };
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+pub fn run(args: &mut Vec<String>) -> Result<String, String> {
+    let seed = num(args, "--seed", 1)?;
+    let ops = num(args, "--ops", 300)?;
+    let zones = num(args, "--zones", 16)?;
+    let nr_conv = num(args, "--nr-conv", 0)?;
+    let zone_sectors = num(args, "--zone-sectors", 131_072)?;
+    let cap_sectors = num(args, "--capacity-sectors", zone_sectors)?;
+    if !args.is_empty() {
+        return Err(format!("zone gen: unexpected arguments {args:?}"));
+    }
+    if zones == 0 || nr_conv >= zones || cap_sectors > zone_sectors || zone_sectors == 0 {
+        return Err("zone gen: need zones > nr-conv, 0 < capacity-sectors <= zone-sectors".into());
+    }
+    Ok(generate(seed, ops, zones, nr_conv, zone_sectors, cap_sectors))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scripts_are_deterministic_and_parse() {
+        let a = generate(7, 300, 16, 2, 131_072, 100_000);
+        assert_eq!(a, generate(7, 300, 16, 2, 131_072, 100_000));
+        assert_ne!(a, generate(8, 300, 16, 2, 131_072, 100_000));
+        let ops: Vec<_> = a.lines().filter_map(|l| super::super::script::parse_line(l).unwrap()).collect();
+        assert_eq!(ops.len(), 300);
+        for verb in ["write", "read", "open", "close", "finish", "reset", "reset all"] {
+            assert!(ops.iter().any(|(t, _)| t.starts_with(verb)), "{verb} never generated");
+        }
+    }
+}
