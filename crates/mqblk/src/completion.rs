@@ -295,14 +295,21 @@ impl ClientShared {
     }
 
     /// One piece of split bio `index` completed with `status`; the last one
-    /// delivers the bio's completion.
+    /// to complete delivers the bio's completion.
+    ///
+    /// The bio's status is the kernel's: the last piece is the parent of
+    /// the chain (bio_split + bio_chain), and its own error overrides; the
+    /// other pieces' first error (in completion order) stands otherwise.
     #[cold]
     #[inline(never)]
-    pub(crate) fn piece_done(&self, index: u32, status: Status) {
+    pub(crate) fn piece_done(&self, index: u32, status: Status, last_piece: bool) {
         let slot = &self.slots[index as usize];
         if status != Status::Ok {
-            // First error wins.
-            let _ = slot.status.compare_exchange(0, status as u8, Ordering::AcqRel, Ordering::Relaxed);
+            if last_piece {
+                slot.status.store(status as u8, Ordering::Release);
+            } else {
+                let _ = slot.status.compare_exchange(0, status as u8, Ordering::AcqRel, Ordering::Relaxed);
+            }
         }
         if slot.remaining.fetch_sub(1, Ordering::AcqRel) != 1 {
             return;

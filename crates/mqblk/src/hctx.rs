@@ -332,7 +332,8 @@ impl Hctx {
         // for its whole life; requests are only submitted with a valid one.
         let owner = unsafe { &*owner };
         if split != 0 {
-            owner.piece_done(split - 1, status);
+            let last = split & crate::request::SPLIT_LAST != 0;
+            owner.piece_done((split & !crate::request::SPLIT_LAST) - 1, status, last);
         } else {
             owner.deliver(completion);
         }

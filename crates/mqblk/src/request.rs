@@ -29,6 +29,9 @@ use crate::hctx::Hctx;
 use crate::status::Status;
 use crate::sync::{AtomicU64, AtomicU8, Ordering};
 
+/// Marks the last piece of a split bio in `Request::split`.
+pub(crate) const SPLIT_LAST: u32 = 1 << 31;
+
 /// Sector size of the block layer's addressing, as in the kernel.
 pub const SECTOR_SIZE: u64 = 512;
 pub const SECTOR_SHIFT: u32 = 9;
@@ -364,7 +367,8 @@ pub(crate) struct Request {
     /// The request holds a scheduler tag (its slot is the scheduler's).
     pub(crate) in_sched: bool,
     /// A piece of a split bio: its split slot + 1 in the owner's table
-    /// (0: not split), and its part of the parent's buffer.
+    /// (0: not split), `SPLIT_LAST` on the last piece; and its part of the
+    /// parent's buffer.
     pub(crate) split: u32,
     pub(crate) view: *mut u8,
     pub(crate) view_len: usize,

@@ -29,7 +29,20 @@ fn num(args: &mut Vec<String>, name: &str, default: u64) -> Result<u64, String> 
 }
 
 /// The script (one op per line) for the given shape.
-pub fn generate(seed: u64, ops: u64, zones: u64, nr_conv: u64, zone_sectors: u64, cap_sectors: u64) -> String {
+/// The script's shape: the device it is aimed at.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    pub zones: u64,
+    pub nr_conv: u64,
+    pub zone_sectors: u64,
+    pub cap_sectors: u64,
+    /// Logical block size in sectors: most offsets and lengths are
+    /// multiples of it (one op in 16 is not, to test the refusal).
+    pub block_sectors: u64,
+}
+
+pub fn generate(seed: u64, ops: u64, shape: Shape) -> String {
+    let Shape { zones, nr_conv, zone_sectors, cap_sectors, block_sectors } = shape;
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let mut wp = vec![0u64; zones as usize];
     let mut out = format!("# mqblk zone gen --seed {seed} --ops {ops} --zones {zones}\n");
@@ -78,10 +91,24 @@ pub fn generate(seed: u64, ops: u64, zones: u64, nr_conv: u64, zone_sectors: u64
                 format!("{verb} {}", zones + rng.below(3)) // out of range
             }
         };
+        let line = if block_sectors > 1 && rng.below(16) != 0 { align(&line, block_sectors) } else { line };
         out.push_str(&line);
         out.push('\n');
     }
     out
+}
+
+/// Rounds a read or write line's OFF down and N up to whole blocks.
+fn align(line: &str, block: u64) -> String {
+    let w: Vec<&str> = line.split(' ').collect();
+    match w.as_slice() {
+        [verb @ ("read" | "write"), z, off, n] => {
+            let off: u64 = off.parse().unwrap_or(0);
+            let n: u64 = n.parse().unwrap_or(1);
+            format!("{verb} {z} {} {}", off / block * block, n.div_ceil(block) * block)
+        }
+        _ => line.to_string(),
+    }
 }
 
 pub fn run(args: &mut Vec<String>) -> Result<String, String> {
@@ -91,13 +118,14 @@ pub fn run(args: &mut Vec<String>) -> Result<String, String> {
     let nr_conv = num(args, "--nr-conv", 0)?;
     let zone_sectors = num(args, "--zone-sectors", 131_072)?;
     let cap_sectors = num(args, "--capacity-sectors", zone_sectors)?;
+    let block_sectors = num(args, "--block-sectors", 1)?;
     if !args.is_empty() {
         return Err(format!("zone gen: unexpected arguments {args:?}"));
     }
-    if zones == 0 || nr_conv >= zones || cap_sectors > zone_sectors || zone_sectors == 0 {
-        return Err("zone gen: need zones > nr-conv, 0 < capacity-sectors <= zone-sectors".into());
+    if zones == 0 || nr_conv >= zones || cap_sectors > zone_sectors || zone_sectors == 0 || block_sectors == 0 {
+        return Err("zone gen: need zones > nr-conv, 0 < capacity-sectors <= zone-sectors, block-sectors >= 1".into());
     }
-    Ok(generate(seed, ops, zones, nr_conv, zone_sectors, cap_sectors))
+    Ok(generate(seed, ops, Shape { zones, nr_conv, zone_sectors, cap_sectors, block_sectors }))
 }
 
 #[cfg(test)]
@@ -106,9 +134,10 @@ mod tests {
 
     #[test]
     fn scripts_are_deterministic_and_parse() {
-        let a = generate(7, 300, 16, 2, 131_072, 100_000);
-        assert_eq!(a, generate(7, 300, 16, 2, 131_072, 100_000));
-        assert_ne!(a, generate(8, 300, 16, 2, 131_072, 100_000));
+        let shape = Shape { zones: 16, nr_conv: 2, zone_sectors: 131_072, cap_sectors: 100_000, block_sectors: 1 };
+        let a = generate(7, 300, shape);
+        assert_eq!(a, generate(7, 300, shape));
+        assert_ne!(a, generate(8, 300, shape));
         let ops: Vec<_> = a.lines().filter_map(|l| super::super::script::parse_line(l).unwrap()).collect();
         assert_eq!(ops.len(), 300);
         for verb in ["write", "read", "open", "close", "finish", "reset", "reset all"] {

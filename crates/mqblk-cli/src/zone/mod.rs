@@ -19,7 +19,7 @@ pub const USAGE: &str = "\
         zone management op on zone Z (reset also takes `all`).
   zone script --device SPEC FILE | --blkdev PATH FILE
         Run a zone op script on a fresh device; one JSON line per op.
-  zone gen --seed N [--ops N] [--zones N] [--zone-sectors N] [--capacity-sectors N]
+  zone gen --seed N [--ops N] [--zones N] [--nr-conv N] [--zone-sectors N] [--capacity-sectors N] [--block-sectors N]
         A random zone op script, weighted toward edge cases.
 ";
 
@@ -66,13 +66,35 @@ impl ZoneTarget for DeviceTarget {
         self.run(bio).map(drop)
     }
 
+    /// As pwrite on the block device file: at or past the end, ENOSPC;
+    /// across it, the part before the end is written and the call is
+    /// short (the oracle's helper reports a short call as EIO).
     fn write(&mut self, offset_bytes: u64, data: &[u8]) -> Result<(), i32> {
-        self.run(Bio::write(offset_bytes, Buf::from_slice(data))).map(drop)
+        let capacity = self.dev.limits().capacity_bytes;
+        if offset_bytes >= capacity {
+            return Err(libc::ENOSPC);
+        }
+        let n = data.len().min((capacity - offset_bytes) as usize);
+        self.run(Bio::write(offset_bytes, Buf::from_slice(&data[..n])))?;
+        if n < data.len() {
+            return Err(libc::EIO);
+        }
+        Ok(())
     }
 
+    /// As pread: at or past the end nothing is read; across it, a short
+    /// read (both EIO for the helper, which wants the whole length).
     fn read(&mut self, offset_bytes: u64, out: &mut [u8]) -> Result<(), i32> {
-        let buf = self.run(Bio::read(offset_bytes, Buf::new(out.len())))?;
-        out.copy_from_slice(&buf.expect("a read gives its buffer back"));
+        let capacity = self.dev.limits().capacity_bytes;
+        if offset_bytes >= capacity {
+            return Err(libc::EIO);
+        }
+        let n = out.len().min((capacity - offset_bytes) as usize);
+        let buf = self.run(Bio::read(offset_bytes, Buf::new(n)))?;
+        out[..n].copy_from_slice(&buf.expect("a read gives its buffer back"));
+        if n < out.len() {
+            return Err(libc::EIO);
+        }
         Ok(())
     }
 }

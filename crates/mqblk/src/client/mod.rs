@@ -31,7 +31,7 @@ use crate::error::{Error, Rejected, SubmitError};
 use crate::merge::{self, BioPos, MergedBio};
 use crate::plug::{Plug, PlugState};
 use crate::queue::RequestQueue;
-use crate::request::{Bio, ReqFlags, RqState, ORIGIN_BLOCKING, ORIGIN_POLLED, ORIGIN_USER, SECTOR_SHIFT};
+use crate::request::{Bio, ReqFlags, RqState, ORIGIN_BLOCKING, ORIGIN_POLLED, ORIGIN_USER, SECTOR_SHIFT, SPLIT_LAST};
 use crate::tag::{AllocData, TagGot};
 use std::sync::Arc;
 
@@ -393,7 +393,9 @@ impl Client {
                 sector: (bio.offset + offset) >> SECTOR_SHIFT,
                 nr_sectors: (len >> SECTOR_SHIFT) as u32,
                 view,
-                split: index + 1,
+                // The last piece is marked: the kernel's parent bio, whose
+                // own error wins over its children's (completion.rs).
+                split: (index + 1) | if i + 1 == pieces { SPLIT_LAST } else { 0 },
                 user_data,
                 origin,
                 ioprio: bio.ioprio,

@@ -54,6 +54,9 @@ pub struct ZonedConfig {
     pub zone_lock: ZoneLock,
 }
 
+/// What memory-backed reads past a sequential zone's wp return.
+pub(crate) const NULL_FILL_PATTERN: u8 = 0xff;
+
 #[derive(Debug, Clone, Copy)]
 struct ZoneState {
     wp: u64,
@@ -262,12 +265,14 @@ impl NullZoned {
             return Status::IoErr;
         }
         let Some(mem) = mem else { return Status::Ok };
-        // Memory-backed sequential zones read zeros at and past the wp.
+        // Memory-backed sequential zones read 0xff at and past the wp
+        // (null_blk's nullb_fill_pattern; the kernel oracle showed it on
+        // 6.1, where a plain guess would have said zeros).
         let valid_end_bytes = if self.is_conv(zno) { u64::MAX } else { st.wp << SECTOR_SHIFT };
         rq.for_each_segment_mut(|pos, seg| {
             let valid = valid_end_bytes.saturating_sub(pos).min(seg.len() as u64) as usize;
             mem.read(pos, &mut seg[..valid]);
-            seg[valid..].fill(0);
+            seg[valid..].fill(NULL_FILL_PATTERN);
         });
         Status::Ok
     }
