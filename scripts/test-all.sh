@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole mqblk test suite, from a fresh Debian machine: installs what the
 # tests need, then runs unit, integration, CLI and doc tests (debug build, so
-# lifecycle assertions are on) and the loom models (bounded preemptions).
+# lifecycle assertions are on), the loom models (bounded preemptions) and
+# the zoned kernel oracle (installs qemu, a Debian kernel and busybox).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,3 +21,17 @@ cargo test --doc --workspace
 echo "== loom models"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
   cargo test -p mqblk --release --test loom_sbitmap --lib -- loom
+
+echo "== zoned kernel oracle (Linux null_blk under qemu vs mqblk: 5 configurations x 300 ops)"
+need=()
+command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
+ls /boot/vmlinuz-* >/dev/null 2>&1 || need+=(linux-image-amd64)
+command -v busybox >/dev/null || need+=(busybox-static)
+command -v cpio >/dev/null || need+=(cpio)
+[ -e /usr/lib/x86_64-linux-gnu/libc.a ] || need+=(libc6-dev)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "   installing ${need[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+tests/oracle/ci.sh 300

@@ -72,6 +72,39 @@ struct Res {
     /// Where the round-robin search for an implicitly open zone to close
     /// starts.
     imp_close_zone_no: u32,
+    /// False for the scratch counts used without limits.
+    tracked: bool,
+}
+
+#[derive(Clone, Copy)]
+enum Count {
+    ImpOpen,
+    ExpOpen,
+    Closed,
+}
+
+impl Res {
+    fn field(&mut self, c: Count) -> &mut u32 {
+        match c {
+            Count::ImpOpen => &mut self.imp_open,
+            Count::ExpOpen => &mut self.exp_open,
+            Count::Closed => &mut self.closed,
+        }
+    }
+
+    fn inc(&mut self, c: Count) {
+        if self.tracked {
+            *self.field(c) += 1;
+        }
+    }
+
+    fn dec(&mut self, c: Count) {
+        if self.tracked {
+            let v = self.field(c);
+            assert!(*v > 0, "zone resource count underflow");
+            *v -= 1;
+        }
+    }
 }
 
 /// The resource lock when limits exist, else scratch counts nobody reads.
@@ -185,7 +218,7 @@ impl NullZoned {
             zone_capacity_sectors,
             zones,
             need_res: max_open > 0 || max_active > 0,
-            res: Mutex::new(Res { imp_close_zone_no: nr_conv, ..Res::default() }),
+            res: Mutex::new(Res { imp_close_zone_no: nr_conv, tracked: true, ..Res::default() }),
             global: (cfg.zone_lock == ZoneLock::Global).then(|| Mutex::new(())),
         })
     }
@@ -321,9 +354,9 @@ impl NullZoned {
                 Err(status) => return status,
             };
             if z.cond == ZoneCond::Closed {
-                res.closed -= 1;
+                res.dec(Count::Closed);
             }
-            res.imp_open += 1;
+            res.inc(Count::ImpOpen);
             z.cond = ZoneCond::ImpOpen;
         }
         Self::write_data(rq, sector, mem);
@@ -331,8 +364,8 @@ impl NullZoned {
         if z.wp == start + self.zone_capacity(zno) {
             let mut res = self.res_lock();
             match z.cond {
-                ZoneCond::ExpOpen => res.exp_open -= 1,
-                ZoneCond::ImpOpen => res.imp_open -= 1,
+                ZoneCond::ExpOpen => res.dec(Count::ExpOpen),
+                ZoneCond::ImpOpen => res.dec(Count::ImpOpen),
                 _ => {}
             }
             z.cond = ZoneCond::Full;
@@ -413,15 +446,15 @@ impl NullZoned {
     fn close_zone(&self, zno: usize, z: &mut ZoneState, res: &mut Res) -> Status {
         match z.cond {
             ZoneCond::Closed => return Status::Ok,
-            ZoneCond::ImpOpen => res.imp_open -= 1,
-            ZoneCond::ExpOpen => res.exp_open -= 1,
+            ZoneCond::ImpOpen => res.dec(Count::ImpOpen),
+            ZoneCond::ExpOpen => res.dec(Count::ExpOpen),
             _ => return Status::IoErr,
         }
         if z.wp == self.zone_start(zno) {
             z.cond = ZoneCond::Empty;
         } else {
             z.cond = ZoneCond::Closed;
-            res.closed += 1;
+            res.inc(Count::Closed);
         }
         Status::Ok
     }
@@ -458,9 +491,9 @@ impl NullZoned {
             let mut res = self.res_lock();
             match z.cond {
                 ZoneCond::Empty => return Status::Ok,
-                ZoneCond::ImpOpen => res.imp_open -= 1,
-                ZoneCond::ExpOpen => res.exp_open -= 1,
-                ZoneCond::Closed => res.closed -= 1,
+                ZoneCond::ImpOpen => res.dec(Count::ImpOpen),
+                ZoneCond::ExpOpen => res.dec(Count::ExpOpen),
+                ZoneCond::Closed => res.dec(Count::Closed),
                 ZoneCond::Full => {}
                 _ => return Status::IoErr,
             }
@@ -484,12 +517,12 @@ impl NullZoned {
             _ => return Status::IoErr,
         };
         match z.cond {
-            ZoneCond::ImpOpen => res.imp_open -= 1,
-            ZoneCond::Closed => res.closed -= 1,
+            ZoneCond::ImpOpen => res.dec(Count::ImpOpen),
+            ZoneCond::Closed => res.dec(Count::Closed),
             _ => {}
         }
         z.cond = ZoneCond::ExpOpen;
-        res.exp_open += 1;
+        res.inc(Count::ExpOpen);
         Status::Ok
     }
 
@@ -504,9 +537,9 @@ impl NullZoned {
             _ => return Status::IoErr,
         };
         match z.cond {
-            ZoneCond::ImpOpen => res.imp_open -= 1,
-            ZoneCond::ExpOpen => res.exp_open -= 1,
-            ZoneCond::Closed => res.closed -= 1,
+            ZoneCond::ImpOpen => res.dec(Count::ImpOpen),
+            ZoneCond::ExpOpen => res.dec(Count::ExpOpen),
+            ZoneCond::Closed => res.dec(Count::Closed),
             _ => {}
         }
         z.cond = ZoneCond::Full;
