@@ -363,3 +363,103 @@ fn poll_experiment_quick_writes_json_and_svg() {
     let svg = std::fs::read_to_string(dir.join("poll.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("<polyline"));
 }
+
+#[test]
+fn zone_script_prints_one_json_line_per_op() {
+    let dir = std::env::temp_dir().join(format!("mqblk-zone-script-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("s.txt");
+    std::fs::write(
+        &script,
+        "report\n# a comment\nwrite 1 0 8\nwrite 1 100 8  # off the wp\nread 1 0 16\nopen 2\nfinish 99\nreset all\n",
+    )
+    .unwrap();
+    let spec = "null:gb=1,zoned=1,zone_size=256,memory_backed=1";
+    let out = mqblk(&["zone", "script", "--device", spec, script.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 7, "comments make no line");
+    let status: Vec<&str> = lines.iter().map(|l| l["status"].as_str().unwrap()).collect();
+    assert_eq!(status, ["ok", "ok", "EIO", "ok", "ok", "EINVAL", "ok"]);
+    assert_eq!(lines[1]["zones"][1], serde_json::json!(["IMP_OPEN", 8]));
+    // 8 written sectors then 8 sectors of null_blk's 0xff fill.
+    let mut data: Vec<u8> = (0..4096u64).map(|i| ((131u64) ^ (i * 7) ^ (i >> 9)) as u8).collect();
+    data.extend([0xffu8; 4096]);
+    assert_eq!(lines[3]["crc32"], format!("{:08x}", crc32(&data)));
+    assert!(lines[0].get("crc32").is_none(), "only reads carry a checksum");
+    assert_eq!(lines[6]["zones"].as_array().unwrap().len(), 4);
+    let bad = mqblk(&["zone", "script", "--device", "null:gb=1", script.to_str().unwrap()]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("not a zoned device"));
+    std::fs::write(&script, "write 1 x 8\n").unwrap();
+    let bad = mqblk(&["zone", "script", "--device", spec, script.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("line 1: 'x' is not a number"));
+}
+
+/// CRC-32 (IEEE), bit by bit: an independent check of the crc32 field.
+fn crc32(data: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in data {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 { (crc >> 1) ^ 0xedb8_8320 } else { crc >> 1 };
+        }
+    }
+    !crc
+}
+
+#[test]
+fn zone_report_and_management_commands() {
+    let out = mqblk(&["zone", "finish", "1", "--device", "null:gb=1,zoned=1,zone_size=256,zone_nr_conv=1"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.lines().nth(1).unwrap().contains("conv  NOT_WP"), "{text}");
+    assert!(text.lines().nth(2).unwrap().ends_with("seq   FULL"), "{text}");
+    let out = mqblk(&["zone", "reset", "0", "--device", "null:gb=1,zoned=1,zone_size=256,zone_nr_conv=1"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("EIO"), "a conventional zone cannot be reset");
+    let out = mqblk(&["zone", "bogus", "--device", "null:gb=1,zoned=1"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn zone_gen_scripts_are_reproducible() {
+    let a = mqblk(&["zone", "gen", "--seed", "5", "--ops", "50", "--zones", "8", "--zone-sectors", "524288"]);
+    let b = mqblk(&["zone", "gen", "--seed", "5", "--ops", "50", "--zones", "8", "--zone-sectors", "524288"]);
+    assert!(a.status.success());
+    assert_eq!(a.stdout, b.stdout);
+    assert_eq!(String::from_utf8(a.stdout).unwrap().lines().filter(|l| !l.starts_with('#')).count(), 50);
+}
+
+#[test]
+fn zone_lock_experiment_quick_writes_json_and_svg() {
+    let dir = std::env::temp_dir().join(format!("mqblk-exp-zl-{}", std::process::id()));
+    let out = mqblk(&["experiment", "zone-lock", "--quick", "--out", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("zone-lock.json")).unwrap()).unwrap();
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2 * 2 * 2, "workload x jobs x lock");
+    assert!(results.iter().all(|r| r["kiops"].as_f64().unwrap() > 0.0), "{results:?}");
+    assert!(std::fs::read_to_string(dir.join("zone-lock.svg")).unwrap().contains("<polyline"));
+}
+
+#[test]
+fn zonemode_zbd_writes_at_write_pointers_and_needs_a_zoned_device() {
+    let v = bench_json(&[
+        "--device",
+        "null:gb=1,zoned=1,zone_size=4,irqmode=0",
+        "--name=z",
+        "--rw=write",
+        "--bs=64k",
+        "--zonemode=zbd",
+        "--number_ios=200",
+        "--output-format=json",
+    ]);
+    let job = &v["jobs"][0];
+    assert_eq!(job["error"], 0, "{job}");
+    assert_eq!(job["write"]["total_ios"], 200, "sequential writes at the wps, across 4 MiB zones, no error");
+    let out = mqblk(&["bench", "--device", "null:gb=1", "--name=z", "--rw=write", "--zonemode=zbd", "--number_ios=1"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("zonemode=zbd on a device that is not zoned"));
+}

@@ -39,10 +39,10 @@ mod request;
 mod ring;
 pub mod sbitmap;
 pub mod sched;
-pub mod zoned;
 mod status;
 mod sync;
 mod tag;
+pub mod zoned;
 
 pub use buf::{Buf, BUF_ALIGN};
 pub use client::{Client, ClientStats, Completion, RwCount};

@@ -107,7 +107,10 @@ impl QueueLimits {
         }
         if let Some(z) = &self.zoned {
             if !z.zone_sectors.is_power_of_two() || (z.zone_sectors << SECTOR_SHIFT) % u64::from(lbs) != 0 {
-                return Err(format!("zone size of {} sectors is not a power of two multiple of the block", z.zone_sectors));
+                return Err(format!(
+                    "zone size of {} sectors is not a power of two multiple of the block",
+                    z.zone_sectors
+                ));
             }
         }
         Ok(())
@@ -168,7 +171,11 @@ impl QueueLimits {
         }
         let buf_len = bio.buf.as_ref().map(|b| b.len());
         if op.is_zone_mgmt() {
-            return if len == 0 && buf_len.is_none() { Ok(()) } else { Err(SubmitError::BadBuffer { op, len, buf_len }) };
+            return if len == 0 && buf_len.is_none() {
+                Ok(())
+            } else {
+                Err(SubmitError::BadBuffer { op, len, buf_len })
+            };
         }
         if buf_len != Some(len as usize) {
             return Err(SubmitError::BadBuffer { op, len, buf_len });
@@ -356,7 +363,9 @@ impl RequestQueue {
         if self.limits.zoned.is_some() && matches!(name, "kyber" | "bfq") {
             // The kernel's ELEVATOR_F_ZBD_SEQ_WRITE: only schedulers that
             // keep a zone's writes in order may run on a zoned device.
-            return Err(format!("sched={name} may reorder writes within a zone: a zoned device accepts none or mq-deadline"));
+            return Err(format!(
+                "sched={name} may reorder writes within a zone: a zoned device accepts none or mq-deadline"
+            ));
         }
         let nr_requests = nr_requests.unwrap_or_else(|| crate::sched::default_nr_requests(self.tag_set.queue_depth));
         let elevator: Option<Arc<dyn crate::sched::Elevator>> =
@@ -530,7 +539,13 @@ impl RequestQueue {
     /// reach the zone before a bio submitted earlier). Always true when not
     /// zoned.
     #[inline]
-    pub(crate) fn zone_merge_ok(&self, rq_sector: u64, rq_sectors: u32, bio: &crate::merge::BioPos, front: bool) -> bool {
+    pub(crate) fn zone_merge_ok(
+        &self,
+        rq_sector: u64,
+        rq_sectors: u32,
+        bio: &crate::merge::BioPos,
+        front: bool,
+    ) -> bool {
         let Some(z) = &self.limits.zoned else { return true };
         if front && bio.op.is_write() {
             return false;

@@ -219,7 +219,8 @@ fn zone_append_from_several_clients_returns_distinct_contiguous_sectors() {
                 let mut c = d.client();
                 (0..PER)
                     .map(|_| {
-                        let done = c.submit_and_wait_completion(Bio::zone_append(ZB, Buf::from_slice(&[t; 4096]))).unwrap();
+                        let done =
+                            c.submit_and_wait_completion(Bio::zone_append(ZB, Buf::from_slice(&[t; 4096]))).unwrap();
                         assert_eq!(done.status, Status::Ok);
                         (done.append_offset.unwrap(), t)
                     })

@@ -145,6 +145,55 @@ impl Pattern {
     }
 }
 
+/// fio's `zonemode=zbd` for writes: each goes to a zone's write pointer.
+/// The job owns the sequential zones inside its region (give jobs their
+/// own zones with `offset_increment`), so it tracks their write pointers
+/// itself; a zone too full for the next write is reset first.
+struct ZoneWriter {
+    /// (zone start, capacity, write pointer), bytes.
+    zones: Vec<(u64, u64, u64)>,
+    cur: usize,
+}
+
+impl ZoneWriter {
+    fn new(dev: &Device, region_start: u64, region_len: u64) -> Result<Self, String> {
+        let all = dev.report_zones(0, usize::MAX).map_err(|s| format!("zonemode=zbd: zone report failed: {s}"))?;
+        let zones: Vec<(u64, u64, u64)> = all
+            .iter()
+            .filter(|z| z.ztype == mqblk::zoned::ZoneType::SeqWriteRequired)
+            .map(|z| (z.start << 9, z.capacity << 9, (z.wp - z.start) << 9))
+            .filter(|&(start, cap, _)| start >= region_start && start + cap <= region_start + region_len)
+            .collect();
+        if zones.is_empty() {
+            return Err("zonemode=zbd: no sequential zone lies inside the job's region".into());
+        }
+        Ok(Self { zones, cur: 0 })
+    }
+
+    /// The next write's offset, and the zone to reset before it, if any.
+    fn next(&mut self, pattern: &mut Pattern, bs: u64) -> (u64, Option<u64>) {
+        let n = self.zones.len();
+        let fits = |z: &(u64, u64, u64)| z.2 + bs <= z.1;
+        let z = if pattern.random {
+            (pattern.next_rand() % n as u64) as usize
+        } else {
+            if !fits(&self.zones[self.cur]) {
+                self.cur = (self.cur + 1) % n; // sequential: on to the next zone
+            }
+            self.cur
+        };
+        let mut reset = None;
+        if !fits(&self.zones[z]) {
+            reset = Some(self.zones[z].0);
+            self.zones[z].2 = 0;
+        }
+        let (start, _, wp) = &mut self.zones[z];
+        let off = *start + *wp;
+        *wp += bs;
+        (off, reset)
+    }
+}
+
 /// Runs one job to completion on the calling thread.
 pub fn run_job(
     opts: &JobOptions,
@@ -155,11 +204,12 @@ pub fn run_job(
     live: &Live,
 ) -> Result<JobResult, String> {
     let capacity = dev.limits().capacity_bytes;
-    if opts.offset >= capacity {
-        return Err(format!("job '{}': offset {} is beyond the device size {capacity}", opts.name, opts.offset));
+    let offset = opts.offset.saturating_add((job_index as u64).saturating_mul(opts.offset_increment));
+    if offset >= capacity {
+        return Err(format!("job '{}': offset {offset} is beyond the device size {capacity}", opts.name));
     }
     let max_bs = opts.bs_read.max(opts.bs_write);
-    let region_len = opts.size.unwrap_or(capacity - opts.offset).min(capacity - opts.offset);
+    let region_len = opts.size.unwrap_or(capacity - offset).min(capacity - offset);
     if region_len < max_bs {
         return Err(format!("job '{}': size {region_len} is smaller than the block size {max_bs}", opts.name));
     }
@@ -167,7 +217,7 @@ pub fn run_job(
     let mut pattern = Pattern {
         random: opts.rw.is_random(),
         read_pct,
-        region_start: opts.offset,
+        region_start: offset,
         region_len,
         pos: 0,
         rng: opts.randseed.wrapping_add((job_index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1,
@@ -179,6 +229,13 @@ pub fn run_job(
     if opts.startdelay_ns > 0 && !start_delay(opts.startdelay_ns, ctrl) {
         return Ok(JobResult::empty());
     }
+    let mut zone_writer = match opts.zonemode_zbd {
+        true if dev.limits().zoned.is_none() => {
+            return Err(format!("job '{}': zonemode=zbd on a device that is not zoned", opts.name))
+        }
+        true => Some(ZoneWriter::new(dev, offset, region_len).map_err(|e| format!("job '{}': {e}", opts.name))?),
+        false => None,
+    };
     let mut client = dev.client_with_capacity(depth);
     let mut slots = vec![Slot::default(); depth];
     let mut read_bufs: Vec<Option<Buf>> =
@@ -248,7 +305,18 @@ pub fn run_job(
                     let Some(idx) = free.pop() else { break };
                     let is_write = pattern.next_is_write();
                     let bs = if is_write { opts.bs_write } else { opts.bs_read };
-                    let offset = pattern.next_offset(bs);
+                    let offset = match zone_writer.as_mut() {
+                        Some(zw) if is_write => {
+                            let (offset, reset) = zw.next(&mut pattern, bs);
+                            if let Some(zone) = reset {
+                                let reset = Bio::zone_mgmt(mqblk::zoned::ZoneMgmt::Reset, zone);
+                                c.submit_and_wait(reset)
+                                    .map_err(|e| format!("job '{}': zone reset: {e}", opts.name))?;
+                            }
+                            offset
+                        }
+                        _ => pattern.next_offset(bs),
+                    };
                     let bio = if is_write {
                         Bio::write(offset, write_bufs[idx as usize].take().expect("slot owns its write buffer"))
                             .with_flags(write_flags)

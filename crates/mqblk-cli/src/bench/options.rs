@@ -32,6 +32,8 @@ pub const JOB_OPTIONS: &[&str] = &[
     "blocksize",
     "size",
     "offset",
+    "offset_increment",
+    "zonemode",
     "iodepth",
     "iodepth_batch_submit",
     "iodepth_batch",
@@ -130,6 +132,12 @@ pub struct JobOptions {
     /// Bytes of I/O per job (None: the device size minus offset).
     pub size: Option<u64>,
     pub offset: u64,
+    /// fio's `offset_increment`: job N starts at offset + N x this.
+    pub offset_increment: u64,
+    /// fio's `zonemode=zbd`: writes go to zones' write pointers (zones
+    /// of the job's region chosen at random for rand*, in order
+    /// otherwise; a full zone is reset before it is written again).
+    pub zonemode_zbd: bool,
     pub iodepth: usize,
     pub iodepth_batch_submit: usize,
     pub iodepth_batch_complete_min: usize,
@@ -186,6 +194,8 @@ impl JobOptions {
             bs_write: 4096,
             size: None,
             offset: 0,
+            offset_increment: 0,
+            zonemode_zbd: false,
             iodepth: 1,
             iodepth_batch_submit: 1,
             iodepth_batch_complete_min: 1,
@@ -241,6 +251,14 @@ impl JobOptions {
             }
             "size" => self.size = Some(parse_size(key, v()?)?),
             "offset" => self.offset = parse_size(key, v()?)?,
+            "offset_increment" => self.offset_increment = parse_size(key, v()?)?,
+            "zonemode" => {
+                self.zonemode_zbd = match v()? {
+                    "zbd" => true,
+                    "none" => false,
+                    other => return err(format!("zonemode={other} (accepted: none, zbd)")),
+                }
+            }
             "iodepth" => self.iodepth = parse_int(key, v()?, 1, 65536)? as usize,
             "iodepth_batch_submit" | "iodepth_batch" => {
                 self.iodepth_batch_submit = parse_int(key, v()?, 0, 65536)? as usize

@@ -10,13 +10,14 @@ mod plug_merge;
 mod poll;
 pub mod svg;
 mod tag_wakeup;
+mod zone_lock;
 
 use std::path::PathBuf;
 
 use crate::bench;
 
 /// The experiments `mqblk experiment` knows.
-pub const EXPERIMENTS: &[&str] = &["tag-wakeup", "plug-merge", "async-starvation", "poll"];
+pub const EXPERIMENTS: &[&str] = &["tag-wakeup", "plug-merge", "async-starvation", "poll", "zone-lock"];
 
 #[derive(Debug)]
 pub enum ExperimentError {
@@ -129,6 +130,7 @@ pub fn run(opts: &Options) -> Result<String, ExperimentError> {
         "plug-merge" => plug_merge::run(opts)?,
         "async-starvation" => async_starvation::run(opts)?,
         "poll" => poll::run(opts)?,
+        "zone-lock" => zone_lock::run(opts)?,
         other => return Err(ExperimentError::BadInput(format!("unknown experiment '{other}'"))),
     };
     std::fs::create_dir_all(&opts.out_dir)

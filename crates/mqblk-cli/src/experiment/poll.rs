@@ -30,7 +30,10 @@ const DEVICE_HYBRID: &str =
 /// each design costs the plain job: under hybrid toggling, its completions
 /// wait for the poller while notifications are off (the RFC's drawback).
 const MIXED: [(&str, &str); 2] = [
-    ("poll_queues", "null:gb=4,irqmode=2,completion_nsec=10000,mbps=2000,memory_backed=1,poll_queues=1,submit_queues=1"),
+    (
+        "poll_queues",
+        "null:gb=4,irqmode=2,completion_nsec=10000,mbps=2000,memory_backed=1,poll_queues=1,submit_queues=1",
+    ),
     ("hybrid", "null:gb=4,irqmode=2,completion_nsec=10000,mbps=2000,memory_backed=1,poll_mode=hybrid,submit_queues=1"),
 ];
 
@@ -150,10 +153,7 @@ pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentErro
                 .iter()
                 .map(|&(design, _)| Series {
                     label: design.replace('_', " "),
-                    points: bss
-                        .iter()
-                        .filter_map(|bs| gain(&cells, design, rw, bs).map(|g| (kib(bs), g)))
-                        .collect(),
+                    points: bss.iter().filter_map(|bs| gain(&cells, design, rw, bs).map(|g| (kib(bs), g))).collect(),
                 })
                 .collect(),
         })
@@ -185,8 +185,7 @@ fn table(cells: &[Cell], jobs: usize) -> String {
             continue;
         }
         seen.push((c.design, c.rw, c.bs));
-        let (Some(a), Some(b)) =
-            (pick(cells, c.design, c.rw, c.bs, false), pick(cells, c.design, c.rw, c.bs, true))
+        let (Some(a), Some(b)) = (pick(cells, c.design, c.rw, c.bs, false), pick(cells, c.design, c.rw, c.bs, true))
         else {
             continue;
         };

@@ -48,15 +48,16 @@ pub fn generate(seed: u64, ops: u64, shape: Shape) -> String {
     let mut out = format!("# mqblk zone gen --seed {seed} --ops {ops} --zones {zones}\n");
     for _ in 0..ops {
         // Mostly sequential zones; sometimes a conventional one.
-        let z = if nr_conv > 0 && rng.below(8) == 0 { rng.below(nr_conv) } else { nr_conv + rng.below(zones - nr_conv) };
+        let z =
+            if nr_conv > 0 && rng.below(8) == 0 { rng.below(nr_conv) } else { nr_conv + rng.below(zones - nr_conv) };
         let zi = z as usize;
         let line = match rng.below(100) {
             0..=34 => {
                 let (off, n) = match rng.below(6) {
-                    0 | 1 | 2 => (wp[zi], 1 + rng.below(64)),                    // at the wp
-                    3 => (wp[zi] + 1 + rng.below(8), 1 + rng.below(16)),          // just past it
+                    0..=2 => (wp[zi], 1 + rng.below(64)),                              // at the wp
+                    3 => (wp[zi] + 1 + rng.below(8), 1 + rng.below(16)),               // just past it
                     4 => (wp[zi], cap_sectors.saturating_sub(wp[zi]) + rng.below(16)), // to or past capacity
-                    _ => (wp[zi], 200 + rng.below(400)),                          // splits at max_sectors
+                    _ => (wp[zi], 200 + rng.below(400)),                               // splits at max_sectors
                 };
                 let n = n.max(1);
                 // Keep inside the device (the kernel clips or fails past it).

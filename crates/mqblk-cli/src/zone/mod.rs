@@ -147,7 +147,12 @@ pub fn run(args: &[String]) -> Result<String, (u8, String)> {
                 let zone = match args.as_slice() {
                     [all] if all == "all" && mgmt == ZoneMgmt::Reset => None,
                     [z] => Some(z.parse::<u64>().map_err(|_| bad(format!("zone index '{z}' is not a number")))?),
-                    _ => return Err(bad(format!("zone {sub} needs one zone index{}", if mgmt == ZoneMgmt::Reset { " or all" } else { "" }))),
+                    _ => {
+                        return Err(bad(format!(
+                            "zone {sub} needs one zone index{}",
+                            if mgmt == ZoneMgmt::Reset { " or all" } else { "" }
+                        )))
+                    }
                 };
                 target.mgmt(mgmt, zone).map_err(|e| (1, format!("zone {sub}: {}", script::errno_name(e))))?;
             }

@@ -37,7 +37,7 @@ use super::irq::{IDLE_SPIN_NS, SPIN_NS};
 use crate::clock::{now_ns, set_precise_timer_slack, wait_until};
 use crate::request::Rq;
 use crate::status::Status;
-use crate::sync::{AtomicBool, AtomicU64, Arc, Mutex, Ordering, SleepGate};
+use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering, SleepGate};
 
 struct Entry<T> {
     item: T,

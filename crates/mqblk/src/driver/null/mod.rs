@@ -203,7 +203,9 @@ impl NullConfig {
         }
         let zoned = Self::zoned_from_params(p)?;
         if zoned.is_some() && discard {
-            return Err(p.conflict("discard=1 with zoned=1: a zoned null device supports no discard (reset zones instead)"));
+            return Err(
+                p.conflict("discard=1 with zoned=1: a zoned null device supports no discard (reset zones instead)")
+            );
         }
         // Requests are whole blocks: align max_sectors down to the block size.
         let bs_sectors = bs / SECTOR_SIZE as u32;
@@ -328,7 +330,9 @@ impl NullDriver {
         }
         let irq_fast = irq.iter().map(|q| q as *const IrqQueue).collect();
         let zoned = match &cfg.zoned {
-            Some(z) => Some(NullZoned::new(z, cfg.size_bytes).map_err(|e| crate::error::Error::Setup(format!("null: {e}")))?),
+            Some(z) => {
+                Some(NullZoned::new(z, cfg.size_bytes).map_err(|e| crate::error::Error::Setup(format!("null: {e}")))?)
+            }
             None => None,
         };
         Ok(Self {

@@ -546,11 +546,4 @@ impl NullZoned {
         z.wp = self.zone_start(zno) + self.zone_len(zno);
         Status::Ok
     }
-
-    /// (implicitly open, explicitly open, closed) as counted (limits only).
-    #[cfg(test)]
-    fn counts(&self) -> (u32, u32, u32) {
-        let r = self.res.lock();
-        (r.imp_open, r.exp_open, r.closed)
-    }
 }
