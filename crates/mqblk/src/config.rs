@@ -9,7 +9,7 @@ use crate::driver::Driver;
 use crate::error::Error;
 
 /// Names of the drivers `Device::open` knows.
-pub const DRIVERS: &[&str] = &["null"];
+pub const DRIVERS: &[&str] = &["null", "file"];
 
 /// Keys of the block layer itself, accepted in any driver's spec.
 pub const BLOCK_KEYS: &[&str] = &["wake", "plug_nesting", "sched", "nr_requests", "hybrid_poll_delay"];
@@ -199,6 +199,7 @@ pub fn driver_from_spec(spec: &str) -> Result<(Box<dyn Driver>, QueueOptions), E
     let params = SpecParams::parse(spec)?;
     let driver: Box<dyn Driver> = match params.driver.as_str() {
         "null" => Box::new(crate::driver::null::NullDriver::from_params(&params)?),
+        "file" => Box::new(crate::driver::uring::FileDriver::from_params(&params)?),
         other => {
             return Err(ConfigError::UnknownDriver { driver: other.to_string(), accepted: DRIVERS.join(", ") }.into())
         }

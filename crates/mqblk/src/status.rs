@@ -116,6 +116,30 @@ impl Status {
         self == Status::Ok
     }
 
+    /// The status an errno from the kernel becomes (the inverse of
+    /// `errno`, as blk_status_to_errno's table read backwards; anything
+    /// else is an I/O error).
+    pub fn from_errno(errno: i32) -> Status {
+        match errno {
+            0 => Status::Ok,
+            libc::EOPNOTSUPP => Status::NotSupp,
+            libc::ETIMEDOUT => Status::Timeout,
+            libc::ENOSPC | libc::EDQUOT | libc::EFBIG => Status::NoSpc,
+            libc::ENOLINK => Status::Transport,
+            libc::EREMOTEIO => Status::Target,
+            libc::ENODATA => Status::Medium,
+            libc::EILSEQ => Status::Protection,
+            libc::ENOMEM => Status::Resource,
+            libc::EBUSY => Status::DevResource,
+            libc::EAGAIN => Status::Again,
+            libc::ENODEV | libc::ENXIO => Status::Offline,
+            libc::EINVAL => Status::Invalid,
+            libc::ETOOMANYREFS => Status::ZoneOpenResource,
+            libc::EOVERFLOW => Status::ZoneActiveResource,
+            _ => Status::IoErr,
+        }
+    }
+
     /// As an `io::Error` (None for Ok).
     pub fn to_io_error(self) -> Option<std::io::Error> {
         (self != Status::Ok).then(|| std::io::Error::from_raw_os_error(self.errno()))
@@ -149,5 +173,14 @@ mod tests {
         assert_eq!(Status::ZoneOpenResource.errno(), libc::ETOOMANYREFS);
         assert_eq!(Status::ZoneActiveResource.errno(), libc::EOVERFLOW);
         assert!(Status::Ok.to_io_error().is_none());
+    }
+
+    #[test]
+    fn errno_round_trip() {
+        for v in 0..16u8 {
+            let s = Status::from_u8(v);
+            assert_eq!(Status::from_errno(s.errno()), s, "{s:?}");
+        }
+        assert_eq!(Status::from_errno(libc::EROFS), Status::IoErr);
     }
 }

@@ -40,6 +40,7 @@
 //! what keeps the queue alive while a completion runs.
 
 pub mod null;
+pub mod uring;
 
 use std::time::Duration;
 

@@ -1,0 +1,342 @@
+//! The `file:` driver: real I/O on a regular file or a block device with
+//! io_uring, one ring per hardware queue (ring.rs).
+//!
+//! | key | default | meaning |
+//! |---|---|---|
+//! | path | (required) | the file or block device |
+//! | direct | 0 | open with O_DIRECT (bypass the page cache) |
+//! | size | the file's | device size in bytes (k/m/g suffixes); with create=1, the file is extended to it |
+//! | create | 0 | create the file if it does not exist |
+//! | queue_depth | 128 | tags (and SQ entries) per hardware queue |
+//! | submit_queues | 1 | hardware queues, one ring each with a completion thread |
+//! | poll_queues | 0 | poll queues: rings with IORING_SETUP_IOPOLL for hipri I/O (needs direct=1 and a device that supports polling) |
+//! | bs | 512; 4096 with direct=1; BLKSSZGET for block devices | logical block size |
+//! | registerfiles | 1 | register the file with each ring (fio's registerfiles) |
+//! | readonly | 0 | open read-only (writes fail with EBADF from the kernel) |
+//!
+//! Ops: read and write (readv/writev of a request's segments), flush
+//! (fdatasync), FUA (RWF_DSYNC), discard and write zeroes (files: a punched
+//! hole; block devices: BLKDISCARD / BLKZEROOUT). Buffers are the clients'
+//! own, so they are not registered with the rings (io_uring could only
+//! register fixed regions known in advance).
+//!
+//! Relies on: ring.rs, the Driver trait, the io-uring crate.
+
+mod ring;
+
+use std::fmt::Write as _;
+use std::fs::{File, OpenOptions};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use parking_lot::Mutex;
+
+use crate::config::{ConfigError, SpecParams};
+use crate::driver::{Driver, QueueRqResult};
+use crate::error::Error;
+use crate::hctx::Hctx;
+use crate::queue::QueueLimits;
+use crate::request::{Op, Rq};
+use crate::status::Status;
+use crate::tag::TagSetConfig;
+
+use ring::Ring;
+
+pub const FILE_KEYS: &[&str] =
+    &["path", "direct", "size", "create", "queue_depth", "submit_queues", "poll_queues", "bs", "registerfiles", "readonly"];
+
+/// Segments one request may carry (its iovec array).
+const MAX_SEGMENTS: u32 = 128;
+
+// <linux/fs.h>
+const BLKGETSIZE64: u64 = (2 << 30) | (8 << 16) | (0x12 << 8) | 114;
+const BLKSSZGET: u64 = 0x1268;
+const BLKDISCARD: u64 = 0x1277;
+const BLKZEROOUT: u64 = 0x127f;
+
+/// The `file:` spec's parameters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileConfig {
+    pub path: String,
+    pub direct: bool,
+    pub size_bytes: Option<u64>,
+    pub create: bool,
+    pub queue_depth: u32,
+    pub submit_queues: usize,
+    pub poll_queues: usize,
+    pub bs: Option<u32>,
+    pub register_files: bool,
+    pub readonly: bool,
+}
+
+/// "4096", "64k", "1g": bytes.
+fn parse_bytes(p: &SpecParams, key: &str) -> Result<Option<u64>, ConfigError> {
+    let Some(v) = p.raw(key) else { return Ok(None) };
+    let (num, shift) = match v.chars().last().map(|c| c.to_ascii_lowercase()) {
+        Some('k') => (&v[..v.len() - 1], 10),
+        Some('m') => (&v[..v.len() - 1], 20),
+        Some('g') => (&v[..v.len() - 1], 30),
+        Some('t') => (&v[..v.len() - 1], 40),
+        _ => (v, 0),
+    };
+    let bad = || ConfigError::BadValue {
+        driver: p.driver.clone(),
+        key: key.into(),
+        value: v.into(),
+        expected: "a byte count such as 1048576, 64k, 4g".into(),
+    };
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    n.checked_mul(1 << shift).map(Some).ok_or_else(bad)
+}
+
+impl FileConfig {
+    pub fn from_params(p: &SpecParams) -> Result<Self, ConfigError> {
+        p.check_keys(FILE_KEYS)?;
+        let path = p.raw("path").ok_or_else(|| p.conflict("path=... is required (a file or a block device)"))?;
+        let bs = match p.raw("bs") {
+            None => None,
+            Some(_) => {
+                let bs = p.u64_in("bs", 512, 512, 65536)? as u32;
+                if !bs.is_power_of_two() {
+                    return Err(p.conflict(format!("bs={bs} is not a power of two")));
+                }
+                Some(bs)
+            }
+        };
+        Ok(Self {
+            path: path.to_string(),
+            direct: p.bool("direct", false)?,
+            size_bytes: parse_bytes(p, "size")?,
+            create: p.bool("create", false)?,
+            queue_depth: p.u64_in("queue_depth", 128, 1, 4096)? as u32,
+            submit_queues: p.u64_in("submit_queues", 1, 1, 64)? as usize,
+            poll_queues: p.u64_in("poll_queues", 0, 0, 64)? as usize,
+            bs,
+            register_files: p.bool("registerfiles", true)?,
+            readonly: p.bool("readonly", false)?,
+        })
+    }
+}
+
+/// What a block device's sysfs says (rotational, max_sectors_kb, discard).
+struct SysfsQueue {
+    rotational: bool,
+    max_sectors: u32,
+    discard: bool,
+}
+
+fn sysfs_queue(file: &File) -> Option<SysfsQueue> {
+    use std::os::unix::fs::MetadataExt;
+    let rdev = file.metadata().ok()?.rdev();
+    let (major, minor) = (libc::major(rdev), libc::minor(rdev));
+    let base = format!("/sys/dev/block/{major}:{minor}/queue");
+    let read = |name: &str| std::fs::read_to_string(format!("{base}/{name}")).ok().and_then(|s| s.trim().parse::<u64>().ok());
+    Some(SysfsQueue {
+        rotational: read("rotational")? == 1,
+        max_sectors: (read("max_sectors_kb")? * 2).min(u64::from(u32::MAX)) as u32,
+        discard: read("discard_max_bytes").unwrap_or(0) > 0,
+    })
+}
+
+pub struct FileDriver {
+    cfg: FileConfig,
+    file: File,
+    blockdev: bool,
+    size_bytes: u64,
+    lbs: u32,
+    sysfs: Option<SysfsQueue>,
+    rings: Box<[Arc<Ring>]>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl FileDriver {
+    pub fn from_params(p: &SpecParams) -> Result<Self, Error> {
+        Self::new(FileConfig::from_params(p)?)
+    }
+
+    pub fn new(cfg: FileConfig) -> Result<Self, Error> {
+        let setup = |what: &str, e: std::io::Error| Error::Setup(format!("file: {what} {}: {e}", cfg.path));
+        let mut oo = OpenOptions::new();
+        oo.read(true).write(!cfg.readonly).create(cfg.create && !cfg.readonly);
+        if cfg.direct {
+            oo.custom_flags(libc::O_DIRECT);
+        }
+        let file = oo.open(&cfg.path).map_err(|e| setup("cannot open", e))?;
+        let meta = file.metadata().map_err(|e| setup("cannot stat", e))?;
+        let blockdev = meta.file_type().is_block_device();
+        let fd = file.as_raw_fd();
+        let (size_bytes, lbs) = if blockdev {
+            let (mut bytes, mut ssz) = (0u64, 0i32);
+            // SAFETY: each ioctl writes one value of the pointed-to type.
+            let ok = unsafe {
+                libc::ioctl(fd, BLKGETSIZE64 as _, &mut bytes) == 0 && libc::ioctl(fd, BLKSSZGET as _, &mut ssz) == 0
+            };
+            if !ok {
+                return Err(setup("cannot size block device", std::io::Error::last_os_error()));
+            }
+            let size = cfg.size_bytes.map_or(bytes, |s| s.min(bytes));
+            (size, cfg.bs.unwrap_or(ssz as u32))
+        } else {
+            let lbs = cfg.bs.unwrap_or(if cfg.direct { 4096 } else { 512 });
+            let size = match cfg.size_bytes {
+                Some(s) if cfg.create && meta.len() < s => {
+                    file.set_len(s).map_err(|e| setup("cannot extend", e))?;
+                    s
+                }
+                Some(s) => s.min(meta.len()),
+                None => meta.len(),
+            };
+            (size, lbs)
+        };
+        let size_bytes = size_bytes / u64::from(lbs) * u64::from(lbs);
+        if size_bytes == 0 {
+            return Err(Error::Setup(format!(
+                "file: {} has no whole block of {lbs} bytes (give size=... with create=1 to make one)",
+                cfg.path
+            )));
+        }
+        if cfg.poll_queues > 0 && !cfg.direct {
+            return Err(Error::Setup("file: poll_queues needs direct=1 (IORING_SETUP_IOPOLL polls O_DIRECT I/O only)".into()));
+        }
+        let sysfs = if blockdev { sysfs_queue(&file) } else { None };
+        let nr_rings = cfg.submit_queues + cfg.poll_queues;
+        let mut rings = Vec::with_capacity(nr_rings);
+        let mut threads = Vec::new();
+        for i in 0..nr_rings {
+            let iopoll = i >= cfg.submit_queues;
+            let ring = Ring::new(cfg.queue_depth, fd, cfg.register_files, iopoll, MAX_SEGMENTS as usize)
+                .map_err(|e| Error::Setup(format!("file: cannot create an io_uring ({e}): is io_uring available (kernel >= 5.6, not blocked by seccomp)?")))?;
+            let ring = Arc::new(ring);
+            if !iopoll {
+                threads.push(
+                    ring::spawn_completion_thread(ring.clone(), i)
+                        .map_err(|e| Error::Setup(format!("file: cannot start completion thread: {e}")))?,
+                );
+            }
+            rings.push(ring);
+        }
+        let d = Self { cfg, file, blockdev, size_bytes, lbs, sysfs, rings: rings.into_boxed_slice(), threads: Mutex::new(threads) };
+        if d.cfg.poll_queues > 0 {
+            d.probe_polling()?;
+        }
+        Ok(d)
+    }
+
+    /// Reads one block through the first poll ring: a file system or
+    /// device that cannot poll fails it with EOPNOTSUPP, reported here
+    /// instead of on the first hipri I/O.
+    fn probe_polling(&self) -> Result<(), Error> {
+        let mut buf = crate::buf::Buf::new(self.lbs as usize);
+        let iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+        let res = self.rings[self.cfg.submit_queues].probe_read(&iov);
+        match res {
+            r if r >= 0 => Ok(()),
+            r => Err(Error::Setup(format!(
+                "file: poll_queues: {} does not support polled I/O ({}); use poll_queues=0",
+                self.cfg.path,
+                std::io::Error::from_raw_os_error(-r)
+            ))),
+        }
+    }
+
+    /// Block devices: discard and write zeroes are ioctls, done inline.
+    fn blockdev_range_op(&self, rq: &Rq) -> Status {
+        let range = [rq.pos_bytes(), rq.len_bytes()];
+        let request = if rq.op() == Op::Discard { BLKDISCARD } else { BLKZEROOUT };
+        // SAFETY: the ioctl reads two u64s.
+        if unsafe { libc::ioctl(self.file.as_raw_fd(), request as _, range.as_ptr()) } == 0 {
+            Status::Ok
+        } else {
+            Status::from_errno(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
+        }
+    }
+
+    pub fn raw_fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+}
+
+impl Driver for FileDriver {
+    fn name(&self) -> &str {
+        "file"
+    }
+
+    fn tag_set(&self) -> TagSetConfig {
+        let mut t = TagSetConfig::new(self.rings.len(), self.cfg.queue_depth);
+        t.poll_queues = self.cfg.poll_queues;
+        t
+    }
+
+    fn limits(&self) -> QueueLimits {
+        let mut l = QueueLimits::new(self.size_bytes, self.lbs);
+        let lbs_sectors = self.lbs >> 9;
+        let max_sectors = self.sysfs.as_ref().map_or(2048, |s| s.max_sectors.max(lbs_sectors));
+        l.max_sectors = max_sectors / lbs_sectors * lbs_sectors;
+        l.max_segments = MAX_SEGMENTS;
+        l.rotational = self.sysfs.as_ref().is_some_and(|s| s.rotational);
+        let discard = !self.blockdev || self.sysfs.as_ref().is_some_and(|s| s.discard);
+        if discard {
+            l.max_discard_sectors = (u32::MAX >> 9) / lbs_sectors * lbs_sectors;
+        }
+        l.max_write_zeroes_sectors = (u32::MAX >> 9) / lbs_sectors * lbs_sectors;
+        l.write_cache = true;
+        l.fua = true;
+        l
+    }
+
+    fn queue_rq(&self, hctx: &Hctx, rq: Rq, last: bool) -> QueueRqResult {
+        if self.blockdev && matches!(rq.op(), Op::Discard | Op::WriteZeroes) {
+            let status = self.blockdev_range_op(&rq);
+            rq.complete(status);
+            if last {
+                self.rings[hctx.index()].submit();
+            }
+            return QueueRqResult::Queued;
+        }
+        self.rings[hctx.index()].queue(rq, last);
+        QueueRqResult::Queued
+    }
+
+    fn commit_rqs(&self, hctx: &Hctx) {
+        self.rings[hctx.index()].submit();
+    }
+
+    fn poll(&self, hctx: &Hctx) -> usize {
+        let ring = &self.rings[hctx.index()];
+        if !ring.polled {
+            return 0;
+        }
+        thread_local! {
+            static SCRATCH: std::cell::RefCell<Vec<(u64, i32)>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        SCRATCH.with(|s| ring.poll(&mut s.borrow_mut()))
+    }
+
+    fn shutdown(&self) {
+        for r in self.rings.iter().filter(|r| !r.polled) {
+            r.stop();
+        }
+        for t in self.threads.lock().drain(..) {
+            let _ = t.join();
+        }
+    }
+
+    fn show(&self, out: &mut String) {
+        let c = &self.cfg;
+        let _ = writeln!(
+            out,
+            "file/path={} direct={} size_bytes={} bs={} blockdev={} rings={} poll_queues={}",
+            c.path, c.direct as u8, self.size_bytes, self.lbs, self.blockdev as u8, self.rings.len(), c.poll_queues
+        );
+    }
+}
+
+impl Drop for FileDriver {
+    fn drop(&mut self) {
+        if !self.threads.lock().is_empty() {
+            self.shutdown();
+        }
+    }
+}

@@ -1,0 +1,334 @@
+//! One io_uring per hardware queue: requests become SQEs, a batch is
+//! submitted at `last` / `commit_rqs`, and completions are reaped either
+//! by the ring's completion thread (interrupt style: it sleeps in
+//! io_uring_enter until a CQE arrives) or, on poll queues, by the client
+//! that polls.
+//!
+//! Each in-flight request sits in the slot of its driver tag with its
+//! iovecs and progress, so nothing is allocated per I/O. Short reads and
+//! writes are resubmitted for the remainder, EAGAIN is retried, any other
+//! errno becomes the request's status.
+//!
+//! Relies on: the io-uring crate; the block layer's guarantee that a tag
+//! is in flight at most once (so its slot has one owner at a time).
+
+use std::cell::UnsafeCell;
+use std::os::fd::RawFd;
+use std::thread::JoinHandle;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use parking_lot::Mutex;
+
+use crate::request::{Op, ReqFlags, Rq};
+use crate::status::Status;
+
+/// io_uring_enter: wait for completions (<linux/io_uring.h>).
+const IORING_ENTER_GETEVENTS: u32 = 1;
+
+/// user_data of the NOP that stops a completion thread.
+const STOP: u64 = u64::MAX;
+
+/// How the ring addresses the file.
+#[derive(Clone, Copy)]
+pub(crate) enum FileRef {
+    /// Registered file, index 0.
+    Fixed,
+    Raw(RawFd),
+}
+
+/// A request in flight: the token, its iovecs and how far it got.
+struct Inflight {
+    rq: Rq,
+    iov: Box<[libc::iovec]>,
+    /// First iovec not fully transferred, and the iovec count.
+    first: usize,
+    nr: usize,
+    /// Device offset and length of the whole request, bytes done.
+    offset: u64,
+    len: u64,
+    done: u64,
+}
+
+pub(crate) struct Ring {
+    ring: IoUring,
+    file: FileRef,
+    /// Pushing to the SQ (any submitter; the completion thread resubmits).
+    sq_lock: Mutex<()>,
+    /// Reaping the CQ on poll rings (several clients may poll).
+    cq_lock: Mutex<()>,
+    /// Per driver tag: the request in flight, or None (with its iovec
+    /// array kept for reuse).
+    slots: Box<[UnsafeCell<Option<Inflight>>]>,
+    spare_iovs: Box<[UnsafeCell<Option<Box<[libc::iovec]>>>]>,
+    /// Requests queued and not yet ended (a stop waits for them).
+    inflight: AtomicUsize,
+    pub(crate) polled: bool,
+}
+
+// SAFETY: a slot is touched by the thread that owns its tag: the submitter
+// until the SQE is pushed (under `sq_lock`, whose release orders the
+// writes), then the one reaper that sees its CQE (the completion thread,
+// or a poller under `cq_lock`); the kernel's CQE publication orders the
+// two. The ring's SQ and CQ are shared under the locks above.
+unsafe impl Sync for Ring {}
+// SAFETY: as above; nothing is tied to a thread.
+unsafe impl Send for Ring {}
+
+impl Ring {
+    pub(crate) fn new(depth: u32, file: RawFd, register: bool, iopoll: bool, max_segs: usize) -> std::io::Result<Self> {
+        let mut b = IoUring::builder();
+        if iopoll {
+            b.setup_iopoll();
+        }
+        let ring = b.setup_cqsize(depth.next_power_of_two() * 2).build(depth.next_power_of_two())?;
+        let file_ref = if register {
+            ring.submitter().register_files(&[file])?;
+            FileRef::Fixed
+        } else {
+            FileRef::Raw(file)
+        };
+        let empty_iov = || -> Box<[libc::iovec]> {
+            vec![libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; max_segs].into_boxed_slice()
+        };
+        Ok(Self {
+            ring,
+            file: file_ref,
+            sq_lock: Mutex::new(()),
+            cq_lock: Mutex::new(()),
+            slots: (0..depth).map(|_| UnsafeCell::new(None)).collect(),
+            spare_iovs: (0..depth).map(|_| UnsafeCell::new(Some(empty_iov()))).collect(),
+            inflight: AtomicUsize::new(0),
+            polled: iopoll,
+        })
+    }
+
+    /// Takes the request into its tag's slot and queues its SQE; submits
+    /// when `submit` (the batch's last request).
+    pub(crate) fn queue(&self, mut rq: Rq, submit: bool) {
+        let tag = rq.tag() as usize;
+        // SAFETY: the tag is ours until its CQE (see the Sync impl).
+        let mut iov = unsafe { (*self.spare_iovs[tag].get()).take() }.expect("a tag's iovecs are free when it is issued");
+        let mut nr = 0;
+        if rq.op().has_data() {
+            rq.for_each_segment_mut(|_, seg| {
+                iov[nr] = libc::iovec { iov_base: seg.as_mut_ptr().cast(), iov_len: seg.len() };
+                nr += 1;
+            });
+        }
+        let (offset, len) = (rq.pos_bytes(), rq.len_bytes());
+        let inflight = Inflight { rq, iov, first: 0, nr, offset, len, done: 0 };
+        let entry = self.entry(&inflight, tag as u64);
+        // SAFETY: as above.
+        unsafe { *self.slots[tag].get() = Some(inflight) };
+        self.inflight.fetch_add(1, Ordering::Relaxed);
+        self.push(&entry);
+        if submit {
+            self.submit();
+        }
+    }
+
+    /// The SQE for what is left of `inf`.
+    fn entry(&self, inf: &Inflight, user_data: u64) -> squeue::Entry {
+        let off = inf.offset + inf.done;
+        let left = inf.len - inf.done;
+        macro_rules! with_fd {
+            ($build:expr) => {
+                match self.file {
+                    FileRef::Fixed => $build(types::Fixed(0)),
+                    FileRef::Raw(fd) => $build(types::Fd(fd)),
+                }
+            };
+        }
+        let iov = inf.iov[inf.first..].as_ptr();
+        let nr = (inf.nr - inf.first) as u32;
+        let e = match inf.rq.op() {
+            Op::Read => with_fd!(|fd| opcode::Readv::new(fd, iov, nr).offset(off).build()),
+            Op::Write => {
+                let fua = if inf.rq.flags().contains(ReqFlags::FUA) { libc::RWF_DSYNC } else { 0 };
+                with_fd!(|fd| opcode::Writev::new(fd, iov, nr).offset(off).rw_flags(fua).build())
+            }
+            Op::Flush => with_fd!(|fd| opcode::Fsync::new(fd).flags(types::FsyncFlags::DATASYNC).build()),
+            // Files: a punched hole reads as zeros (discard and write zeroes).
+            Op::Discard | Op::WriteZeroes => with_fd!(|fd| opcode::Fallocate::new(fd, left)
+                .offset(off)
+                .mode(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE)
+                .build()),
+            _ => opcode::Nop::new().build(), // refused before queueing (limits)
+        };
+        e.user_data(user_data)
+    }
+
+    fn push(&self, entry: &squeue::Entry) {
+        let _g = self.sq_lock.lock();
+        loop {
+            // SAFETY: `sq_lock` makes us the only user of the SQ; the entry's
+            // iovecs and buffers live in the slot until its CQE.
+            let pushed = unsafe { self.ring.submission_shared().push(entry) };
+            if pushed.is_ok() {
+                return;
+            }
+            // Full (only if submissions lag): hand what is queued to the kernel.
+            let _ = self.ring.submitter().submit();
+        }
+    }
+
+    /// io_uring_enter for everything queued (any thread may; the kernel
+    /// serialises).
+    pub(crate) fn submit(&self) {
+        loop {
+            match self.ring.submitter().submit() {
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) || e.raw_os_error() == Some(libc::EBUSY) => {
+                    std::thread::yield_now();
+                }
+                _ => return,
+            }
+        }
+    }
+
+    /// Reaps what the CQ holds into `out` (user_data, result).
+    fn drain_cq(&self, out: &mut Vec<(u64, i32)>) {
+        // SAFETY: the caller is the CQ's only reaper (completion thread, or
+        // a poller under `cq_lock`).
+        let cq = unsafe { self.ring.completion_shared() };
+        out.extend(cq.map(|c: cqueue::Entry| (c.user_data(), c.result())));
+    }
+
+    /// Ends or continues the request of `tag` after a CQE with `res`.
+    fn complete(&self, tag: usize, res: i32) {
+        // SAFETY: this CQE makes us the tag's owner (see the Sync impl).
+        let slot = unsafe { &mut *self.slots[tag].get() };
+        let inf = slot.as_mut().expect("a CQE for a tag in flight");
+        let status = if res == -libc::EAGAIN || res == -libc::EINTR {
+            None // retry as is
+        } else if res < 0 {
+            Some(Status::from_errno(-res))
+        } else if inf.rq.op().has_data() {
+            let n = res as u64;
+            if n == 0 && inf.done < inf.len {
+                Some(Status::IoErr) // end of file: the file shrank under the device
+            } else {
+                inf.done += n;
+                advance(inf, n);
+                (inf.done >= inf.len).then_some(Status::Ok)
+            }
+        } else {
+            Some(Status::Ok)
+        };
+        match status {
+            None => {
+                let entry = self.entry(inf, tag as u64);
+                self.push(&entry);
+                self.submit();
+            }
+            Some(status) => {
+                let inf = slot.take().expect("checked above");
+                // SAFETY: as above.
+                unsafe { *self.spare_iovs[tag].get() = Some(inf.iov) };
+                self.inflight.fetch_sub(1, Ordering::Relaxed);
+                inf.rq.complete(status);
+            }
+        }
+    }
+
+    /// A poller's reap (poll rings: io_uring_enter drives IOPOLL
+    /// completion); returns how many requests ended or moved on.
+    pub(crate) fn poll(&self, scratch: &mut Vec<(u64, i32)>) -> usize {
+        let Some(_g) = self.cq_lock.try_lock() else { return 0 };
+        // SAFETY: GETEVENTS with min_complete 0 only reaps.
+        let _ = unsafe { self.ring.submitter().enter::<libc::sigset_t>(0, 0, IORING_ENTER_GETEVENTS, None) };
+        scratch.clear();
+        self.drain_cq(scratch);
+        for &(tag, res) in scratch.iter() {
+            self.complete(tag as usize, res);
+        }
+        scratch.len()
+    }
+
+    /// A read of `iov` at offset 0, waited for on this (poll) ring before
+    /// any request uses it; returns the CQE's result.
+    pub(crate) fn probe_read(&self, iov: &libc::iovec) -> i32 {
+        const PROBE: u64 = u64::MAX - 1;
+        let entry = match self.file {
+            FileRef::Fixed => opcode::Readv::new(types::Fixed(0), iov, 1).build(),
+            FileRef::Raw(fd) => opcode::Readv::new(types::Fd(fd), iov, 1).build(),
+        };
+        self.push(&entry.user_data(PROBE));
+        let _g = self.cq_lock.lock();
+        let mut got = Vec::new();
+        loop {
+            // SAFETY: submits the probe and polls for its completion; the
+            // iovec outlives the call (we wait for the CQE).
+            let r = unsafe { self.ring.submitter().enter::<libc::sigset_t>(1, 1, IORING_ENTER_GETEVENTS, None) };
+            if let Err(e) = r {
+                if e.raw_os_error() != Some(libc::EINTR) {
+                    return -e.raw_os_error().unwrap_or(libc::EIO);
+                }
+            }
+            self.drain_cq(&mut got);
+            if let Some(&(_, res)) = got.iter().find(|(u, _)| *u == PROBE) {
+                return res;
+            }
+        }
+    }
+
+    /// Stops the completion thread once everything queued before it ends.
+    pub(crate) fn stop(&self) {
+        self.push(&opcode::Nop::new().build().user_data(STOP));
+        self.submit();
+    }
+}
+
+/// Moves `inf`'s iovecs past `n` more transferred bytes.
+fn advance(inf: &mut Inflight, mut n: u64) {
+    while n > 0 && inf.first < inf.nr {
+        let v = &mut inf.iov[inf.first];
+        if n >= v.iov_len as u64 {
+            n -= v.iov_len as u64;
+            inf.first += 1;
+        } else {
+            // SAFETY: stays inside the segment this iovec describes.
+            v.iov_base = unsafe { v.iov_base.cast::<u8>().add(n as usize) }.cast();
+            v.iov_len -= n as usize;
+            n = 0;
+        }
+    }
+}
+
+/// The completion thread of a (non-poll) ring: sleeps in io_uring_enter
+/// until completions arrive, then ends their requests.
+pub(crate) fn spawn_completion_thread(ring: std::sync::Arc<Ring>, index: usize) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new().name(format!("uring-cq{index}")).spawn(move || {
+        let mut batch = Vec::with_capacity(ring.slots.len() * 2);
+        let mut stopping = false;
+        loop {
+            // SAFETY: to_submit 0: only waits for one completion.
+            let r = unsafe { ring.ring.submitter().enter::<libc::sigset_t>(0, 1, IORING_ENTER_GETEVENTS, None) };
+            if let Err(e) = r {
+                if e.raw_os_error() != Some(libc::EINTR) {
+                    panic!("io_uring_enter failed in the completion thread: {e}");
+                }
+            }
+            batch.clear();
+            ring.drain_cq(&mut batch);
+            let mut stop = false;
+            for &(user_data, res) in batch.iter() {
+                if user_data == STOP {
+                    stop = true;
+                } else {
+                    ring.complete(user_data as usize, res);
+                }
+            }
+            // After the stop, wait for what is still in flight (a client
+            // that went away without reaping).
+            if stop || (stopping && ring.inflight.load(Ordering::Relaxed) == 0) {
+                if ring.inflight.load(Ordering::Relaxed) == 0 {
+                    return;
+                }
+                stopping = true;
+            }
+        }
+    })
+}
