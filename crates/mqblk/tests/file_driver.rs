@@ -1,0 +1,226 @@
+//! The `file:` driver (io_uring): data written through mqblk reads back
+//! through plain file reads and the other way round (against a byte
+//! model), flush and FUA, discard and write zeroes, errors, polled queues
+//! that the file cannot serve, and a loop block device (as root).
+
+#![cfg(not(loom))]
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::PathBuf;
+
+use mqblk::{Bio, Buf, Device, Error, ReqFlags, Status};
+
+/// A file in /dev/shm (tmpfs, O_DIRECT capable) removed on drop.
+struct TmpFile(PathBuf);
+
+impl TmpFile {
+    fn new(name: &str) -> Self {
+        let p = PathBuf::from(format!("/dev/shm/mqblk-test-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_file(&p);
+        TmpFile(p)
+    }
+    fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for TmpFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn xorshift(s: &mut u64) -> u64 {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    *s
+}
+
+/// Random writes (some merged under a plug) and reads through mqblk,
+/// checked against a model; then the file itself must equal the model.
+fn model_roundtrip(spec: &str, path: &str, size: usize, block: usize) {
+    let dev = Device::open(spec).unwrap();
+    let mut c = dev.client_with_capacity(32);
+    let mut model = vec![0u8; size];
+    let mut rng = 0x1234_5678_9abc_def1u64;
+    let mut done = Vec::new();
+    for round in 0..40u64 {
+        {
+            let mut plug = c.plug();
+            for i in 0..16u64 {
+                let blocks = (size / block) as u64;
+                let off = (xorshift(&mut rng) % (blocks - 4)) as usize * block;
+                let len = block * (1 + (xorshift(&mut rng) % 4) as usize);
+                let byte = (round * 16 + i) as u8;
+                model[off..off + len].fill(byte);
+                plug.submit(Bio::write(off as u64, Buf::from_slice(&vec![byte; len])), i).unwrap();
+            }
+        }
+        done.clear();
+        c.do_io(&mut done, 16, 16, None).unwrap();
+        assert!(done.iter().all(|d| d.status.is_ok()), "{:?}", done.iter().map(|d| d.status).collect::<Vec<_>>());
+        for _ in 0..8 {
+            let off = (xorshift(&mut rng) % (size / block - 8) as u64) as usize * block;
+            let mut buf = vec![0u8; block * 8];
+            c.read_at(&mut buf, off as u64).unwrap();
+            assert!(buf == model[off..off + block * 8], "read at {off} differs from the model");
+        }
+    }
+    c.submit_and_wait(Bio::flush()).unwrap();
+    drop(c);
+    drop(dev);
+    let file = std::fs::read(path).unwrap();
+    assert!(file[..size] == model[..], "the file holds what was written through mqblk");
+}
+
+#[test]
+fn buffered_file_matches_the_model_both_ways() {
+    let f = TmpFile::new("buffered");
+    model_roundtrip(&format!("file:path={},size=4m,create=1", f.path()), f.path(), 4 << 20, 512);
+    // Written with plain I/O, read through mqblk.
+    let mut file = std::fs::OpenOptions::new().write(true).open(f.path()).unwrap();
+    file.seek(SeekFrom::Start(12_288)).unwrap();
+    file.write_all(&[0xab; 8192]).unwrap();
+    drop(file);
+    let dev = Device::open(&format!("file:path={}", f.path())).unwrap();
+    assert_eq!(dev.limits().capacity_bytes, 4 << 20, "size from the file");
+    let mut c = dev.client();
+    let mut buf = vec![0u8; 8192];
+    c.read_at(&mut buf, 12_288).unwrap();
+    assert!(buf.iter().all(|b| *b == 0xab));
+}
+
+#[test]
+fn direct_file_matches_the_model() {
+    let f = TmpFile::new("direct");
+    model_roundtrip(&format!("file:path={},size=8m,create=1,direct=1", f.path()), f.path(), 8 << 20, 4096);
+}
+
+#[test]
+fn unregistered_file_and_two_rings_work_too() {
+    let f = TmpFile::new("rings");
+    model_roundtrip(
+        &format!("file:path={},size=4m,create=1,registerfiles=0,submit_queues=2,queue_depth=8", f.path()),
+        f.path(),
+        4 << 20,
+        512,
+    );
+}
+
+#[test]
+fn flush_and_fua_complete_and_the_data_is_there() {
+    let f = TmpFile::new("fua");
+    let dev = Device::open(&format!("file:path={},size=1m,create=1,direct=1", f.path())).unwrap();
+    assert!(dev.limits().fua && dev.limits().write_cache);
+    let mut c = dev.client();
+    c.submit_and_wait(Bio::write(4096, Buf::from_slice(&[7; 4096])).with_flags(ReqFlags::FUA)).unwrap();
+    c.submit_and_wait(Bio::flush()).unwrap();
+    let mut file = std::fs::File::open(f.path()).unwrap();
+    let mut back = vec![0u8; 4096];
+    file.seek(SeekFrom::Start(4096)).unwrap();
+    file.read_exact(&mut back).unwrap();
+    assert!(back.iter().all(|b| *b == 7));
+}
+
+#[test]
+fn discard_and_write_zeroes_read_back_as_zeros() {
+    let f = TmpFile::new("zero");
+    let dev = Device::open(&format!("file:path={},size=1m,create=1", f.path())).unwrap();
+    let mut c = dev.client();
+    c.write_at(&[9; 65536], 0).unwrap();
+    c.submit_and_wait(Bio::discard(4096, 8192)).unwrap();
+    c.submit_and_wait(Bio::write_zeroes(32768, 4096)).unwrap();
+    let mut back = vec![0u8; 65536];
+    c.read_at(&mut back, 0).unwrap();
+    for (i, b) in back.iter().enumerate() {
+        let zero = (4096..12288).contains(&i) || (32768..36864).contains(&i);
+        assert_eq!(*b, if zero { 0 } else { 9 }, "byte {i}");
+    }
+    let file = std::fs::read(f.path()).unwrap();
+    assert!(file[4096..12288].iter().all(|b| *b == 0) && file[..4096].iter().all(|b| *b == 9));
+}
+
+#[test]
+fn errors_reach_the_client_and_name_the_problem() {
+    let e = Device::open("file:path=/nonexistent/dir/x").unwrap_err().to_string();
+    assert!(e.contains("cannot open /nonexistent/dir/x"), "{e}");
+    let e = Device::open("file:size=1m").unwrap_err().to_string();
+    assert!(e.contains("path=... is required"), "{e}");
+    let f = TmpFile::new("empty");
+    std::fs::write(f.path(), b"").unwrap();
+    let e = Device::open(&format!("file:path={}", f.path())).unwrap_err().to_string();
+    assert!(e.contains("no whole block"), "{e}");
+    let e = Device::open(&format!("file:path={},size=1x", f.path())).unwrap_err().to_string();
+    assert!(e.contains("size") && e.contains("byte count"), "{e}");
+
+    // The file shrinks under the device: reads past the new end fail.
+    let f = TmpFile::new("shrink");
+    let dev = Device::open(&format!("file:path={},size=1m,create=1", f.path())).unwrap();
+    let mut c = dev.client();
+    c.write_at(&[1; 4096], 512 * 1024).unwrap();
+    std::fs::OpenOptions::new().write(true).open(f.path()).unwrap().set_len(4096).unwrap();
+    let done = c.submit_and_wait_completion(Bio::read(512 * 1024, Buf::new(4096))).unwrap();
+    assert_eq!(done.status, Status::IoErr, "end of file under the device");
+    let mut buf = vec![0u8; 4096];
+    c.read_at(&mut buf, 0).unwrap();
+
+    // A read-only device: the kernel refuses writes (EBADF -> an I/O error).
+    let ro = Device::open(&format!("file:path={},readonly=1", f.path())).unwrap();
+    let mut c = ro.client();
+    let done = c.submit_and_wait_completion(Bio::write(0, Buf::new(512))).unwrap();
+    assert_eq!(done.status, Status::IoErr);
+    // Out of range is refused before the driver.
+    assert!(matches!(c.read_at(&mut buf, 4096), Err(Error::Submit(_))));
+}
+
+#[test]
+fn poll_queues_need_direct_io_on_a_file_that_can_poll() {
+    let f = TmpFile::new("poll");
+    let e = Device::open(&format!("file:path={},size=1m,create=1,poll_queues=1", f.path())).unwrap_err().to_string();
+    assert!(e.contains("needs direct=1"), "{e}");
+    // tmpfs cannot poll: the probe says so at creation.
+    let e = Device::open(&format!("file:path={},size=1m,create=1,direct=1,poll_queues=1", f.path()))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("does not support polled I/O"), "{e}");
+}
+
+/// A loop device over a tmpfs file (needs root and losetup): the block
+/// device path, BLKGETSIZE64/BLKSSZGET sizing, and BLKDISCARD.
+#[test]
+fn loop_block_device_when_root() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("not root: loop device test not run");
+        return;
+    }
+    let f = TmpFile::new("loop");
+    std::fs::OpenOptions::new().create(true).write(true).open(f.path()).unwrap().set_len(16 << 20).unwrap();
+    let out = std::process::Command::new("losetup").args(["--find", "--show", "--direct-io=on", f.path()]).output();
+    let Some(out) = out.ok().filter(|o| o.status.success()) else {
+        panic!("losetup failed: is util-linux installed and /dev/loop-control present?");
+    };
+    let loopdev = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    struct Detach(String);
+    impl Drop for Detach {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("losetup").args(["-d", &self.0]).status();
+        }
+    }
+    let _detach = Detach(loopdev.clone());
+    let spec = format!("file:path={loopdev},direct=1");
+    {
+        let dev = Device::open(&spec).unwrap();
+        assert_eq!(dev.limits().capacity_bytes, 16 << 20, "BLKGETSIZE64");
+        let mut c = dev.client();
+        c.write_at(&[5; 65536], 1 << 20).unwrap();
+        c.submit_and_wait(Bio::write_zeroes((1 << 20) + 4096, 4096)).unwrap();
+        let mut back = vec![0u8; 65536];
+        c.read_at(&mut back, 1 << 20).unwrap();
+        assert!(back[..4096].iter().all(|b| *b == 5) && back[4096..8192].iter().all(|b| *b == 0));
+        c.submit_and_wait(Bio::flush()).unwrap();
+    }
+    let file = std::fs::read(f.path()).unwrap();
+    assert!(file[1 << 20..(1 << 20) + 4096].iter().all(|b| *b == 5), "through the loop device into the file");
+}
