@@ -59,6 +59,11 @@ pub const JOB_OPTIONS: &[&str] = &[
     "prioclass",
     "startdelay",
     "exitall",
+    "filename",
+    "direct",
+    "registerfiles",
+    "fixedbufs",
+    "sqthread_poll",
     "device",
     "plug_nesting",
     "sched",
@@ -179,6 +184,12 @@ pub struct JobOptions {
     pub startdelay_ns: u64,
     /// fio's `exitall`: when this job finishes, every job stops.
     pub exitall: bool,
+    /// fio's `filename`, `direct` and `registerfiles`: with a filename the
+    /// device is `file:path=FILENAME,direct=D,registerfiles=R` (the
+    /// io_uring driver), shared by every job.
+    pub filename: Option<String>,
+    pub direct: bool,
+    pub registerfiles: bool,
     /// The options as given, for the JSON "job options" object.
     pub given: Vec<(String, String)>,
 }
@@ -217,6 +228,9 @@ impl JobOptions {
             ioprio: mqblk::IoPrio::default(),
             startdelay_ns: 0,
             exitall: false,
+            filename: None,
+            direct: false,
+            registerfiles: true,
             given: Vec::new(),
         }
     }
@@ -309,6 +323,19 @@ impl JobOptions {
             }
             "startdelay" => self.startdelay_ns = parse_time_ns(key, v()?)?,
             "exitall" => self.exitall = parse_flag(key, value)?,
+            "filename" => self.filename = Some(v()?.to_string()),
+            "direct" => self.direct = parse_flag(key, value)?,
+            "registerfiles" => self.registerfiles = parse_flag(key, value)?,
+            // Options of fio's io_uring engine that mqblk cannot honour say so.
+            "fixedbufs" if parse_flag(key, value)? => {
+                return err("fixedbufs=1: mqblk's file driver does not register buffers (each client owns its \
+                            buffers, which io_uring cannot register in advance); use fixedbufs=0")
+            }
+            "sqthread_poll" if parse_flag(key, value)? => {
+                return err("sqthread_poll=1: the file driver submits from the clients' threads, it has no SQ \
+                            polling thread; use sqthread_poll=0")
+            }
+            "fixedbufs" | "sqthread_poll" => {}
             _ => return err(unknown_option(key)),
         }
         if key != "name" {
@@ -473,8 +500,36 @@ impl Collector {
             job.validate()?;
             jobs.push(job);
         }
-        Ok((jobs, global_given, self.device))
+        let device = file_device(&jobs, self.device)?;
+        Ok((jobs, global_given, device))
     }
+}
+
+/// The device of jobs that name a `filename` (fio's way): the io_uring
+/// file driver, one for all jobs, so they must agree on it.
+fn file_device(jobs: &[JobOptions], device: Option<String>) -> Result<Option<String>, OptionError> {
+    let Some(first) = jobs.iter().find(|j| j.filename.is_some()) else { return Ok(device) };
+    if device.is_some() {
+        return err("--filename and --device both name the device: give one");
+    }
+    let key = |j: &JobOptions| (j.filename.clone(), j.direct, j.registerfiles);
+    if jobs.iter().any(|j| key(j) != key(first)) {
+        return err("jobs name different filename/direct/registerfiles: mqblk bench runs one device");
+    }
+    let path = first.filename.as_deref().unwrap_or_default();
+    if path.contains(',') || path.contains(':') {
+        return err(format!("filename={path}: a path with ',' or ':' cannot go into a device spec"));
+    }
+    let mut spec = format!("file:path={path},direct={},registerfiles={}", u8::from(first.direct), u8::from(first.registerfiles));
+    // Like fio, lay out a missing file at the job's size.
+    if !std::path::Path::new(path).exists() {
+        let size = jobs.iter().filter_map(|j| j.size.map(|s| j.offset + s)).max();
+        let Some(size) = size else {
+            return err(format!("filename={path} does not exist: give size= so it can be created"));
+        };
+        spec.push_str(&format!(",create=1,size={size}"));
+    }
+    Ok(Some(spec))
 }
 
 /// Parses `mqblk bench` arguments (everything after `bench`).
