@@ -492,6 +492,11 @@ impl RequestQueue {
         self.hctxs.len() - self.tag_set.poll_queues
     }
 
+    /// Whether every request is reaped by its submitter's polls.
+    pub(crate) fn submitter_reaps(&self) -> bool {
+        self.tag_set.submitter_reaps
+    }
+
     /// Whether hipri requests are polled on the default queues (hybrid).
     pub(crate) fn shared_poll(&self) -> bool {
         self.tag_set.shared_poll

@@ -36,11 +36,15 @@ pub struct TagSetConfig {
     /// design): hipri requests stay on them, flagged, and their submitters
     /// poll those queues. Excludes `poll_queues`.
     pub shared_poll: bool,
+    /// Every request completes when its submitter polls its default queue
+    /// (no completion thread; the way fio's io_uring engine reaps its own
+    /// ring). Excludes `shared_poll`.
+    pub submitter_reaps: bool,
 }
 
 impl TagSetConfig {
     pub fn new(nr_hw_queues: usize, queue_depth: u32) -> Self {
-        Self { nr_hw_queues, queue_depth, reserved_tags: 0, round_robin: false, poll_queues: 0, shared_poll: false }
+        Self { nr_hw_queues, queue_depth, reserved_tags: 0, round_robin: false, poll_queues: 0, shared_poll: false, submitter_reaps: false }
     }
 
     pub fn validate(&self) -> Result<(), String> {
@@ -55,6 +59,9 @@ impl TagSetConfig {
                 "poll_queues={} leaves no default queue among nr_hw_queues={}",
                 self.poll_queues, self.nr_hw_queues
             ));
+        }
+        if self.shared_poll && self.submitter_reaps {
+            return Err("shared_poll and submitter_reaps: a device's default queues are reaped one way".into());
         }
         if self.shared_poll && self.poll_queues > 0 {
             return Err(format!("shared_poll with poll_queues={}: a device polls one way", self.poll_queues));

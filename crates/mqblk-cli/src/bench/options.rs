@@ -520,7 +520,15 @@ fn file_device(jobs: &[JobOptions], device: Option<String>) -> Result<Option<Str
     if path.contains(',') || path.contains(':') {
         return err(format!("filename={path}: a path with ',' or ':' cannot go into a device spec"));
     }
-    let mut spec = format!("file:path={path},direct={},registerfiles={}", u8::from(first.direct), u8::from(first.registerfiles));
+    // As fio's io_uring engine, each job reaps its own ring: one ring per
+    // job thread, and no completion threads.
+    let nr_jobs: usize = jobs.iter().map(|j| j.numjobs).sum();
+    let mut spec = format!(
+        "file:path={path},direct={},registerfiles={},reap=client,submit_queues={}",
+        u8::from(first.direct),
+        u8::from(first.registerfiles),
+        nr_jobs.clamp(1, 64)
+    );
     // Like fio, lay out a missing file at the job's size.
     if !std::path::Path::new(path).exists() {
         let size = jobs.iter().filter_map(|j| j.size.map(|s| j.offset + s)).max();

@@ -112,7 +112,7 @@ impl std::fmt::Debug for Client {
 impl Client {
     pub(crate) fn new(q: Arc<RequestQueue>, shared: Arc<ClientShared>, seq: usize) -> Self {
         let hctx_index = seq % q.nr_default_queues();
-        let poll_hctx = if q.shared_poll() {
+        let poll_hctx = if q.shared_poll() || q.submitter_reaps() {
             Some(hctx_index)
         } else {
             (q.nr_poll_queues() > 0).then(|| q.nr_default_queues() + seq % q.nr_poll_queues())
@@ -192,9 +192,10 @@ impl Client {
         if !door::enter(&self.shared.counters.entered, &self.q.frozen) {
             self.wait_at_door();
         }
-        // Queue map: hipri bios go to the poll queue when there is one.
+        // Queue map: hipri bios go to the poll queue when there is one;
+        // on a device whose submitters reap, every bio is polled.
         let polled = match self.poll_hctx {
-            Some(poll) if bio.flags.contains(ReqFlags::HIPRI) && !reserved => {
+            Some(poll) if self.q.submitter_reaps() || (bio.flags.contains(ReqFlags::HIPRI) && !reserved) => {
                 self.cur_hctx = poll;
                 true
             }

@@ -13,6 +13,7 @@
 //! | bs | 512; 4096 with direct=1; BLKSSZGET for block devices | logical block size |
 //! | registerfiles | 1 | register the file with each ring (fio's registerfiles) |
 //! | readonly | 0 | open read-only (writes fail with EBADF from the kernel) |
+//! | reap | thread | `thread`: each ring's completion thread reaps it and wakes clients (interrupt style); `client`: no completion thread, a client waiting for its I/O reaps its ring itself, sleeping in io_uring_enter (fio's io_uring engine's way; give each client its own ring with submit_queues) |
 //!
 //! Ops: read and write (readv/writev of a request's segments), flush
 //! (fdatasync), FUA (RWF_DSYNC), discard and write zeroes (files: a punched
@@ -45,7 +46,7 @@ use crate::tag::TagSetConfig;
 use ring::Ring;
 
 pub const FILE_KEYS: &[&str] =
-    &["path", "direct", "size", "create", "queue_depth", "submit_queues", "poll_queues", "bs", "registerfiles", "readonly"];
+    &["path", "direct", "size", "create", "queue_depth", "submit_queues", "poll_queues", "bs", "registerfiles", "readonly", "reap"];
 
 /// Segments one request may carry (its iovec array).
 const MAX_SEGMENTS: u32 = 128;
@@ -69,6 +70,8 @@ pub struct FileConfig {
     pub bs: Option<u32>,
     pub register_files: bool,
     pub readonly: bool,
+    /// `reap=client`: submitters reap their rings (no completion threads).
+    pub reap_by_client: bool,
 }
 
 /// "4096", "64k", "1g": bytes.
@@ -116,6 +119,7 @@ impl FileConfig {
             bs,
             register_files: p.bool("registerfiles", true)?,
             readonly: p.bool("readonly", false)?,
+            reap_by_client: p.choice("reap", "thread", &["thread", "client"])? == "client",
         })
     }
 }
@@ -206,10 +210,11 @@ impl FileDriver {
         let mut threads = Vec::new();
         for i in 0..nr_rings {
             let iopoll = i >= cfg.submit_queues;
-            let ring = Ring::new(cfg.queue_depth, fd, cfg.register_files, iopoll, MAX_SEGMENTS as usize)
+            let polled = iopoll || cfg.reap_by_client;
+            let ring = Ring::new(cfg.queue_depth, fd, cfg.register_files, iopoll, polled, MAX_SEGMENTS as usize)
                 .map_err(|e| Error::Setup(format!("file: cannot create an io_uring ({e}): is io_uring available (kernel >= 5.6, not blocked by seccomp)?")))?;
             let ring = Arc::new(ring);
-            if !iopoll {
+            if !polled {
                 threads.push(
                     ring::spawn_completion_thread(ring.clone(), i)
                         .map_err(|e| Error::Setup(format!("file: cannot start completion thread: {e}")))?,
@@ -266,6 +271,7 @@ impl Driver for FileDriver {
     fn tag_set(&self) -> TagSetConfig {
         let mut t = TagSetConfig::new(self.rings.len(), self.cfg.queue_depth);
         t.poll_queues = self.cfg.poll_queues;
+        t.submitter_reaps = self.cfg.reap_by_client;
         t
     }
 

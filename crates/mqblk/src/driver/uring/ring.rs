@@ -64,7 +64,10 @@ pub(crate) struct Ring {
     spare_iovs: Box<[UnsafeCell<Option<Box<[libc::iovec]>>>]>,
     /// Requests queued and not yet ended (a stop waits for them).
     inflight: AtomicUsize,
+    /// Reaped by polling clients, not by a completion thread.
     pub(crate) polled: bool,
+    /// IORING_SETUP_IOPOLL (else a waiting poller sleeps in the kernel).
+    iopoll: bool,
 }
 
 // SAFETY: a slot is touched by the thread that owns its tag: the submitter
@@ -77,11 +80,21 @@ unsafe impl Sync for Ring {}
 unsafe impl Send for Ring {}
 
 impl Ring {
-    pub(crate) fn new(depth: u32, file: RawFd, register: bool, iopoll: bool, max_segs: usize) -> std::io::Result<Self> {
+    pub(crate) fn new(
+        depth: u32,
+        file: RawFd,
+        register: bool,
+        iopoll: bool,
+        polled: bool,
+        max_segs: usize,
+    ) -> std::io::Result<Self> {
         let mut b = IoUring::builder();
         if iopoll {
             b.setup_iopoll();
         }
+        // No inter-processor interrupt to run completion task work: it runs
+        // when the submitting thread next enters the kernel (as fio sets).
+        b.setup_coop_taskrun();
         let ring = b.setup_cqsize(depth.next_power_of_two() * 2).build(depth.next_power_of_two())?;
         let file_ref = if register {
             ring.submitter().register_files(&[file])?;
@@ -100,7 +113,8 @@ impl Ring {
             slots: (0..depth).map(|_| UnsafeCell::new(None)).collect(),
             spare_iovs: (0..depth).map(|_| UnsafeCell::new(Some(empty_iov()))).collect(),
             inflight: AtomicUsize::new(0),
-            polled: iopoll,
+            polled: polled || iopoll,
+            iopoll,
         })
     }
 
@@ -233,13 +247,26 @@ impl Ring {
         }
     }
 
-    /// A poller's reap (poll rings: io_uring_enter drives IOPOLL
-    /// completion); returns how many requests ended or moved on.
+    /// A poller's reap; returns how many requests ended or moved on.
+    /// IOPOLL rings: io_uring_enter drives the device's polling. Other
+    /// polled rings (`reap=client`): if nothing is there, the poller sleeps
+    /// in io_uring_enter until a completion arrives.
     pub(crate) fn poll(&self, scratch: &mut Vec<(u64, i32)>) -> usize {
         let Some(_g) = self.cq_lock.try_lock() else { return 0 };
-        // SAFETY: GETEVENTS with min_complete 0 only reaps.
-        let _ = unsafe { self.ring.submitter().enter::<libc::sigset_t>(0, 0, IORING_ENTER_GETEVENTS, None) };
         scratch.clear();
+        if self.iopoll {
+            // SAFETY: GETEVENTS with min_complete 0 only reaps.
+            let _ = unsafe { self.ring.submitter().enter::<libc::sigset_t>(0, 0, IORING_ENTER_GETEVENTS, None) };
+        } else {
+            self.drain_cq(scratch);
+            // Requests in flight all end with a CQE and only we reap
+            // while holding cq_lock, so waiting for one cannot hang, even
+            // if our own completion was reaped by another client already
+            // (we then wake at the next completion of the ring).
+            if scratch.is_empty() && self.inflight.load(Ordering::Relaxed) > 0 {
+                let _ = self.ring.submitter().submit_and_wait(1);
+            }
+        }
         self.drain_cq(scratch);
         for &(tag, res) in scratch.iter() {
             self.complete(tag as usize, res);
