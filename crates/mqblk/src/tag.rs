@@ -44,7 +44,15 @@ pub struct TagSetConfig {
 
 impl TagSetConfig {
     pub fn new(nr_hw_queues: usize, queue_depth: u32) -> Self {
-        Self { nr_hw_queues, queue_depth, reserved_tags: 0, round_robin: false, poll_queues: 0, shared_poll: false, submitter_reaps: false }
+        Self {
+            nr_hw_queues,
+            queue_depth,
+            reserved_tags: 0,
+            round_robin: false,
+            poll_queues: 0,
+            shared_poll: false,
+            submitter_reaps: false,
+        }
     }
 
     pub fn validate(&self) -> Result<(), String> {

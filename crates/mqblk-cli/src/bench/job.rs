@@ -23,6 +23,7 @@ use mqblk::{Bio, Buf, Client, ClientStats, Completion, Device, ReqFlags};
 
 use super::options::JobOptions;
 use super::stats::{DirStats, Rusage};
+use super::verify::Verifier;
 
 /// The kernel's io_submit plugs only batches above this many I/Os (and
 /// io_uring likewise, `max_ios > 2`).
@@ -95,6 +96,7 @@ impl JobResult {
 struct Slot {
     issue_ns: u64,
     slat_ns: u64,
+    offset: u64,
     is_write: bool,
 }
 
@@ -236,6 +238,18 @@ pub fn run_job(
         true => Some(ZoneWriter::new(dev, offset, region_len).map_err(|e| format!("job '{}': {e}", opts.name))?),
         false => None,
     };
+    let mut verifier = match opts.verify && read_pct < 100 {
+        true if opts.zonemode_zbd => {
+            return Err(format!(
+                "job '{}': verify with zonemode=zbd is not supported (zone resets erase blocks)",
+                opts.name
+            ))
+        }
+        true => {
+            Some(Verifier::new(offset, region_len, opts.bs_write).map_err(|e| format!("job '{}': {e}", opts.name))?)
+        }
+        false => None,
+    };
     let mut client = dev.client_with_capacity(depth);
     let mut slots = vec![Slot::default(); depth];
     let mut read_bufs: Vec<Option<Buf>> =
@@ -318,8 +332,11 @@ pub fn run_job(
                         _ => pattern.next_offset(bs),
                     };
                     let bio = if is_write {
-                        Bio::write(offset, write_bufs[idx as usize].take().expect("slot owns its write buffer"))
-                            .with_flags(write_flags)
+                        let mut buf = write_bufs[idx as usize].take().expect("slot owns its write buffer");
+                        if let Some(v) = verifier.as_mut() {
+                            v.fill(&mut buf, offset);
+                        }
+                        Bio::write(offset, buf).with_flags(write_flags)
                     } else {
                         Bio::read(offset, read_bufs[idx as usize].take().expect("slot owns its read buffer"))
                             .with_flags(hipri)
@@ -329,7 +346,7 @@ pub fn run_job(
                     if let Some(p) = prev {
                         slots[p as usize].slat_ns = t - slots[p as usize].issue_ns;
                     }
-                    slots[idx as usize] = Slot { issue_ns: t, slat_ns: 0, is_write };
+                    slots[idx as usize] = Slot { issue_ns: t, slat_ns: 0, offset, is_write };
                     let submitted = if plugged && opts.plug_per_io {
                         c.plug().submit(bio, u64::from(idx))
                     } else {
@@ -368,6 +385,9 @@ pub fn run_job(
             let stats = if slot.is_write { &mut write } else { &mut read };
             let bs = if slot.is_write { opts.bs_write } else { opts.bs_read };
             if c.status.is_ok() {
+                if let (true, Some(v)) = (slot.is_write, verifier.as_mut()) {
+                    v.written(slot.offset);
+                }
                 stats.ios += 1;
                 stats.bytes += bs;
                 if timed {
@@ -395,6 +415,12 @@ pub fn run_job(
     }
     let elapsed_ns = clock.now_ns() - start_ns;
     let rusage = Rusage::thread_now().since(&start_ru);
+    // fio verifies after the job's writes, outside its measurements.
+    if let Some(v) = &verifier {
+        if error == 0 {
+            v.run(&mut client, depth).map_err(|e| format!("job '{}': verify: {e}", opts.name))?;
+        }
+    }
     Ok(JobResult { read, write, elapsed_ns, rusage, client: client.stats(), error })
 }
 

@@ -8,6 +8,7 @@ pub mod job;
 pub mod options;
 pub mod report;
 pub mod stats;
+pub mod verify;
 
 use std::io::IsTerminal;
 use std::sync::atomic::Ordering;

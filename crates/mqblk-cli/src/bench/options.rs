@@ -60,6 +60,7 @@ pub const JOB_OPTIONS: &[&str] = &[
     "startdelay",
     "exitall",
     "filename",
+    "verify",
     "direct",
     "registerfiles",
     "fixedbufs",
@@ -188,6 +189,9 @@ pub struct JobOptions {
     /// device is `file:path=FILENAME,direct=D,registerfiles=R` (the
     /// io_uring driver), shared by every job.
     pub filename: Option<String>,
+    /// fio's `verify=crc32c`: written blocks carry a checksum and are read
+    /// back and checked when the job's writes are done (verify.rs).
+    pub verify: bool,
     pub direct: bool,
     pub registerfiles: bool,
     /// The options as given, for the JSON "job options" object.
@@ -229,6 +233,7 @@ impl JobOptions {
             startdelay_ns: 0,
             exitall: false,
             filename: None,
+            verify: false,
             direct: false,
             registerfiles: true,
             given: Vec::new(),
@@ -325,6 +330,13 @@ impl JobOptions {
             "exitall" => self.exitall = parse_flag(key, value)?,
             "filename" => self.filename = Some(v()?.to_string()),
             "direct" => self.direct = parse_flag(key, value)?,
+            "verify" => {
+                self.verify = match v()? {
+                    "0" | "none" => false,
+                    "crc32c" | "crc32c-intel" => true,
+                    other => return err(format!("verify={other} (accepted: crc32c, none)")),
+                }
+            }
             "registerfiles" => self.registerfiles = parse_flag(key, value)?,
             // Options of fio's io_uring engine that mqblk cannot honour say so.
             "fixedbufs" if parse_flag(key, value)? => {

@@ -45,8 +45,19 @@ use crate::tag::TagSetConfig;
 
 use ring::Ring;
 
-pub const FILE_KEYS: &[&str] =
-    &["path", "direct", "size", "create", "queue_depth", "submit_queues", "poll_queues", "bs", "registerfiles", "readonly", "reap"];
+pub const FILE_KEYS: &[&str] = &[
+    "path",
+    "direct",
+    "size",
+    "create",
+    "queue_depth",
+    "submit_queues",
+    "poll_queues",
+    "bs",
+    "registerfiles",
+    "readonly",
+    "reap",
+];
 
 /// Segments one request may carry (its iovec array).
 const MAX_SEGMENTS: u32 = 128;
@@ -136,7 +147,8 @@ fn sysfs_queue(file: &File) -> Option<SysfsQueue> {
     let rdev = file.metadata().ok()?.rdev();
     let (major, minor) = (libc::major(rdev), libc::minor(rdev));
     let base = format!("/sys/dev/block/{major}:{minor}/queue");
-    let read = |name: &str| std::fs::read_to_string(format!("{base}/{name}")).ok().and_then(|s| s.trim().parse::<u64>().ok());
+    let read =
+        |name: &str| std::fs::read_to_string(format!("{base}/{name}")).ok().and_then(|s| s.trim().parse::<u64>().ok());
     Some(SysfsQueue {
         rotational: read("rotational")? == 1,
         max_sectors: (read("max_sectors_kb")? * 2).min(u64::from(u32::MAX)) as u32,
@@ -202,7 +214,9 @@ impl FileDriver {
             )));
         }
         if cfg.poll_queues > 0 && !cfg.direct {
-            return Err(Error::Setup("file: poll_queues needs direct=1 (IORING_SETUP_IOPOLL polls O_DIRECT I/O only)".into()));
+            return Err(Error::Setup(
+                "file: poll_queues needs direct=1 (IORING_SETUP_IOPOLL polls O_DIRECT I/O only)".into(),
+            ));
         }
         let sysfs = if blockdev { sysfs_queue(&file) } else { None };
         let nr_rings = cfg.submit_queues + cfg.poll_queues;
@@ -222,7 +236,16 @@ impl FileDriver {
             }
             rings.push(ring);
         }
-        let d = Self { cfg, file, blockdev, size_bytes, lbs, sysfs, rings: rings.into_boxed_slice(), threads: Mutex::new(threads) };
+        let d = Self {
+            cfg,
+            file,
+            blockdev,
+            size_bytes,
+            lbs,
+            sysfs,
+            rings: rings.into_boxed_slice(),
+            threads: Mutex::new(threads),
+        };
         if d.cfg.poll_queues > 0 {
             d.probe_polling()?;
         }
@@ -334,7 +357,13 @@ impl Driver for FileDriver {
         let _ = writeln!(
             out,
             "file/path={} direct={} size_bytes={} bs={} blockdev={} rings={} poll_queues={}",
-            c.path, c.direct as u8, self.size_bytes, self.lbs, self.blockdev as u8, self.rings.len(), c.poll_queues
+            c.path,
+            c.direct as u8,
+            self.size_bytes,
+            self.lbs,
+            self.blockdev as u8,
+            self.rings.len(),
+            c.poll_queues
         );
     }
 }

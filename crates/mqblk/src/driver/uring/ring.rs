@@ -123,7 +123,8 @@ impl Ring {
     pub(crate) fn queue(&self, mut rq: Rq, submit: bool) {
         let tag = rq.tag() as usize;
         // SAFETY: the tag is ours until its CQE (see the Sync impl).
-        let mut iov = unsafe { (*self.spare_iovs[tag].get()).take() }.expect("a tag's iovecs are free when it is issued");
+        let mut iov =
+            unsafe { (*self.spare_iovs[tag].get()).take() }.expect("a tag's iovecs are free when it is issued");
         let mut nr = 0;
         if rq.op().has_data() {
             rq.for_each_segment_mut(|_, seg| {
