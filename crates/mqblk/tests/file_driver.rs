@@ -196,7 +196,7 @@ fn loop_block_device_when_root() {
         return;
     }
     let f = TmpFile::new("loop");
-    std::fs::OpenOptions::new().create(true).write(true).open(f.path()).unwrap().set_len(16 << 20).unwrap();
+    std::fs::OpenOptions::new().create(true).truncate(true).write(true).open(f.path()).unwrap().set_len(16 << 20).unwrap();
     let out = std::process::Command::new("losetup").args(["--find", "--show", "--direct-io=on", f.path()]).output();
     let Some(out) = out.ok().filter(|o| o.status.success()) else {
         panic!("losetup failed: is util-linux installed and /dev/loop-control present?");

@@ -38,10 +38,13 @@ pub(crate) enum FileRef {
     Raw(RawFd),
 }
 
+/// A request's iovec array (max_segments entries, reused per tag).
+type Iovecs = Box<[libc::iovec]>;
+
 /// A request in flight: the token, its iovecs and how far it got.
 struct Inflight {
     rq: Rq,
-    iov: Box<[libc::iovec]>,
+    iov: Iovecs,
     /// First iovec not fully transferred, and the iovec count.
     first: usize,
     nr: usize,
@@ -61,7 +64,7 @@ pub(crate) struct Ring {
     /// Per driver tag: the request in flight, or None (with its iovec
     /// array kept for reuse).
     slots: Box<[UnsafeCell<Option<Inflight>>]>,
-    spare_iovs: Box<[UnsafeCell<Option<Box<[libc::iovec]>>>]>,
+    spare_iovs: Box<[UnsafeCell<Option<Iovecs>>]>,
     /// Requests queued and not yet ended (a stop waits for them).
     inflight: AtomicUsize,
     /// Reaped by polling clients, not by a completion thread.
@@ -102,7 +105,7 @@ impl Ring {
         } else {
             FileRef::Raw(file)
         };
-        let empty_iov = || -> Box<[libc::iovec]> {
+        let empty_iov = || -> Iovecs {
             vec![libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; max_segs].into_boxed_slice()
         };
         Ok(Self {
