@@ -196,7 +196,14 @@ fn loop_block_device_when_root() {
         return;
     }
     let f = TmpFile::new("loop");
-    std::fs::OpenOptions::new().create(true).truncate(true).write(true).open(f.path()).unwrap().set_len(16 << 20).unwrap();
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(f.path())
+        .unwrap()
+        .set_len(16 << 20)
+        .unwrap();
     let out = std::process::Command::new("losetup").args(["--find", "--show", "--direct-io=on", f.path()]).output();
     let Some(out) = out.ok().filter(|o| o.status.success()) else {
         panic!("losetup failed: is util-linux installed and /dev/loop-control present?");
@@ -271,4 +278,13 @@ fn clients_sharing_a_reaped_ring_each_get_their_completions_once() {
         t.join().unwrap();
     }
     assert_eq!(dev.busy_tags(), 0);
+}
+
+#[test]
+fn single_issuer_rings_serve_their_one_client() {
+    let f = TmpFile::new("single");
+    let spec = format!("file:path={},size=4m,create=1,direct=1,reap=client,single_issuer=1", f.path());
+    model_roundtrip(&spec, f.path(), 4 << 20, 4096);
+    let e = Device::open(&format!("file:path={},single_issuer=1", f.path())).unwrap_err().to_string();
+    assert!(e.contains("needs reap=client"), "{e}");
 }

@@ -13,6 +13,7 @@
 //! | bs | 512; 4096 with direct=1; BLKSSZGET for block devices | logical block size |
 //! | registerfiles | 1 | register the file with each ring (fio's registerfiles) |
 //! | readonly | 0 | open read-only (writes fail with EBADF from the kernel) |
+//! | single_issuer | 0 | with reap=client: each ring is used by one thread only (one client per ring, sched=none), so rings get IORING_SETUP_SINGLE_ISSUER and DEFER_TASKRUN as fio sets them; I/O from another thread fails |
 //! | reap | thread | `thread`: each ring's completion thread reaps it and wakes clients (interrupt style); `client`: no completion thread, a client waiting for its I/O reaps its ring itself, sleeping in io_uring_enter (fio's io_uring engine's way; give each client its own ring with submit_queues) |
 //!
 //! Ops: read and write (readv/writev of a request's segments), flush
@@ -57,6 +58,7 @@ pub const FILE_KEYS: &[&str] = &[
     "registerfiles",
     "readonly",
     "reap",
+    "single_issuer",
 ];
 
 /// Segments one request may carry (its iovec array).
@@ -83,6 +85,8 @@ pub struct FileConfig {
     pub readonly: bool,
     /// `reap=client`: submitters reap their rings (no completion threads).
     pub reap_by_client: bool,
+    /// `single_issuer=1` (needs reap=client).
+    pub single_issuer: bool,
 }
 
 /// "4096", "64k", "1g": bytes.
@@ -131,6 +135,7 @@ impl FileConfig {
             register_files: p.bool("registerfiles", true)?,
             readonly: p.bool("readonly", false)?,
             reap_by_client: p.choice("reap", "thread", &["thread", "client"])? == "client",
+            single_issuer: p.bool("single_issuer", false)?,
         })
     }
 }
@@ -213,6 +218,11 @@ impl FileDriver {
                 cfg.path
             )));
         }
+        if cfg.single_issuer && !cfg.reap_by_client {
+            return Err(Error::Setup(
+                "file: single_issuer=1 needs reap=client (a completion thread would issue too)".into(),
+            ));
+        }
         if cfg.poll_queues > 0 && !cfg.direct {
             return Err(Error::Setup(
                 "file: poll_queues needs direct=1 (IORING_SETUP_IOPOLL polls O_DIRECT I/O only)".into(),
@@ -225,7 +235,8 @@ impl FileDriver {
         for i in 0..nr_rings {
             let iopoll = i >= cfg.submit_queues;
             let polled = iopoll || cfg.reap_by_client;
-            let ring = Ring::new(cfg.queue_depth, fd, cfg.register_files, iopoll, polled, MAX_SEGMENTS as usize)
+            let single = cfg.single_issuer && !iopoll;
+            let ring = Ring::new(cfg.queue_depth, fd, cfg.register_files, iopoll, polled, single, MAX_SEGMENTS as usize)
                 .map_err(|e| Error::Setup(format!("file: cannot create an io_uring ({e}): is io_uring available (kernel >= 5.6, not blocked by seccomp)?")))?;
             let ring = Arc::new(ring);
             if !polled {

@@ -71,6 +71,10 @@ pub(crate) struct Ring {
     pub(crate) polled: bool,
     /// IORING_SETUP_IOPOLL (else a waiting poller sleeps in the kernel).
     iopoll: bool,
+    /// Single issuer: created disabled, enabled by the first thread that
+    /// queues to it, which must then be the only one (EEXIST otherwise).
+    enabled: std::sync::Once,
+    single_issuer: bool,
 }
 
 // SAFETY: a slot is touched by the thread that owns its tag: the submitter
@@ -89,11 +93,17 @@ impl Ring {
         register: bool,
         iopoll: bool,
         polled: bool,
+        single_issuer: bool,
         max_segs: usize,
     ) -> std::io::Result<Self> {
         let mut b = IoUring::builder();
         if iopoll {
             b.setup_iopoll();
+        }
+        if single_issuer {
+            // Completion task work then waits for the issuer's own
+            // io_uring_enter (fio's setup): no wakeup from another context.
+            b.setup_single_issuer().setup_defer_taskrun().setup_r_disabled();
         }
         // No inter-processor interrupt to run completion task work: it runs
         // when the submitting thread next enters the kernel (as fio sets).
@@ -118,12 +128,20 @@ impl Ring {
             inflight: AtomicUsize::new(0),
             polled: polled || iopoll,
             iopoll,
+            enabled: std::sync::Once::new(),
+            single_issuer,
         })
     }
 
     /// Takes the request into its tag's slot and queues its SQE; submits
     /// when `submit` (the batch's last request).
     pub(crate) fn queue(&self, mut rq: Rq, submit: bool) {
+        if self.single_issuer {
+            // The first issuer enables the ring and becomes its only one.
+            self.enabled.call_once(|| {
+                self.ring.submitter().register_enable_rings().expect("enabling a disabled io_uring");
+            });
+        }
         let tag = rq.tag() as usize;
         // SAFETY: the tag is ours until its CQE (see the Sync impl).
         let mut iov =
