@@ -33,7 +33,7 @@
 use std::collections::VecDeque;
 use std::thread::JoinHandle;
 
-use super::irq::{IDLE_SPIN_NS, SPIN_NS};
+use super::irq::{keep_spinning, SPIN_NS};
 use crate::clock::{now_ns, set_precise_timer_slack, wait_until};
 use crate::request::Rq;
 use crate::status::Status;
@@ -298,13 +298,8 @@ fn hybrid_loop(cq: &HybridCq<(Rq, Status)>, stop: &AtomicBool, idle_spin: bool) 
         if stopping && cq.is_empty() {
             return; // no submitter is left (the queue is going)
         }
-        if idle_spin {
-            let now = now_ns();
-            let since = *idle_since.get_or_insert(now);
-            if now - since < IDLE_SPIN_NS {
-                std::hint::spin_loop();
-                continue;
-            }
+        if idle_spin && keep_spinning(&mut idle_since) {
+            continue;
         }
         idle_since = None;
         cq.gate.sleep_unless(|| cq.has_irq_work() || stop.load(Ordering::SeqCst), None);

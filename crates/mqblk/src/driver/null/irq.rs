@@ -135,17 +135,25 @@ fn completion_loop(shared: &Shared, idle_spin: bool) {
         if shared.stop.load(Ordering::SeqCst) {
             return; // ring empty and no submitter left (the queue is going)
         }
-        if idle_spin {
-            let now = now_ns();
-            let since = *idle_since.get_or_insert(now);
-            if now - since < IDLE_SPIN_NS {
-                std::hint::spin_loop();
-                continue;
-            }
+        if idle_spin && keep_spinning(&mut idle_since) {
+            continue;
         }
         idle_since = None;
         shared.gate.sleep_unless(|| shared.ring.has_ready() || shared.stop.load(Ordering::SeqCst), None);
     }
+}
+
+/// Timer mode's idle spin: true (after a spin-loop hint) while the thread
+/// has been idle for less than `IDLE_SPIN_NS` since `idle_since` (set on
+/// the first idle round).
+pub(crate) fn keep_spinning(idle_since: &mut Option<u64>) -> bool {
+    let now = now_ns();
+    let since = *idle_since.get_or_insert(now);
+    if now - since < IDLE_SPIN_NS {
+        std::hint::spin_loop();
+        return true;
+    }
+    false
 }
 
 /// Due time of a request submitted at `now_ns` under irqmode 2.
