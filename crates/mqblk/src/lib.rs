@@ -22,6 +22,7 @@
 //! The path of one I/O is described step by step in ARCHITECTURE.md.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod bio;
 mod buf;
 mod client;
 pub mod clock;
@@ -30,6 +31,7 @@ pub mod config;
 pub mod driver;
 mod error;
 mod hctx;
+mod limits;
 #[cfg(all(test, loom))]
 mod loom_models;
 mod merge;

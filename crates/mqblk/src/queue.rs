@@ -6,7 +6,7 @@
 //!
 //! [`Device`] is the public, cloneable handle on a queue.
 //!
-//! Relies on: hctx.rs, tag.rs, client.rs, and a [`Driver`].
+//! Relies on: hctx.rs, tag.rs, client.rs, limits.rs, and a [`Driver`].
 
 use std::fmt::Write as _;
 use std::thread::JoinHandle;
@@ -18,8 +18,9 @@ use crate::config::QueueOptions;
 use crate::driver::{Driver, TimedOutRq, TimeoutAction};
 use crate::error::{Error, SubmitError};
 use crate::hctx::Hctx;
+pub use crate::limits::{QueueLimits, DEFAULT_MAX_SECTORS, DEFAULT_MAX_SEGMENTS, MAX_BIO_BYTES};
 use crate::plug::PlugNesting;
-use crate::request::{Bio, Op, RqState, SECTOR_SHIFT, SECTOR_SIZE};
+use crate::request::{Bio, Op, RqState, SECTOR_SHIFT};
 use crate::sbitmap::{wake_policy, WAKE_POLICIES};
 use std::sync::Arc;
 
@@ -30,195 +31,6 @@ use crate::tag::{TagSetConfig, Tags};
 
 fn params_keys(p: &SpecParams) -> impl Iterator<Item = (String, String)> + '_ {
     p.pairs().iter().cloned()
-}
-
-/// The largest bio, as the kernel's 32-bit `bi_size` allows.
-pub const MAX_BIO_BYTES: u64 = u32::MAX as u64;
-
-/// The kernel's default cap on a request's size (BLK_DEF_MAX_SECTORS_CAP).
-pub const DEFAULT_MAX_SECTORS: u32 = 2560;
-/// The kernel's default segment limit (BLK_MAX_SEGMENTS).
-pub const DEFAULT_MAX_SEGMENTS: u32 = 128;
-
-/// What a device looks like to the block layer (`struct queue_limits`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueueLimits {
-    /// Device size in bytes (a multiple of `logical_block_size`).
-    pub capacity_bytes: u64,
-    /// Smallest addressable unit: 512 or 4096 (`bs`).
-    pub logical_block_size: u32,
-    pub physical_block_size: u32,
-    /// Largest request in 512-byte sectors (a multiple of the block size).
-    pub max_sectors: u32,
-    /// Most segments (bios' buffers) one merged request may carry.
-    pub max_segments: u32,
-    /// Largest discard in sectors; 0: discard not supported.
-    pub max_discard_sectors: u32,
-    /// Largest write-zeroes in sectors; 0: not supported.
-    pub max_write_zeroes_sectors: u32,
-    /// The device has a volatile write cache (flush is meaningful).
-    pub write_cache: bool,
-    /// The device honours FUA.
-    pub fua: bool,
-    /// Rotational media (seek costs).
-    pub rotational: bool,
-    /// A zoned device's zone geometry and limits (None: not zoned). Bios
-    /// are split at zone boundaries, and zone ops are accepted only then.
-    pub zoned: Option<crate::zoned::ZonedLimits>,
-}
-
-impl QueueLimits {
-    /// Limits with the kernel's defaults for a device of `capacity_bytes`.
-    pub fn new(capacity_bytes: u64, logical_block_size: u32) -> Self {
-        Self {
-            capacity_bytes,
-            logical_block_size,
-            physical_block_size: logical_block_size,
-            max_sectors: DEFAULT_MAX_SECTORS,
-            max_segments: DEFAULT_MAX_SEGMENTS,
-            max_discard_sectors: 0,
-            max_write_zeroes_sectors: 0,
-            write_cache: false,
-            fua: false,
-            rotational: false,
-            zoned: None,
-        }
-    }
-
-    pub fn capacity_sectors(&self) -> u64 {
-        self.capacity_bytes >> SECTOR_SHIFT
-    }
-
-    /// Largest read or write in bytes.
-    pub fn max_transfer_bytes(&self) -> u64 {
-        u64::from(self.max_sectors) * SECTOR_SIZE
-    }
-
-    fn validate(&self) -> Result<(), String> {
-        let lbs = self.logical_block_size;
-        if !lbs.is_power_of_two() || !(512..=65536).contains(&lbs) {
-            return Err(format!("logical_block_size={lbs} (accepted: a power of two in 512..=65536)"));
-        }
-        if self.capacity_bytes == 0 || self.capacity_bytes % u64::from(lbs) != 0 {
-            return Err(format!("capacity {} is not a positive multiple of the block size {lbs}", self.capacity_bytes));
-        }
-        if self.max_sectors == 0 || (u64::from(self.max_sectors) * SECTOR_SIZE) % u64::from(lbs) != 0 {
-            return Err(format!("max_sectors={} is not a positive multiple of the block size", self.max_sectors));
-        }
-        if let Some(z) = &self.zoned {
-            if !z.zone_sectors.is_power_of_two() || (z.zone_sectors << SECTOR_SHIFT) % u64::from(lbs) != 0 {
-                return Err(format!(
-                    "zone size of {} sectors is not a power of two multiple of the block",
-                    z.zone_sectors
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    /// Checks a bio against the limits (bounds, alignment, size, support).
-    pub fn check_bio(&self, bio: &Bio) -> Result<(), SubmitError> {
-        let (op, offset, len) = (bio.op, bio.offset, bio.len);
-        let supported = match op {
-            Op::Read | Op::Write | Op::Flush => true,
-            Op::Discard => self.max_discard_sectors > 0,
-            Op::WriteZeroes => self.max_write_zeroes_sectors > 0,
-            _ => self.zoned.is_some(),
-        };
-        if !supported {
-            return Err(SubmitError::NotSupported { op });
-        }
-        if let Some(z) = &self.zoned {
-            if op.is_zone_mgmt() || op == Op::ZoneAppend {
-                return self.check_zone_bio(bio, z);
-            }
-        }
-        let buf_len = bio.buf.as_ref().map(|b| b.len());
-        if op.has_data() != buf_len.is_some() || (op.has_data() && buf_len != Some(len as usize)) {
-            return Err(SubmitError::BadBuffer { op, len, buf_len });
-        }
-        if op == Op::Flush {
-            return if len == 0 { Ok(()) } else { Err(SubmitError::BadBuffer { op, len, buf_len }) };
-        }
-        if len == 0 {
-            return Err(SubmitError::ZeroLength { op });
-        }
-        let lbs = u64::from(self.logical_block_size);
-        if offset % lbs != 0 || len % lbs != 0 {
-            return Err(SubmitError::Misaligned { offset, len, logical_block_size: self.logical_block_size });
-        }
-        match offset.checked_add(len) {
-            Some(end) if end <= self.capacity_bytes => {}
-            _ => return Err(SubmitError::OutOfRange { offset, len, capacity: self.capacity_bytes }),
-        }
-        // Larger than a request may be: split (client.rs). A bio itself is
-        // limited like the kernel's (bi_size is 32 bits).
-        let max = MAX_BIO_BYTES / lbs * lbs;
-        if len > max {
-            return Err(SubmitError::TooLarge { len, max });
-        }
-        Ok(())
-    }
-
-    /// Zone ops: a zone management bio names a zone by its start and has
-    /// no length (reset all: offset 0); a zone append starts at its zone's
-    /// start, stays inside it and within zone_append_max_sectors.
-    fn check_zone_bio(&self, bio: &Bio, z: &crate::zoned::ZonedLimits) -> Result<(), SubmitError> {
-        let (op, offset, len) = (bio.op, bio.offset, bio.len);
-        let zone_bytes = z.zone_sectors << SECTOR_SHIFT;
-        if offset % zone_bytes != 0 || offset >= self.capacity_bytes || (op == Op::ZoneResetAll && offset != 0) {
-            return Err(SubmitError::NotZoneStart { op, offset, zone_bytes });
-        }
-        let buf_len = bio.buf.as_ref().map(|b| b.len());
-        if op.is_zone_mgmt() {
-            return if len == 0 && buf_len.is_none() {
-                Ok(())
-            } else {
-                Err(SubmitError::BadBuffer { op, len, buf_len })
-            };
-        }
-        if buf_len != Some(len as usize) {
-            return Err(SubmitError::BadBuffer { op, len, buf_len });
-        }
-        let lbs = u64::from(self.logical_block_size);
-        if len == 0 || len % lbs != 0 {
-            return Err(SubmitError::Misaligned { offset, len, logical_block_size: self.logical_block_size });
-        }
-        let max = (u64::from(z.zone_append_max_sectors.min(self.max_sectors)) << SECTOR_SHIFT)
-            .min(zone_bytes)
-            .min(self.capacity_bytes - offset);
-        if len > max {
-            return Err(SubmitError::TooLarge { len, max });
-        }
-        Ok(())
-    }
-
-    /// Bytes from `offset` to the next zone boundary (u64::MAX if not
-    /// zoned): the kernel's chunk_sectors split.
-    #[inline]
-    pub fn bytes_to_zone_end(&self, offset: u64) -> u64 {
-        match &self.zoned {
-            Some(z) => {
-                let zone_bytes = z.zone_sectors << SECTOR_SHIFT;
-                zone_bytes - offset % zone_bytes
-            }
-            None => u64::MAX,
-        }
-    }
-
-    /// The largest request of `op` in bytes; larger bios are split.
-    pub fn max_request_bytes(&self, op: Op) -> u64 {
-        let max_sectors = match op {
-            Op::Discard => self.max_discard_sectors,
-            Op::WriteZeroes => self.max_write_zeroes_sectors,
-            // Never split: check_zone_bio bounds them.
-            Op::ZoneAppend | Op::ZoneReset | Op::ZoneResetAll | Op::ZoneOpen | Op::ZoneClose | Op::ZoneFinish => {
-                return u64::MAX
-            }
-            _ => self.max_sectors,
-        };
-        u64::from(max_sectors) * SECTOR_SIZE
-    }
 }
 
 /// Device-wide counters, summed over hardware queues.
@@ -840,46 +652,5 @@ impl Device {
     /// A debugfs-like dump of every hardware queue and sbitmap.
     pub fn show_stats(&self) -> String {
         self.q.show()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::buf::Buf;
-
-    fn limits() -> QueueLimits {
-        let mut l = QueueLimits::new(1 << 20, 4096);
-        l.max_sectors = 16;
-        l
-    }
-
-    #[test]
-    fn check_bio_accepts_in_range_aligned() {
-        assert_eq!(limits().check_bio(&Bio::read(4096, Buf::new(8192))), Ok(()));
-        assert_eq!(limits().check_bio(&Bio::flush()), Ok(()));
-    }
-
-    #[test]
-    fn check_bio_names_each_problem() {
-        let l = limits();
-        assert!(matches!(l.check_bio(&Bio::read(512, Buf::new(4096))), Err(SubmitError::Misaligned { .. })));
-        assert!(matches!(l.check_bio(&Bio::read(1 << 20, Buf::new(4096))), Err(SubmitError::OutOfRange { .. })));
-        assert!(matches!(
-            l.check_bio(&Bio::read(u64::MAX - 4095, Buf::new(4096))),
-            Err(SubmitError::OutOfRange { .. })
-        ));
-        assert!(matches!(l.check_bio(&Bio::read(0, Buf::new(0))), Err(SubmitError::ZeroLength { .. })));
-        assert_eq!(l.check_bio(&Bio::write(0, Buf::new(16384))), Ok(()), "larger than a request: split, not refused");
-        assert_eq!(l.max_request_bytes(Op::Write), 8192);
-        let huge = Bio::discard(0, 8 << 30);
-        let mut big = limits();
-        big.capacity_bytes = 16 << 30;
-        big.max_discard_sectors = 8;
-        assert!(matches!(big.check_bio(&huge), Err(SubmitError::TooLarge { .. })));
-        assert!(matches!(l.check_bio(&Bio::discard(0, 4096)), Err(SubmitError::NotSupported { op: Op::Discard })));
-        let mut bad = Bio::read(0, Buf::new(4096));
-        bad.len = 8192;
-        assert!(matches!(l.check_bio(&bad), Err(SubmitError::BadBuffer { .. })));
     }
 }

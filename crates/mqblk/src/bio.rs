@@ -1,0 +1,293 @@
+//! What a client submits: a [`Bio`] (an operation, flags, a byte range and,
+//! for data ops, an owned [`Buf`]), its [`Op`] and [`ReqFlags`], and its
+//! I/O priority.
+//!
+//! Relies on: buf.rs, zoned.rs (zone management ops).
+
+use std::fmt;
+
+use crate::buf::Buf;
+
+/// Sector size of the block layer's addressing, as in the kernel.
+pub const SECTOR_SIZE: u64 = 512;
+pub const SECTOR_SHIFT: u32 = 9;
+
+/// Request operation (`REQ_OP_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Op {
+    Read,
+    Write,
+    Flush,
+    Discard,
+    WriteZeroes,
+    /// Write at a zone's write pointer, wherever it is; the completion
+    /// says where the data went (`Completion::append_sector`).
+    ZoneAppend,
+    /// Zone management: the bio's offset is the zone's start.
+    ZoneReset,
+    /// Reset every sequential zone (offset 0, length 0).
+    ZoneResetAll,
+    ZoneOpen,
+    ZoneClose,
+    ZoneFinish,
+}
+
+/// Number of ops (for per-op tables).
+pub(crate) const NR_OPS: usize = 11;
+
+impl Op {
+    /// Every op, in `Op as usize` order.
+    pub const ALL: [Op; NR_OPS] = [
+        Op::Read,
+        Op::Write,
+        Op::Flush,
+        Op::Discard,
+        Op::WriteZeroes,
+        Op::ZoneAppend,
+        Op::ZoneReset,
+        Op::ZoneResetAll,
+        Op::ZoneOpen,
+        Op::ZoneClose,
+        Op::ZoneFinish,
+    ];
+
+    /// Does the op move data through a buffer?
+    pub fn has_data(self) -> bool {
+        matches!(self, Op::Read | Op::Write | Op::ZoneAppend)
+    }
+
+    /// A zone management op (no data, addresses a whole zone).
+    pub fn is_zone_mgmt(self) -> bool {
+        matches!(self, Op::ZoneReset | Op::ZoneResetAll | Op::ZoneOpen | Op::ZoneClose | Op::ZoneFinish)
+    }
+
+    /// Does the op change the device's contents?
+    pub fn is_write(self) -> bool {
+        !matches!(self, Op::Read)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Read => "READ",
+            Op::Write => "WRITE",
+            Op::Flush => "FLUSH",
+            Op::Discard => "DISCARD",
+            Op::WriteZeroes => "WRITE_ZEROES",
+            Op::ZoneAppend => "ZONE_APPEND",
+            Op::ZoneReset => "ZONE_RESET",
+            Op::ZoneResetAll => "ZONE_RESET_ALL",
+            Op::ZoneOpen => "ZONE_OPEN",
+            Op::ZoneClose => "ZONE_CLOSE",
+            Op::ZoneFinish => "ZONE_FINISH",
+        }
+    }
+}
+
+/// Request flags (`REQ_*`): a small bit set.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct ReqFlags(u8);
+
+impl ReqFlags {
+    pub const NONE: ReqFlags = ReqFlags(0);
+    /// Someone waits for this I/O (REQ_SYNC).
+    pub const SYNC: ReqFlags = ReqFlags(1 << 0);
+    /// Forced unit access: on stable media when it completes (REQ_FUA).
+    pub const FUA: ReqFlags = ReqFlags(1 << 1);
+    /// Complete by polling (REQ_POLLED, formerly REQ_HIPRI).
+    pub const HIPRI: ReqFlags = ReqFlags(1 << 2);
+    /// Background I/O, e.g. writeback (REQ_BACKGROUND).
+    pub const BACKGROUND: ReqFlags = ReqFlags(1 << 3);
+    /// Fail with `Again` instead of sleeping for a tag (REQ_NOWAIT).
+    pub const NOWAIT: ReqFlags = ReqFlags(1 << 4);
+
+    pub const fn contains(self, other: ReqFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    pub const fn union(self, other: ReqFlags) -> ReqFlags {
+        ReqFlags(self.0 | other.0)
+    }
+
+    pub const fn bits(self) -> u8 {
+        self.0
+    }
+}
+
+impl std::ops::BitOr for ReqFlags {
+    type Output = ReqFlags;
+    fn bitor(self, rhs: ReqFlags) -> ReqFlags {
+        self.union(rhs)
+    }
+}
+
+impl std::ops::BitOrAssign for ReqFlags {
+    fn bitor_assign(&mut self, rhs: ReqFlags) {
+        *self = self.union(rhs);
+    }
+}
+
+impl fmt::Debug for ReqFlags {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names = [
+            (ReqFlags::SYNC, "SYNC"),
+            (ReqFlags::FUA, "FUA"),
+            (ReqFlags::HIPRI, "HIPRI"),
+            (ReqFlags::BACKGROUND, "BACKGROUND"),
+            (ReqFlags::NOWAIT, "NOWAIT"),
+        ];
+        let set: Vec<&str> = names.iter().filter(|(fl, _)| self.contains(*fl)).map(|(_, n)| *n).collect();
+        write!(f, "{}", if set.is_empty() { "NONE".to_string() } else { set.join("|") })
+    }
+}
+
+/// I/O priority class (`IOPRIO_CLASS_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum IoPrioClass {
+    /// Real time: served before everything else.
+    Rt = 1,
+    /// Best effort: the default.
+    #[default]
+    Be = 2,
+    /// Only when nothing else wants the disk.
+    Idle = 3,
+}
+
+/// An I/O priority (`ioprio`): a class and a level, 0 (highest) to 7. The
+/// default is what the kernel derives for a task that set none: best
+/// effort, level 4.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct IoPrio {
+    pub class: IoPrioClass,
+    pub level: u8,
+}
+
+impl Default for IoPrio {
+    fn default() -> Self {
+        Self { class: IoPrioClass::Be, level: 4 }
+    }
+}
+
+impl IoPrio {
+    pub fn new(class: IoPrioClass, level: u8) -> Self {
+        assert!(level < 8, "ioprio level {level} (accepted: 0..=7)");
+        Self { class, level }
+    }
+}
+
+/// Is an I/O of this op and flags synchronous (someone waits for it)? As
+/// the kernel's `op_is_sync`: reads always, flushes always, writes only
+/// with SYNC (or FUA).
+#[inline(always)]
+pub fn op_is_sync(op: Op, flags: ReqFlags) -> bool {
+    matches!(op, Op::Read | Op::Flush) || flags.contains(ReqFlags::SYNC) || flags.contains(ReqFlags::FUA)
+}
+
+/// One I/O as a client submits it: the user-space `bio`.
+#[derive(Debug)]
+pub struct Bio {
+    pub op: Op,
+    pub flags: ReqFlags,
+    /// Byte offset on the device (a multiple of the logical block size).
+    pub offset: u64,
+    /// Length in bytes (for reads and writes, the buffer's length).
+    pub len: u64,
+    /// The data buffer of reads and writes; returned in the completion.
+    pub buf: Option<Buf>,
+    /// Priority, for schedulers that use it (bfq, mq-deadline).
+    pub ioprio: IoPrio,
+}
+
+impl Bio {
+    /// Read `buf.len()` bytes at `offset` into `buf`.
+    pub fn read(offset: u64, buf: Buf) -> Self {
+        Self {
+            op: Op::Read,
+            flags: ReqFlags::NONE,
+            offset,
+            len: buf.len() as u64,
+            buf: Some(buf),
+            ioprio: IoPrio::default(),
+        }
+    }
+
+    /// Write `buf` at `offset`.
+    pub fn write(offset: u64, buf: Buf) -> Self {
+        Self {
+            op: Op::Write,
+            flags: ReqFlags::NONE,
+            offset,
+            len: buf.len() as u64,
+            buf: Some(buf),
+            ioprio: IoPrio::default(),
+        }
+    }
+
+    /// Flush the device's volatile cache.
+    pub fn flush() -> Self {
+        Self { op: Op::Flush, flags: ReqFlags::NONE, offset: 0, len: 0, buf: None, ioprio: IoPrio::default() }
+    }
+
+    /// Discard (trim) `len` bytes at `offset`.
+    pub fn discard(offset: u64, len: u64) -> Self {
+        Self { op: Op::Discard, flags: ReqFlags::NONE, offset, len, buf: None, ioprio: IoPrio::default() }
+    }
+
+    /// Write zeroes over `len` bytes at `offset`.
+    pub fn write_zeroes(offset: u64, len: u64) -> Self {
+        Self { op: Op::WriteZeroes, flags: ReqFlags::NONE, offset, len, buf: None, ioprio: IoPrio::default() }
+    }
+
+    /// Zone append of `buf` to the zone starting at byte `zone_offset`.
+    pub fn zone_append(zone_offset: u64, buf: Buf) -> Self {
+        Self {
+            op: Op::ZoneAppend,
+            flags: ReqFlags::NONE,
+            offset: zone_offset,
+            len: buf.len() as u64,
+            buf: Some(buf),
+            ioprio: IoPrio::default(),
+        }
+    }
+
+    /// A zone management op on the zone starting at byte `zone_offset`.
+    pub fn zone_mgmt(mgmt: crate::zoned::ZoneMgmt, zone_offset: u64) -> Self {
+        use crate::zoned::ZoneMgmt;
+        let op = match mgmt {
+            ZoneMgmt::Reset => Op::ZoneReset,
+            ZoneMgmt::Open => Op::ZoneOpen,
+            ZoneMgmt::Close => Op::ZoneClose,
+            ZoneMgmt::Finish => Op::ZoneFinish,
+        };
+        Self { op, flags: ReqFlags::SYNC, offset: zone_offset, len: 0, buf: None, ioprio: IoPrio::default() }
+    }
+
+    /// Reset every sequential zone of the device.
+    pub fn zone_reset_all() -> Self {
+        Self { op: Op::ZoneResetAll, flags: ReqFlags::SYNC, offset: 0, len: 0, buf: None, ioprio: IoPrio::default() }
+    }
+
+    pub fn with_flags(mut self, flags: ReqFlags) -> Self {
+        self.flags |= flags;
+        self
+    }
+
+    pub fn with_ioprio(mut self, ioprio: IoPrio) -> Self {
+        self.ioprio = ioprio;
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_compose() {
+        let f = ReqFlags::SYNC | ReqFlags::FUA;
+        assert!(f.contains(ReqFlags::SYNC));
+        assert!(!f.contains(ReqFlags::HIPRI));
+        assert_eq!(format!("{f:?}"), "SYNC|FUA");
+    }
+}
