@@ -6,6 +6,7 @@
 
 mod bench;
 mod experiment;
+mod serve;
 mod zone;
 
 use std::io::Write;
@@ -26,7 +27,7 @@ commands:
 ";
 
 fn usage() -> String {
-    format!("{USAGE}{}", zone::USAGE)
+    format!("{USAGE}{}{}", zone::USAGE, serve::USAGE)
 }
 
 fn main() -> ExitCode {
@@ -39,12 +40,13 @@ fn main() -> ExitCode {
         "bench" => run_bench(&args[1..]),
         "experiment" => run_experiment(&args[1..]),
         "zone" => finish("zone", zone::run(&args[1..])),
+        "serve" => finish("serve", serve::run(&args[1..])),
         "help" | "--help" | "-h" => {
             print!("{}", usage());
             ExitCode::SUCCESS
         }
         other => {
-            eprintln!("mqblk: unknown command '{other}' (accepted: bench, experiment, zone, help)");
+            eprintln!("mqblk: unknown command '{other}' (accepted: bench, experiment, zone, serve, help)");
             ExitCode::from(2)
         }
     }

@@ -1,0 +1,444 @@
+//! One NBD connection: the fixed newstyle handshake and option haggling,
+//! then transmission. Transmission is one thread with its own mqblk
+//! client: it polls the socket and the client's completion eventfd, submits
+//! requests as they arrive (many in flight) and replies as they complete,
+//! out of order. A write is acknowledged only once its I/O completed.
+//!
+//! Relies on: proto.rs, mqblk's Client (completion_fd, do_io).
+
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use mqblk::{Bio, Buf, Completion, Device, ReqFlags, Status};
+
+use crate::proto::*;
+
+/// An export: a name and the device behind it.
+#[derive(Clone)]
+pub struct Export {
+    pub name: String,
+    pub description: String,
+    pub device: Device,
+    pub read_only: bool,
+}
+
+impl Export {
+    /// Transmission flags, true to the device's capabilities.
+    pub fn transmission_flags(&self) -> u16 {
+        let l = self.device.limits();
+        let mut f = TF_HAS_FLAGS | TF_SEND_FLUSH | TF_SEND_FUA | TF_SEND_DF | TF_CAN_MULTI_CONN | TF_SEND_CACHE;
+        if self.read_only {
+            f |= TF_READ_ONLY;
+        }
+        if l.rotational {
+            f |= TF_ROTATIONAL;
+        }
+        if l.max_discard_sectors > 0 && !self.read_only {
+            f |= TF_SEND_TRIM;
+        }
+        if l.max_write_zeroes_sectors > 0 && !self.read_only {
+            f |= TF_SEND_WRITE_ZEROES | TF_SEND_FAST_ZERO;
+        }
+        f
+    }
+
+    fn size(&self) -> u64 {
+        self.device.limits().capacity_bytes
+    }
+
+    fn block_size(&self) -> u32 {
+        self.device.limits().logical_block_size
+    }
+}
+
+/// A stream the connection runs over (TCP or Unix socket).
+pub trait Stream: Read + Write + AsRawFd + Send {}
+impl<T: Read + Write + AsRawFd + Send> Stream for T {}
+
+/// In-flight requests per connection.
+const QUEUE_DEPTH: usize = 64;
+/// Payload bytes in flight per connection (memory bound).
+const BUDGET_BYTES: u64 = 64 << 20;
+
+/// Runs one connection to its end. Errors are the reason it closed.
+pub fn serve_connection(mut s: Box<dyn Stream>, exports: &[Export], stop: &AtomicBool) -> Result<(), String> {
+    let io = |e: std::io::Error| format!("socket: {e}");
+    let mut greeting = Vec::with_capacity(18);
+    greeting.extend_from_slice(&NBDMAGIC.to_be_bytes());
+    greeting.extend_from_slice(&IHAVEOPT.to_be_bytes());
+    greeting.extend_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
+    s.write_all(&greeting).map_err(io)?;
+    let mut b4 = [0u8; 4];
+    s.read_exact(&mut b4).map_err(io)?;
+    let client_flags = u32::from_be_bytes(b4);
+    if client_flags & FLAG_C_FIXED_NEWSTYLE == 0 {
+        return Err("client does not speak fixed newstyle".into());
+    }
+    if client_flags & !(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES) != 0 {
+        return Err(format!("unknown client flags {client_flags:#x}"));
+    }
+    let no_zeroes = client_flags & FLAG_C_NO_ZEROES != 0;
+    let Some((export, opts)) = haggle(&mut *s, exports, no_zeroes)? else { return Ok(()) };
+    Transmission::new(s, export, opts)?.run(stop)
+}
+
+/// What option haggling settled.
+#[derive(Default, Clone, Copy)]
+struct Negotiated {
+    structured: bool,
+    base_allocation: bool,
+}
+
+/// The option phase; Some(export) when transmission starts.
+fn haggle<'a>(
+    s: &mut dyn Stream,
+    exports: &'a [Export],
+    no_zeroes: bool,
+) -> Result<Option<(&'a Export, Negotiated)>, String> {
+    let io = |e: std::io::Error| format!("socket: {e}");
+    let mut neg = Negotiated::default();
+    let mut out = Vec::new();
+    loop {
+        let mut h = [0u8; 16];
+        s.read_exact(&mut h).map_err(io)?;
+        let magic = u64::from_be_bytes(h[0..8].try_into().expect("8 bytes"));
+        if magic != IHAVEOPT {
+            return Err(format!("bad option magic {magic:#x}"));
+        }
+        let opt = u32::from_be_bytes(h[8..12].try_into().expect("4 bytes"));
+        let len = u32::from_be_bytes(h[12..16].try_into().expect("4 bytes"));
+        if len > MAX_OPTION_BYTES {
+            return Err(format!("option {opt} of {len} bytes is over the {MAX_OPTION_BYTES}-byte limit"));
+        }
+        let mut data = vec![0u8; len as usize];
+        s.read_exact(&mut data).map_err(io)?;
+        out.clear();
+        let find = |name: &str| exports.iter().find(|e| e.name == name);
+        match opt {
+            OPT_EXPORT_NAME => {
+                let name = String::from_utf8_lossy(&data).to_string();
+                let Some(e) = find(&name) else { return Err(format!("no export named '{name}'")) };
+                out.extend_from_slice(&e.size().to_be_bytes());
+                out.extend_from_slice(&e.transmission_flags().to_be_bytes());
+                if !no_zeroes {
+                    out.extend_from_slice(&[0u8; 124]);
+                }
+                s.write_all(&out).map_err(io)?;
+                return Ok(Some((e, neg)));
+            }
+            OPT_ABORT => {
+                option_reply(&mut out, opt, REP_ACK, &[]);
+                let _ = s.write_all(&out);
+                return Ok(None);
+            }
+            OPT_LIST if len != 0 => option_reply(&mut out, opt, REP_ERR_INVALID, b"LIST takes no data"),
+            OPT_LIST => {
+                for e in exports {
+                    let mut d = (e.name.len() as u32).to_be_bytes().to_vec();
+                    d.extend_from_slice(e.name.as_bytes());
+                    option_reply(&mut out, opt, REP_SERVER, &d);
+                }
+                option_reply(&mut out, opt, REP_ACK, &[]);
+            }
+            OPT_INFO | OPT_GO => match parse_info_request(&data) {
+                Err(e) => option_reply(&mut out, opt, REP_ERR_INVALID, e.as_bytes()),
+                Ok((name, infos)) => match find(&name) {
+                    None => option_reply(&mut out, opt, REP_ERR_UNKNOWN, format!("no export '{name}'").as_bytes()),
+                    Some(e) => {
+                        info_replies(&mut out, opt, e, &infos);
+                        if opt == OPT_GO {
+                            s.write_all(&out).map_err(io)?;
+                            return Ok(Some((e, neg)));
+                        }
+                    }
+                },
+            },
+            OPT_STRUCTURED_REPLY if len != 0 => option_reply(&mut out, opt, REP_ERR_INVALID, b"takes no data"),
+            OPT_STRUCTURED_REPLY => {
+                neg.structured = true;
+                option_reply(&mut out, opt, REP_ACK, &[]);
+            }
+            OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => meta_context(&mut out, opt, &data, exports, &mut neg),
+            OPT_STARTTLS => option_reply(&mut out, opt, REP_ERR_POLICY, b"no TLS here"),
+            _ => option_reply(&mut out, opt, REP_ERR_UNSUP, format!("option {opt} is not supported").as_bytes()),
+        }
+        s.write_all(&out).map_err(io)?;
+    }
+}
+
+fn info_replies(out: &mut Vec<u8>, opt: u32, e: &Export, infos: &[u16]) {
+    let mut d = INFO_EXPORT.to_be_bytes().to_vec();
+    d.extend_from_slice(&e.size().to_be_bytes());
+    d.extend_from_slice(&e.transmission_flags().to_be_bytes());
+    option_reply(out, opt, REP_INFO, &d);
+    if infos.contains(&INFO_NAME) {
+        let mut d = INFO_NAME.to_be_bytes().to_vec();
+        d.extend_from_slice(e.name.as_bytes());
+        option_reply(out, opt, REP_INFO, &d);
+    }
+    if infos.contains(&INFO_DESCRIPTION) {
+        let mut d = INFO_DESCRIPTION.to_be_bytes().to_vec();
+        d.extend_from_slice(e.description.as_bytes());
+        option_reply(out, opt, REP_INFO, &d);
+    }
+    // Block sizes are always sent: requests must be aligned to the device's.
+    let mut d = INFO_BLOCK_SIZE.to_be_bytes().to_vec();
+    let bs = e.block_size();
+    for v in [bs, bs.max(4096), MAX_PAYLOAD_BYTES] {
+        d.extend_from_slice(&v.to_be_bytes());
+    }
+    option_reply(out, opt, REP_INFO, &d);
+    option_reply(out, opt, REP_ACK, &[]);
+}
+
+fn meta_context(out: &mut Vec<u8>, opt: u32, data: &[u8], exports: &[Export], neg: &mut Negotiated) {
+    if opt == OPT_SET_META_CONTEXT && !neg.structured {
+        return option_reply(out, opt, REP_ERR_INVALID, b"SET_META_CONTEXT needs structured replies");
+    }
+    let (name, queries) = match parse_meta_request(data) {
+        Ok(v) => v,
+        Err(e) => return option_reply(out, opt, REP_ERR_INVALID, e.as_bytes()),
+    };
+    if !exports.iter().any(|e| e.name == name) {
+        return option_reply(out, opt, REP_ERR_UNKNOWN, format!("no export '{name}'").as_bytes());
+    }
+    // LIST with no query lists everything; "base:" selects the namespace.
+    let matches = |q: &str| q == BASE_ALLOCATION || (opt == OPT_LIST_META_CONTEXT && q == "base:");
+    let selected = if queries.is_empty() { opt == OPT_LIST_META_CONTEXT } else { queries.iter().any(|q| matches(q)) };
+    if opt == OPT_SET_META_CONTEXT {
+        neg.base_allocation = selected;
+    }
+    if selected {
+        let mut d = BASE_ALLOCATION_ID.to_be_bytes().to_vec();
+        d.extend_from_slice(BASE_ALLOCATION.as_bytes());
+        option_reply(out, opt, REP_META_CONTEXT, &d);
+    }
+    option_reply(out, opt, REP_ACK, &[]);
+}
+
+/// A request in flight.
+#[derive(Clone, Copy)]
+struct Pending {
+    cookie: u64,
+    cmd: u16,
+    offset: u64,
+    bytes: u64,
+}
+
+struct Transmission<'a> {
+    s: Box<dyn Stream>,
+    export: &'a Export,
+    neg: Negotiated,
+    client: mqblk::Client,
+    efd: RawFd,
+    slots: Vec<Option<Pending>>,
+    free: Vec<usize>,
+    bytes_in_flight: u64,
+    out: Vec<u8>,
+    done: Vec<Completion>,
+}
+
+impl<'a> Transmission<'a> {
+    fn new(s: Box<dyn Stream>, export: &'a Export, neg: Negotiated) -> Result<Self, String> {
+        let mut client = export.device.client_with_capacity(QUEUE_DEPTH);
+        let efd = client.completion_fd().map_err(|e| format!("eventfd: {e}"))?;
+        Ok(Self {
+            s,
+            export,
+            neg,
+            client,
+            efd,
+            slots: vec![None; QUEUE_DEPTH],
+            free: (0..QUEUE_DEPTH).rev().collect(),
+            bytes_in_flight: 0,
+            out: Vec::with_capacity(64 << 10),
+            done: Vec::with_capacity(QUEUE_DEPTH),
+        })
+    }
+
+    fn run(mut self, stop: &AtomicBool) -> Result<(), String> {
+        let result = self.serve(stop);
+        // Whatever happened, nothing in flight is abandoned: writes the
+        // client sent complete before the connection's client goes.
+        self.client.drain();
+        result
+    }
+
+    fn serve(&mut self, stop: &AtomicBool) -> Result<(), String> {
+        loop {
+            if stop.load(Ordering::SeqCst) {
+                // Shutting down: finish and answer what is in flight, then close.
+                self.reap(usize::MAX)?;
+                return Ok(());
+            }
+            let want_socket = !self.free.is_empty() && self.bytes_in_flight < BUDGET_BYTES;
+            let mut fds = [
+                libc::pollfd { fd: self.s.as_raw_fd(), events: if want_socket { libc::POLLIN } else { 0 }, revents: 0 },
+                libc::pollfd { fd: self.efd, events: libc::POLLIN, revents: 0 },
+            ];
+            // SAFETY: two valid pollfds; 200 ms so that a stop is noticed.
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, 200) };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(format!("poll: {e}"));
+            }
+            if fds[1].revents != 0 {
+                self.reap(0)?;
+            }
+            if fds[0].revents != 0 && !self.read_request()? {
+                return Ok(()); // NBD_CMD_DISC, or the client went away
+            }
+        }
+    }
+
+    /// Sends replies for completed I/O (waiting for at least `min`).
+    fn reap(&mut self, min: usize) -> Result<(), String> {
+        let mut buf = [0u8; 8];
+        // SAFETY: reads the eventfd's counter into an 8-byte buffer.
+        let _ = unsafe { libc::read(self.efd, buf.as_mut_ptr().cast(), 8) };
+        loop {
+            self.done.clear();
+            let min = min.min(self.client.in_flight());
+            let got = self.client.do_io(&mut self.done, min, QUEUE_DEPTH, None).map_err(|e| e.to_string())?;
+            let done = std::mem::take(&mut self.done);
+            for c in &done {
+                let slot = c.user_data as usize;
+                let p = self.slots[slot].take().expect("a completion for a request in flight");
+                self.free.push(slot);
+                self.bytes_in_flight -= p.bytes;
+                let data = if p.cmd == CMD_READ { c.buf.as_deref() } else { None };
+                self.reply(p.cookie, p.cmd, p.offset, c.status, data)?;
+            }
+            self.done = done;
+            if got < QUEUE_DEPTH {
+                return self.flush_out();
+            }
+        }
+    }
+
+    fn flush_out(&mut self) -> Result<(), String> {
+        if !self.out.is_empty() {
+            self.s.write_all(&self.out).map_err(|e| format!("socket: {e}"))?;
+            self.out.clear();
+        }
+        Ok(())
+    }
+
+    /// Queues the reply to one request.
+    fn reply(&mut self, cookie: u64, cmd: u16, offset: u64, status: Status, data: Option<&[u8]>) -> Result<(), String> {
+        let error = if status.is_ok() { 0 } else { wire_errno(status.errno()) };
+        self.reply_errno(cookie, cmd, offset, error, data);
+        if self.out.len() > (1 << 20) {
+            self.flush_out()?;
+        }
+        Ok(())
+    }
+
+    fn reply_errno(&mut self, cookie: u64, cmd: u16, offset: u64, error: u32, data: Option<&[u8]>) {
+        let out = &mut self.out;
+        if !self.neg.structured {
+            simple_reply(out, error, cookie);
+            if let (0, Some(d)) = (error, data) {
+                out.extend_from_slice(d);
+            }
+            return;
+        }
+        if error != 0 {
+            return error_chunk(out, cookie, error, "");
+        }
+        match data {
+            Some(d) if cmd == CMD_READ => {
+                chunk_header(out, REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, cookie, 8 + d.len() as u32);
+                out.extend_from_slice(&offset.to_be_bytes());
+                out.extend_from_slice(d);
+            }
+            _ => chunk_header(out, REPLY_FLAG_DONE, REPLY_TYPE_NONE, cookie, 0),
+        }
+    }
+
+    /// Reads and starts one request; false when the connection ends.
+    fn read_request(&mut self) -> Result<bool, String> {
+        let mut h = [0u8; REQUEST_BYTES];
+        match self.s.read_exact(&mut h) {
+            Ok(()) => {}
+            // A client that went away (even mid-header): the connection ends.
+            Err(_) => return Ok(false),
+        }
+        let r = parse_request(&h)?;
+        let e = self.export;
+        let size = e.size();
+        let bs = u64::from(e.block_size());
+        let len = u64::from(r.length);
+        // A write's payload is read whatever the verdict, to stay in step.
+        let mut payload = None;
+        if r.cmd == CMD_WRITE {
+            if r.length > MAX_PAYLOAD_BYTES {
+                return Err(format!("write of {} bytes is over the {MAX_PAYLOAD_BYTES}-byte maximum", r.length));
+            }
+            let mut b = Buf::new(r.length as usize);
+            if self.s.read_exact(&mut b).is_err() {
+                return Ok(false); // disconnected mid-request: nothing was acknowledged
+            }
+            payload = Some(b);
+        }
+        let writes = matches!(r.cmd, CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES);
+        let ranged = matches!(r.cmd, CMD_READ | CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES | CMD_CACHE | CMD_BLOCK_STATUS);
+        let verdict = match () {
+            _ if r.cmd == CMD_DISC => return Ok(false),
+            _ if writes && e.read_only => Some(EPERM),
+            _ if ranged && r.offset.checked_add(len).is_none() => Some(EINVAL),
+            _ if ranged && r.offset + len > size => Some(if writes { ENOSPC } else { EINVAL }),
+            _ if r.cmd == CMD_READ && r.length > MAX_PAYLOAD_BYTES => Some(EINVAL),
+            _ if ranged && r.cmd != CMD_BLOCK_STATUS && (r.offset % bs != 0 || len % bs != 0) => Some(EINVAL),
+            _ if matches!(r.cmd, CMD_READ | CMD_WRITE) && len == 0 => Some(0),
+            _ if r.cmd == CMD_CACHE => Some(0), // data lives in memory or the page cache already
+            _ if r.cmd == CMD_BLOCK_STATUS => return self.block_status(&r).map(|_| true),
+            _ if r.cmd > CMD_BLOCK_STATUS => Some(EINVAL),
+            _ => None,
+        };
+        if let Some(error) = verdict {
+            self.reply_errno(r.cookie, r.cmd, r.offset, error, None);
+            self.flush_out()?;
+            return Ok(true);
+        }
+        let fua = if r.flags & CMD_FLAG_FUA != 0 { ReqFlags::FUA } else { ReqFlags::NONE };
+        let bio = match r.cmd {
+            CMD_READ => Bio::read(r.offset, Buf::new(r.length as usize)),
+            CMD_WRITE => Bio::write(r.offset, payload.take().expect("read above")).with_flags(fua | ReqFlags::SYNC),
+            CMD_FLUSH => Bio::flush(),
+            CMD_TRIM => Bio::discard(r.offset, len).with_flags(fua),
+            _ => Bio::write_zeroes(r.offset, len).with_flags(fua),
+        };
+        let slot = self.free.pop().expect("the socket is polled only with a free slot");
+        let bytes = if matches!(r.cmd, CMD_READ | CMD_WRITE) { len } else { 0 };
+        self.slots[slot] = Some(Pending { cookie: r.cookie, cmd: r.cmd, offset: r.offset, bytes });
+        self.bytes_in_flight += bytes;
+        if let Err(rejected) = self.client.submit(bio, slot as u64) {
+            self.slots[slot] = None;
+            self.free.push(slot);
+            self.bytes_in_flight -= bytes;
+            self.reply_errno(r.cookie, r.cmd, r.offset, wire_errno(rejected.error.errno()), None);
+            self.flush_out()?;
+        }
+        Ok(true)
+    }
+
+    /// NBD_CMD_BLOCK_STATUS for base:allocation: one extent, data (the
+    /// devices cannot tell holes apart, and "allocated" is always true).
+    fn block_status(&mut self, r: &Request) -> Result<(), String> {
+        if !self.neg.base_allocation {
+            self.reply_errno(r.cookie, r.cmd, r.offset, EINVAL, None);
+            return self.flush_out();
+        }
+        let len = (u64::from(r.length)).min(self.export.size() - r.offset).max(1) as u32;
+        chunk_header(&mut self.out, REPLY_FLAG_DONE, REPLY_TYPE_BLOCK_STATUS, r.cookie, 12);
+        self.out.extend_from_slice(&BASE_ALLOCATION_ID.to_be_bytes());
+        self.out.extend_from_slice(&len.to_be_bytes());
+        self.out.extend_from_slice(&0u32.to_be_bytes());
+        self.flush_out()
+    }
+}
