@@ -1,0 +1,353 @@
+//! `mqblk serve` with real NBD clients (nbdinfo, nbdcopy, qemu-img,
+//! qemu-io, fio's nbd engine; scripts/test-all.sh installs them) and with a
+//! raw-socket client for multi-connection consistency and malformed traffic.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Server {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Server {
+    /// Starts `mqblk serve ARGS --unix SOCK` and waits for the socket.
+    fn start(name: &str, args: &[&str]) -> Self {
+        let dir = std::env::temp_dir().join(format!("mqblk-nbd-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sock = dir.join("sock");
+        let mut all: Vec<String> = vec!["serve".into()];
+        all.extend(args.iter().map(|s| s.to_string()));
+        all.extend(["--unix".into(), sock.to_str().unwrap().into()]);
+        let child = Command::new(env!("CARGO_BIN_EXE_mqblk")).args(&all).stderr(Stdio::piped()).spawn().unwrap();
+        let t = Instant::now();
+        while UnixStream::connect(&sock).is_err() {
+            assert!(t.elapsed() < Duration::from_secs(20), "server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Server { child, dir }
+    }
+    fn sock(&self) -> String {
+        self.dir.join("sock").to_str().unwrap().to_string()
+    }
+    fn uri(&self) -> String {
+        format!("nbd+unix:///?socket={}", self.sock())
+    }
+    fn uri_export(&self, name: &str) -> String {
+        format!("nbd+unix:///{name}?socket={}", self.sock())
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn run(cmd: &str, args: &[&str]) -> String {
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd}: {e} (scripts/test-all.sh installs it)"));
+    assert!(out.status.success(), "{cmd} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn nbdinfo_shows_size_flags_block_sizes_and_the_allocation_map() {
+    let s = Server::start("info", &["--device", "null:size=64,memory_backed=1,discard=1"]);
+    let info = run("nbdinfo", &[&s.uri()]);
+    for want in [
+        "export-size: 67108864",
+        "can_flush: true",
+        "can_fua: true",
+        "can_trim: true",
+        "can_zero: true",
+        "can_multi_conn: true",
+        "is_read_only: false",
+        "block_size_minimum: 512",
+        "base:allocation",
+    ] {
+        assert!(info.contains(want), "{want} missing in\n{info}");
+    }
+    let map = run("nbdinfo", &["--map", &s.uri()]);
+    assert!(map.contains("67108864") && map.contains("data"), "{map}");
+    let list = run("nbdinfo", &["--list", &s.uri()]);
+    assert!(list.contains("export=\"\""), "{list}");
+    assert!(run("nbdinfo", &["--size", &s.uri_export("")]).trim() == "67108864");
+}
+
+#[test]
+fn nbdcopy_and_qemu_img_round_trip_byte_exact() {
+    let s = Server::start("copy", &["--device", "null:size=32,memory_backed=1,discard=1"]);
+    let dir = &s.dir;
+    let src = dir.join("src.img");
+    let mut data = vec![0u8; 32 << 20];
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for c in data.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        c.copy_from_slice(&x.to_le_bytes());
+    }
+    std::fs::write(&src, &data).unwrap();
+    run("nbdcopy", &[src.to_str().unwrap(), &s.uri()]);
+    let back = dir.join("back.img");
+    run("nbdcopy", &[&s.uri(), back.to_str().unwrap()]);
+    assert!(std::fs::read(&back).unwrap() == data, "nbdcopy both ways, byte-exact");
+    let cmp = run("qemu-img", &["compare", "-f", "raw", "-F", "raw", src.to_str().unwrap(), &s.uri()]);
+    assert!(cmp.contains("Images are identical"), "{cmp}");
+    let info = run("qemu-img", &["info", &s.uri()]);
+    assert!(info.contains("33554432 bytes"), "{info}");
+    let io = run(
+        "qemu-io",
+        &[
+            "-f",
+            "raw",
+            "-c",
+            "write -P 0xab 4096 8192",
+            "-c",
+            "read -P 0xab 4096 8192",
+            "-c",
+            "write -z 0 4096",
+            "-c",
+            "read -P 0 0 4096",
+            "-c",
+            "flush",
+            &s.uri(),
+        ],
+    );
+    assert!(!io.contains("Pattern verification failed"), "{io}");
+}
+
+#[test]
+fn fio_nbd_engine_with_verify() {
+    let s = Server::start("fio", &["--device", "null:size=64,memory_backed=1"]);
+    let out = Command::new("fio")
+        .args([
+            "--name=v",
+            "--ioengine=nbd",
+            &format!("--uri={}", s.uri()),
+            "--rw=randwrite",
+            "--bs=4k",
+            "--size=16m",
+            "--iodepth=16",
+            "--verify=crc32c",
+            "--output-format=json",
+        ])
+        .output()
+        .expect("fio (scripts/test-all.sh installs it)");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // fio's nbd engine prints "connected to NBD server" before the JSON.
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v: serde_json::Value = serde_json::from_str(&text[text.find('{').expect("JSON output")..]).unwrap();
+    assert_eq!(v["jobs"][0]["error"], 0);
+    assert!(v["jobs"][0]["write"]["io_bytes"].as_u64().unwrap() >= 16 << 20);
+    assert!(v["jobs"][0]["read"]["io_bytes"].as_u64().unwrap() >= 16 << 20, "the verify pass read it all back");
+}
+
+/// A minimal raw NBD client: fixed newstyle, NO_ZEROES, GO to `export`,
+/// simple replies.
+struct Raw(UnixStream);
+
+impl Raw {
+    fn connect(sock: &str) -> Self {
+        let mut s = UnixStream::connect(sock).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut g = [0u8; 18];
+        s.read_exact(&mut g).unwrap();
+        assert_eq!(&g[0..8], b"NBDMAGIC");
+        assert_eq!(&g[8..16], b"IHAVEOPT");
+        s.write_all(&3u32.to_be_bytes()).unwrap();
+        Raw(s)
+    }
+    fn option(&mut self, opt: u32, data: &[u8]) {
+        let mut b = 0x4948_4156_454f_5054u64.to_be_bytes().to_vec();
+        b.extend_from_slice(&opt.to_be_bytes());
+        b.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        b.extend_from_slice(data);
+        self.0.write_all(&b).unwrap();
+    }
+    /// Reads one option reply: (reply type, data).
+    fn option_reply(&mut self) -> (u32, Vec<u8>) {
+        let mut h = [0u8; 20];
+        self.0.read_exact(&mut h).unwrap();
+        let ty = u32::from_be_bytes(h[12..16].try_into().unwrap());
+        let len = u32::from_be_bytes(h[16..20].try_into().unwrap());
+        let mut d = vec![0u8; len as usize];
+        self.0.read_exact(&mut d).unwrap();
+        (ty, d)
+    }
+    fn go(sock: &str, export: &str) -> Self {
+        let mut c = Raw::connect(sock);
+        let mut d = (export.len() as u32).to_be_bytes().to_vec();
+        d.extend_from_slice(export.as_bytes());
+        d.extend_from_slice(&0u16.to_be_bytes());
+        c.option(7, &d);
+        loop {
+            let (ty, _) = c.option_reply();
+            assert!(ty == 1 || ty == 3, "GO failed with reply {ty:#x}");
+            if ty == 1 {
+                return c;
+            }
+        }
+    }
+    fn request(&mut self, cmd: u16, flags: u16, cookie: u64, offset: u64, len: u32, data: &[u8]) {
+        let mut b = 0x2560_9513u32.to_be_bytes().to_vec();
+        b.extend_from_slice(&flags.to_be_bytes());
+        b.extend_from_slice(&cmd.to_be_bytes());
+        b.extend_from_slice(&cookie.to_be_bytes());
+        b.extend_from_slice(&offset.to_be_bytes());
+        b.extend_from_slice(&len.to_be_bytes());
+        b.extend_from_slice(data);
+        self.0.write_all(&b).unwrap();
+    }
+    /// (error, cookie) of a simple reply, then `read` data bytes.
+    fn reply(&mut self, read: usize) -> (u32, u64, Vec<u8>) {
+        let mut h = [0u8; 16];
+        self.0.read_exact(&mut h).unwrap();
+        assert_eq!(u32::from_be_bytes(h[0..4].try_into().unwrap()), 0x6744_6698, "simple reply magic");
+        let err = u32::from_be_bytes(h[4..8].try_into().unwrap());
+        let mut d = vec![0u8; if err == 0 { read } else { 0 }];
+        self.0.read_exact(&mut d).unwrap();
+        (err, u64::from_be_bytes(h[8..16].try_into().unwrap()), d)
+    }
+}
+
+#[test]
+fn several_connections_write_disjoint_ranges_and_read_each_other_after_flush() {
+    let s = Server::start("multi", &["--device", "null:size=16,memory_backed=1"]);
+    let sock = s.sock();
+    let writers: Vec<_> = (0..4u8)
+        .map(|t| {
+            let sock = sock.clone();
+            std::thread::spawn(move || {
+                let mut c = Raw::go(&sock, "");
+                // 64 writes in flight at once, replies in any order.
+                for i in 0..64u64 {
+                    let off = (u64::from(t) * 64 + i) * 4096;
+                    c.request(1, 0, i, off, 4096, &[t + 1; 4096]);
+                }
+                let mut cookies: Vec<u64> = (0..64)
+                    .map(|_| c.reply(0))
+                    .map(|(e, k, _)| {
+                        assert_eq!(e, 0);
+                        k
+                    })
+                    .collect();
+                cookies.sort_unstable();
+                assert_eq!(cookies, (0..64).collect::<Vec<_>>(), "every write acknowledged once");
+                c.request(3, 0, 99, 0, 0, &[]);
+                assert_eq!(c.reply(0).0, 0, "flush");
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    let mut c = Raw::go(&sock, "");
+    for t in 0..4u64 {
+        c.request(0, 0, t, t * 64 * 4096 + 63 * 4096, 4096, &[]);
+        let (e, _, d) = c.reply(4096);
+        assert_eq!(e, 0);
+        assert!(d.iter().all(|b| u64::from(*b) == t + 1), "connection {t}'s data is visible to another");
+    }
+}
+
+#[test]
+fn malformed_traffic_gets_errors_or_a_closed_connection_and_others_keep_working() {
+    let s =
+        Server::start("bad", &["--device", "null:size=1,memory_backed=1", "--device", "null:size=1", "--export", "ro"]);
+    let sock = s.sock();
+    let mut good = Raw::go(&sock, "");
+    // Wrong magic in the handshake: the connection closes.
+    let mut c = Raw::connect(&sock);
+    c.0.write_all(&[0u8; 16]).unwrap();
+    let mut b = [0u8; 1];
+    assert_eq!(c.0.read(&mut b).unwrap_or(0), 0, "closed after a bad option magic");
+    // An unknown option: ERR_UNSUP, and the haggling goes on.
+    let mut c = Raw::connect(&sock);
+    c.option(999, b"xyz");
+    assert_eq!(c.option_reply().0, (1 << 31) + 1);
+    c.option(7, &[0, 0, 0, 9, b'n', b'o', b'p', b'e', b'x', b'x', b'x', b'x', b'x', 0, 0]);
+    assert_eq!(c.option_reply().0, (1 << 31) + 6, "GO to an unknown export: ERR_UNKNOWN");
+    c.option(7, &[0, 0, 0, 50]);
+    assert_eq!(c.option_reply().0, (1 << 31) + 3, "truncated GO data: ERR_INVALID");
+    // A too-long option: closed.
+    let mut c = Raw::connect(&sock);
+    let mut h = 0x4948_4156_454f_5054u64.to_be_bytes().to_vec();
+    h.extend_from_slice(&1u32.to_be_bytes());
+    h.extend_from_slice(&(1u32 << 30).to_be_bytes());
+    c.0.write_all(&h).unwrap();
+    assert_eq!(c.0.read(&mut b).unwrap_or(0), 0);
+    // Transmission errors, each answered, the connection stays.
+    let mut c = Raw::go(&sock, "");
+    c.request(0, 0, 1, 1 << 20, 4096, &[]);
+    assert_eq!(c.reply(0).0, 22, "read past the end: EINVAL");
+    c.request(1, 0, 2, (1 << 20) - 512, 1024, &[0; 1024]);
+    assert_eq!(c.reply(0).0, 28, "write past the end: ENOSPC");
+    c.request(0, 0, 3, u64::MAX - 10, 4096, &[]);
+    assert_eq!(c.reply(0).0, 22, "offset + length overflow: EINVAL");
+    c.request(0, 0, 4, 100, 512, &[]);
+    assert_eq!(c.reply(0).0, 22, "misaligned: EINVAL");
+    c.request(42, 0, 5, 0, 0, &[]);
+    assert_eq!(c.reply(0).0, 22, "unknown command: EINVAL");
+    c.request(0, 0, 6, 0, 512, &[]);
+    assert_eq!(c.reply(512).0, 0, "still serving");
+    // A write over the maximum: the connection closes (its payload is not read).
+    c.request(1, 0, 7, 0, 64 << 20, &[]);
+    assert_eq!(c.0.read(&mut b).unwrap_or(0), 0);
+    // The second export, by name.
+    let mut named = Raw::go(&sock, "ro");
+    named.request(0, 0, 1, 0, 512, &[]);
+    assert_eq!(named.reply(512).0, 0);
+    // Writes to a read-only export: EPERM.
+    let ro = Server::start("ro", &["--device", "null:size=1", "--read-only"]);
+    let mut r = Raw::go(&ro.sock(), "");
+    r.request(1, 0, 1, 0, 512, &[1; 512]);
+    assert_eq!(r.reply(0).0, 1, "EPERM");
+    // Half a header, then gone; and a write cut short: nothing acknowledged.
+    let mut c = Raw::go(&sock, "");
+    c.0.write_all(&[0x25, 0x60, 0x95]).unwrap();
+    drop(c);
+    let mut c = Raw::go(&sock, "");
+    c.request(1, 0, 9, 0, 4096, &[7; 100]);
+    drop(c);
+    // The first connection never noticed any of it.
+    good.request(1, 0, 10, 0, 512, &[5; 512]);
+    assert_eq!(good.reply(0).0, 0);
+    good.request(0, 0, 11, 0, 512, &[]);
+    let (e, _, d) = good.reply(512);
+    assert!(e == 0 && d.iter().all(|b| *b == 5), "the cut-short write did not land");
+}
+
+#[test]
+fn sigterm_stops_cleanly_and_flushes_file_devices() {
+    let dir = std::env::temp_dir().join(format!("mqblk-nbd-term-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("disk.img");
+    let spec = format!("file:path={},size=4m,create=1", file.display());
+    let mut s = Server::start("term", &["--device", &spec]);
+    run("qemu-io", &["-f", "raw", "-c", "write -P 0x5a 8192 4096", &s.uri()]);
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) };
+    let status = s.child.wait().unwrap();
+    assert!(status.success(), "clean exit on SIGTERM");
+    let data = std::fs::read(&file).unwrap();
+    assert!(data[8192..12288].iter().all(|b| *b == 0x5a));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_serve_options_are_named() {
+    let out = Command::new(env!("CARGO_BIN_EXE_mqblk")).args(["serve"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("serve needs --device"));
+    let out = Command::new(env!("CARGO_BIN_EXE_mqblk")).args(["serve", "--export", "x"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--export names the --device before it"));
+}
