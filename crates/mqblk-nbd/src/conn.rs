@@ -58,6 +58,8 @@ impl<T: Read + Write + AsRawFd + Send> Stream for T {}
 
 /// In-flight requests per connection.
 const QUEUE_DEPTH: usize = 64;
+/// Read replies at least this large are written from the request's buffer.
+const DIRECT_WRITE_BYTES: usize = 64 << 10;
 /// Payload bytes in flight per connection (memory bound).
 const BUDGET_BYTES: u64 = 64 << 20;
 
@@ -237,6 +239,10 @@ struct Transmission<'a> {
     bytes_in_flight: u64,
     out: Vec<u8>,
     done: Vec<Completion>,
+    /// Buffers given back by completions, by length, for the next request
+    /// of that size (no allocation and zeroing per request; bounded by the
+    /// queue depth).
+    pool: Vec<Buf>,
 }
 
 impl<'a> Transmission<'a> {
@@ -254,6 +260,7 @@ impl<'a> Transmission<'a> {
             bytes_in_flight: 0,
             out: Vec::with_capacity(64 << 10),
             done: Vec::with_capacity(QUEUE_DEPTH),
+            pool: Vec::with_capacity(QUEUE_DEPTH),
         })
     }
 
@@ -301,22 +308,35 @@ impl<'a> Transmission<'a> {
         // SAFETY: reads the eventfd's counter into an 8-byte buffer.
         let _ = unsafe { libc::read(self.efd, buf.as_mut_ptr().cast(), 8) };
         loop {
-            self.done.clear();
+            let mut done = std::mem::take(&mut self.done);
+            done.clear();
             let min = min.min(self.client.in_flight());
-            let got = self.client.do_io(&mut self.done, min, QUEUE_DEPTH, None).map_err(|e| e.to_string())?;
-            let done = std::mem::take(&mut self.done);
-            for c in &done {
+            let got = self.client.do_io(&mut done, min, QUEUE_DEPTH, None).map_err(|e| e.to_string())?;
+            for c in done.drain(..) {
                 let slot = c.user_data as usize;
                 let p = self.slots[slot].take().expect("a completion for a request in flight");
                 self.free.push(slot);
                 self.bytes_in_flight -= p.bytes;
                 let data = if p.cmd == CMD_READ { c.buf.as_deref() } else { None };
                 self.reply(p.cookie, p.cmd, p.offset, c.status, data)?;
+                if let Some(b) = c.buf {
+                    if self.pool.len() < QUEUE_DEPTH {
+                        self.pool.push(b);
+                    }
+                }
             }
             self.done = done;
             if got < QUEUE_DEPTH {
                 return self.flush_out();
             }
+        }
+    }
+
+    /// A buffer of `len` bytes: a recycled one if there is one.
+    fn take_buf(&mut self, len: usize) -> Buf {
+        match self.pool.iter().position(|b| b.len() == len) {
+            Some(i) => self.pool.swap_remove(i),
+            None => Buf::new(len),
         }
     }
 
@@ -328,14 +348,35 @@ impl<'a> Transmission<'a> {
         Ok(())
     }
 
-    /// Queues the reply to one request.
+    /// Queues the reply to one request; large read data goes to the
+    /// socket straight from the request's buffer instead of being copied.
     fn reply(&mut self, cookie: u64, cmd: u16, offset: u64, status: Status, data: Option<&[u8]>) -> Result<(), String> {
         let error = if status.is_ok() { 0 } else { wire_errno(status.errno()) };
-        self.reply_errno(cookie, cmd, offset, error, data);
+        match data {
+            Some(d) if error == 0 && d.len() >= DIRECT_WRITE_BYTES => {
+                self.reply_errno(cookie, cmd, offset, 0, Some(&[]));
+                // The header above announced d.len() bytes; patch it.
+                self.patch_length(d.len());
+                self.flush_out()?;
+                self.s.write_all(d).map_err(|e| format!("socket: {e}"))?;
+            }
+            _ => self.reply_errno(cookie, cmd, offset, error, data),
+        }
         if self.out.len() > (1 << 20) {
             self.flush_out()?;
         }
         Ok(())
+    }
+
+    /// Fixes the length field of the reply just queued for `len` data
+    /// bytes written separately (structured: the chunk's length).
+    fn patch_length(&mut self, len: usize) {
+        if self.neg.structured {
+            // Chunk header: magic 4, flags 2, type 2, cookie 8, length 4; then offset 8.
+            let at = self.out.len() - 8 - 4;
+            let chunk_len = 8 + len as u32;
+            self.out[at..at + 4].copy_from_slice(&chunk_len.to_be_bytes());
+        }
     }
 
     fn reply_errno(&mut self, cookie: u64, cmd: u16, offset: u64, error: u32, data: Option<&[u8]>) {
@@ -379,7 +420,7 @@ impl<'a> Transmission<'a> {
             if r.length > MAX_PAYLOAD_BYTES {
                 return Err(format!("write of {} bytes is over the {MAX_PAYLOAD_BYTES}-byte maximum", r.length));
             }
-            let mut b = Buf::new(r.length as usize);
+            let mut b = self.take_buf(r.length as usize);
             if self.s.read_exact(&mut b).is_err() {
                 return Ok(false); // disconnected mid-request: nothing was acknowledged
             }
@@ -407,7 +448,7 @@ impl<'a> Transmission<'a> {
         }
         let fua = if r.flags & CMD_FLAG_FUA != 0 { ReqFlags::FUA } else { ReqFlags::NONE };
         let bio = match r.cmd {
-            CMD_READ => Bio::read(r.offset, Buf::new(r.length as usize)),
+            CMD_READ => Bio::read(r.offset, self.take_buf(r.length as usize)),
             CMD_WRITE => Bio::write(r.offset, payload.take().expect("read above")).with_flags(fua | ReqFlags::SYNC),
             CMD_FLUSH => Bio::flush(),
             CMD_TRIM => Bio::discard(r.offset, len).with_flags(fua),
