@@ -351,3 +351,61 @@ fn bad_serve_options_are_named() {
     let out = Command::new(env!("CARGO_BIN_EXE_mqblk")).args(["serve", "--export", "x"]).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("--export names the --device before it"));
 }
+
+/// Random garbage at every phase (greeting, options, transmission): the
+/// server never falls over and a well-behaved connection still works.
+#[test]
+fn random_garbage_never_takes_the_server_down() {
+    let s = Server::start("garbage", &["--device", "null:size=1,memory_backed=1"]);
+    let sock = s.sock();
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut rnd = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for i in 0..150 {
+        let len = (rnd() % 300) as usize;
+        let junk: Vec<u8> = (0..len).map(|_| rnd() as u8).collect();
+        let mut c = match i % 3 {
+            0 => UnixStream::connect(&sock).unwrap(), // garbage instead of client flags
+            1 => Raw::connect(&sock).0,               // garbage in the option phase
+            _ => Raw::go(&sock, "").0,                // garbage in transmission
+        };
+        c.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+        let _ = c.write_all(&junk);
+        let mut sink = [0u8; 4096];
+        let _ = c.read(&mut sink);
+    }
+    let mut good = Raw::go(&sock, "");
+    good.request(1, 0, 1, 4096, 512, &[3; 512]);
+    assert_eq!(good.reply(0).0, 0);
+    good.request(0, 0, 2, 4096, 512, &[]);
+    let (e, _, d) = good.reply(512);
+    assert!(e == 0 && d.iter().all(|b| *b == 3));
+}
+
+#[test]
+fn tcp_on_loopback_with_named_exports() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mqblk"))
+        .args(["serve", "--device", "null:size=8", "--export", "a", "--device", "null:size=16", "--export", "b"])
+        .args(["--listen", &addr])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while std::net::TcpStream::connect(&addr).is_err() {
+        assert!(t.elapsed() < Duration::from_secs(20), "server did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let a = run("nbdinfo", &["--size", &format!("nbd://{addr}/a")]);
+    let b = run("nbdinfo", &["--size", &format!("nbd://{addr}/b")]);
+    let list = run("nbdinfo", &["--list", &format!("nbd://{addr}")]);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!((a.trim(), b.trim()), ("8388608", "16777216"));
+    assert!(list.contains("export=\"a\"") && list.contains("export=\"b\""), "{list}");
+}
