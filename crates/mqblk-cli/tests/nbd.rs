@@ -102,6 +102,17 @@ fn nbdcopy_and_qemu_img_round_trip_byte_exact() {
     assert!(std::fs::read(&back).unwrap() == data, "nbdcopy both ways, byte-exact");
     let cmp = run("qemu-img", &["compare", "-f", "raw", "-F", "raw", src.to_str().unwrap(), &s.uri()]);
     assert!(cmp.contains("Images are identical"), "{cmp}");
+    // qemu-img convert, both ways.
+    let conv = dir.join("conv.qcow2");
+    run("qemu-img", &["convert", "-f", "raw", "-O", "qcow2", &s.uri(), conv.to_str().unwrap()]);
+    let cmp = run("qemu-img", &["compare", "-f", "qcow2", "-F", "raw", conv.to_str().unwrap(), &s.uri()]);
+    assert!(cmp.contains("Images are identical"), "{cmp}");
+    let zeros = dir.join("zeros.img");
+    std::fs::write(&zeros, vec![0u8; 32 << 20]).unwrap();
+    run("qemu-img", &["convert", "-n", "-f", "raw", "-O", "raw", zeros.to_str().unwrap(), &s.uri()]);
+    let back = dir.join("back2.img");
+    run("nbdcopy", &[&s.uri(), back.to_str().unwrap()]);
+    assert!(std::fs::read(&back).unwrap().iter().all(|b| *b == 0), "convert of zeros reached every byte");
     let info = run("qemu-img", &["info", &s.uri()]);
     assert!(info.contains("33554432 bytes"), "{info}");
     let io = run(
