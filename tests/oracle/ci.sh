@@ -29,7 +29,7 @@ for c in "${configs[@]}"; do
   gen=${c#*|}
   i=$((i + 1))
   # shellcheck disable=SC2086
-  "$mqblk" zone gen --seed $((seed + i)) --ops "$ops" $gen > "$tmp/script$i.txt"
+  "$mqblk" zone gen --seed $((seed + i)) --ops "$ops" --device "$spec" $gen > "$tmp/script$i.txt"
   echo "== oracle $i/${#configs[@]}: seed $((seed + i)): $spec"
   if ! tests/oracle/run.sh "$spec" "$tmp/script$i.txt"; then
     failed=1

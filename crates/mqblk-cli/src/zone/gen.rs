@@ -2,8 +2,16 @@
 //! toward edge cases: writes at and just off the write pointer, past the
 //! zone capacity, across zone boundaries and larger than max_sectors (so
 //! they split); opens and finishes at the open/active limits; reset all;
-//! zone indices out of range. The generator keeps a rough guess of each
-//! zone's write pointer (as if every write succeeded) to aim its writes.
+//! zone indices out of range.
+//!
+//! With `--device SPEC` the generator runs each op on an mqblk device as it
+//! writes it and aims at the true write pointers; without, it guesses them
+//! (as if every write succeeded). Writes that fail part way are kept to at
+//! most 1 MiB: the kernel builds a larger direct-I/O write from several
+//! bios whose boundaries depend on the buffer's memory layout, so how far
+//! such a write gets before failing is not reproducible (seen on 6.1).
+
+use super::script::ZoneTarget;
 
 /// xorshift64*: deterministic per seed, no dependency.
 struct Rng(u64);
@@ -41,7 +49,10 @@ pub struct Shape {
     pub block_sectors: u64,
 }
 
-pub fn generate(seed: u64, ops: u64, shape: Shape) -> String {
+/// Sectors of the largest write that may fail part way (one DIO bio).
+const MAX_FAILING_WRITE: u64 = 2048;
+
+pub fn generate(seed: u64, ops: u64, shape: Shape, mut target: Option<&mut dyn ZoneTarget>) -> String {
     let Shape { zones, nr_conv, zone_sectors, cap_sectors, block_sectors } = shape;
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let mut wp = vec![0u64; zones as usize];
@@ -54,14 +65,22 @@ pub fn generate(seed: u64, ops: u64, shape: Shape) -> String {
         let line = match rng.below(100) {
             0..=34 => {
                 let (off, n) = match rng.below(6) {
-                    0..=2 => (wp[zi], 1 + rng.below(64)),                              // at the wp
-                    3 => (wp[zi] + 1 + rng.below(8), 1 + rng.below(16)),               // just past it
-                    4 => (wp[zi], cap_sectors.saturating_sub(wp[zi]) + rng.below(16)), // to or past capacity
-                    _ => (wp[zi], 200 + rng.below(400)),                               // splits at max_sectors
+                    0..=2 => (wp[zi], 1 + rng.below(64)),                // at the wp
+                    3 => (wp[zi] + 1 + rng.below(8), 1 + rng.below(16)), // just past it
+                    4 => {
+                        // To or past capacity (past it only when small).
+                        let left = cap_sectors.saturating_sub(wp[zi]);
+                        let over = if left + 16 <= MAX_FAILING_WRITE { rng.below(16) } else { 0 };
+                        (wp[zi], left + over)
+                    }
+                    _ => (wp[zi], 200 + rng.below(400)), // splits at max_sectors
                 };
                 let n = n.max(1);
                 // Keep inside the device (the kernel clips or fails past it).
                 let n = n.min((zones - z) * zone_sectors - off.min((zones - z) * zone_sectors - 1));
+                // Off the wp or past capacity, a write fails part way: keep it small.
+                let fits = off == wp[zi] && off + n <= cap_sectors;
+                let n = if fits { n } else { n.min(MAX_FAILING_WRITE) };
                 if off == wp[zi] {
                     wp[zi] = (wp[zi] + n).min(cap_sectors);
                 }
@@ -93,6 +112,17 @@ pub fn generate(seed: u64, ops: u64, shape: Shape) -> String {
             }
         };
         let line = if block_sectors > 1 && rng.below(16) != 0 { align(&line, block_sectors) } else { line };
+        if let Some(t) = target.as_deref_mut() {
+            // Run it, then aim the next ops at the true write pointers.
+            if let Ok(Some((text, op))) = super::script::parse_line(&line) {
+                let _ = super::script::run_op(t, &text, &op);
+            }
+            if let Ok(report) = t.report() {
+                for (w, (_, rel)) in wp.iter_mut().zip(report) {
+                    *w = rel.min(cap_sectors);
+                }
+            }
+        }
         out.push_str(&line);
         out.push('\n');
     }
@@ -120,13 +150,19 @@ pub fn run(args: &mut Vec<String>) -> Result<String, String> {
     let zone_sectors = num(args, "--zone-sectors", 131_072)?;
     let cap_sectors = num(args, "--capacity-sectors", zone_sectors)?;
     let block_sectors = num(args, "--block-sectors", 1)?;
+    let device = super::take_opt(args, "--device")?;
     if !args.is_empty() {
         return Err(format!("zone gen: unexpected arguments {args:?}"));
     }
     if zones == 0 || nr_conv >= zones || cap_sectors > zone_sectors || zone_sectors == 0 || block_sectors == 0 {
         return Err("zone gen: need zones > nr-conv, 0 < capacity-sectors <= zone-sectors, block-sectors >= 1".into());
     }
-    Ok(generate(seed, ops, Shape { zones, nr_conv, zone_sectors, cap_sectors, block_sectors }))
+    let shape = Shape { zones, nr_conv, zone_sectors, cap_sectors, block_sectors };
+    let mut target = match device {
+        Some(spec) => Some(super::DeviceTarget::open(&spec)?),
+        None => None,
+    };
+    Ok(generate(seed, ops, shape, target.as_mut().map(|t| t as &mut dyn ZoneTarget)))
 }
 
 #[cfg(test)]
@@ -136,9 +172,9 @@ mod tests {
     #[test]
     fn scripts_are_deterministic_and_parse() {
         let shape = Shape { zones: 16, nr_conv: 2, zone_sectors: 131_072, cap_sectors: 100_000, block_sectors: 1 };
-        let a = generate(7, 300, shape);
-        assert_eq!(a, generate(7, 300, shape));
-        assert_ne!(a, generate(8, 300, shape));
+        let a = generate(7, 300, shape, None);
+        assert_eq!(a, generate(7, 300, shape, None));
+        assert_ne!(a, generate(8, 300, shape, None));
         let ops: Vec<_> = a.lines().filter_map(|l| super::super::script::parse_line(l).unwrap()).collect();
         assert_eq!(ops.len(), 300);
         for verb in ["write", "read", "open", "close", "finish", "reset", "reset all"] {

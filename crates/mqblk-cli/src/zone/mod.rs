@@ -19,7 +19,7 @@ pub const USAGE: &str = "\
         zone management op on zone Z (reset also takes `all`).
   zone script --device SPEC FILE | --blkdev PATH FILE
         Run a zone op script on a fresh device; one JSON line per op.
-  zone gen --seed N [--ops N] [--zones N] [--nr-conv N] [--zone-sectors N] [--capacity-sectors N] [--block-sectors N]
+  zone gen --seed N [--ops N] [--zones N] [--nr-conv N] [--zone-sectors N] [--capacity-sectors N] [--block-sectors N] [--device SPEC]
         A random zone op script, weighted toward edge cases.
 ";
 
