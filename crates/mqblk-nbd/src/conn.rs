@@ -58,6 +58,8 @@ impl<T: Read + Write + AsRawFd + Send> Stream for T {}
 
 /// In-flight requests per connection.
 const QUEUE_DEPTH: usize = 64;
+/// Socket reads ask for up to this much (request headers are 28 bytes).
+const READ_CHUNK: usize = 16 << 10;
 /// Read replies at least this large are written from the request's buffer.
 const DIRECT_WRITE_BYTES: usize = 64 << 10;
 /// Payload bytes in flight per connection (memory bound).
@@ -243,6 +245,9 @@ struct Transmission<'a> {
     /// of that size (no allocation and zeroing per request; bounded by the
     /// queue depth).
     pool: Vec<Buf>,
+    /// Bytes read from the socket and not yet parsed (headers, and the
+    /// start of a write's payload).
+    rbuf: Vec<u8>,
 }
 
 impl<'a> Transmission<'a> {
@@ -261,6 +266,7 @@ impl<'a> Transmission<'a> {
             out: Vec::with_capacity(64 << 10),
             done: Vec::with_capacity(QUEUE_DEPTH),
             pool: Vec::with_capacity(QUEUE_DEPTH),
+            rbuf: Vec::with_capacity(2 * READ_CHUNK),
         })
     }
 
@@ -284,8 +290,11 @@ impl<'a> Transmission<'a> {
                 libc::pollfd { fd: self.s.as_raw_fd(), events: if want_socket { libc::POLLIN } else { 0 }, revents: 0 },
                 libc::pollfd { fd: self.efd, events: libc::POLLIN, revents: 0 },
             ];
+            // Requests already buffered are served without waiting.
+            let buffered = want_socket && self.rbuf.len() >= REQUEST_BYTES;
+            let timeout_ms = if buffered { 0 } else { 200 };
             // SAFETY: two valid pollfds; 200 ms so that a stop is noticed.
-            let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, 200) };
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
             if n < 0 {
                 let e = std::io::Error::last_os_error();
                 if e.kind() == std::io::ErrorKind::Interrupted {
@@ -296,7 +305,7 @@ impl<'a> Transmission<'a> {
             if fds[1].revents != 0 {
                 self.reap(0)?;
             }
-            if fds[0].revents != 0 && !self.read_request()? {
+            if (fds[0].revents != 0 || buffered) && !self.read_request()? {
                 return Ok(()); // NBD_CMD_DISC, or the client went away
             }
         }
@@ -330,6 +339,22 @@ impl<'a> Transmission<'a> {
                 return self.flush_out();
             }
         }
+    }
+
+    /// Reads from the socket until `n` bytes are buffered (one read when
+    /// the socket has them: several requests per system call under load).
+    /// False if the client went away first.
+    fn fill(&mut self, n: usize) -> bool {
+        let mut chunk = [0u8; READ_CHUNK];
+        while self.rbuf.len() < n {
+            match self.s.read(&mut chunk) {
+                Ok(0) => return false,
+                Ok(k) => self.rbuf.extend_from_slice(&chunk[..k]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+        true
     }
 
     /// A buffer of `len` bytes: a recycled one if there is one.
@@ -404,11 +429,11 @@ impl<'a> Transmission<'a> {
     /// Reads and starts one request; false when the connection ends.
     fn read_request(&mut self) -> Result<bool, String> {
         let mut h = [0u8; REQUEST_BYTES];
-        match self.s.read_exact(&mut h) {
-            Ok(()) => {}
-            // A client that went away (even mid-header): the connection ends.
-            Err(_) => return Ok(false),
+        if !self.fill(REQUEST_BYTES) {
+            return Ok(false); // a client that went away (even mid-header)
         }
+        h.copy_from_slice(&self.rbuf[..REQUEST_BYTES]);
+        self.rbuf.drain(..REQUEST_BYTES);
         let r = parse_request(&h)?;
         let e = self.export;
         let size = e.size();
@@ -421,7 +446,11 @@ impl<'a> Transmission<'a> {
                 return Err(format!("write of {} bytes is over the {MAX_PAYLOAD_BYTES}-byte maximum", r.length));
             }
             let mut b = self.take_buf(r.length as usize);
-            if self.s.read_exact(&mut b).is_err() {
+            // What is buffered first, then the rest straight from the socket.
+            let have = self.rbuf.len().min(b.len());
+            b[..have].copy_from_slice(&self.rbuf[..have]);
+            self.rbuf.drain(..have);
+            if self.s.read_exact(&mut b[have..]).is_err() {
                 return Ok(false); // disconnected mid-request: nothing was acknowledged
             }
             payload = Some(b);
