@@ -361,6 +361,12 @@ fn bad_serve_options_are_named() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("serve needs --device"));
     let out = Command::new(env!("CARGO_BIN_EXE_mqblk")).args(["serve", "--export", "x"]).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("--export names the --device before it"));
+    let path = format!("/dev/shm/mqblk-nbd-reap-{}", std::process::id());
+    let spec = format!("file:path={path},size=1m,create=1,reap=client");
+    let out = Command::new(env!("CARGO_BIN_EXE_mqblk")).args(["serve", "--device", &spec]).output().unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("serve needs reap=thread"));
 }
 
 /// Random garbage at every phase (greeting, options, transmission): the

@@ -731,7 +731,10 @@ impl Client {
 
     /// An eventfd that becomes readable when completions are ready. After it
     /// fires, read it and call `do_io` (min 0) until it returns fewer than
-    /// asked: draining the ring re-arms the notification.
+    /// asked: draining the ring re-arms the notification. Polled I/O (hipri
+    /// on poll queues, or any I/O on a device whose submitters reap, such as
+    /// file `reap=client`) completes only inside `do_io`, so it never makes
+    /// the eventfd fire.
     pub fn completion_fd(&mut self) -> Result<RawFd, Error> {
         use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
         if let Some(fd) = &self.notify_fd {
