@@ -75,8 +75,15 @@ fn nbdinfo_shows_size_flags_block_sizes_and_the_allocation_map() {
     ] {
         assert!(info.contains(want), "{want} missing in\n{info}");
     }
+    // base:allocation: unwritten pages of a memory-backed device are holes.
     let map = run("nbdinfo", &["--map", &s.uri()]);
-    assert!(map.contains("67108864") && map.contains("data"), "{map}");
+    assert!(map.contains("67108864") && map.contains("hole,zero") && !map.contains("data"), "{map}");
+    run("qemu-io", &["-f", "raw", "-c", "write -P 1 1M 64k", &s.uri()]);
+    let map = run("nbdinfo", &["--map", &s.uri()]);
+    let lines: Vec<Vec<&str>> = map.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(lines.len(), 3, "{map}");
+    assert_eq!(lines[1][..3], ["1048576", "65536", "0"], "the written 64 KiB are data:\n{map}");
+    assert_eq!((lines[0][2], lines[2][2]), ("3", "3"), "around it, holes that read as zeros:\n{map}");
     let list = run("nbdinfo", &["--list", &s.uri()]);
     assert!(list.contains("export=\"\""), "{list}");
     assert!(run("nbdinfo", &["--size", &s.uri_export("")]).trim() == "67108864");
@@ -425,4 +432,23 @@ fn tcp_on_loopback_with_named_exports() {
     let _ = child.wait();
     assert_eq!((a.trim(), b.trim()), ("8388608", "16777216"));
     assert!(list.contains("export=\"a\"") && list.contains("export=\"b\""), "{list}");
+}
+
+#[test]
+fn a_sparse_file_export_maps_its_holes() {
+    let dir = std::env::temp_dir().join(format!("mqblk-nbd-sparse-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("sparse.img");
+    let f = std::fs::File::create(&file).unwrap();
+    f.set_len(16 << 20).unwrap();
+    use std::os::unix::fs::FileExt;
+    f.write_all_at(&[7u8; 8192], 400 * 4096).unwrap();
+    drop(f);
+    let s = Server::start("sparse", &["--device", &format!("file:path={}", file.display())]);
+    let map = run("nbdinfo", &["--map", &s.uri()]);
+    let data: Vec<&str> = map.lines().filter(|l| l.contains("data")).collect();
+    assert_eq!(data.len(), 1, "{map}");
+    let f: Vec<&str> = data[0].split_whitespace().collect();
+    assert_eq!(f[..2], ["1638400", "8192"], "the one written range:\n{map}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

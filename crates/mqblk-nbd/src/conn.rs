@@ -497,18 +497,25 @@ impl<'a> Transmission<'a> {
         Ok(true)
     }
 
-    /// NBD_CMD_BLOCK_STATUS for base:allocation: one extent, data (the
-    /// devices cannot tell holes apart, and "allocated" is always true).
+    /// NBD_CMD_BLOCK_STATUS for base:allocation: the device's holes
+    /// (HOLE|ZERO) and data, or one data extent when the device cannot
+    /// tell (always true: "allocated" is the safe answer).
     fn block_status(&mut self, r: &Request) -> Result<(), String> {
         if !self.neg.base_allocation {
             self.reply_errno(r.cookie, r.cmd, r.offset, EINVAL, None);
             return self.flush_out();
         }
-        let len = (u64::from(r.length)).min(self.export.size() - r.offset).max(1) as u32;
-        chunk_header(&mut self.out, REPLY_FLAG_DONE, REPLY_TYPE_BLOCK_STATUS, r.cookie, 12);
+        let len = u64::from(r.length).min(self.export.size() - r.offset).max(1);
+        let mut extents = self.export.device.block_status(r.offset, len).unwrap_or_else(|| vec![(len, false)]);
+        if r.flags & CMD_FLAG_REQ_ONE != 0 {
+            extents.truncate(1);
+        }
+        chunk_header(&mut self.out, REPLY_FLAG_DONE, REPLY_TYPE_BLOCK_STATUS, r.cookie, 4 + 8 * extents.len() as u32);
         self.out.extend_from_slice(&BASE_ALLOCATION_ID.to_be_bytes());
-        self.out.extend_from_slice(&len.to_be_bytes());
-        self.out.extend_from_slice(&0u32.to_be_bytes());
+        for (bytes, hole) in extents {
+            self.out.extend_from_slice(&(bytes.min(u64::from(u32::MAX)) as u32).to_be_bytes());
+            self.out.extend_from_slice(&(if hole { STATE_HOLE | STATE_ZERO } else { 0 }).to_be_bytes());
+        }
         self.flush_out()
     }
 }

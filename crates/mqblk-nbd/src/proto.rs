@@ -94,6 +94,9 @@ pub const ESHUTDOWN: u32 = 108;
 /// The one metadata context served.
 pub const BASE_ALLOCATION: &str = "base:allocation";
 pub const BASE_ALLOCATION_ID: u32 = 1;
+/// base:allocation extent flags.
+pub const STATE_HOLE: u32 = 1 << 0;
+pub const STATE_ZERO: u32 = 1 << 1;
 
 /// Largest option payload accepted (names, queries): memory per connection.
 pub const MAX_OPTION_BYTES: u32 = 64 * 1024;

@@ -597,6 +597,18 @@ impl Device {
         &self.q.limits
     }
 
+    /// Which parts of `[offset, offset + len)` hold data, as (bytes, hole)
+    /// extents covering a prefix of the range; None if the driver cannot
+    /// tell (then all of it counts as data) or the range is out of bounds.
+    pub fn block_status(&self, offset: u64, len: u64) -> Option<Vec<(u64, bool)>> {
+        let end = offset.checked_add(len)?;
+        if len == 0 || end > self.q.limits.capacity_bytes {
+            return None;
+        }
+        let mut out = Vec::new();
+        (self.q.driver.block_status(offset, len, &mut out) && !out.is_empty()).then_some(out)
+    }
+
     /// Up to `nr` zones from the one holding byte `offset`
     /// (`blkdev_report_zones`). Errors: the device is not zoned (NotSupp),
     /// or `offset` lies past its end (Invalid).

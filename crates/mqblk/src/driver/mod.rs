@@ -147,6 +147,14 @@ pub trait Driver: Send + Sync + 'static {
     /// Driver lines for the debugfs-like stats dump.
     fn show(&self, _out: &mut String) {}
 
+    /// Which parts of `[offset, offset + len)` hold data: extents appended
+    /// to `out` as (bytes, hole), in order, covering a prefix of the range
+    /// (a hole reads as zeros). False: the driver cannot tell (all data).
+    /// For NBD's base:allocation; not on the I/O path.
+    fn block_status(&self, _offset: u64, _len: u64, _out: &mut Vec<(u64, bool)>) -> bool {
+        false
+    }
+
     /// Zoned devices: appends up to `nr` zones, from the one holding
     /// `sector`, to `out` (`report_zones`). Others: NotSupp.
     fn report_zones(&self, _sector: u64, _nr: usize, _out: &mut Vec<crate::zoned::Zone>) -> Result<(), Status> {

@@ -83,6 +83,13 @@ impl MemStore {
         }
     }
 
+    /// Whether the page holding byte `pos` was ever written (and not
+    /// discarded since): absent pages read as zeros.
+    pub(crate) fn is_present(&self, pos: u64) -> bool {
+        let page = pos / PAGE_SIZE;
+        self.shard(page).read().contains_key(&page)
+    }
+
     /// Pages currently allocated.
     pub(crate) fn nr_pages(&self) -> usize {
         self.shards.iter().map(|s| s.read().len()).sum()

@@ -343,6 +343,35 @@ impl Driver for FileDriver {
         self.rings[hctx.index()].submit();
     }
 
+    /// Files: SEEK_DATA / SEEK_HOLE. Block devices cannot tell.
+    fn block_status(&self, offset: u64, len: u64, out: &mut Vec<(u64, bool)>) -> bool {
+        if self.blockdev {
+            return false;
+        }
+        let fd = self.file.as_raw_fd();
+        let end = offset + len;
+        let mut pos = offset;
+        while pos < end && out.len() < crate::driver::null::MAX_EXTENTS {
+            // SAFETY: lseek on our own fd; errors are checked.
+            let data = unsafe { libc::lseek(fd, pos as libc::off_t, libc::SEEK_DATA) };
+            let next = if data < 0 || data as u64 >= end {
+                out.push((end - pos, true)); // no data up to the end (ENXIO: none at all)
+                end
+            } else if data as u64 > pos {
+                out.push((data as u64 - pos, true));
+                data as u64
+            } else {
+                // SAFETY: as above.
+                let hole = unsafe { libc::lseek(fd, pos as libc::off_t, libc::SEEK_HOLE) };
+                let stop = if hole < 0 { end } else { (hole as u64).clamp(pos + 1, end) };
+                out.push((stop - pos, false));
+                stop
+            };
+            pos = next;
+        }
+        true
+    }
+
     fn poll(&self, hctx: &Hctx) -> usize {
         let ring = &self.rings[hctx.index()];
         if !ring.polled {
