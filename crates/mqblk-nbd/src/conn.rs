@@ -377,15 +377,15 @@ impl<'a> Transmission<'a> {
     /// socket straight from the request's buffer instead of being copied.
     fn reply(&mut self, cookie: u64, cmd: u16, offset: u64, status: Status, data: Option<&[u8]>) -> Result<(), String> {
         let error = if status.is_ok() { 0 } else { wire_errno(status.errno()) };
-        match data {
-            Some(d) if error == 0 && d.len() >= DIRECT_WRITE_BYTES => {
-                self.reply_errno(cookie, cmd, offset, 0, Some(&[]));
-                // The header above announced d.len() bytes; patch it.
-                self.patch_length(d.len());
+        let data = data.filter(|d| error == 0 && cmd == CMD_READ && !d.is_empty());
+        self.reply_header(cookie, offset, error, data.map(<[u8]>::len));
+        if let Some(d) = data {
+            if d.len() >= DIRECT_WRITE_BYTES {
                 self.flush_out()?;
                 self.s.write_all(d).map_err(|e| format!("socket: {e}"))?;
+            } else {
+                self.out.extend_from_slice(d);
             }
-            _ => self.reply_errno(cookie, cmd, offset, error, data),
         }
         if self.out.len() > (1 << 20) {
             self.flush_out()?;
@@ -393,36 +393,23 @@ impl<'a> Transmission<'a> {
         Ok(())
     }
 
-    /// Fixes the length field of the reply just queued for `len` data
-    /// bytes written separately (structured: the chunk's length).
-    fn patch_length(&mut self, len: usize) {
-        if self.neg.structured {
-            // Chunk header: magic 4, flags 2, type 2, cookie 8, length 4; then offset 8.
-            let at = self.out.len() - 8 - 4;
-            let chunk_len = 8 + len as u32;
-            self.out[at..at + 4].copy_from_slice(&chunk_len.to_be_bytes());
-        }
-    }
-
-    fn reply_errno(&mut self, cookie: u64, cmd: u16, offset: u64, error: u32, data: Option<&[u8]>) {
+    /// Queues a reply's header: a simple reply, or a structured chunk
+    /// (ERROR; OFFSET_DATA with its offset when `data_len` bytes of read
+    /// data follow; NONE otherwise). The data itself is the caller's.
+    fn reply_header(&mut self, cookie: u64, offset: u64, error: u32, data_len: Option<usize>) {
         let out = &mut self.out;
         if !self.neg.structured {
-            simple_reply(out, error, cookie);
-            if let (0, Some(d)) = (error, data) {
-                out.extend_from_slice(d);
-            }
-            return;
+            return simple_reply(out, error, cookie);
         }
         if error != 0 {
             return error_chunk(out, cookie, error, "");
         }
-        match data {
-            Some(d) if cmd == CMD_READ => {
-                chunk_header(out, REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, cookie, 8 + d.len() as u32);
+        match data_len {
+            Some(n) => {
+                chunk_header(out, REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, cookie, 8 + n as u32);
                 out.extend_from_slice(&offset.to_be_bytes());
-                out.extend_from_slice(d);
             }
-            _ => chunk_header(out, REPLY_FLAG_DONE, REPLY_TYPE_NONE, cookie, 0),
+            None => chunk_header(out, REPLY_FLAG_DONE, REPLY_TYPE_NONE, cookie, 0),
         }
     }
 
@@ -471,7 +458,7 @@ impl<'a> Transmission<'a> {
             _ => None,
         };
         if let Some(error) = verdict {
-            self.reply_errno(r.cookie, r.cmd, r.offset, error, None);
+            self.reply_header(r.cookie, r.offset, error, None);
             self.flush_out()?;
             return Ok(true);
         }
@@ -491,7 +478,7 @@ impl<'a> Transmission<'a> {
             self.slots[slot] = None;
             self.free.push(slot);
             self.bytes_in_flight -= bytes;
-            self.reply_errno(r.cookie, r.cmd, r.offset, wire_errno(rejected.error.errno()), None);
+            self.reply_header(r.cookie, r.offset, wire_errno(rejected.error.errno()), None);
             self.flush_out()?;
         }
         Ok(true)
@@ -502,7 +489,7 @@ impl<'a> Transmission<'a> {
     /// tell (always true: "allocated" is the safe answer).
     fn block_status(&mut self, r: &Request) -> Result<(), String> {
         if !self.neg.base_allocation {
-            self.reply_errno(r.cookie, r.cmd, r.offset, EINVAL, None);
+            self.reply_header(r.cookie, r.offset, EINVAL, None);
             return self.flush_out();
         }
         let len = u64::from(r.length).min(self.export.size() - r.offset).max(1);

@@ -161,3 +161,41 @@ pub trait Driver: Send + Sync + 'static {
         Err(Status::NotSupp)
     }
 }
+
+/// Most extents one block-status answer carries (a prefix of the range).
+pub(crate) const MAX_EXTENTS: usize = 256;
+
+/// Extents of `[offset, offset + len)` by fixed `unit`s (pages), each
+/// unit a hole or not; neighbours of the same kind merge.
+pub(crate) fn extents_by(offset: u64, len: u64, unit: u64, out: &mut Vec<(u64, bool)>, is_hole: impl Fn(u64) -> bool) {
+    let end = offset + len;
+    let mut pos = offset;
+    while pos < end {
+        let n = (unit - pos % unit).min(end - pos);
+        let hole = is_hole(pos);
+        let full = out.len() == MAX_EXTENTS;
+        match out.last_mut() {
+            Some((bytes, h)) if *h == hole => *bytes += n,
+            _ if full => return,
+            _ => out.push((n, hole)),
+        }
+        pos += n;
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod extent_tests {
+    use super::*;
+
+    #[test]
+    fn extents_merge_neighbours_and_stop_at_the_cap() {
+        let mut out = Vec::new();
+        // Pages 1 and 2 hold data; the range starts mid-page.
+        extents_by(2048, 4 * 4096, 4096, &mut out, |pos| !(4096..3 * 4096).contains(&pos));
+        assert_eq!(out, vec![(2048, true), (8192, false), (6144, true)]);
+        out.clear();
+        extents_by(0, 4096 * 1000, 4096, &mut out, |pos| (pos / 4096) % 2 == 0);
+        assert_eq!(out.len(), MAX_EXTENTS, "a prefix of the range, no more extents than the cap");
+        assert!(out.iter().all(|e| e.0 == 4096));
+    }
+}

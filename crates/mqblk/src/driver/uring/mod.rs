@@ -28,7 +28,7 @@ mod ring;
 
 use std::fmt::Write as _;
 use std::fs::{File, OpenOptions};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -291,10 +291,6 @@ impl FileDriver {
             Status::from_errno(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
         }
     }
-
-    pub fn raw_fd(&self) -> RawFd {
-        self.file.as_raw_fd()
-    }
 }
 
 impl Driver for FileDriver {
@@ -351,7 +347,7 @@ impl Driver for FileDriver {
         let fd = self.file.as_raw_fd();
         let end = offset + len;
         let mut pos = offset;
-        while pos < end && out.len() < crate::driver::null::MAX_EXTENTS {
+        while pos < end && out.len() < crate::driver::MAX_EXTENTS {
             // SAFETY: lseek on our own fd; errors are checked.
             let data = unsafe { libc::lseek(fd, pos as libc::off_t, libc::SEEK_DATA) };
             let next = if data < 0 || data as u64 >= end {
