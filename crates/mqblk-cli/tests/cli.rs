@@ -147,12 +147,32 @@ fn bad_options_exit_2_naming_the_option() {
         (vec!["bench", "--device", "nvme:x=1"], "'nvme'"),
         (vec!["bench", "/nonexistent/job.fio"], "/nonexistent/job.fio"),
         (vec!["frobnicate"], "'frobnicate'"),
+        (vec!["bench", "--name=x", "--cpus_allowed=3-1"], "cpus_allowed: bad CPU list '3-1'"),
+        (vec!["bench", "--name=x", "--cpus_allowed=1023", "--number_ios=1"], "CPU 1023 is not available"),
+        (vec!["bench", "--name=x", "--cpus_allowed_policy=spread"], "cpus_allowed_policy=spread"),
     ] {
         let out = mqblk(&args);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(needle), "{args:?}: '{err}' should name {needle}");
         assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn cpus_allowed_split_runs_each_clone_on_its_cpu() {
+    let j = bench_json(&[
+        "--name=p",
+        "--cpus_allowed=0",
+        "--cpus_allowed_policy=split",
+        "--numjobs=2",
+        "--number_ios=1000",
+    ]);
+    let jobs = j["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 2);
+    for job in jobs {
+        assert_eq!(job["read"]["total_ios"], 1000, "{job}");
+        assert_eq!(job["job options"]["cpus_allowed"], "0", "{job}");
     }
 }
 

@@ -4,6 +4,7 @@
 //! the main thread keeps time (ramp, runtime), samples bandwidth every
 //! 500 ms, draws the progress bar on a terminal, and writes the report.
 
+pub mod cpus;
 pub mod job;
 pub mod options;
 pub mod report;
@@ -46,6 +47,8 @@ impl Drop for DoneOnDrop<'_> {
 /// What a job thread shares with the supervisor.
 struct Shared<'a> {
     opts: &'a JobOptions,
+    /// Which of the job's `numjobs` clones this is.
+    clone: usize,
     ctrl: Control,
     live: Live,
 }
@@ -100,6 +103,9 @@ pub fn device_spec(plan: &BenchPlan) -> String {
 
 /// Runs `plan` and returns its measurements.
 pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
+    for cpus in plan.jobs.iter().filter_map(|j| j.cpus_allowed.as_ref()) {
+        cpus::check_available(&cpus.0).map_err(BenchError::BadInput)?;
+    }
     let spec = device_spec(plan);
     let dev = Device::open(&spec).map_err(|e| BenchError::BadInput(format!("--device {spec}: {e}")))?;
     let clock = bench_clock(plan)?;
@@ -107,14 +113,14 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
     let mut shared: Vec<Shared> = Vec::new();
     let mut running: Vec<Running> = Vec::new();
     for opts in &plan.jobs {
-        for _ in 0..opts.numjobs {
+        for clone in 0..opts.numjobs {
             let ramp_end = start + Duration::from_nanos(opts.ramp_time_ns);
             let stop_at = (opts.runtime_ns > 0).then(|| ramp_end + Duration::from_nanos(opts.runtime_ns));
             let ctrl = Control::default();
             if opts.ramp_time_ns == 0 {
                 ctrl.phase.store(PHASE_RUN, Ordering::Release);
             }
-            shared.push(Shared { opts, ctrl, live: Live::default() });
+            shared.push(Shared { opts, clone, ctrl, live: Live::default() });
             running.push(Running {
                 ramp_end,
                 stop_at,
@@ -137,6 +143,9 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
                         // Done whatever the outcome (even a panic), so the
                         // supervisor stops.
                         let _done = DoneOnDrop(&r.live.done);
+                        if let Some(cpus) = &r.opts.cpus_allowed {
+                            cpus::pin_current_thread(&cpus.for_job(r.opts.cpus_allowed_split, r.clone))?;
+                        }
                         job::run_job(r.opts, dev, clock, i, &r.ctrl, &r.live)
                     })
                     .expect("spawn job thread")

@@ -68,6 +68,8 @@ pub const JOB_OPTIONS: &[&str] = &[
     "device",
     "plug_nesting",
     "sched",
+    "cpus_allowed",
+    "cpus_allowed_policy",
 ];
 
 /// `ioengine` values accepted; the sync ones run one I/O at a time.
@@ -194,6 +196,10 @@ pub struct JobOptions {
     pub verify: bool,
     pub direct: bool,
     pub registerfiles: bool,
+    /// fio's `cpus_allowed`: the CPUs the job's thread may run on; with
+    /// `cpus_allowed_policy=split` each clone of the job gets one of them.
+    pub cpus_allowed: Option<super::cpus::CpuList>,
+    pub cpus_allowed_split: bool,
     /// The options as given, for the JSON "job options" object.
     pub given: Vec<(String, String)>,
 }
@@ -236,6 +242,8 @@ impl JobOptions {
             verify: false,
             direct: false,
             registerfiles: true,
+            cpus_allowed: None,
+            cpus_allowed_split: false,
             given: Vec::new(),
         }
     }
@@ -338,6 +346,14 @@ impl JobOptions {
                 }
             }
             "registerfiles" => self.registerfiles = parse_flag(key, value)?,
+            "cpus_allowed" => self.cpus_allowed = Some(super::cpus::CpuList::parse(key, v()?)?),
+            "cpus_allowed_policy" => {
+                self.cpus_allowed_split = match v()? {
+                    "shared" => false,
+                    "split" => true,
+                    other => return err(format!("cpus_allowed_policy={other} (accepted: shared, split)")),
+                }
+            }
             // Options of fio's io_uring engine that mqblk cannot honour say so.
             "fixedbufs" if parse_flag(key, value)? => {
                 return err("fixedbufs=1: mqblk's file driver does not register buffers (each client owns its \
