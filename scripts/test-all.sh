@@ -2,7 +2,8 @@
 # The whole mqblk test suite, from a fresh Debian machine: installs what the
 # tests need, then runs unit, integration, CLI and doc tests (debug build, so
 # lifecycle assertions are on), the loom models (bounded preemptions) and
-# the zoned kernel oracle (installs qemu, a Debian kernel and busybox).
+# cargo-fuzz on the NBD server (bounded) and the zoned kernel oracle
+# (installs qemu, a Debian kernel and busybox).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,6 +33,9 @@ cargo test --doc --workspace
 echo "== loom models"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
   cargo test -p mqblk --release --test loom_sbitmap --lib -- loom
+
+echo "== fuzzing the NBD server (cargo-fuzz, bounded: 60 s + 20 s)"
+scripts/fuzz.sh 60
 
 echo "== zoned kernel oracle (Linux null_blk under qemu vs mqblk: 5 configurations x 300 ops)"
 need=()

@@ -1,6 +1,6 @@
 //! The option and request parsers take any bytes without panicking and
-//! accept exactly what they produce (property tests; cargo-fuzz needs a
-//! nightly toolchain, which this project does not use).
+//! accept exactly what they produce (property tests, run with the unit
+//! tests; the cargo-fuzz targets in fuzz/ go further, see scripts/fuzz.sh).
 
 use mqblk_nbd::proto::*;
 use proptest::prelude::*;

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Runs the cargo-fuzz targets of the NBD server for a bounded time:
+# nbd_connection (a whole connection fed arbitrary client bytes) for SECS
+# seconds, nbd_parsers (the request and option parsers) for SECS/3.
+# Usage: scripts/fuzz.sh [SECS]   (default 60). Installs cargo-fuzz and a
+# C++ compiler (libFuzzer is built from source) when missing.
+set -euo pipefail
+cd "$(dirname "$0")/../fuzz"
+secs=${1:-60}
+
+if ! cargo fuzz --version >/dev/null 2>&1; then
+  echo "   installing cargo-fuzz"
+  cargo install cargo-fuzz --locked
+fi
+if ! command -v c++ >/dev/null; then
+  echo "   installing g++"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends g++ >/dev/null
+fi
+
+# cargo-fuzz builds with AddressSanitizer (-Zsanitizer=address), a flag
+# only nightly rustc accepts; RUSTC_BOOTSTRAP lets the stable toolchain
+# (which ships the sanitizer runtimes) accept it, so no nightly is needed.
+export RUSTC_BOOTSTRAP=1
+# A crash or a leak fails the run and leaves its input in fuzz/artifacts/.
+# New inputs go to corpus/ (kept between local runs, not committed); the
+# committed seeds hold every command and option once.
+mkdir -p corpus/nbd_connection
+cargo fuzz run -O nbd_connection corpus/nbd_connection seeds/nbd_connection -- \
+  -max_total_time="$secs" -rss_limit_mb=4096 -print_final_stats=1
+cargo fuzz run -O nbd_parsers -- -max_total_time="$((secs / 3))" -print_final_stats=1
