@@ -59,13 +59,6 @@ pub fn run(args: &[String]) -> Result<String, (u8, String)> {
     let mut list = Vec::new();
     for (i, (spec, name)) in exports.iter().enumerate() {
         let device = Device::open(spec).map_err(|e| bad(format!("--device {spec}: {e}")))?;
-        if device.tag_set().submitter_reaps {
-            // Connections wait on their completion eventfd, which polled
-            // I/O never signals: nothing would ever complete.
-            return Err(bad(format!(
-                "--device {spec}: reap=client devices complete only when polled; serve needs reap=thread"
-            )));
-        }
         let name = name.clone().unwrap_or_else(|| if i == 0 { String::new() } else { format!("export{i}") });
         if list.iter().any(|e: &Export| e.name == name) {
             return Err(bad(format!("two exports are named '{name}'")));

@@ -368,12 +368,45 @@ fn bad_serve_options_are_named() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("serve needs --device"));
     let out = Command::new(env!("CARGO_BIN_EXE_mqblk")).args(["serve", "--export", "x"]).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("--export names the --device before it"));
+}
+
+/// A file export whose connections reap its one io_uring themselves
+/// (`reap=client`, no completion thread): three fio connections share the
+/// ring, so each also reaps the others' completions (which then reach them
+/// through their eventfds); each verifies its own range.
+#[test]
+fn a_reap_client_file_export_serves_connections_sharing_its_ring() {
     let path = format!("/dev/shm/mqblk-nbd-reap-{}", std::process::id());
-    let spec = format!("file:path={path},size=1m,create=1,reap=client");
-    let out = Command::new(env!("CARGO_BIN_EXE_mqblk")).args(["serve", "--device", &spec]).output().unwrap();
+    let spec = format!("file:path={path},size=24m,create=1,reap=client,submit_queues=1");
+    let s = Server::start("reap", &["--device", &spec]);
+    let out = Command::new("fio")
+        .args([
+            "--name=v",
+            "--ioengine=nbd",
+            &format!("--uri={}", s.uri()),
+            "--rw=randwrite",
+            "--bs=4k",
+            "--size=8m",
+            "--offset_increment=8m",
+            "--numjobs=3",
+            "--iodepth=16",
+            "--verify=crc32c",
+            "--output-format=json",
+        ])
+        .output()
+        .expect("fio (scripts/test-all.sh installs it)");
+    drop(s);
     let _ = std::fs::remove_file(&path);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("serve needs reap=thread"));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v: serde_json::Value = serde_json::from_str(&text[text.find('{').expect("JSON output")..]).unwrap();
+    let jobs = v["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 3);
+    for j in jobs {
+        assert_eq!(j["error"], 0, "{j}");
+        assert_eq!(j["write"]["io_bytes"].as_u64().unwrap(), 8 << 20, "{j}");
+        assert_eq!(j["read"]["io_bytes"].as_u64().unwrap(), 8 << 20, "verify read it all back: {j}");
+    }
 }
 
 /// Random garbage at every phase (greeting, options, transmission): the

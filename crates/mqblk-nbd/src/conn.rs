@@ -1,10 +1,11 @@
 //! One NBD connection: the fixed newstyle handshake and option haggling,
 //! then transmission. Transmission is one thread with its own mqblk
-//! client: it polls the socket and the client's completion eventfd, submits
-//! requests as they arrive (many in flight) and replies as they complete,
-//! out of order. A write is acknowledged only once its I/O completed.
+//! client: it polls the socket, the client's completion eventfd and (for
+//! devices whose submitters reap, file `reap=client`) the client's poll fd,
+//! submits requests as they arrive (many in flight) and replies as they
+//! complete, out of order. A write is acknowledged only once its I/O completed.
 //!
-//! Relies on: proto.rs, mqblk's Client (completion_fd, do_io).
+//! Relies on: proto.rs, mqblk's Client (completion_fd, poll_fd, do_io).
 
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
@@ -85,6 +86,21 @@ pub fn serve_connection(mut s: Box<dyn Stream>, exports: &[Export], stop: &Atomi
     let no_zeroes = client_flags & FLAG_C_NO_ZEROES != 0;
     let Some((export, opts)) = haggle(&mut *s, exports, no_zeroes)? else { return Ok(()) };
     Transmission::new(s, export, opts)?.run(stop)
+}
+
+/// Writes `a` then `b` with writev, resuming after short writes.
+fn write_all_vectored(s: &mut dyn Stream, a: &[u8], b: &[u8]) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < a.len() + b.len() {
+        let (x, y) = if done < a.len() { (&a[done..], b) } else { (&b[done - a.len()..], &[][..]) };
+        match s.write_vectored(&[std::io::IoSlice::new(x), std::io::IoSlice::new(y)]) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// What option haggling settled.
@@ -236,6 +252,8 @@ struct Transmission<'a> {
     neg: Negotiated,
     client: mqblk::Client,
     efd: RawFd,
+    /// The client's `poll_fd` (its polled queue's completions), or -1.
+    poll_fd: RawFd,
     slots: Vec<Option<Pending>>,
     free: Vec<usize>,
     bytes_in_flight: u64,
@@ -254,7 +272,10 @@ impl<'a> Transmission<'a> {
     fn new(s: Box<dyn Stream>, export: &'a Export, neg: Negotiated) -> Result<Self, String> {
         let mut client = export.device.client_with_capacity(QUEUE_DEPTH);
         let efd = client.completion_fd().map_err(|e| format!("eventfd: {e}"))?;
+        // Devices whose submitters reap (file reap=client): the ring's fd.
+        let poll_fd = client.poll_fd().unwrap_or(-1);
         Ok(Self {
+            poll_fd,
             s,
             export,
             neg,
@@ -289,12 +310,15 @@ impl<'a> Transmission<'a> {
             let mut fds = [
                 libc::pollfd { fd: self.s.as_raw_fd(), events: if want_socket { libc::POLLIN } else { 0 }, revents: 0 },
                 libc::pollfd { fd: self.efd, events: libc::POLLIN, revents: 0 },
+                // Ignored by poll(2) when negative (no such fd).
+                libc::pollfd { fd: self.poll_fd, events: libc::POLLIN, revents: 0 },
             ];
             // Requests already buffered are served without waiting.
             let buffered = want_socket && self.rbuf.len() >= REQUEST_BYTES;
             let timeout_ms = if buffered { 0 } else { 200 };
-            // SAFETY: two valid pollfds; 200 ms so that a stop is noticed.
-            let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
+            // SAFETY: three pollfds (the last may be -1, which poll skips);
+            // 200 ms so that a stop is noticed.
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
             if n < 0 {
                 let e = std::io::Error::last_os_error();
                 if e.kind() == std::io::ErrorKind::Interrupted {
@@ -302,7 +326,7 @@ impl<'a> Transmission<'a> {
                 }
                 return Err(format!("poll: {e}"));
             }
-            if fds[1].revents != 0 {
+            if fds[1].revents != 0 || fds[2].revents != 0 {
                 self.reap(0)?;
             }
             if (fds[0].revents != 0 || buffered) && !self.read_request()? {
@@ -381,8 +405,10 @@ impl<'a> Transmission<'a> {
         self.reply_header(cookie, offset, error, data.map(<[u8]>::len));
         if let Some(d) = data {
             if d.len() >= DIRECT_WRITE_BYTES {
-                self.flush_out()?;
-                self.s.write_all(d).map_err(|e| format!("socket: {e}"))?;
+                // What is queued (this header included) and the data in
+                // one writev: one system call, no header-only segment.
+                write_all_vectored(&mut *self.s, &self.out, d).map_err(|e| format!("socket: {e}"))?;
+                self.out.clear();
             } else {
                 self.out.extend_from_slice(d);
             }

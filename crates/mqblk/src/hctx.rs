@@ -120,6 +120,16 @@ impl Hctx {
         self.driver.poll(self)
     }
 
+    /// As `poll`, never sleeping (the driver's `reap`).
+    pub(crate) fn reap(&self) -> usize {
+        self.driver.reap(self)
+    }
+
+    /// The driver's fd that is readable when `reap` finds completions.
+    pub(crate) fn poll_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.driver.poll_fd(self)
+    }
+
     /// This queue's index (`hctx->queue_num`).
     pub fn index(&self) -> usize {
         self.index

@@ -288,3 +288,52 @@ fn single_issuer_rings_serve_their_one_client() {
     let e = Device::open(&format!("file:path={},single_issuer=1", f.path())).unwrap_err().to_string();
     assert!(e.contains("needs reap=client"), "{e}");
 }
+
+/// I/O from a second thread on a single-issuer ring fails at once (the
+/// kernel would refuse its submission and leave it queued forever).
+#[test]
+fn single_issuer_rings_fail_io_from_another_thread() {
+    let f = TmpFile::new("single2");
+    let dev = Device::open(&format!("file:path={},size=1m,create=1,reap=client,single_issuer=1", f.path())).unwrap();
+    let mut first = dev.client_with_capacity(2);
+    let c = first.submit_and_wait_completion(Bio::read(0, Buf::new(4096))).unwrap();
+    assert!(c.status.is_ok());
+    let dev2 = dev.clone();
+    let status = std::thread::spawn(move || {
+        let mut other = dev2.client_with_capacity(2);
+        other.submit_and_wait_completion(Bio::read(0, Buf::new(4096))).unwrap().status
+    })
+    .join()
+    .unwrap();
+    assert_eq!(status, Status::IoErr);
+}
+
+/// A reap=client client waits for its I/O in poll(2) on `poll_fd` (the
+/// ring's fd) and reaps with do_io(min 0), as the NBD server does; a
+/// client of a device with a completion thread has no poll fd.
+#[test]
+fn poll_fd_becomes_readable_when_reaped_io_completes() {
+    let f = TmpFile::new("pollfd");
+    let dev = Device::open(&format!("file:path={},size=1m,create=1,reap=client", f.path())).unwrap();
+    let mut c = dev.client_with_capacity(8);
+    let fd = c.poll_fd().expect("a reap=client ring has a poll fd");
+    for i in 0..8u64 {
+        c.submit(Bio::read(i * 4096, Buf::new(4096)), i).unwrap();
+    }
+    let mut done = Vec::new();
+    let mut polls = 0;
+    while done.len() < 8 {
+        let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut p, 1, 10_000) };
+        assert_eq!(n, 1, "the ring's fd became readable within 10 s");
+        polls += 1;
+        c.do_io(&mut done, 0, 8, None).unwrap();
+        assert!(polls <= 8, "each wakeup reaps at least one completion");
+    }
+    assert!(done.iter().all(|d| d.status.is_ok()));
+    assert_eq!(c.in_flight(), 0);
+    let threaded = Device::open(&format!("file:path={}", f.path())).unwrap();
+    assert_eq!(threaded.client().poll_fd(), None);
+    assert_eq!(Device::open("null:size=1").unwrap().client().poll_fd(), None);
+}

@@ -634,6 +634,13 @@ impl Client {
             )));
         }
         let deadline = timeout.map(|t| Instant::now() + t);
+        if min == 0 && self.polled_outstanding > 0 {
+            // A pure poll (e.g. after `poll_fd` fired) reaps the queue our
+            // polled I/O waits on, without sleeping.
+            if let Some(poll) = self.poll_hctx {
+                self.q.hctx(poll).reap();
+            }
+        }
         let mut got = 0;
         while got < max {
             let Some(c) = self.backlog.pop_front() else { break };
@@ -733,8 +740,9 @@ impl Client {
     /// fires, read it and call `do_io` (min 0) until it returns fewer than
     /// asked: draining the ring re-arms the notification. Polled I/O (hipri
     /// on poll queues, or any I/O on a device whose submitters reap, such as
-    /// file `reap=client`) completes only inside `do_io`, so it never makes
-    /// the eventfd fire.
+    /// file `reap=client`) completes only inside `do_io`, so it makes the
+    /// eventfd fire only when another client reaped it; wait on `poll_fd`
+    /// as well.
     pub fn completion_fd(&mut self) -> Result<RawFd, Error> {
         use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
         if let Some(fd) = &self.notify_fd {
@@ -755,6 +763,17 @@ impl Client {
             signal_eventfd(raw);
         }
         Ok(raw)
+    }
+
+    /// For a client whose I/O is polled (file `reap=client`): an fd that
+    /// becomes readable when the queue it polls has completions; when it
+    /// does, call `do_io` with min 0, which reaps that queue without
+    /// sleeping. Wait on it beside `completion_fd` (a completion another
+    /// client reaped for us signals the eventfd). None when the device
+    /// has no such fd (polling there means calling `do_io`).
+    pub fn poll_fd(&self) -> Option<RawFd> {
+        let poll = self.poll_hctx?;
+        self.q.submitter_reaps().then(|| self.q.hctx(poll).poll_fd()).flatten()
     }
 
     /// Waits for every outstanding I/O and drops the completions.

@@ -129,6 +129,20 @@ pub trait Driver: Send + Sync + 'static {
         0
     }
 
+    /// As `poll`, but never sleeps: a driver whose `poll` may wait in the
+    /// kernel for a completion (the file driver's `reap=client` rings)
+    /// reaps only what is there. Others keep the default.
+    fn reap(&self, hctx: &Hctx) -> usize {
+        self.poll(hctx)
+    }
+
+    /// An fd that becomes readable when `reap` on `hctx` would find
+    /// completions (an io_uring's fd), so that a client can wait for its
+    /// polled I/O in poll(2) beside other fds. None: no such fd.
+    fn poll_fd(&self, _hctx: &Hctx) -> Option<std::os::fd::RawFd> {
+        None
+    }
+
     /// A request has been in flight longer than `rq_timeout`.
     fn timeout(&self, _hctx: &Hctx, _rq: TimedOutRq) -> TimeoutAction {
         TimeoutAction::ResetTimer

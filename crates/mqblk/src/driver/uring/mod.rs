@@ -28,7 +28,7 @@ mod ring;
 
 use std::fmt::Write as _;
 use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -369,14 +369,17 @@ impl Driver for FileDriver {
     }
 
     fn poll(&self, hctx: &Hctx) -> usize {
+        self.poll_ring(hctx, true)
+    }
+
+    fn reap(&self, hctx: &Hctx) -> usize {
+        self.poll_ring(hctx, false)
+    }
+
+    fn poll_fd(&self, hctx: &Hctx) -> Option<RawFd> {
+        // IOPOLL rings complete only when driven; they have no useful fd.
         let ring = &self.rings[hctx.index()];
-        if !ring.polled {
-            return 0;
-        }
-        thread_local! {
-            static SCRATCH: std::cell::RefCell<Vec<(u64, i32)>> = const { std::cell::RefCell::new(Vec::new()) };
-        }
-        SCRATCH.with(|s| ring.poll(&mut s.borrow_mut()))
+        (ring.polled && !ring.is_iopoll()).then(|| ring.fd())
     }
 
     fn shutdown(&self) {
@@ -401,6 +404,21 @@ impl Driver for FileDriver {
             self.rings.len(),
             c.poll_queues
         );
+    }
+}
+
+impl FileDriver {
+    /// Reaps the ring of `hctx` if its clients reap it (`wait`: sleep in
+    /// the kernel when nothing is there, with requests in flight).
+    fn poll_ring(&self, hctx: &Hctx, wait: bool) -> usize {
+        let ring = &self.rings[hctx.index()];
+        if !ring.polled {
+            return 0;
+        }
+        thread_local! {
+            static SCRATCH: std::cell::RefCell<Vec<(u64, i32)>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        SCRATCH.with(|s| ring.poll(&mut s.borrow_mut(), wait))
     }
 }
 

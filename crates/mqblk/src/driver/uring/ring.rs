@@ -72,8 +72,10 @@ pub(crate) struct Ring {
     /// IORING_SETUP_IOPOLL (else a waiting poller sleeps in the kernel).
     iopoll: bool,
     /// Single issuer: created disabled, enabled by the first thread that
-    /// queues to it, which must then be the only one (EEXIST otherwise).
-    enabled: std::sync::Once,
+    /// queues to it, which must then be the only one: a request from any
+    /// other thread fails at once (the kernel would refuse its submission
+    /// with EEXIST and leave it in the SQ forever).
+    issuer: std::sync::OnceLock<std::thread::ThreadId>,
     single_issuer: bool,
 }
 
@@ -128,7 +130,7 @@ impl Ring {
             inflight: AtomicUsize::new(0),
             polled: polled || iopoll,
             iopoll,
-            enabled: std::sync::Once::new(),
+            issuer: std::sync::OnceLock::new(),
             single_issuer,
         })
     }
@@ -138,9 +140,14 @@ impl Ring {
     pub(crate) fn queue(&self, mut rq: Rq, submit: bool) {
         if self.single_issuer {
             // The first issuer enables the ring and becomes its only one.
-            self.enabled.call_once(|| {
+            let me = std::thread::current().id();
+            let issuer = *self.issuer.get_or_init(|| {
                 self.ring.submitter().register_enable_rings().expect("enabling a disabled io_uring");
+                me
             });
+            if issuer != me {
+                return rq.complete(Status::IoErr);
+            }
         }
         let tag = rq.tag() as usize;
         // SAFETY: the tag is ours until its CQE (see the Sync impl).
@@ -271,9 +278,9 @@ impl Ring {
 
     /// A poller's reap; returns how many requests ended or moved on.
     /// IOPOLL rings: io_uring_enter drives the device's polling. Other
-    /// polled rings (`reap=client`): if nothing is there, the poller sleeps
-    /// in io_uring_enter until a completion arrives.
-    pub(crate) fn poll(&self, scratch: &mut Vec<(u64, i32)>) -> usize {
+    /// polled rings (`reap=client`): if nothing is there and `wait`, the
+    /// poller sleeps in io_uring_enter until a completion arrives.
+    pub(crate) fn poll(&self, scratch: &mut Vec<(u64, i32)>, wait: bool) -> usize {
         let Some(_g) = self.cq_lock.try_lock() else { return 0 };
         scratch.clear();
         if self.iopoll {
@@ -285,7 +292,7 @@ impl Ring {
             // while holding cq_lock, so waiting for one cannot hang, even
             // if our own completion was reaped by another client already
             // (we then wake at the next completion of the ring).
-            if scratch.is_empty() && self.inflight.load(Ordering::Relaxed) > 0 {
+            if wait && scratch.is_empty() && self.inflight.load(Ordering::Relaxed) > 0 {
                 let _ = self.ring.submitter().submit_and_wait(1);
             }
         }
@@ -294,6 +301,17 @@ impl Ring {
             self.complete(tag as usize, res);
         }
         scratch.len()
+    }
+
+    pub(crate) fn is_iopoll(&self) -> bool {
+        self.iopoll
+    }
+
+    /// The ring's fd: readable when completions wait in the CQ (for
+    /// polled, non-IOPOLL rings, whose clients reap).
+    pub(crate) fn fd(&self) -> RawFd {
+        use std::os::fd::AsRawFd;
+        self.ring.as_raw_fd()
     }
 
     /// A read of `iov` at offset 0, waited for on this (poll) ring before
