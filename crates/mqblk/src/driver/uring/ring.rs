@@ -281,7 +281,16 @@ impl Ring {
     /// polled rings (`reap=client`): if nothing is there and `wait`, the
     /// poller sleeps in io_uring_enter until a completion arrives.
     pub(crate) fn poll(&self, scratch: &mut Vec<(u64, i32)>, wait: bool) -> usize {
-        let Some(_g) = self.cq_lock.try_lock() else { return 0 };
+        let Some(_g) = self.cq_lock.try_lock() else {
+            if wait && !self.iopoll {
+                // Another client reaps (perhaps asleep in the kernel until a
+                // completion arrives, ours included): sleep until it is
+                // done instead of spinning, then let our caller look at
+                // what it delivered to us before polling again.
+                drop(self.cq_lock.lock());
+            }
+            return 0;
+        };
         scratch.clear();
         if self.iopoll {
             // SAFETY: GETEVENTS with min_complete 0 only reaps.
