@@ -317,6 +317,19 @@ fn malformed_traffic_gets_errors_or_a_closed_connection_and_others_keep_working(
     assert_eq!(c.reply(0).0, 22, "unknown command: EINVAL");
     c.request(0, 0, 6, 0, 512, &[]);
     assert_eq!(c.reply(512).0, 0, "still serving");
+    // Pipelined, one batch for the server: two reads around a TRIM that
+    // this device (no discard=1) refuses at submission; each is answered.
+    c.request(0, 0, 20, 0, 512, &[]);
+    c.request(4, 0, 21, 0, 512, &[]);
+    c.request(0, 0, 22, 512, 512, &[]);
+    let mut got: Vec<(u64, u32)> = (0..3)
+        .map(|_| {
+            let (e, cookie, _) = c.reply(512);
+            (cookie, e)
+        })
+        .collect();
+    got.sort_unstable();
+    assert_eq!(got, [(20, 0), (21, 95), (22, 0)], "ENOTSUP for the refused TRIM only");
     // A write over the maximum: the connection closes (its payload is not read).
     c.request(1, 0, 7, 0, 64 << 20, &[]);
     assert_eq!(c.0.read(&mut b).unwrap_or(0), 0);

@@ -63,6 +63,8 @@ const QUEUE_DEPTH: usize = 64;
 const READ_CHUNK: usize = 16 << 10;
 /// Read replies at least this large are written from the request's buffer.
 const DIRECT_WRITE_BYTES: usize = 64 << 10;
+/// Requests taken from the socket's buffered bytes before submitting.
+const BATCH_REQUESTS: usize = 32;
 /// Payload bytes in flight per connection (memory bound).
 const BUDGET_BYTES: u64 = 64 << 20;
 
@@ -266,6 +268,11 @@ struct Transmission<'a> {
     /// Bytes read from the socket and not yet parsed (headers, and the
     /// start of a write's payload).
     rbuf: Vec<u8>,
+    /// Requests parsed from one socket read, submitted together under a
+    /// plug (one submission to the driver for the batch): bio and slot.
+    batch: Vec<(Bio, usize)>,
+    /// Slots whose bio the device refused, and the errno, to answer.
+    refused: Vec<(usize, i32)>,
 }
 
 impl<'a> Transmission<'a> {
@@ -288,6 +295,8 @@ impl<'a> Transmission<'a> {
             done: Vec::with_capacity(QUEUE_DEPTH),
             pool: Vec::with_capacity(QUEUE_DEPTH),
             rbuf: Vec::with_capacity(2 * READ_CHUNK),
+            batch: Vec::with_capacity(BATCH_REQUESTS),
+            refused: Vec::with_capacity(BATCH_REQUESTS),
         })
     }
 
@@ -326,20 +335,26 @@ impl<'a> Transmission<'a> {
                 }
                 return Err(format!("poll: {e}"));
             }
+            if fds[1].revents != 0 {
+                self.clear_eventfd();
+            }
             if fds[1].revents != 0 || fds[2].revents != 0 {
                 self.reap(0)?;
             }
-            if (fds[0].revents != 0 || buffered) && !self.read_request()? {
-                return Ok(()); // NBD_CMD_DISC, or the client went away
+            if fds[0].revents != 0 || buffered {
+                let open = self.read_batch()?;
+                // What completed at once (a page-cache hit, a null device)
+                // is answered now rather than after another poll.
+                self.reap(0)?;
+                if !open {
+                    return Ok(()); // NBD_CMD_DISC, or the client went away
+                }
             }
         }
     }
 
     /// Sends replies for completed I/O (waiting for at least `min`).
     fn reap(&mut self, min: usize) -> Result<(), String> {
-        let mut buf = [0u8; 8];
-        // SAFETY: reads the eventfd's counter into an 8-byte buffer.
-        let _ = unsafe { libc::read(self.efd, buf.as_mut_ptr().cast(), 8) };
         loop {
             let mut done = std::mem::take(&mut self.done);
             done.clear();
@@ -439,7 +454,55 @@ impl<'a> Transmission<'a> {
         }
     }
 
-    /// Reads and starts one request; false when the connection ends.
+    /// Resets the completion eventfd after poll saw it readable (it stays
+    /// readable until read).
+    fn clear_eventfd(&mut self) {
+        let mut buf = [0u8; 8];
+        // SAFETY: reads the eventfd's counter into an 8-byte buffer.
+        let _ = unsafe { libc::read(self.efd, buf.as_mut_ptr().cast(), 8) };
+    }
+
+    /// Reads one request, then every further one already buffered (up to
+    /// BATCH_REQUESTS, while slots and budget last), and submits their
+    /// bios under one plug. False when the connection ends (what came
+    /// before a DISC is still submitted).
+    fn read_batch(&mut self) -> Result<bool, String> {
+        let mut open = self.read_request()?;
+        while open
+            && self.rbuf.len() >= REQUEST_BYTES
+            && self.batch.len() < BATCH_REQUESTS
+            && !self.free.is_empty()
+            && self.bytes_in_flight < BUDGET_BYTES
+        {
+            open = self.read_request()?;
+        }
+        self.submit_batch()?;
+        Ok(open)
+    }
+
+    fn submit_batch(&mut self) -> Result<(), String> {
+        let Self { client, batch, refused, .. } = self;
+        if !batch.is_empty() {
+            let mut plug = client.plug_nr_ios(batch.len() as u32);
+            for (bio, slot) in batch.drain(..) {
+                if let Err(rejected) = plug.submit(bio, slot as u64) {
+                    refused.push((slot, rejected.error.errno()));
+                }
+            }
+        }
+        let mut refused = std::mem::take(&mut self.refused);
+        for (slot, errno) in refused.drain(..) {
+            let p = self.slots[slot].take().expect("a refused request's slot is taken");
+            self.free.push(slot);
+            self.bytes_in_flight -= p.bytes;
+            self.reply_header(p.cookie, p.offset, wire_errno(errno), None);
+        }
+        self.refused = refused;
+        self.flush_out()
+    }
+
+    /// Reads one request and starts it (queues its bio on `batch`); false
+    /// when the connection ends.
     fn read_request(&mut self) -> Result<bool, String> {
         let mut h = [0u8; REQUEST_BYTES];
         if !self.fill(REQUEST_BYTES) {
@@ -500,13 +563,7 @@ impl<'a> Transmission<'a> {
         let bytes = if matches!(r.cmd, CMD_READ | CMD_WRITE) { len } else { 0 };
         self.slots[slot] = Some(Pending { cookie: r.cookie, cmd: r.cmd, offset: r.offset, bytes });
         self.bytes_in_flight += bytes;
-        if let Err(rejected) = self.client.submit(bio, slot as u64) {
-            self.slots[slot] = None;
-            self.free.push(slot);
-            self.bytes_in_flight -= bytes;
-            self.reply_header(r.cookie, r.offset, wire_errno(rejected.error.errno()), None);
-            self.flush_out()?;
-        }
+        self.batch.push((bio, slot));
         Ok(true)
     }
 

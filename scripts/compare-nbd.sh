@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# NBD servers side by side, driven by fio's nbd engine over a Unix socket and
+# loopback TCP: 4k randread iodepth 32 and 1 MiB sequential read iodepth 4.
+#   mqblk-tmpfs: mqblk serve, a 1 GiB tmpfs file, reap=client, 2 rings
+#   mqblk-disk:  the same on a 1 GiB file on the root file system, read into
+#                the page cache first
+#   nbdkit:      nbdkit's memory plugin, 1 GiB (laid out by a 1 MiB write pass)
+#   qemu-nbd:    qemu-nbd -t on a copy of the disk file, also cached
+# Each job with one fio client (one connection) and with two (numjobs=2,
+# two connections), since one fio process saturates a CPU at 4k.
+# Needs fio, nbdkit and qemu-nbd. Usage: scripts/compare-nbd.sh [rounds]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-2}
+for t in fio nbdkit qemu-nbd; do command -v $t >/dev/null || { echo "$t is not installed" >&2; exit 2; }; done
+cargo build --release -q -p mqblk-cli
+mqblk=target/release/mqblk
+dir=$(mktemp -d)
+tmpfs=/dev/shm/mqblk-nbd-compare.img disk=/var/tmp/mqblk-nbd-compare.img qdisk=/var/tmp/mqblk-nbd-compare-q.img
+truncate -s 1G $tmpfs
+[ -e $disk ] || dd if=/dev/urandom of=$disk bs=1M count=1024 status=none
+[ -e $qdisk ] || cp $disk $qdisk
+cat $disk $qdisk >/dev/null
+pids=()
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir" $tmpfs; }
+trap cleanup EXIT
+spec="submit_queues=2,reap=client"
+$mqblk serve --device file:path=$tmpfs,$spec --unix $dir/mt.sock >/dev/null 2>&1 & pids+=($!)
+$mqblk serve --device file:path=$tmpfs,$spec --listen 127.0.0.1:10901 >/dev/null 2>&1 & pids+=($!)
+$mqblk serve --device file:path=$disk,$spec --unix $dir/md.sock >/dev/null 2>&1 & pids+=($!)
+$mqblk serve --device file:path=$disk,$spec --listen 127.0.0.1:10904 >/dev/null 2>&1 & pids+=($!)
+nbdkit -f -U $dir/k.sock memory 1G & pids+=($!)
+nbdkit -f -p 10902 -i 127.0.0.1 memory 1G & pids+=($!)
+qemu-nbd -t -f raw -k $dir/q.sock $qdisk & pids+=($!)
+qemu-nbd -t -f raw -b 127.0.0.1 -p 10903 $qdisk & pids+=($!)
+sleep 2
+declare -A uri=(
+  [mqblk-tmpfs-unix]="nbd+unix:///?socket=$dir/mt.sock" [mqblk-tmpfs-tcp]="nbd://127.0.0.1:10901/"
+  [mqblk-disk-unix]="nbd+unix:///?socket=$dir/md.sock"  [mqblk-disk-tcp]="nbd://127.0.0.1:10904/"
+  [nbdkit-unix]="nbd+unix:///?socket=$dir/k.sock"       [nbdkit-tcp]="nbd://127.0.0.1:10902/"
+  [qemu-nbd-unix]="nbd+unix:///?socket=$dir/q.sock"     [qemu-nbd-tcp]="nbd://127.0.0.1:10903/"
+)
+for u in "${uri[nbdkit-unix]}" "${uri[nbdkit-tcp]}"; do
+  fio --name=w --ioengine=nbd --uri="$u" --rw=write --bs=1m --iodepth=4 --size=1g >/dev/null 2>&1
+done
+# fio's nbd engine prints "connected to NBD server" before its JSON.
+summary() { python3 -c 'import json,sys; t=sys.stdin.read(); j=json.loads(t[t.index("{"):])["jobs"][0]; r=j["read"]; print("%.0f IOPS %.0f MB/s p99=%.0fus fio_cpu=%.0f%%" % (r["iops"], r["bw_bytes"]/1e6, r["clat_ns"]["percentile"]["99.000000"]/1000, j["usr_cpu"]+j["sys_cpu"]))'; }
+for round in $(seq 1 "$rounds"); do
+  for tr in unix tcp; do
+    for nj in 1 2; do
+      for s in mqblk-tmpfs mqblk-disk nbdkit qemu-nbd; do
+        for job in "randread 4k 32" "read 1m 4"; do
+          set -- $job
+          r=$(fio --name=x --ioengine=nbd --uri="${uri[$s-$tr]}" --rw=$1 --bs=$2 --iodepth=$3 --size=1g \
+                --numjobs=$nj --group_reporting --runtime=3 --time_based --output-format=json 2>/dev/null | summary)
+          echo "round=$round $tr clients=$nj $s $job | $r"
+        done
+      done
+    done
+  done
+done
