@@ -225,6 +225,25 @@ impl Raw {
         b.extend_from_slice(data);
         self.0.write_all(&b).unwrap();
     }
+    /// The chunks of one structured reply, up to the one with DONE:
+    /// (flags, type, payload).
+    fn structured_reply(&mut self) -> Vec<(u16, u16, Vec<u8>)> {
+        let mut chunks = Vec::new();
+        loop {
+            let mut h = [0u8; 20];
+            self.0.read_exact(&mut h).unwrap();
+            assert_eq!(u32::from_be_bytes(h[0..4].try_into().unwrap()), 0x668e_33ef, "structured reply magic");
+            let flags = u16::from_be_bytes(h[4..6].try_into().unwrap());
+            let ty = u16::from_be_bytes(h[6..8].try_into().unwrap());
+            let len = u32::from_be_bytes(h[16..20].try_into().unwrap());
+            let mut d = vec![0u8; len as usize];
+            self.0.read_exact(&mut d).unwrap();
+            chunks.push((flags, ty, d));
+            if flags & 1 != 0 {
+                return chunks;
+            }
+        }
+    }
     /// (error, cookie) of a simple reply, then `read` data bytes.
     fn reply(&mut self, read: usize) -> (u32, u64, Vec<u8>) {
         let mut h = [0u8; 16];
@@ -420,6 +439,50 @@ fn a_reap_client_file_export_serves_connections_sharing_its_ring() {
         assert_eq!(j["write"]["io_bytes"].as_u64().unwrap(), 8 << 20, "{j}");
         assert_eq!(j["read"]["io_bytes"].as_u64().unwrap(), 8 << 20, "verify read it all back: {j}");
     }
+}
+
+/// Structured replies: a large read of a memory-backed null export sends
+/// its unwritten pages as OFFSET_HOLE chunks and its data as OFFSET_DATA,
+/// then a final NONE; with DF the data comes in one chunk.
+#[test]
+fn structured_reads_send_holes_as_hole_chunks_unless_df() {
+    let s = Server::start("holes", &["--device", "null:size=1,memory_backed=1"]);
+    let mut c = Raw::connect(&s.sock());
+    c.option(8, &[]);
+    assert_eq!(c.option_reply().0, 1, "STRUCTURED_REPLY acknowledged");
+    c.option(7, &[0, 0, 0, 0, 0, 0]);
+    while c.option_reply().0 != 1 {}
+    c.request(1, 0, 1, 65536, 4096, &[0x77; 4096]);
+    let chunks = c.structured_reply();
+    assert_eq!(chunks.len(), 1);
+    assert_eq!((chunks[0].0, chunks[0].1), (1, 0), "a write's reply: NONE with DONE");
+    // 128 KiB from 0: a hole, 4 KiB of data at 64 KiB, a hole.
+    c.request(0, 0, 2, 0, 128 << 10, &[]);
+    let chunks = c.structured_reply();
+    let types: Vec<u16> = chunks.iter().map(|ch| ch.1).collect();
+    assert_eq!(types, [2, 1, 2, 0], "HOLE, DATA, HOLE, NONE: {chunks:?}");
+    assert!(chunks[..3].iter().all(|ch| ch.0 == 0) && chunks[3].0 == 1, "DONE on the last chunk only");
+    let mut image = vec![0xeeu8; 128 << 10];
+    for (_, ty, payload) in &chunks {
+        let at = u64::from_be_bytes(payload.get(..8).unwrap_or(&[0; 8]).try_into().unwrap()) as usize;
+        match ty {
+            1 => image[at..at + payload.len() - 8].copy_from_slice(&payload[8..]),
+            2 => {
+                let n = u32::from_be_bytes(payload[8..12].try_into().unwrap()) as usize;
+                image[at..at + n].fill(0);
+            }
+            _ => {}
+        }
+    }
+    let mut want = vec![0u8; 128 << 10];
+    want[65536..69632].fill(0x77);
+    assert!(image == want, "the chunks cover the read and reproduce the data");
+    // DF: one OFFSET_DATA chunk with all of it.
+    c.request(0, 1 << 2, 3, 0, 128 << 10, &[]);
+    let chunks = c.structured_reply();
+    assert_eq!(chunks.len(), 1);
+    assert_eq!((chunks[0].0, chunks[0].1, chunks[0].2.len()), (1, 1, 8 + (128 << 10)));
+    assert!(chunks[0].2[8..] == want[..]);
 }
 
 /// Random garbage at every phase (greeting, options, transmission): the

@@ -63,6 +63,10 @@ const QUEUE_DEPTH: usize = 64;
 const READ_CHUNK: usize = 16 << 10;
 /// Read replies at least this large are written from the request's buffer.
 const DIRECT_WRITE_BYTES: usize = 64 << 10;
+/// Structured reads at least this large (and without DF) send the
+/// device's holes as OFFSET_HOLE chunks; smaller ones are not worth the
+/// block-status query.
+const SPARSE_READ_BYTES: u64 = 64 << 10;
 /// Requests taken from the socket's buffered bytes before submitting.
 const BATCH_REQUESTS: usize = 32;
 /// Payload bytes in flight per connection (memory bound).
@@ -246,6 +250,8 @@ struct Pending {
     cmd: u16,
     offset: u64,
     bytes: u64,
+    /// NBD_CMD_FLAG_DF: the read's data in one chunk (no holes).
+    df: bool,
 }
 
 struct Transmission<'a> {
@@ -273,6 +279,8 @@ struct Transmission<'a> {
     batch: Vec<(Bio, usize)>,
     /// Slots whose bio the device refused, and the errno, to answer.
     refused: Vec<(usize, i32)>,
+    /// A sparse read's (offset within it, bytes, hole) runs.
+    runs: Vec<(u64, u64, bool)>,
 }
 
 impl<'a> Transmission<'a> {
@@ -297,6 +305,7 @@ impl<'a> Transmission<'a> {
             rbuf: Vec::with_capacity(2 * READ_CHUNK),
             batch: Vec::with_capacity(BATCH_REQUESTS),
             refused: Vec::with_capacity(BATCH_REQUESTS),
+            runs: Vec::new(),
         })
     }
 
@@ -366,7 +375,7 @@ impl<'a> Transmission<'a> {
                 self.free.push(slot);
                 self.bytes_in_flight -= p.bytes;
                 let data = if p.cmd == CMD_READ { c.buf.as_deref() } else { None };
-                self.reply(p.cookie, p.cmd, p.offset, c.status, data)?;
+                self.reply(&p, c.status, data)?;
                 if let Some(b) = c.buf {
                     if self.pool.len() < QUEUE_DEPTH {
                         self.pool.push(b);
@@ -414,23 +423,67 @@ impl<'a> Transmission<'a> {
 
     /// Queues the reply to one request; large read data goes to the
     /// socket straight from the request's buffer instead of being copied.
-    fn reply(&mut self, cookie: u64, cmd: u16, offset: u64, status: Status, data: Option<&[u8]>) -> Result<(), String> {
+    fn reply(&mut self, p: &Pending, status: Status, data: Option<&[u8]>) -> Result<(), String> {
         let error = if status.is_ok() { 0 } else { wire_errno(status.errno()) };
-        let data = data.filter(|d| error == 0 && cmd == CMD_READ && !d.is_empty());
-        self.reply_header(cookie, offset, error, data.map(<[u8]>::len));
+        let data = data.filter(|d| error == 0 && p.cmd == CMD_READ && !d.is_empty());
         if let Some(d) = data {
-            if d.len() >= DIRECT_WRITE_BYTES {
-                // What is queued (this header included) and the data in
-                // one writev: one system call, no header-only segment.
-                write_all_vectored(&mut *self.s, &self.out, d).map_err(|e| format!("socket: {e}"))?;
-                self.out.clear();
-            } else {
-                self.out.extend_from_slice(d);
+            if self.neg.structured && !p.df && d.len() as u64 >= SPARSE_READ_BYTES && self.sparse_runs(p.offset, d) {
+                return self.reply_sparse(p.cookie, p.offset, d);
             }
+        }
+        self.reply_header(p.cookie, p.offset, error, data.map(<[u8]>::len));
+        if let Some(d) = data {
+            self.queue_data(d)?;
         }
         if self.out.len() > (1 << 20) {
             self.flush_out()?;
         }
+        Ok(())
+    }
+
+    /// Queues read data after its header; large data goes out at once,
+    /// straight from the request's buffer.
+    fn queue_data(&mut self, d: &[u8]) -> Result<(), String> {
+        if d.len() >= DIRECT_WRITE_BYTES {
+            // What is queued (this header included) and the data in one
+            // writev: one system call, no header-only segment.
+            write_all_vectored(&mut *self.s, &self.out, d).map_err(|e| format!("socket: {e}"))?;
+            self.out.clear();
+        } else {
+            self.out.extend_from_slice(d);
+        }
+        Ok(())
+    }
+
+    /// The hole and data runs of a read at `offset` into `self.runs`;
+    /// true if it has a hole worth a chunk of its own.
+    fn sparse_runs(&mut self, offset: u64, d: &[u8]) -> bool {
+        let len = d.len() as u64;
+        match self.export.device.block_status(offset, len) {
+            Some(extents) => crate::sparse::read_runs(&extents, len, &mut self.runs),
+            None => false,
+        }
+    }
+
+    /// A structured read reply in chunks: OFFSET_HOLE for the holes of
+    /// `self.runs` (they read as zeros), OFFSET_DATA for the rest, then a
+    /// final NONE chunk.
+    fn reply_sparse(&mut self, cookie: u64, offset: u64, d: &[u8]) -> Result<(), String> {
+        let runs = std::mem::take(&mut self.runs);
+        for &(at, bytes, hole) in &runs {
+            let chunk_offset = (offset + at).to_be_bytes();
+            if hole {
+                chunk_header(&mut self.out, 0, REPLY_TYPE_OFFSET_HOLE, cookie, 12);
+                self.out.extend_from_slice(&chunk_offset);
+                self.out.extend_from_slice(&(bytes as u32).to_be_bytes());
+            } else {
+                chunk_header(&mut self.out, 0, REPLY_TYPE_OFFSET_DATA, cookie, 8 + bytes as u32);
+                self.out.extend_from_slice(&chunk_offset);
+                self.queue_data(&d[at as usize..(at + bytes) as usize])?;
+            }
+        }
+        self.runs = runs;
+        chunk_header(&mut self.out, REPLY_FLAG_DONE, REPLY_TYPE_NONE, cookie, 0);
         Ok(())
     }
 
@@ -561,7 +614,8 @@ impl<'a> Transmission<'a> {
         };
         let slot = self.free.pop().expect("the socket is polled only with a free slot");
         let bytes = if matches!(r.cmd, CMD_READ | CMD_WRITE) { len } else { 0 };
-        self.slots[slot] = Some(Pending { cookie: r.cookie, cmd: r.cmd, offset: r.offset, bytes });
+        let df = r.flags & CMD_FLAG_DF != 0;
+        self.slots[slot] = Some(Pending { cookie: r.cookie, cmd: r.cmd, offset: r.offset, bytes, df });
         self.bytes_in_flight += bytes;
         self.batch.push((bio, slot));
         Ok(true)

@@ -9,6 +9,7 @@
 
 pub mod conn;
 pub mod proto;
+pub mod sparse;
 
 use std::net::TcpListener;
 use std::os::fd::AsRawFd;
