@@ -186,15 +186,25 @@ impl Ring {
         }
         let iov = inf.iov[inf.first..].as_ptr();
         let nr = (inf.nr - inf.first) as u32;
-        let e = match inf.rq.op() {
-            Op::Read => with_fd!(|fd| opcode::Readv::new(fd, iov, nr).offset(off).build()),
-            Op::Write => {
-                let fua = if inf.rq.flags().contains(ReqFlags::FUA) { libc::RWF_DSYNC } else { 0 };
+        // One segment (most requests): IORING_OP_READ/WRITE, as fio issues
+        // them; the kernel then has no iovec array to import.
+        let single = (nr == 1 && inf.iov[inf.first].iov_len <= u32::MAX as usize).then(|| inf.iov[inf.first]);
+        let fua = if inf.rq.flags().contains(ReqFlags::FUA) { libc::RWF_DSYNC } else { 0 };
+        let e = match (inf.rq.op(), single) {
+            (Op::Read, Some(v)) => {
+                with_fd!(|fd| opcode::Read::new(fd, v.iov_base.cast(), v.iov_len as u32).offset(off).build())
+            }
+            (Op::Write, Some(v)) => with_fd!(|fd| opcode::Write::new(fd, v.iov_base.cast(), v.iov_len as u32)
+                .offset(off)
+                .rw_flags(fua)
+                .build()),
+            (Op::Read, None) => with_fd!(|fd| opcode::Readv::new(fd, iov, nr).offset(off).build()),
+            (Op::Write, None) => {
                 with_fd!(|fd| opcode::Writev::new(fd, iov, nr).offset(off).rw_flags(fua).build())
             }
-            Op::Flush => with_fd!(|fd| opcode::Fsync::new(fd).flags(types::FsyncFlags::DATASYNC).build()),
+            (Op::Flush, _) => with_fd!(|fd| opcode::Fsync::new(fd).flags(types::FsyncFlags::DATASYNC).build()),
             // Files: a punched hole reads as zeros (discard and write zeroes).
-            Op::Discard | Op::WriteZeroes => with_fd!(|fd| opcode::Fallocate::new(fd, left)
+            (Op::Discard | Op::WriteZeroes, _) => with_fd!(|fd| opcode::Fallocate::new(fd, left)
                 .offset(off)
                 .mode(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE)
                 .build()),
