@@ -12,14 +12,20 @@ use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
+use std::sync::Arc;
+
+use crate::fixed::Region;
 
 /// Alignment of every `Buf`: a page, enough for O_DIRECT on any device.
 pub const BUF_ALIGN: usize = 4096;
 
-/// An owned, zero-initialised, page-aligned byte buffer.
+/// An owned, zero-initialised, page-aligned byte buffer: its own
+/// allocation, or a slot of a registered region (`FixedBufs::take`).
 pub struct Buf {
     ptr: NonNull<u8>,
     len: usize,
+    /// The registered region this buffer is a slot of (kept alive by it).
+    fixed: Option<Arc<Region>>,
 }
 
 // SAFETY: `Buf` owns its allocation exclusively (like `Box<[u8]>`), so moving
@@ -32,13 +38,18 @@ impl Buf {
     /// A zeroed buffer of `len` bytes (`len` may be 0).
     pub fn new(len: usize) -> Self {
         if len == 0 {
-            return Self { ptr: NonNull::dangling(), len: 0 };
+            return Self { ptr: NonNull::dangling(), len: 0, fixed: None };
         }
         let layout = Self::layout(len);
         // SAFETY: `layout` has a non-zero size (len > 0).
         let raw = unsafe { alloc_zeroed(layout) };
         let Some(ptr) = NonNull::new(raw) else { std::alloc::handle_alloc_error(layout) };
-        Self { ptr, len }
+        Self { ptr, len, fixed: None }
+    }
+
+    /// A slot of a registered region (fixed.rs hands each slot out once).
+    pub(crate) fn from_fixed(ptr: NonNull<u8>, len: usize, region: Arc<Region>) -> Self {
+        Self { ptr, len, fixed: Some(region) }
     }
 
     /// A buffer holding a copy of `data`.
@@ -63,6 +74,9 @@ impl Buf {
 
 impl Drop for Buf {
     fn drop(&mut self) {
+        if let Some(region) = self.fixed.take() {
+            return region.give_back(self.ptr);
+        }
         if self.len != 0 {
             // SAFETY: allocated in `new` with exactly this layout, not yet freed.
             unsafe { dealloc(self.ptr.as_ptr(), Self::layout(self.len)) }

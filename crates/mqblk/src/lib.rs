@@ -30,6 +30,7 @@ mod completion;
 pub mod config;
 pub mod driver;
 mod error;
+mod fixed;
 mod hctx;
 mod limits;
 #[cfg(all(test, loom))]
@@ -50,6 +51,7 @@ pub use buf::{Buf, BUF_ALIGN};
 pub use client::{Client, ClientStats, Completion, RwCount};
 pub use config::{ConfigError, QueueOptions};
 pub use error::{Error, Rejected, SubmitError};
+pub use fixed::FixedBufs;
 pub use hctx::Hctx;
 pub use plug::{Plug, PlugNesting};
 pub use queue::{Device, DeviceStats, QueueLimits, DEFAULT_MAX_SECTORS, DEFAULT_MAX_SEGMENTS, MAX_BIO_BYTES};

@@ -597,6 +597,14 @@ impl Device {
         &self.q.limits
     }
 
+    /// Registers a pool of fixed buffers with the driver (fio's
+    /// `fixedbufs`): I/O whose buffer is a slot of `bufs` then skips the
+    /// per-I/O pinning of its pages. Returns whether the driver uses them
+    /// (the `file:` driver does; one pool per device, an error after).
+    pub fn register_fixed_bufs(&self, bufs: &crate::FixedBufs) -> Result<bool, Error> {
+        self.q.driver.register_buffers(bufs)
+    }
+
     /// Which parts of `[offset, offset + len)` hold data, as (bytes, hole)
     /// extents covering a prefix of the range; None if the driver cannot
     /// tell (then all of it counts as data) or the range is out of bounds.

@@ -136,6 +136,14 @@ pub trait Driver: Send + Sync + 'static {
         self.poll(hctx)
     }
 
+    /// Registers `bufs` for I/O that lands in it (io_uring fixed buffers);
+    /// returns whether the driver uses them. The driver keeps the region
+    /// alive as long as it may use it. Drivers without such a notion keep
+    /// the default (false).
+    fn register_buffers(&self, _bufs: &crate::FixedBufs) -> Result<bool, crate::Error> {
+        Ok(false)
+    }
+
     /// An fd that becomes readable when `reap` on `hctx` would find
     /// completions (an io_uring's fd), so that a client can wait for its
     /// polled I/O in poll(2) beside other fds. None: no such fd.

@@ -376,6 +376,15 @@ impl Driver for FileDriver {
         self.poll_ring(hctx, false)
     }
 
+    fn register_buffers(&self, bufs: &crate::FixedBufs) -> Result<bool, Error> {
+        for ring in self.rings.iter() {
+            ring.register_fixed(bufs.region()).map_err(|e| {
+                Error::Setup(format!("file: registering {} fixed buffer bytes: {e}", bufs.region().span().1))
+            })?;
+        }
+        Ok(true)
+    }
+
     fn poll_fd(&self, hctx: &Hctx) -> Option<RawFd> {
         // IOPOLL rings complete only when driven; they have no useful fd.
         let ring = &self.rings[hctx.index()];
@@ -395,14 +404,15 @@ impl Driver for FileDriver {
         let c = &self.cfg;
         let _ = writeln!(
             out,
-            "file/path={} direct={} size_bytes={} bs={} blockdev={} rings={} poll_queues={}",
+            "file/path={} direct={} size_bytes={} bs={} blockdev={} rings={} poll_queues={} fixed_ios={}",
             c.path,
             c.direct as u8,
             self.size_bytes,
             self.lbs,
             self.blockdev as u8,
             self.rings.len(),
-            c.poll_queues
+            c.poll_queues,
+            self.rings.iter().map(|r| r.fixed_ios.load(std::sync::atomic::Ordering::Relaxed)).sum::<usize>()
         );
     }
 }

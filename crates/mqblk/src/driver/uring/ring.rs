@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use parking_lot::Mutex;
 
+use crate::fixed::Region;
 use crate::request::{Op, ReqFlags, Rq};
 use crate::status::Status;
 
@@ -67,6 +68,8 @@ pub(crate) struct Ring {
     spare_iovs: Box<[UnsafeCell<Option<Iovecs>>]>,
     /// Requests queued and not yet ended (a stop waits for them).
     inflight: AtomicUsize,
+    /// SQEs issued with the fixed opcodes (shown by `show`).
+    pub(crate) fixed_ios: AtomicUsize,
     /// Reaped by polling clients, not by a completion thread.
     pub(crate) polled: bool,
     /// IORING_SETUP_IOPOLL (else a waiting poller sleeps in the kernel).
@@ -77,6 +80,9 @@ pub(crate) struct Ring {
     /// with EEXIST and leave it in the SQ forever).
     issuer: std::sync::OnceLock<std::thread::ThreadId>,
     single_issuer: bool,
+    /// The registered buffer region (buffer index 0), once registered;
+    /// the ring keeps it alive while it may use it.
+    fixed: std::sync::OnceLock<std::sync::Arc<Region>>,
 }
 
 // SAFETY: a slot is touched by the thread that owns its tag: the submitter
@@ -128,10 +134,12 @@ impl Ring {
             slots: (0..depth).map(|_| UnsafeCell::new(None)).collect(),
             spare_iovs: (0..depth).map(|_| UnsafeCell::new(Some(empty_iov()))).collect(),
             inflight: AtomicUsize::new(0),
+            fixed_ios: AtomicUsize::new(0),
             polled: polled || iopoll,
             iopoll,
             issuer: std::sync::OnceLock::new(),
             single_issuer,
+            fixed: std::sync::OnceLock::new(),
         })
     }
 
@@ -190,7 +198,30 @@ impl Ring {
         // them; the kernel then has no iovec array to import.
         let single = (nr == 1 && inf.iov[inf.first].iov_len <= u32::MAX as usize).then(|| inf.iov[inf.first]);
         let fua = if inf.rq.flags().contains(ReqFlags::FUA) { libc::RWF_DSYNC } else { 0 };
+        // A segment inside the registered region: the fixed opcodes (no
+        // page pinning per I/O).
+        let fixed = single.filter(|v| self.fixed.get().is_some_and(|r| r.contains(v.iov_base as usize, v.iov_len)));
+        if fixed.is_some() {
+            self.fixed_ios.fetch_add(1, Ordering::Relaxed);
+        }
         let e = match (inf.rq.op(), single) {
+            (Op::Read, Some(v)) if fixed.is_some() => with_fd!(|fd| opcode::ReadFixed::new(
+                fd,
+                v.iov_base.cast(),
+                v.iov_len as u32,
+                0
+            )
+            .offset(off)
+            .build()),
+            (Op::Write, Some(v)) if fixed.is_some() => with_fd!(|fd| opcode::WriteFixed::new(
+                fd,
+                v.iov_base.cast(),
+                v.iov_len as u32,
+                0
+            )
+            .offset(off)
+            .rw_flags(fua)
+            .build()),
             (Op::Read, Some(v)) => {
                 with_fd!(|fd| opcode::Read::new(fd, v.iov_base.cast(), v.iov_len as u32).offset(off).build())
             }
@@ -320,6 +351,23 @@ impl Ring {
             self.complete(tag as usize, res);
         }
         scratch.len()
+    }
+
+    /// Registers `region` as buffer 0 of this ring (once).
+    pub(crate) fn register_fixed(&self, region: &std::sync::Arc<Region>) -> std::io::Result<()> {
+        if self.fixed.get().is_some() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "a fixed buffer pool is registered already (one per device)",
+            ));
+        }
+        let (base, len) = region.span();
+        let iov = libc::iovec { iov_base: base as *mut libc::c_void, iov_len: len };
+        // SAFETY: the region stays allocated while the ring may use it: the
+        // ring keeps an Arc to it (set below) until the ring is dropped.
+        unsafe { self.ring.submitter().register_buffers(&[iov])? };
+        let _ = self.fixed.set(region.clone());
+        Ok(())
     }
 
     pub(crate) fn is_iopoll(&self) -> bool {
