@@ -508,8 +508,28 @@ fn filename_maps_to_the_file_driver_and_verify_checks_the_data() {
         mqblk(&["bench", "--device", "null:gb=1", "--name=w", "--rw=write", "--bs=4k", "--size=1m", "--verify=crc32c"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("verify: bad magic header at offset 0"));
-    let out = mqblk(&["bench", &format!("--filename={path}"), "--fixedbufs=1", "--name=r", "--rw=read"]);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("fixedbufs=1"));
+    // fixedbufs=1: the job's buffers are registered slots, the driver issues
+    // fixed-buffer I/O (counted in its stats), and verify still holds.
+    let out = mqblk(&[
+        "bench",
+        &format!("--filename={path}"),
+        "--direct=1",
+        "--fixedbufs=1",
+        "--name=f",
+        "--rw=randwrite",
+        "--bs=4k",
+        "--size=2m",
+        "--iodepth=8",
+        "--verify=crc32c",
+        "--stats",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let fixed_ios: u64 = text.split("fixed_ios=").nth(1).expect("file driver stats").split_whitespace().next().unwrap().parse().unwrap();
+    assert!(fixed_ios > 512, "the 512 writes and the verify reads went out as fixed I/O: {fixed_ios}");
+    let out = mqblk(&["bench", "--device", "null:gb=1", "--fixedbufs=1", "--name=r", "--number_ios=1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("fixedbufs=1: the null driver has no registered buffers"));
     let out = mqblk(&["bench", "--filename=/nonexistent-mqblk", "--name=r", "--rw=read"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("give size="));
     let _ = std::fs::remove_file(&path);

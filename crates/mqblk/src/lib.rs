@@ -30,7 +30,7 @@ mod completion;
 pub mod config;
 pub mod driver;
 mod error;
-mod fixed;
+pub mod fixed;
 mod hctx;
 mod limits;
 #[cfg(all(test, loom))]

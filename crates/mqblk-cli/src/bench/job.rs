@@ -200,6 +200,7 @@ impl ZoneWriter {
 pub fn run_job(
     opts: &JobOptions,
     dev: &Device,
+    fixed: Option<&mqblk::FixedBufs>,
     clock: Clock,
     job_index: usize,
     ctrl: &Control,
@@ -252,10 +253,21 @@ pub fn run_job(
     };
     let mut client = dev.client_with_capacity(depth);
     let mut slots = vec![Slot::default(); depth];
-    let mut read_bufs: Vec<Option<Buf>> =
-        (0..depth).map(|_| (read_pct > 0).then(|| Buf::new(opts.bs_read as usize))).collect();
-    let mut write_bufs: Vec<Option<Buf>> =
-        (0..depth).map(|_| (read_pct < 100).then(|| random_buf(opts.bs_write as usize, job_index))).collect();
+    // Buffers of our own, or slots of the registered pool (fixedbufs=1).
+    let new_buf = |len: u64| match fixed {
+        Some(pool) => pool.take(len as usize).expect("the fixedbufs pool has a slot for every job buffer"),
+        None => Buf::new(len as usize),
+    };
+    let mut read_bufs: Vec<Option<Buf>> = (0..depth).map(|_| (read_pct > 0).then(|| new_buf(opts.bs_read))).collect();
+    let mut write_bufs: Vec<Option<Buf>> = (0..depth)
+        .map(|_| {
+            (read_pct < 100).then(|| {
+                let mut b = new_buf(opts.bs_write);
+                fill_random(&mut b, job_index);
+                b
+            })
+        })
+        .collect();
     let mut free: Vec<u32> = (0..depth as u32).rev().collect();
     let mut done: Vec<Completion> = Vec::with_capacity(depth);
 
@@ -418,7 +430,8 @@ pub fn run_job(
     // fio verifies after the job's writes, outside its measurements.
     if let Some(v) = &verifier {
         if error == 0 {
-            v.run(&mut client, depth).map_err(|e| format!("job '{}': verify: {e}", opts.name))?;
+            let bufs = write_bufs.drain(..).flatten().collect();
+            v.run(&mut client, bufs).map_err(|e| format!("job '{}': verify: {e}", opts.name))?;
         }
     }
     Ok(JobResult { read, write, elapsed_ns, rusage, client: client.stats(), error })
@@ -448,8 +461,7 @@ fn close_slat(clock: &Clock, slots: &mut [Slot], last: Option<u32>) {
 
 /// Write buffers hold pseudo-random bytes (fio's default buffer content), so
 /// a device that compresses or dedups gains nothing.
-fn random_buf(len: usize, seed: usize) -> Buf {
-    let mut buf = Buf::new(len);
+fn fill_random(buf: &mut Buf, seed: usize) {
     let mut x = 0x1234_5678_9abc_def1u64 ^ (seed as u64).wrapping_mul(0x9e37_79b9);
     for chunk in buf.chunks_mut(8) {
         x ^= x << 13;
@@ -458,5 +470,4 @@ fn random_buf(len: usize, seed: usize) -> Buf {
         let bytes = x.to_le_bytes();
         chunk.copy_from_slice(&bytes[..chunk.len()]);
     }
-    buf
 }

@@ -108,6 +108,7 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
     }
     let spec = device_spec(plan);
     let dev = Device::open(&spec).map_err(|e| BenchError::BadInput(format!("--device {spec}: {e}")))?;
+    let fixed = fixed_bufs(plan, &dev)?;
     let clock = bench_clock(plan)?;
     let start = Instant::now();
     let mut shared: Vec<Shared> = Vec::new();
@@ -137,6 +138,7 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
             .enumerate()
             .map(|(i, r)| {
                 let dev = &dev;
+                let fixed = fixed.as_ref().filter(|_| r.opts.fixedbufs);
                 std::thread::Builder::new()
                     .name(format!("job{i}"))
                     .spawn_scoped(scope, move || {
@@ -146,7 +148,7 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
                         if let Some(cpus) = &r.opts.cpus_allowed {
                             cpus::pin_current_thread(&cpus.for_job(r.opts.cpus_allowed_split, r.clone))?;
                         }
-                        job::run_job(r.opts, dev, clock, i, &r.ctrl, &r.live)
+                        job::run_job(r.opts, dev, fixed, clock, i, &r.ctrl, &r.live)
                     })
                     .expect("spawn job thread")
             })
@@ -174,6 +176,39 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
         stats: dev.stats(),
     };
     Ok(RunOutput { entries, device: info, stats: dev.show_stats() })
+}
+
+/// fio's `fixedbufs`: one registered pool for every job that asks, with a
+/// slot per buffer those jobs keep (a read and a write buffer per iodepth
+/// slot, as their mix needs).
+fn fixed_bufs(plan: &BenchPlan, dev: &Device) -> Result<Option<mqblk::FixedBufs>, BenchError> {
+    let jobs: Vec<&JobOptions> = plan.jobs.iter().filter(|j| j.fixedbufs).collect();
+    if jobs.is_empty() {
+        return Ok(None);
+    }
+    let slot_bytes = jobs.iter().map(|j| j.bs_read.max(j.bs_write)).max().unwrap_or(4096) as usize;
+    let nr_slots: usize = jobs
+        .iter()
+        .map(|j| {
+            let pct = j.rw.read_pct(j.rwmixread);
+            j.numjobs * j.effective_iodepth() * (usize::from(pct > 0) + usize::from(pct < 100))
+        })
+        .sum();
+    let bytes = nr_slots.saturating_mul(slot_bytes.next_multiple_of(mqblk::BUF_ALIGN));
+    if bytes > mqblk::fixed::MAX_REGION_BYTES {
+        return Err(BenchError::BadInput(format!(
+            "fixedbufs=1: {nr_slots} buffers of {slot_bytes} bytes exceed io_uring's 1 GiB of registered memory"
+        )));
+    }
+    let pool = mqblk::FixedBufs::new(nr_slots, slot_bytes);
+    match dev.register_fixed_bufs(&pool) {
+        Ok(true) => Ok(Some(pool)),
+        Ok(false) => Err(BenchError::BadInput(format!(
+            "fixedbufs=1: the {} driver has no registered buffers (the file driver, --filename, has); use fixedbufs=0",
+            dev.driver_name()
+        ))),
+        Err(e) => Err(BenchError::BadInput(format!("fixedbufs=1: {e}"))),
+    }
 }
 
 /// One clock for all jobs: the first explicit `clocksource`, else fio's

@@ -196,6 +196,10 @@ pub struct JobOptions {
     pub verify: bool,
     pub direct: bool,
     pub registerfiles: bool,
+    /// fio's `fixedbufs`: the job's buffers are slots of a region
+    /// registered with the device (`FixedBufs`; the file driver then uses
+    /// io_uring's fixed-buffer opcodes).
+    pub fixedbufs: bool,
     /// fio's `cpus_allowed`: the CPUs the job's thread may run on; with
     /// `cpus_allowed_policy=split` each clone of the job gets one of them.
     pub cpus_allowed: Option<super::cpus::CpuList>,
@@ -242,6 +246,7 @@ impl JobOptions {
             verify: false,
             direct: false,
             registerfiles: true,
+            fixedbufs: false,
             cpus_allowed: None,
             cpus_allowed_split: false,
             given: Vec::new(),
@@ -355,15 +360,12 @@ impl JobOptions {
                 }
             }
             // Options of fio's io_uring engine that mqblk cannot honour say so.
-            "fixedbufs" if parse_flag(key, value)? => {
-                return err("fixedbufs=1: mqblk's file driver does not register buffers (each client owns its \
-                            buffers, which io_uring cannot register in advance); use fixedbufs=0")
-            }
+            "fixedbufs" => self.fixedbufs = parse_flag(key, value)?,
             "sqthread_poll" if parse_flag(key, value)? => {
                 return err("sqthread_poll=1: the file driver submits from the clients' threads, it has no SQ \
                             polling thread; use sqthread_poll=0")
             }
-            "fixedbufs" | "sqthread_poll" => {}
+            "sqthread_poll" => {}
             _ => return err(unknown_option(key)),
         }
         if key != "name" {

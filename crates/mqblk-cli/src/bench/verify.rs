@@ -73,11 +73,17 @@ impl Verifier {
         Ok(())
     }
 
-    /// Reads back every written block, `depth` at a time; returns how many
-    /// were verified, or the first failure.
-    pub fn run(&self, client: &mut Client, depth: usize) -> Result<u64, String> {
-        let depth = depth.min(client.capacity()).max(1);
-        let mut bufs: Vec<Option<Buf>> = (0..depth).map(|_| Some(Buf::new(self.block_bytes as usize))).collect();
+    /// Reads back every written block into `bufs` (the job's write
+    /// buffers, as fio reuses its io_u buffers: registered ones stay
+    /// registered), as many at a time as there are buffers; returns how
+    /// many were verified, or the first failure.
+    pub fn run(&self, client: &mut Client, bufs: Vec<Buf>) -> Result<u64, String> {
+        let mut bufs: Vec<Option<Buf>> = bufs.into_iter().take(client.capacity()).map(Some).collect();
+        if bufs.is_empty() {
+            bufs.push(Some(Buf::new(self.block_bytes as usize)));
+        }
+        assert!(bufs.iter().flatten().all(|b| b.len() as u64 == self.block_bytes), "verify buffers are one block");
+        let depth = bufs.len();
         let mut free: Vec<usize> = (0..depth).collect();
         let mut done: Vec<Completion> = Vec::with_capacity(depth);
         let mut blocks = self.written_blocks();
@@ -87,7 +93,10 @@ impl Verifier {
                 let Some(b) = blocks.next() else { break };
                 free.pop();
                 let offset = self.region_start + b * self.block_bytes;
-                let buf = bufs[idx].take().expect("a free verify slot has its buffer");
+                let mut buf = bufs[idx].take().expect("a free verify slot has its buffer");
+                // A device that does not fill the buffer must not pass on
+                // what the buffer held before (a block written from it).
+                buf.fill(0);
                 client
                     .submit(Bio::read(offset, buf), (offset << 16) | idx as u64)
                     .map_err(|r| format!("verify: read at {offset}: {}", r.error))?;
