@@ -143,6 +143,42 @@ mod tests {
         assert!(pool.region().contains(addr, 8192) && !pool.region().contains(addr, 8192 * 2 + 1));
     }
 
+    /// Threads taking and dropping slots at once: a slot is never held by
+    /// two buffers (each writes its mark and finds it intact), and every
+    /// slot is free at the end.
+    #[test]
+    fn concurrent_takes_never_share_a_slot() {
+        let pool = FixedBufs::new(6, 4096);
+        let threads: Vec<_> = (0..4u8)
+            .map(|t| {
+                let pool = pool.clone();
+                std::thread::spawn(move || {
+                    let mut held = Vec::new();
+                    let mut taken = 0u32;
+                    for i in 0..20_000u32 {
+                        if i % 3 != 2 {
+                            if let Some(mut b) = pool.take(4096) {
+                                b.fill(t + 1);
+                                held.push(b);
+                                taken += 1;
+                            }
+                        } else if let Some(b) = held.pop() {
+                            assert!(b.iter().all(|x| *x == t + 1), "another holder wrote into our slot");
+                        }
+                        if held.len() > 2 {
+                            let b = held.remove(0);
+                            assert!(b.iter().all(|x| *x == t + 1), "another holder wrote into our slot");
+                        }
+                    }
+                    taken
+                })
+            })
+            .collect();
+        let taken: u32 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        assert!(taken > 1000, "the threads did take slots ({taken})");
+        assert_eq!(pool.free_slots(), 6, "every slot came back");
+    }
+
     #[test]
     fn buffers_keep_the_region_alive_after_the_pool_goes() {
         let pool = FixedBufs::new(4, 4096);
