@@ -146,27 +146,24 @@ fn nbdcopy_and_qemu_img_round_trip_byte_exact() {
 #[test]
 fn fio_nbd_engine_with_verify() {
     let s = Server::start("fio", &["--device", "null:size=64,memory_backed=1"]);
-    let out = Command::new("fio")
-        .args([
-            "--name=v",
-            "--ioengine=nbd",
-            &format!("--uri={}", s.uri()),
-            "--rw=randwrite",
-            "--bs=4k",
-            "--size=16m",
-            "--iodepth=16",
-            "--verify=crc32c",
-            "--output-format=json",
-        ])
-        .output()
-        .expect("fio (scripts/test-all.sh installs it)");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    // fio's nbd engine prints "connected to NBD server" before the JSON.
-    let text = String::from_utf8_lossy(&out.stdout);
-    let v: serde_json::Value = serde_json::from_str(&text[text.find('{').expect("JSON output")..]).unwrap();
+    let v = fio_verify(&s, &["--size=16m"]);
     assert_eq!(v["jobs"][0]["error"], 0);
     assert!(v["jobs"][0]["write"]["io_bytes"].as_u64().unwrap() >= 16 << 20);
     assert!(v["jobs"][0]["read"]["io_bytes"].as_u64().unwrap() >= 16 << 20, "the verify pass read it all back");
+}
+
+/// fio's nbd engine against `s`: 4k random writes at iodepth 16 with
+/// verify=crc32c, plus `extra` options; the JSON report.
+fn fio_verify(s: &Server, extra: &[&str]) -> serde_json::Value {
+    let uri = format!("--uri={}", s.uri());
+    let mut args = vec!["--name=v", "--ioengine=nbd", &uri, "--rw=randwrite", "--bs=4k", "--iodepth=16"];
+    args.extend_from_slice(extra);
+    args.extend(["--verify=crc32c", "--output-format=json"]);
+    let out = Command::new("fio").args(&args).output().expect("fio (scripts/test-all.sh installs it)");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // fio's nbd engine prints "connected to NBD server" before the JSON.
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(&text[text.find('{').expect("JSON output")..]).unwrap()
 }
 
 /// A minimal raw NBD client: fixed newstyle, NO_ZEROES, GO to `export`,
@@ -411,27 +408,9 @@ fn a_reap_client_file_export_serves_connections_sharing_its_ring() {
     let path = format!("/dev/shm/mqblk-nbd-reap-{}", std::process::id());
     let spec = format!("file:path={path},size=24m,create=1,reap=client,submit_queues=1");
     let s = Server::start("reap", &["--device", &spec]);
-    let out = Command::new("fio")
-        .args([
-            "--name=v",
-            "--ioengine=nbd",
-            &format!("--uri={}", s.uri()),
-            "--rw=randwrite",
-            "--bs=4k",
-            "--size=8m",
-            "--offset_increment=8m",
-            "--numjobs=3",
-            "--iodepth=16",
-            "--verify=crc32c",
-            "--output-format=json",
-        ])
-        .output()
-        .expect("fio (scripts/test-all.sh installs it)");
+    let v = fio_verify(&s, &["--size=8m", "--offset_increment=8m", "--numjobs=3"]);
     drop(s);
     let _ = std::fs::remove_file(&path);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8_lossy(&out.stdout);
-    let v: serde_json::Value = serde_json::from_str(&text[text.find('{').expect("JSON output")..]).unwrap();
     let jobs = v["jobs"].as_array().unwrap();
     assert_eq!(jobs.len(), 3);
     for j in jobs {
