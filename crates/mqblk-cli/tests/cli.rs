@@ -525,7 +525,8 @@ fn filename_maps_to_the_file_driver_and_verify_checks_the_data() {
     ]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let fixed_ios: u64 = text.split("fixed_ios=").nth(1).expect("file driver stats").split_whitespace().next().unwrap().parse().unwrap();
+    let fixed_ios: u64 =
+        text.split("fixed_ios=").nth(1).expect("file driver stats").split_whitespace().next().unwrap().parse().unwrap();
     assert!(fixed_ios > 512, "the 512 writes and the verify reads went out as fixed I/O: {fixed_ios}");
     let out = mqblk(&["bench", "--device", "null:gb=1", "--fixedbufs=1", "--name=r", "--number_ios=1"]);
     assert_eq!(out.status.code(), Some(2));

@@ -205,23 +205,15 @@ impl Ring {
             self.fixed_ios.fetch_add(1, Ordering::Relaxed);
         }
         let e = match (inf.rq.op(), single) {
-            (Op::Read, Some(v)) if fixed.is_some() => with_fd!(|fd| opcode::ReadFixed::new(
-                fd,
-                v.iov_base.cast(),
-                v.iov_len as u32,
-                0
-            )
-            .offset(off)
-            .build()),
-            (Op::Write, Some(v)) if fixed.is_some() => with_fd!(|fd| opcode::WriteFixed::new(
-                fd,
-                v.iov_base.cast(),
-                v.iov_len as u32,
-                0
-            )
-            .offset(off)
-            .rw_flags(fua)
-            .build()),
+            (Op::Read, Some(v)) if fixed.is_some() => {
+                with_fd!(|fd| opcode::ReadFixed::new(fd, v.iov_base.cast(), v.iov_len as u32, 0).offset(off).build())
+            }
+            (Op::Write, Some(v)) if fixed.is_some() => {
+                with_fd!(|fd| opcode::WriteFixed::new(fd, v.iov_base.cast(), v.iov_len as u32, 0)
+                    .offset(off)
+                    .rw_flags(fua)
+                    .build())
+            }
             (Op::Read, Some(v)) => {
                 with_fd!(|fd| opcode::Read::new(fd, v.iov_base.cast(), v.iov_len as u32).offset(off).build())
             }
