@@ -9,6 +9,7 @@ pub mod job;
 pub mod options;
 pub mod report;
 pub mod stats;
+pub mod values;
 pub mod verify;
 
 use std::io::IsTerminal;

@@ -5,6 +5,9 @@
 
 use std::fmt;
 
+use super::values::parse_flag;
+pub use super::values::{parse_int, parse_size, parse_time_ns};
+
 /// An option error: names the option and what was wrong (exit code 2).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OptionError(pub String);
@@ -395,65 +398,6 @@ fn unknown_option(key: &str) -> String {
     let mut known: Vec<&str> = JOB_OPTIONS.to_vec();
     known.sort_unstable();
     format!("unknown option '{key}' (known: {})", known.join(", "))
-}
-
-/// fio integer: decimal or 0x hex, within `min..=max`.
-pub fn parse_int(key: &str, v: &str, min: u64, max: u64) -> Result<u64, OptionError> {
-    let parsed = match v.strip_prefix("0x") {
-        Some(h) => u64::from_str_radix(h, 16).ok(),
-        None => v.parse::<u64>().ok(),
-    };
-    match parsed {
-        Some(n) if (min..=max).contains(&n) => Ok(n),
-        _ => err(format!("{key}: bad value '{v}' (accepted: an integer in {min}..={max})")),
-    }
-}
-
-/// fio size: a number with an optional k/m/g/t/p suffix (powers of 1024,
-/// fio's default kb_base), with or without "i"/"b" ("4k", "4KiB", "1g").
-pub fn parse_size(key: &str, v: &str) -> Result<u64, OptionError> {
-    let lower = v.trim().to_ascii_lowercase();
-    let digits_end = lower.find(|c: char| !c.is_ascii_digit()).unwrap_or(lower.len());
-    let (num, suffix) = lower.split_at(digits_end);
-    let shift = match suffix.trim_end_matches('b').trim_end_matches('i') {
-        "" => 0,
-        "k" => 10,
-        "m" => 20,
-        "g" => 30,
-        "t" => 40,
-        "p" => 50,
-        _ => return err(format!("{key}: bad size '{v}' (accepted: a number with an optional k, m, g, t suffix)")),
-    };
-    let n: u64 = num.parse().map_err(|_| OptionError(format!("{key}: bad size '{v}' (accepted: e.g. 4k, 1m, 10g)")))?;
-    n.checked_mul(1u64 << shift).ok_or_else(|| OptionError(format!("{key}: size '{v}' overflows")))
-}
-
-/// fio time: seconds by default, or with a unit (us, ms, s, m, h, d).
-pub fn parse_time_ns(key: &str, v: &str) -> Result<u64, OptionError> {
-    let lower = v.trim().to_ascii_lowercase();
-    let digits_end = lower.find(|c: char| !c.is_ascii_digit()).unwrap_or(lower.len());
-    let (num, unit) = lower.split_at(digits_end);
-    let ns_per_unit: u64 = match unit {
-        "" | "s" | "sec" => 1_000_000_000,
-        "ms" | "msec" => 1_000_000,
-        "us" | "usec" => 1_000,
-        "m" | "min" => 60_000_000_000,
-        "h" => 3_600_000_000_000,
-        "d" => 86_400_000_000_000,
-        _ => return err(format!("{key}: bad time '{v}' (accepted: a number with an optional unit us, ms, s, m, h)")),
-    };
-    let n: u64 =
-        num.parse().map_err(|_| OptionError(format!("{key}: bad time '{v}' (accepted: e.g. 10, 500ms, 2m)")))?;
-    n.checked_mul(ns_per_unit).ok_or_else(|| OptionError(format!("{key}: time '{v}' overflows")))
-}
-
-/// A flag option: bare (`time_based`) means on; else 0/1.
-fn parse_flag(key: &str, value: Option<&str>) -> Result<bool, OptionError> {
-    match value {
-        None | Some("1") | Some("true") => Ok(true),
-        Some("0") | Some("false") => Ok(false),
-        Some(v) => err(format!("{key}: bad value '{v}' (accepted: 0 or 1)")),
-    }
 }
 
 /// What `mqblk bench` was asked to run.
