@@ -279,7 +279,9 @@ struct Transmission<'a> {
     batch: Vec<(Bio, usize)>,
     /// Slots whose bio the device refused, and the errno, to answer.
     refused: Vec<(usize, i32)>,
-    /// A sparse read's (offset within it, bytes, hole) runs.
+    /// A sparse read's extents from the device, and its (offset within
+    /// it, bytes, hole) runs (kept: no allocation per read).
+    extents: Vec<(u64, bool)>,
     runs: Vec<(u64, u64, bool)>,
 }
 
@@ -305,7 +307,8 @@ impl<'a> Transmission<'a> {
             rbuf: Vec::with_capacity(2 * READ_CHUNK),
             batch: Vec::with_capacity(BATCH_REQUESTS),
             refused: Vec::with_capacity(BATCH_REQUESTS),
-            runs: Vec::new(),
+            extents: Vec::with_capacity(mqblk::driver::MAX_EXTENTS),
+            runs: Vec::with_capacity(mqblk::driver::MAX_EXTENTS + 1),
         })
     }
 
@@ -459,10 +462,8 @@ impl<'a> Transmission<'a> {
     /// true if it has a hole worth a chunk of its own.
     fn sparse_runs(&mut self, offset: u64, d: &[u8]) -> bool {
         let len = d.len() as u64;
-        match self.export.device.block_status(offset, len) {
-            Some(extents) => crate::sparse::read_runs(&extents, len, &mut self.runs),
-            None => false,
-        }
+        self.export.device.block_status_into(offset, len, &mut self.extents)
+            && crate::sparse::read_runs(&self.extents, len, &mut self.runs)
     }
 
     /// A structured read reply in chunks: OFFSET_HOLE for the holes of

@@ -609,12 +609,16 @@ impl Device {
     /// extents covering a prefix of the range; None if the driver cannot
     /// tell (then all of it counts as data) or the range is out of bounds.
     pub fn block_status(&self, offset: u64, len: u64) -> Option<Vec<(u64, bool)>> {
-        let end = offset.checked_add(len)?;
-        if len == 0 || end > self.q.limits.capacity_bytes {
-            return None;
-        }
         let mut out = Vec::new();
-        (self.q.driver.block_status(offset, len, &mut out) && !out.is_empty()).then_some(out)
+        self.block_status_into(offset, len, &mut out).then_some(out)
+    }
+
+    /// As `block_status`, into `out` (cleared first; no allocation once it
+    /// has room); false where `block_status` gives None.
+    pub fn block_status_into(&self, offset: u64, len: u64, out: &mut Vec<(u64, bool)>) -> bool {
+        out.clear();
+        let in_bounds = offset.checked_add(len).is_some_and(|end| end <= self.q.limits.capacity_bytes);
+        in_bounds && len > 0 && self.q.driver.block_status(offset, len, out) && !out.is_empty()
     }
 
     /// Up to `nr` zones from the one holding byte `offset`

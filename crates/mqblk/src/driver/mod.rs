@@ -185,7 +185,7 @@ pub trait Driver: Send + Sync + 'static {
 }
 
 /// Most extents one block-status answer carries (a prefix of the range).
-pub(crate) const MAX_EXTENTS: usize = 256;
+pub const MAX_EXTENTS: usize = 256;
 
 /// Extents of `[offset, offset + len)` by fixed `unit`s (pages), each
 /// unit a hole or not; neighbours of the same kind merge.
