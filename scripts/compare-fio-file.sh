@@ -7,7 +7,7 @@
 #           cpus_allowed=1 for both programs; IOPS and p99 (us)
 #   qd1:    the loop-device QD1 cell alone, N 2 s rounds, medians
 #   merge:  4k sequential reads in batches of 16 at iodepth 16/32/64, with
-#           mqblk's merge counts
+#           mqblk's device line: requests (ios), merges and bios
 # Usage: scripts/compare-fio-file.sh [rounds] [qd1_rounds]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -52,7 +52,7 @@ for round in 1 2; do
     for qd in 16 32 64; do
       a="--name=x --filename=$tgt --direct=1 --rw=read --bs=4k --iodepth=$qd --iodepth_batch=16 --iodepth_batch_complete_min=16 --runtime=3 --time_based"
       f=$(fio $a --ioengine=io_uring 2>&1 | grep -o "IOPS=[^,]*")
-      m=$($mqblk bench $a 2>&1 | grep -oE "IOPS=[^,]*|ios=[0-9]+|merge=[0-9]+" | tr '\n' ' ')
+      m=$($mqblk bench $a 2>&1 | grep -oE "IOPS=[^,]*|[a-z]+: ios=[0-9]+|merge=[0-9]+|bios=[0-9]+" | tr '\n' ' ')
       echo "merge round=$round $tgt QD=$qd | fio $f | mqblk $m"
     done
   done
