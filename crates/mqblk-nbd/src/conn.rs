@@ -631,16 +631,22 @@ impl<'a> Transmission<'a> {
             return self.flush_out();
         }
         let len = u64::from(r.length).min(self.export.size() - r.offset).max(1);
-        let mut extents = self.export.device.block_status(r.offset, len).unwrap_or_else(|| vec![(len, false)]);
+        let mut extents = std::mem::take(&mut self.extents);
+        if !self.export.device.block_status_into(r.offset, len, &mut extents) {
+            // The device cannot tell: all of it is data (the safe answer).
+            extents.clear();
+            extents.push((len, false));
+        }
         if r.flags & CMD_FLAG_REQ_ONE != 0 {
             extents.truncate(1);
         }
         chunk_header(&mut self.out, REPLY_FLAG_DONE, REPLY_TYPE_BLOCK_STATUS, r.cookie, 4 + 8 * extents.len() as u32);
         self.out.extend_from_slice(&BASE_ALLOCATION_ID.to_be_bytes());
-        for (bytes, hole) in extents {
+        for &(bytes, hole) in &extents {
             self.out.extend_from_slice(&(bytes.min(u64::from(u32::MAX)) as u32).to_be_bytes());
             self.out.extend_from_slice(&(if hole { STATE_HOLE | STATE_ZERO } else { 0 }).to_be_bytes());
         }
+        self.extents = extents;
         self.flush_out()
     }
 }
