@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # NBD servers side by side, driven by fio's nbd engine over a Unix socket and
 # loopback TCP: 4k randread iodepth 32 and 1 MiB sequential read iodepth 4.
-#   mqblk-tmpfs: mqblk serve, a 1 GiB tmpfs file, reap=client, 2 rings
+#   mqblk-tmpfs: mqblk serve, a 1 GiB tmpfs file (a copy of the disk file's
+#                random data), reap=client, 2 rings
 #   mqblk-disk:  the same on a 1 GiB file on the root file system, read into
 #                the page cache first
 #   nbdkit:      nbdkit's memory plugin, 1 GiB (laid out by a 1 MiB write pass)
@@ -17,9 +18,11 @@ cargo build --release -q -p mqblk-cli
 mqblk=target/release/mqblk
 dir=$(mktemp -d)
 tmpfs=/dev/shm/mqblk-nbd-compare.img disk=/var/tmp/mqblk-nbd-compare.img qdisk=/var/tmp/mqblk-nbd-compare-q.img
-truncate -s 1G $tmpfs
 [ -e $disk ] || dd if=/dev/urandom of=$disk bs=1M count=1024 status=none
 [ -e $qdisk ] || cp $disk $qdisk
+# Data everywhere, as in nbdkit's laid-out memory: a sparse file would be
+# read as holes (and sent as OFFSET_HOLE chunks).
+cp $disk $tmpfs
 cat $disk $qdisk >/dev/null
 pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir" $tmpfs; }
