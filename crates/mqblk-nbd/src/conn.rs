@@ -64,8 +64,8 @@ const READ_CHUNK: usize = 16 << 10;
 /// Read replies at least this large are written from the request's buffer.
 const DIRECT_WRITE_BYTES: usize = 64 << 10;
 /// Structured reads at least this large (and without DF) send the
-/// device's holes as OFFSET_HOLE chunks; smaller ones are not worth the
-/// block-status query.
+/// device's holes as OFFSET_HOLE chunks, where the device's block status
+/// is cheap; smaller ones are not worth the query.
 const SPARSE_READ_BYTES: u64 = 64 << 10;
 /// Requests taken from the socket's buffered bytes before submitting.
 const BATCH_REQUESTS: usize = 32;
@@ -279,6 +279,9 @@ struct Transmission<'a> {
     batch: Vec<(Bio, usize)>,
     /// Slots whose bio the device refused, and the errno, to answer.
     refused: Vec<(usize, i32)>,
+    /// Structured replies on a device whose block status is cheap: large
+    /// reads send its holes as OFFSET_HOLE chunks.
+    sparse_reads: bool,
     /// A sparse read's extents from the device, and its (offset within
     /// it, bytes, hole) runs (kept: no allocation per read).
     extents: Vec<(u64, bool)>,
@@ -307,6 +310,7 @@ impl<'a> Transmission<'a> {
             rbuf: Vec::with_capacity(2 * READ_CHUNK),
             batch: Vec::with_capacity(BATCH_REQUESTS),
             refused: Vec::with_capacity(BATCH_REQUESTS),
+            sparse_reads: neg.structured && export.device.block_status_is_cheap(),
             extents: Vec::with_capacity(mqblk::driver::MAX_EXTENTS),
             runs: Vec::with_capacity(mqblk::driver::MAX_EXTENTS + 1),
         })
@@ -430,7 +434,7 @@ impl<'a> Transmission<'a> {
         let error = if status.is_ok() { 0 } else { wire_errno(status.errno()) };
         let data = data.filter(|d| error == 0 && p.cmd == CMD_READ && !d.is_empty());
         if let Some(d) = data {
-            if self.neg.structured && !p.df && d.len() as u64 >= SPARSE_READ_BYTES && self.sparse_runs(p.offset, d) {
+            if self.sparse_reads && !p.df && d.len() as u64 >= SPARSE_READ_BYTES && self.sparse_runs(p.offset, d) {
                 return self.reply_sparse(p.cookie, p.offset, d);
             }
         }

@@ -613,6 +613,12 @@ impl Device {
         self.block_status_into(offset, len, &mut out).then_some(out)
     }
 
+    /// Whether `block_status` is cheap enough to run beside every large
+    /// read (`Driver::block_status_is_cheap`).
+    pub fn block_status_is_cheap(&self) -> bool {
+        self.q.driver.block_status_is_cheap()
+    }
+
     /// As `block_status`, into `out` (cleared first; no allocation once it
     /// has room); false where `block_status` gives None.
     pub fn block_status_into(&self, offset: u64, len: u64, out: &mut Vec<(u64, bool)>) -> bool {

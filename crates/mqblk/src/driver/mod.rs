@@ -172,8 +172,16 @@ pub trait Driver: Send + Sync + 'static {
     /// Which parts of `[offset, offset + len)` hold data: extents appended
     /// to `out` as (bytes, hole), in order, covering a prefix of the range
     /// (a hole reads as zeros). False: the driver cannot tell (all data).
-    /// For NBD's base:allocation; not on the I/O path.
+    /// For NBD: base:allocation, and sparse reads where it is cheap.
     fn block_status(&self, _offset: u64, _len: u64, _out: &mut Vec<(u64, bool)>) -> bool {
+        false
+    }
+
+    /// Whether `block_status` costs about as little as a lookup in memory,
+    /// so that it may run beside every large read (NBD's sparse read
+    /// replies). Files answer by SEEK_DATA/SEEK_HOLE, which on some file
+    /// systems (tmpfs) walks every page up to the next hole: not cheap.
+    fn block_status_is_cheap(&self) -> bool {
         false
     }
 

@@ -439,6 +439,11 @@ impl Driver for NullDriver {
         true
     }
 
+    /// Memory-backed: a page-table lookup per page.
+    fn block_status_is_cheap(&self) -> bool {
+        self.mem.is_some()
+    }
+
     fn report_zones(&self, sector: u64, nr: usize, out: &mut Vec<crate::zoned::Zone>) -> Result<(), Status> {
         match &self.zoned {
             Some(z) => {
