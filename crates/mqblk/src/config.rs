@@ -3,28 +3,25 @@
 //!
 //! Every key is checked: an unknown key or a bad value is an error that
 //! names the key and what is accepted. Drivers declare their keys and read
-//! typed values through [`SpecParams`].
+//! typed values through [`SpecParams`]. Which driver a spec names is
+//! looked up in driver/mod.rs and the registry (registry.rs).
 
-use crate::driver::Driver;
-use crate::error::Error;
-
-/// Names of the drivers `Device::open` knows.
-pub const DRIVERS: &[&str] = &["null", "file"];
+use crate::sbitmap::WakePolicy;
+use crate::sched::Sched;
 
 /// Keys of the block layer itself, accepted in any driver's spec.
 pub const BLOCK_KEYS: &[&str] = &["wake", "plug_nesting", "sched", "nr_requests", "hybrid_poll_delay"];
 
-/// Block-layer options of a device spec.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Block-layer options of a device (the block-layer keys of a spec).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct QueueOptions {
-    /// Tag wakeup policy (`wake=`): one of `sbitmap::WAKE_POLICIES`.
-    pub wake: String,
+    /// Tag wakeup policy (`wake=`).
+    pub wake: Wake,
     /// Which plug levels flush (`plug_nesting=outermost|flush_each`).
     pub plug_nesting: crate::plug::PlugNesting,
-    /// The I/O scheduler (`sched=none|mq-deadline|kyber|bfq`) and its
-    /// tunables (kernel names, e.g. `read_expire=250`).
-    pub sched: String,
-    pub sched_tunables: Vec<(String, String)>,
+    /// The I/O scheduler and its tunables (`sched=mq-deadline`, with
+    /// tunables by their kernel names, e.g. `read_expire=250`).
+    pub sched: Sched,
     /// Scheduler tags per hardware queue (None: 2 x min(queue_depth, 128)).
     pub nr_requests: Option<u32>,
     /// Hybrid polling (`hybrid_poll_delay=` in us, like a positive value of
@@ -33,16 +30,82 @@ pub struct QueueOptions {
     pub hybrid_poll_delay_us: u32,
 }
 
-impl Default for QueueOptions {
-    fn default() -> Self {
-        Self {
-            wake: crate::sbitmap::DEFAULT_WAKE_POLICY.to_string(),
-            plug_nesting: Default::default(),
-            sched: "none".to_string(),
-            sched_tunables: Vec::new(),
-            nr_requests: None,
-            hybrid_poll_delay_us: 0,
+/// How freed tags wake sleeping submitters (`wake=`; ARCHITECTURE.md,
+/// "Tag wakeup policies").
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Wake {
+    /// The kernel 6.2+ batched wakeup.
+    Batch,
+    /// Hou Tao's stash-wake-use.
+    Stash,
+    /// mqblk's own: freed tags are granted to waiters in order (the default).
+    #[default]
+    Handoff,
+    /// A policy added with [`crate::register_wake_policy`], by name.
+    Custom(String),
+}
+
+impl Wake {
+    /// A policy registered with [`crate::register_wake_policy`].
+    pub fn custom(name: impl Into<String>) -> Self {
+        Wake::Custom(name.into())
+    }
+
+    /// The name `wake=` chooses it by.
+    pub fn name(&self) -> &str {
+        match self {
+            Wake::Batch => "batch",
+            Wake::Stash => "stash",
+            Wake::Handoff => "handoff",
+            Wake::Custom(name) => name,
         }
+    }
+
+    /// A new instance of the policy (one per tag set).
+    pub(crate) fn policy(&self) -> Result<Box<dyn WakePolicy>, ConfigError> {
+        Ok(match self {
+            Wake::Batch => Box::<crate::sbitmap::BatchWake>::default(),
+            Wake::Stash => Box::<crate::sbitmap::StashWake>::default(),
+            Wake::Handoff => Box::<crate::sbitmap::HandoffWake>::default(),
+            Wake::Custom(name) => match crate::registry::wake_policy(name) {
+                Some(factory) => factory(),
+                None => return Err(Wake::unknown("wake", name)),
+            },
+        })
+    }
+
+    fn unknown(driver: &str, name: &str) -> ConfigError {
+        ConfigError::BadValue {
+            driver: driver.to_string(),
+            key: "wake".into(),
+            value: name.to_string(),
+            expected: crate::registry::wake_policy_names().join(", "),
+        }
+    }
+
+    fn from_name(driver: &str, name: &str) -> Result<Self, ConfigError> {
+        Ok(match name {
+            "batch" => Wake::Batch,
+            "stash" => Wake::Stash,
+            "handoff" => Wake::Handoff,
+            other if crate::registry::wake_policy(other).is_some() => Wake::Custom(other.to_string()),
+            other => return Err(Wake::unknown(driver, other)),
+        })
+    }
+}
+
+impl std::str::FromStr for Wake {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<Self, ConfigError> {
+        Wake::from_name("wake", s.trim())
+    }
+}
+
+impl std::fmt::Display for Wake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -112,25 +175,19 @@ impl SpecParams {
 
     /// The block-layer options of this spec.
     pub fn queue_options(&self) -> Result<QueueOptions, ConfigError> {
-        let wake = self.choice("wake", crate::sbitmap::DEFAULT_WAKE_POLICY, crate::sbitmap::WAKE_POLICIES)?;
+        let wake = match self.raw("wake") {
+            Some(name) => Wake::from_name(&self.driver, name)?,
+            None => Wake::default(),
+        };
         let nesting = self.choice("plug_nesting", "outermost", crate::plug::PlugNesting::NAMES)?;
         let plug_nesting = crate::plug::PlugNesting::from_name(nesting).expect("a listed name");
-        let sched = self.choice("sched", "none", crate::sched::SCHEDULERS)?.to_string();
+        let sched = Sched::from_params(self.raw("sched").unwrap_or("none"), self)?;
         let nr_requests = match self.is_set("nr_requests") {
             true => Some(self.u64_in("nr_requests", 0, 4, 65536)? as u32),
             false => None,
         };
-        let sched_tunables =
-            self.pairs.iter().filter(|(k, _)| crate::sched::TUNABLE_KEYS.contains(&k.as_str())).cloned().collect();
         let hybrid_poll_delay_us = self.u64_in("hybrid_poll_delay", 0, 0, 1_000_000)? as u32;
-        Ok(QueueOptions {
-            wake: wake.to_string(),
-            plug_nesting,
-            sched,
-            sched_tunables,
-            nr_requests,
-            hybrid_poll_delay_us,
-        })
+        Ok(QueueOptions { wake, plug_nesting, sched, nr_requests, hybrid_poll_delay_us })
     }
 
     /// The key=value pairs, in order.
@@ -194,19 +251,6 @@ impl SpecParams {
     }
 }
 
-/// Builds the driver a spec names, and the block-layer options it sets.
-pub fn driver_from_spec(spec: &str) -> Result<(Box<dyn Driver>, QueueOptions), Error> {
-    let params = SpecParams::parse(spec)?;
-    let driver: Box<dyn Driver> = match params.driver.as_str() {
-        "null" => Box::new(crate::driver::null::NullDriver::from_params(&params)?),
-        "file" => Box::new(crate::driver::uring::FileDriver::from_params(&params)?),
-        other => {
-            return Err(ConfigError::UnknownDriver { driver: other.to_string(), accepted: DRIVERS.join(", ") }.into())
-        }
-    };
-    Ok((driver, params.queue_options()?))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,11 +274,5 @@ mod tests {
         assert!(e.contains("irqmode") && e.contains("0..=2"), "{e}");
         assert!(matches!(SpecParams::parse("null:gb"), Err(ConfigError::Malformed { .. })));
         assert!(matches!(SpecParams::parse("null:gb=1,gb=2"), Err(ConfigError::Duplicate { .. })));
-    }
-
-    #[test]
-    fn unknown_driver_lists_drivers() {
-        let e = driver_from_spec("nul:gb=1").err().unwrap().to_string();
-        assert!(e.contains("'nul'") && e.contains("null"), "{e}");
     }
 }

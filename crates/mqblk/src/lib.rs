@@ -38,6 +38,7 @@ mod loom_models;
 mod merge;
 pub mod plug;
 mod queue;
+mod registry;
 mod request;
 mod ring;
 pub mod sbitmap;
@@ -49,12 +50,17 @@ pub mod zoned;
 
 pub use buf::{Buf, BUF_ALIGN};
 pub use client::{Client, ClientStats, Completion, RwCount};
-pub use config::{ConfigError, QueueOptions};
+pub use config::{ConfigError, QueueOptions, SpecParams, Wake};
 pub use error::{Error, Rejected, SubmitError};
 pub use fixed::FixedBufs;
 pub use hctx::Hctx;
 pub use plug::{Plug, PlugNesting};
 pub use queue::{Device, DeviceStats, QueueLimits, DEFAULT_MAX_SECTORS, DEFAULT_MAX_SEGMENTS, MAX_BIO_BYTES};
+pub use registry::{
+    driver_names, elevator_names, register_driver, register_elevator, register_wake_policy, wake_policy_names,
+    DriverFactory, ElevatorFactory, WakePolicyFactory,
+};
 pub use request::{op_is_sync, Bio, IoPrio, IoPrioClass, Op, ReqFlags, Rq, RqList, SECTOR_SHIFT, SECTOR_SIZE};
+pub use sched::{BfqTunables, DeadlineTunables, Elevator, ElevatorArgs, KyberTunables, Sched};
 pub use status::Status;
 pub use tag::TagSetConfig;

@@ -21,17 +21,12 @@ use crate::hctx::Hctx;
 pub use crate::limits::{QueueLimits, DEFAULT_MAX_SECTORS, DEFAULT_MAX_SEGMENTS, MAX_BIO_BYTES};
 use crate::plug::PlugNesting;
 use crate::request::{Bio, Op, RqState, SECTOR_SHIFT};
-use crate::sbitmap::{wake_policy, WAKE_POLICIES};
 use std::sync::Arc;
 
-use crate::config::SpecParams;
-use crate::sched::SchedCtx;
+use crate::config::Wake;
+use crate::sched::{Sched, SchedCtx};
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, Parker};
 use crate::tag::{TagSetConfig, Tags};
-
-fn params_keys(p: &SpecParams) -> impl Iterator<Item = (String, String)> + '_ {
-    p.pairs().iter().cloned()
-}
 
 /// Device-wide counters, summed over hardware queues.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -97,8 +92,8 @@ pub(crate) struct RequestQueue {
     all_clients: Mutex<Vec<Arc<ClientShared>>>,
     plug_nesting: PlugNesting,
     hybrid_poll_delay: Duration,
-    /// The wakeup policy's name, for scheduler tags made later.
-    wake: String,
+    /// The wakeup policy, for scheduler tags made later.
+    wake: Wake,
     /// Every scheduler context ever installed: hctxs point into these, and
     /// they live as long as the queue (see `Hctx::sched`). Boxed so that
     /// they never move when the vector grows.
@@ -126,9 +121,7 @@ impl RequestQueue {
         limits.validate().map_err(Error::Setup)?;
         let mut hctxs: Box<[Hctx]> = (0..tag_set.nr_hw_queues)
             .map(|i| {
-                let policy = wake_policy(&opts.wake).ok_or_else(|| {
-                    Error::Setup(format!("wake={} (accepted: {})", opts.wake, WAKE_POLICIES.join(", ")))
-                })?;
+                let policy = opts.wake.policy()?;
                 let is_poll = i >= tag_set.nr_hw_queues - tag_set.poll_queues;
                 Ok(Hctx::new(i, Tags::new(&tag_set, policy), driver.clone(), is_poll))
             })
@@ -164,24 +157,17 @@ impl RequestQueue {
             worker: Mutex::new(None),
         });
         q.start_worker()?;
-        let params = SpecParams::from_pairs(&opts.sched, opts.sched_tunables.clone());
-        q.install_scheduler(&opts.sched, opts.nr_requests, &params).map_err(Error::Setup)?;
+        q.install_scheduler(&opts.sched, opts.nr_requests)?;
         Ok(q)
     }
 
     /// Builds scheduler `name` and points every hctx at it. Only at
     /// creation or while frozen (`set_scheduler`).
-    fn install_scheduler(&self, name: &str, nr_requests: Option<u32>, p: &SpecParams) -> Result<(), String> {
-        if self.limits.zoned.is_some() && matches!(name, "kyber" | "bfq") {
-            // The kernel's ELEVATOR_F_ZBD_SEQ_WRITE: only schedulers that
-            // keep a zone's writes in order may run on a zoned device.
-            return Err(format!(
-                "sched={name} may reorder writes within a zone: a zoned device accepts none or mq-deadline"
-            ));
-        }
+    fn install_scheduler(&self, sched: &Sched, nr_requests: Option<u32>) -> Result<(), Error> {
+        self.check_zoned_sched(sched)?;
         let nr_requests = nr_requests.unwrap_or_else(|| crate::sched::default_nr_requests(self.tag_set.queue_depth));
         let elevator: Option<Arc<dyn crate::sched::Elevator>> =
-            crate::sched::elevator(name, self.hctxs.len(), nr_requests, p)?.map(Arc::from);
+            sched.build(self.hctxs.len(), nr_requests)?.map(Arc::from);
         if let Some(e) = &elevator {
             e.depth_updated(nr_requests);
         }
@@ -190,7 +176,7 @@ impl RequestQueue {
             let ptr = match &elevator {
                 None => std::ptr::null_mut(),
                 Some(e) => {
-                    let policy = wake_policy(&self.wake).expect("checked at creation");
+                    let policy = self.wake.policy().expect("built at creation");
                     let config = TagSetConfig::new(self.hctxs.len(), nr_requests);
                     let mut tags = Tags::with_min_shallow(&config, policy, e.min_shallow_depth());
                     tags.bind(hctx);
@@ -202,31 +188,36 @@ impl RequestQueue {
             };
             hctx.sched.store(ptr, Ordering::Release);
         }
-        *self.sched_name.lock() = name.to_string();
+        *self.sched_name.lock() = sched.name().to_string();
         Ok(())
+    }
+
+    /// The kernel's ELEVATOR_F_ZBD_SEQ_WRITE: only schedulers known to keep
+    /// a zone's writes in order may run on a zoned device.
+    fn check_zoned_sched(&self, sched: &Sched) -> Result<(), Error> {
+        if self.limits.zoned.is_none() || matches!(sched, Sched::None | Sched::MqDeadline(_)) {
+            return Ok(());
+        }
+        Err(Error::Setup(format!(
+            "sched={} may reorder writes within a zone: a zoned device accepts none or mq-deadline",
+            sched.name()
+        )))
     }
 
     /// Switches the scheduler of a live queue (writing queue/scheduler):
     /// freezes submissions, waits until every request has completed, swaps,
     /// and lets submissions in again. Nothing is lost; a request held in a
     /// thread's plug for more than `drain_timeout` makes it fail instead.
-    fn set_scheduler(&self, spec: &str, drain_timeout: Duration) -> Result<(), Error> {
-        let params = SpecParams::parse(&format!("sched:{}", spec.split_once(',').map_or("", |(_, t)| t)))?;
-        let name = spec.split(',').next().unwrap_or("").trim();
-        if let Some((key, _)) = params_keys(&params).find(|(k, _)| !crate::sched::TUNABLE_KEYS.contains(&k.as_str())) {
-            return Err(Error::Setup(format!(
-                "scheduler tunable '{key}' unknown (accepted: {})",
-                crate::sched::TUNABLE_KEYS.join(", ")
-            )));
-        }
-        // Build first: a bad name or tunable fails before anything stops.
+    fn set_scheduler(&self, sched: &Sched, drain_timeout: Duration) -> Result<(), Error> {
+        // Build first: a bad tunable fails before anything stops.
+        self.check_zoned_sched(sched)?;
         let nr_requests = crate::sched::default_nr_requests(self.tag_set.queue_depth);
-        crate::sched::elevator(name, self.hctxs.len(), nr_requests, &params).map_err(Error::Setup)?;
+        sched.build(self.hctxs.len(), nr_requests)?;
         let _one_switch = self.switch_lock.lock();
         crate::sync::door::close(&self.frozen);
         let drained = self.wait_drained(drain_timeout);
         let result = match drained {
-            Ok(()) => self.install_scheduler(name, None, &params).map_err(Error::Setup),
+            Ok(()) => self.install_scheduler(sched, None),
             Err(e) => Err(e),
         };
         crate::sync::door::open(&self.frozen);
@@ -565,7 +556,7 @@ impl Device {
     /// `null:irqmode=2,completion_nsec=20000,memory_backed=1`.
     /// Block-layer keys (`wake=batch|stash`) may appear in any driver's spec.
     pub fn open(spec: &str) -> Result<Device, Error> {
-        let (driver, opts) = crate::config::driver_from_spec(spec)?;
+        let (driver, opts) = crate::driver::open(spec)?;
         Self::with_driver_options(driver, opts)
     }
 
@@ -670,13 +661,13 @@ impl Device {
     }
 
     /// Switches the I/O scheduler of the live device, like writing
-    /// `queue/scheduler`: `spec` is a name with optional tunables,
-    /// e.g. `"bfq,limit_depths=0"`. In-flight requests drain first (new
+    /// `queue/scheduler` (whose string form, `"bfq,limit_depths=0"`,
+    /// parses into a [`Sched`]). In-flight requests drain first (new
     /// submissions wait); none is lost. Fails, leaving the scheduler as it
-    /// was, on a bad name or tunable, or if the queue does not drain
-    /// within 30 s (a thread holding requests in a plug).
-    pub fn set_scheduler(&self, spec: &str) -> Result<(), Error> {
-        self.q.set_scheduler(spec, Duration::from_secs(30))
+    /// was, on a bad tunable, or if the queue does not drain within 30 s
+    /// (a thread holding requests in a plug).
+    pub fn set_scheduler(&self, sched: Sched) -> Result<(), Error> {
+        self.q.set_scheduler(&sched, Duration::from_secs(30))
     }
 
     /// A debugfs-like dump of every hardware queue and sbitmap.

@@ -69,12 +69,11 @@ impl GateState {
 
 fn gate_device(sched: &str, tunables: &[(&str, &str)], nr_requests: Option<u32>) -> (Device, Arc<GateState>) {
     let state = Arc::new(GateState::default());
-    let opts = QueueOptions {
-        sched: sched.to_string(),
-        sched_tunables: tunables.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-        nr_requests,
-        ..QueueOptions::default()
-    };
+    let spec: String = std::iter::once(sched.to_string())
+        .chain(tunables.iter().map(|(k, v)| format!("{k}={v}")))
+        .collect::<Vec<_>>()
+        .join(",");
+    let opts = QueueOptions { sched: spec.parse().unwrap(), nr_requests, ..QueueOptions::default() };
     (Device::with_driver_options(Box::new(Gate(state.clone())), opts).unwrap(), state)
 }
 
@@ -357,7 +356,7 @@ fn switching_schedulers_under_load_loses_nothing() {
         .collect();
     for name in ["mq-deadline", "bfq", "kyber", "none", "bfq,limit_depths=0", "mq-deadline,fifo_batch=4", "none"] {
         std::thread::sleep(Duration::from_millis(30));
-        dev.set_scheduler(name).unwrap();
+        dev.set_scheduler(name.parse().unwrap()).unwrap();
         assert_eq!(dev.scheduler(), name.split(',').next().unwrap());
     }
     stop.store(true, Ordering::Relaxed);
@@ -365,10 +364,13 @@ fn switching_schedulers_under_load_loses_nothing() {
     assert!(submitted > 0);
     assert_eq!(done_total.load(Ordering::Relaxed), submitted, "every submitted bio completed once");
     assert_eq!(dev.busy_tags(), 0);
-    let e = dev.set_scheduler("cfq").unwrap_err().to_string();
+    let e = "cfq".parse::<mqblk::Sched>().unwrap_err().to_string();
     assert!(e.contains("cfq") && e.contains("mq-deadline"), "{e}");
-    let e = dev.set_scheduler("bfq,timeout_sync=125").unwrap_err().to_string();
+    let e = "bfq,timeout_sync=125".parse::<mqblk::Sched>().unwrap_err().to_string();
     assert!(e.contains("timeout_sync"), "{e}");
+    let bad = mqblk::Sched::MqDeadline(mqblk::DeadlineTunables::default().fifo_batch(0));
+    let e = dev.set_scheduler(bad).unwrap_err().to_string();
+    assert!(e.contains("fifo_batch"), "{e}");
     assert_eq!(dev.scheduler(), "none", "a refused switch changes nothing");
 }
 

@@ -44,6 +44,8 @@ pub mod uring;
 
 use std::time::Duration;
 
+use crate::config::{ConfigError, QueueOptions, SpecParams};
+use crate::error::Error;
 use crate::hctx::Hctx;
 use crate::queue::QueueLimits;
 use crate::request::{Rq, RqList};
@@ -192,6 +194,35 @@ pub trait Driver: Send + Sync + 'static {
     }
 }
 
+/// Builds a driver from a parsed spec (each driver checks its own keys).
+type BuiltinFactory = fn(&SpecParams) -> Result<Box<dyn Driver>, Error>;
+
+/// The drivers built into the crate, by the name a spec starts with.
+const BUILTIN: &[(&str, BuiltinFactory)] = &[("null", null::open), ("file", uring::open)];
+
+pub(crate) fn builtin_names() -> Vec<&'static str> {
+    BUILTIN.iter().map(|(name, _)| *name).collect()
+}
+
+/// Opens the driver a spec names (`null:gb=1,sched=bfq`: a built-in
+/// driver or one added with [`crate::register_driver`]), and the
+/// block-layer options the spec sets.
+pub fn open(spec: &str) -> Result<(Box<dyn Driver>, QueueOptions), Error> {
+    let params = SpecParams::parse(spec)?;
+    let name = params.driver.as_str();
+    let driver = match BUILTIN.iter().find(|(n, _)| *n == name) {
+        Some((_, factory)) => factory(&params)?,
+        None => match crate::registry::driver(name) {
+            Some(factory) => factory(&params)?,
+            None => {
+                let accepted = crate::registry::driver_names().join(", ");
+                return Err(ConfigError::UnknownDriver { driver: name.to_string(), accepted }.into());
+            }
+        },
+    };
+    Ok((driver, params.queue_options()?))
+}
+
 /// Most extents one block-status answer carries (a prefix of the range).
 pub const MAX_EXTENTS: usize = 256;
 
@@ -216,6 +247,12 @@ pub(crate) fn extents_by(offset: u64, len: u64, unit: u64, out: &mut Vec<(u64, b
 #[cfg(all(test, not(loom)))]
 mod extent_tests {
     use super::*;
+
+    #[test]
+    fn unknown_driver_lists_drivers() {
+        let e = open("nul:gb=1").err().unwrap().to_string();
+        assert!(e.contains("'nul'") && e.contains("null, file"), "{e}");
+    }
 
     #[test]
     fn extents_merge_neighbours_and_stop_at_the_cap() {

@@ -26,9 +26,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
 
-use super::{tunable, Elevator, RqTable};
+use super::{BfqTunables, Elevator, RqTable};
 use crate::clock::coarse_now_ns as now_ns;
-use crate::config::SpecParams;
 use crate::request::{op_is_sync, IoPrio, IoPrioClass, Op, ReqFlags, Rq, RqList};
 use crate::sync::{AtomicU32, Mutex, Ordering};
 
@@ -107,15 +106,15 @@ pub struct Bfq {
 }
 
 impl Bfq {
-    pub fn new(nr_hw_queues: usize, nr_requests: u32, p: &SpecParams) -> Result<Self, String> {
+    pub fn new(nr_hw_queues: usize, nr_requests: u32, tunables: &BfqTunables) -> Self {
         let ms = 1_000_000;
         let t = Tunables {
-            low_latency: tunable(p, "low_latency", 1, 0, 1)? == 1,
-            limit_depths: tunable(p, "limit_depths", 1, 0, 1)? == 1,
-            max_budget: tunable(p, "max_budget", 16384, 1, 1 << 30)?,
-            wr_max_time_ns: tunable(p, "wr_max_time", 6000, 1, 3_600_000)? * ms,
-            wr_min_idle_ns: tunable(p, "wr_min_idle_time", 2000, 0, 3_600_000)? * ms,
-            slice_idle_ns: tunable(p, "slice_idle", 8, 0, 1000)? * ms,
+            low_latency: tunables.low_latency,
+            limit_depths: tunables.limit_depths,
+            max_budget: tunables.max_budget,
+            wr_max_time_ns: tunables.wr_max_time * ms,
+            wr_min_idle_ns: tunables.wr_min_idle_time * ms,
+            slice_idle_ns: tunables.slice_idle * ms,
         };
         let hctxs = (0..nr_hw_queues)
             .map(|_| {
@@ -133,7 +132,7 @@ impl Bfq {
                 Mutex::new(state)
             })
             .collect();
-        Ok(Self { t, nr_requests, wr_busy: AtomicU32::new(0), hctxs })
+        Self { t, nr_requests, wr_busy: AtomicU32::new(0), hctxs }
     }
 
     fn budget_vtime(&self, weight: u64) -> u64 {

@@ -17,9 +17,9 @@
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 
-use super::{tunable, BioPos, Elevator, MergeKind, RqTable};
+use super::{BioPos, DeadlineTunables, Elevator, MergeKind, RqTable};
 use crate::clock::coarse_now_ns as now_ns;
-use crate::config::SpecParams;
+use crate::config::ConfigError;
 use crate::request::{op_is_sync, Op, ReqFlags, Rq, RqList};
 use crate::sync::{AtomicU32, Mutex, Ordering};
 
@@ -109,22 +109,27 @@ pub struct MqDeadline {
 }
 
 impl MqDeadline {
-    pub fn new(nr_hw_queues: usize, nr_requests: u32, p: &SpecParams) -> Result<Self, String> {
+    pub fn new(nr_hw_queues: usize, nr_requests: u32, tunables: &DeadlineTunables) -> Result<Self, ConfigError> {
         let ms = 1_000_000;
+        if tunables.async_depth > nr_requests {
+            return Err(ConfigError::BadValue {
+                driver: "mq-deadline".into(),
+                key: "async_depth".into(),
+                value: tunables.async_depth.to_string(),
+                expected: format!("an integer in 1..={nr_requests} (nr_requests), or 0 for 3/4 of it"),
+            });
+        }
         let t = Tunables {
-            async_depth_set: p.is_set("async_depth"),
-            read_expire_ns: tunable(p, "read_expire", 500, 0, 3_600_000)? * ms,
-            write_expire_ns: tunable(p, "write_expire", 5000, 0, 3_600_000)? * ms,
-            writes_starved: tunable(p, "writes_starved", 2, 0, 1 << 20)? as u32,
-            fifo_batch: tunable(p, "fifo_batch", 16, 1, 1 << 20)? as u32,
-            front_merges: tunable(p, "front_merges", 1, 0, 1)? == 1,
-            async_depth: AtomicU32::new(tunable(
-                p,
-                "async_depth",
-                (3 * u64::from(nr_requests) / 4).max(1),
-                1,
-                nr_requests.into(),
-            )? as u32),
+            async_depth_set: tunables.async_depth > 0,
+            read_expire_ns: tunables.read_expire * ms,
+            write_expire_ns: tunables.write_expire * ms,
+            writes_starved: tunables.writes_starved,
+            fifo_batch: tunables.fifo_batch,
+            front_merges: tunables.front_merges,
+            async_depth: AtomicU32::new(match tunables.async_depth {
+                0 => (3 * nr_requests / 4).max(1),
+                depth => depth,
+            }),
         };
         let cap = nr_requests as usize;
         let hctxs = (0..nr_hw_queues)

@@ -16,9 +16,8 @@
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 
-use super::{tunable, DoneInfo, Elevator, RqTable};
+use super::{DoneInfo, Elevator, KyberTunables, RqTable};
 use crate::clock::now_ns;
-use crate::config::SpecParams;
 use crate::request::{op_is_sync, Op, ReqFlags, Rq, RqList};
 use crate::sync::{AtomicU32, Mutex, Ordering};
 
@@ -61,13 +60,8 @@ pub struct Kyber {
 }
 
 impl Kyber {
-    pub fn new(nr_hw_queues: usize, nr_requests: u32, p: &SpecParams) -> Result<Self, String> {
-        let target_ns = [
-            tunable(p, "read_lat_nsec", 2_000_000, 1, u64::MAX)?,
-            tunable(p, "write_lat_nsec", 10_000_000, 1, u64::MAX)?,
-            5_000_000_000,
-            10_000_000,
-        ];
+    pub fn new(nr_hw_queues: usize, nr_requests: u32, t: &KyberTunables) -> Self {
+        let target_ns = [t.read_lat_nsec, t.write_lat_nsec, 5_000_000_000, 10_000_000];
         let cap = nr_requests as usize;
         let hctxs = (0..nr_hw_queues)
             .map(|_| {
@@ -87,7 +81,7 @@ impl Kyber {
             })
             .collect();
         // KYBER_ASYNC_PERCENT: async requests get 75% of the tags.
-        Ok(Self { target_ns, async_depth: (nr_requests * 3 / 4).max(1), hctxs })
+        Self { target_ns, async_depth: (nr_requests * 3 / 4).max(1), hctxs }
     }
 
     /// End of a window: scale each domain's depth by its p90 latency.

@@ -20,6 +20,7 @@
 //! merge.rs for merging bios into queued requests.
 
 mod bfq;
+mod choice;
 mod deadline;
 mod dispatch;
 mod kyber;
@@ -32,6 +33,7 @@ use crate::request::{op_is_sync, IoPrio, Op, ReqFlags, Rq, RqList};
 use crate::tag::Tags;
 
 pub use bfq::Bfq;
+pub use choice::{BfqTunables, DeadlineTunables, KyberTunables, Sched};
 pub use deadline::MqDeadline;
 pub use kyber::Kyber;
 
@@ -117,22 +119,16 @@ pub trait Elevator: Send + Sync + 'static {
     fn show(&self, _out: &mut String) {}
 }
 
-/// Builds the scheduler `name` for a device of `nr_hw_queues` queues with
-/// `nr_requests` scheduler tags each; tunables come from the spec (their
-/// kernel names, e.g. `read_expire=250`).
-pub fn elevator(
-    name: &str,
-    nr_hw_queues: usize,
-    nr_requests: u32,
-    p: &SpecParams,
-) -> Result<Option<Box<dyn Elevator>>, String> {
-    Ok(match name {
-        "none" => None,
-        "mq-deadline" => Some(Box::new(MqDeadline::new(nr_hw_queues, nr_requests, p)?)),
-        "kyber" => Some(Box::new(Kyber::new(nr_hw_queues, nr_requests, p)?)),
-        "bfq" => Some(Box::new(Bfq::new(nr_hw_queues, nr_requests, p)?)),
-        other => return Err(format!("sched={other} (accepted: {})", SCHEDULERS.join(", "))),
-    })
+/// What an elevator factory (see [`crate::register_elevator`]) builds for:
+/// the device's hardware queues, the scheduler tags of each (the most
+/// requests the elevator holds per hardware queue), and the tunables given
+/// with its name (`"sstf,key=value"`).
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ElevatorArgs {
+    pub nr_hw_queues: usize,
+    pub nr_requests: u32,
+    pub tunables: SpecParams,
 }
 
 /// Tunable keys of every scheduler (accepted in any device spec).
@@ -203,9 +199,4 @@ impl RqTable {
     pub(crate) fn get_mut(&mut self, tag: u32) -> &mut Rq {
         self.slots[tag as usize].as_mut().expect("a queued request")
     }
-}
-
-/// Reads a tunable in `min..=max` with a default.
-pub(crate) fn tunable(p: &SpecParams, key: &str, default: u64, min: u64, max: u64) -> Result<u64, String> {
-    p.u64_in(key, default, min, max).map_err(|e| e.to_string())
 }

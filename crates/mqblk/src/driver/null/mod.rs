@@ -284,6 +284,11 @@ impl Throttle {
 }
 
 /// The null block device driver.
+/// `null:` specs (registered in `driver::BUILTIN`).
+pub(crate) fn open(p: &SpecParams) -> Result<Box<dyn Driver>, crate::error::Error> {
+    Ok(Box::new(NullDriver::from_params(p)?))
+}
+
 pub struct NullDriver {
     cfg: NullConfig,
     mem: Option<MemStore>,

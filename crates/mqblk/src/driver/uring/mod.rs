@@ -161,6 +161,11 @@ fn sysfs_queue(file: &File) -> Option<SysfsQueue> {
     })
 }
 
+/// `file:` specs (registered in `driver::BUILTIN`).
+pub(crate) fn open(p: &SpecParams) -> Result<Box<dyn Driver>, Error> {
+    Ok(Box::new(FileDriver::from_params(p)?))
+}
+
 pub struct FileDriver {
     cfg: FileConfig,
     file: File,

@@ -1,0 +1,307 @@
+//! The typed choice of an I/O scheduler: [`Sched`] with each built-in
+//! elevator's tunables (kernel names and defaults), or an elevator
+//! registered by name. The string form (`"bfq,limit_depths=0"`, or
+//! `sched=bfq,limit_depths=0` in a device spec) parses into it; errors
+//! name the key.
+
+use std::fmt;
+use std::str::FromStr;
+
+use super::{Bfq, Elevator, ElevatorArgs, Kyber, MqDeadline, SCHEDULERS, TUNABLE_KEYS};
+use crate::config::{ConfigError, SpecParams};
+use crate::error::Error;
+
+/// The I/O scheduler of a device (`sched=`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Sched {
+    /// No elevator: requests go to the driver in submission order.
+    #[default]
+    None,
+    MqDeadline(DeadlineTunables),
+    Kyber(KyberTunables),
+    Bfq(BfqTunables),
+    /// An elevator added with [`crate::register_elevator`], with the
+    /// tunables its factory reads (`"sstf,key=value"`).
+    Custom {
+        name: String,
+        tunables: Vec<(String, String)>,
+    },
+}
+
+/// A tunable: its kernel name, default and accepted range.
+struct Key {
+    name: &'static str,
+    default: u64,
+    min: u64,
+    max: u64,
+}
+
+const fn key(name: &'static str, default: u64, min: u64, max: u64) -> Key {
+    Key { name, default, min, max }
+}
+
+/// Declares a tunables struct whose fields are read from spec keys of the
+/// same name, each in its range, with a builder-style setter per field.
+macro_rules! tunables {
+    ($(#[$doc:meta])* $name:ident { $($(#[$fdoc:meta])* $field:ident: $ty:ty = $key:expr,)* }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        #[non_exhaustive]
+        pub struct $name {
+            $($(#[$fdoc])* pub $field: $ty,)*
+        }
+
+        impl $name {
+            const KEYS: &'static [Key] = &[$($key,)*];
+
+            $($(#[$fdoc])* pub fn $field(mut self, value: $ty) -> Self {
+                self.$field = value;
+                self
+            })*
+
+            fn from_params(p: &SpecParams) -> Result<Self, ConfigError> {
+                let mut keys = Self::KEYS.iter();
+                Ok(Self { $($field: {
+                    let k = keys.next().expect("a key per field");
+                    <$ty as Tunable>::from_u64(p.u64_in(k.name, k.default, k.min, k.max)?)
+                },)* })
+            }
+
+            fn pairs(&self) -> Vec<(String, String)> {
+                let mut keys = Self::KEYS.iter();
+                vec![$((keys.next().expect("a key per field").name.to_string(), Tunable::to_u64(self.$field).to_string()),)*]
+            }
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                let mut keys = Self::KEYS.iter();
+                Self { $($field: <$ty as Tunable>::from_u64(keys.next().expect("a key per field").default),)* }
+            }
+        }
+    };
+}
+
+/// A tunable's value type (bools are 0 or 1, as in sysfs).
+trait Tunable {
+    fn from_u64(v: u64) -> Self;
+    fn to_u64(self) -> u64;
+}
+
+impl Tunable for u64 {
+    fn from_u64(v: u64) -> Self {
+        v
+    }
+    fn to_u64(self) -> u64 {
+        self
+    }
+}
+
+impl Tunable for u32 {
+    fn from_u64(v: u64) -> Self {
+        u32::try_from(v).expect("ranges of u32 tunables fit")
+    }
+    fn to_u64(self) -> u64 {
+        self.into()
+    }
+}
+
+impl Tunable for bool {
+    fn from_u64(v: u64) -> Self {
+        v != 0
+    }
+    fn to_u64(self) -> u64 {
+        self.into()
+    }
+}
+
+tunables! {
+    /// mq-deadline's tunables (block/mq-deadline.c names; times in ms).
+    DeadlineTunables {
+        read_expire: u64 = key("read_expire", 500, 0, 3_600_000),
+        write_expire: u64 = key("write_expire", 5000, 0, 3_600_000),
+        writes_starved: u32 = key("writes_starved", 2, 0, 1 << 20),
+        fifo_batch: u32 = key("fifo_batch", 16, 1, 1 << 20),
+        front_merges: bool = key("front_merges", 1, 0, 1),
+        /// Scheduler tags async I/O and writes may hold; 0: 3/4 of
+        /// nr_requests, following depth changes (the kernel's default).
+        async_depth: u32 = key("async_depth", 0, 0, 65536),
+    }
+}
+
+tunables! {
+    /// kyber's tunables: latency targets in ns.
+    KyberTunables {
+        read_lat_nsec: u64 = key("read_lat_nsec", 2_000_000, 1, u64::MAX),
+        write_lat_nsec: u64 = key("write_lat_nsec", 10_000_000, 1, u64::MAX),
+    }
+}
+
+tunables! {
+    /// bfq's tunables (times in ms; `limit_depths` is mqblk's switch for
+    /// the seed-003 depth limits).
+    BfqTunables {
+        low_latency: bool = key("low_latency", 1, 0, 1),
+        limit_depths: bool = key("limit_depths", 1, 0, 1),
+        max_budget: u64 = key("max_budget", 16384, 1, 1 << 30),
+        wr_max_time: u64 = key("wr_max_time", 6000, 1, 3_600_000),
+        wr_min_idle_time: u64 = key("wr_min_idle_time", 2000, 0, 3_600_000),
+        slice_idle: u64 = key("slice_idle", 8, 0, 1000),
+    }
+}
+
+impl Sched {
+    /// An elevator registered with [`crate::register_elevator`].
+    pub fn custom(name: impl Into<String>) -> Self {
+        Sched::Custom { name: name.into(), tunables: Vec::new() }
+    }
+
+    /// The name `sched=` chooses it by.
+    pub fn name(&self) -> &str {
+        match self {
+            Sched::None => "none",
+            Sched::MqDeadline(_) => "mq-deadline",
+            Sched::Kyber(_) => "kyber",
+            Sched::Bfq(_) => "bfq",
+            Sched::Custom { name, .. } => name,
+        }
+    }
+
+    /// The scheduler `name` with the tunables among `p`'s pairs (every
+    /// other pair must be a block-layer or driver key, checked before).
+    /// A tunable of another scheduler is an error naming it.
+    pub(crate) fn from_params(name: &str, p: &SpecParams) -> Result<Self, ConfigError> {
+        let given: Vec<(String, String)> =
+            p.pairs().iter().filter(|(k, _)| TUNABLE_KEYS.contains(&k.as_str())).cloned().collect();
+        let own: &[Key] = match name {
+            "none" => &[],
+            "mq-deadline" => DeadlineTunables::KEYS,
+            "kyber" => KyberTunables::KEYS,
+            "bfq" => BfqTunables::KEYS,
+            other if crate::registry::elevator(other).is_some() => {
+                return Ok(Sched::Custom { name: other.to_string(), tunables: given });
+            }
+            other => {
+                return Err(ConfigError::BadValue {
+                    driver: p.driver.clone(),
+                    key: "sched".into(),
+                    value: other.into(),
+                    expected: crate::registry::elevator_names().join(", "),
+                })
+            }
+        };
+        if let Some((k, _)) = given.iter().find(|(k, _)| !own.iter().any(|o| o.name == k)) {
+            let theirs: Vec<&str> = own.iter().map(|o| o.name).collect();
+            return Err(p.conflict(format!(
+                "'{k}' is not a tunable of sched={name} (its tunables: {})",
+                if theirs.is_empty() { "none".to_string() } else { theirs.join(", ") }
+            )));
+        }
+        Ok(match name {
+            "mq-deadline" => Sched::MqDeadline(DeadlineTunables::from_params(p)?),
+            "kyber" => Sched::Kyber(KyberTunables::from_params(p)?),
+            "bfq" => Sched::Bfq(BfqTunables::from_params(p)?),
+            _ => Sched::None,
+        })
+    }
+
+    /// Every tunable as a key=value pair (custom: those given).
+    fn pairs(&self) -> Vec<(String, String)> {
+        match self {
+            Sched::None => Vec::new(),
+            Sched::MqDeadline(t) => t.pairs(),
+            Sched::Kyber(t) => t.pairs(),
+            Sched::Bfq(t) => t.pairs(),
+            Sched::Custom { tunables, .. } => tunables.clone(),
+        }
+    }
+
+    /// Checks the tunables' ranges (a value set in code may be out of one).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let params = SpecParams::from_pairs("sched", self.pairs());
+        Sched::from_params(self.name(), &params).map(|_| ())
+    }
+
+    /// Builds the elevator (None for `none`) for a device of
+    /// `nr_hw_queues` queues with `nr_requests` scheduler tags each.
+    pub(crate) fn build(&self, nr_hw_queues: usize, nr_requests: u32) -> Result<Option<Box<dyn Elevator>>, Error> {
+        self.validate()?;
+        Ok(match self {
+            Sched::None => None,
+            Sched::MqDeadline(t) => Some(Box::new(MqDeadline::new(nr_hw_queues, nr_requests, t)?)),
+            Sched::Kyber(t) => Some(Box::new(Kyber::new(nr_hw_queues, nr_requests, t))),
+            Sched::Bfq(t) => Some(Box::new(Bfq::new(nr_hw_queues, nr_requests, t))),
+            Sched::Custom { name, tunables } => {
+                let factory = crate::registry::elevator(name).ok_or_else(|| ConfigError::BadValue {
+                    driver: "sched".into(),
+                    key: "sched".into(),
+                    value: name.clone(),
+                    expected: crate::registry::elevator_names().join(", "),
+                })?;
+                let tunables = SpecParams::from_pairs(name, tunables.clone());
+                Some(factory(&ElevatorArgs { nr_hw_queues, nr_requests, tunables })?)
+            }
+        })
+    }
+}
+
+/// `"name"` or `"name,key=value,..."`, as written to queue/scheduler.
+impl FromStr for Sched {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<Self, ConfigError> {
+        let (name, tunables) = s.split_once(',').unwrap_or((s, ""));
+        let params = SpecParams::parse(&format!("sched:{tunables}"))?;
+        let is_custom = crate::registry::elevator(name.trim()).is_some() && !SCHEDULERS.contains(&name.trim());
+        if !is_custom {
+            params.check_keys(&[])?;
+        }
+        Sched::from_params(name.trim(), &params)
+    }
+}
+
+/// The string form: the name, then the tunables that differ from the
+/// defaults (`mq-deadline,fifo_batch=4`).
+impl fmt::Display for Sched {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let defaults = match self {
+            Sched::MqDeadline(_) => Sched::MqDeadline(Default::default()).pairs(),
+            Sched::Kyber(_) => Sched::Kyber(Default::default()).pairs(),
+            Sched::Bfq(_) => Sched::Bfq(Default::default()).pairs(),
+            _ => Vec::new(),
+        };
+        f.write_str(self.name())?;
+        for pair in self.pairs().iter().filter(|p| !defaults.contains(p)) {
+            write!(f, ",{}={}", pair.0, pair.1)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn string_form_round_trips() {
+        for s in ["none", "mq-deadline", "mq-deadline,fifo_batch=4", "bfq,limit_depths=0", "kyber,read_lat_nsec=5"] {
+            let sched: Sched = s.parse().unwrap();
+            assert_eq!(sched.to_string(), s);
+        }
+        let sched: Sched = "mq-deadline,fifo_batch=4".parse().unwrap();
+        assert_eq!(sched, Sched::MqDeadline(DeadlineTunables::default().fifo_batch(4)));
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let e = "cfq".parse::<Sched>().unwrap_err().to_string();
+        assert!(e.contains("'cfq'") && e.contains("mq-deadline"), "{e}");
+        let e = "bfq,timeout_sync=125".parse::<Sched>().unwrap_err().to_string();
+        assert!(e.contains("timeout_sync"), "{e}");
+        let e = "bfq,read_expire=5".parse::<Sched>().unwrap_err().to_string();
+        assert!(e.contains("read_expire") && e.contains("sched=bfq"), "{e}");
+        let e = Sched::MqDeadline(DeadlineTunables::default().fifo_batch(0)).validate().unwrap_err().to_string();
+        assert!(e.contains("fifo_batch"), "{e}");
+    }
+}

@@ -1,0 +1,125 @@
+//! Plug-ins from outside the crate: a driver, an elevator and a wakeup
+//! policy registered by name, then chosen by spec strings.
+
+#![cfg(not(loom))]
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use mqblk::driver::{Driver, QueueRqResult};
+use mqblk::sbitmap::{SbitmapQueue, WakePolicy};
+use mqblk::{Device, Elevator, Hctx, QueueLimits, Rq, RqList, Sched, Status, TagSetConfig, Wake};
+
+struct Nop;
+
+impl Driver for Nop {
+    fn name(&self) -> &str {
+        "nop"
+    }
+    fn tag_set(&self) -> TagSetConfig {
+        TagSetConfig::new(1, 4)
+    }
+    fn limits(&self) -> QueueLimits {
+        QueueLimits::new(1 << 30, 512)
+    }
+    fn queue_rq(&self, _hctx: &Hctx, rq: Rq, _last: bool) -> QueueRqResult {
+        rq.complete(Status::Ok);
+        QueueRqResult::Queued
+    }
+}
+
+/// First in, first out; counts what it dispatched.
+struct Fifo {
+    queues: Vec<Mutex<VecDeque<Rq>>>,
+    dispatched: Arc<AtomicU64>,
+}
+
+impl Elevator for Fifo {
+    fn name(&self) -> &'static str {
+        "test-fifo"
+    }
+    fn limit_depth(&self, _hctx: usize, _op: mqblk::Op, _flags: mqblk::ReqFlags) -> Option<u32> {
+        None
+    }
+    fn insert_requests(&self, hctx: usize, rqs: &mut RqList) {
+        let mut q = self.queues[hctx].lock().unwrap();
+        while let Some(rq) = rqs.pop_front() {
+            q.push_back(rq);
+        }
+    }
+    fn dispatch_request(&self, hctx: usize) -> Option<Rq> {
+        let rq = self.queues[hctx].lock().unwrap().pop_front();
+        self.dispatched.fetch_add(u64::from(rq.is_some()), Ordering::Relaxed);
+        rq
+    }
+    fn has_work(&self, hctx: usize) -> bool {
+        !self.queues[hctx].lock().unwrap().is_empty()
+    }
+}
+
+/// Wakes one waiter per freed bit; counts the calls.
+#[derive(Debug)]
+struct OneByOne(Arc<AtomicU64>);
+
+impl WakePolicy for OneByOne {
+    fn name(&self) -> &'static str {
+        "test-one"
+    }
+    fn bits_freed(&self, sbq: &SbitmapQueue, nr: u32) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        sbq.wake_up_nr(nr);
+    }
+}
+
+#[test]
+fn a_registered_driver_opens_by_spec_and_checks_its_keys() {
+    mqblk::register_driver("test-nop", |p| {
+        p.check_keys(&["answer"])?;
+        assert_eq!(p.u64_in("answer", 0, 0, 100)?, 42);
+        Ok(Box::new(Nop))
+    });
+    let dev = Device::open("test-nop:answer=42,sched=none").unwrap();
+    dev.client().write_at(&[1u8; 512], 0).unwrap();
+    let e = Device::open("test-nop:answr=42").unwrap_err().to_string();
+    assert!(e.contains("'answr'") && e.contains("answer"), "{e}");
+    let e = Device::open("nope:").unwrap_err().to_string();
+    assert!(e.contains("null, file") && e.contains("test-nop"), "{e}");
+}
+
+#[test]
+fn a_registered_elevator_and_wake_policy_run_when_named() {
+    let dispatched = Arc::new(AtomicU64::new(0));
+    let counter = dispatched.clone();
+    mqblk::register_elevator("test-fifo", move |args| {
+        let queues = (0..args.nr_hw_queues).map(|_| Mutex::new(VecDeque::new())).collect();
+        Ok(Box::new(Fifo { queues, dispatched: counter.clone() }))
+    });
+    let frees = Arc::new(AtomicU64::new(0));
+    let counter = frees.clone();
+    mqblk::register_wake_policy("test-one", move || Box::new(OneByOne(counter.clone())));
+
+    let dev = Device::open("null:gb=1,irqmode=1,hw_queue_depth=2,nr_requests=4,sched=test-fifo,wake=test-one").unwrap();
+    assert_eq!(dev.scheduler(), "test-fifo");
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let dev = dev.clone();
+            std::thread::spawn(move || {
+                let mut c = dev.client();
+                for i in 0..100u64 {
+                    c.write_at(&[7u8; 512], i * 512).unwrap();
+                }
+            })
+        })
+        .collect();
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    assert_eq!(dispatched.load(Ordering::Relaxed), 800, "every write went through the elevator");
+    assert!(frees.load(Ordering::Relaxed) > 0, "the wakeup policy ran (8 writers, 4 scheduler tags)");
+
+    dev.set_scheduler("mq-deadline".parse().unwrap()).unwrap();
+    dev.set_scheduler(Sched::custom("test-fifo")).unwrap();
+    assert_eq!(dev.scheduler(), "test-fifo");
+    assert_eq!("test-one".parse::<Wake>().unwrap(), Wake::custom("test-one"));
+    let e = "test-two".parse::<Wake>().unwrap_err().to_string();
+    assert!(e.contains("handoff") && e.contains("test-one"), "{e}");
+}
