@@ -9,6 +9,20 @@
 use crate::sbitmap::WakePolicy;
 use crate::sched::Sched;
 
+/// Builder-style setters, one per field: `fn field(mut self, value) -> Self`.
+macro_rules! setters {
+    ($($field:ident: $ty:ty),* $(,)?) => {
+        $(
+            #[doc = concat!("Sets `", stringify!($field), "` (the spec key of that name).")]
+            pub fn $field(mut self, value: $ty) -> Self {
+                self.$field = value;
+                self
+            }
+        )*
+    };
+}
+pub(crate) use setters;
+
 /// Keys of the block layer itself, accepted in any driver's spec.
 pub const BLOCK_KEYS: &[&str] = &["wake", "plug_nesting", "sched", "nr_requests", "hybrid_poll_delay"];
 

@@ -24,6 +24,7 @@
 
 mod bio;
 mod buf;
+mod builder;
 mod client;
 pub mod clock;
 mod completion;
@@ -49,8 +50,12 @@ mod tag;
 pub mod zoned;
 
 pub use buf::{Buf, BUF_ALIGN};
+pub use builder::DeviceBuilder;
 pub use client::{Client, ClientStats, Completion, RwCount};
 pub use config::{ConfigError, QueueOptions, SpecParams, Wake};
+pub use driver::null::zoned::{ZoneLock, ZonedConfig};
+pub use driver::null::{IrqMode, NullConfig, PollMode};
+pub use driver::uring::FileConfig;
 pub use error::{Error, Rejected, SubmitError};
 pub use fixed::FixedBufs;
 pub use hctx::Hctx;

@@ -619,18 +619,18 @@ impl Device {
     }
 
     /// Up to `nr` zones from the one holding byte `offset`
-    /// (`blkdev_report_zones`). Errors: the device is not zoned (NotSupp),
-    /// or `offset` lies past its end (Invalid).
-    pub fn report_zones(&self, offset: u64, nr: usize) -> Result<Vec<crate::zoned::Zone>, crate::status::Status> {
+    /// (`blkdev_report_zones`). Errors: `Error::Status` with NotSupp (the
+    /// device is not zoned) or Invalid (`offset` lies past its end).
+    pub fn report_zones(&self, offset: u64, nr: usize) -> Result<Vec<crate::zoned::Zone>, Error> {
         use crate::status::Status;
         if self.q.limits.zoned.is_none() {
-            return Err(Status::NotSupp);
+            return Err(Error::Status(Status::NotSupp));
         }
         if offset >= self.q.limits.capacity_bytes {
-            return Err(Status::Invalid);
+            return Err(Error::Status(Status::Invalid));
         }
         let mut out = Vec::with_capacity(nr.min(4096));
-        self.q.driver.report_zones(offset >> SECTOR_SHIFT, nr, &mut out)?;
+        self.q.driver.report_zones(offset >> SECTOR_SHIFT, nr, &mut out).map_err(Error::Status)?;
         Ok(out)
     }
 

@@ -54,7 +54,7 @@ impl ZoneTarget for DeviceTarget {
     }
 
     fn report(&mut self) -> Result<Vec<(&'static str, u64)>, i32> {
-        let zones = self.dev.report_zones(0, self.zoned.nr_zones as usize).map_err(Status::errno)?;
+        let zones = self.dev.report_zones(0, self.zoned.nr_zones as usize).map_err(|e| e.errno())?;
         Ok(zones.iter().map(|z| (z.cond.name(), z.wp - z.start)).collect())
     }
 

@@ -97,11 +97,11 @@ pub const NULL_KEYS: &[&str] = &[
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IrqMode {
     /// 0: inside `queue_rq`, on the submitting thread.
-    None,
+    None = 0,
     /// 1: on the hardware queue's completion thread, as soon as possible.
-    Softirq,
+    Softirq = 1,
     /// 2: on the completion thread, `completion_nsec` after submission.
-    Timer,
+    Timer = 2,
 }
 
 /// How hipri requests are completed by polling (`poll_mode`).
@@ -114,8 +114,12 @@ pub enum PollMode {
     Hybrid,
 }
 
-/// null_blk's parameters (see the module table).
+/// null_blk's parameters (see the module table): `NullConfig::new()` is
+/// null_blk's defaults, changed by a setter per parameter (`gb`, `size_mb`,
+/// and one named as each field). The same checks as a `null:` spec apply
+/// when the device is built, with errors naming the spec key.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct NullConfig {
     pub size_bytes: u64,
     pub bs: u32,
@@ -162,6 +166,97 @@ impl Default for NullConfig {
 }
 
 impl NullConfig {
+    /// null_blk's defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Size in GiB (`gb=`).
+    pub fn gb(mut self, gb: u64) -> Self {
+        self.size_bytes = gb << 30;
+        self
+    }
+
+    /// Size in MiB (`size=`).
+    pub fn size_mb(mut self, size_mb: u64) -> Self {
+        self.size_bytes = size_mb << 20;
+        self
+    }
+
+    crate::config::setters! {
+        bs: u32,
+        submit_queues: usize,
+        poll_queues: usize,
+        poll_mode: PollMode,
+        hw_queue_depth: u32,
+        irqmode: IrqMode,
+        completion_nsec: u64,
+        memory_backed: bool,
+        discard: bool,
+        mbps: u64,
+        max_sectors: u32,
+        max_segments: u32,
+        rotational: bool,
+        seek_nsec: u64,
+        channels: usize,
+        zoned: Option<ZonedConfig>,
+    }
+
+    /// The config as a `null:` spec's key=value pairs.
+    fn to_pairs(&self) -> Result<Vec<(String, String)>, ConfigError> {
+        if self.size_bytes < 1 << 20 || self.size_bytes % (1 << 20) != 0 {
+            return Err(ConfigError::BadValue {
+                driver: "null".into(),
+                key: "size".into(),
+                value: format!("{} bytes", self.size_bytes),
+                expected: "a whole number of MiB".into(),
+            });
+        }
+        let b = |v: bool| u64::from(v).to_string();
+        let mut pairs: Vec<(&str, String)> = vec![
+            ("size", (self.size_bytes >> 20).to_string()),
+            ("bs", self.bs.to_string()),
+            ("submit_queues", self.submit_queues.to_string()),
+            ("poll_queues", self.poll_queues.to_string()),
+            ("poll_mode", if self.poll_mode == PollMode::Hybrid { "hybrid" } else { "queues" }.to_string()),
+            ("hw_queue_depth", self.hw_queue_depth.to_string()),
+            ("irqmode", (self.irqmode as u64).to_string()),
+            ("completion_nsec", self.completion_nsec.to_string()),
+            ("memory_backed", b(self.memory_backed)),
+            ("discard", b(self.discard)),
+            ("mbps", self.mbps.to_string()),
+            ("max_sectors", self.max_sectors.to_string()),
+            ("max_segments", self.max_segments.to_string()),
+            ("rotational", b(self.rotational)),
+            ("seek_nsec", self.seek_nsec.to_string()),
+        ];
+        if self.channels > 0 {
+            pairs.push(("channels", self.channels.to_string()));
+        }
+        if let Some(z) = &self.zoned {
+            pairs.extend([
+                ("zoned", "1".to_string()),
+                ("zone_size", z.zone_size_mb.to_string()),
+                ("zone_capacity", z.zone_capacity_mb.to_string()),
+                ("zone_nr_conv", z.zone_nr_conv.to_string()),
+                ("zone_max_open", z.zone_max_open.to_string()),
+                ("zone_max_active", z.zone_max_active.to_string()),
+                ("zone_append_max_sectors", z.zone_append_max_sectors.to_string()),
+                ("zone_readonly", z.zone_readonly.to_string()),
+                ("zone_offline", z.zone_offline.to_string()),
+                ("zone_lock", if z.zone_lock == ZoneLock::Global { "global" } else { "per-zone" }.to_string()),
+            ]);
+        }
+        Ok(pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+    }
+
+    /// Checks every value as a `null:` spec's would be (errors name the
+    /// spec key) and returns the config as that spec parses (max_sectors
+    /// aligned down to the block size).
+    pub fn validate(&self) -> Result<Self, ConfigError> {
+        Self::from_params(&SpecParams::from_pairs("null", self.to_pairs()?))
+    }
+
     pub fn from_params(p: &SpecParams) -> Result<Self, ConfigError> {
         p.check_keys(NULL_KEYS)?;
         let d = NullConfig::default();
@@ -283,12 +378,12 @@ impl Throttle {
     }
 }
 
-/// The null block device driver.
 /// `null:` specs (registered in `driver::BUILTIN`).
 pub(crate) fn open(p: &SpecParams) -> Result<Box<dyn Driver>, crate::error::Error> {
     Ok(Box::new(NullDriver::from_params(p)?))
 }
 
+/// The null block device driver.
 pub struct NullDriver {
     cfg: NullConfig,
     mem: Option<MemStore>,
@@ -317,7 +412,9 @@ unsafe impl Send for NullDriver {}
 unsafe impl Sync for NullDriver {}
 
 impl NullDriver {
+    /// A null device; `cfg` is checked first (`NullConfig::validate`).
     pub fn new(cfg: NullConfig) -> Result<Self, crate::error::Error> {
+        let cfg = cfg.validate()?;
         let mut irq = Vec::new();
         let mut hybrid = Vec::new();
         let modelled = cfg.mbps > 0 || cfg.rotational || cfg.channels > 0;

@@ -37,8 +37,11 @@ pub enum ZoneLock {
     Global,
 }
 
-/// The zoned parameters of a null device (null_blk's names; MiB units).
+/// The zoned parameters of a null device (null_blk's names; MiB units):
+/// `ZonedConfig::new()` is null_blk's defaults (256 MiB zones, no limits),
+/// changed by a setter named as each field.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ZonedConfig {
     pub zone_size_mb: u64,
     /// 0: the zone size.
@@ -52,6 +55,41 @@ pub struct ZonedConfig {
     pub zone_readonly: u32,
     pub zone_offline: u32,
     pub zone_lock: ZoneLock,
+}
+
+impl Default for ZonedConfig {
+    fn default() -> Self {
+        Self {
+            zone_size_mb: 256,
+            zone_capacity_mb: 0,
+            zone_nr_conv: 0,
+            zone_max_open: 0,
+            zone_max_active: 0,
+            zone_append_max_sectors: 0,
+            zone_readonly: 0,
+            zone_offline: 0,
+            zone_lock: ZoneLock::PerZone,
+        }
+    }
+}
+
+impl ZonedConfig {
+    /// null_blk's defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    crate::config::setters! {
+        zone_size_mb: u64,
+        zone_capacity_mb: u64,
+        zone_nr_conv: u32,
+        zone_max_open: u32,
+        zone_max_active: u32,
+        zone_append_max_sectors: u32,
+        zone_readonly: u32,
+        zone_offline: u32,
+        zone_lock: ZoneLock,
+    }
 }
 
 /// What memory-backed reads past a sequential zone's wp return.

@@ -70,8 +70,11 @@ const BLKSSZGET: u64 = 0x1268;
 const BLKDISCARD: u64 = 0x1277;
 const BLKZEROOUT: u64 = 0x127f;
 
-/// The `file:` spec's parameters.
+/// The `file:` spec's parameters: `FileConfig::new(path)` has the
+/// defaults of the module table, changed by a setter named as each field.
+/// The same checks as a `file:` spec apply when the device is built.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FileConfig {
     pub path: String,
     pub direct: bool,
@@ -110,6 +113,70 @@ fn parse_bytes(p: &SpecParams, key: &str) -> Result<Option<u64>, ConfigError> {
 }
 
 impl FileConfig {
+    /// The defaults of the module table, on `path`.
+    pub fn new(path: impl Into<String>) -> Self {
+        Self {
+            path: path.into(),
+            direct: false,
+            size_bytes: None,
+            create: false,
+            queue_depth: 128,
+            submit_queues: 1,
+            poll_queues: 0,
+            bs: None,
+            register_files: true,
+            readonly: false,
+            reap_by_client: false,
+            single_issuer: false,
+        }
+    }
+
+    /// Device size in bytes (`size=`; default: the file's).
+    pub fn size_bytes(mut self, size_bytes: u64) -> Self {
+        self.size_bytes = Some(size_bytes);
+        self
+    }
+
+    /// Logical block size (`bs=`).
+    pub fn bs(mut self, bs: u32) -> Self {
+        self.bs = Some(bs);
+        self
+    }
+
+    crate::config::setters! {
+        direct: bool,
+        create: bool,
+        queue_depth: u32,
+        submit_queues: usize,
+        poll_queues: usize,
+        register_files: bool,
+        readonly: bool,
+        reap_by_client: bool,
+        single_issuer: bool,
+    }
+
+    /// Checks every value as a `file:` spec's would be (errors name the
+    /// spec key).
+    pub fn validate(&self) -> Result<Self, ConfigError> {
+        let b = |v: bool| u64::from(v).to_string();
+        let mut pairs = vec![
+            ("path", self.path.clone()),
+            ("direct", b(self.direct)),
+            ("create", b(self.create)),
+            ("queue_depth", self.queue_depth.to_string()),
+            ("submit_queues", self.submit_queues.to_string()),
+            ("poll_queues", self.poll_queues.to_string()),
+            ("registerfiles", b(self.register_files)),
+            ("readonly", b(self.readonly)),
+            ("reap", if self.reap_by_client { "client" } else { "thread" }.to_string()),
+            ("single_issuer", b(self.single_issuer)),
+        ];
+        pairs.extend(self.size_bytes.map(|v| ("size", v.to_string())));
+        pairs.extend(self.bs.map(|v| ("bs", v.to_string())));
+        let pairs = pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        Self::from_params(&SpecParams::from_pairs("file", pairs))
+    }
+
     pub fn from_params(p: &SpecParams) -> Result<Self, ConfigError> {
         p.check_keys(FILE_KEYS)?;
         let path = p.raw("path").ok_or_else(|| p.conflict("path=... is required (a file or a block device)"))?;
@@ -182,7 +249,9 @@ impl FileDriver {
         Self::new(FileConfig::from_params(p)?)
     }
 
+    /// A file device; `cfg` is checked first (`FileConfig::validate`).
     pub fn new(cfg: FileConfig) -> Result<Self, Error> {
+        let cfg = cfg.validate()?;
         let setup = |what: &str, e: std::io::Error| Error::Setup(format!("file: {what} {}: {e}", cfg.path));
         let mut oo = OpenOptions::new();
         oo.read(true).write(!cfg.readonly).create(cfg.create && !cfg.readonly);
