@@ -3,7 +3,8 @@
 //! device (submit, dispatch, complete, reap).
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
-use mqblk::sbitmap::{AllocHint, Sbitmap, SbitmapQueue};
+use mqblk::internals::{AllocHint, Sbitmap};
+use mqblk::SbitmapQueue;
 use mqblk::{Bio, Buf, Device};
 
 fn tag_get_put(c: &mut Criterion) {

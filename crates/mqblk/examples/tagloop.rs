@@ -1,5 +1,5 @@
 //! Profiling target: uncontended sbitmap get + clear in a loop.
-use mqblk::sbitmap::{AllocHint, Sbitmap};
+use mqblk::internals::{AllocHint, Sbitmap};
 fn main() {
     let sb = Sbitmap::new(128, None, false);
     let mut hint = AllocHint::new(0);

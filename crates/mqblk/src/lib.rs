@@ -26,9 +26,9 @@ mod bio;
 mod buf;
 mod builder;
 mod client;
-pub mod clock;
+mod clock;
 mod completion;
-pub mod config;
+mod config;
 pub mod driver;
 mod error;
 pub mod fixed;
@@ -37,13 +37,13 @@ mod limits;
 #[cfg(all(test, loom))]
 mod loom_models;
 mod merge;
-pub mod plug;
+mod plug;
 mod queue;
 mod registry;
 mod request;
 mod ring;
-pub mod sbitmap;
-pub mod sched;
+mod sbitmap;
+mod sched;
 mod status;
 mod sync;
 mod tag;
@@ -52,6 +52,7 @@ pub mod zoned;
 pub use buf::{Buf, BUF_ALIGN};
 pub use builder::DeviceBuilder;
 pub use client::{Client, ClientStats, Completion, RwCount};
+pub use clock::{now_ns, Clock, ClockSource};
 pub use config::{ConfigError, QueueOptions, SpecParams, Wake};
 pub use driver::null::zoned::{ZoneLock, ZonedConfig};
 pub use driver::null::{IrqMode, NullConfig, PollMode};
@@ -66,6 +67,17 @@ pub use registry::{
     DriverFactory, ElevatorFactory, WakePolicyFactory,
 };
 pub use request::{op_is_sync, Bio, IoPrio, IoPrioClass, Op, ReqFlags, Rq, RqList, SECTOR_SHIFT, SECTOR_SIZE};
-pub use sched::{BfqTunables, DeadlineTunables, Elevator, ElevatorArgs, KyberTunables, Sched};
+pub use sbitmap::{BatchWake, HandoffWake, SbitmapQueue, StashWake, WakePolicy};
+pub use sched::{
+    BfqTunables, BioPos, DeadlineTunables, DoneInfo, Elevator, ElevatorArgs, KyberTunables, MergeKind, Sched,
+};
 pub use status::Status;
 pub use tag::TagSetConfig;
+
+/// Not part of the API: the generic bitmap's internals, for this crate's
+/// own tests, benchmarks and examples of the sbitmap (they may change at
+/// any time).
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::sbitmap::{wake_policy, AllocHint, Sbitmap, SbqWaiter, DEFAULT_WAKE_POLICY, WAKE_POLICIES};
+}

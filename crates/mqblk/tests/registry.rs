@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use mqblk::driver::{Driver, QueueRqResult};
-use mqblk::sbitmap::{SbitmapQueue, WakePolicy};
 use mqblk::{Device, Elevator, Hctx, QueueLimits, Rq, RqList, Sched, Status, TagSetConfig, Wake};
+use mqblk::{SbitmapQueue, WakePolicy};
 
 struct Nop;
 

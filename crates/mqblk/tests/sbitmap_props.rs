@@ -5,7 +5,8 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use mqblk::sbitmap::{AllocHint, Sbitmap, SbitmapQueue, SbqWaiter};
+use mqblk::internals::{AllocHint, Sbitmap, SbqWaiter};
+use mqblk::SbitmapQueue;
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]

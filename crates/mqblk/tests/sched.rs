@@ -10,7 +10,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mqblk::config::SpecParams;
+use mqblk::SpecParams;
+
+/// The built-in schedulers.
+const SCHEDULERS: [&str; 4] = ["none", "mq-deadline", "kyber", "bfq"];
 use mqblk::driver::{Driver, QueueRqResult};
 use mqblk::{
     Bio, Buf, Client, Device, Hctx, IoPrio, IoPrioClass, Op, QueueLimits, QueueOptions, ReqFlags, Rq, Status,
@@ -276,7 +279,7 @@ fn bfq_tightens_async_limits_while_a_queue_is_raised() {
 /// all come back.
 #[test]
 fn every_request_is_dispatched_once_under_load() {
-    for sched in mqblk::sched::SCHEDULERS {
+    for sched in SCHEDULERS {
         let dev = Device::open(&format!("null:gb=1,irqmode=1,memory_backed=1,hw_queue_depth=8,sched={sched}")).unwrap();
         let threads: Vec<_> = (0..4u64)
             .map(|t| {
@@ -391,7 +394,7 @@ fn sched_options_are_checked_in_specs() {
 /// merge more; every bio completes once and the data reads back.
 #[test]
 fn plugged_batches_through_each_scheduler() {
-    for sched in mqblk::sched::SCHEDULERS {
+    for sched in SCHEDULERS {
         let dev = Device::open(&format!("null:gb=1,irqmode=1,memory_backed=1,hw_queue_depth=4,sched={sched}")).unwrap();
         let threads: Vec<_> = (0..3u64)
             .map(|t| {

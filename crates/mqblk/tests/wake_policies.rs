@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use mqblk::sbitmap::{wake_policy, AllocHint, HandoffWake, SbitmapQueue, SbqWaiter, StashWake, WAKE_POLICIES};
+use mqblk::internals::{wake_policy, AllocHint, SbqWaiter, WAKE_POLICIES};
+use mqblk::{HandoffWake, SbitmapQueue, StashWake};
 
 const THREADS: u32 = 64;
 const TAGS: u32 = 8;
@@ -18,7 +19,7 @@ fn contend(policy: &str) -> u64 {
     contend_with(policy, wake_policy(policy).unwrap())
 }
 
-fn contend_with(policy: &str, wake: Box<dyn mqblk::sbitmap::WakePolicy>) -> u64 {
+fn contend_with(policy: &str, wake: Box<dyn mqblk::WakePolicy>) -> u64 {
     let sbq = SbitmapQueue::with_policy(TAGS, None, false, TAGS, wake);
     let owner: Vec<AtomicBool> = (0..TAGS).map(|_| AtomicBool::new(false)).collect();
     let grants = AtomicU64::new(0);

@@ -16,7 +16,7 @@ use std::io::IsTerminal;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use mqblk::clock::Clock;
+use mqblk::Clock;
 use mqblk::Device;
 
 use job::{Control, JobResult, Live, PHASE_RUN, PHASE_STOP};

@@ -165,7 +165,7 @@ pub struct JobOptions {
     pub gtod_reduce: bool,
     /// Timestamps from the TSC (fio's clocksource=cpu) or clock_gettime;
     /// None: fio's default (the TSC when reliable).
-    pub clocksource: Option<mqblk::clock::ClockSource>,
+    pub clocksource: Option<mqblk::ClockSource>,
     /// mqblk: submit each chunk of `iodepth_batch_submit` I/Os under one
     /// plug (default 1; 0 submits without plugging).
     pub plug: bool,
@@ -311,7 +311,7 @@ impl JobOptions {
             "randseed" => self.randseed = parse_int(key, v()?, 0, u64::MAX)?,
             "gtod_reduce" => self.gtod_reduce = parse_flag(key, value)?,
             "clocksource" => {
-                use mqblk::clock::ClockSource;
+                use mqblk::ClockSource;
                 self.clocksource = Some(match v()? {
                     "cpu" => ClockSource::Cpu,
                     "clock_gettime" | "gettimeofday" => ClockSource::ClockGettime,

@@ -105,7 +105,7 @@ pub fn run_cell(args: &[String]) -> Result<Cell, ExperimentError> {
     let policy = spec
         .split(',')
         .find_map(|kv| kv.strip_prefix("wake="))
-        .unwrap_or(mqblk::sbitmap::DEFAULT_WAKE_POLICY)
+        .unwrap_or(mqblk::Wake::default().name())
         .to_string();
     Ok(Cell {
         jobs: e.nr_jobs,

@@ -39,8 +39,8 @@
 //! is inside a call from the block layer (inline completion, `poll`). That is
 //! what keeps the queue alive while a completion runs.
 
-pub mod null;
-pub mod uring;
+pub(crate) mod null;
+pub(crate) mod uring;
 
 use std::time::Duration;
 

@@ -36,7 +36,7 @@ use crate::sync::{AtomicUsize, Mutex, Ordering};
 mod queue;
 mod wake;
 
-pub use queue::{calc_wake_batch, SbitmapQueue, SbqSnapshot, SbqWaiter};
+pub use queue::{SbitmapQueue, SbqWaiter};
 pub use wake::{wake_policy, BatchWake, HandoffWake, StashWake, WakePolicy, DEFAULT_WAKE_POLICY, WAKE_POLICIES};
 
 /// Bits per word at most (the machine word).
@@ -541,6 +541,7 @@ mod tests {
 
     #[test]
     fn wake_batch_formula() {
+        use super::queue::calc_wake_batch;
         assert_eq!(calc_wake_batch(64, 64), 8);
         assert_eq!(calc_wake_batch(256, 256), 8);
         assert_eq!(calc_wake_batch(32, 32), 4);

@@ -461,10 +461,6 @@ impl NullDriver {
         Self::new(NullConfig::from_params(p)?)
     }
 
-    pub fn config(&self) -> &NullConfig {
-        &self.cfg
-    }
-
     /// Moves the data (memory backing) and decides the status.
     #[inline]
     fn handle(&self, rq: &mut Rq) -> Status {
