@@ -102,11 +102,8 @@ pub fn run_cell(args: &[String]) -> Result<Cell, ExperimentError> {
     let secs = (e.run.elapsed_ns as f64 / 1e9).max(1e-9);
     let ios = e.total_ios().max(1) as f64;
     let spec = plan.device.clone().unwrap_or_default();
-    let policy = spec
-        .split(',')
-        .find_map(|kv| kv.strip_prefix("wake="))
-        .unwrap_or(mqblk::Wake::default().name())
-        .to_string();
+    let policy =
+        spec.split(',').find_map(|kv| kv.strip_prefix("wake=")).unwrap_or(mqblk::Wake::default().name()).to_string();
     Ok(Cell {
         jobs: e.nr_jobs,
         policy,
