@@ -19,6 +19,18 @@
 //! assert_eq!(back, [0xab; 4096]);
 //! ```
 //!
+//! The same device from typed parts: `Device::builder().null(NullConfig::new()
+//! .gb(1).irqmode(IrqMode::None).memory_backed(true)).build()` ([`DeviceBuilder`]).
+//! Every fallible call of a device returns [`Error`] (a bad option is
+//! `Error::Config`, naming the spec key); only `Client::submit` differs,
+//! giving a refused bio back in [`Rejected`].
+//!
+//! Policies and drivers of your own: implement [`Elevator`], [`WakePolicy`]
+//! or [`driver::Driver`] and register it by name ([`register_elevator`],
+//! [`register_wake_policy`], [`register_driver`]); specs then choose it
+//! (`sched=sstf`, `wake=mine`, `mine:key=value`). The mqblk-cli crate's
+//! examples (sstf.rs, wake_one.rs) do it in under 100 lines each.
+//!
 //! The path of one I/O is described step by step in ARCHITECTURE.md.
 #![deny(unsafe_op_in_unsafe_fn)]
 

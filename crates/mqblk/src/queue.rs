@@ -554,7 +554,9 @@ impl std::fmt::Debug for Device {
 impl Device {
     /// Opens a device from a spec such as
     /// `null:irqmode=2,completion_nsec=20000,memory_backed=1`.
-    /// Block-layer keys (`wake=batch|stash`) may appear in any driver's spec.
+    /// Block-layer keys (`wake=`, `sched=` and its tunables, ...) may appear
+    /// in any driver's spec. The driver is a built-in one (`null`, `file`) or
+    /// one added with [`crate::register_driver`].
     pub fn open(spec: &str) -> Result<Device, Error> {
         let (driver, opts) = crate::driver::open(spec)?;
         Self::with_driver_options(driver, opts)

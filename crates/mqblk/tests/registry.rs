@@ -123,3 +123,22 @@ fn a_registered_elevator_and_wake_policy_run_when_named() {
     let e = "test-two".parse::<Wake>().unwrap_err().to_string();
     assert!(e.contains("handoff") && e.contains("test-one"), "{e}");
 }
+
+#[test]
+fn a_registered_elevator_reads_its_own_tunables() {
+    mqblk::register_elevator("test-tuned", |args| {
+        args.tunables.check_keys(&["quantum"])?;
+        let quantum = args.tunables.u64_in("quantum", 1, 1, 64)?;
+        assert_eq!(quantum, 8);
+        let queues = (0..args.nr_hw_queues).map(|_| Mutex::new(VecDeque::new())).collect();
+        Ok(Box::new(Fifo { queues, dispatched: Arc::new(AtomicU64::new(0)) }))
+    });
+    let dev = Device::open("null:gb=1,irqmode=0").unwrap();
+    dev.set_scheduler("test-tuned,quantum=8".parse().unwrap()).unwrap();
+    let e = dev.set_scheduler("test-tuned,quantum=99".parse().unwrap()).unwrap_err().to_string();
+    assert!(e.contains("quantum"), "{e}");
+    let e = dev.set_scheduler("test-tuned,quantm=8".parse().unwrap()).unwrap_err().to_string();
+    assert!(e.contains("'quantm'"), "{e}");
+    let e = Device::open("null:gb=1,sched=test-tuned,quantum=8").unwrap_err().to_string();
+    assert!(e.contains("'quantum'"), "a device spec takes only the built-in tunable keys: {e}");
+}

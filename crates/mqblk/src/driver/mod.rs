@@ -11,6 +11,9 @@
 //!    `last` is set or in [`Driver::commit_rqs`].
 //! 4. Stop your threads in [`Driver::shutdown`]; every token they hold must
 //!    be completed before it returns.
+//! 5. Hand it to [`crate::Device::with_driver`] (or `Device::builder().driver`),
+//!    or register a factory by name ([`crate::register_driver`]) so that
+//!    specs such as `mine:key=value,sched=bfq` open it.
 //!
 //! ```
 //! use mqblk::driver::{Driver, QueueRqResult};

@@ -252,12 +252,13 @@ impl FromStr for Sched {
 
     fn from_str(s: &str) -> Result<Self, ConfigError> {
         let (name, tunables) = s.split_once(',').unwrap_or((s, ""));
-        let params = SpecParams::parse(&format!("sched:{tunables}"))?;
-        let is_custom = crate::registry::elevator(name.trim()).is_some() && !SCHEDULERS.contains(&name.trim());
-        if !is_custom {
-            params.check_keys(&[])?;
+        let (name, params) = (name.trim(), SpecParams::parse(&format!("sched:{tunables}"))?);
+        if !SCHEDULERS.contains(&name) && crate::registry::elevator(name).is_some() {
+            // A registered elevator reads its own tunables (ElevatorArgs).
+            return Ok(Sched::Custom { name: name.to_string(), tunables: params.pairs().to_vec() });
         }
-        Sched::from_params(name.trim(), &params)
+        params.check_keys(&[])?;
+        Sched::from_params(name, &params)
     }
 }
 
