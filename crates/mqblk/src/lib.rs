@@ -29,7 +29,7 @@
 //! or [`driver::Driver`] and register it by name ([`register_elevator`],
 //! [`register_wake_policy`], [`register_driver`]); specs then choose it
 //! (`sched=sstf`, `wake=mine`, `mine:key=value`). The mqblk-cli crate's
-//! examples (sstf.rs, wake_one.rs) do it in under 100 lines each.
+//! examples (sstf.rs, wake_one.rs) do it in about 100 lines each.
 //!
 //! The path of one I/O is described step by step in ARCHITECTURE.md.
 #![deny(unsafe_op_in_unsafe_fn)]
