@@ -100,17 +100,29 @@ impl BioSlot {
         }
     }
 
-    /// The slot's data.
+    /// Reads the slot's data inside `f`. The reference cannot escape `f`,
+    /// so two readers never hold a `&mut` beside a `&`.
     ///
     /// # Safety
     /// The caller is the slot's current user as described on the `Sync`
-    /// impl, and holds no other reference to the data.
-    #[allow(clippy::mut_from_ref)]
+    /// impl (no one writes the data meanwhile).
     #[inline]
-    pub(crate) unsafe fn data(&self) -> &mut BioSlotData {
-        // SAFETY: forwarded contract: exclusive use. (Under loom the access
-        // is recorded here, so unordered uses show up as races.)
-        self.data.with_mut(|p| unsafe { &mut *p })
+    pub(crate) unsafe fn with_data<R>(&self, f: impl FnOnce(&BioSlotData) -> R) -> R {
+        // SAFETY: forwarded contract: no concurrent writer. (Under loom the
+        // access is recorded here, so unordered uses show up as races.)
+        self.data.with(|p| f(unsafe { &*p }))
+    }
+
+    /// Changes the slot's data inside `f`.
+    ///
+    /// # Safety
+    /// The caller is the slot's current user as described on the `Sync`
+    /// impl, and holds no other reference to the data while `f` runs (`f`
+    /// must not reach this slot again).
+    #[inline]
+    pub(crate) unsafe fn with_data_mut<R>(&self, f: impl FnOnce(&mut BioSlotData) -> R) -> R {
+        // SAFETY: forwarded contract: exclusive use for the closure's span.
+        self.data.with_mut(|p| f(unsafe { &mut *p }))
     }
 
     /// Prepares the slot as the parent of a bio split into `pieces`.
@@ -121,10 +133,13 @@ impl BioSlot {
         self.remaining.store(pieces, Ordering::Relaxed);
         self.status.store(0, Ordering::Relaxed);
         // SAFETY: forwarded contract: no piece is in flight yet.
-        let d = unsafe { self.data() };
-        d.user_data = user_data;
-        d.origin = origin;
-        d.buf = buf;
+        unsafe {
+            self.with_data_mut(|d| {
+                d.user_data = user_data;
+                d.origin = origin;
+                d.buf = buf;
+            })
+        }
     }
 
     /// Ends a merged bio: delivers its completion and returns the next bio
@@ -135,14 +150,14 @@ impl BioSlot {
     /// being completed.
     pub(crate) unsafe fn complete_merged(&self, status: Status) -> *const BioSlot {
         // SAFETY: forwarded contract: the request's owner is the slot's user.
-        let d = unsafe { self.data() };
-        let next = d.next;
-        let mut c = Completion::new(d.user_data, status, d.buf.take(), d.origin);
+        // Everything is copied out before delivering: the slot may be reused
+        // as soon as the completion is delivered.
+        let (next, owner, mut c) = unsafe {
+            self.with_data_mut(|d| (d.next, d.owner, Completion::new(d.user_data, status, d.buf.take(), d.origin)))
+        };
         c.slot = self.index + 1;
-        // SAFETY: owners are queue-owned sinks (see BioSlotData::owner). The
-        // slot may be reused as soon as the completion is delivered, which
-        // is why `next` was read first.
-        unsafe { &*d.owner }.deliver(c);
+        // SAFETY: owners are queue-owned sinks (see BioSlotData::owner).
+        unsafe { &*owner }.deliver(c);
         next
     }
 }
@@ -314,10 +329,10 @@ impl ClientShared {
         if slot.remaining.fetch_sub(1, Ordering::AcqRel) != 1 {
             return;
         }
-        // SAFETY: the last piece's completer is the slot's user (see BioSlot).
-        let d = unsafe { slot.data() };
         let status = Status::from_u8(slot.status.load(Ordering::Acquire));
-        let mut c = Completion::new(d.user_data, status, d.buf.take(), d.origin);
+        // SAFETY: the last piece's completer is the slot's user (see BioSlot).
+        let mut c =
+            unsafe { slot.with_data_mut(|d| Completion::new(d.user_data, status, d.buf.take(), d.origin)) };
         c.slot = index + 1;
         self.deliver(c);
     }

@@ -45,6 +45,7 @@ pub mod sched;
 mod status;
 mod sync;
 mod tag;
+mod timeout;
 pub mod zoned;
 
 pub use buf::{Buf, BUF_ALIGN};

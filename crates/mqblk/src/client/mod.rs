@@ -410,7 +410,7 @@ impl Client {
             self.alloc.want = 1;
             if !issued {
                 // SAFETY: nothing was issued: the client still owns the slot.
-                bio.buf = unsafe { slot.data().buf.take() };
+                bio.buf = unsafe { slot.with_data_mut(|d| d.buf.take()) };
                 self.free_slots.push(index);
                 return Err(Box::new(Rejected { error: SubmitError::Again, bio }));
             }
@@ -468,7 +468,6 @@ impl Client {
             debug_assert_eq!(rq.nr_bios, 1, "a finished request leaves no merged bios behind");
             rq.front = std::ptr::null();
             rq.back = std::ptr::null();
-            slot.deadline.store(self.q.timeout_deadline(), Ordering::Relaxed);
             slot.set_state(RqState::InFlight);
         }
         self.shared.counters.request(head.op);
