@@ -1,7 +1,8 @@
 //! The `mqblk` command as a library: [`run`] parses a command line and runs
 //! it. The `mqblk` binary is `run(std::env::args())`; a program that first
-//! registers its own scheduler or driver in the mqblk library can call the
-//! same entry point, and `mqblk bench --sched=NAME` then finds it by name.
+//! sets up the mqblk library its own way (say, registers a scheduler that
+//! bench's `--sched=NAME` is then to find) can call the same entry point
+//! and offer the whole command line.
 //!
 //! Commands: `bench` (fio-compatible benchmark), `serve` (NBD server),
 //! `zone` (zone reports, management and op scripts), `experiment`
