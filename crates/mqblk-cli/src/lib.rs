@@ -1,10 +1,17 @@
 //! The `mqblk` command as a library: [`run`] parses a command line and runs
 //! it. The `mqblk` binary is `run(std::env::args())`; a program that first
-//! registers its own policies (`mqblk::register_elevator`, ...) calls the
-//! same entry point, and device specs then find them by name.
+//! sets up the mqblk library its own way (say, registers a scheduler that
+//! bench's `--sched=NAME` is then to find) can call the same entry point
+//! and offer the whole command line.
 //!
-//! Exit codes: 0 success, 1 a run that failed, 2 bad input (options, job
-//! files, device specs).
+//! Commands: `bench` (fio-compatible benchmark), `serve` (NBD server),
+//! `zone` (zone reports, management and op scripts), `experiment`
+//! (reproduces a source experiment). The command line stands on clap,
+//! except bench's options, which are fio's and parsed as fio parses them
+//! (bench/options.rs).
+//!
+//! Exit codes: 0 success (and `--help`, `--version`), 1 a run that failed,
+//! 2 bad input (options, job files, device specs).
 
 mod bench;
 mod experiment;
@@ -14,48 +21,79 @@ mod zone;
 use std::io::Write;
 use std::process::ExitCode;
 
-const USAGE: &str = "\
-usage: mqblk <command> [options]
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 
-commands:
-  bench [--device SPEC] [--output-format=normal|json] [--stats] [fio options] [jobfile ...]
-        Run fio-style jobs on an mqblk device (default: 4k randread, iodepth 32,
-        10 s on null:gb=1). Options: --name=NAME starts a job; options before the
-        first --name are global. Job files use fio's INI format.
-  experiment NAME [--quick] [--out DIR]
-        Reproduce a source experiment (tag-wakeup): tables on stdout, NAME.json
-        and NAME.svg in DIR (default: results/). --quick: under a minute.
-  help  Show this message.
-";
-
-fn usage() -> String {
-    format!("{USAGE}{}{}", zone::USAGE, serve::USAGE)
+/// A block layer in user space: the Linux blk-mq design (tags, hardware
+/// contexts, plugging, schedulers, zoned devices) as a library, and tools
+/// over it.
+#[derive(Parser, Debug)]
+#[command(name = "mqblk", version, arg_required_else_help = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
 }
 
-/// Runs one `mqblk` command line (`args[0]` is the program name).
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run fio-style jobs on an mqblk device (fio's options and job files).
+    ///
+    /// Without options: 4k randread, iodepth 32, 10 s on null:gb=1.
+    #[command(
+        disable_help_flag = true,
+        override_usage = bench::USAGE,
+        after_help = bench::help(),
+    )]
+    Bench {
+        /// fio options (--name=NAME starts a job; options before the first
+        /// --name are global) and fio job files (INI).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "FIO_OPTION|JOBFILE")]
+        args: Vec<String>,
+    },
+    Serve(serve::ServeArgs),
+    /// Zone reports, zone management and zone op scripts on a zoned device.
+    Zone {
+        #[command(subcommand)]
+        command: zone::ZoneCommand,
+    },
+    /// Reproduce a source experiment: tables on stdout, NAME.json and
+    /// NAME.svg in the results folder.
+    Experiment(experiment::Options),
+}
+
+/// Runs the `mqblk` command line `args`, program name first (as
+/// `std::env::args()` gives it), and returns the exit code: 0 success, 1 a
+/// run that failed, 2 bad input. Output goes to stdout, errors to stderr.
 pub fn run<I: IntoIterator<Item = String>>(args: I) -> ExitCode {
-    let args: Vec<String> = args.into_iter().skip(1).collect();
-    let Some(cmd) = args.first() else {
-        eprint!("{}", usage());
-        return ExitCode::from(2);
-    };
-    match cmd.as_str() {
-        "bench" => run_bench(&args[1..]),
-        "experiment" => run_experiment(&args[1..]),
-        "zone" => finish("zone", zone::run(&args[1..])),
-        "serve" => finish("serve", serve::run(&args[1..])),
-        "help" | "--help" | "-h" => {
-            print!("{}", usage());
-            ExitCode::SUCCESS
+    let parsed = Cli::command().try_get_matches_from(args).and_then(|m| Ok((Cli::from_arg_matches(&m)?, m)));
+    let (cli, matches) = match parsed {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            // Help and version print to stdout and exit 0; errors exit 2.
+            let _ = e.print();
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
         }
-        other => {
-            eprintln!("mqblk: unknown command '{other}' (accepted: bench, experiment, zone, serve, help)");
-            ExitCode::from(2)
+    };
+    match cli.command {
+        Command::Bench { args } => run_bench(&args),
+        Command::Experiment(opts) => run_experiment(&opts),
+        Command::Zone { command } => finish("zone", zone::run(command)),
+        Command::Serve(opts) => {
+            let sub: &ArgMatches = matches.subcommand_matches("serve").expect("the serve subcommand matched");
+            finish("serve", serve::run(opts, sub))
         }
     }
 }
 
 fn run_bench(args: &[String]) -> ExitCode {
+    // bench's options go to the fio parser untouched, so clap does not see
+    // its --help: print the bench subcommand's help here.
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        let mut cli = Cli::command();
+        cli.build();
+        let bench = cli.find_subcommand_mut("bench").expect("bench is a subcommand");
+        print!("{}", bench.render_long_help());
+        return ExitCode::SUCCESS;
+    }
     let plan = match bench::options::parse_bench_args(args) {
         Ok(plan) => plan,
         Err(e) => {
@@ -70,8 +108,8 @@ fn run_bench(args: &[String]) -> ExitCode {
     finish("bench", result)
 }
 
-fn run_experiment(args: &[String]) -> ExitCode {
-    let result = experiment::parse(args).and_then(|opts| experiment::run(&opts)).map_err(|e| match e {
+fn run_experiment(opts: &experiment::Options) -> ExitCode {
+    let result = experiment::run(opts).map_err(|e| match e {
         experiment::ExperimentError::BadInput(e) => (2, e),
         experiment::ExperimentError::Failed(e) => (1, e),
     });
@@ -90,5 +128,15 @@ fn finish(command: &str, result: Result<String, (u8, String)>) -> ExitCode {
             eprintln!("mqblk {command}: {e}");
             ExitCode::from(code)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_definition_is_consistent() {
+        Cli::command().debug_assert();
     }
 }

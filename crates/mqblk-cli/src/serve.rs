@@ -12,11 +12,47 @@ use std::sync::Arc;
 use mqblk::{Bio, Device};
 use mqblk_nbd::{Export, Listen};
 
-pub const USAGE: &str = "\
-  serve --device SPEC [--export NAME] [--device SPEC --export NAME ...]
-        [--listen ADDR] [--unix PATH] [--read-only] [--max-connections N]
-        An NBD server (fixed newstyle) over the devices; TCP 127.0.0.1:10809 by default.
-";
+/// An NBD server (fixed newstyle) over mqblk devices.
+///
+/// Each --device is an export, named by an --export after it (default: the
+/// empty string, NBD's default export, for the first; exportN for the
+/// others). TCP on 127.0.0.1:10809 unless --listen or --unix. SIGINT or
+/// SIGTERM stop it cleanly: connections finish their in-flight requests,
+/// then every writable device is flushed.
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    /// A device to export: driver:key=value,... (repeats: one export each).
+    #[arg(long, value_name = "SPEC")]
+    device: Vec<String>,
+    /// The name of the export of the --device before it.
+    #[arg(long, value_name = "NAME")]
+    export: Vec<String>,
+    /// The TCP address to listen on [default: 127.0.0.1:10809].
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+    /// Listen on a Unix socket at PATH instead of TCP.
+    #[arg(long, value_name = "PATH")]
+    unix: Option<String>,
+    /// Refuse writes on every export.
+    #[arg(long)]
+    read_only: bool,
+    /// Connections served at once.
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    max_connections: usize,
+}
+
+/// The (device spec, export name) pairs: each --export names the last
+/// --device before it on the command line.
+fn exports(args: &ServeArgs, matches: &clap::ArgMatches) -> Result<Vec<(String, Option<String>)>, String> {
+    let device_at: Vec<usize> = matches.indices_of("device").map(Iterator::collect).unwrap_or_default();
+    let mut exports: Vec<(String, Option<String>)> = args.device.iter().map(|d| (d.clone(), None)).collect();
+    let export_at = matches.indices_of("export").into_iter().flatten();
+    for (name, at) in args.export.iter().zip(export_at) {
+        let i = device_at.iter().rposition(|&d| d < at).ok_or("--export names the --device before it")?;
+        exports[i].1 = Some(name.clone());
+    }
+    Ok(exports)
+}
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -25,36 +61,14 @@ extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
-pub fn run(args: &[String]) -> Result<String, (u8, String)> {
+/// Runs `mqblk serve`; `matches` are serve's, for the order of the
+/// --device and --export options. Err((exit code, message)).
+pub fn run(args: ServeArgs, matches: &clap::ArgMatches) -> Result<String, (u8, String)> {
     let bad = |e: String| (2u8, e);
-    let mut exports: Vec<(String, Option<String>)> = Vec::new();
-    let (mut listen, mut unix, mut read_only, mut max_conn) = (None, None, false, 16usize);
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let (key, inline) = match a.split_once('=') {
-            Some((k, v)) => (k, Some(v.to_string())),
-            None => (a.as_str(), None),
-        };
-        let mut value =
-            || inline.clone().or_else(|| it.next().cloned()).ok_or_else(|| bad(format!("{key} needs a value")));
-        match key {
-            "--device" => exports.push((value()?, None)),
-            "--export" => {
-                let name = value()?;
-                let last = exports.last_mut().ok_or_else(|| bad("--export names the --device before it".into()))?;
-                last.1 = Some(name);
-            }
-            "--listen" => listen = Some(value()?),
-            "--unix" => unix = Some(value()?),
-            "--read-only" => read_only = true,
-            "--max-connections" => {
-                max_conn = value()?.parse().map_err(|_| bad("--max-connections needs a number".into()))?
-            }
-            other => return Err(bad(format!("unknown option '{other}'\n{USAGE}"))),
-        }
-    }
+    let exports = exports(&args, matches).map_err(bad)?;
+    let ServeArgs { listen, unix, read_only, max_connections: max_conn, .. } = args;
     if exports.is_empty() {
-        return Err(bad(format!("serve needs --device SPEC\n{USAGE}")));
+        return Err(bad("serve needs --device SPEC (see mqblk serve --help)".into()));
     }
     let mut list = Vec::new();
     for (i, (spec, name)) in exports.iter().enumerate() {

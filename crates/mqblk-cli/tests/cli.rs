@@ -535,3 +535,70 @@ fn filename_maps_to_the_file_driver_and_verify_checks_the_data() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("give size="));
     let _ = std::fs::remove_file(&path);
 }
+
+/// `mqblk ARGS`: exit 0, and stdout names each of `want`.
+fn assert_help(args: &[&str], want: &[&str]) {
+    let out = mqblk(args);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    for w in want {
+        assert!(text.contains(w), "{args:?}: '{w}' missing in\n{text}");
+    }
+}
+
+#[test]
+fn every_command_answers_help() {
+    assert_help(&["--help"], &["bench", "serve", "zone", "experiment", "--version"]);
+    assert_help(&["help"], &["bench", "serve", "zone", "experiment"]);
+    let bench = ["--device", "--output-format", "--stats", "--sched", "--plug_nesting", "--name", "iodepth", "verify"];
+    assert_help(&["bench", "--help"], &bench);
+    assert_help(&["bench", "-h"], &bench);
+    assert_help(&["bench", "--name=x", "--help"], &bench);
+    assert_help(&["help", "bench"], &bench);
+    assert_help(
+        &["serve", "--help"],
+        &["--device", "--export", "--listen", "--unix", "--read-only", "--max-connections"],
+    );
+    assert_help(&["zone", "--help"], &["report", "reset", "open", "close", "finish", "script", "gen"]);
+    for sub in ["report", "reset", "open", "close", "finish"] {
+        assert_help(&["zone", sub, "--help"], &["--device"]);
+    }
+    assert_help(&["zone", "reset", "--help"], &["all"]);
+    assert_help(&["zone", "script", "--help"], &["--device", "--blkdev", "FILE"]);
+    assert_help(
+        &["zone", "gen", "--help"],
+        &["--seed", "--ops", "--zones", "--nr-conv", "--zone-sectors", "--capacity-sectors", "--block-sectors"],
+    );
+    assert_help(&["experiment", "--help"], &["--quick", "--out", "tag-wakeup", "zone-lock"]);
+}
+
+#[test]
+fn version_prints_the_crate_version() {
+    let out = mqblk(&["--version"]);
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("mqblk {}", env!("CARGO_PKG_VERSION")));
+}
+
+#[test]
+fn mistyped_names_suggest_the_closest_known_one() {
+    for (args, needle) in [
+        (vec!["bench", "--name=x", "--iodepht=4"], "unknown option 'iodepht' (did you mean 'iodepth'?)"),
+        (vec!["bench", "--numjob=2"], "(did you mean 'numjobs'?)"),
+        (vec!["bnech"], "'bench'"),
+        (vec!["zone", "reprot", "--device", "null:zoned=1"], "'report'"),
+        (vec!["experiment", "tag-wakup"], "'tag-wakeup'"),
+        (vec!["serve", "--devcie", "null:gb=1"], "'--device'"),
+    ] {
+        let out = mqblk(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: '{err}' should name {needle}");
+    }
+}
+
+#[test]
+fn serve_pairs_each_export_with_the_device_before_it() {
+    let out = mqblk(&["serve", "--device", "null:gb=1", "--export", "a", "--device", "null:gb=1", "--export", "a"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("two exports are named 'a'"));
+}

@@ -159,7 +159,10 @@ fn fio_verify(s: &Server, extra: &[&str]) -> serde_json::Value {
     let mut args = vec!["--name=v", "--ioengine=nbd", &uri, "--rw=randwrite", "--bs=4k", "--iodepth=16"];
     args.extend_from_slice(extra);
     args.extend(["--verify=crc32c", "--output-format=json"]);
-    let out = Command::new("fio").args(&args).output().expect("fio (scripts/test-all.sh installs it)");
+    // fio saves verify state (local-JOB-N-verify.state) in its working
+    // directory: the server's temporary one, not the checkout.
+    let out =
+        Command::new("fio").args(&args).current_dir(&s.dir).output().expect("fio (scripts/test-all.sh installs it)");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     // fio's nbd engine prints "connected to NBD server" before the JSON.
     let text = String::from_utf8_lossy(&out.stdout);

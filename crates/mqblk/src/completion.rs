@@ -18,7 +18,7 @@ use crate::buf::Buf;
 use crate::request::{Op, ORIGIN_USER};
 use crate::ring::MpscRing;
 use crate::status::Status;
-use crate::sync::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering, SleepGate, UnsafeCell};
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering, SleepGate, UnsafeCell};
 
 /// One finished I/O, as `do_io` returns it.
 #[derive(Debug)]
@@ -100,17 +100,29 @@ impl BioSlot {
         }
     }
 
-    /// The slot's data.
+    /// Reads the slot's data inside `f`. The reference cannot escape `f`,
+    /// so two readers never hold a `&mut` beside a `&`.
     ///
     /// # Safety
     /// The caller is the slot's current user as described on the `Sync`
-    /// impl, and holds no other reference to the data.
-    #[allow(clippy::mut_from_ref)]
+    /// impl (no one writes the data meanwhile).
     #[inline]
-    pub(crate) unsafe fn data(&self) -> &mut BioSlotData {
-        // SAFETY: forwarded contract: exclusive use. (Under loom the access
-        // is recorded here, so unordered uses show up as races.)
-        self.data.with_mut(|p| unsafe { &mut *p })
+    pub(crate) unsafe fn with_data<R>(&self, f: impl FnOnce(&BioSlotData) -> R) -> R {
+        // SAFETY: forwarded contract: no concurrent writer. (Under loom the
+        // access is recorded here, so unordered uses show up as races.)
+        self.data.with(|p| f(unsafe { &*p }))
+    }
+
+    /// Changes the slot's data inside `f`.
+    ///
+    /// # Safety
+    /// The caller is the slot's current user as described on the `Sync`
+    /// impl, and holds no other reference to the data while `f` runs (`f`
+    /// must not reach this slot again).
+    #[inline]
+    pub(crate) unsafe fn with_data_mut<R>(&self, f: impl FnOnce(&mut BioSlotData) -> R) -> R {
+        // SAFETY: forwarded contract: exclusive use for the closure's span.
+        self.data.with_mut(|p| f(unsafe { &mut *p }))
     }
 
     /// Prepares the slot as the parent of a bio split into `pieces`.
@@ -121,10 +133,13 @@ impl BioSlot {
         self.remaining.store(pieces, Ordering::Relaxed);
         self.status.store(0, Ordering::Relaxed);
         // SAFETY: forwarded contract: no piece is in flight yet.
-        let d = unsafe { self.data() };
-        d.user_data = user_data;
-        d.origin = origin;
-        d.buf = buf;
+        unsafe {
+            self.with_data_mut(|d| {
+                d.user_data = user_data;
+                d.origin = origin;
+                d.buf = buf;
+            })
+        }
     }
 
     /// Ends a merged bio: delivers its completion and returns the next bio
@@ -135,14 +150,14 @@ impl BioSlot {
     /// being completed.
     pub(crate) unsafe fn complete_merged(&self, status: Status) -> *const BioSlot {
         // SAFETY: forwarded contract: the request's owner is the slot's user.
-        let d = unsafe { self.data() };
-        let next = d.next;
-        let mut c = Completion::new(d.user_data, status, d.buf.take(), d.origin);
+        // Everything is copied out before delivering: the slot may be reused
+        // as soon as the completion is delivered.
+        let (next, owner, mut c) = unsafe {
+            self.with_data_mut(|d| (d.next, d.owner, Completion::new(d.user_data, status, d.buf.take(), d.origin)))
+        };
         c.slot = self.index + 1;
-        // SAFETY: owners are queue-owned sinks (see BioSlotData::owner). The
-        // slot may be reused as soon as the completion is delivered, which
-        // is why `next` was read first.
-        unsafe { &*d.owner }.deliver(c);
+        // SAFETY: owners are queue-owned sinks (see BioSlotData::owner).
+        unsafe { &*owner }.deliver(c);
         next
     }
 }
@@ -241,9 +256,14 @@ pub(crate) struct ClientShared {
     ring: MpscRing<Completion>,
     slots: Box<[BioSlot]>,
     gate: SleepGate,
-    /// eventfd to signal, or -1.
-    pub(crate) notify_fd: AtomicI32,
-    /// The next completion must signal `notify_fd`.
+    /// The completion eventfd, made when a client first asks for it. It
+    /// belongs to the sink, not to the client: a completer that has just
+    /// pushed a completion may signal it after the client is gone, so it is
+    /// closed only with the sink, when the queue drops and no completer can
+    /// reach it (a client closing it could let the fd number be reused, and
+    /// the late signal would write 8 bytes into someone else's file).
+    eventfd: std::sync::OnceLock<std::os::fd::OwnedFd>,
+    /// The next completion must signal `eventfd`.
     pub(crate) notify_armed: AtomicBool,
     /// On its own line: written per I/O by the client, never by completers.
     pub(crate) counters: CachePadded<ClientCounters>,
@@ -260,7 +280,7 @@ impl ClientShared {
             ring,
             slots,
             gate: SleepGate::default(),
-            notify_fd: AtomicI32::new(-1),
+            eventfd: std::sync::OnceLock::new(),
             notify_armed: AtomicBool::new(false),
             counters: CachePadded::new(ClientCounters::default()),
             waiter: crate::sync::Mutex::new(None),
@@ -314,10 +334,10 @@ impl ClientShared {
         if slot.remaining.fetch_sub(1, Ordering::AcqRel) != 1 {
             return;
         }
-        // SAFETY: the last piece's completer is the slot's user (see BioSlot).
-        let d = unsafe { slot.data() };
         let status = Status::from_u8(slot.status.load(Ordering::Acquire));
-        let mut c = Completion::new(d.user_data, status, d.buf.take(), d.origin);
+        // SAFETY: the last piece's completer is the slot's user (see BioSlot).
+        let mut c =
+            unsafe { slot.with_data_mut(|d| Completion::new(d.user_data, status, d.buf.take(), d.origin)) };
         c.slot = index + 1;
         self.deliver(c);
     }
@@ -330,18 +350,55 @@ impl ClientShared {
             panic!("completion ring overflow: client in-flight accounting is broken");
         }
         self.gate.notify();
-        let fd = self.notify_fd.load(Ordering::Relaxed);
-        if fd >= 0 && self.notify_armed.swap(false, Ordering::SeqCst) {
-            signal_eventfd(fd);
+        // A load first: a client without an armed eventfd costs no RMW.
+        if self.notify_armed.load(Ordering::SeqCst) && self.notify_armed.swap(false, Ordering::SeqCst) {
+            self.signal();
         }
     }
-}
 
-pub(crate) fn signal_eventfd(fd: RawFd) {
-    let one: u64 = 1;
-    // SAFETY: writes 8 bytes from a live u64 to an fd we created; an error
-    // (counter overflow, impossible in practice) leaves the fd readable.
-    unsafe {
-        libc::write(fd, (&one as *const u64).cast(), 8);
+    /// The sink's completion eventfd, made on first use (by the owning
+    /// client: one thread at a time).
+    pub(crate) fn eventfd(&self) -> std::io::Result<RawFd> {
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        if let Some(fd) = self.eventfd.get() {
+            return Ok(fd.as_raw_fd());
+        }
+        // SAFETY: plain syscall; the returned fd is checked below.
+        let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if raw < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `raw` is a new fd that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        Ok(self.eventfd.get_or_init(|| fd).as_raw_fd())
+    }
+
+    /// Signals the eventfd (made before it was armed).
+    pub(crate) fn signal(&self) {
+        use std::os::fd::AsRawFd;
+        let Some(fd) = self.eventfd.get() else { return };
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to the sink's own eventfd,
+        // open as long as the sink; an error (counter overflow, impossible
+        // in practice) leaves the fd readable.
+        unsafe {
+            libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8);
+        }
+    }
+
+    /// Disarms the eventfd and consumes any pending signal, so that the
+    /// next client of this sink starts with a quiet fd (a completer of the
+    /// previous client may still signal it late: a spurious wakeup, which
+    /// eventfd users must tolerate anyway).
+    pub(crate) fn quiet_eventfd(&self) {
+        use std::os::fd::AsRawFd;
+        self.notify_armed.store(false, Ordering::SeqCst);
+        let Some(fd) = self.eventfd.get() else { return };
+        let mut count: u64 = 0;
+        // SAFETY: reads 8 bytes into a live u64 from our non-blocking
+        // eventfd; EAGAIN (nothing pending) is fine.
+        unsafe {
+            libc::read(fd.as_raw_fd(), (&mut count as *mut u64).cast(), 8);
+        }
     }
 }

@@ -15,13 +15,15 @@ use std::ptr::NonNull;
 use crossbeam_utils::CachePadded;
 
 use crate::driver::{Driver, QueueRqResult};
-use crate::request::{Request, RequestSlot, Rq, RqList, RqState, SECTOR_SHIFT};
+use crate::completion::{BioSlot, ClientShared, Completion};
+use crate::request::{Request, RequestSlot, Rq, RqList, RqState, TagRelease, SECTOR_SHIFT};
 use crate::status::Status;
 use std::sync::Arc;
 
 use crate::sched::SchedCtx;
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Mutex, Ordering};
 use crate::tag::{AllocData, Tags};
+use crate::timeout::TimeoutClock;
 use std::sync::atomic::AtomicPtr;
 
 /// Requests taken from a scheduler per dispatch batch (the kernel's
@@ -72,6 +74,9 @@ pub struct Hctx {
     /// A poll queue (HCTX_TYPE_POLL): its requests complete when polled.
     pub(crate) is_poll: bool,
     pub(crate) stats: HctxStats,
+    /// The queue's timeout clock: a request's deadline is armed when it is
+    /// handed to the driver.
+    clock: Arc<TimeoutClock>,
 }
 
 // SAFETY: every field is Sync except `sched_dispatch`, which only the
@@ -88,7 +93,13 @@ impl fmt::Debug for Hctx {
 }
 
 impl Hctx {
-    pub(crate) fn new(index: usize, tags: Tags, driver: Arc<dyn Driver>, is_poll: bool) -> Self {
+    pub(crate) fn new(
+        index: usize,
+        tags: Tags,
+        driver: Arc<dyn Driver>,
+        is_poll: bool,
+        clock: Arc<TimeoutClock>,
+    ) -> Self {
         let depth = tags.nr_tags() as usize;
         Self {
             index,
@@ -106,6 +117,7 @@ impl Hctx {
             )),
             is_poll,
             stats: HctxStats::default(),
+            clock,
         }
     }
 
@@ -158,6 +170,7 @@ impl Hctx {
             return;
         }
         self.stats.queued.fetch_add(1, Ordering::Relaxed);
+        self.start_request(&rq);
         if let QueueRqResult::Busy(rq) = self.driver.queue_rq(self, rq, last) {
             self.stats.busy.fetch_add(1, Ordering::Relaxed);
             self.push_dispatch(rq);
@@ -189,6 +202,9 @@ impl Hctx {
     pub(crate) fn queue_list(&self, rqs: &mut RqList) -> bool {
         let n = rqs.len() as u64;
         self.stats.queued.fetch_add(n, Ordering::Relaxed);
+        for rq in rqs.iter() {
+            self.start_request(rq);
+        }
         self.driver.queue_rqs(self, rqs);
         if rqs.is_empty() {
             return false;
@@ -202,13 +218,21 @@ impl Hctx {
         true
     }
 
+    /// Arms `rq`'s timeout as it goes to the driver (`blk_mq_start_request`).
+    #[inline(always)]
+    fn start_request(&self, rq: &Rq) {
+        rq.slot().deadline.store(self.clock.deadline(), Ordering::Release);
+    }
+
     fn push_dispatch_all(&self, rqs: &mut RqList) {
         let mut list = self.dispatch.lock();
-        list.extend(rqs);
+        // Back with the block layer: not timed until handed over again.
+        list.extend(rqs.inspect(|rq| rq.slot().deadline.store(0, Ordering::Relaxed)));
         self.dispatch_nr.store(list.len() as u32, Ordering::Release);
     }
 
     fn push_dispatch(&self, rq: Rq) {
+        rq.slot().deadline.store(0, Ordering::Relaxed);
         let mut list = self.dispatch.lock();
         list.push_back(rq);
         self.dispatch_nr.store(list.len() as u32, Ordering::Release);
@@ -273,10 +297,12 @@ impl Hctx {
                 (rq, list.is_empty())
             };
             self.stats.queued.fetch_add(1, Ordering::Relaxed);
+            self.start_request(&rq);
             match self.driver.queue_rq(self, rq, last) {
                 QueueRqResult::Queued => issued_without_last = !last,
                 QueueRqResult::Busy(rq) => {
                     self.stats.busy.fetch_add(1, Ordering::Relaxed);
+                    rq.slot().deadline.store(0, Ordering::Relaxed);
                     let mut list = self.dispatch.lock();
                     list.push_front(rq);
                     self.dispatch_nr.store(list.len() as u32, Ordering::Release);
@@ -308,36 +334,44 @@ impl Hctx {
     /// `status` an error, bios wholly within the first `ok_bytes` of the
     /// request still complete with `Ok` (a partial transfer).
     ///
+    /// Everything needed is copied out of the slot before its tags go back:
+    /// from then on another thread may initialise the slot for a new
+    /// request, so no reference into it may be live (the kernel likewise
+    /// reads what it needs before `blk_mq_put_tag`).
+    ///
     /// # Safety
     /// `ptr` is the slot of an in-flight request and the caller owns it (it
     /// consumed the request's `Rq` token).
     pub(crate) unsafe fn end_request(ptr: NonNull<RequestSlot>, status: Status, ok_bytes: u64) {
         // SAFETY: slots live as long as the queue (see the Driver trait's
-        // thread rules), and the caller owns this one's request.
+        // thread rules); the consumed token makes the request ours until
+        // its tags go back, and this block ends every reference into it.
         let slot = unsafe { ptr.as_ref() };
-        // SAFETY: as above: the consumed token made the access exclusive.
-        let rq = unsafe { &mut *slot.rq.get() };
-        slot.set_state(RqState::Complete);
-        // SAFETY: slots point at their hctx, which outlives them.
-        let hctx = unsafe { &*rq.hctx };
-        if rq.nr_bios > 1 {
-            // SAFETY: forwarded contract.
-            unsafe { Self::end_merged(slot, rq, hctx, status, ok_bytes) };
-            return;
-        }
-        let owner = rq.owner;
-        // (`split` and `view` are set on every issue: no need to reset them.)
-        let split = rq.split;
-        let mut completion = crate::completion::Completion::new(rq.user_data, status, rq.buf.take(), rq.origin);
-        if rq.op == crate::request::Op::ZoneAppend && status.is_ok() {
-            completion.append_offset = Some(rq.sector << SECTOR_SHIFT);
-        }
-        slot.deadline.store(0, Ordering::Relaxed);
-        slot.set_state(RqState::Idle);
-        hctx.stats.completed.fetch_add(1, Ordering::Relaxed);
+        let (hctx, release, owner, split, completion) = {
+            // SAFETY: as above.
+            let rq = unsafe { &mut *slot.rq.get() };
+            // SAFETY: slots point at their hctx, which outlives them.
+            let hctx = unsafe { &*rq.hctx };
+            if rq.nr_bios > 1 {
+                let merged = MergedEnd::take(rq, status, ok_bytes);
+                let release = TagRelease::of(slot, rq);
+                hctx.release_slot(slot, release);
+                // SAFETY: forwarded contract: the chain's bios are ours
+                // until each is delivered.
+                unsafe { merged.deliver() };
+                hctx.restart_after_completion();
+                return;
+            }
+            let mut completion = crate::completion::Completion::new(rq.user_data, status, rq.buf.take(), rq.origin);
+            if rq.op == crate::request::Op::ZoneAppend && status.is_ok() {
+                completion.append_offset = Some(rq.sector << SECTOR_SHIFT);
+            }
+            // (`split` and `view` are set on every issue: no need to reset them.)
+            (hctx, TagRelease::of(slot, rq), rq.owner, rq.split, completion)
+        };
         // Free the tag before telling the client: a client that submits again
         // as soon as it sees this completion then finds a free tag.
-        hctx.put_tags(rq);
+        hctx.release_slot(slot, release);
         // SAFETY: owners are client completion sinks kept alive by the queue
         // for its whole life; requests are only submitted with a valid one.
         let owner = unsafe { &*owner };
@@ -350,54 +384,41 @@ impl Hctx {
         hctx.restart_after_completion();
     }
 
-    /// `end_request` for a request carrying merged bios: each bio completes
-    /// in device order, with `Ok` if it lies within `ok_bytes` (or `status`
-    /// is `Ok`), else with `status`.
-    ///
-    /// # Safety
-    /// As `end_request`; `rq` is `slot`'s request.
-    #[cold]
-    #[inline(never)]
-    unsafe fn end_merged(slot: &RequestSlot, rq: &mut Request, hctx: &Hctx, status: Status, ok_bytes: u64) {
-        debug_assert_eq!(rq.split, 0, "split pieces are never merged");
-        let start = rq.sector;
-        let bio_status = |end_sector: u64| {
-            if status == Status::Ok || (end_sector - start) << SECTOR_SHIFT <= ok_bytes {
-                Status::Ok
-            } else {
-                status
-            }
-        };
-        // Take everything out of the request before freeing its tag.
-        let (front, back) = (rq.front, rq.back);
-        // SAFETY: `back` is null or a live slot of the chain, which the
-        // request's owner (the caller) uses.
-        let own_end = if back.is_null() { start + u64::from(rq.nr_sectors) } else { unsafe { (*back).data().sector } };
-        let own = crate::completion::Completion::new(rq.user_data, bio_status(own_end), rq.buf.take(), rq.origin);
-        let owner = rq.owner;
-        rq.nr_bios = 1;
+    /// Marks a finished request's slot free and frees its tags, unless the
+    /// timeout scanner holds it: then the release is stashed in the slot and
+    /// the scanner frees the tags once the driver's handler has returned.
+    #[inline(always)]
+    fn release_slot(&self, slot: &RequestSlot, release: TagRelease) {
         slot.deadline.store(0, Ordering::Relaxed);
-        slot.set_state(RqState::Idle);
-        hctx.stats.completed.fetch_add(1, Ordering::Relaxed);
-        hctx.put_tags(rq);
-        // SAFETY: the chain's slots are ours until each is delivered
-        // (complete_merged reads the link before delivering).
-        unsafe {
-            let mut p = front;
-            while !p.is_null() {
-                let d = (*p).data();
-                let end = d.sector + u64::from(d.nr_sectors);
-                p = (*p).complete_merged(bio_status(end));
+        self.stats.completed.fetch_add(1, Ordering::Relaxed);
+        loop {
+            if slot.try_complete() {
+                slot.set_state(RqState::Idle);
+                self.put_tags(release);
+                return;
             }
-            (*owner).deliver(own);
-            let mut p = back;
-            while !p.is_null() {
-                let d = (*p).data();
-                let end = d.sector + u64::from(d.nr_sectors);
-                p = (*p).complete_merged(bio_status(end));
+            // SAFETY: the request is still ours: its tags are held and the
+            // scanner reads the stash only after `hand_over` below.
+            unsafe { (*slot.rq.get()).held_release = Some(release) };
+            if slot.hand_over() {
+                return;
             }
         }
-        hctx.restart_after_completion();
+    }
+
+    /// The timeout scanner's end of a hold on `slot`: if the request
+    /// completed while held, frees it (its stashed release) and restarts
+    /// the queue, as the completer would have.
+    pub(crate) fn end_timeout_hold(&self, slot: &RequestSlot) {
+        if !slot.end_hold() {
+            return;
+        }
+        // SAFETY: Complete | HELD: the completer stashed the release and
+        // gave the request up; its tags are still held, so it is ours.
+        let release = unsafe { (*slot.rq.get()).held_release.take() };
+        slot.set_state(RqState::Idle);
+        self.put_tags(release.expect("a held request hands over its release"));
+        self.restart_after_completion();
     }
 
     /// A completion freed resources: re-run a waiting dispatch list, or a
@@ -412,10 +433,86 @@ impl Hctx {
     /// Frees a finished request's tags: its slot's tag, and with a
     /// scheduler (after telling it) the driver tag too.
     #[inline(always)]
-    fn put_tags(&self, rq: &Request) {
-        match self.sched() {
-            Some(s) if rq.in_sched => self.finish_sched(s, rq),
-            _ => self.tags.put(rq.tag),
+    fn put_tags(&self, release: TagRelease) {
+        match (self.sched(), release.sched) {
+            (Some(s), Some(done)) => self.finish_sched(s, &done, release.driver_tag),
+            _ => self.tags.put(release.tag),
+        }
+    }
+}
+
+/// The bios of a request that carries merged ones, taken out of its slot
+/// (the slot is freed before they are delivered).
+struct MergedEnd {
+    front: *const BioSlot,
+    back: *const BioSlot,
+    /// The request's own bio (delivered between the front and back ones).
+    own: Option<Completion>,
+    owner: *const ClientShared,
+    start: u64,
+    status: Status,
+    ok_bytes: u64,
+}
+
+impl MergedEnd {
+    /// Each bio completes in device order, with `Ok` if it lies within
+    /// `ok_bytes` (or `status` is `Ok`), else with `status`.
+    #[cold]
+    #[inline(never)]
+    fn take(rq: &mut Request, status: Status, ok_bytes: u64) -> Self {
+        debug_assert_eq!(rq.split, 0, "split pieces are never merged");
+        let start = rq.sector;
+        let own_end = if rq.back.is_null() {
+            start + u64::from(rq.nr_sectors)
+        } else {
+            // SAFETY: `back` is a live slot of the chain, which the
+            // request's owner (our caller) uses.
+            unsafe { (*rq.back).with_data(|d| d.sector) }
+        };
+        let mut end = Self {
+            front: rq.front,
+            back: rq.back,
+            own: None,
+            owner: rq.owner,
+            start,
+            status,
+            ok_bytes,
+        };
+        end.own = Some(Completion::new(rq.user_data, end.bio_status(own_end), rq.buf.take(), rq.origin));
+        rq.nr_bios = 1;
+        end
+    }
+
+    fn bio_status(&self, end_sector: u64) -> Status {
+        if self.status == Status::Ok || (end_sector - self.start) << SECTOR_SHIFT <= self.ok_bytes {
+            Status::Ok
+        } else {
+            self.status
+        }
+    }
+
+    /// Delivers every bio's completion, in device order.
+    ///
+    /// # Safety
+    /// The caller ended the request that carried these bios; their slots
+    /// are its until each is delivered.
+    #[cold]
+    #[inline(never)]
+    unsafe fn deliver(mut self) {
+        // SAFETY: forwarded contract; `complete_merged` reads the link
+        // before delivering, after which the client may reuse the slot.
+        unsafe {
+            let mut p = self.front;
+            while !p.is_null() {
+                let end = (*p).with_data(|d| d.sector + u64::from(d.nr_sectors));
+                p = (*p).complete_merged(self.bio_status(end));
+            }
+            (*self.owner).deliver(self.own.take().expect("taken with the request"));
+            let mut p = self.back;
+            while !p.is_null() {
+                let end = (*p).with_data(|d| d.sector + u64::from(d.nr_sectors));
+                p = (*p).complete_merged(self.bio_status(end));
+            }
         }
     }
 }

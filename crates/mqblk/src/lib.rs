@@ -59,6 +59,7 @@ mod sched;
 mod status;
 mod sync;
 mod tag;
+mod timeout;
 pub mod zoned;
 
 pub use buf::{Buf, BUF_ALIGN};

@@ -75,10 +75,14 @@ fn loom_merged_bios_complete_once_and_slots_reuse_without_races() {
         // does the same writes) ...
         for (i, next) in [(0u32, 1u32), (1, u32::MAX)] {
             // SAFETY: the slots are free and only this thread knows them.
-            let d = unsafe { shared.slot(i).data() };
-            d.user_data = u64::from(i) + 1;
-            d.owner = Arc::as_ptr(&shared);
-            d.next = if next == u32::MAX { std::ptr::null() } else { shared.slot(next) };
+            let next: *const _ = if next == u32::MAX { std::ptr::null() } else { shared.slot(next) };
+            unsafe {
+                shared.slot(i).with_data_mut(|d| {
+                    d.user_data = u64::from(i) + 1;
+                    d.owner = Arc::as_ptr(&shared);
+                    d.next = next;
+                })
+            };
         }
         let chain = Chain(shared.slot(0), 0);
         // ... and the completer ends the request: its own bio, then the chain.
@@ -103,7 +107,7 @@ fn loom_merged_bios_complete_once_and_slots_reuse_without_races() {
                 Some(c) => {
                     if c.slot != 0 {
                         // SAFETY: the completion gave the slot back to us.
-                        unsafe { shared.slot(c.slot - 1).data() }.user_data = 99;
+                        unsafe { shared.slot(c.slot - 1).with_data_mut(|d| d.user_data = 99) };
                     }
                     got.push(c.user_data);
                 }

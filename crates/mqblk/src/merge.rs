@@ -97,29 +97,36 @@ pub(crate) struct MergedBio {
 /// owns `rq` (it holds the plugged request's token).
 pub(crate) unsafe fn attach(rq: &mut Request, kind: MergeKind, slot: &BioSlot, owner: &ClientShared, bio: MergedBio) {
     debug_assert_eq!(try_merge(rq, &bio.pos, u64::MAX, u32::MAX), Some(kind));
-    // SAFETY: forwarded contract: the slot is free and ours.
-    let d = unsafe { slot.data() };
-    d.user_data = bio.user_data;
-    d.origin = bio.origin;
-    d.buf = bio.buf;
-    d.sector = bio.pos.sector;
-    d.nr_sectors = bio.pos.nr_sectors;
-    d.owner = owner;
     let p: *const BioSlot = slot;
+    let next = match kind {
+        MergeKind::Back => std::ptr::null(),
+        MergeKind::Front => rq.front,
+    };
+    // SAFETY: forwarded contract: the slot is free and ours.
+    unsafe {
+        slot.with_data_mut(|d| {
+            d.user_data = bio.user_data;
+            d.origin = bio.origin;
+            d.buf = bio.buf;
+            d.sector = bio.pos.sector;
+            d.nr_sectors = bio.pos.nr_sectors;
+            d.owner = owner;
+            d.next = next;
+        })
+    };
     match kind {
         MergeKind::Back => {
-            d.next = std::ptr::null();
             if rq.back.is_null() {
                 rq.back = p;
             } else {
-                // SAFETY: the tail is a slot of this request's chain, which
-                // the request's owner (the caller) uses.
-                unsafe { (*rq.back_tail).data().next = p };
+                // SAFETY: the tail is another slot of this request's chain
+                // (not `slot`, which was free), which the request's owner
+                // (the caller) uses.
+                unsafe { (*rq.back_tail).with_data_mut(|d| d.next = p) };
             }
             rq.back_tail = p;
         }
         MergeKind::Front => {
-            d.next = rq.front;
             rq.front = p;
             rq.sector = bio.pos.sector;
         }

@@ -15,12 +15,13 @@ use std::time::{Duration, Instant};
 use crate::client::Client;
 use crate::completion::{ClientShared, CounterTotals, RwCount};
 use crate::config::QueueOptions;
-use crate::driver::{Driver, TimedOutRq, TimeoutAction};
+use crate::driver::Driver;
+use crate::timeout::TimeoutClock;
 use crate::error::{Error, SubmitError};
 use crate::hctx::Hctx;
 pub use crate::limits::{QueueLimits, DEFAULT_MAX_SECTORS, DEFAULT_MAX_SEGMENTS, MAX_BIO_BYTES};
 use crate::plug::PlugNesting;
-use crate::request::{Bio, Op, RqState, SECTOR_SHIFT};
+use crate::request::{Bio, Op, SECTOR_SHIFT};
 use std::sync::Arc;
 
 use crate::config::Wake;
@@ -68,16 +69,6 @@ struct Worker {
     thread: Option<JoinHandle<()>>,
 }
 
-/// Timeout bookkeeping in coarse ticks (the kernel's jiffies), so that
-/// arming a request's timer costs a load and a store, no clock read.
-struct TimeoutClock {
-    start: Instant,
-    tick: Duration,
-    ticks: AtomicU64,
-    /// Ticks a request may be in flight; 0: no timeouts.
-    timeout_ticks: u64,
-}
-
 pub(crate) struct RequestQueue {
     driver: Arc<dyn Driver>,
     limits: QueueLimits,
@@ -95,10 +86,10 @@ pub(crate) struct RequestQueue {
     /// The wakeup policy, for scheduler tags made later.
     wake: Wake,
     /// Every scheduler context ever installed: hctxs point into these, and
-    /// they live as long as the queue (see `Hctx::sched`). Boxed so that
-    /// they never move when the vector grows.
-    #[allow(clippy::vec_box)]
-    sched_contexts: Mutex<Vec<Box<SchedCtx>>>,
+    /// they live as long as the queue (see `Hctx::sched`). Shared (`Arc`)
+    /// so that the pointers the hctxs hold are derived from a shared
+    /// reference that nothing reborrows mutably later.
+    sched_contexts: Mutex<Vec<Arc<SchedCtx>>>,
     sched_name: Mutex<String>,
     /// Submissions wait at the door while the queue is frozen (a scheduler
     /// switch drains it).
@@ -108,7 +99,7 @@ pub(crate) struct RequestQueue {
     tag_waits: AtomicU64,
     timeouts: AtomicU64,
     splits: AtomicU64,
-    clock: TimeoutClock,
+    clock: Arc<TimeoutClock>,
     worker: Mutex<Option<Worker>>,
 }
 
@@ -119,20 +110,16 @@ impl RequestQueue {
         tag_set.validate().map_err(Error::Setup)?;
         let limits = driver.limits();
         limits.validate().map_err(Error::Setup)?;
-        let mut hctxs: Box<[Hctx]> = (0..tag_set.nr_hw_queues)
+        let clock = Arc::new(TimeoutClock::new(driver.rq_timeout()));
+        let hctxs: Box<[Hctx]> = (0..tag_set.nr_hw_queues)
             .map(|i| {
                 let policy = opts.wake.policy()?;
                 let is_poll = i >= tag_set.nr_hw_queues - tag_set.poll_queues;
-                Ok(Hctx::new(i, Tags::new(&tag_set, policy), driver.clone(), is_poll))
+                Ok(Hctx::new(i, Tags::new(&tag_set, policy), driver.clone(), is_poll, clock.clone()))
             })
             .collect::<Result<Vec<_>, Error>>()?
             .into_iter()
             .collect();
-        for hctx in hctxs.iter_mut() {
-            let ptr: *const Hctx = hctx;
-            hctx.tags.bind(ptr);
-        }
-        let clock = Self::timeout_clock(driver.rq_timeout());
         let max_request_bytes = Op::ALL.map(|op| limits.max_request_bytes(op));
         let q = Arc::new(Self {
             driver,
@@ -156,6 +143,12 @@ impl RequestQueue {
             clock,
             worker: Mutex::new(None),
         });
+        // Bind each hctx's request slots to it only now, through the queue's
+        // final shared reference: a pointer taken before the hctxs moved
+        // into the queue would be invalidated by the move.
+        for hctx in q.hctxs.iter() {
+            hctx.tags.bind(hctx);
+        }
         q.start_worker()?;
         q.install_scheduler(&opts.sched, opts.nr_requests)?;
         Ok(q)
@@ -178,10 +171,10 @@ impl RequestQueue {
                 Some(e) => {
                     let policy = self.wake.policy().expect("built at creation");
                     let config = TagSetConfig::new(self.hctxs.len(), nr_requests);
-                    let mut tags = Tags::with_min_shallow(&config, policy, e.min_shallow_depth());
+                    let tags = Tags::with_min_shallow(&config, policy, e.min_shallow_depth());
                     tags.bind(hctx);
-                    let ctx = Box::new(SchedCtx { elevator: e.clone(), tags, queued: Default::default() });
-                    let ptr = &*ctx as *const SchedCtx as *mut SchedCtx;
+                    let ctx = Arc::new(SchedCtx { elevator: e.clone(), tags, queued: Default::default() });
+                    let ptr = Arc::as_ptr(&ctx).cast_mut();
                     contexts.push(ctx);
                     ptr
                 }
@@ -261,19 +254,6 @@ impl RequestQueue {
         }
     }
 
-    fn timeout_clock(rq_timeout: Option<Duration>) -> TimeoutClock {
-        let (tick, timeout_ticks) = match rq_timeout {
-            // Tick at an eighth of the timeout (10 ms .. 1 s): a timeout fires
-            // at most one tick late, as with the kernel's jiffies rounding.
-            Some(t) if !t.is_zero() => {
-                let tick = (t / 8).clamp(Duration::from_millis(10), Duration::from_secs(1));
-                (tick, (t.as_nanos() / tick.as_nanos()).max(1) as u64)
-            }
-            _ => (Duration::from_secs(1), 0),
-        };
-        TimeoutClock { start: Instant::now(), tick, ticks: AtomicU64::new(1), timeout_ticks }
-    }
-
     fn start_worker(self: &Arc<Self>) -> Result<(), Error> {
         let shared = Arc::new(WorkerShared { stop: AtomicBool::new(false), parker: Parker::new() });
         let weak = Arc::downgrade(self);
@@ -317,15 +297,6 @@ impl RequestQueue {
     #[inline(always)]
     pub(crate) fn check_bio(&self, bio: &Bio) -> Result<(), SubmitError> {
         self.limits.check_bio(bio)
-    }
-
-    /// The tick at which a request issued now times out (0: never).
-    #[inline(always)]
-    pub(crate) fn timeout_deadline(&self) -> u64 {
-        if self.clock.timeout_ticks == 0 {
-            return 0;
-        }
-        self.clock.ticks.load(Ordering::Relaxed) + self.clock.timeout_ticks
     }
 
     pub(crate) fn note_tag_wait(&self) {
@@ -400,36 +371,16 @@ impl RequestQueue {
 
     /// Runs delayed dispatches and scans for timed-out requests.
     fn worker_tick(&self) {
-        let ticks = (self.clock.start.elapsed().as_nanos() / self.clock.tick.as_nanos()) as u64 + 1;
-        self.clock.ticks.store(ticks, Ordering::Relaxed);
+        let now = self.clock.advance();
         for hctx in self.hctxs.iter() {
             if hctx.need_delayed_run.swap(false, Ordering::AcqRel) {
                 hctx.run_dispatch_list();
             }
         }
-        if self.clock.timeout_ticks != 0 {
-            self.scan_timeouts(ticks);
-        }
-    }
-
-    fn scan_timeouts(&self, now: u64) {
-        for hctx in self.hctxs.iter() {
-            let pool = hctx.pool();
-            for tag in 0..pool.nr_tags() {
-                let slot = pool.slot(tag);
-                let deadline = slot.deadline.load(Ordering::Relaxed);
-                if deadline == 0 || deadline > now || slot.state() != RqState::InFlight {
-                    continue;
-                }
-                self.timeouts.fetch_add(1, Ordering::Relaxed);
-                let rq = TimedOutRq { hctx_index: hctx.index(), tag };
-                let next = match self.driver.timeout(hctx, rq) {
-                    TimeoutAction::ResetTimer => now + self.clock.timeout_ticks,
-                    TimeoutAction::Done => 0,
-                };
-                // CAS: if the request completed and the tag was reused, its
-                // new deadline is left alone.
-                let _ = slot.deadline.compare_exchange(deadline, next, Ordering::Relaxed, Ordering::Relaxed);
+        if self.clock.enabled() {
+            for hctx in self.hctxs.iter() {
+                let expired = self.clock.scan(hctx, &*self.driver, now);
+                self.timeouts.fetch_add(expired, Ordering::Relaxed);
             }
         }
     }

@@ -15,9 +15,15 @@
 //!
 //! | from     | to       | when                                   |
 //! |----------|----------|----------------------------------------|
-//! | Idle     | InFlight | tag taken, slot initialised, dispatch  |
+//! | Idle     | InFlight | tag taken, slot initialised            |
 //! | InFlight | Complete | driver calls `complete`                |
-//! | Complete | Idle     | bio completions delivered, tag freed   |
+//! | Complete | Idle     | tags about to be freed                 |
+//!
+//! The timeout scanner may hold an InFlight request (`HELD`, the kernel's
+//! reference taken in `blk_mq_check_expired`) while the driver's timeout
+//! handler runs: a request completed meanwhile goes Complete | HELD and
+//! the scanner, not the completer, frees its tags when the handler returns,
+//! so the tag the handler was given cannot name a newer request.
 
 use std::fmt;
 use std::ptr::NonNull;
@@ -26,7 +32,7 @@ use crate::buf::Buf;
 use crate::completion::{BioSlot, ClientShared};
 use crate::hctx::Hctx;
 use crate::status::Status;
-use crate::sync::{AtomicU64, AtomicU8, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 /// Marks the last piece of a split bio in `Request::split`.
 pub(crate) const SPLIT_LAST: u32 = 1 << 31;
@@ -43,9 +49,14 @@ pub(crate) enum RqState {
     Complete = 2,
 }
 
+/// Or-ed into the state while the timeout scanner holds the request.
+const HELD: u8 = 0x4;
+const IN_FLIGHT: u8 = RqState::InFlight as u8;
+const COMPLETE: u8 = RqState::Complete as u8;
+
 impl RqState {
     fn from_u8(v: u8) -> RqState {
-        match v {
+        match v & !HELD {
             0 => RqState::Idle,
             1 => RqState::InFlight,
             _ => RqState::Complete,
@@ -86,10 +97,9 @@ pub(crate) struct Request {
     pub(crate) owner: *const ClientShared,
     /// Scratch space for the driver (its per-request "pdu").
     pub(crate) driver_data: u64,
-    /// The tag the driver sees: the slot's own tag without a scheduler;
-    /// with one (`tag` is then a scheduler tag) the driver tag taken at
-    /// dispatch.
-    pub(crate) driver_tag: u32,
+    /// What to free when a request the timeout scanner held completed:
+    /// written by the completer before it hands the request over.
+    pub(crate) held_release: Option<TagRelease>,
     /// The submitting client (its "process" for schedulers) and priority.
     pub(crate) client_id: u32,
     pub(crate) ioprio: IoPrio,
@@ -118,9 +128,42 @@ pub(crate) struct Request {
 pub(crate) struct RequestSlot {
     /// Lifecycle state (`RqState`).
     pub(crate) state: AtomicU8,
-    /// Timeout deadline in queue ticks (0: none).
+    /// Timeout deadline in queue ticks (0: none): armed when the request
+    /// is handed to the driver (`blk_mq_start_request`), never while it
+    /// waits in a plug or a scheduler.
     pub(crate) deadline: AtomicU64,
+    /// The tag the driver sees: the slot's own tag without a scheduler;
+    /// with one (the slot's tag is then a scheduler tag) the driver tag
+    /// taken at dispatch. Atomic so that the timeout scanner can read it
+    /// while the driver owns the request.
+    pub(crate) driver_tag: AtomicU32,
     pub(crate) rq: std::cell::UnsafeCell<Request>,
+}
+
+/// The tags a finished request gives back, copied out of its slot before
+/// any is freed (once the slot's tag is free, another thread may reuse it).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TagRelease {
+    pub(crate) tag: u32,
+    pub(crate) driver_tag: u32,
+    /// With a scheduler: what it is told (`Elevator::finish_request`).
+    pub(crate) sched: Option<crate::sched::DoneInfo>,
+}
+
+impl TagRelease {
+    #[inline(always)]
+    pub(crate) fn of(slot: &RequestSlot, rq: &Request) -> Self {
+        let sched = rq.in_sched.then(|| crate::sched::DoneInfo {
+            sched_tag: rq.tag,
+            op: rq.op,
+            flags: rq.flags,
+            nr_sectors: rq.nr_sectors,
+            client_id: rq.client_id,
+            ioprio: rq.ioprio,
+            inserted_ns: rq.sched_time_ns,
+        });
+        Self { tag: rq.tag, driver_tag: slot.driver_tag.load(Ordering::Relaxed), sched }
+    }
 }
 
 // SAFETY: the `UnsafeCell<Request>` is only accessed by whoever holds the
@@ -146,7 +189,7 @@ impl RequestSlot {
             origin: ORIGIN_USER,
             owner: std::ptr::null(),
             driver_data: 0,
-            driver_tag: tag,
+            held_release: None,
             client_id: 0,
             ioprio: IoPrio { class: IoPrioClass::Be, level: 4 },
             sched_time_ns: 0,
@@ -162,12 +205,53 @@ impl RequestSlot {
         Self {
             state: AtomicU8::new(RqState::Idle as u8),
             deadline: AtomicU64::new(0),
+            driver_tag: AtomicU32::new(tag),
             rq: std::cell::UnsafeCell::new(rq),
         }
     }
 
     pub(crate) fn state(&self) -> RqState {
         RqState::from_u8(self.state.load(Ordering::Acquire))
+    }
+
+    /// The driver completed the request: InFlight -> Complete. False if
+    /// the timeout scanner holds it; then `held_release` must be stashed
+    /// and the request handed over with `hand_over`.
+    #[inline]
+    pub(crate) fn try_complete(&self) -> bool {
+        match self.state.compare_exchange(IN_FLIGHT, COMPLETE, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => true,
+            Err(cur) => {
+                assert_eq!(cur, IN_FLIGHT | HELD, "request: completed in state {cur:#x}");
+                false
+            }
+        }
+    }
+
+    /// A held request completed: Complete | HELD, leaving the release to
+    /// the scanner (`end_hold`). False if the hold ended meanwhile (retry
+    /// `try_complete`).
+    pub(crate) fn hand_over(&self) -> bool {
+        self.state.compare_exchange(IN_FLIGHT | HELD, COMPLETE | HELD, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    /// Timeout scanner: holds an in-flight request so that it cannot be
+    /// freed and reused while the driver's timeout handler runs.
+    pub(crate) fn try_hold(&self) -> bool {
+        self.state.compare_exchange(IN_FLIGHT, IN_FLIGHT | HELD, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+    }
+
+    /// Ends a hold. True if the request completed meanwhile: the caller
+    /// then frees it (its `held_release`), the slot being Complete.
+    pub(crate) fn end_hold(&self) -> bool {
+        match self.state.compare_exchange(IN_FLIGHT | HELD, IN_FLIGHT, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => false,
+            Err(cur) => {
+                assert_eq!(cur, COMPLETE | HELD, "request: hold ended in state {cur:#x}");
+                self.state.store(COMPLETE, Ordering::Relaxed);
+                true
+            }
+        }
     }
 
     /// Moves the lifecycle on; asserts the transition in debug builds.
@@ -209,6 +293,13 @@ impl Rq {
         unsafe { &*self.ptr.as_ref().rq.get() }
     }
 
+    /// The request's slot (its atomics).
+    #[inline(always)]
+    pub(crate) fn slot(&self) -> &RequestSlot {
+        // SAFETY: slots live as long as the queue.
+        unsafe { self.ptr.as_ref() }
+    }
+
     #[inline(always)]
     pub(crate) fn rq_mut(&mut self) -> &mut Request {
         // SAFETY: as in `rq`, and `&mut self` makes the access exclusive.
@@ -218,9 +309,14 @@ impl Rq {
     /// The request's driver tag (unique among the requests the driver
     /// holds on this hardware queue). Not the slot's `tag` field, which is
     /// the scheduler tag when there is a scheduler.
-    #[allow(clippy::misnamed_getters)]
     pub fn tag(&self) -> u32 {
-        self.rq().driver_tag
+        self.slot().driver_tag.load(Ordering::Relaxed)
+    }
+
+    /// Sets the driver tag taken for a scheduler's request at dispatch.
+    #[inline(always)]
+    pub(crate) fn set_driver_tag(&mut self, tag: u32) {
+        self.slot().driver_tag.store(tag, Ordering::Relaxed);
     }
 
     /// The request's slot tag: the scheduler tag when the queue has a
@@ -313,7 +409,8 @@ impl Rq {
             pos += data.len() as u64;
         };
         // SAFETY: the token owns the request, and with it the merged bios'
-        // slots (see BioSlot), for as long as it lives.
+        // slots (see BioSlot), for as long as it lives; `&self` admits only
+        // readers, so `f` may even walk the segments again.
         unsafe { walk_chain(rq.front, |d| emit(d.buf.as_deref().unwrap_or(&[]))) };
         emit(inline_data(rq));
         // SAFETY: as above.
@@ -330,11 +427,12 @@ impl Rq {
             f(pos, data);
             pos += len;
         };
-        // SAFETY: as in `for_each_segment`; `&mut self` makes it exclusive.
-        unsafe { walk_chain(rq.front, |d| emit(d.buf.as_deref_mut().unwrap_or(&mut []))) };
+        // SAFETY: as in `for_each_segment`; `&mut self` makes it exclusive
+        // (`f` cannot reach this request while it runs).
+        unsafe { walk_chain_mut(rq.front, |d| emit(d.buf.as_deref_mut().unwrap_or(&mut []))) };
         emit(inline_data_mut(rq));
         // SAFETY: as above.
-        unsafe { walk_chain(rq.back, |d| emit(d.buf.as_deref_mut().unwrap_or(&mut []))) };
+        unsafe { walk_chain_mut(rq.back, |d| emit(d.buf.as_deref_mut().unwrap_or(&mut []))) };
     }
 
     /// A word of per-request driver state.
@@ -393,17 +491,38 @@ fn inline_data_mut(rq: &mut Request) -> &mut [u8] {
     rq.buf.as_deref_mut().unwrap_or(&mut [])
 }
 
-/// Calls `f` on each merged bio of a chain, in order.
+/// Calls `f` on each merged bio of a chain, in order, reading.
 ///
 /// # Safety
-/// The caller owns the request the chain belongs to.
-unsafe fn walk_chain(mut p: *const BioSlot, mut f: impl FnMut(&mut crate::completion::BioSlotData)) {
+/// The caller owns the request the chain belongs to (no one writes the
+/// chain's slots meanwhile).
+unsafe fn walk_chain(mut p: *const BioSlot, mut f: impl FnMut(&crate::completion::BioSlotData)) {
     while !p.is_null() {
         // SAFETY: chain links point at live slots of queue-owned sinks, and
         // the request's owner is their user (forwarded contract).
-        let d = unsafe { (*p).data() };
-        p = d.next;
-        f(d);
+        p = unsafe {
+            (*p).with_data(|d| {
+                f(d);
+                d.next
+            })
+        };
+    }
+}
+
+/// As `walk_chain`, with each bio's data to change.
+///
+/// # Safety
+/// The caller owns the request exclusively (`&mut`), and `f` does not reach
+/// the chain's slots.
+unsafe fn walk_chain_mut(mut p: *const BioSlot, mut f: impl FnMut(&mut crate::completion::BioSlotData)) {
+    while !p.is_null() {
+        // SAFETY: as in `walk_chain`, exclusively (forwarded contract).
+        p = unsafe {
+            (*p).with_data_mut(|d| {
+                f(d);
+                d.next
+            })
+        };
     }
 }
 
@@ -475,6 +594,11 @@ impl RqList {
         } else {
             self.rqs.insert(0, Some(rq));
         }
+    }
+
+    /// The requests, in order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Rq> {
+        self.rqs[self.head..].iter().flatten()
     }
 
     pub fn front(&self) -> Option<&Rq> {

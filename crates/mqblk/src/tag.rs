@@ -149,11 +149,15 @@ impl Tags {
         Self { nr_tags, nr_reserved_tags, bitmap_tags, breserved_tags, rqs }
     }
 
-    /// Points every request slot at its hardware context (called once, after
-    /// the hctx has its final address).
-    pub(crate) fn bind(&mut self, hctx: *const Hctx) {
-        for cell in self.rqs.iter_mut() {
-            cell.rq.get_mut().hctx = hctx;
+    /// Points every request slot at its hardware context. Called once,
+    /// before any tag is handed out, with a shared reference to the hctx at
+    /// its final address: the pointer stays valid only if it is derived
+    /// from a reference no one later reborrows mutably (Miri checks it).
+    pub(crate) fn bind(&self, hctx: &Hctx) {
+        for cell in self.rqs.iter() {
+            // SAFETY: no tag of this set has been handed out yet, so no one
+            // else can be using any slot's request.
+            unsafe { (*cell.rq.get()).hctx = hctx };
         }
     }
 

@@ -193,6 +193,32 @@ fn eventfd_signals_completions() {
     assert_eq!(done[0].user_data, 9);
 }
 
+/// A completer may signal a client's eventfd just after the client saw the
+/// completion and went away: the fd must still be the device's then, never
+/// a number the process has reused for another file.
+#[test]
+fn the_completion_fd_outlives_its_client_and_is_quiet_for_the_next() {
+    let dev = Device::open("null:gb=1,irqmode=1").unwrap();
+    let fd = {
+        let mut c = dev.client();
+        let fd = c.completion_fd().unwrap();
+        c.submit(Bio::read(0, Buf::new(4096)), 1).unwrap();
+        let mut done = Vec::new();
+        assert_eq!(c.do_io(&mut done, 1, 1, None).unwrap(), 1);
+        fd // dropped with the eventfd signalled and unread
+    };
+    // SAFETY: F_GETFD only asks whether the descriptor is open.
+    assert!(unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0, "the device keeps the eventfd open");
+    let mut next = dev.client();
+    assert_eq!(next.completion_fd().unwrap(), fd, "the sink and its eventfd are recycled");
+    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd; timeout 0 only looks.
+    assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 0, "the previous client's signal was consumed");
+    next.submit(Bio::read(0, Buf::new(4096)), 2).unwrap();
+    // SAFETY: as above, waiting up to 10 s.
+    assert_eq!(unsafe { libc::poll(&mut pfd, 1, 10_000) }, 1, "and it signals the new client's completions");
+}
+
 #[test]
 fn dropping_a_client_waits_for_its_io() {
     let dev = Device::open("null:gb=1,irqmode=2,completion_nsec=2000000").unwrap();

@@ -26,6 +26,41 @@ use report::{DeviceInfo, Entry, Samples};
 /// The device of a bare `mqblk bench`.
 pub const DEFAULT_DEVICE: &str = "null:gb=1";
 
+/// `mqblk bench`'s usage line.
+pub const USAGE: &str =
+    "mqblk bench [--device SPEC] [--output-format=normal|json] [--stats] [fio options] [jobfile ...]";
+
+/// The body of `mqblk bench --help`: mqblk's own options, then fio's.
+pub fn help() -> String {
+    let mut out = String::from(
+        "\
+mqblk's options (also as --option VALUE):
+  --device SPEC                 The device: driver:key=value,... (default null:gb=1)
+  --output-format=normal|json   fio's human report (default) or fio's JSON
+  --stats                       Append the device's debugfs-like counters
+  --sched=NAME[,tunable=value]  The device's I/O scheduler
+  --plug_nesting=MODE           Plug nesting (flush_each: flush every level)
+
+fio's options: --name=NAME starts a job; options before the first --name are
+global; without --name, one job. Job files use fio's INI format ([global],
+then a section per job). The fio options mqblk understands:
+",
+    );
+    let mut line = String::from(" ");
+    for name in options::JOB_OPTIONS.iter().filter(|o| !matches!(**o, "device" | "sched" | "plug_nesting")) {
+        if line.len() + name.len() + 1 > 78 {
+            out.push_str(&line);
+            out.push('\n');
+            line = String::from(" ");
+        }
+        line.push(' ');
+        line.push_str(name);
+    }
+    out.push_str(&line);
+    out.push('\n');
+    out
+}
+
 /// Why the benchmark could not run; the exit code tells bad input (2) from
 /// a failure while running (1).
 #[derive(Debug)]

@@ -369,7 +369,7 @@ impl JobOptions {
                             polling thread; use sqthread_poll=0")
             }
             "sqthread_poll" => {}
-            _ => return err(unknown_option(key)),
+            _ => return err(unknown_option(key, JOB_OPTIONS)),
         }
         if key != "name" {
             self.given.push((key.to_string(), value.unwrap_or("").to_string()));
@@ -394,10 +394,32 @@ impl JobOptions {
     }
 }
 
-fn unknown_option(key: &str) -> String {
-    let mut known: Vec<&str> = JOB_OPTIONS.to_vec();
+/// Options of `mqblk bench`'s command line only (not of job files).
+const BENCH_OPTIONS: &[&str] = &["output-format", "stats"];
+
+/// "unknown option 'KEY'", with the closest of `known` when one is near
+/// enough to be a typo (Damerau-Levenshtein: a transposition counts one),
+/// else every known option.
+fn unknown_option(key: &str, known: &[&str]) -> String {
+    let max_distance = (key.chars().count() / 3).max(1);
+    let closest = known
+        .iter()
+        .map(|k| (strsim::damerau_levenshtein(key, k), *k))
+        .filter(|(d, _)| *d <= max_distance)
+        .min_by_key(|(d, _)| *d);
+    if let Some((_, k)) = closest {
+        return format!("unknown option '{key}' (did you mean '{k}'?)");
+    }
+    let mut known = known.to_vec();
     known.sort_unstable();
     format!("unknown option '{key}' (known: {})", known.join(", "))
+}
+
+/// The unknown-option message of the command line, where mqblk's own
+/// options are known too.
+fn unknown_cli_option(key: &str) -> String {
+    let known: Vec<&str> = JOB_OPTIONS.iter().chain(BENCH_OPTIONS).copied().collect();
+    unknown_option(key, &known)
 }
 
 /// What `mqblk bench` was asked to run.
@@ -564,7 +586,7 @@ pub fn parse_bench_args(args: &[String]) -> Result<BenchPlan, OptionError> {
                 c.add(&key, inline);
                 any_job_option = true;
             }
-            _ => return err(unknown_option(&key)),
+            _ => return err(unknown_cli_option(&key)),
         }
     }
     for path in &job_files {
@@ -628,7 +650,7 @@ fn parse_job_file(text: &str, path: &str, c: &mut Collector) -> Result<(), Optio
             None => (line, None),
         };
         if !JOB_OPTIONS.contains(&key) {
-            return err(format!("{}: {}", at(), unknown_option(key)));
+            return err(format!("{}: {}", at(), unknown_option(key, JOB_OPTIONS)));
         }
         if in_global {
             if key == "device" {
@@ -687,6 +709,12 @@ mod tests {
     #[test]
     fn unknown_and_bad_options_name_themselves() {
         assert!(parse_bench_args(&args("--iodpeth=4")).unwrap_err().0.contains("'iodpeth'"));
+        let e = parse_bench_args(&args("--iodepht=4")).unwrap_err().0;
+        assert_eq!(e, "unknown option 'iodepht' (did you mean 'iodepth'?)");
+        let e = parse_bench_args(&args("--output_format=json")).unwrap_err().0;
+        assert!(e.ends_with("(did you mean 'output-format'?)"), "{e}");
+        let e = parse_bench_args(&args("--frobnicate=1")).unwrap_err().0;
+        assert!(e.contains("(known: ") && e.contains("iodepth"), "no near option: every option is listed: {e}");
         assert!(parse_bench_args(&args("--rw=sideways")).unwrap_err().0.starts_with("rw:"));
         assert!(parse_bench_args(&args("--iodepth=0")).unwrap_err().0.starts_with("iodepth:"));
         assert!(parse_bench_args(&args("--time_based --name=x")).unwrap_err().0.contains("runtime"));

@@ -25,47 +25,19 @@ pub enum ExperimentError {
     Failed(String),
 }
 
-/// Options common to every experiment.
-#[derive(Debug, Clone)]
+/// Options common to every experiment (`mqblk experiment NAME [--quick]
+/// [--out DIR]`).
+#[derive(Debug, Clone, clap::Args)]
 pub struct Options {
+    /// The experiment to run.
+    #[arg(value_parser = clap::builder::PossibleValuesParser::new(EXPERIMENTS.iter().copied()))]
     pub name: String,
     /// Reduced matrix, short runs: under a minute (CI smoke runs).
+    #[arg(long)]
     pub quick: bool,
+    /// The results folder for NAME.json and NAME.svg.
+    #[arg(long = "out", value_name = "DIR", default_value = "results")]
     pub out_dir: PathBuf,
-}
-
-pub fn parse(args: &[String]) -> Result<Options, ExperimentError> {
-    let mut name = None;
-    let mut quick = false;
-    let mut out_dir = PathBuf::from("results");
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--quick" => quick = true,
-            "--out" => {
-                out_dir = it
-                    .next()
-                    .map(PathBuf::from)
-                    .ok_or_else(|| ExperimentError::BadInput("--out: needs a folder".into()))?
-            }
-            s if s.starts_with("--out=") => out_dir = PathBuf::from(&s[6..]),
-            s if s.starts_with("--") => {
-                return Err(ExperimentError::BadInput(format!("unknown option '{s}' (accepted: --quick, --out DIR)")))
-            }
-            s if name.is_none() => name = Some(s.to_string()),
-            s => return Err(ExperimentError::BadInput(format!("unexpected argument '{s}'"))),
-        }
-    }
-    let name = name.ok_or_else(|| {
-        ExperimentError::BadInput(format!("which experiment? (accepted: {})", EXPERIMENTS.join(", ")))
-    })?;
-    if !EXPERIMENTS.contains(&name.as_str()) {
-        return Err(ExperimentError::BadInput(format!(
-            "unknown experiment '{name}' (accepted: {})",
-            EXPERIMENTS.join(", ")
-        )));
-    }
-    Ok(Options { name, quick, out_dir })
 }
 
 /// One measured cell of an experiment.

@@ -29,11 +29,34 @@ impl Rng {
     }
 }
 
-fn num(args: &mut Vec<String>, name: &str, default: u64) -> Result<u64, String> {
-    match super::take_opt(args, name)? {
-        None => Ok(default),
-        Some(v) => v.parse().map_err(|_| format!("{name}={v} is not a number")),
-    }
+/// `mqblk zone gen`'s options.
+#[derive(clap::Args, Debug)]
+pub struct GenArgs {
+    /// The random seed: the same seed and shape give the same script.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    seed: u64,
+    /// Ops in the script.
+    #[arg(long, value_name = "N", default_value_t = 300)]
+    ops: u64,
+    /// Zones of the target device.
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    zones: u64,
+    /// Conventional zones (the first ones).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    nr_conv: u64,
+    /// Zone size in 512-byte sectors.
+    #[arg(long, value_name = "N", default_value_t = 131_072)]
+    zone_sectors: u64,
+    /// Zone capacity in sectors [default: the zone size].
+    #[arg(long, value_name = "N")]
+    capacity_sectors: Option<u64>,
+    /// Logical block size in sectors.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    block_sectors: u64,
+    /// Run each op on this mqblk device as it is written and aim at its
+    /// true write pointers.
+    #[arg(long, value_name = "SPEC")]
+    device: Option<String>,
 }
 
 /// The script (one op per line) for the given shape.
@@ -142,18 +165,9 @@ fn align(line: &str, block: u64) -> String {
     }
 }
 
-pub fn run(args: &mut Vec<String>) -> Result<String, String> {
-    let seed = num(args, "--seed", 1)?;
-    let ops = num(args, "--ops", 300)?;
-    let zones = num(args, "--zones", 16)?;
-    let nr_conv = num(args, "--nr-conv", 0)?;
-    let zone_sectors = num(args, "--zone-sectors", 131_072)?;
-    let cap_sectors = num(args, "--capacity-sectors", zone_sectors)?;
-    let block_sectors = num(args, "--block-sectors", 1)?;
-    let device = super::take_opt(args, "--device")?;
-    if !args.is_empty() {
-        return Err(format!("zone gen: unexpected arguments {args:?}"));
-    }
+pub fn run(args: GenArgs) -> Result<String, String> {
+    let GenArgs { seed, ops, zones, nr_conv, zone_sectors, capacity_sectors, block_sectors, device } = args;
+    let cap_sectors = capacity_sectors.unwrap_or(zone_sectors);
     if zones == 0 || nr_conv >= zones || cap_sectors > zone_sectors || zone_sectors == 0 || block_sectors == 0 {
         return Err("zone gen: need zones > nr-conv, 0 < capacity-sectors <= zone-sectors, block-sectors >= 1".into());
     }

@@ -13,15 +13,63 @@ use mqblk::{Bio, Buf, Client, Device, Error, Status};
 
 use script::ZoneTarget;
 
-pub const USAGE: &str = "\
-  zone report|reset|open|close|finish [Z|all] --device SPEC
-        Zone report (index, start, len, capacity, wp, type, condition), or a
-        zone management op on zone Z (reset also takes `all`).
-  zone script --device SPEC FILE | --blkdev PATH FILE
-        Run a zone op script on a fresh device; one JSON line per op.
-  zone gen --seed N [--ops N] [--zones N] [--nr-conv N] [--zone-sectors N] [--capacity-sectors N] [--block-sectors N] [--device SPEC]
-        A random zone op script, weighted toward edge cases.
-";
+/// `mqblk zone`'s subcommands.
+#[derive(clap::Subcommand, Debug)]
+pub enum ZoneCommand {
+    /// Zone report: index, start, len, capacity, wp, type, condition.
+    Report {
+        #[command(flatten)]
+        device: DeviceArg,
+    },
+    /// Reset zone Z's write pointer (or every zone's, with `all`), then
+    /// report.
+    Reset {
+        /// The zone index, or `all`.
+        #[arg(value_name = "Z|all")]
+        zone: String,
+        #[command(flatten)]
+        device: DeviceArg,
+    },
+    /// Open zone Z explicitly, then report.
+    Open(ZoneArgs),
+    /// Close zone Z, then report.
+    Close(ZoneArgs),
+    /// Finish zone Z (its write pointer to the end), then report.
+    Finish(ZoneArgs),
+    /// Run a zone op script on a fresh device or a real zoned block device;
+    /// one JSON line per op.
+    Script {
+        /// An mqblk zoned device: driver:key=value,...,zoned=1.
+        #[arg(long, value_name = "SPEC", conflicts_with = "blkdev")]
+        device: Option<String>,
+        /// A real zoned block device (the kernel oracle).
+        #[arg(long, value_name = "PATH")]
+        blkdev: Option<String>,
+        /// The script: one op a line (report, reset Z|all, open Z, close Z,
+        /// finish Z, write Z OFF N, read Z OFF N).
+        file: String,
+    },
+    /// Write a random zone op script, weighted toward edge cases.
+    Gen(gen::GenArgs),
+}
+
+/// The zoned device a zone command works on.
+#[derive(clap::Args, Debug)]
+pub struct DeviceArg {
+    /// The zoned device: driver:key=value,...,zoned=1.
+    #[arg(long = "device", value_name = "SPEC")]
+    spec: String,
+}
+
+/// A zone index and the device.
+#[derive(clap::Args, Debug)]
+pub struct ZoneArgs {
+    /// The zone index.
+    #[arg(value_name = "Z")]
+    zone: String,
+    #[command(flatten)]
+    device: DeviceArg,
+}
 
 /// An mqblk device as a script target.
 struct DeviceTarget {
@@ -99,67 +147,35 @@ impl ZoneTarget for DeviceTarget {
     }
 }
 
-/// `--name VALUE` or `--name=VALUE` from `args`, removed from it.
-fn take_opt(args: &mut Vec<String>, name: &str) -> Result<Option<String>, String> {
-    let Some(i) = args.iter().position(|a| a == name || a.starts_with(&format!("{name}="))) else { return Ok(None) };
-    let arg = args.remove(i);
-    if let Some(v) = arg.strip_prefix(&format!("{name}=")) {
-        return Ok(Some(v.to_string()));
-    }
-    if i >= args.len() {
-        return Err(format!("{name} needs a value"));
-    }
-    Ok(Some(args.remove(i)))
-}
-
-/// Runs `mqblk zone ARGS`; Err((exit code, message)).
-pub fn run(args: &[String]) -> Result<String, (u8, String)> {
+/// Runs `mqblk zone`; Err((exit code, message)).
+pub fn run(command: ZoneCommand) -> Result<String, (u8, String)> {
     let bad = |e: String| (2u8, e);
-    let mut args = args.to_vec();
-    if args.is_empty() {
-        return Err(bad(format!("a subcommand is needed:\n{USAGE}")));
-    }
-    let sub = args.remove(0);
-    let device = take_opt(&mut args, "--device").map_err(bad)?;
-    match sub.as_str() {
-        "script" => {
-            let blkdev = take_opt(&mut args, "--blkdev").map_err(bad)?;
-            let [file] = args.as_slice() else { return Err(bad("zone script needs exactly one FILE".into())) };
-            let text = std::fs::read_to_string(file).map_err(|e| bad(format!("cannot read {file}: {e}")))?;
+    let (sub, mgmt, zone, spec) = match command {
+        ZoneCommand::Script { device, blkdev, file } => {
+            let text = std::fs::read_to_string(&file).map_err(|e| bad(format!("cannot read {file}: {e}")))?;
             let mut target: Box<dyn ZoneTarget> = match (device, blkdev) {
                 (Some(spec), None) => Box::new(DeviceTarget::open(&spec).map_err(bad)?),
                 (None, Some(path)) => Box::new(blkdev::BlkdevTarget::open(&path).map_err(|e| (1, e))?),
                 _ => return Err(bad("zone script needs one of --device SPEC or --blkdev PATH".into())),
             };
-            script::run_script(target.as_mut(), &text).map_err(bad)
+            return script::run_script(target.as_mut(), &text).map_err(bad);
         }
-        "gen" => gen::run(&mut args).map_err(bad),
-        "report" | "reset" | "open" | "close" | "finish" => {
-            let spec = device.ok_or_else(|| bad(format!("zone {sub} needs --device SPEC")))?;
-            let mut target = DeviceTarget::open(&spec).map_err(bad)?;
-            if sub != "report" {
-                let mgmt = match sub.as_str() {
-                    "reset" => ZoneMgmt::Reset,
-                    "open" => ZoneMgmt::Open,
-                    "close" => ZoneMgmt::Close,
-                    _ => ZoneMgmt::Finish,
-                };
-                let zone = match args.as_slice() {
-                    [all] if all == "all" && mgmt == ZoneMgmt::Reset => None,
-                    [z] => Some(z.parse::<u64>().map_err(|_| bad(format!("zone index '{z}' is not a number")))?),
-                    _ => {
-                        return Err(bad(format!(
-                            "zone {sub} needs one zone index{}",
-                            if mgmt == ZoneMgmt::Reset { " or all" } else { "" }
-                        )))
-                    }
-                };
-                target.mgmt(mgmt, zone).map_err(|e| (1, format!("zone {sub}: {}", script::errno_name(e))))?;
-            }
-            Ok(report_table(&target))
-        }
-        other => Err(bad(format!("unknown zone subcommand '{other}'\n{USAGE}"))),
+        ZoneCommand::Gen(args) => return gen::run(args).map_err(bad),
+        ZoneCommand::Report { device } => ("report", None, None, device.spec),
+        ZoneCommand::Reset { zone, device } => ("reset", Some(ZoneMgmt::Reset), Some(zone), device.spec),
+        ZoneCommand::Open(a) => ("open", Some(ZoneMgmt::Open), Some(a.zone), a.device.spec),
+        ZoneCommand::Close(a) => ("close", Some(ZoneMgmt::Close), Some(a.zone), a.device.spec),
+        ZoneCommand::Finish(a) => ("finish", Some(ZoneMgmt::Finish), Some(a.zone), a.device.spec),
+    };
+    let mut target = DeviceTarget::open(&spec).map_err(bad)?;
+    if let (Some(mgmt), Some(z)) = (mgmt, zone) {
+        let zone = match z.as_str() {
+            "all" if mgmt == ZoneMgmt::Reset => None,
+            z => Some(z.parse::<u64>().map_err(|_| bad(format!("zone index '{z}' is not a number")))?),
+        };
+        target.mgmt(mgmt, zone).map_err(|e| (1, format!("zone {sub}: {}", script::errno_name(e))))?;
     }
+    Ok(report_table(&target))
 }
 
 fn report_table(t: &DeviceTarget) -> String {

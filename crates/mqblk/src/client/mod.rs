@@ -25,7 +25,7 @@ use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
 use crate::buf::Buf;
-use crate::completion::{signal_eventfd, ClientShared};
+use crate::completion::ClientShared;
 pub use crate::completion::{Completion, RwCount};
 use crate::error::{Error, Rejected, SubmitError};
 use crate::merge::{self, BioPos, MergedBio};
@@ -88,7 +88,8 @@ pub struct Client {
     /// The blocking helper's completion, once it arrives.
     blocking_done: Option<Completion>,
     bounce: Option<Buf>,
-    notify_fd: Option<std::os::fd::OwnedFd>,
+    /// This client asked for the completion eventfd (`completion_fd`).
+    notify: bool,
     /// Free bio slots of `shared` (only this client touches the list).
     free_slots: Vec<u32>,
     /// Identity for schedulers (the kernel's process).
@@ -134,7 +135,7 @@ impl Client {
             backlog: VecDeque::with_capacity(capacity),
             blocking_done: None,
             bounce: None,
-            notify_fd: None,
+            notify: false,
             plug: PlugState::new(q.plug_nesting()),
             q,
             free_slots: (0..capacity as u32).rev().collect(),
@@ -410,7 +411,7 @@ impl Client {
             self.alloc.want = 1;
             if !issued {
                 // SAFETY: nothing was issued: the client still owns the slot.
-                bio.buf = unsafe { slot.data().buf.take() };
+                bio.buf = unsafe { slot.with_data_mut(|d| d.buf.take()) };
                 self.free_slots.push(index);
                 return Err(Box::new(Rejected { error: SubmitError::Again, bio }));
             }
@@ -468,7 +469,6 @@ impl Client {
             debug_assert_eq!(rq.nr_bios, 1, "a finished request leaves no merged bios behind");
             rq.front = std::ptr::null();
             rq.back = std::ptr::null();
-            slot.deadline.store(self.q.timeout_deadline(), Ordering::Relaxed);
             slot.set_state(RqState::InFlight);
         }
         self.shared.counters.request(head.op);
@@ -698,7 +698,7 @@ impl Client {
     /// With an eventfd, arm it once the ring is drained; returns true if a
     /// completion slipped in meanwhile (so the caller keeps reaping).
     fn rearm_notify(&self) -> bool {
-        if self.notify_fd.is_none() {
+        if !self.notify {
             return false;
         }
         self.shared.notify_armed.store(true, Ordering::SeqCst);
@@ -743,26 +743,20 @@ impl Client {
     /// file `reap=client`) completes only inside `do_io`, so it makes the
     /// eventfd fire only when another client reaped it; wait on `poll_fd`
     /// as well.
+    ///
+    /// The fd belongs to the device (it stays open until the device is
+    /// dropped, and a later client may be given it): do not close it.
     pub fn completion_fd(&mut self) -> Result<RawFd, Error> {
-        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-        if let Some(fd) = &self.notify_fd {
-            return Ok(fd.as_raw_fd());
+        let fd = self.shared.eventfd().map_err(Error::Io)?;
+        if !self.notify {
+            self.notify = true;
+            self.shared.notify_armed.store(true, Ordering::SeqCst);
+            // Completions already queued must be signalled too.
+            if self.shared.has_ready() && self.shared.notify_armed.swap(false, Ordering::SeqCst) {
+                self.shared.signal();
+            }
         }
-        // SAFETY: plain syscall; the returned fd is checked below.
-        let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if raw < 0 {
-            return Err(Error::Io(std::io::Error::last_os_error()));
-        }
-        // SAFETY: `raw` is a new fd we own.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        self.shared.notify_armed.store(true, Ordering::SeqCst);
-        self.shared.notify_fd.store(raw, Ordering::SeqCst);
-        self.notify_fd = Some(fd);
-        // Completions already queued must be signalled too.
-        if self.shared.has_ready() && self.shared.notify_armed.swap(false, Ordering::SeqCst) {
-            signal_eventfd(raw);
-        }
-        Ok(raw)
+        Ok(fd)
     }
 
     /// For a client whose I/O is polled (file `reap=client`): an fd that
@@ -793,8 +787,7 @@ impl Drop for Client {
         // The device owns our buffers until their I/Os complete: wait.
         self.drain();
         self.release_granted();
-        self.shared.notify_fd.store(-1, Ordering::SeqCst);
-        self.shared.notify_armed.store(false, Ordering::SeqCst);
+        self.shared.quiet_eventfd();
         self.q.release_client(self.shared.clone());
     }
 }

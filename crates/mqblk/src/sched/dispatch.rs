@@ -12,7 +12,7 @@
 
 use super::{DoneInfo, SchedCtx};
 use crate::hctx::{Hctx, SCHED_BATCH};
-use crate::request::{Request, Rq, RqList};
+use crate::request::{Rq, RqList};
 use crate::sync::Ordering;
 use crate::tag::AllocData;
 
@@ -77,7 +77,7 @@ impl Hctx {
         let Some(got) = got else { return Err(rq) };
         match s.elevator.dispatch_direct(self.index(), rq) {
             Ok(mut rq) => {
-                rq.rq_mut().driver_tag = got.tag;
+                rq.set_driver_tag(got.tag);
                 self.issue(rq, true);
                 Ok(())
             }
@@ -125,7 +125,7 @@ impl Hctx {
                 match s.elevator.dispatch_request(index) {
                     Some(mut rq) => {
                         s.queued.fetch_sub(1, Ordering::Relaxed);
-                        rq.rq_mut().driver_tag = got.tag;
+                        rq.set_driver_tag(got.tag);
                         batch.push_back(rq);
                     }
                     None => {
@@ -153,23 +153,12 @@ impl Hctx {
     }
 
     /// A request of the scheduler completed: tell it, then free the
-    /// scheduler tag and the driver tag.
+    /// driver tag and the scheduler tag (copied out of the slot already:
+    /// once the scheduler tag is free another client may reuse the slot).
     #[inline]
-    pub(crate) fn finish_sched(&self, s: &SchedCtx, rq: &Request) {
-        let done = DoneInfo {
-            sched_tag: rq.tag,
-            op: rq.op,
-            flags: rq.flags,
-            nr_sectors: rq.nr_sectors,
-            client_id: rq.client_id,
-            ioprio: rq.ioprio,
-            inserted_ns: rq.sched_time_ns,
-        };
-        s.elevator.finish_request(self.index(), &done);
-        // The driver tag first, read before anything is freed: once the
-        // scheduler tag is free another client may reuse this request.
-        let (driver_tag, sched_tag) = (rq.driver_tag, rq.tag);
+    pub(crate) fn finish_sched(&self, s: &SchedCtx, done: &DoneInfo, driver_tag: u32) {
+        s.elevator.finish_request(self.index(), done);
         self.tags.put(driver_tag);
-        s.tags.put(sched_tag);
+        s.tags.put(done.sched_tag);
     }
 }

@@ -17,7 +17,7 @@ use crate::ring::MpscRing;
 use crate::status::Status;
 use std::sync::Arc;
 
-use crate::sync::{AtomicBool, AtomicU64, Ordering, SleepGate};
+use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering, SleepGate};
 
 /// Spin for the last 60 us before a due time: timer sleeps here overshoot
 /// by about 30 us on average and up to ~90 us.
@@ -49,7 +49,8 @@ struct Shared {
 /// One hardware queue's completion thread.
 pub(crate) struct IrqQueue {
     shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
+    /// Taken (and joined) by `stop`, which shutdown calls through `&self`.
+    thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl IrqQueue {
@@ -68,7 +69,7 @@ impl IrqQueue {
         let thread = std::thread::Builder::new()
             .name(format!("null-irq{index}"))
             .spawn(move || completion_loop(&thread_shared, idle_spin))?;
-        Ok(Self { shared, thread: Some(thread) })
+        Ok(Self { shared, thread: Mutex::new(Some(thread)) })
     }
 
     /// Queues `pending` for completion at its due time.
@@ -96,10 +97,11 @@ impl IrqQueue {
     }
 
     /// Completes everything still queued (at its due time) and joins.
-    pub(crate) fn stop(&mut self) {
+    pub(crate) fn stop(&self) {
         self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.gate.force_wake();
-        if let Some(t) = self.thread.take() {
+        let thread = self.thread.lock().take();
+        if let Some(t) = thread {
             let _ = t.join();
         }
     }

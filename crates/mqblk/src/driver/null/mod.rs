@@ -390,10 +390,9 @@ pub struct NullDriver {
     throttle: Option<Throttle>,
     rotational: Option<Rotational>,
     channels: Option<Channels>,
-    irq: Mutex<Vec<IrqQueue>>,
-    /// Raw pointers to the completion queues for the hot path (the Vec
-    /// above only changes at shutdown, after the last request).
-    irq_fast: Vec<*const IrqQueue>,
+    /// One completion thread per submit queue (irqmode=1/2, or a service
+    /// model); stopped in place at shutdown, never removed.
+    irq: Box<[IrqQueue]>,
     /// poll_mode=hybrid: the submit queues' shared completion sides (in
     /// place of `irq`).
     hybrid: Box<[HybridQueue]>,
@@ -403,13 +402,6 @@ pub struct NullDriver {
     /// `zoned=1`: the zones.
     zoned: Option<NullZoned>,
 }
-
-// SAFETY: `irq_fast` points into `irq`'s heap buffer, which is never resized
-// and whose queues are themselves Send + Sync (atomics and a join handle);
-// everything else is Send + Sync.
-unsafe impl Send for NullDriver {}
-// SAFETY: as above.
-unsafe impl Sync for NullDriver {}
 
 impl NullDriver {
     /// A null device; `cfg` is checked first (`NullConfig::validate`).
@@ -430,7 +422,6 @@ impl NullDriver {
                 }
             }
         }
-        let irq_fast = irq.iter().map(|q| q as *const IrqQueue).collect();
         let zoned = match &cfg.zoned {
             Some(z) => {
                 Some(NullZoned::new(z, cfg.size_bytes).map_err(|e| crate::error::Error::Setup(format!("null: {e}")))?)
@@ -450,8 +441,7 @@ impl NullDriver {
                 .map(|_| Mutex::new(VecDeque::with_capacity(cfg.hw_queue_depth as usize)))
                 .collect(),
             cfg,
-            irq: Mutex::new(irq),
-            irq_fast,
+            irq: irq.into_boxed_slice(),
             hybrid: hybrid.into_boxed_slice(),
             zoned,
         })
@@ -577,10 +567,7 @@ impl Driver for NullDriver {
             rq.complete(status);
             return QueueRqResult::Queued;
         }
-        // SAFETY: the pointers stay valid until shutdown, and shutdown only
-        // runs when no request can be submitted any more.
-        let queue = unsafe { &*self.irq_fast[hctx.index()] };
-        queue.push(Pending { rq, due_ns, status });
+        self.irq[hctx.index()].push(Pending { rq, due_ns, status });
         QueueRqResult::Queued
     }
 
@@ -615,7 +602,7 @@ impl Driver for NullDriver {
     }
 
     fn shutdown(&self) {
-        for q in self.irq.lock().iter_mut() {
+        for q in self.irq.iter() {
             q.stop();
         }
         for q in self.hybrid.iter() {
@@ -659,7 +646,7 @@ impl Driver for NullDriver {
                 s.poll_reaped.load(Ordering::Relaxed),
             );
         }
-        for (i, q) in self.irq.lock().iter().enumerate() {
+        for (i, q) in self.irq.iter().enumerate() {
             let (timed, late_mean, late_max) = q.lateness();
             let _ = writeln!(
                 out,

@@ -30,6 +30,8 @@ const IORING_ENTER_GETEVENTS: u32 = 1;
 
 /// user_data of the NOP that stops a completion thread.
 const STOP: u64 = u64::MAX;
+/// user_data of the cancel `salvage` issues.
+const CANCEL: u64 = u64::MAX - 2;
 
 /// How the ring addresses the file.
 #[derive(Clone, Copy)]
@@ -80,6 +82,9 @@ pub(crate) struct Ring {
     /// with EEXIST and leave it in the SQ forever).
     issuer: std::sync::OnceLock<std::thread::ThreadId>,
     single_issuer: bool,
+    /// The completion thread died (it panicked): no request is queued to
+    /// the ring any more; those in flight were salvaged (`salvage`).
+    dead: std::sync::atomic::AtomicBool,
     /// The registered buffer region (buffer index 0), once registered;
     /// the ring keeps it alive while it may use it.
     fixed: std::sync::OnceLock<std::sync::Arc<Region>>,
@@ -139,6 +144,7 @@ impl Ring {
             iopoll,
             issuer: std::sync::OnceLock::new(),
             single_issuer,
+            dead: std::sync::atomic::AtomicBool::new(false),
             fixed: std::sync::OnceLock::new(),
         })
     }
@@ -146,6 +152,9 @@ impl Ring {
     /// Takes the request into its tag's slot and queues its SQE; submits
     /// when `submit` (the batch's last request).
     pub(crate) fn queue(&self, mut rq: Rq, submit: bool) {
+        if self.dead.load(Ordering::Acquire) {
+            return rq.complete(Status::IoErr);
+        }
         if self.single_issuer {
             // The first issuer enables the ring and becomes its only one.
             let me = std::thread::current().id();
@@ -169,11 +178,20 @@ impl Ring {
             });
         }
         let (offset, len) = (rq.pos_bytes(), rq.len_bytes());
+        // Counted before it is pushed, and `dead` checked after: either a
+        // dying completion thread's `salvage` sees this request in flight
+        // and waits for its CQE, or we see `dead` (SeqCst on both sides).
+        self.inflight.fetch_add(1, Ordering::SeqCst);
+        if self.dead.load(Ordering::SeqCst) {
+            self.inflight.fetch_sub(1, Ordering::SeqCst);
+            // SAFETY: as above.
+            unsafe { *self.spare_iovs[tag].get() = Some(iov) };
+            return rq.complete(Status::IoErr);
+        }
         let inflight = Inflight { rq, iov, first: 0, nr, offset, len, done: 0 };
         let entry = self.entry(&inflight, tag as u64);
         // SAFETY: as above.
         unsafe { *self.slots[tag].get() = Some(inflight) };
-        self.inflight.fetch_add(1, Ordering::Relaxed);
         self.push(&entry);
         if submit {
             self.submit();
@@ -424,37 +442,156 @@ fn advance(inf: &mut Inflight, mut n: u64) {
 }
 
 /// The completion thread of a (non-poll) ring: sleeps in io_uring_enter
-/// until completions arrive, then ends their requests.
+/// until completions arrive, then ends their requests. If it panics, the
+/// ring is marked dead and its requests in flight are salvaged, so no
+/// client waits forever for them.
 pub(crate) fn spawn_completion_thread(ring: std::sync::Arc<Ring>, index: usize) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new().name(format!("uring-cq{index}")).spawn(move || {
         let mut batch = Vec::with_capacity(ring.slots.len() * 2);
-        let mut stopping = false;
-        loop {
-            // SAFETY: to_submit 0: only waits for one completion.
-            let r = unsafe { ring.ring.submitter().enter::<libc::sigset_t>(0, 1, IORING_ENTER_GETEVENTS, None) };
-            if let Err(e) = r {
-                if e.raw_os_error() != Some(libc::EINTR) {
-                    panic!("io_uring_enter failed in the completion thread: {e}");
+        let mut next = 0;
+        let reaped =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| completion_loop(&ring, &mut batch, &mut next)));
+        if let Err(panic) = reaped {
+            // CQEs reaped but not yet handled (the one that panicked
+            // included) are not in the CQ any more: end them first.
+            for &(user_data, res) in &batch[next.min(batch.len())..] {
+                if user_data != STOP {
+                    ring.end_salvaged(user_data as usize, res);
                 }
             }
-            batch.clear();
-            ring.drain_cq(&mut batch);
-            let mut stop = false;
-            for &(user_data, res) in batch.iter() {
-                if user_data == STOP {
-                    stop = true;
-                } else {
-                    ring.complete(user_data as usize, res);
-                }
-            }
-            // After the stop, wait for what is still in flight (a client
-            // that went away without reaping).
-            if stop || (stopping && ring.inflight.load(Ordering::Relaxed) == 0) {
-                if ring.inflight.load(Ordering::Relaxed) == 0 {
-                    return;
-                }
-                stopping = true;
-            }
+            ring.salvage();
+            std::panic::resume_unwind(panic);
         }
     })
+}
+
+/// Reaps and ends requests until stopped; `next` is the index in `batch`
+/// of the CQE being handled (what a panic left unhandled).
+fn completion_loop(ring: &Ring, batch: &mut Vec<(u64, i32)>, next: &mut usize) {
+    let mut stopping = false;
+    loop {
+        // SAFETY: to_submit 0: only waits for one completion.
+        let r = unsafe { ring.ring.submitter().enter::<libc::sigset_t>(0, 1, IORING_ENTER_GETEVENTS, None) };
+        if let Err(e) = r {
+            if e.raw_os_error() != Some(libc::EINTR) {
+                panic!("io_uring_enter failed in the completion thread: {e}");
+            }
+        }
+        batch.clear();
+        *next = 0;
+        ring.drain_cq(batch);
+        let mut stop = false;
+        for (i, &(user_data, res)) in batch.iter().enumerate() {
+            *next = i;
+            if user_data == STOP {
+                stop = true;
+            } else {
+                #[cfg(test)]
+                tests::maybe_inject_panic(ring, user_data as usize);
+                ring.complete(user_data as usize, res);
+            }
+        }
+        // After the stop, wait for what is still in flight (a client
+        // that went away without reaping).
+        if stop || (stopping && ring.inflight.load(Ordering::Relaxed) == 0) {
+            if ring.inflight.load(Ordering::Relaxed) == 0 {
+                return;
+            }
+            stopping = true;
+        }
+    }
+}
+
+/// Attempts of `salvage` to reap what is still in flight before it gives up.
+const SALVAGE_ROUNDS: u32 = 1000;
+
+impl Ring {
+    /// After the completion thread panicked: refuses new requests, cancels
+    /// what the kernel still holds and ends every request in flight with
+    /// its CQE's result or an error. A request is ended only once its CQE
+    /// arrived (the kernel no longer touches its buffers), so a buffer is
+    /// never handed back while the kernel may still write into it.
+    fn salvage(&self) {
+        self.dead.store(true, Ordering::SeqCst);
+        let cancel = opcode::AsyncCancel2::new(types::CancelBuilder::any()).build().user_data(CANCEL);
+        self.push(&cancel);
+        let mut batch = Vec::with_capacity(self.slots.len() * 2);
+        for _ in 0..SALVAGE_ROUNDS {
+            if self.inflight.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            // Submits the cancel (and anything queued meanwhile), then
+            // waits for a CQE; an error here is retried a bounded number
+            // of times.
+            let _ = self.ring.submitter().submit_and_wait(1);
+            batch.clear();
+            self.drain_cq(&mut batch);
+            for &(user_data, res) in batch.iter() {
+                if user_data != STOP && user_data != CANCEL {
+                    self.end_salvaged(user_data as usize, res);
+                }
+            }
+        }
+    }
+
+    /// Ends the request of `tag` whose CQE arrived after the thread died:
+    /// with success only if the whole transfer is done, else an error.
+    fn end_salvaged(&self, tag: usize, res: i32) {
+        // SAFETY: this CQE makes us the tag's owner (see the Sync impl).
+        let Some(inf) = (unsafe { (*self.slots[tag].get()).take() }) else { return };
+        let status = if res < 0 {
+            Status::from_errno(-res)
+        } else if inf.rq.op().has_data() && inf.done + u64::from(res.unsigned_abs()) < inf.len {
+            Status::IoErr
+        } else {
+            Status::Ok
+        };
+        // SAFETY: as above.
+        unsafe { *self.spare_iovs[tag].get() = Some(inf.iov) };
+        self.inflight.fetch_sub(1, Ordering::Release);
+        inf.rq.complete(status);
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A request at this byte offset makes the completion thread panic on
+    /// its CQE (one test uses it; no other test reads there).
+    pub(crate) static PANIC_AT_OFFSET: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(u64::MAX);
+
+    pub(super) fn maybe_inject_panic(ring: &Ring, tag: usize) {
+        // SAFETY: the completion thread owns the tag of a CQE it reaped.
+        let offset = unsafe { (*ring.slots[tag].get()).as_ref().map(|inf| inf.offset) };
+        if offset.is_some() && offset == Some(PANIC_AT_OFFSET.load(Ordering::Relaxed)) {
+            panic!("injected: the completion thread dies on the CQE of offset {offset:?}");
+        }
+    }
+
+    /// A completion thread that panics fails nothing silently and hangs no
+    /// one: the request whose CQE it was handling still ends (here with
+    /// its real result), later requests fail at once, and the device drops.
+    #[test]
+    fn a_dead_completion_thread_hangs_no_request() {
+        use crate::{Bio, Buf, Device, Status};
+        let path = std::env::temp_dir().join(format!("mqblk-dead-cq-{}", std::process::id()));
+        std::fs::write(&path, vec![7u8; 64 << 10]).unwrap();
+        let dev = Device::open(&format!("file:path={}", path.display())).unwrap();
+        let mut c = dev.client();
+        let mut done = Vec::new();
+        let timeout = Some(std::time::Duration::from_secs(30));
+        PANIC_AT_OFFSET.store(8192, Ordering::Relaxed);
+        c.submit(Bio::read(8192, Buf::new(4096)), 1).unwrap();
+        assert_eq!(c.do_io(&mut done, 1, 1, timeout).unwrap(), 1, "the request being handled still ends");
+        assert_eq!((done[0].user_data, done[0].status), (1, Status::Ok));
+        assert_eq!(done[0].buf.as_deref().unwrap()[..4], [7; 4]);
+        done.clear();
+        c.submit(Bio::read(0, Buf::new(4096)), 2).unwrap();
+        assert_eq!(c.do_io(&mut done, 1, 1, timeout).unwrap(), 1, "a request after the death fails at once");
+        assert_eq!((done[0].user_data, done[0].status), (2, Status::IoErr));
+        drop(c);
+        drop(dev);
+        std::fs::remove_file(&path).unwrap();
+    }
 }
