@@ -118,3 +118,18 @@ pub fn elevator_names() -> Vec<String> {
 pub fn wake_policy_names() -> Vec<String> {
     WAKE_POLICIES.names(crate::sbitmap::WAKE_POLICIES)
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    #[test]
+    #[should_panic(expected = "built in")]
+    fn a_built_in_name_cannot_be_taken() {
+        super::register_wake_policy("handoff", || Box::<crate::sbitmap::BatchWake>::default());
+    }
+
+    #[test]
+    #[should_panic(expected = "plain word")]
+    fn a_name_is_a_plain_word() {
+        super::register_driver("a,b", |_| Err(crate::error::Error::Setup("unused".into())));
+    }
+}
