@@ -92,6 +92,9 @@ pub fn serve_connection(mut s: Box<dyn Stream>, exports: &[Export], stop: &StopH
     greeting.extend_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
     s.write_all(&greeting).map_err(io)?;
     let mut b4 = [0u8; 4];
+    if !readable_unless_stopped(&*s, stop)? {
+        return Ok(());
+    }
     s.read_exact(&mut b4).map_err(io)?;
     let client_flags = u32::from_be_bytes(b4);
     if client_flags & FLAG_C_FIXED_NEWSTYLE == 0 {
@@ -101,8 +104,35 @@ pub fn serve_connection(mut s: Box<dyn Stream>, exports: &[Export], stop: &StopH
         return Err(Error::Protocol(format!("unknown client flags {client_flags:#x}")));
     }
     let no_zeroes = client_flags & FLAG_C_NO_ZEROES != 0;
-    let Some((export, opts)) = haggle(&mut *s, exports, no_zeroes)? else { return Ok(()) };
+    let Some((export, opts)) = haggle(&mut *s, exports, no_zeroes, stop)? else { return Ok(()) };
     Transmission::new(s, export, opts)?.run(stop)
+}
+
+/// Waits until the socket has bytes to read (or the client closed it):
+/// true; or until `stop`: false. An idle client in the handshake or the
+/// option phase does not hold up a stop.
+fn readable_unless_stopped(s: &dyn Stream, stop: &StopHandle) -> Result<bool, Error> {
+    loop {
+        if stop.is_stopped() {
+            return Ok(false);
+        }
+        let mut fds = [
+            libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: stop.wake_fd(), events: libc::POLLIN, revents: 0 },
+        ];
+        // SAFETY: two valid pollfds; a stop writes the second, waking it.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(Error::Io { what: "poll on a connection", source: e });
+        }
+        if fds[0].revents != 0 {
+            return Ok(true); // data, EOF or an error: the read tells which
+        }
+    }
 }
 
 /// Writes `a` then `b` with writev, resuming after short writes.
@@ -132,12 +162,16 @@ fn haggle<'a>(
     s: &mut dyn Stream,
     exports: &'a [Export],
     no_zeroes: bool,
+    stop: &StopHandle,
 ) -> Result<Option<(&'a Export, Negotiated)>, Error> {
     let io = Error::Socket;
     let mut neg = Negotiated::default();
     let mut out = Vec::new();
     loop {
         let mut h = [0u8; 16];
+        if !readable_unless_stopped(&*s, stop)? {
+            return Ok(None);
+        }
         s.read_exact(&mut h).map_err(io)?;
         let magic = u64::from_be_bytes(h[0..8].try_into().expect("8 bytes"));
         if magic != IHAVEOPT {

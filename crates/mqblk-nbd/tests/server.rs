@@ -167,3 +167,28 @@ fn a_bad_device_spec_names_the_spec() {
     assert!(matches!(&e, Error::Device { spec, .. } if spec == "nosuchdriver:size=1"), "{e:?}");
     assert!(e.to_string().contains("nosuchdriver:size=1"), "{e}");
 }
+
+#[test]
+fn stop_ends_clients_idle_in_the_handshake_and_the_option_phase() {
+    let path = socket_path("haggle");
+    let server = Server::new(Listen::unix(&path).unwrap(), vec![export("")]).unwrap();
+    let (stop, done, t) = spawn(server);
+    let mut greeted = UnixStream::connect(&path).unwrap();
+    greeted.set_read_timeout(Some(HANG_GUARD)).unwrap();
+    let mut greeting = [0u8; 18];
+    greeted.read_exact(&mut greeting).unwrap(); // and sends no client flags
+    let mut haggling = UnixStream::connect(&path).unwrap();
+    haggling.set_read_timeout(Some(HANG_GUARD)).unwrap();
+    haggling.read_exact(&mut greeting).unwrap();
+    haggling.write_all(&3u32.to_be_bytes()).unwrap(); // and sends no option
+                                                      // The server reads the flags before it waits for an option.
+    std::thread::sleep(Duration::from_millis(100));
+    stop.stop();
+    let result = done.recv_timeout(HANG_GUARD).expect("run() returned with idle clients connected");
+    assert!(result.is_ok(), "{result:?}");
+    t.join().unwrap();
+    for mut c in [greeted, haggling] {
+        let mut b = [0u8; 1];
+        assert_eq!(c.read(&mut b).unwrap(), 0, "closed by the server");
+    }
+}
