@@ -14,13 +14,12 @@
 use std::io::{Read, Write};
 use std::net::Shutdown;
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::AtomicBool;
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use mqblk::Device;
 use mqblk_nbd::proto::{IHAVEOPT, OPT_GO, OPT_SET_META_CONTEXT, OPT_STRUCTURED_REPLY};
-use mqblk_nbd::Export;
+use mqblk_nbd::{Export, StopHandle};
 
 /// Inputs longer than this are skipped: they must fit the socket buffer.
 const MAX_INPUT_BYTES: usize = 64 << 10;
@@ -93,7 +92,7 @@ fuzz_target!(|data: &[u8]| {
         let mut sink = [0u8; 64 << 10];
         while matches!(client.read(&mut sink), Ok(n) if n > 0) {}
     });
-    let stop = AtomicBool::new(false);
+    let stop = StopHandle::new().expect("eventfd");
     let _ = mqblk_nbd::conn::serve_connection(Box::new(server), exports(), &stop);
     d.join().expect("drainer");
 });

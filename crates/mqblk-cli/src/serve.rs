@@ -6,11 +6,8 @@
 //! SIGINT or SIGTERM stop it cleanly: connections finish their in-flight
 //! requests, then every writable device is flushed.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-
-use mqblk::{Bio, Device};
-use mqblk_nbd::{Export, Listen};
+use mqblk::Bio;
+use mqblk_nbd::{Export, Listen, Server};
 
 /// An NBD server (fixed newstyle) over mqblk devices.
 ///
@@ -54,16 +51,10 @@ fn exports(args: &ServeArgs, matches: &clap::ArgMatches) -> Result<Vec<(String, 
     Ok(exports)
 }
 
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    // An atomic store is async-signal-safe.
-    STOP.store(true, Ordering::SeqCst);
-}
-
 /// Runs `mqblk serve`; `matches` are serve's, for the order of the
 /// --device and --export options. Err((exit code, message)).
 pub fn run(args: ServeArgs, matches: &clap::ArgMatches) -> Result<String, (u8, String)> {
+    init_logger();
     let bad = |e: String| (2u8, e);
     let exports = exports(&args, matches).map_err(bad)?;
     let ServeArgs { listen, unix, read_only, max_connections: max_conn, .. } = args;
@@ -72,37 +63,66 @@ pub fn run(args: ServeArgs, matches: &clap::ArgMatches) -> Result<String, (u8, S
     }
     let mut list = Vec::new();
     for (i, (spec, name)) in exports.iter().enumerate() {
-        let device = Device::open(spec).map_err(|e| bad(format!("--device {spec}: {e}")))?;
         let name = name.clone().unwrap_or_else(|| if i == 0 { String::new() } else { format!("export{i}") });
-        if list.iter().any(|e: &Export| e.name == name) {
-            return Err(bad(format!("two exports are named '{name}'")));
-        }
-        list.push(Export { name, description: spec.clone(), device, read_only });
+        list.push(Export::open(&name, spec, read_only).map_err(nbd_error)?);
     }
     let listener = match (listen, unix) {
         (Some(_), Some(_)) => return Err(bad("--listen and --unix: choose one".into())),
-        (_, Some(path)) => {
-            let _ = std::fs::remove_file(&path);
-            let l = std::os::unix::net::UnixListener::bind(&path)
-                .map_err(|e| (1, format!("cannot listen on {path}: {e}")))?;
-            Listen::Unix(l, path.into())
-        }
-        (addr, None) => {
-            let addr = addr.unwrap_or_else(|| "127.0.0.1:10809".into());
-            let l = std::net::TcpListener::bind(&addr).map_err(|e| (1, format!("cannot listen on {addr}: {e}")))?;
-            Listen::Tcp(l)
-        }
+        (_, Some(path)) => Listen::unix(path).map_err(nbd_error)?,
+        (addr, None) => Listen::tcp(addr.as_deref().unwrap_or("127.0.0.1:10809")).map_err(nbd_error)?,
     };
-    // SAFETY: installing a handler that only stores to an atomic.
-    unsafe {
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-    }
-    eprintln!("mqblk serve: {} export(s), ready", list.len());
-    let exports = Arc::new(list);
-    mqblk_nbd::serve(listener, exports.clone(), max_conn, &STOP).map_err(|e| (1, format!("serve: {e}")))?;
-    for e in exports.iter().filter(|e| !e.read_only) {
+    // Devices to flush once stopped (the server owns the exports).
+    let writable: Vec<Export> = list.iter().filter(|e| !e.read_only).cloned().collect();
+    let server = Server::new(listener, list).map_err(nbd_error)?.max_connections(max_conn);
+    let signals = stop_on_signals(server.stop_handle())?;
+    let served = server.run();
+    signals.close();
+    served.map_err(nbd_error)?;
+    for e in &writable {
         e.device.client().submit_and_wait(Bio::flush()).map_err(|err| (1, format!("flush of '{}': {err}", e.name)))?;
     }
     Ok("mqblk serve: stopped; devices flushed\n".into())
+}
+
+/// The exit code and message for a server error: 2 for what the command
+/// line asked wrongly (a device spec, two exports of one name), else 1.
+fn nbd_error(e: mqblk_nbd::Error) -> (u8, String) {
+    let code = match e {
+        mqblk_nbd::Error::Device { .. } | mqblk_nbd::Error::DuplicateExport { .. } | mqblk_nbd::Error::NoExports => 2,
+        _ => 1,
+    };
+    (code, e.to_string())
+}
+
+/// SIGINT and SIGTERM stop the server: a thread waits for them (signal-
+/// hook's handler only writes to a pipe) and calls `stop`. The returned
+/// handle's `close` ends that thread.
+fn stop_on_signals(stop: mqblk_nbd::StopHandle) -> Result<signal_hook::iterator::Handle, (u8, String)> {
+    let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM])
+        .map_err(|e| (1, format!("cannot handle SIGINT and SIGTERM: {e}")))?;
+    let handle = signals.handle();
+    std::thread::spawn(move || {
+        if let Some(signal) = signals.forever().next() {
+            log::info!("signal {signal}: stopping");
+            stop.stop();
+        }
+    });
+    Ok(handle)
+}
+
+/// Messages of the server (`log`) go to stderr as `mqblk serve: ...`:
+/// info and up by default, or as MQBLK_LOG (else RUST_LOG) says, in
+/// env_logger's syntax (`debug`, `mqblk_nbd=debug`).
+fn init_logger() {
+    use std::io::Write;
+    let filters = std::env::var("MQBLK_LOG")
+        .or_else(|_| std::env::var("RUST_LOG"))
+        .unwrap_or_else(|_| "warn,mqblk_nbd=info,mqblk=info".into());
+    let _ = env_logger::Builder::new()
+        .parse_filters(&filters)
+        .format(|buf, record| match record.level() {
+            log::Level::Info => writeln!(buf, "mqblk serve: {}", record.args()),
+            level => writeln!(buf, "mqblk serve: {}: {}", level.as_str().to_lowercase(), record.args()),
+        })
+        .try_init();
 }

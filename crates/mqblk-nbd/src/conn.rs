@@ -5,15 +5,18 @@
 //! submits requests as they arrive (many in flight) and replies as they
 //! complete, out of order. A write is acknowledged only once its I/O completed.
 //!
+//! A stop (the server's [`StopHandle`]) wakes the poll through its
+//! eventfd; what is in flight is answered before the connection closes.
+//!
 //! Relies on: proto.rs, mqblk's Client (completion_fd, poll_fd, do_io).
 
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use mqblk::{Bio, Buf, Completion, Device, ReqFlags, Status};
 
 use crate::proto::*;
+use crate::{Error, StopHandle};
 
 /// An export: a name and the device behind it.
 #[derive(Clone)]
@@ -25,6 +28,13 @@ pub struct Export {
 }
 
 impl Export {
+    /// An export of the device `spec` opens (see `mqblk::Device::open`),
+    /// described by its spec.
+    pub fn open(name: &str, spec: &str, read_only: bool) -> Result<Self, Error> {
+        let device = Device::open(spec).map_err(|source| Error::Device { spec: spec.to_string(), source })?;
+        Ok(Self { name: name.to_string(), description: spec.to_string(), device, read_only })
+    }
+
     /// Transmission flags, true to the device's capabilities.
     pub fn transmission_flags(&self) -> u16 {
         let l = self.device.limits();
@@ -72,26 +82,57 @@ const BATCH_REQUESTS: usize = 32;
 /// Payload bytes in flight per connection (memory bound).
 const BUDGET_BYTES: u64 = 64 << 20;
 
-/// Runs one connection to its end. Errors are the reason it closed.
-pub fn serve_connection(mut s: Box<dyn Stream>, exports: &[Export], stop: &AtomicBool) -> Result<(), String> {
-    let io = |e: std::io::Error| format!("socket: {e}");
+/// Runs one connection to its end (the client's disconnect or abort, or
+/// `stop`). Errors are the reason it closed.
+pub fn serve_connection(mut s: Box<dyn Stream>, exports: &[Export], stop: &StopHandle) -> Result<(), Error> {
+    let io = Error::Socket;
     let mut greeting = Vec::with_capacity(18);
     greeting.extend_from_slice(&NBDMAGIC.to_be_bytes());
     greeting.extend_from_slice(&IHAVEOPT.to_be_bytes());
     greeting.extend_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
     s.write_all(&greeting).map_err(io)?;
     let mut b4 = [0u8; 4];
+    if !readable_unless_stopped(&*s, stop)? {
+        return Ok(());
+    }
     s.read_exact(&mut b4).map_err(io)?;
     let client_flags = u32::from_be_bytes(b4);
     if client_flags & FLAG_C_FIXED_NEWSTYLE == 0 {
-        return Err("client does not speak fixed newstyle".into());
+        return Err(Error::Protocol("client does not speak fixed newstyle".into()));
     }
     if client_flags & !(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES) != 0 {
-        return Err(format!("unknown client flags {client_flags:#x}"));
+        return Err(Error::Protocol(format!("unknown client flags {client_flags:#x}")));
     }
     let no_zeroes = client_flags & FLAG_C_NO_ZEROES != 0;
-    let Some((export, opts)) = haggle(&mut *s, exports, no_zeroes)? else { return Ok(()) };
+    let Some((export, opts)) = haggle(&mut *s, exports, no_zeroes, stop)? else { return Ok(()) };
     Transmission::new(s, export, opts)?.run(stop)
+}
+
+/// Waits until the socket has bytes to read (or the client closed it):
+/// true; or until `stop`: false. An idle client in the handshake or the
+/// option phase does not hold up a stop.
+fn readable_unless_stopped(s: &dyn Stream, stop: &StopHandle) -> Result<bool, Error> {
+    loop {
+        if stop.is_stopped() {
+            return Ok(false);
+        }
+        let mut fds = [
+            libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: stop.wake_fd(), events: libc::POLLIN, revents: 0 },
+        ];
+        // SAFETY: two valid pollfds; a stop writes the second, waking it.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(Error::Io { what: "poll on a connection", source: e });
+        }
+        if fds[0].revents != 0 {
+            return Ok(true); // data, EOF or an error: the read tells which
+        }
+    }
 }
 
 /// Writes `a` then `b` with writev, resuming after short writes.
@@ -121,21 +162,27 @@ fn haggle<'a>(
     s: &mut dyn Stream,
     exports: &'a [Export],
     no_zeroes: bool,
-) -> Result<Option<(&'a Export, Negotiated)>, String> {
-    let io = |e: std::io::Error| format!("socket: {e}");
+    stop: &StopHandle,
+) -> Result<Option<(&'a Export, Negotiated)>, Error> {
+    let io = Error::Socket;
     let mut neg = Negotiated::default();
     let mut out = Vec::new();
     loop {
         let mut h = [0u8; 16];
+        if !readable_unless_stopped(&*s, stop)? {
+            return Ok(None);
+        }
         s.read_exact(&mut h).map_err(io)?;
         let magic = u64::from_be_bytes(h[0..8].try_into().expect("8 bytes"));
         if magic != IHAVEOPT {
-            return Err(format!("bad option magic {magic:#x}"));
+            return Err(Error::Protocol(format!("bad option magic {magic:#x}")));
         }
         let opt = u32::from_be_bytes(h[8..12].try_into().expect("4 bytes"));
         let len = u32::from_be_bytes(h[12..16].try_into().expect("4 bytes"));
         if len > MAX_OPTION_BYTES {
-            return Err(format!("option {opt} of {len} bytes is over the {MAX_OPTION_BYTES}-byte limit"));
+            return Err(Error::Protocol(format!(
+                "option {opt} of {len} bytes is over the {MAX_OPTION_BYTES}-byte limit"
+            )));
         }
         let mut data = vec![0u8; len as usize];
         s.read_exact(&mut data).map_err(io)?;
@@ -144,7 +191,7 @@ fn haggle<'a>(
         match opt {
             OPT_EXPORT_NAME => {
                 let name = String::from_utf8_lossy(&data).to_string();
-                let Some(e) = find(&name) else { return Err(format!("no export named '{name}'")) };
+                let Some(e) = find(&name) else { return Err(Error::Protocol(format!("no export named '{name}'"))) };
                 out.extend_from_slice(&e.size().to_be_bytes());
                 out.extend_from_slice(&e.transmission_flags().to_be_bytes());
                 if !no_zeroes {
@@ -289,9 +336,9 @@ struct Transmission<'a> {
 }
 
 impl<'a> Transmission<'a> {
-    fn new(s: Box<dyn Stream>, export: &'a Export, neg: Negotiated) -> Result<Self, String> {
+    fn new(s: Box<dyn Stream>, export: &'a Export, neg: Negotiated) -> Result<Self, Error> {
         let mut client = export.device.client_with_capacity(QUEUE_DEPTH);
-        let efd = client.completion_fd().map_err(|e| format!("eventfd: {e}"))?;
+        let efd = client.completion_fd().map_err(|source| Error::Client { what: "completion eventfd", source })?;
         // Devices whose submitters reap (file reap=client): the ring's fd.
         let poll_fd = client.poll_fd().unwrap_or(-1);
         Ok(Self {
@@ -316,7 +363,7 @@ impl<'a> Transmission<'a> {
         })
     }
 
-    fn run(mut self, stop: &AtomicBool) -> Result<(), String> {
+    fn run(mut self, stop: &StopHandle) -> Result<(), Error> {
         let result = self.serve(stop);
         // Whatever happened, nothing in flight is abandoned: writes the
         // client sent complete before the connection's client goes.
@@ -324,9 +371,9 @@ impl<'a> Transmission<'a> {
         result
     }
 
-    fn serve(&mut self, stop: &AtomicBool) -> Result<(), String> {
+    fn serve(&mut self, stop: &StopHandle) -> Result<(), Error> {
         loop {
-            if stop.load(Ordering::SeqCst) {
+            if stop.is_stopped() {
                 // Shutting down: finish and answer what is in flight, then close.
                 self.reap(usize::MAX)?;
                 return Ok(());
@@ -337,19 +384,21 @@ impl<'a> Transmission<'a> {
                 libc::pollfd { fd: self.efd, events: libc::POLLIN, revents: 0 },
                 // Ignored by poll(2) when negative (no such fd).
                 libc::pollfd { fd: self.poll_fd, events: libc::POLLIN, revents: 0 },
+                // Readable once stopped (checked at the top of the loop).
+                libc::pollfd { fd: stop.wake_fd(), events: libc::POLLIN, revents: 0 },
             ];
             // Requests already buffered are served without waiting.
             let buffered = want_socket && self.rbuf.len() >= REQUEST_BYTES;
             let timeout_ms = if buffered { 0 } else { 200 };
-            // SAFETY: three pollfds (the last may be -1, which poll skips);
-            // 200 ms so that a stop is noticed.
+            // SAFETY: four pollfds (the third may be -1, which poll skips);
+            // the timeout is a backstop: a stop wakes the poll itself.
             let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
             if n < 0 {
                 let e = std::io::Error::last_os_error();
                 if e.kind() == std::io::ErrorKind::Interrupted {
                     continue;
                 }
-                return Err(format!("poll: {e}"));
+                return Err(Error::Io { what: "poll on a connection", source: e });
             }
             if fds[1].revents != 0 {
                 self.clear_eventfd();
@@ -370,12 +419,15 @@ impl<'a> Transmission<'a> {
     }
 
     /// Sends replies for completed I/O (waiting for at least `min`).
-    fn reap(&mut self, min: usize) -> Result<(), String> {
+    fn reap(&mut self, min: usize) -> Result<(), Error> {
         loop {
             let mut done = std::mem::take(&mut self.done);
             done.clear();
             let min = min.min(self.client.in_flight());
-            let got = self.client.do_io(&mut done, min, QUEUE_DEPTH, None).map_err(|e| e.to_string())?;
+            let got = self
+                .client
+                .do_io(&mut done, min, QUEUE_DEPTH, None)
+                .map_err(|source| Error::Client { what: "reaping completions", source })?;
             for c in done.drain(..) {
                 let slot = c.user_data as usize;
                 let p = self.slots[slot].take().expect("a completion for a request in flight");
@@ -420,9 +472,9 @@ impl<'a> Transmission<'a> {
         }
     }
 
-    fn flush_out(&mut self) -> Result<(), String> {
+    fn flush_out(&mut self) -> Result<(), Error> {
         if !self.out.is_empty() {
-            self.s.write_all(&self.out).map_err(|e| format!("socket: {e}"))?;
+            self.s.write_all(&self.out).map_err(Error::Socket)?;
             self.out.clear();
         }
         Ok(())
@@ -430,7 +482,7 @@ impl<'a> Transmission<'a> {
 
     /// Queues the reply to one request; large read data goes to the
     /// socket straight from the request's buffer instead of being copied.
-    fn reply(&mut self, p: &Pending, status: Status, data: Option<&[u8]>) -> Result<(), String> {
+    fn reply(&mut self, p: &Pending, status: Status, data: Option<&[u8]>) -> Result<(), Error> {
         let error = if status.is_ok() { 0 } else { wire_errno(status.errno()) };
         let data = data.filter(|d| error == 0 && p.cmd == CMD_READ && !d.is_empty());
         if let Some(d) = data {
@@ -450,11 +502,11 @@ impl<'a> Transmission<'a> {
 
     /// Queues read data after its header; large data goes out at once,
     /// straight from the request's buffer.
-    fn queue_data(&mut self, d: &[u8]) -> Result<(), String> {
+    fn queue_data(&mut self, d: &[u8]) -> Result<(), Error> {
         if d.len() >= DIRECT_WRITE_BYTES {
             // What is queued (this header included) and the data in one
             // writev: one system call, no header-only segment.
-            write_all_vectored(&mut *self.s, &self.out, d).map_err(|e| format!("socket: {e}"))?;
+            write_all_vectored(&mut *self.s, &self.out, d).map_err(Error::Socket)?;
             self.out.clear();
         } else {
             self.out.extend_from_slice(d);
@@ -473,7 +525,7 @@ impl<'a> Transmission<'a> {
     /// A structured read reply in chunks: OFFSET_HOLE for the holes of
     /// `self.runs` (they read as zeros), OFFSET_DATA for the rest, then a
     /// final NONE chunk.
-    fn reply_sparse(&mut self, cookie: u64, offset: u64, d: &[u8]) -> Result<(), String> {
+    fn reply_sparse(&mut self, cookie: u64, offset: u64, d: &[u8]) -> Result<(), Error> {
         let runs = std::mem::take(&mut self.runs);
         for &(at, bytes, hole) in &runs {
             let chunk_offset = (offset + at).to_be_bytes();
@@ -524,7 +576,7 @@ impl<'a> Transmission<'a> {
     /// BATCH_REQUESTS, while slots and budget last), and submits their
     /// bios under one plug. False when the connection ends (what came
     /// before a DISC is still submitted).
-    fn read_batch(&mut self) -> Result<bool, String> {
+    fn read_batch(&mut self) -> Result<bool, Error> {
         let mut open = self.read_request()?;
         while open
             && self.rbuf.len() >= REQUEST_BYTES
@@ -538,7 +590,7 @@ impl<'a> Transmission<'a> {
         Ok(open)
     }
 
-    fn submit_batch(&mut self) -> Result<(), String> {
+    fn submit_batch(&mut self) -> Result<(), Error> {
         let Self { client, batch, refused, .. } = self;
         if !batch.is_empty() {
             let mut plug = client.plug_nr_ios(batch.len() as u32);
@@ -561,14 +613,14 @@ impl<'a> Transmission<'a> {
 
     /// Reads one request and starts it (queues its bio on `batch`); false
     /// when the connection ends.
-    fn read_request(&mut self) -> Result<bool, String> {
+    fn read_request(&mut self) -> Result<bool, Error> {
         let mut h = [0u8; REQUEST_BYTES];
         if !self.fill(REQUEST_BYTES) {
             return Ok(false); // a client that went away (even mid-header)
         }
         h.copy_from_slice(&self.rbuf[..REQUEST_BYTES]);
         self.rbuf.drain(..REQUEST_BYTES);
-        let r = parse_request(&h)?;
+        let r = parse_request(&h).map_err(Error::Protocol)?;
         let e = self.export;
         let size = e.size();
         let bs = u64::from(e.block_size());
@@ -577,7 +629,10 @@ impl<'a> Transmission<'a> {
         let mut payload = None;
         if r.cmd == CMD_WRITE {
             if r.length > MAX_PAYLOAD_BYTES {
-                return Err(format!("write of {} bytes is over the {MAX_PAYLOAD_BYTES}-byte maximum", r.length));
+                return Err(Error::Protocol(format!(
+                    "write of {} bytes is over the {MAX_PAYLOAD_BYTES}-byte maximum",
+                    r.length
+                )));
             }
             let mut b = self.take_buf(r.length as usize);
             // What is buffered first, then the rest straight from the socket.
@@ -629,7 +684,7 @@ impl<'a> Transmission<'a> {
     /// NBD_CMD_BLOCK_STATUS for base:allocation: the device's holes
     /// (HOLE|ZERO) and data, or one data extent when the device cannot
     /// tell (always true: "allocated" is the safe answer).
-    fn block_status(&mut self, r: &Request) -> Result<(), String> {
+    fn block_status(&mut self, r: &Request) -> Result<(), Error> {
         if !self.neg.base_allocation {
             self.reply_header(r.cookie, r.offset, EINVAL, None);
             return self.flush_out();

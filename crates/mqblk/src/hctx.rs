@@ -21,7 +21,7 @@ use crate::status::Status;
 use std::sync::Arc;
 
 use crate::sched::SchedCtx;
-use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Mutex, Ordering};
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Mutex, Ordering, SerialRun};
 use crate::tag::{AllocData, Tags};
 use crate::timeout::TimeoutClock;
 use std::sync::atomic::AtomicPtr;
@@ -46,7 +46,7 @@ pub(crate) struct HctxStats {
 /// A hardware queue of a device.
 ///
 /// `Sync` by hand for one field: `sched_dispatch` is an `UnsafeCell` used
-/// only by the thread that holds `dispatch_running`.
+/// only by the thread that runs the dispatch list (`dispatch_run`).
 pub struct Hctx {
     index: usize,
     pub(crate) tags: Tags,
@@ -54,12 +54,10 @@ pub struct Hctx {
     /// Requests waiting to be re-issued after `Busy`, in order.
     dispatch: Mutex<VecDeque<Rq>>,
     dispatch_nr: AtomicU32,
-    /// A thread is running the dispatch list (only one at a time, so the
-    /// list's order is the issue order).
-    dispatch_running: AtomicBool,
-    /// Someone asked for a run while it was running (a completion freed
-    /// resources): the runner goes round once more instead of stopping.
-    dispatch_rerun: AtomicBool,
+    /// One thread at a time runs the dispatch list (so the list's order is
+    /// the issue order); a run asked for meanwhile (a completion freed
+    /// resources) makes the runner go round once more.
+    dispatch_run: SerialRun,
     /// Set when the dispatch list must be run after a delay (nothing in
     /// flight will complete to restart it); served by the queue's worker.
     pub(crate) need_delayed_run: AtomicBool,
@@ -69,7 +67,7 @@ pub struct Hctx {
     pub(crate) sched: AtomicPtr<SchedCtx>,
     /// Driver-tag allocation and the batch being dispatched from the
     /// scheduler: used only by the thread running the queue, which
-    /// `dispatch_running` makes exclusive (see `dispatch_sched`).
+    /// `dispatch_run` makes exclusive (see `dispatch_sched`).
     pub(crate) sched_dispatch: std::cell::UnsafeCell<(AllocData, RqList)>,
     /// A poll queue (HCTX_TYPE_POLL): its requests complete when polled.
     pub(crate) is_poll: bool,
@@ -80,8 +78,8 @@ pub struct Hctx {
 }
 
 // SAFETY: every field is Sync except `sched_dispatch`, which only the
-// thread that won the `dispatch_running` swap touches (SeqCst swap to take,
-// SeqCst store to release: the next runner sees its writes).
+// thread that won `dispatch_run`'s `running` swap touches (SeqCst swap to
+// take, SeqCst store to release: the next runner sees its writes).
 unsafe impl Sync for Hctx {}
 // SAFETY: nothing in an Hctx is tied to a thread.
 unsafe impl Send for Hctx {}
@@ -107,8 +105,7 @@ impl Hctx {
             driver,
             dispatch: Mutex::new(VecDeque::with_capacity(depth)),
             dispatch_nr: AtomicU32::new(0),
-            dispatch_running: AtomicBool::new(false),
-            dispatch_rerun: AtomicBool::new(false),
+            dispatch_run: SerialRun::default(),
             need_delayed_run: AtomicBool::new(false),
             sched: AtomicPtr::new(std::ptr::null_mut()),
             sched_dispatch: std::cell::UnsafeCell::new((
@@ -239,45 +236,20 @@ impl Hctx {
     }
 
     /// Re-issues the dispatch list in order until it is empty or the driver
-    /// is busy again (the kernel's `blk_mq_dispatch_rq_list`).
+    /// is busy again (the kernel's `blk_mq_dispatch_rq_list`), then feeds
+    /// the driver from the scheduler.
     ///
     /// The list lock is never held across `queue_rq`: a driver may complete
-    /// inline, and completion runs the list again. Only one thread runs the
-    /// list at a time; a run requested meanwhile (`dispatch_rerun`) makes the
-    /// runner go round again, so a completion's restart is never lost: the
-    /// requester stores `dispatch_rerun` then reads `dispatch_running`, the
-    /// runner stores `dispatch_running = false` then reads `dispatch_rerun`
-    /// (all SeqCst), so one of them sees the other. Uncontended, a run costs
-    /// two locked instructions.
+    /// inline, and completion runs the list again. `SerialRun` keeps one
+    /// runner at a time without losing a completion's restart.
     pub(crate) fn run_dispatch_list(&self) {
-        loop {
-            if self.dispatch_running.swap(true, Ordering::SeqCst) {
-                // Someone runs: ask for another round. If it released the
-                // list before our request became visible it may not see it,
-                // so check: still running means it will (it reads
-                // `dispatch_rerun` after releasing), else run ourselves.
-                self.dispatch_rerun.store(true, Ordering::SeqCst);
-                if self.dispatch_running.load(Ordering::SeqCst) {
-                    return;
-                }
-                continue;
-            }
-            if self.dispatch_rerun.load(Ordering::Relaxed) {
-                self.dispatch_rerun.store(false, Ordering::SeqCst);
-            }
-            let mut busy = self.dispatch_once();
-            if !busy {
-                busy = self.dispatch_sched();
-            }
-            self.dispatch_running.store(false, Ordering::SeqCst);
-            let again =
-                self.dispatch_rerun.load(Ordering::SeqCst) && (self.dispatch_len() != 0 || self.sched_has_work());
-            if !again {
-                if busy {
-                    self.restart_if_idle();
-                }
-                return;
-            }
+        let pass = || {
+            let busy = self.dispatch_once();
+            busy || self.dispatch_sched()
+        };
+        let more_work = || self.dispatch_len() != 0 || self.sched_has_work();
+        if self.dispatch_run.run(pass, more_work) == Some(true) {
+            self.restart_if_idle();
         }
     }
 

@@ -99,6 +99,7 @@ impl Hctx {
     fn insert(&self, s: &SchedCtx, rqs: &mut RqList) {
         // SeqCst: the inserter's half of the restart argument (module docs).
         s.queued.fetch_add(rqs.len() as u32, Ordering::SeqCst);
+        crate::sync::dekker_fence();
         s.elevator.insert_requests(self.index(), rqs);
         debug_assert!(rqs.is_empty(), "the elevator took every request");
         self.run_dispatch_list();
@@ -106,14 +107,14 @@ impl Hctx {
 
     /// Moves requests from the scheduler to the driver while both have
     /// some to give (only from `run_dispatch_list`, holding
-    /// `dispatch_running`): batches of up to SCHED_BATCH, each with a driver tag,
+    /// `dispatch_run`): batches of up to SCHED_BATCH, each with a driver tag,
     /// `last` on the final one. Returns true if the driver was busy (the
     /// rest waits on the dispatch list).
     pub(crate) fn dispatch_sched(&self) -> bool {
         let Some(s) = self.sched() else { return false };
         let index = self.index();
         // SAFETY: only called from `run_dispatch_list` by the thread holding
-        // `dispatch_running`, so no one else touches the cell meanwhile.
+        // `dispatch_run`, so no one else touches the cell meanwhile.
         let (alloc, batch) = unsafe { &mut *self.sched_dispatch.get() };
         loop {
             let mut out_of_tags = false;
