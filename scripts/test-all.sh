@@ -27,6 +27,15 @@ fi
 echo "== unit, integration and CLI tests"
 cargo nextest run --workspace
 
+# Ignored by default (an unprivileged run lists it as skipped); as root it
+# runs here, and a failure fails the suite.
+echo "== loop block device test (needs root)"
+if [ "$(id -u)" = 0 ]; then
+  cargo nextest run -p mqblk --test file_driver --run-ignored only -E 'test(=loop_block_device_when_root)'
+else
+  echo "   SKIPPED loop_block_device_when_root: not root"
+fi
+
 echo "== doc tests"
 cargo test --doc --workspace
 

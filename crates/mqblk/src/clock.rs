@@ -45,7 +45,10 @@ pub fn wait_until(due_ns: u64, spin_ns: u64) -> u64 {
 
 /// Makes this thread's timer sleeps precise (PR_SET_TIMERSLACK to 1 ns;
 /// the default 50 us slack would dominate a 10 us completion time).
+/// A no-op under Miri, which cannot emulate `prctl` (its sleeps have no
+/// slack to tune).
 pub fn set_precise_timer_slack() {
+    #[cfg(not(miri))]
     // SAFETY: prctl with PR_SET_TIMERSLACK only changes this thread's slack.
     unsafe {
         libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
@@ -136,21 +139,30 @@ impl Clock {
 
 #[inline(always)]
 fn rdtsc() -> u64 {
-    #[cfg(target_arch = "x86_64")]
+    // Miri cannot emulate RDTSC: it counts the monotonic clock's
+    // nanoseconds instead (tsc_reliable() is false under Miri, so only a
+    // directly built Cpu clock gets here).
+    #[cfg(miri)]
+    {
+        now_ns()
+    }
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
     {
         // SAFETY: RDTSC has no preconditions on x86_64; it only reads the
         // time-stamp counter.
         unsafe { core::arch::x86_64::_rdtsc() }
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(all(not(target_arch = "x86_64"), not(miri)))]
     {
         0
     }
 }
 
 /// Is the TSC constant-rate and non-stop (so it can stand for wall time)?
+/// Never under Miri: it emulates neither RDTSC nor /proc, so
+/// `Clock::best()` falls back to clock_gettime there.
 pub fn tsc_reliable() -> bool {
-    if !cfg!(target_arch = "x86_64") {
+    if !cfg!(target_arch = "x86_64") || cfg!(miri) {
         return false;
     }
     let Ok(cpuinfo) = std::fs::read_to_string("/proc/cpuinfo") else { return false };

@@ -162,16 +162,47 @@ fn a_dropped_request_completes_with_ioerr_and_frees_its_tag() {
     assert_eq!(dev.busy_tags(), 0);
 }
 
+/// Holds every request until the test completes it: "nothing has
+/// completed yet" is then a fact, not a race against a completion timer.
+struct Held(Arc<Mutex<Vec<Rq>>>);
+
+impl Driver for Held {
+    fn name(&self) -> &str {
+        "held"
+    }
+    fn tag_set(&self) -> TagSetConfig {
+        TagSetConfig::new(1, 4)
+    }
+    fn limits(&self) -> QueueLimits {
+        QueueLimits::new(1 << 20, 512)
+    }
+    fn queue_rq(&self, _hctx: &Hctx, rq: Rq, _last: bool) -> QueueRqResult {
+        self.0.lock().unwrap().push(rq);
+        QueueRqResult::Queued
+    }
+    fn shutdown(&self) {
+        for rq in self.0.lock().unwrap().drain(..) {
+            rq.complete(Status::IoErr);
+        }
+    }
+}
+
 #[test]
 fn do_io_times_out_without_completions() {
-    let dev = Device::open("null:gb=1,irqmode=2,completion_nsec=500000000").unwrap();
+    let held = Arc::new(Mutex::new(Vec::new()));
+    let dev = Device::with_driver(Box::new(Held(held.clone()))).unwrap();
     let mut c = dev.client();
-    c.submit(Bio::read(0, Buf::new(4096)), 1).unwrap();
+    c.submit(Bio::read(0, Buf::new(512)), 1).unwrap();
     let mut done = Vec::new();
     let n = c.do_io(&mut done, 1, 1, Some(Duration::from_millis(5))).unwrap();
-    assert_eq!(n, 0, "nothing can complete within 5 ms");
+    assert_eq!(n, 0, "the driver holds the only request");
+    assert_eq!(held.lock().unwrap().len(), 1, "queued to the driver, not lost");
+    for rq in held.lock().unwrap().drain(..) {
+        rq.complete(Status::Ok);
+    }
     let n = c.do_io(&mut done, 1, 1, Some(Duration::from_secs(30))).unwrap();
     assert_eq!(n, 1);
+    assert!(done[0].status.is_ok());
     assert!(c.do_io(&mut done, 1, 1, None).is_err(), "min beyond the in-flight count is refused");
 }
 

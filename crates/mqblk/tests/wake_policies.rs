@@ -6,7 +6,6 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use mqblk::sbitmap::{wake_policy, AllocHint, HandoffWake, SbitmapQueue, SbqWaiter, StashWake, WAKE_POLICIES};
 
@@ -88,7 +87,7 @@ fn stash_holds_wakeups_until_a_quarter_is_free() {
         })
         .collect();
     while sbq.snapshot().ws_waiting.iter().sum::<u32>() < 4 {
-        std::thread::sleep(Duration::from_millis(1));
+        std::thread::yield_now();
     }
     // Frees 1..3 leave busy at 15, 14, 13 > 12 = 3/4 depth: stashed.
     for &bit in &held[..3] {
@@ -130,17 +129,21 @@ fn handoff_wakes_a_waiter_once_it_holds_what_it_wants() {
         let (sbq, w) = (sbq.clone(), w.clone());
         std::thread::spawn(move || sbq.get_or_wait(&mut AllocHint::new(0), 8, &w, 0, || {}).0)
     };
-    while sbq.ws_active() == 0 {
-        std::thread::sleep(Duration::from_millis(1));
+    // The waiter has counted its sleep: it is parked or about to park (an
+    // unpark before the park is remembered), so what follows cannot race
+    // with its first allocation attempts.
+    while sbq.snapshot().nr_sleeps == 0 {
+        std::thread::yield_now();
     }
-    // Give the waiter time to go to sleep, then grant one bit: not enough.
-    std::thread::sleep(Duration::from_millis(20));
+    // Grant one bit: not enough. clear() decides and unparks (or not)
+    // before it returns, so the wakeup count says whether it woke us.
     sbq.clear(held[0], None);
     assert_eq!(w.nr_granted(), 1, "the freed bit was granted, not published");
     assert_eq!(sbq.sb().weight(), 8, "a granted bit stays busy in the bitmap");
-    std::thread::sleep(Duration::from_millis(20));
-    assert!(!t.is_finished(), "woken before holding the 2 bits it wants");
+    assert_eq!(w.wakeups(), 0, "woken before holding the 2 bits it wants");
+    assert!(!t.is_finished(), "returned before holding the 2 bits it wants");
     sbq.clear(held[1], None);
+    assert_eq!(w.wakeups(), 1, "woken once it holds both");
     let bit = t.join().unwrap();
     assert!(bit == held[0] || bit == held[1]);
     assert_eq!(w.nr_granted(), 1, "the second bit waits for the waiter's next allocation");
