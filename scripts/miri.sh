@@ -18,6 +18,9 @@ cd "$(dirname "$0")/.."
 
 if ! cargo +nightly miri --version >/dev/null 2>&1; then
   echo "== installing Miri (nightly: miri, rust-src)"
+  if ! rustup run nightly rustc --version >/dev/null 2>&1; then
+    rustup toolchain install nightly --profile minimal || true
+  fi
   if ! rustup component add --toolchain nightly miri rust-src; then
     echo "miri.sh: cannot install Miri (rustup component add --toolchain nightly miri rust-src failed)" >&2
     exit 1

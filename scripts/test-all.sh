@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole mqblk test suite, from a fresh Debian machine: installs what the
 # tests need, then runs unit, integration, CLI and doc tests (debug build, so
-# lifecycle assertions are on), the loom models (bounded preemptions) and
-# cargo-fuzz on the NBD server (bounded) and the zoned kernel oracle
+# lifecycle assertions are on), the loom models (bounded preemptions), Miri
+# (scripts/miri.sh) and cargo-fuzz on the NBD server (bounded) and the zoned kernel oracle
 # (installs qemu, a Debian kernel and busybox).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,6 +43,12 @@ echo "== loom models"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
   cargo test -p mqblk --release --test loom_sbitmap --lib -- loom
 
+# Miri reports go to target/miri/logs/; a failure here fails the suite at
+# the end, after the fuzzing and the oracle have had their say too.
+echo "== Miri (Tree Borrows and Stacked Borrows)"
+miri_status=0
+scripts/miri.sh || miri_status=$?
+
 echo "== fuzzing the NBD server (cargo-fuzz, bounded: 60 s + 20 s)"
 scripts/fuzz.sh 60
 
@@ -60,3 +66,8 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 # Fixed seeds keep CI reproducible; explore with tests/oracle/ci.sh 300 $(date +%s).
 tests/oracle/ci.sh 300 100
+
+if [ "$miri_status" -ne 0 ]; then
+  echo "FAILED: Miri (scripts/miri.sh exited $miri_status; its reports are above and in target/miri/logs/)" >&2
+  exit 1
+fi
