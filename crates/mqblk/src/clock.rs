@@ -99,9 +99,9 @@ impl Clock {
                     "clocksource=cpu needs a constant, non-stop TSC (x86_64 constant_tsc and nonstop_tsc)".into()
                 );
             }
-            let (t0, c0) = (now_ns(), rdtsc());
+            let (t0, c0) = paired_reading();
             std::thread::sleep(std::time::Duration::from_millis(20));
-            let (t1, c1) = (now_ns(), rdtsc());
+            let (t1, c1) = paired_reading();
             let ticks = c1.saturating_sub(c0).max(1);
             clock.ns_per_tick_q32 = (((t1 - t0) as u128) << 32).div_ceil(ticks as u128) as u64;
             clock.tsc_base = c1;
@@ -135,6 +135,28 @@ impl Clock {
             }
         }
     }
+}
+
+/// A TSC reading and the CLOCK_MONOTONIC time it was taken at: the middle
+/// of the tightest of a few `now_ns()` brackets around it, so a preemption
+/// between the two reads cannot skew a calibration by milliseconds.
+fn paired_reading() -> (u64, u64) {
+    const ATTEMPTS: u32 = 16;
+    const TIGHT_NS: u64 = 2_000;
+    let mut best = (u64::MAX, 0, 0);
+    for _ in 0..ATTEMPTS {
+        let before = now_ns();
+        let ticks = rdtsc();
+        let after = now_ns();
+        let width = after - before;
+        if width < best.0 {
+            best = (width, before + width / 2, ticks);
+        }
+        if width <= TIGHT_NS {
+            break;
+        }
+    }
+    (best.1, best.2)
 }
 
 #[inline(always)]
@@ -181,10 +203,20 @@ mod clock_tests {
             assert!(!tsc_reliable(), "a reliable TSC must give a cpu clock");
             return;
         };
-        let a = (clock.now_ns(), now_ns());
+        // Each TSC-clock reading is bracketed by CLOCK_MONOTONIC readings,
+        // the tightest of a few, so a preemption between the reads cannot
+        // pass for clock error.
+        let bracketed = || {
+            (0..16)
+                .map(|_| (now_ns(), clock.now_ns(), now_ns()))
+                .min_by_key(|(before, _, after)| after - before)
+                .unwrap()
+        };
+        let a = bracketed();
         std::thread::sleep(std::time::Duration::from_millis(50));
-        let b = (clock.now_ns(), now_ns());
-        let (tsc_ns, mono_ns) = ((b.0 - a.0) as f64, (b.1 - a.1) as f64);
+        let b = bracketed();
+        let tsc_ns = (b.1 - a.1) as f64;
+        let mono_ns = ((b.0 + b.2) / 2 - (a.0 + a.2) / 2) as f64;
         assert!((tsc_ns / mono_ns - 1.0).abs() < 0.02, "tsc {tsc_ns} vs monotonic {mono_ns}");
     }
 }
