@@ -13,6 +13,11 @@
 #
 #   scripts/miri.sh             both borrow models, every binary
 #   scripts/miri.sh tree plug   one model, some binaries (--lib for unit tests)
+#   scripts/miri.sh none        no aliasing model (diagnosis only: data
+#                               races, use after free, leaks and
+#                               uninitialised reads are still checked; shows
+#                               what an aliasing report hides and how long
+#                               tests take when they run to the end)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -57,7 +62,8 @@ flags_for() {
   case "$1" in
     tree) echo "-Zmiri-tree-borrows" ;;
     stacked) echo "" ;;
-    *) echo "miri.sh: unknown borrow model '$1' (tree or stacked)" >&2; exit 2 ;;
+    none) echo "-Zmiri-disable-stacked-borrows" ;;
+    *) echo "miri.sh: unknown borrow model '$1' (tree, stacked or none)" >&2; exit 2 ;;
   esac
 }
 
