@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole mqblk test suite, from a fresh Debian machine: installs what the
 # tests need, then runs unit, integration, CLI and doc tests (debug build, so
-# lifecycle assertions are on), the loom models (bounded preemptions) and
-# cargo-fuzz on the NBD server (bounded) and the zoned kernel oracle
+# lifecycle assertions are on), the loom models (bounded preemptions), Miri
+# (scripts/miri.sh) and cargo-fuzz on the NBD server (bounded) and the zoned kernel oracle
 # (installs qemu, a Debian kernel and busybox).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,12 +27,27 @@ fi
 echo "== unit, integration and CLI tests"
 cargo nextest run --workspace
 
+# Ignored by default (an unprivileged run lists it as skipped); as root it
+# runs here, and a failure fails the suite.
+echo "== loop block device test (needs root)"
+if [ "$(id -u)" = 0 ]; then
+  cargo nextest run -p mqblk --test file_driver --run-ignored only -E 'test(=loop_block_device_when_root)'
+else
+  echo "   SKIPPED loop_block_device_when_root: not root"
+fi
+
 echo "== doc tests"
 cargo test --doc --workspace
 
 echo "== loom models"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
   cargo test -p mqblk --release --test loom_sbitmap --lib -- loom
+
+# Miri reports go to target/miri/logs/; a failure here fails the suite at
+# the end, after the fuzzing and the oracle have had their say too.
+echo "== Miri (Tree Borrows and Stacked Borrows)"
+miri_status=0
+scripts/miri.sh || miri_status=$?
 
 echo "== fuzzing the NBD server (cargo-fuzz, bounded: 60 s + 20 s)"
 scripts/fuzz.sh 60
@@ -51,3 +66,8 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 # Fixed seeds keep CI reproducible; explore with tests/oracle/ci.sh 300 $(date +%s).
 tests/oracle/ci.sh 300 100
+
+if [ "$miri_status" -ne 0 ]; then
+  echo "FAILED: Miri (scripts/miri.sh exited $miri_status; its reports are above and in target/miri/logs/)" >&2
+  exit 1
+fi

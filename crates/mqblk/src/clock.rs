@@ -45,8 +45,9 @@ pub fn wait_until(due_ns: u64, spin_ns: u64) -> u64 {
 
 /// Makes this thread's timer sleeps precise (PR_SET_TIMERSLACK to 1 ns;
 /// the default 50 us slack would dominate a 10 us completion time).
+/// A no-op under Miri, which cannot emulate `prctl` (its sleeps have no
+/// slack to tune).
 pub fn set_precise_timer_slack() {
-    // Miri has no prctl; timer slack changes no behaviour, only precision.
     #[cfg(not(miri))]
     // SAFETY: prctl with PR_SET_TIMERSLACK only changes this thread's slack.
     unsafe {
@@ -98,9 +99,9 @@ impl Clock {
                     "clocksource=cpu needs a constant, non-stop TSC (x86_64 constant_tsc and nonstop_tsc)".into()
                 );
             }
-            let (t0, c0) = (now_ns(), rdtsc());
+            let (t0, c0) = paired_reading();
             std::thread::sleep(std::time::Duration::from_millis(20));
-            let (t1, c1) = (now_ns(), rdtsc());
+            let (t1, c1) = paired_reading();
             let ticks = c1.saturating_sub(c0).max(1);
             clock.ns_per_tick_q32 = (((t1 - t0) as u128) << 32).div_ceil(ticks as u128) as u64;
             clock.tsc_base = c1;
@@ -136,23 +137,54 @@ impl Clock {
     }
 }
 
+/// A TSC reading and the CLOCK_MONOTONIC time it was taken at: the middle
+/// of the tightest of a few `now_ns()` brackets around it, so a preemption
+/// between the two reads cannot skew a calibration by milliseconds.
+fn paired_reading() -> (u64, u64) {
+    const ATTEMPTS: u32 = 16;
+    const TIGHT_NS: u64 = 2_000;
+    let mut best = (u64::MAX, 0, 0);
+    for _ in 0..ATTEMPTS {
+        let before = now_ns();
+        let ticks = rdtsc();
+        let after = now_ns();
+        let width = after - before;
+        if width < best.0 {
+            best = (width, before + width / 2, ticks);
+        }
+        if width <= TIGHT_NS {
+            break;
+        }
+    }
+    (best.1, best.2)
+}
+
 #[inline(always)]
 fn rdtsc() -> u64 {
-    #[cfg(target_arch = "x86_64")]
+    // Miri cannot emulate RDTSC: it counts the monotonic clock's
+    // nanoseconds instead (tsc_reliable() is false under Miri, so only a
+    // directly built Cpu clock gets here).
+    #[cfg(miri)]
+    {
+        now_ns()
+    }
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
     {
         // SAFETY: RDTSC has no preconditions on x86_64; it only reads the
         // time-stamp counter.
         unsafe { core::arch::x86_64::_rdtsc() }
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(all(not(target_arch = "x86_64"), not(miri)))]
     {
         0
     }
 }
 
 /// Is the TSC constant-rate and non-stop (so it can stand for wall time)?
+/// Never under Miri: it emulates neither RDTSC nor /proc, so
+/// `Clock::best()` falls back to clock_gettime there.
 pub fn tsc_reliable() -> bool {
-    if !cfg!(target_arch = "x86_64") {
+    if !cfg!(target_arch = "x86_64") || cfg!(miri) {
         return false;
     }
     let Ok(cpuinfo) = std::fs::read_to_string("/proc/cpuinfo") else { return false };
@@ -171,10 +203,20 @@ mod clock_tests {
             assert!(!tsc_reliable(), "a reliable TSC must give a cpu clock");
             return;
         };
-        let a = (clock.now_ns(), now_ns());
+        // Each TSC-clock reading is bracketed by CLOCK_MONOTONIC readings,
+        // the tightest of a few, so a preemption between the reads cannot
+        // pass for clock error.
+        let bracketed = || {
+            (0..16)
+                .map(|_| (now_ns(), clock.now_ns(), now_ns()))
+                .min_by_key(|(before, _, after)| after - before)
+                .unwrap()
+        };
+        let a = bracketed();
         std::thread::sleep(std::time::Duration::from_millis(50));
-        let b = (clock.now_ns(), now_ns());
-        let (tsc_ns, mono_ns) = ((b.0 - a.0) as f64, (b.1 - a.1) as f64);
+        let b = bracketed();
+        let tsc_ns = (b.1 - a.1) as f64;
+        let mono_ns = ((b.0 + b.2) / 2 - (a.0 + a.2) / 2) as f64;
         assert!((tsc_ns / mono_ns - 1.0).abs() < 0.02, "tsc {tsc_ns} vs monotonic {mono_ns}");
     }
 }

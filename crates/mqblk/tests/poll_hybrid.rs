@@ -70,12 +70,16 @@ fn non_hipri_on_a_hybrid_queue_completes_when_nobody_polls_any_more() {
     // A's hipri request turns notifications off; B's plain read arrives
     // behind it. A reaps its own request (due first) and stops polling: the
     // completion thread must take over B's, or B sleeps forever.
+    // Timing dependence: B's read must fall due after A reaps its own, so
+    // it is submitted 50 ms later; a test thread held off the CPU that long
+    // would let A reap both. The same transitions are checked with explicit
+    // times, no clock, in driver::null::hybrid's unit tests.
     let dev = Device::open("null:gb=1,irqmode=2,completion_nsec=100000000,poll_mode=hybrid").unwrap();
     let mut a = dev.client();
     let mut b = dev.client();
     assert_eq!(a.hctx_index(), b.hctx_index(), "both share the one queue");
     a.submit(read(0, true), 1).unwrap();
-    std::thread::sleep(Duration::from_millis(20));
+    std::thread::sleep(Duration::from_millis(50));
     b.submit(read(4096, false), 2).unwrap();
     assert_eq!(hybrid_stat(&dev, 0, "notify"), 0, "notifications off while hipri is in flight");
     let mut done = Vec::new();

@@ -6,14 +6,15 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use mqblk::internals::{wake_policy, AllocHint, SbqWaiter, WAKE_POLICIES};
 use mqblk::{HandoffWake, SbitmapQueue, StashWake};
 
-const THREADS: u32 = 64;
+// Miri interprets every thread: 16 threads and 40 rounds there (still twice
+// as many threads as tags).
+const THREADS: u32 = if cfg!(miri) { 16 } else { 64 };
 const TAGS: u32 = 8;
-const ROUNDS: u64 = 300;
+const ROUNDS: u64 = if cfg!(miri) { 40 } else { 300 };
 
 fn contend(policy: &str) -> u64 {
     contend_with(policy, wake_policy(policy).unwrap())
@@ -89,7 +90,7 @@ fn stash_holds_wakeups_until_a_quarter_is_free() {
         })
         .collect();
     while sbq.snapshot().ws_waiting.iter().sum::<u32>() < 4 {
-        std::thread::sleep(Duration::from_millis(1));
+        std::thread::yield_now();
     }
     // Frees 1..3 leave busy at 15, 14, 13 > 12 = 3/4 depth: stashed.
     for &bit in &held[..3] {
@@ -115,7 +116,10 @@ fn pure_handoff_is_fair_64_threads_over_8_tags() {
     // Always handing off, nobody barges: a waiter is served after those
     // queued before it. The bound is far tighter than for batch and stash.
     let worst = contend_with("handoff", Box::new(HandoffWake::with_max_idle_permille(u64::MAX)));
-    let bound = u64::from(THREADS) * ROUNDS / 10;
+    // Under Miri a quarter: its scheduler may switch threads between a
+    // grant and the test counting it (seen: 69 of 320 grants), and the
+    // smaller run leaves less room than 64 threads x 300 rounds.
+    let bound = u64::from(THREADS) * ROUNDS / if cfg!(miri) { 4 } else { 10 };
     assert!(worst < bound, "handoff: a waiter was overtaken {worst} times (bound {bound})");
     eprintln!("handoff: worst overtakes {worst}");
 }
@@ -131,17 +135,21 @@ fn handoff_wakes_a_waiter_once_it_holds_what_it_wants() {
         let (sbq, w) = (sbq.clone(), w.clone());
         std::thread::spawn(move || sbq.get_or_wait(&mut AllocHint::new(0), 8, &w, 0, || {}).0)
     };
-    while sbq.ws_active() == 0 {
-        std::thread::sleep(Duration::from_millis(1));
+    // The waiter has counted its sleep: it is parked or about to park (an
+    // unpark before the park is remembered), so what follows cannot race
+    // with its first allocation attempts.
+    while sbq.snapshot().nr_sleeps == 0 {
+        std::thread::yield_now();
     }
-    // Give the waiter time to go to sleep, then grant one bit: not enough.
-    std::thread::sleep(Duration::from_millis(20));
+    // Grant one bit: not enough. clear() decides and unparks (or not)
+    // before it returns, so the wakeup count says whether it woke us.
     sbq.clear(held[0], None);
     assert_eq!(w.nr_granted(), 1, "the freed bit was granted, not published");
     assert_eq!(sbq.sb().weight(), 8, "a granted bit stays busy in the bitmap");
-    std::thread::sleep(Duration::from_millis(20));
-    assert!(!t.is_finished(), "woken before holding the 2 bits it wants");
+    assert_eq!(w.wakeups(), 0, "woken before holding the 2 bits it wants");
+    assert!(!t.is_finished(), "returned before holding the 2 bits it wants");
     sbq.clear(held[1], None);
+    assert_eq!(w.wakeups(), 1, "woken once it holds both");
     let bit = t.join().unwrap();
     assert!(bit == held[0] || bit == held[1]);
     assert_eq!(w.nr_granted(), 1, "the second bit waits for the waiter's next allocation");
@@ -154,6 +162,9 @@ fn handoff_wakes_a_waiter_once_it_holds_what_it_wants() {
 }
 
 #[test]
+// The fallback follows measured free rates and wakeup latencies, which
+// Miri's interpreted threads and virtual clock do not reproduce.
+#[cfg_attr(miri, ignore = "depends on real free rates and wakeup latencies")]
 fn handoff_falls_back_when_tags_are_the_bottleneck() {
     // The contention run frees bits at a high rate with slow wakeups: the
     // measured idle share is far above the threshold, so the policy stops

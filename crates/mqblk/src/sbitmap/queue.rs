@@ -26,6 +26,9 @@ pub struct SbqWaiter {
     /// When a waker last unparked this waiter (ns), to measure wakeup
     /// latency for policies that care (slow path only).
     unparked_at_ns: AtomicU64,
+    /// How many times a waker unparked this waiter (tests observe with
+    /// it that a wakeup did or did not happen, instead of sleeping).
+    wakeups: AtomicU64,
     /// The shallow depth the waiter allocates within (0: never set, the
     /// whole bitmap): a handoff grants it only bits it could take itself.
     shallow_depth: AtomicU32,
@@ -47,7 +50,15 @@ impl SbqWaiter {
     /// Wakes the waiter, noting when (for the wakeup-latency estimate).
     fn wake(&self) {
         self.unparked_at_ns.store(crate::clock::now_ns(), Ordering::Relaxed);
+        self.wakeups.fetch_add(1, Ordering::Relaxed);
         self.parker.unpark();
+    }
+
+    /// How many times a waker has unparked this waiter. A waker that
+    /// decided not to wake it has returned with this unchanged, so a test
+    /// can check "not woken" without sleeping.
+    pub fn wakeups(&self) -> u64 {
+        self.wakeups.load(Ordering::Relaxed)
     }
 
     /// Declares how many bits the next waits need together (at least 1).

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Miri over the core crate (mqblk): its unit tests and the integration
+# tests that need only threads, futexes, eventfds and the clock (null
+# driver, plug, split, schedulers, zoned, polling, wake policies, sbitmap
+# properties), under Tree Borrows and then Stacked Borrows. Test sizes
+# shrink under cfg(miri). Left out: the file driver (tests/file_driver.rs:
+# Miri does not emulate io_uring), the loom models (tests/loom_sbitmap.rs)
+# and the stress binary (tests/stress.rs: sizes made for native speed).
+#
+# Every binary runs even after one fails (findings are collected), each
+# test's output is kept in target/miri/logs/, and the exit status is
+# non-zero if any test failed or Miri reported undefined behaviour.
+#
+#   scripts/miri.sh             both borrow models, every binary
+#   scripts/miri.sh tree plug   one model, some binaries (--lib for unit tests)
+#   scripts/miri.sh none        no aliasing model (diagnosis only: data
+#                               races, use after free, leaks and
+#                               uninitialised reads are still checked; shows
+#                               what an aliasing report hides and how long
+#                               tests take when they run to the end)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+if ! cargo +nightly miri --version >/dev/null 2>&1; then
+  echo "== installing Miri (nightly: miri, rust-src)"
+  if ! rustup run nightly rustc --version >/dev/null 2>&1; then
+    rustup toolchain install nightly --profile minimal || true
+  fi
+  if ! rustup component add --toolchain nightly miri rust-src; then
+    echo "miri.sh: cannot install Miri (rustup component add --toolchain nightly miri rust-src failed)" >&2
+    exit 1
+  fi
+fi
+# Builds the Miri sysroot the first time; quick when it is there.
+if ! cargo +nightly miri setup >/dev/null 2>&1; then
+  echo "miri.sh: 'cargo +nightly miri setup' failed: no Miri sysroot, Miri not run" >&2
+  cargo +nightly miri setup >&2 || true
+  exit 1
+fi
+if ! cargo nextest --version >/dev/null 2>&1; then
+  echo "== installing cargo-nextest"
+  cargo install cargo-nextest --locked || { echo "miri.sh: cannot install cargo-nextest" >&2; exit 1; }
+fi
+
+export CARGO_TARGET_DIR=target/miri
+logs=target/miri/logs
+mkdir -p "$logs"
+
+models=(tree stacked)
+binaries=(--lib plug split sched zoned poll poll_hybrid null_memory driver_contract wake_policies sbitmap_props)
+if [ $# -gt 0 ]; then
+  models=("$1")
+  shift
+fi
+if [ $# -gt 0 ]; then
+  binaries=("$@")
+fi
+
+# Isolation stays on (the default): the monotonic clock, sleeps, futexes
+# and eventfds all work inside it, and nothing here needs the host.
+flags_for() {
+  case "$1" in
+    tree) echo "-Zmiri-tree-borrows" ;;
+    stacked) echo "" ;;
+    none) echo "-Zmiri-disable-stacked-borrows" ;;
+    *) echo "miri.sh: unknown borrow model '$1' (tree, stacked or none)" >&2; exit 2 ;;
+  esac
+}
+
+failed=()
+summary=()
+total_start=$SECONDS
+for model in "${models[@]}"; do
+  flags=$(flags_for "$model") || exit 2
+  for bin in "${binaries[@]}"; do
+    if [ "$bin" = --lib ]; then sel=(--lib); name=lib; else sel=(--test "$bin"); name=$bin; fi
+    echo "== Miri, ${model} borrows: ${name}"
+    start=$SECONDS
+    MIRIFLAGS="$flags" cargo +nightly miri nextest run -p mqblk "${sel[@]}" \
+      --tool-config-file "miri:$PWD/scripts/miri-nextest.toml" --no-fail-fast \
+      >"$logs/$model-$name.log" 2>&1
+    rc=$?
+    secs=$((SECONDS - start))
+    # Failures, and passing tests that took 30 s or more (candidates for
+    # a smaller size under cfg(miri)), once each, then nextest's summary.
+    awk '/Summary \[/ { print; exit }
+         /^ +(FAIL|SIGSEGV|SIGABRT|SIGKILL|TIMEOUT) \[/ { print }
+         /^ +PASS \[/ { t = $0; sub(/^ +PASS \[ */, "", t); sub(/s\].*/, "", t); if (t + 0 >= 30) print }' \
+      "$logs/$model-$name.log"
+    if [ $rc -ne 0 ]; then
+      failed+=("$model/$name")
+      # Miri's own words for each failure, one line per distinct report:
+      # how many tests hit it, the error, where, and the first such test.
+      awk '/^ +(FAIL|SIGSEGV|SIGABRT|TIMEOUT) \[/ { test = $NF }
+           /^ +error: / && !/aborting due to/ { msg = $0; sub(/^ +error: /, "", msg)
+             gsub(/<[0-9]+>/, "<tag>", msg); gsub(/alloc[0-9]+/, "alloc", msg); want = 1; next }
+           want && /-->/ { print msg "  at " $2 "\t" test; want = 0 }' "$logs/$model-$name.log" |
+        awk -F'\t' '{ n[$1]++; if (!($1 in first)) first[$1] = $2 }
+           END { for (m in n) printf "   %3d x %s  (e.g. %s)\n", n[m], m, first[m] }' | sort -rn
+      summary+=("$(printf '%-8s %-16s %5ss  FAILED (log: %s)' "$model" "$name" "$secs" "$logs/$model-$name.log")")
+    else
+      summary+=("$(printf '%-8s %-16s %5ss  ok' "$model" "$name" "$secs")")
+    fi
+  done
+done
+
+echo "== Miri summary (wall time per binary, $(nproc) cores)"
+printf '%s\n' "${summary[@]}"
+echo "total $((SECONDS - total_start)) s"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "Miri: failures in ${failed[*]}: see the logs above for Miri's reports" >&2
+  exit 1
+fi
+echo "Miri: clean"
