@@ -24,6 +24,13 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
+echo "== formatting and lints (cargo fmt --check, clippy -D warnings)"
+for component in rustfmt clippy; do
+  rustup component list --installed 2>/dev/null | grep -q "^$component" || rustup component add "$component"
+done
+cargo fmt --all --check
+cargo clippy --workspace --all-targets -- -D warnings
+
 echo "== unit, integration and CLI tests"
 cargo nextest run --workspace
 

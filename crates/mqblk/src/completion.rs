@@ -336,8 +336,7 @@ impl ClientShared {
         }
         let status = Status::from_u8(slot.status.load(Ordering::Acquire));
         // SAFETY: the last piece's completer is the slot's user (see BioSlot).
-        let mut c =
-            unsafe { slot.with_data_mut(|d| Completion::new(d.user_data, status, d.buf.take(), d.origin)) };
+        let mut c = unsafe { slot.with_data_mut(|d| Completion::new(d.user_data, status, d.buf.take(), d.origin)) };
         c.slot = index + 1;
         self.deliver(c);
     }

@@ -14,8 +14,8 @@ use std::ptr::NonNull;
 
 use crossbeam_utils::CachePadded;
 
-use crate::driver::{Driver, QueueRqResult};
 use crate::completion::{BioSlot, ClientShared, Completion};
+use crate::driver::{Driver, QueueRqResult};
 use crate::request::{Request, RequestSlot, Rq, RqList, RqState, TagRelease, SECTOR_SHIFT};
 use crate::status::Status;
 use std::sync::Arc;
@@ -441,15 +441,7 @@ impl MergedEnd {
             // request's owner (our caller) uses.
             unsafe { (*rq.back).with_data(|d| d.sector) }
         };
-        let mut end = Self {
-            front: rq.front,
-            back: rq.back,
-            own: None,
-            owner: rq.owner,
-            start,
-            status,
-            ok_bytes,
-        };
+        let mut end = Self { front: rq.front, back: rq.back, own: None, owner: rq.owner, start, status, ok_bytes };
         end.own = Some(Completion::new(rq.user_data, end.bio_status(own_end), rq.buf.take(), rq.origin));
         rq.nr_bios = 1;
         end

@@ -16,12 +16,12 @@ use crate::client::Client;
 use crate::completion::{ClientShared, CounterTotals, RwCount};
 use crate::config::QueueOptions;
 use crate::driver::Driver;
-use crate::timeout::TimeoutClock;
 use crate::error::{Error, SubmitError};
 use crate::hctx::Hctx;
 pub use crate::limits::{QueueLimits, DEFAULT_MAX_SECTORS, DEFAULT_MAX_SEGMENTS, MAX_BIO_BYTES};
 use crate::plug::PlugNesting;
 use crate::request::{Bio, Op, SECTOR_SHIFT};
+use crate::timeout::TimeoutClock;
 use std::sync::Arc;
 
 use crate::config::Wake;

@@ -153,15 +153,20 @@ pub(crate) struct TagRelease {
 impl TagRelease {
     #[inline(always)]
     pub(crate) fn of(slot: &RequestSlot, rq: &Request) -> Self {
-        let sched = rq.in_sched.then(|| crate::sched::DoneInfo {
-            sched_tag: rq.tag,
-            op: rq.op,
-            flags: rq.flags,
-            nr_sectors: rq.nr_sectors,
-            client_id: rq.client_id,
-            ioprio: rq.ioprio,
-            inserted_ns: rq.sched_time_ns,
-        });
+        // Built only with a scheduler: this is the hot completion path.
+        let sched = if rq.in_sched {
+            Some(crate::sched::DoneInfo {
+                sched_tag: rq.tag,
+                op: rq.op,
+                flags: rq.flags,
+                nr_sectors: rq.nr_sectors,
+                client_id: rq.client_id,
+                ioprio: rq.ioprio,
+                inserted_ns: rq.sched_time_ns,
+            })
+        } else {
+            None
+        };
         Self { tag: rq.tag, driver_tag: slot.driver_tag.load(Ordering::Relaxed), sched }
     }
 }
