@@ -222,7 +222,7 @@ fn loom_hybrid_toggle_never_loses_a_completion() {
     });
 }
 
-/// The dispatch list's run (hctx.rs `run_dispatch_list` over sync.rs
+/// The dispatch list's run (hctx/dispatch.rs `run_dispatch_list` over sync.rs
 /// `SerialRun`): two threads each queue an item and ask for a run while
 /// the other may be running. Passes never overlap, and no item is left
 /// behind (a lost rerun leaves one queued).
@@ -256,7 +256,7 @@ fn loom_dispatch_rerun_never_loses_a_run() {
     });
 }
 
-/// The scheduler restart (sched/dispatch.rs module docs): one driver tag,
+/// The scheduler restart (hctx/dispatch.rs module docs): one driver tag,
 /// held by a request in flight. The completer frees it (a SeqCst RMW in the
 /// bitmap) and then runs the queue if the scheduler has work (a SeqCst
 /// load of `queued`); the inserter counts its request in `queued` (SeqCst)

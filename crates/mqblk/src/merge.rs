@@ -14,7 +14,7 @@
 //! The merged bio keeps its identity: its buffer, cookie and origin go into
 //! one of its client's bio slots, linked into the request's chain in device
 //! order (front merges before the request's own bio, back merges after), so
-//! that it completes on its own (hctx.rs `end_merged`).
+//! that it completes on its own (hctx/end.rs `MergedEnd`).
 //!
 //! Relies on: request.rs for the request's fields, completion.rs for bio
 //! slots.

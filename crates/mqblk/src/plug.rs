@@ -25,7 +25,7 @@
 //! With a scheduler, a flush inserts each queue's requests into it in one
 //! call (`Hctx::submit_list`).
 //!
-//! Relies on: hctx.rs and sched/ to issue or insert lists, tag.rs for the
+//! Relies on: hctx/ and sched/ to issue or insert lists, tag.rs for the
 //! batched tags, and client.rs, which owns the `PlugState`.
 
 use std::ops::{Deref, DerefMut};

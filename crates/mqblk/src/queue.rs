@@ -6,7 +6,7 @@
 //!
 //! [`Device`] is the public, cloneable handle on a queue.
 //!
-//! Relies on: hctx.rs, tag.rs, client.rs, limits.rs, and a [`Driver`].
+//! Relies on: hctx/, tag.rs, client/, limits.rs, and a [`Driver`].
 
 use std::fmt::Write as _;
 use std::thread::JoinHandle;
@@ -379,8 +379,7 @@ impl RequestQueue {
         }
         if self.clock.enabled() {
             for hctx in self.hctxs.iter() {
-                let expired = self.clock.scan(hctx, &*self.driver, now);
-                self.timeouts.fetch_add(expired, Ordering::Relaxed);
+                self.clock.scan(hctx, &*self.driver, now, &self.timeouts);
             }
         }
     }

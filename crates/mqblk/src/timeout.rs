@@ -11,7 +11,7 @@
 //! newer request before the handler returns.
 //!
 //! Relies on: request.rs for the slot's deadline, driver tag and hold;
-//! hctx.rs to free a request that completed while held.
+//! hctx/end.rs to free a request that completed while held.
 
 use std::time::{Duration, Instant};
 
@@ -69,40 +69,39 @@ impl TimeoutClock {
     }
 
     /// Calls the driver's timeout handler on every request of `hctx` whose
-    /// deadline passed by tick `now`; returns how many.
-    pub(crate) fn scan(&self, hctx: &Hctx, driver: &dyn Driver, now: u64) -> u64 {
+    /// deadline passed by tick `now`, counting each in `timeouts` before its
+    /// handler runs (the handler may complete it, and its client may look).
+    pub(crate) fn scan(&self, hctx: &Hctx, driver: &dyn Driver, now: u64, timeouts: &AtomicU64) {
         // Reserved requests keep driver tags even under a scheduler.
-        let mut expired = self.scan_pool(hctx, &hctx.tags, driver, now);
+        self.scan_pool(hctx, &hctx.tags, driver, now, timeouts);
         if let Some(s) = hctx.sched() {
-            expired += self.scan_pool(hctx, &s.tags, driver, now);
+            self.scan_pool(hctx, &s.tags, driver, now, timeouts);
         }
-        expired
     }
 
-    fn scan_pool(&self, hctx: &Hctx, pool: &Tags, driver: &dyn Driver, now: u64) -> u64 {
-        let mut expired = 0;
+    fn scan_pool(&self, hctx: &Hctx, pool: &Tags, driver: &dyn Driver, now: u64, timeouts: &AtomicU64) {
         for tag in 0..pool.nr_tags() {
             let slot = pool.slot(tag);
-            if is_expired(slot.deadline.load(Ordering::Acquire), now) && self.time_out(hctx, slot, driver, now) {
-                expired += 1;
+            if is_expired(slot.deadline.load(Ordering::Acquire), now) {
+                self.time_out(hctx, slot, driver, now, timeouts);
             }
         }
-        expired
     }
 
-    /// Holds `slot`'s request and runs the driver's handler; false if the
+    /// Holds `slot`'s request and runs the driver's handler, unless the
     /// request completed (and perhaps was reused) before it could be held.
-    fn time_out(&self, hctx: &Hctx, slot: &RequestSlot, driver: &dyn Driver, now: u64) -> bool {
+    fn time_out(&self, hctx: &Hctx, slot: &RequestSlot, driver: &dyn Driver, now: u64, timeouts: &AtomicU64) {
         if !slot.try_hold() {
-            return false;
+            return;
         }
         // Held, the slot cannot be reused; re-read: the request we saw may
         // have completed and a newer one (not yet expired) taken its slot.
         let deadline = slot.deadline.load(Ordering::Acquire);
         if !is_expired(deadline, now) {
             hctx.end_timeout_hold(slot);
-            return false;
+            return;
         }
+        timeouts.fetch_add(1, Ordering::Relaxed);
         let rq = TimedOutRq { hctx_index: hctx.index(), tag: slot.driver_tag.load(Ordering::Relaxed) };
         let next = match driver.timeout(hctx, rq) {
             TimeoutAction::ResetTimer => now + self.timeout_ticks,
@@ -111,7 +110,6 @@ impl TimeoutClock {
         // A request the handler completed has a deadline of 0 already.
         let _ = slot.deadline.compare_exchange(deadline, next, Ordering::AcqRel, Ordering::Relaxed);
         hctx.end_timeout_hold(slot);
-        true
     }
 }
 

@@ -8,7 +8,7 @@
 //! every tag), and is inserted into the scheduler. The hardware queue then
 //! asks the scheduler for requests to dispatch and gives each a *driver tag*
 //! without ever sleeping; when driver tags run out, the queue is run again
-//! when a request completes (hctx.rs `run_queue`).
+//! when a request completes (hctx/dispatch.rs `run_dispatch_list`).
 //!
 //! An [`Elevator`] keeps its queued requests (their `Rq` tokens) per
 //! hardware queue and decides the order. `none` means no elevator at all.
@@ -16,13 +16,12 @@
 //! go to the driver at once if the elevator agrees (`dispatch_direct`):
 //! the order is the same, the insert/dispatch round trip is saved.
 //!
-//! Relies on: hctx.rs for dispatch, tag.rs for the scheduler tags,
+//! Relies on: hctx/ for dispatch, tag.rs for the scheduler tags,
 //! merge.rs for merging bios into queued requests.
 
 mod bfq;
 mod choice;
 mod deadline;
-mod dispatch;
 mod kyber;
 
 use std::fmt;
@@ -165,6 +164,15 @@ pub(crate) struct SchedCtx {
     /// Requests inserted and not yet dispatched (kept by the framework, so
     /// the common "nothing queued" check is one load, no call).
     pub(crate) queued: crate::sync::AtomicU32,
+}
+
+impl SchedCtx {
+    /// Whether the elevator has a request to dispatch now: one load when
+    /// nothing is queued.
+    #[inline(always)]
+    pub(crate) fn has_work(&self, hctx: usize) -> bool {
+        self.queued.load(crate::sync::Ordering::SeqCst) != 0 && self.elevator.has_work(hctx)
+    }
 }
 
 impl fmt::Debug for SchedCtx {

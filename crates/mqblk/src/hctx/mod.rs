@@ -1,0 +1,321 @@
+//! The hardware context (`struct blk_mq_hw_ctx`): one per hardware queue,
+//! and the submit path of a request into it.
+//!
+//! It owns the queue's tags and request pool and hands requests to the
+//! driver: straight (`issue`), as a plug's list (`issue_list`), or through
+//! the scheduler (`submit`: insert, or dispatch at once when the scheduler
+//! would pick it next). The rest of the hardware queue is in:
+//! - dispatch.rs: the dispatch list of requests the driver bounced back
+//!   (`Busy`), run again when a request completes (the kernel's restart),
+//!   and the scheduler's dispatch with driver tags;
+//! - end.rs: the completion entry point (`end_request`).
+//!
+//! Relies on: tag.rs for tags and request slots, the driver's `queue_rq`,
+//! sched/ for the elevator, timeout.rs for arming deadlines.
+
+mod dispatch;
+mod end;
+
+use std::collections::VecDeque;
+use std::fmt;
+
+use crossbeam_utils::CachePadded;
+
+use crate::driver::{Driver, QueueRqResult};
+use crate::request::{Rq, RqList};
+use std::sync::Arc;
+
+use crate::sched::SchedCtx;
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Mutex, Ordering, SerialRun};
+use crate::tag::{AllocData, Tags};
+use crate::timeout::TimeoutClock;
+use std::sync::atomic::AtomicPtr;
+
+/// Requests taken from a scheduler per dispatch batch (the kernel's
+/// max_dispatch is the queue depth; a bound keeps `last` batches short).
+pub(crate) const SCHED_BATCH: usize = 32;
+
+/// Counters of one hardware context (the debugfs files of the same names).
+#[derive(Debug, Default)]
+pub(crate) struct HctxStats {
+    /// Requests handed to `queue_rq` (re-issues after Busy included).
+    pub(crate) queued: CachePadded<AtomicU64>,
+    /// Requests the driver completed.
+    pub(crate) completed: CachePadded<AtomicU64>,
+    /// `queue_rq` calls that returned Busy.
+    pub(crate) busy: AtomicU64,
+    /// Runs of the dispatch list.
+    pub(crate) run: AtomicU64,
+}
+
+/// A hardware queue of a device.
+///
+/// `Sync` by hand for one field: `sched_dispatch` is an `UnsafeCell` used
+/// only by the thread that runs the dispatch list (`dispatch_run`).
+pub struct Hctx {
+    index: usize,
+    pub(crate) tags: Tags,
+    driver: Arc<dyn Driver>,
+    /// Requests waiting to be re-issued after `Busy`, in order.
+    dispatch: Mutex<VecDeque<Rq>>,
+    dispatch_nr: AtomicU32,
+    /// One thread at a time runs the dispatch list (so the list's order is
+    /// the issue order); a run asked for meanwhile (a completion freed
+    /// resources) makes the runner go round once more.
+    dispatch_run: SerialRun,
+    /// Set when the dispatch list must be run after a delay (nothing in
+    /// flight will complete to restart it); served by the queue's worker.
+    pub(crate) need_delayed_run: AtomicBool,
+    /// The scheduler (null: none). Changed only while the queue is frozen;
+    /// every context ever installed lives as long as the queue
+    /// (`RequestQueue::sched_contexts`), so a reference never dangles.
+    pub(crate) sched: AtomicPtr<SchedCtx>,
+    /// Driver-tag allocation and the batch being dispatched from the
+    /// scheduler: used only by the thread running the queue, which
+    /// `dispatch_run` makes exclusive (see `dispatch_sched`).
+    pub(crate) sched_dispatch: std::cell::UnsafeCell<(AllocData, RqList)>,
+    /// A poll queue (HCTX_TYPE_POLL): its requests complete when polled.
+    pub(crate) is_poll: bool,
+    pub(crate) stats: HctxStats,
+    /// The queue's timeout clock: a request's deadline is armed when it is
+    /// handed to the driver.
+    clock: Arc<TimeoutClock>,
+}
+
+// SAFETY: every field is Sync except `sched_dispatch`, which only the
+// thread that won `dispatch_run`'s `running` swap touches (SeqCst swap to
+// take, SeqCst store to release: the next runner sees its writes).
+unsafe impl Sync for Hctx {}
+// SAFETY: nothing in an Hctx is tied to a thread.
+unsafe impl Send for Hctx {}
+
+impl fmt::Debug for Hctx {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Hctx").field("index", &self.index).field("nr_tags", &self.tags.nr_tags()).finish()
+    }
+}
+
+impl Hctx {
+    pub(crate) fn new(
+        index: usize,
+        tags: Tags,
+        driver: Arc<dyn Driver>,
+        is_poll: bool,
+        clock: Arc<TimeoutClock>,
+    ) -> Self {
+        let depth = tags.nr_tags() as usize;
+        Self {
+            index,
+            tags,
+            driver,
+            dispatch: Mutex::new(VecDeque::with_capacity(depth)),
+            dispatch_nr: AtomicU32::new(0),
+            dispatch_run: SerialRun::default(),
+            need_delayed_run: AtomicBool::new(false),
+            sched: AtomicPtr::new(std::ptr::null_mut()),
+            sched_dispatch: std::cell::UnsafeCell::new((
+                AllocData::new(index as u32, index),
+                RqList::with_capacity(SCHED_BATCH),
+            )),
+            is_poll,
+            stats: HctxStats::default(),
+            clock,
+        }
+    }
+
+    /// Whether this is a poll queue (hipri requests, completed by polling).
+    pub fn is_poll(&self) -> bool {
+        self.is_poll
+    }
+
+    /// Reaps due completions of this queue on the calling thread (the
+    /// driver's `poll`); returns how many.
+    pub(crate) fn poll(&self) -> usize {
+        self.driver.poll(self)
+    }
+
+    /// As `poll`, never sleeping (the driver's `reap`).
+    pub(crate) fn reap(&self) -> usize {
+        self.driver.reap(self)
+    }
+
+    /// The driver's fd that is readable when `reap` finds completions.
+    pub(crate) fn poll_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.driver.poll_fd(self)
+    }
+
+    /// This queue's index (`hctx->queue_num`).
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// Tags of this queue (reserved included).
+    pub fn queue_depth(&self) -> u32 {
+        self.tags.nr_tags()
+    }
+
+    /// Requests issued to the driver and not yet completed (a snapshot).
+    pub fn nr_in_flight(&self) -> u64 {
+        let queued = self.stats.queued.load(Ordering::Relaxed);
+        let completed = self.stats.completed.load(Ordering::Relaxed);
+        let busy = self.stats.busy.load(Ordering::Relaxed);
+        queued.saturating_sub(completed).saturating_sub(busy)
+    }
+
+    /// The scheduler of this hardware queue, if any.
+    #[inline(always)]
+    pub(crate) fn sched(&self) -> Option<&SchedCtx> {
+        let p = self.sched.load(Ordering::Acquire);
+        // SAFETY: a non-null pointer names a context the queue keeps alive
+        // for its whole life (see `Hctx::sched`).
+        unsafe { p.as_ref() }
+    }
+
+    /// The tags whose slots hold this queue's requests: the scheduler tags
+    /// with a scheduler, else the driver tags.
+    #[inline(always)]
+    pub(crate) fn pool(&self) -> &crate::tag::Tags {
+        self.sched().map_or(&self.tags, |s| &s.tags)
+    }
+
+    #[inline(always)]
+    pub(crate) fn sched_has_work(&self) -> bool {
+        self.sched().is_some_and(|s| s.has_work(self.index()))
+    }
+
+    /// Hands a new request on: into the scheduler (then runs the queue),
+    /// or straight to the driver. `scratch` is an empty list to carry it;
+    /// with `alloc` (the submitter's), a request the scheduler would
+    /// dispatch next anyway goes to the driver at once (`dispatch_direct`).
+    #[inline]
+    pub(crate) fn submit(&self, rq: Rq, scratch: &mut RqList, alloc: Option<&mut AllocData>) {
+        let Some(s) = self.sched() else { return self.issue(rq, true) };
+        let rq = match alloc {
+            Some(alloc) => match self.try_dispatch_direct(s, rq, alloc) {
+                Ok(()) => return,
+                Err(rq) => rq,
+            },
+            None => rq,
+        };
+        scratch.push_back(rq);
+        self.insert(s, scratch);
+    }
+
+    /// The direct path: nothing queued, nothing bounced, a driver tag free,
+    /// and the elevator agrees.
+    fn try_dispatch_direct(&self, s: &SchedCtx, rq: Rq, alloc: &mut AllocData) -> Result<(), Rq> {
+        if s.queued.load(Ordering::SeqCst) != 0 || self.dispatch_len() != 0 {
+            return Err(rq);
+        }
+        let saved = std::mem::replace(&mut alloc.shallow_depth, u32::MAX);
+        let got = self.tags.get(alloc, false, true, || {});
+        alloc.shallow_depth = saved;
+        let Some(got) = got else { return Err(rq) };
+        match s.elevator.dispatch_direct(self.index(), rq) {
+            Ok(mut rq) => {
+                rq.set_driver_tag(got.tag);
+                self.issue(rq, true);
+                Ok(())
+            }
+            Err(rq) => {
+                self.tags.put(got.tag);
+                Err(rq)
+            }
+        }
+    }
+
+    /// `submit` for a plug's list of requests of this queue.
+    pub(crate) fn submit_list(&self, rqs: &mut RqList) {
+        match self.sched() {
+            None => self.issue_list(rqs),
+            Some(s) => self.insert(s, rqs),
+        }
+    }
+
+    fn insert(&self, s: &SchedCtx, rqs: &mut RqList) {
+        // SeqCst: the inserter's half of the restart argument (module docs).
+        s.queued.fetch_add(rqs.len() as u32, Ordering::SeqCst);
+        crate::sync::dekker_fence();
+        s.elevator.insert_requests(self.index(), rqs);
+        debug_assert!(rqs.is_empty(), "the elevator took every request");
+        self.run_dispatch_list();
+    }
+
+    /// Issues a freshly initialised request. Requests already bounced keep
+    /// their place: a new one goes behind them.
+    #[inline]
+    pub(crate) fn issue(&self, rq: Rq, last: bool) {
+        if self.dispatch_nr.load(Ordering::Acquire) != 0 {
+            self.push_dispatch(rq);
+            self.run_dispatch_list();
+            return;
+        }
+        self.stats.queued.fetch_add(1, Ordering::Relaxed);
+        self.start_request(&rq);
+        if let QueueRqResult::Busy(rq) = self.driver.queue_rq(self, rq, last) {
+            self.stats.busy.fetch_add(1, Ordering::Relaxed);
+            self.push_dispatch(rq);
+            if !last {
+                self.driver.commit_rqs(self);
+            }
+            self.restart_if_idle();
+        }
+    }
+
+    /// Issues a plug's batch of requests for this queue: through the
+    /// driver's `queue_rqs` (by default `queue_rq` per request, `last` on the
+    /// final one). What the driver leaves in `rqs` (it was busy) goes on the
+    /// dispatch list, in order. `rqs` is empty on return.
+    pub(crate) fn issue_list(&self, rqs: &mut RqList) {
+        if rqs.is_empty() {
+            return;
+        }
+        if self.dispatch_nr.load(Ordering::Acquire) != 0 {
+            self.push_dispatch_all(rqs);
+            self.run_dispatch_list();
+            return;
+        }
+        self.queue_list(rqs);
+    }
+
+    /// Hands `rqs` to the driver's `queue_rqs`; what it leaves (it was busy)
+    /// waits on the dispatch list, in order. Returns true if it was busy.
+    pub(crate) fn queue_list(&self, rqs: &mut RqList) -> bool {
+        let n = rqs.len() as u64;
+        self.stats.queued.fetch_add(n, Ordering::Relaxed);
+        for rq in rqs.iter() {
+            self.start_request(rq);
+        }
+        self.driver.queue_rqs(self, rqs);
+        if rqs.is_empty() {
+            return false;
+        }
+        // Accounted like one `queue_rq` answered Busy; the rest were never
+        // handed over.
+        self.stats.queued.fetch_sub(rqs.len() as u64 - 1, Ordering::Relaxed);
+        self.stats.busy.fetch_add(1, Ordering::Relaxed);
+        self.push_dispatch_all(rqs);
+        self.restart_if_idle();
+        true
+    }
+
+    /// Arms `rq`'s timeout as it goes to the driver (`blk_mq_start_request`).
+    #[inline(always)]
+    pub(super) fn start_request(&self, rq: &Rq) {
+        rq.slot().deadline.store(self.clock.deadline(), Ordering::Release);
+    }
+
+    fn push_dispatch_all(&self, rqs: &mut RqList) {
+        let mut list = self.dispatch.lock();
+        // Back with the block layer: not timed until handed over again.
+        list.extend(rqs.inspect(|rq| rq.slot().deadline.store(0, Ordering::Relaxed)));
+        self.dispatch_nr.store(list.len() as u32, Ordering::Release);
+    }
+
+    fn push_dispatch(&self, rq: Rq) {
+        rq.slot().deadline.store(0, Ordering::Relaxed);
+        let mut list = self.dispatch.lock();
+        list.push_back(rq);
+        self.dispatch_nr.store(list.len() as u32, Ordering::Release);
+    }
+}
