@@ -573,6 +573,7 @@ pub(crate) mod tests {
     /// one: the request whose CQE it was handling still ends (here with
     /// its real result), later requests fail at once, and the device drops.
     #[test]
+    #[cfg_attr(miri, ignore = "Miri does not emulate io_uring")]
     fn a_dead_completion_thread_hangs_no_request() {
         use crate::{Bio, Buf, Device, Status};
         let path = std::env::temp_dir().join(format!("mqblk-dead-cq-{}", std::process::id()));
