@@ -126,9 +126,9 @@ impl std::fmt::Display for Wake {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
-    #[error("unknown device driver '{driver}' (accepted: {accepted})")]
+    #[error("unknown device driver '{driver}'{} (accepted: {accepted})", did_you_mean(driver, accepted))]
     UnknownDriver { driver: String, accepted: String },
-    #[error("{driver}: unknown key '{key}' (accepted keys: {accepted})")]
+    #[error("{driver}: unknown key '{key}'{} (accepted keys: {accepted})", did_you_mean(key, accepted))]
     UnknownKey { driver: String, key: String, accepted: String },
     #[error("{driver}: bad value '{value}' for '{key}' (accepted: {expected})")]
     BadValue { driver: String, key: String, value: String, expected: String },
@@ -138,6 +138,34 @@ pub enum ConfigError {
     Duplicate { driver: String, key: String },
     #[error("{driver}: {message}")]
     Conflict { driver: String, message: String },
+}
+
+/// " (did you mean 'X'?)" for the accepted name (", "-separated) closest
+/// to `word` by edit distance, if one is close enough to be a typo.
+fn did_you_mean(word: &str, accepted: &str) -> String {
+    let limit = (word.len() / 3).max(2);
+    accepted
+        .split(", ")
+        .map(|name| (edit_distance(word, name), name))
+        .filter(|&(d, _)| d <= limit)
+        .min()
+        .map_or(String::new(), |(_, name)| format!(" (did you mean '{name}'?)"))
+}
+
+/// Levenshtein distance (insertions, deletions, substitutions), by rows.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diag = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let next = (diag + usize::from(ca != cb)).min(row[j] + 1).min(row[j + 1] + 1);
+            diag = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
 }
 
 /// A parsed spec: the driver name and its key=value pairs, in order.
@@ -276,6 +304,17 @@ mod tests {
         assert_eq!(p.raw("irqmode"), Some("2"));
         assert_eq!(p.u64_in("completion_nsec", 0, 0, u64::MAX).unwrap(), 20000);
         assert_eq!(SpecParams::parse("null").unwrap().raw("x"), None);
+    }
+
+    #[test]
+    fn a_mistyped_key_or_driver_names_the_closest() {
+        let e = crate::Device::open("null:irqmod=1").unwrap_err().to_string();
+        assert!(e.contains("unknown key 'irqmod' (did you mean 'irqmode'?)"), "{e}");
+        let e = crate::Device::open("nul:gb=1").unwrap_err().to_string();
+        assert!(e.contains("(did you mean 'null'?)"), "{e}");
+        let e = crate::Device::open("null:zzzzzzzz=1").unwrap_err().to_string();
+        assert!(!e.contains("did you mean"), "nothing close: no guess: {e}");
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
     }
 
     #[test]

@@ -127,7 +127,7 @@ impl QueueLimits {
             Some(end) if end <= self.capacity_bytes => {}
             _ => return Err(SubmitError::OutOfRange { offset, len, capacity: self.capacity_bytes }),
         }
-        // Larger than a request may be: split (client.rs). A bio itself is
+        // Larger than a request may be: split (client/). A bio itself is
         // limited like the kernel's (bi_size is 32 bits).
         let max = MAX_BIO_BYTES / lbs * lbs;
         if len > max {
