@@ -3,7 +3,10 @@
 //! client can use anything mqblk emulates or fronts.
 //!
 //! - proto.rs: the wire format, as pure functions;
-//! - conn.rs: one connection (handshake, options, transmission);
+//! - conn.rs: one connection, its exports and its stream;
+//! - handshake.rs: the greeting and option haggling (NBD_OPT_*);
+//! - transmission.rs: requests, submission under a plug, and (structured)
+//!   replies;
 //! - server.rs: listening on TCP or a Unix socket, a thread per
 //!   connection, and a clean stop;
 //! - stop.rs: the stop handle that ends a server from another thread;
@@ -25,10 +28,12 @@
 
 pub mod conn;
 mod error;
+mod handshake;
 pub mod proto;
 mod server;
 pub mod sparse;
 mod stop;
+mod transmission;
 
 pub use conn::Export;
 pub use error::Error;

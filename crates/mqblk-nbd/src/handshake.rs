@@ -1,0 +1,264 @@
+//! The handshake phase of one NBD connection (the spec's "Handshake"):
+//! the fixed newstyle greeting, the client's flags, then option haggling
+//! (NBD_OPT_*: a function each for EXPORT_NAME, LIST, INFO and GO,
+//! STRUCTURED_REPLY and the META_CONTEXT pair; ABORT, STARTTLS and
+//! unknown options answered in the loop), and the export info replies of
+//! INFO and GO. It ends in transmission (EXPORT_NAME or GO), or in the
+//! client's ABORT or a stop.
+//!
+//! Relies on: proto.rs (wire format, option replies), conn.rs's Export
+//! and Stream, and the StopHandle's eventfd (an idle client does not hold
+//! up a stop).
+
+use crate::conn::{Export, Stream};
+use crate::proto::*;
+use crate::{Error, StopHandle};
+
+/// What option haggling settled.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct Negotiated {
+    pub(crate) structured: bool,
+    pub(crate) base_allocation: bool,
+}
+
+/// The greeting, the client's flags and the option phase; Some(export)
+/// when transmission starts, None when the client aborted or `stop`.
+pub(crate) fn handshake<'a>(
+    s: &mut dyn Stream,
+    exports: &'a [Export],
+    stop: &StopHandle,
+) -> Result<Option<(&'a Export, Negotiated)>, Error> {
+    let io = Error::Socket;
+    let mut greeting = Vec::with_capacity(18);
+    greeting.extend_from_slice(&NBDMAGIC.to_be_bytes());
+    greeting.extend_from_slice(&IHAVEOPT.to_be_bytes());
+    greeting.extend_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
+    s.write_all(&greeting).map_err(io)?;
+    let mut b4 = [0u8; 4];
+    if !readable_unless_stopped(&*s, stop)? {
+        return Ok(None);
+    }
+    s.read_exact(&mut b4).map_err(io)?;
+    let client_flags = u32::from_be_bytes(b4);
+    if client_flags & FLAG_C_FIXED_NEWSTYLE == 0 {
+        return Err(Error::Protocol("client does not speak fixed newstyle".into()));
+    }
+    if client_flags & !(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES) != 0 {
+        return Err(Error::Protocol(format!("unknown client flags {client_flags:#x}")));
+    }
+    let no_zeroes = client_flags & FLAG_C_NO_ZEROES != 0;
+    haggle(s, exports, no_zeroes, stop)
+}
+
+/// Waits until the socket has bytes to read (or the client closed it):
+/// true; or until `stop`: false. An idle client in the handshake or the
+/// option phase does not hold up a stop.
+fn readable_unless_stopped(s: &dyn Stream, stop: &StopHandle) -> Result<bool, Error> {
+    loop {
+        if stop.is_stopped() {
+            return Ok(false);
+        }
+        let mut fds = [
+            libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: stop.wake_fd(), events: libc::POLLIN, revents: 0 },
+        ];
+        // SAFETY: two valid pollfds; a stop writes the second, waking it.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(Error::Io { what: "poll on a connection", source: e });
+        }
+        if fds[0].revents != 0 {
+            return Ok(true); // data, EOF or an error: the read tells which
+        }
+    }
+}
+
+/// The option phase; Some(export) when transmission starts. Each option's
+/// function queues its reply on `out` and returns the export when
+/// transmission starts with it; the reply is written here.
+fn haggle<'a>(
+    s: &mut dyn Stream,
+    exports: &'a [Export],
+    no_zeroes: bool,
+    stop: &StopHandle,
+) -> Result<Option<(&'a Export, Negotiated)>, Error> {
+    let mut neg = Negotiated::default();
+    let mut out = Vec::new();
+    loop {
+        let Some((opt, data)) = read_option(s, stop)? else { return Ok(None) };
+        out.clear();
+        let transmit = match opt {
+            OPT_EXPORT_NAME => Some(export_name(&mut out, &data, exports, no_zeroes)?),
+            OPT_ABORT => {
+                option_reply(&mut out, opt, REP_ACK, &[]);
+                // The client is leaving: a failed write changes nothing.
+                let _ = s.write_all(&out);
+                return Ok(None);
+            }
+            OPT_LIST => list(&mut out, &data, exports),
+            OPT_INFO | OPT_GO => info_or_go(&mut out, opt, &data, exports),
+            OPT_STRUCTURED_REPLY => structured_reply(&mut out, &data, &mut neg),
+            OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => meta_context(&mut out, opt, &data, exports, &mut neg),
+            OPT_STARTTLS => refuse(&mut out, opt, REP_ERR_POLICY, b"no TLS here"),
+            _ => refuse(&mut out, opt, REP_ERR_UNSUP, format!("option {opt} is not supported").as_bytes()),
+        };
+        s.write_all(&out).map_err(Error::Socket)?;
+        if let Some(e) = transmit {
+            return Ok(Some((e, neg)));
+        }
+    }
+}
+
+/// Reads one option (its header, then its data): Some((option, data)),
+/// or None on `stop`.
+fn read_option(s: &mut dyn Stream, stop: &StopHandle) -> Result<Option<(u32, Vec<u8>)>, Error> {
+    let io = Error::Socket;
+    let mut h = [0u8; 16];
+    if !readable_unless_stopped(&*s, stop)? {
+        return Ok(None);
+    }
+    s.read_exact(&mut h).map_err(io)?;
+    let magic = u64::from_be_bytes(h[0..8].try_into().expect("8 bytes"));
+    if magic != IHAVEOPT {
+        return Err(Error::Protocol(format!("bad option magic {magic:#x}")));
+    }
+    let opt = u32::from_be_bytes(h[8..12].try_into().expect("4 bytes"));
+    let len = u32::from_be_bytes(h[12..16].try_into().expect("4 bytes"));
+    if len > MAX_OPTION_BYTES {
+        return Err(Error::Protocol(format!("option {opt} of {len} bytes is over the {MAX_OPTION_BYTES}-byte limit")));
+    }
+    let mut data = vec![0u8; len as usize];
+    s.read_exact(&mut data).map_err(io)?;
+    Ok(Some((opt, data)))
+}
+
+fn find<'a>(exports: &'a [Export], name: &str) -> Option<&'a Export> {
+    exports.iter().find(|e| e.name == name)
+}
+
+/// An error reply to an option; haggling goes on.
+fn refuse<'a>(out: &mut Vec<u8>, opt: u32, reply: u32, message: &[u8]) -> Option<&'a Export> {
+    option_reply(out, opt, reply, message);
+    None
+}
+
+/// NBD_OPT_EXPORT_NAME: the old way into transmission. It has no error
+/// reply: an unknown name ends the connection.
+fn export_name<'a>(
+    out: &mut Vec<u8>,
+    data: &[u8],
+    exports: &'a [Export],
+    no_zeroes: bool,
+) -> Result<&'a Export, Error> {
+    let name = String::from_utf8_lossy(data).to_string();
+    let Some(e) = find(exports, &name) else { return Err(Error::Protocol(format!("no export named '{name}'"))) };
+    out.extend_from_slice(&e.size().to_be_bytes());
+    out.extend_from_slice(&e.transmission_flags().to_be_bytes());
+    if !no_zeroes {
+        out.extend_from_slice(&[0u8; 124]);
+    }
+    Ok(e)
+}
+
+/// NBD_OPT_LIST: a SERVER reply per export, then ACK.
+fn list<'a>(out: &mut Vec<u8>, data: &[u8], exports: &[Export]) -> Option<&'a Export> {
+    if !data.is_empty() {
+        return refuse(out, OPT_LIST, REP_ERR_INVALID, b"LIST takes no data");
+    }
+    for e in exports {
+        let mut d = (e.name.len() as u32).to_be_bytes().to_vec();
+        d.extend_from_slice(e.name.as_bytes());
+        option_reply(out, OPT_LIST, REP_SERVER, &d);
+    }
+    option_reply(out, OPT_LIST, REP_ACK, &[]);
+    None
+}
+
+/// NBD_OPT_INFO and NBD_OPT_GO: the export's info replies; GO then starts
+/// transmission with it.
+fn info_or_go<'a>(out: &mut Vec<u8>, opt: u32, data: &[u8], exports: &'a [Export]) -> Option<&'a Export> {
+    let (name, infos) = match parse_info_request(data) {
+        Ok(v) => v,
+        Err(e) => return refuse(out, opt, REP_ERR_INVALID, e.as_bytes()),
+    };
+    let Some(e) = find(exports, &name) else {
+        return refuse(out, opt, REP_ERR_UNKNOWN, format!("no export '{name}'").as_bytes());
+    };
+    info_replies(out, opt, e, &infos);
+    (opt == OPT_GO).then_some(e)
+}
+
+/// NBD_OPT_STRUCTURED_REPLY: structured replies from now on.
+fn structured_reply<'a>(out: &mut Vec<u8>, data: &[u8], neg: &mut Negotiated) -> Option<&'a Export> {
+    if !data.is_empty() {
+        return refuse(out, OPT_STRUCTURED_REPLY, REP_ERR_INVALID, b"takes no data");
+    }
+    neg.structured = true;
+    option_reply(out, OPT_STRUCTURED_REPLY, REP_ACK, &[]);
+    None
+}
+
+/// The info replies to INFO or GO: EXPORT always, NAME and DESCRIPTION
+/// when asked for, BLOCK_SIZE always; then ACK.
+fn info_replies(out: &mut Vec<u8>, opt: u32, e: &Export, infos: &[u16]) {
+    let mut d = INFO_EXPORT.to_be_bytes().to_vec();
+    d.extend_from_slice(&e.size().to_be_bytes());
+    d.extend_from_slice(&e.transmission_flags().to_be_bytes());
+    option_reply(out, opt, REP_INFO, &d);
+    if infos.contains(&INFO_NAME) {
+        let mut d = INFO_NAME.to_be_bytes().to_vec();
+        d.extend_from_slice(e.name.as_bytes());
+        option_reply(out, opt, REP_INFO, &d);
+    }
+    if infos.contains(&INFO_DESCRIPTION) {
+        let mut d = INFO_DESCRIPTION.to_be_bytes().to_vec();
+        d.extend_from_slice(e.description.as_bytes());
+        option_reply(out, opt, REP_INFO, &d);
+    }
+    // Block sizes are always sent: requests must be aligned to the device's.
+    let mut d = INFO_BLOCK_SIZE.to_be_bytes().to_vec();
+    let bs = e.block_size();
+    for v in [bs, bs.max(4096), MAX_PAYLOAD_BYTES] {
+        d.extend_from_slice(&v.to_be_bytes());
+    }
+    option_reply(out, opt, REP_INFO, &d);
+    option_reply(out, opt, REP_ACK, &[]);
+}
+
+/// NBD_OPT_LIST_META_CONTEXT and NBD_OPT_SET_META_CONTEXT: only
+/// base:allocation is offered.
+fn meta_context<'a>(
+    out: &mut Vec<u8>,
+    opt: u32,
+    data: &[u8],
+    exports: &[Export],
+    neg: &mut Negotiated,
+) -> Option<&'a Export> {
+    if opt == OPT_SET_META_CONTEXT && !neg.structured {
+        return refuse(out, opt, REP_ERR_INVALID, b"SET_META_CONTEXT needs structured replies");
+    }
+    let (name, queries) = match parse_meta_request(data) {
+        Ok(v) => v,
+        Err(e) => return refuse(out, opt, REP_ERR_INVALID, e.as_bytes()),
+    };
+    if !exports.iter().any(|e| e.name == name) {
+        return refuse(out, opt, REP_ERR_UNKNOWN, format!("no export '{name}'").as_bytes());
+    }
+    // LIST with no query lists everything; "base:" selects the namespace.
+    let matches = |q: &str| q == BASE_ALLOCATION || (opt == OPT_LIST_META_CONTEXT && q == "base:");
+    let selected = if queries.is_empty() { opt == OPT_LIST_META_CONTEXT } else { queries.iter().any(|q| matches(q)) };
+    if opt == OPT_SET_META_CONTEXT {
+        neg.base_allocation = selected;
+    }
+    if selected {
+        let mut d = BASE_ALLOCATION_ID.to_be_bytes().to_vec();
+        d.extend_from_slice(BASE_ALLOCATION.as_bytes());
+        option_reply(out, opt, REP_META_CONTEXT, &d);
+    }
+    option_reply(out, opt, REP_ACK, &[]);
+    None
+}

@@ -1,0 +1,475 @@
+//! The transmission phase of one NBD connection (the spec's
+//! "Transmission"): one thread with its own mqblk client. It polls the
+//! socket, the client's completion eventfd and (for devices whose
+//! submitters reap, file `reap=client`) the client's poll fd, reads
+//! requests as they arrive and submits them in batches under one plug
+//! (many in flight), and replies as they complete, out of order: simple
+//! replies, or structured ones (sparse reads as OFFSET_HOLE and
+//! OFFSET_DATA chunks, BLOCK_STATUS for base:allocation) when negotiated.
+//! A write is acknowledged only once its I/O completed.
+//!
+//! A stop (the server's [`StopHandle`]) wakes the poll through its
+//! eventfd; what is in flight is answered before the connection closes.
+//!
+//! Relies on: proto.rs (requests, replies), sparse.rs (read runs), what
+//! handshake.rs negotiated, and mqblk's Client (completion_fd, poll_fd,
+//! plug, do_io, drain).
+
+use std::os::fd::RawFd;
+
+use mqblk::{Bio, Buf, Completion, ReqFlags, Status};
+
+use crate::conn::{Export, Stream};
+use crate::handshake::Negotiated;
+use crate::proto::*;
+use crate::{Error, StopHandle};
+
+/// In-flight requests per connection.
+const QUEUE_DEPTH: usize = 64;
+/// Socket reads ask for up to this much (request headers are 28 bytes).
+const READ_CHUNK: usize = 16 << 10;
+/// Read replies at least this large are written from the request's buffer.
+const DIRECT_WRITE_BYTES: usize = 64 << 10;
+/// Structured reads at least this large (and without DF) send the
+/// device's holes as OFFSET_HOLE chunks, where the device's block status
+/// is cheap; smaller ones are not worth the query.
+const SPARSE_READ_BYTES: u64 = 64 << 10;
+/// Requests taken from the socket's buffered bytes before submitting.
+const BATCH_REQUESTS: usize = 32;
+/// Payload bytes in flight per connection (memory bound).
+const BUDGET_BYTES: u64 = 64 << 20;
+
+/// Writes `a` then `b` with writev, resuming after short writes.
+fn write_all_vectored(s: &mut dyn Stream, a: &[u8], b: &[u8]) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < a.len() + b.len() {
+        let (x, y) = if done < a.len() { (&a[done..], b) } else { (&b[done - a.len()..], &[][..]) };
+        match s.write_vectored(&[std::io::IoSlice::new(x), std::io::IoSlice::new(y)]) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// A request in flight.
+#[derive(Clone, Copy)]
+struct Pending {
+    cookie: u64,
+    cmd: u16,
+    offset: u64,
+    bytes: u64,
+    /// NBD_CMD_FLAG_DF: the read's data in one chunk (no holes).
+    df: bool,
+}
+
+pub(crate) struct Transmission<'a> {
+    s: Box<dyn Stream>,
+    export: &'a Export,
+    neg: Negotiated,
+    client: mqblk::Client,
+    efd: RawFd,
+    /// The client's `poll_fd` (its polled queue's completions), or -1.
+    poll_fd: RawFd,
+    slots: Vec<Option<Pending>>,
+    free: Vec<usize>,
+    bytes_in_flight: u64,
+    out: Vec<u8>,
+    done: Vec<Completion>,
+    /// Buffers given back by completions, by length, for the next request
+    /// of that size (no allocation and zeroing per request; bounded by the
+    /// queue depth).
+    pool: Vec<Buf>,
+    /// Bytes read from the socket and not yet parsed (headers, and the
+    /// start of a write's payload).
+    rbuf: Vec<u8>,
+    /// Requests parsed from one socket read, submitted together under a
+    /// plug (one submission to the driver for the batch): bio and slot.
+    batch: Vec<(Bio, usize)>,
+    /// Slots whose bio the device refused, and the errno, to answer.
+    refused: Vec<(usize, i32)>,
+    /// Structured replies on a device whose block status is cheap: large
+    /// reads send its holes as OFFSET_HOLE chunks.
+    sparse_reads: bool,
+    /// A sparse read's extents from the device, and its (offset within
+    /// it, bytes, hole) runs (kept: no allocation per read).
+    extents: Vec<(u64, bool)>,
+    runs: Vec<(u64, u64, bool)>,
+}
+
+impl<'a> Transmission<'a> {
+    pub(crate) fn new(s: Box<dyn Stream>, export: &'a Export, neg: Negotiated) -> Result<Self, Error> {
+        let mut client = export.device.client_with_capacity(QUEUE_DEPTH);
+        let efd = client.completion_fd().map_err(|source| Error::Client { what: "completion eventfd", source })?;
+        // Devices whose submitters reap (file reap=client): the ring's fd.
+        let poll_fd = client.poll_fd().unwrap_or(-1);
+        Ok(Self {
+            poll_fd,
+            s,
+            export,
+            neg,
+            client,
+            efd,
+            slots: vec![None; QUEUE_DEPTH],
+            free: (0..QUEUE_DEPTH).rev().collect(),
+            bytes_in_flight: 0,
+            out: Vec::with_capacity(64 << 10),
+            done: Vec::with_capacity(QUEUE_DEPTH),
+            pool: Vec::with_capacity(QUEUE_DEPTH),
+            rbuf: Vec::with_capacity(2 * READ_CHUNK),
+            batch: Vec::with_capacity(BATCH_REQUESTS),
+            refused: Vec::with_capacity(BATCH_REQUESTS),
+            sparse_reads: neg.structured && export.device.block_status_is_cheap(),
+            extents: Vec::with_capacity(mqblk::driver::MAX_EXTENTS),
+            runs: Vec::with_capacity(mqblk::driver::MAX_EXTENTS + 1),
+        })
+    }
+
+    pub(crate) fn run(mut self, stop: &StopHandle) -> Result<(), Error> {
+        let result = self.serve(stop);
+        // Whatever happened, nothing in flight is abandoned: writes the
+        // client sent complete before the connection's client goes.
+        self.client.drain();
+        result
+    }
+
+    fn serve(&mut self, stop: &StopHandle) -> Result<(), Error> {
+        loop {
+            if stop.is_stopped() {
+                // Shutting down: finish and answer what is in flight, then close.
+                self.reap(usize::MAX)?;
+                return Ok(());
+            }
+            let want_socket = !self.free.is_empty() && self.bytes_in_flight < BUDGET_BYTES;
+            let mut fds = [
+                libc::pollfd { fd: self.s.as_raw_fd(), events: if want_socket { libc::POLLIN } else { 0 }, revents: 0 },
+                libc::pollfd { fd: self.efd, events: libc::POLLIN, revents: 0 },
+                // Ignored by poll(2) when negative (no such fd).
+                libc::pollfd { fd: self.poll_fd, events: libc::POLLIN, revents: 0 },
+                // Readable once stopped (checked at the top of the loop).
+                libc::pollfd { fd: stop.wake_fd(), events: libc::POLLIN, revents: 0 },
+            ];
+            // Requests already buffered are served without waiting.
+            let buffered = want_socket && self.rbuf.len() >= REQUEST_BYTES;
+            let timeout_ms = if buffered { 0 } else { 200 };
+            // SAFETY: four pollfds (the third may be -1, which poll skips);
+            // the timeout is a backstop: a stop wakes the poll itself.
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(Error::Io { what: "poll on a connection", source: e });
+            }
+            if fds[1].revents != 0 {
+                self.clear_eventfd();
+            }
+            if fds[1].revents != 0 || fds[2].revents != 0 {
+                self.reap(0)?;
+            }
+            if fds[0].revents != 0 || buffered {
+                let open = self.read_batch()?;
+                // What completed at once (a page-cache hit, a null device)
+                // is answered now rather than after another poll.
+                self.reap(0)?;
+                if !open {
+                    return Ok(()); // NBD_CMD_DISC, or the client went away
+                }
+            }
+        }
+    }
+
+    /// Sends replies for completed I/O (waiting for at least `min`).
+    fn reap(&mut self, min: usize) -> Result<(), Error> {
+        loop {
+            let mut done = std::mem::take(&mut self.done);
+            done.clear();
+            let min = min.min(self.client.in_flight());
+            let got = self
+                .client
+                .do_io(&mut done, min, QUEUE_DEPTH, None)
+                .map_err(|source| Error::Client { what: "reaping completions", source })?;
+            for c in done.drain(..) {
+                let slot = c.user_data as usize;
+                let p = self.slots[slot].take().expect("a completion for a request in flight");
+                self.free.push(slot);
+                self.bytes_in_flight -= p.bytes;
+                let data = if p.cmd == CMD_READ { c.buf.as_deref() } else { None };
+                self.reply(&p, c.status, data)?;
+                if let Some(b) = c.buf {
+                    if self.pool.len() < QUEUE_DEPTH {
+                        self.pool.push(b);
+                    }
+                }
+            }
+            self.done = done;
+            if got < QUEUE_DEPTH {
+                return self.flush_out();
+            }
+        }
+    }
+
+    /// Reads from the socket until `n` bytes are buffered (one read when
+    /// the socket has them: several requests per system call under load).
+    /// False if the client went away first.
+    fn fill(&mut self, n: usize) -> bool {
+        let mut chunk = [0u8; READ_CHUNK];
+        while self.rbuf.len() < n {
+            match self.s.read(&mut chunk) {
+                Ok(0) => return false,
+                Ok(k) => self.rbuf.extend_from_slice(&chunk[..k]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+        true
+    }
+
+    /// A buffer of `len` bytes: a recycled one if there is one.
+    fn take_buf(&mut self, len: usize) -> Buf {
+        match self.pool.iter().position(|b| b.len() == len) {
+            Some(i) => self.pool.swap_remove(i),
+            None => Buf::new(len),
+        }
+    }
+
+    fn flush_out(&mut self) -> Result<(), Error> {
+        if !self.out.is_empty() {
+            self.s.write_all(&self.out).map_err(Error::Socket)?;
+            self.out.clear();
+        }
+        Ok(())
+    }
+
+    /// Queues the reply to one request; large read data goes to the
+    /// socket straight from the request's buffer instead of being copied.
+    fn reply(&mut self, p: &Pending, status: Status, data: Option<&[u8]>) -> Result<(), Error> {
+        let error = if status.is_ok() { 0 } else { wire_errno(status.errno()) };
+        let data = data.filter(|d| error == 0 && p.cmd == CMD_READ && !d.is_empty());
+        if let Some(d) = data {
+            if self.sparse_reads && !p.df && d.len() as u64 >= SPARSE_READ_BYTES && self.sparse_runs(p.offset, d) {
+                return self.reply_sparse(p.cookie, p.offset, d);
+            }
+        }
+        self.reply_header(p.cookie, p.offset, error, data.map(<[u8]>::len));
+        if let Some(d) = data {
+            self.queue_data(d)?;
+        }
+        if self.out.len() > (1 << 20) {
+            self.flush_out()?;
+        }
+        Ok(())
+    }
+
+    /// Queues read data after its header; large data goes out at once,
+    /// straight from the request's buffer.
+    fn queue_data(&mut self, d: &[u8]) -> Result<(), Error> {
+        if d.len() >= DIRECT_WRITE_BYTES {
+            // What is queued (this header included) and the data in one
+            // writev: one system call, no header-only segment.
+            write_all_vectored(&mut *self.s, &self.out, d).map_err(Error::Socket)?;
+            self.out.clear();
+        } else {
+            self.out.extend_from_slice(d);
+        }
+        Ok(())
+    }
+
+    /// The hole and data runs of a read at `offset` into `self.runs`;
+    /// true if it has a hole worth a chunk of its own.
+    fn sparse_runs(&mut self, offset: u64, d: &[u8]) -> bool {
+        let len = d.len() as u64;
+        self.export.device.block_status_into(offset, len, &mut self.extents)
+            && crate::sparse::read_runs(&self.extents, len, &mut self.runs)
+    }
+
+    /// A structured read reply in chunks: OFFSET_HOLE for the holes of
+    /// `self.runs` (they read as zeros), OFFSET_DATA for the rest, then a
+    /// final NONE chunk.
+    fn reply_sparse(&mut self, cookie: u64, offset: u64, d: &[u8]) -> Result<(), Error> {
+        let runs = std::mem::take(&mut self.runs);
+        for &(at, bytes, hole) in &runs {
+            let chunk_offset = (offset + at).to_be_bytes();
+            if hole {
+                chunk_header(&mut self.out, 0, REPLY_TYPE_OFFSET_HOLE, cookie, 12);
+                self.out.extend_from_slice(&chunk_offset);
+                self.out.extend_from_slice(&(bytes as u32).to_be_bytes());
+            } else {
+                chunk_header(&mut self.out, 0, REPLY_TYPE_OFFSET_DATA, cookie, 8 + bytes as u32);
+                self.out.extend_from_slice(&chunk_offset);
+                self.queue_data(&d[at as usize..(at + bytes) as usize])?;
+            }
+        }
+        self.runs = runs;
+        chunk_header(&mut self.out, REPLY_FLAG_DONE, REPLY_TYPE_NONE, cookie, 0);
+        Ok(())
+    }
+
+    /// Queues a reply's header: a simple reply, or a structured chunk
+    /// (ERROR; OFFSET_DATA with its offset when `data_len` bytes of read
+    /// data follow; NONE otherwise). The data itself is the caller's.
+    fn reply_header(&mut self, cookie: u64, offset: u64, error: u32, data_len: Option<usize>) {
+        let out = &mut self.out;
+        if !self.neg.structured {
+            return simple_reply(out, error, cookie);
+        }
+        if error != 0 {
+            return error_chunk(out, cookie, error, "");
+        }
+        match data_len {
+            Some(n) => {
+                chunk_header(out, REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, cookie, 8 + n as u32);
+                out.extend_from_slice(&offset.to_be_bytes());
+            }
+            None => chunk_header(out, REPLY_FLAG_DONE, REPLY_TYPE_NONE, cookie, 0),
+        }
+    }
+
+    /// Resets the completion eventfd after poll saw it readable (it stays
+    /// readable until read).
+    fn clear_eventfd(&mut self) {
+        let mut buf = [0u8; 8];
+        // SAFETY: reads the eventfd's counter into an 8-byte buffer.
+        let _ = unsafe { libc::read(self.efd, buf.as_mut_ptr().cast(), 8) };
+    }
+
+    /// Reads one request, then every further one already buffered (up to
+    /// BATCH_REQUESTS, while slots and budget last), and submits their
+    /// bios under one plug. False when the connection ends (what came
+    /// before a DISC is still submitted).
+    fn read_batch(&mut self) -> Result<bool, Error> {
+        let mut open = self.read_request()?;
+        while open
+            && self.rbuf.len() >= REQUEST_BYTES
+            && self.batch.len() < BATCH_REQUESTS
+            && !self.free.is_empty()
+            && self.bytes_in_flight < BUDGET_BYTES
+        {
+            open = self.read_request()?;
+        }
+        self.submit_batch()?;
+        Ok(open)
+    }
+
+    fn submit_batch(&mut self) -> Result<(), Error> {
+        let Self { client, batch, refused, .. } = self;
+        if !batch.is_empty() {
+            let mut plug = client.plug_nr_ios(batch.len() as u32);
+            for (bio, slot) in batch.drain(..) {
+                if let Err(rejected) = plug.submit(bio, slot as u64) {
+                    refused.push((slot, rejected.error.errno()));
+                }
+            }
+        }
+        let mut refused = std::mem::take(&mut self.refused);
+        for (slot, errno) in refused.drain(..) {
+            let p = self.slots[slot].take().expect("a refused request's slot is taken");
+            self.free.push(slot);
+            self.bytes_in_flight -= p.bytes;
+            self.reply_header(p.cookie, p.offset, wire_errno(errno), None);
+        }
+        self.refused = refused;
+        self.flush_out()
+    }
+
+    /// Reads one request and starts it (queues its bio on `batch`); false
+    /// when the connection ends.
+    fn read_request(&mut self) -> Result<bool, Error> {
+        let mut h = [0u8; REQUEST_BYTES];
+        if !self.fill(REQUEST_BYTES) {
+            return Ok(false); // a client that went away (even mid-header)
+        }
+        h.copy_from_slice(&self.rbuf[..REQUEST_BYTES]);
+        self.rbuf.drain(..REQUEST_BYTES);
+        let r = parse_request(&h).map_err(Error::Protocol)?;
+        let e = self.export;
+        let size = e.size();
+        let bs = u64::from(e.block_size());
+        let len = u64::from(r.length);
+        // A write's payload is read whatever the verdict, to stay in step.
+        let mut payload = None;
+        if r.cmd == CMD_WRITE {
+            if r.length > MAX_PAYLOAD_BYTES {
+                return Err(Error::Protocol(format!(
+                    "write of {} bytes is over the {MAX_PAYLOAD_BYTES}-byte maximum",
+                    r.length
+                )));
+            }
+            let mut b = self.take_buf(r.length as usize);
+            // What is buffered first, then the rest straight from the socket.
+            let have = self.rbuf.len().min(b.len());
+            b[..have].copy_from_slice(&self.rbuf[..have]);
+            self.rbuf.drain(..have);
+            if self.s.read_exact(&mut b[have..]).is_err() {
+                return Ok(false); // disconnected mid-request: nothing was acknowledged
+            }
+            payload = Some(b);
+        }
+        let writes = matches!(r.cmd, CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES);
+        let ranged = matches!(r.cmd, CMD_READ | CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES | CMD_CACHE | CMD_BLOCK_STATUS);
+        let verdict = match () {
+            _ if r.cmd == CMD_DISC => return Ok(false),
+            _ if writes && e.read_only => Some(EPERM),
+            _ if ranged && r.offset.checked_add(len).is_none() => Some(EINVAL),
+            _ if ranged && r.offset + len > size => Some(if writes { ENOSPC } else { EINVAL }),
+            _ if r.cmd == CMD_READ && r.length > MAX_PAYLOAD_BYTES => Some(EINVAL),
+            _ if ranged && r.cmd != CMD_BLOCK_STATUS && (r.offset % bs != 0 || len % bs != 0) => Some(EINVAL),
+            _ if matches!(r.cmd, CMD_READ | CMD_WRITE) && len == 0 => Some(0),
+            _ if r.cmd == CMD_CACHE => Some(0), // data lives in memory or the page cache already
+            _ if r.cmd == CMD_BLOCK_STATUS => return self.block_status(&r).map(|_| true),
+            _ if r.cmd > CMD_BLOCK_STATUS => Some(EINVAL),
+            _ => None,
+        };
+        if let Some(error) = verdict {
+            self.reply_header(r.cookie, r.offset, error, None);
+            self.flush_out()?;
+            return Ok(true);
+        }
+        let fua = if r.flags & CMD_FLAG_FUA != 0 { ReqFlags::FUA } else { ReqFlags::NONE };
+        let bio = match r.cmd {
+            CMD_READ => Bio::read(r.offset, self.take_buf(r.length as usize)),
+            CMD_WRITE => Bio::write(r.offset, payload.take().expect("read above")).with_flags(fua | ReqFlags::SYNC),
+            CMD_FLUSH => Bio::flush(),
+            CMD_TRIM => Bio::discard(r.offset, len).with_flags(fua),
+            _ => Bio::write_zeroes(r.offset, len).with_flags(fua),
+        };
+        let slot = self.free.pop().expect("the socket is polled only with a free slot");
+        let bytes = if matches!(r.cmd, CMD_READ | CMD_WRITE) { len } else { 0 };
+        let df = r.flags & CMD_FLAG_DF != 0;
+        self.slots[slot] = Some(Pending { cookie: r.cookie, cmd: r.cmd, offset: r.offset, bytes, df });
+        self.bytes_in_flight += bytes;
+        self.batch.push((bio, slot));
+        Ok(true)
+    }
+
+    /// NBD_CMD_BLOCK_STATUS for base:allocation: the device's holes
+    /// (HOLE|ZERO) and data, or one data extent when the device cannot
+    /// tell (always true: "allocated" is the safe answer).
+    fn block_status(&mut self, r: &Request) -> Result<(), Error> {
+        if !self.neg.base_allocation {
+            self.reply_header(r.cookie, r.offset, EINVAL, None);
+            return self.flush_out();
+        }
+        let len = u64::from(r.length).min(self.export.size() - r.offset).max(1);
+        let mut extents = std::mem::take(&mut self.extents);
+        if !self.export.device.block_status_into(r.offset, len, &mut extents) {
+            // The device cannot tell: all of it is data (the safe answer).
+            extents.clear();
+            extents.push((len, false));
+        }
+        if r.flags & CMD_FLAG_REQ_ONE != 0 {
+            extents.truncate(1);
+        }
+        chunk_header(&mut self.out, REPLY_FLAG_DONE, REPLY_TYPE_BLOCK_STATUS, r.cookie, 4 + 8 * extents.len() as u32);
+        self.out.extend_from_slice(&BASE_ALLOCATION_ID.to_be_bytes());
+        for &(bytes, hole) in &extents {
+            self.out.extend_from_slice(&(bytes.min(u64::from(u32::MAX)) as u32).to_be_bytes());
+            self.out.extend_from_slice(&(if hole { STATE_HOLE | STATE_ZERO } else { 0 }).to_be_bytes());
+        }
+        self.extents = extents;
+        self.flush_out()
+    }
+}
