@@ -26,7 +26,7 @@
 //! call (`Hctx::submit_list`).
 //!
 //! Relies on: hctx.rs and sched/ to issue or insert lists, tag.rs for the
-//! batched tags, and client.rs, which owns the `PlugState`.
+//! batched tags, and client/, which owns the `PlugState`.
 
 use std::ops::{Deref, DerefMut};
 
