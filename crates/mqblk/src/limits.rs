@@ -3,7 +3,7 @@
 //! discard and write zeroes, zones), and the checks every bio passes
 //! before it becomes a request.
 //!
-//! Relies on: request.rs (Bio, Op), error.rs (SubmitError), zoned.rs.
+//! Relies on: bio.rs (Bio, Op), error.rs (SubmitError), zoned.rs.
 
 use crate::error::SubmitError;
 use crate::request::{Bio, Op, SECTOR_SHIFT, SECTOR_SIZE};
@@ -127,7 +127,7 @@ impl QueueLimits {
             Some(end) if end <= self.capacity_bytes => {}
             _ => return Err(SubmitError::OutOfRange { offset, len, capacity: self.capacity_bytes }),
         }
-        // Larger than a request may be: split (client/). A bio itself is
+        // Larger than a request may be: split (client/submit.rs). A bio itself is
         // limited like the kernel's (bi_size is 32 bits).
         let max = MAX_BIO_BYTES / lbs * lbs;
         if len > max {

@@ -16,7 +16,7 @@
 //! order (front merges before the request's own bio, back merges after), so
 //! that it completes on its own (hctx/end.rs `MergedEnd`).
 //!
-//! Relies on: request.rs for the request's fields, completion.rs for bio
+//! Relies on: request/ for the request's fields, completion.rs for bio
 //! slots.
 
 use crate::buf::Buf;

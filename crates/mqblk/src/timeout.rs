@@ -5,12 +5,12 @@
 //! deadline is armed when the block layer hands it to the driver (the
 //! kernel's `blk_mq_start_request`), so a request waiting in a plug or in
 //! a scheduler never times out. The queue's worker advances the ticks and
-//! scans every slot; an expired request is held (request.rs: `HELD`, the
+//! scans every slot; an expired request is held (request/mod.rs: `HELD`, the
 //! kernel's reference in `blk_mq_check_expired`) while the driver's
 //! `timeout` handler runs with its driver tag, so that tag cannot name a
 //! newer request before the handler returns.
 //!
-//! Relies on: request.rs for the slot's deadline, driver tag and hold;
+//! Relies on: request/ for the slot's deadline, driver tag and hold;
 //! hctx/end.rs to free a request that completed while held.
 
 use std::time::{Duration, Instant};

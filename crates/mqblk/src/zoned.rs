@@ -3,7 +3,7 @@
 //! zone types and conditions, what a zone report returns, and a zoned
 //! device's limits. Drivers that emulate zones (null `zoned=1`) implement
 //! the state machine; the block layer validates zone operations against
-//! these limits and keeps writes to a zone in order (queue.rs).
+//! these limits and keeps writes to a zone in order (queue/).
 //!
 //! All positions here are in 512-byte sectors, as in the kernel's API.
 //!

@@ -2,7 +2,7 @@
 //! `submit_and_wait` submit one bio and wait for it, while the client's
 //! other I/O keeps flowing (its completions are kept for later `do_io`s).
 //!
-//! Relies on: the client's submission and reaping (mod.rs).
+//! Relies on: the client's submission (submit.rs) and reaping (reap.rs).
 
 use crate::buf::Buf;
 use crate::error::Error;

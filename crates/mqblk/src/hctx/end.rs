@@ -6,7 +6,7 @@
 //! thread may initialise the slot. A request the timeout scanner holds is
 //! freed by the scanner instead (`end_timeout_hold`, timeout.rs).
 //!
-//! Relies on: request.rs for the slot and its lifecycle, completion.rs for
+//! Relies on: request/ for the slot and its lifecycle, completion.rs for
 //! delivering to clients, sched/ for `finish_request`.
 
 use std::ptr::NonNull;

@@ -1,42 +1,15 @@
 //! null_blk in user space: a device that stores nothing (or, with
 //! `memory_backed=1`, sparse pages in memory) and completes requests inline,
 //! on a completion thread, or after a timer, with the kernel module's
-//! parameter names, defaults and meanings.
+//! parameter names, defaults and meanings (the table of keys is in
+//! config.rs, with `NullConfig` and the spec parsing).
 //!
-//! | key | default | meaning |
-//! |---|---|---|
-//! | gb | 250 | size in GiB |
-//! | size | 0 | size in MiB (overrides gb when set) |
-//! | bs | 512 | logical block size: 512, 1024, 2048 or 4096 |
-//! | submit_queues | 1 | hardware queues |
-//! | poll_queues | 1 | poll queues besides them (hipri requests; completed when their submitter polls) |
-//! | poll_mode | queues | `queues`: hipri requests go to the dedicated poll queues; `hybrid`: no poll queues, every queue takes both kinds and turns its completion notifications off while hipri requests are in flight (hybrid.rs) |
-//! | hw_queue_depth | 64 | tags per hardware queue |
-//! | irqmode | 1 | 0: complete inline, 1: softirq (completion thread), 2: timer |
-//! | completion_nsec | 10000 | irqmode=2: time from submission to completion |
-//! | memory_backed | 0 | keep written data (never-written blocks read zeros) |
-//! | discard | 0 | support discard (needs memory_backed) |
-//! | mbps | 0 | bandwidth limit in MiB/s (0: none); with rotational or channels, the transfer rate of the head or of each channel |
-//! | max_sectors | 255 | largest request in sectors (aligned down to bs) |
-//! | max_segments | 128 | most bios one merged request may carry (the kernel's BLK_MAX_SEGMENTS) |
-//! | rotational | 0 | rotational media: one request at a time, with seeks (service.rs) |
-//! | seek_nsec | 8000000 | rotational: full-stroke seek time |
-//! | channels | 0 | internal channels, each one request at a time for completion_nsec + transfer at mbps (0: unlimited; 1: a serial device) |
-//! | zoned | 0 | a zoned device (zoned.rs): the keys below apply |
-//! | zone_size | 256 | zone size in MB (a power of two) |
-//! | zone_capacity | 0 | writable MB per zone (0: zone_size) |
-//! | zone_nr_conv | 0 | conventional zones at the start |
-//! | zone_max_open | 0 | open zones allowed (0: no limit) |
-//! | zone_max_active | 0 | open + closed zones allowed (0: no limit) |
-//! | zone_append_max_sectors | 0 | largest zone append (0: the zone size) |
-//! | zone_readonly | 0 | the last sequential zones start READONLY (before those of zone_offline) |
-//! | zone_offline | 0 | the last sequential zones start OFFLINE |
-//! | zone_lock | per-zone | `per-zone` locks (seed 004) or one `global` device lock |
-//!
-//! Relies on: the Driver trait, irq.rs for completion threads, hybrid.rs
-//! for queues shared by polled and interrupt-style requests, mem.rs for
-//! memory backing.
+//! Relies on: the Driver trait, config.rs for the parameters, irq.rs for
+//! completion threads, hybrid.rs for queues shared by polled and
+//! interrupt-style requests, mem.rs for memory backing, service.rs for the
+//! service models, zoned.rs for zones.
 
+mod config;
 pub(crate) mod hybrid;
 mod irq;
 mod mem;
@@ -47,313 +20,21 @@ use std::collections::VecDeque;
 use std::fmt::Write as _;
 
 use crate::clock::{now_ns, wait_until};
-use crate::config::{ConfigError, SpecParams};
+use crate::config::SpecParams;
 use crate::driver::{Driver, QueueRqResult};
 use crate::hctx::Hctx;
 use crate::queue::QueueLimits;
-use crate::request::{Op, ReqFlags, Rq, SECTOR_SIZE};
+use crate::request::{Op, ReqFlags, Rq};
 use crate::status::Status;
 use crate::sync::{AtomicU64, Mutex, Ordering};
 use crate::tag::TagSetConfig;
 
+pub use config::{IrqMode, NullConfig, PollMode};
 use hybrid::HybridQueue;
 use irq::{IrqQueue, Pending, SPIN_NS};
 use mem::MemStore;
 use service::{Channels, Rotational};
-use zoned::{NullZoned, ZoneLock, ZonedConfig};
-
-/// The keys a `null:` spec accepts.
-pub const NULL_KEYS: &[&str] = &[
-    "gb",
-    "size",
-    "bs",
-    "submit_queues",
-    "poll_queues",
-    "poll_mode",
-    "hw_queue_depth",
-    "irqmode",
-    "completion_nsec",
-    "memory_backed",
-    "discard",
-    "mbps",
-    "max_sectors",
-    "max_segments",
-    "rotational",
-    "seek_nsec",
-    "channels",
-    "zoned",
-    "zone_size",
-    "zone_capacity",
-    "zone_nr_conv",
-    "zone_max_open",
-    "zone_max_active",
-    "zone_append_max_sectors",
-    "zone_readonly",
-    "zone_offline",
-    "zone_lock",
-];
-
-/// How requests complete (`irqmode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IrqMode {
-    /// 0: inside `queue_rq`, on the submitting thread.
-    None = 0,
-    /// 1: on the hardware queue's completion thread, as soon as possible.
-    Softirq = 1,
-    /// 2: on the completion thread, `completion_nsec` after submission.
-    Timer = 2,
-}
-
-/// How hipri requests are completed by polling (`poll_mode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PollMode {
-    /// Dedicated poll queues with notifications always off (the kernel's
-    /// merged design, NVMe's and later virtio_blk's).
-    Queues,
-    /// Shared queues that toggle notifications (seed 002's RFC).
-    Hybrid,
-}
-
-/// null_blk's parameters (see the module table): `NullConfig::new()` is
-/// null_blk's defaults, changed by a setter per parameter (`gb`, `size_mb`,
-/// and one named as each field). The same checks as a `null:` spec apply
-/// when the device is built, with errors naming the spec key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct NullConfig {
-    pub size_bytes: u64,
-    pub bs: u32,
-    pub submit_queues: usize,
-    pub poll_queues: usize,
-    pub poll_mode: PollMode,
-    pub hw_queue_depth: u32,
-    pub irqmode: IrqMode,
-    pub completion_nsec: u64,
-    pub memory_backed: bool,
-    pub discard: bool,
-    pub mbps: u64,
-    pub max_sectors: u32,
-    pub max_segments: u32,
-    pub rotational: bool,
-    pub seek_nsec: u64,
-    pub channels: usize,
-    /// `zoned=1` and its parameters.
-    pub zoned: Option<ZonedConfig>,
-}
-
-impl Default for NullConfig {
-    fn default() -> Self {
-        Self {
-            size_bytes: 250 << 30,
-            bs: 512,
-            submit_queues: 1,
-            poll_queues: 1,
-            poll_mode: PollMode::Queues,
-            hw_queue_depth: 64,
-            irqmode: IrqMode::Softirq,
-            completion_nsec: 10_000,
-            memory_backed: false,
-            discard: false,
-            mbps: 0,
-            max_sectors: 255,
-            max_segments: crate::queue::DEFAULT_MAX_SEGMENTS,
-            rotational: false,
-            seek_nsec: 8_000_000,
-            channels: 0,
-            zoned: None,
-        }
-    }
-}
-
-impl NullConfig {
-    /// null_blk's defaults.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Size in GiB (`gb=`).
-    pub fn gb(mut self, gb: u64) -> Self {
-        self.size_bytes = gb << 30;
-        self
-    }
-
-    /// Size in MiB (`size=`).
-    pub fn size_mb(mut self, size_mb: u64) -> Self {
-        self.size_bytes = size_mb << 20;
-        self
-    }
-
-    crate::config::setters! {
-        bs: u32,
-        submit_queues: usize,
-        poll_queues: usize,
-        poll_mode: PollMode,
-        hw_queue_depth: u32,
-        irqmode: IrqMode,
-        completion_nsec: u64,
-        memory_backed: bool,
-        discard: bool,
-        mbps: u64,
-        max_sectors: u32,
-        max_segments: u32,
-        rotational: bool,
-        seek_nsec: u64,
-        channels: usize,
-        zoned: Option<ZonedConfig>,
-    }
-
-    /// The config as a `null:` spec's key=value pairs.
-    fn to_pairs(&self) -> Result<Vec<(String, String)>, ConfigError> {
-        if self.size_bytes < 1 << 20 || self.size_bytes % (1 << 20) != 0 {
-            return Err(ConfigError::BadValue {
-                driver: "null".into(),
-                key: "size".into(),
-                value: format!("{} bytes", self.size_bytes),
-                expected: "a whole number of MiB".into(),
-            });
-        }
-        let b = |v: bool| u64::from(v).to_string();
-        let mut pairs: Vec<(&str, String)> = vec![
-            ("size", (self.size_bytes >> 20).to_string()),
-            ("bs", self.bs.to_string()),
-            ("submit_queues", self.submit_queues.to_string()),
-            ("poll_queues", self.poll_queues.to_string()),
-            ("poll_mode", if self.poll_mode == PollMode::Hybrid { "hybrid" } else { "queues" }.to_string()),
-            ("hw_queue_depth", self.hw_queue_depth.to_string()),
-            ("irqmode", (self.irqmode as u64).to_string()),
-            ("completion_nsec", self.completion_nsec.to_string()),
-            ("memory_backed", b(self.memory_backed)),
-            ("discard", b(self.discard)),
-            ("mbps", self.mbps.to_string()),
-            ("max_sectors", self.max_sectors.to_string()),
-            ("max_segments", self.max_segments.to_string()),
-            ("rotational", b(self.rotational)),
-            ("seek_nsec", self.seek_nsec.to_string()),
-        ];
-        if self.channels > 0 {
-            pairs.push(("channels", self.channels.to_string()));
-        }
-        if let Some(z) = &self.zoned {
-            pairs.extend([
-                ("zoned", "1".to_string()),
-                ("zone_size", z.zone_size_mb.to_string()),
-                ("zone_capacity", z.zone_capacity_mb.to_string()),
-                ("zone_nr_conv", z.zone_nr_conv.to_string()),
-                ("zone_max_open", z.zone_max_open.to_string()),
-                ("zone_max_active", z.zone_max_active.to_string()),
-                ("zone_append_max_sectors", z.zone_append_max_sectors.to_string()),
-                ("zone_readonly", z.zone_readonly.to_string()),
-                ("zone_offline", z.zone_offline.to_string()),
-                ("zone_lock", if z.zone_lock == ZoneLock::Global { "global" } else { "per-zone" }.to_string()),
-            ]);
-        }
-        Ok(pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
-    }
-
-    /// Checks every value as a `null:` spec's would be (errors name the
-    /// spec key) and returns the config as that spec parses (max_sectors
-    /// aligned down to the block size).
-    pub fn validate(&self) -> Result<Self, ConfigError> {
-        Self::from_params(&SpecParams::from_pairs("null", self.to_pairs()?))
-    }
-
-    pub fn from_params(p: &SpecParams) -> Result<Self, ConfigError> {
-        p.check_keys(NULL_KEYS)?;
-        let d = NullConfig::default();
-        let gb = p.u64_in("gb", d.size_bytes >> 30, 1, 1 << 20)?;
-        let size_mb = p.u64_in("size", 0, 0, 1 << 30)?;
-        let size_bytes = if size_mb > 0 { size_mb << 20 } else { gb << 30 };
-        let bs = p.u64_in("bs", 512, 512, 4096)? as u32;
-        if !bs.is_power_of_two() {
-            return Err(ConfigError::BadValue {
-                driver: p.driver.clone(),
-                key: "bs".into(),
-                value: bs.to_string(),
-                expected: "512, 1024, 2048 or 4096".into(),
-            });
-        }
-        let irqmode = match p.u64_in("irqmode", 1, 0, 2)? {
-            0 => IrqMode::None,
-            1 => IrqMode::Softirq,
-            _ => IrqMode::Timer,
-        };
-        if p.is_set("channels") && p.bool("rotational", false)? {
-            return Err(p.conflict("rotational=1 and channels=N are different service models: choose one"));
-        }
-        let poll_mode = match p.choice("poll_mode", "queues", &["queues", "hybrid"])? {
-            "hybrid" => PollMode::Hybrid,
-            _ => PollMode::Queues,
-        };
-        let poll_queues = match poll_mode {
-            PollMode::Queues => p.u64_in("poll_queues", 1, 0, 1024)? as usize,
-            PollMode::Hybrid if p.u64_in("poll_queues", 0, 0, 1024)? > 0 => {
-                return Err(p.conflict("poll_mode=hybrid polls the submit queues themselves: poll_queues must be 0"));
-            }
-            PollMode::Hybrid => 0,
-        };
-        let memory_backed = p.bool("memory_backed", false)?;
-        let discard = p.bool("discard", false)?;
-        if discard && !memory_backed {
-            return Err(p.conflict("discard=1 needs memory_backed=1 (null_blk ignores discard without memory backing)"));
-        }
-        let zoned = Self::zoned_from_params(p)?;
-        if zoned.is_some() && discard {
-            return Err(
-                p.conflict("discard=1 with zoned=1: a zoned null device supports no discard (reset zones instead)")
-            );
-        }
-        // Requests are whole blocks: align max_sectors down to the block size.
-        let bs_sectors = bs / SECTOR_SIZE as u32;
-        let max_sectors = p.u64_in("max_sectors", 255, 1, 1 << 20)? as u32;
-        let max_sectors = max_sectors / bs_sectors * bs_sectors;
-        if max_sectors == 0 {
-            return Err(p.conflict(format!("max_sectors is smaller than one block of bs={bs}")));
-        }
-        Ok(Self {
-            size_bytes,
-            bs,
-            submit_queues: p.u64_in("submit_queues", 1, 1, 1024)? as usize,
-            poll_queues,
-            poll_mode,
-            hw_queue_depth: p.u64_in("hw_queue_depth", 64, 1, 65536)? as u32,
-            irqmode,
-            completion_nsec: p.u64_in("completion_nsec", 10_000, 0, 60_000_000_000)?,
-            memory_backed,
-            discard,
-            mbps: p.u64_in("mbps", 0, 0, 1 << 30)?,
-            max_sectors,
-            max_segments: p.u64_in("max_segments", u64::from(crate::queue::DEFAULT_MAX_SEGMENTS), 1, 65535)? as u32,
-            rotational: p.bool("rotational", false)?,
-            seek_nsec: p.u64_in("seek_nsec", 8_000_000, 0, 10_000_000_000)?,
-            channels: p.u64_in("channels", 0, 0, 4096)? as usize,
-            zoned,
-        })
-    }
-
-    fn zoned_from_params(p: &SpecParams) -> Result<Option<ZonedConfig>, ConfigError> {
-        if !p.bool("zoned", false)? {
-            if let Some((key, _)) = p.pairs().iter().find(|(k, _)| k.starts_with("zone_")) {
-                return Err(p.conflict(format!("{key} needs zoned=1")));
-            }
-            return Ok(None);
-        }
-        let u32_key = |key: &str, max: u64| -> Result<u32, ConfigError> { Ok(p.u64_in(key, 0, 0, max)? as u32) };
-        Ok(Some(ZonedConfig {
-            zone_size_mb: p.u64_in("zone_size", 256, 1, 1 << 20)?,
-            zone_capacity_mb: p.u64_in("zone_capacity", 0, 0, 1 << 20)?,
-            zone_nr_conv: u32_key("zone_nr_conv", 1 << 20)?,
-            zone_max_open: u32_key("zone_max_open", 1 << 20)?,
-            zone_max_active: u32_key("zone_max_active", 1 << 20)?,
-            zone_append_max_sectors: u32_key("zone_append_max_sectors", 1 << 22)?,
-            zone_readonly: u32_key("zone_readonly", 1 << 20)?,
-            zone_offline: u32_key("zone_offline", 1 << 20)?,
-            zone_lock: match p.choice("zone_lock", "per-zone", &["per-zone", "global"])? {
-                "global" => ZoneLock::Global,
-                _ => ZoneLock::PerZone,
-            },
-        }))
-    }
-}
+use zoned::NullZoned;
 
 /// A device-wide bandwidth limit (`mbps`): transfers are laid end to end on
 /// one timeline; a request completes when its transfer would have finished.

@@ -207,6 +207,93 @@ impl FileConfig {
     }
 }
 
+/// A setup error naming the file: "file: {what} {path}: {e}".
+fn setup_error(cfg: &FileConfig, what: &str, e: std::io::Error) -> Error {
+    Error::Setup(format!("file: {what} {}: {e}", cfg.path))
+}
+
+/// Opens the file or block device of `cfg` and sizes it: the file,
+/// whether it is a block device, its size in whole logical blocks (an
+/// error if there is none) and the logical block size.
+fn open_sized(cfg: &FileConfig) -> Result<(File, bool, u64, u32), Error> {
+    let mut oo = OpenOptions::new();
+    oo.read(true).write(!cfg.readonly).create(cfg.create && !cfg.readonly);
+    if cfg.direct {
+        oo.custom_flags(libc::O_DIRECT);
+    }
+    let file = oo.open(&cfg.path).map_err(|e| setup_error(cfg, "cannot open", e))?;
+    let meta = file.metadata().map_err(|e| setup_error(cfg, "cannot stat", e))?;
+    let blockdev = meta.file_type().is_block_device();
+    let (size_bytes, lbs) = if blockdev { blockdev_size(cfg, &file)? } else { file_size(cfg, &file, meta.len())? };
+    let size_bytes = size_bytes / u64::from(lbs) * u64::from(lbs);
+    if size_bytes == 0 {
+        return Err(Error::Setup(format!(
+            "file: {} has no whole block of {lbs} bytes (give size=... with create=1 to make one)",
+            cfg.path
+        )));
+    }
+    Ok((file, blockdev, size_bytes, lbs))
+}
+
+/// A block device's size (BLKGETSIZE64, at most `size=`) and logical
+/// block size (`bs=`, else BLKSSZGET).
+fn blockdev_size(cfg: &FileConfig, file: &File) -> Result<(u64, u32), Error> {
+    let fd = file.as_raw_fd();
+    let (mut bytes, mut ssz) = (0u64, 0i32);
+    // SAFETY: each ioctl writes one value of the pointed-to type.
+    let ok = unsafe {
+        libc::ioctl(fd, BLKGETSIZE64 as _, &mut bytes) == 0 && libc::ioctl(fd, BLKSSZGET as _, &mut ssz) == 0
+    };
+    if !ok {
+        return Err(setup_error(cfg, "cannot size block device", std::io::Error::last_os_error()));
+    }
+    let size = cfg.size_bytes.map_or(bytes, |s| s.min(bytes));
+    Ok((size, cfg.bs.unwrap_or(ssz as u32)))
+}
+
+/// A regular file's size (`size=`: the file is extended to it with
+/// `create=1`, else it is at most the file's length) and logical block
+/// size (`bs=`, else 4096 with direct=1 and 512 without).
+fn file_size(cfg: &FileConfig, file: &File, file_len: u64) -> Result<(u64, u32), Error> {
+    let lbs = cfg.bs.unwrap_or(if cfg.direct { 4096 } else { 512 });
+    let size = match cfg.size_bytes {
+        Some(s) if cfg.create && file_len < s => {
+            file.set_len(s).map_err(|e| setup_error(cfg, "cannot extend", e))?;
+            s
+        }
+        Some(s) => s.min(file_len),
+        None => file_len,
+    };
+    Ok((size, lbs))
+}
+
+/// A device's rings, one per hardware queue, and their completion threads.
+type RingsAndThreads = (Vec<Arc<Ring>>, Vec<JoinHandle<()>>);
+
+/// One ring per hardware queue (with IORING_SETUP_IOPOLL for the poll
+/// queues), and a completion thread for each ring that no client reaps.
+fn start_rings(cfg: &FileConfig, fd: RawFd) -> Result<RingsAndThreads, Error> {
+    let nr_rings = cfg.submit_queues + cfg.poll_queues;
+    let mut rings = Vec::with_capacity(nr_rings);
+    let mut threads = Vec::new();
+    for i in 0..nr_rings {
+        let iopoll = i >= cfg.submit_queues;
+        let polled = iopoll || cfg.reap_by_client;
+        let single = cfg.single_issuer && !iopoll;
+        let ring = Ring::new(cfg.queue_depth, fd, cfg.register_files, iopoll, polled, single, MAX_SEGMENTS as usize)
+            .map_err(|e| Error::Setup(format!("file: cannot create an io_uring ({e}): is io_uring available (kernel >= 5.6, not blocked by seccomp)?")))?;
+        let ring = Arc::new(ring);
+        if !polled {
+            threads.push(
+                ring::spawn_completion_thread(ring.clone(), i)
+                    .map_err(|e| Error::Setup(format!("file: cannot start completion thread: {e}")))?,
+            );
+        }
+        rings.push(ring);
+    }
+    Ok((rings, threads))
+}
+
 /// What a block device's sysfs says (rotational, max_sectors_kb, discard).
 struct SysfsQueue {
     rotational: bool,
@@ -252,46 +339,7 @@ impl FileDriver {
     /// A file device; `cfg` is checked first (`FileConfig::validate`).
     pub fn new(cfg: FileConfig) -> Result<Self, Error> {
         let cfg = cfg.validate()?;
-        let setup = |what: &str, e: std::io::Error| Error::Setup(format!("file: {what} {}: {e}", cfg.path));
-        let mut oo = OpenOptions::new();
-        oo.read(true).write(!cfg.readonly).create(cfg.create && !cfg.readonly);
-        if cfg.direct {
-            oo.custom_flags(libc::O_DIRECT);
-        }
-        let file = oo.open(&cfg.path).map_err(|e| setup("cannot open", e))?;
-        let meta = file.metadata().map_err(|e| setup("cannot stat", e))?;
-        let blockdev = meta.file_type().is_block_device();
-        let fd = file.as_raw_fd();
-        let (size_bytes, lbs) = if blockdev {
-            let (mut bytes, mut ssz) = (0u64, 0i32);
-            // SAFETY: each ioctl writes one value of the pointed-to type.
-            let ok = unsafe {
-                libc::ioctl(fd, BLKGETSIZE64 as _, &mut bytes) == 0 && libc::ioctl(fd, BLKSSZGET as _, &mut ssz) == 0
-            };
-            if !ok {
-                return Err(setup("cannot size block device", std::io::Error::last_os_error()));
-            }
-            let size = cfg.size_bytes.map_or(bytes, |s| s.min(bytes));
-            (size, cfg.bs.unwrap_or(ssz as u32))
-        } else {
-            let lbs = cfg.bs.unwrap_or(if cfg.direct { 4096 } else { 512 });
-            let size = match cfg.size_bytes {
-                Some(s) if cfg.create && meta.len() < s => {
-                    file.set_len(s).map_err(|e| setup("cannot extend", e))?;
-                    s
-                }
-                Some(s) => s.min(meta.len()),
-                None => meta.len(),
-            };
-            (size, lbs)
-        };
-        let size_bytes = size_bytes / u64::from(lbs) * u64::from(lbs);
-        if size_bytes == 0 {
-            return Err(Error::Setup(format!(
-                "file: {} has no whole block of {lbs} bytes (give size=... with create=1 to make one)",
-                cfg.path
-            )));
-        }
+        let (file, blockdev, size_bytes, lbs) = open_sized(&cfg)?;
         if cfg.single_issuer && !cfg.reap_by_client {
             return Err(Error::Setup(
                 "file: single_issuer=1 needs reap=client (a completion thread would issue too)".into(),
@@ -303,24 +351,7 @@ impl FileDriver {
             ));
         }
         let sysfs = if blockdev { sysfs_queue(&file) } else { None };
-        let nr_rings = cfg.submit_queues + cfg.poll_queues;
-        let mut rings = Vec::with_capacity(nr_rings);
-        let mut threads = Vec::new();
-        for i in 0..nr_rings {
-            let iopoll = i >= cfg.submit_queues;
-            let polled = iopoll || cfg.reap_by_client;
-            let single = cfg.single_issuer && !iopoll;
-            let ring = Ring::new(cfg.queue_depth, fd, cfg.register_files, iopoll, polled, single, MAX_SEGMENTS as usize)
-                .map_err(|e| Error::Setup(format!("file: cannot create an io_uring ({e}): is io_uring available (kernel >= 5.6, not blocked by seccomp)?")))?;
-            let ring = Arc::new(ring);
-            if !polled {
-                threads.push(
-                    ring::spawn_completion_thread(ring.clone(), i)
-                        .map_err(|e| Error::Setup(format!("file: cannot start completion thread: {e}")))?,
-                );
-            }
-            rings.push(ring);
-        }
+        let (rings, threads) = start_rings(&cfg, file.as_raw_fd())?;
         let d = Self {
             cfg,
             file,

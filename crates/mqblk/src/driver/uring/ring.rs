@@ -452,6 +452,10 @@ pub(crate) fn spawn_completion_thread(ring: std::sync::Arc<Ring>, index: usize) 
         let reaped =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| completion_loop(&ring, &mut batch, &mut next)));
         if let Err(panic) = reaped {
+            // Dead first: a client woken by the completions ended below
+            // must find its next request refused, not queued to a ring
+            // nobody reaps.
+            ring.dead.store(true, Ordering::SeqCst);
             // CQEs reaped but not yet handled (the one that panicked
             // included) are not in the CQ any more: end them first.
             for &(user_data, res) in &batch[next.min(batch.len())..] {

@@ -1,73 +1,41 @@
 //! The request queue (`struct request_queue`): one per device. It ties the
 //! driver, the queue limits, the hardware contexts with their tags, and the
-//! clients' completion sinks together, validates bios against the limits,
-//! and runs the queue's worker (the kernel's kblockd duties: delayed
-//! dispatch runs and request timeouts).
+//! clients' completion sinks together, and validates bios against the
+//! limits.
 //!
 //! [`Device`] is the public, cloneable handle on a queue.
 //!
+//! The rest of the queue is in this folder, one concept a file:
+//! sched_switch.rs installs a scheduler and switches it on a live queue
+//! (freezing it); worker.rs runs the queue's worker (the kernel's kblockd
+//! duties: delayed dispatch runs and request timeouts); stats.rs sums the
+//! counters and writes the debugfs-like dump.
+//!
 //! Relies on: hctx/, tag.rs, client/, limits.rs, and a [`Driver`].
 
-use std::fmt::Write as _;
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+mod sched_switch;
+mod stats;
+mod worker;
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use crate::client::Client;
-use crate::completion::{ClientShared, CounterTotals, RwCount};
-use crate::config::QueueOptions;
+use crate::completion::ClientShared;
+use crate::config::{QueueOptions, Wake};
 use crate::driver::Driver;
 use crate::error::{Error, SubmitError};
 use crate::hctx::Hctx;
 pub use crate::limits::{QueueLimits, DEFAULT_MAX_SECTORS, DEFAULT_MAX_SEGMENTS, MAX_BIO_BYTES};
 use crate::plug::PlugNesting;
 use crate::request::{Bio, Op, SECTOR_SHIFT};
-use crate::timeout::TimeoutClock;
-use std::sync::Arc;
-
-use crate::config::Wake;
 use crate::sched::{Sched, SchedCtx};
-use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, Parker};
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
 use crate::tag::{TagSetConfig, Tags};
+use crate::timeout::TimeoutClock;
 
-/// Device-wide counters, summed over hardware queues.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct DeviceStats {
-    /// Requests handed to the driver's `queue_rq`.
-    pub dispatched: u64,
-    /// Requests the driver completed.
-    pub completed: u64,
-    /// Bios larger than a request, split into several.
-    pub splits: u64,
-    /// Bios submitted, by direction (reads; everything else). A split bio
-    /// counts once.
-    pub bios: RwCount,
-    /// Requests made from bios (one per bio not merged, or per split
-    /// piece), by direction.
-    pub requests: RwCount,
-    /// Bios merged into another bio's request, by direction (fio's disk
-    /// stats "merge"); `front_merges` of them preceded the request.
-    pub merges: RwCount,
-    pub front_merges: u64,
-    /// Plug lists issued to the driver.
-    pub plug_flushes: u64,
-    /// `queue_rq` calls answered Busy.
-    pub busy: u64,
-    /// Times a submitter slept waiting for a tag.
-    pub tag_waits: u64,
-    /// Requests whose timeout handler ran.
-    pub timeouts: u64,
-}
-
-/// The worker's shared state ("kblockd").
-struct WorkerShared {
-    stop: AtomicBool,
-    parker: Parker,
-}
-
-struct Worker {
-    shared: Arc<WorkerShared>,
-    thread: Option<JoinHandle<()>>,
-}
+pub use stats::DeviceStats;
+use worker::Worker;
 
 pub(crate) struct RequestQueue {
     driver: Arc<dyn Driver>,
@@ -154,118 +122,6 @@ impl RequestQueue {
         Ok(q)
     }
 
-    /// Builds scheduler `name` and points every hctx at it. Only at
-    /// creation or while frozen (`set_scheduler`).
-    fn install_scheduler(&self, sched: &Sched, nr_requests: Option<u32>) -> Result<(), Error> {
-        self.check_zoned_sched(sched)?;
-        let nr_requests = nr_requests.unwrap_or_else(|| crate::sched::default_nr_requests(self.tag_set.queue_depth));
-        let elevator: Option<Arc<dyn crate::sched::Elevator>> =
-            sched.build(self.hctxs.len(), nr_requests)?.map(Arc::from);
-        if let Some(e) = &elevator {
-            e.depth_updated(nr_requests);
-        }
-        let mut contexts = self.sched_contexts.lock();
-        for hctx in self.hctxs.iter() {
-            let ptr = match &elevator {
-                None => std::ptr::null_mut(),
-                Some(e) => {
-                    let policy = self.wake.policy().expect("built at creation");
-                    let config = TagSetConfig::new(self.hctxs.len(), nr_requests);
-                    let tags = Tags::with_min_shallow(&config, policy, e.min_shallow_depth());
-                    tags.bind(hctx);
-                    let ctx = Arc::new(SchedCtx { elevator: e.clone(), tags, queued: Default::default() });
-                    let ptr = Arc::as_ptr(&ctx).cast_mut();
-                    contexts.push(ctx);
-                    ptr
-                }
-            };
-            hctx.sched.store(ptr, Ordering::Release);
-        }
-        *self.sched_name.lock() = sched.name().to_string();
-        Ok(())
-    }
-
-    /// The kernel's ELEVATOR_F_ZBD_SEQ_WRITE: only schedulers known to keep
-    /// a zone's writes in order may run on a zoned device.
-    fn check_zoned_sched(&self, sched: &Sched) -> Result<(), Error> {
-        if self.limits.zoned.is_none() || matches!(sched, Sched::None | Sched::MqDeadline(_)) {
-            return Ok(());
-        }
-        Err(Error::Setup(format!(
-            "sched={} may reorder writes within a zone: a zoned device accepts none or mq-deadline",
-            sched.name()
-        )))
-    }
-
-    /// Switches the scheduler of a live queue (writing queue/scheduler):
-    /// freezes submissions, waits until every request has completed, swaps,
-    /// and lets submissions in again. Nothing is lost; a request held in a
-    /// thread's plug for more than `drain_timeout` makes it fail instead.
-    fn set_scheduler(&self, sched: &Sched, drain_timeout: Duration) -> Result<(), Error> {
-        // Build first: a bad tunable fails before anything stops.
-        self.check_zoned_sched(sched)?;
-        let nr_requests = crate::sched::default_nr_requests(self.tag_set.queue_depth);
-        sched.build(self.hctxs.len(), nr_requests)?;
-        let _one_switch = self.switch_lock.lock();
-        crate::sync::door::close(&self.frozen);
-        let drained = self.wait_drained(drain_timeout);
-        let result = match drained {
-            Ok(()) => self.install_scheduler(sched, None),
-            Err(e) => Err(e),
-        };
-        crate::sync::door::open(&self.frozen);
-        result
-    }
-
-    /// Gives back tags a handoff granted to clients in advance (frozen and
-    /// with no one inside, no client can be using them).
-    fn release_all_grants(&self) {
-        for sink in self.all_clients.lock().iter() {
-            let Some(waiter) = sink.waiter.lock().clone() else { continue };
-            for hctx in self.hctxs.iter() {
-                hctx.tags.bitmap_tags.release_granted(&waiter);
-                if let Some(s) = hctx.sched() {
-                    s.tags.bitmap_tags.release_granted(&waiter);
-                }
-            }
-        }
-    }
-
-    /// Waits until no client is inside a submission and no request holds a
-    /// tag (frozen: none can start).
-    fn wait_drained(&self, timeout: Duration) -> Result<(), Error> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let entered = self.all_clients.lock().iter().any(|c| crate::sync::door::is_inside(&c.counters.entered));
-            if !entered {
-                self.release_all_grants();
-            }
-            let busy: u32 =
-                self.hctxs.iter().map(|h| h.tags.busy() + h.pool().busy() * u32::from(h.sched().is_some())).sum();
-            if !entered && busy == 0 {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                return Err(Error::Setup(format!(
-                    "scheduler switch: the queue did not drain in {timeout:?} ({busy} tags still held: requests kept in a thread's plug?)"
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-
-    fn start_worker(self: &Arc<Self>) -> Result<(), Error> {
-        let shared = Arc::new(WorkerShared { stop: AtomicBool::new(false), parker: Parker::new() });
-        let weak = Arc::downgrade(self);
-        let thread_shared = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name("mqblk-kblockd".into())
-            .spawn(move || worker_loop(weak, thread_shared))
-            .map_err(|e| Error::Setup(format!("cannot start the queue worker thread: {e}")))?;
-        *self.worker.lock() = Some(Worker { shared, thread: Some(thread) });
-        Ok(())
-    }
-
     pub(crate) fn nr_hw_queues(&self) -> usize {
         self.hctxs.len()
     }
@@ -297,14 +153,6 @@ impl RequestQueue {
     #[inline(always)]
     pub(crate) fn check_bio(&self, bio: &Bio) -> Result<(), SubmitError> {
         self.limits.check_bio(bio)
-    }
-
-    pub(crate) fn note_tag_wait(&self) {
-        self.tag_waits.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn note_split(&self) {
-        self.splits.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Bytes from `offset` to the end of its zone (u64::MAX: not zoned).
@@ -368,104 +216,6 @@ impl RequestQueue {
     pub(crate) fn release_client(&self, shared: Arc<ClientShared>) {
         self.free_clients.lock().push(shared);
     }
-
-    /// Runs delayed dispatches and scans for timed-out requests.
-    fn worker_tick(&self) {
-        let now = self.clock.advance();
-        for hctx in self.hctxs.iter() {
-            if hctx.need_delayed_run.swap(false, Ordering::AcqRel) {
-                hctx.run_dispatch_list();
-            }
-        }
-        if self.clock.enabled() {
-            for hctx in self.hctxs.iter() {
-                self.clock.scan(hctx, &*self.driver, now, &self.timeouts);
-            }
-        }
-    }
-
-    fn stats(&self) -> DeviceStats {
-        let mut s = DeviceStats {
-            tag_waits: self.tag_waits.load(Ordering::Relaxed),
-            timeouts: self.timeouts.load(Ordering::Relaxed),
-            splits: self.splits.load(Ordering::Relaxed),
-            ..DeviceStats::default()
-        };
-        for hctx in self.hctxs.iter() {
-            s.dispatched += hctx.stats.queued.load(Ordering::Relaxed);
-            s.completed += hctx.stats.completed.load(Ordering::Relaxed);
-            s.busy += hctx.stats.busy.load(Ordering::Relaxed);
-        }
-        let mut t = CounterTotals::default();
-        for sink in self.all_clients.lock().iter() {
-            sink.counters.add_to(&mut t);
-        }
-        (s.bios, s.requests, s.merges) = (t.bios, t.requests, t.merges);
-        (s.front_merges, s.plug_flushes) = (t.front_merges, t.plug_flushes);
-        s
-    }
-
-    /// The debugfs-like dump: per hardware queue, its counters and its
-    /// tags' sbitmap state, then the driver's own lines.
-    fn show(&self) -> String {
-        let mut out = String::new();
-        let _ = writeln!(out, "driver={}", self.driver.name());
-        let _ = writeln!(out, "nr_hw_queues={}", self.hctxs.len());
-        let _ = writeln!(out, "tag_waits={}", self.tag_waits.load(Ordering::Relaxed));
-        let _ = writeln!(out, "timeouts={}", self.timeouts.load(Ordering::Relaxed));
-        let _ = writeln!(out, "splits={}", self.splits.load(Ordering::Relaxed));
-        let s = self.stats();
-        let _ = writeln!(out, "plug_nesting={}", self.plug_nesting.name());
-        let _ = writeln!(out, "scheduler={}", self.sched_name.lock().as_str());
-        let _ = writeln!(out, "bios={} {}", s.bios.read, s.bios.write);
-        let _ = writeln!(out, "requests={} {}", s.requests.read, s.requests.write);
-        let _ = writeln!(out, "merges={} {} front={}", s.merges.read, s.merges.write, s.front_merges);
-        let _ = writeln!(out, "plug_flushes={}", s.plug_flushes);
-        for hctx in self.hctxs.iter() {
-            let i = hctx.index();
-            let st = &hctx.stats;
-            let _ = writeln!(out, "hctx{i}/queued={}", st.queued.load(Ordering::Relaxed));
-            let _ = writeln!(out, "hctx{i}/completed={}", st.completed.load(Ordering::Relaxed));
-            let _ = writeln!(out, "hctx{i}/busy={}", st.busy.load(Ordering::Relaxed));
-            let _ = writeln!(out, "hctx{i}/run={}", st.run.load(Ordering::Relaxed));
-            let _ = writeln!(out, "hctx{i}/dispatch={}", hctx.dispatch_len());
-            let _ = writeln!(out, "hctx{i}/tags/nr_tags={}", hctx.tags.nr_tags());
-            let _ = writeln!(out, "hctx{i}/tags/nr_reserved_tags={}", hctx.tags.nr_reserved_tags());
-            let _ = writeln!(out, "hctx{i}/tags/active={}", hctx.tags.busy());
-            for line in hctx.tags.bitmap_tags.show().lines() {
-                let _ = writeln!(out, "hctx{i}/tags/bitmap_tags/{line}");
-            }
-            if let Some(reserved) = &hctx.tags.breserved_tags {
-                for line in reserved.show().lines() {
-                    let _ = writeln!(out, "hctx{i}/tags/breserved_tags/{line}");
-                }
-            }
-        }
-        if let Some(s) = self.hctxs[0].sched() {
-            s.elevator.show(&mut out);
-        }
-        self.driver.show(&mut out);
-        out
-    }
-}
-
-fn worker_loop(weak: std::sync::Weak<RequestQueue>, shared: Arc<WorkerShared>) {
-    let mut tick = Duration::from_millis(10);
-    loop {
-        shared.parker.park(Some(tick));
-        if shared.stop.load(Ordering::Acquire) {
-            return;
-        }
-        let Some(q) = weak.upgrade() else { return };
-        q.worker_tick();
-        // A dispatch list with nothing in flight is retried after 3 ms, like
-        // the kernel's delayed run; otherwise sleep a whole tick.
-        let delayed = q.hctxs.iter().any(|h| h.need_delayed_run.load(Ordering::Relaxed));
-        tick = if delayed { Duration::from_millis(3) } else { q.clock.tick };
-        // If this was the last reference the queue drops here, on this
-        // thread; Drop knows not to join itself.
-        drop(q);
-    }
 }
 
 impl Drop for RequestQueue {
@@ -473,15 +223,7 @@ impl Drop for RequestQueue {
         // Stop the driver first: its threads complete every request they
         // hold while the hctxs and client sinks are still alive.
         self.driver.shutdown();
-        if let Some(mut worker) = self.worker.lock().take() {
-            worker.shared.stop.store(true, Ordering::Release);
-            worker.shared.parker.unpark();
-            if let Some(thread) = worker.thread.take() {
-                if thread.thread().id() != std::thread::current().id() {
-                    let _ = thread.join();
-                }
-            }
-        }
+        self.stop_worker();
     }
 }
 

@@ -1,0 +1,188 @@
+//! Reaping: how completions come back to a client (step 10 of the path of
+//! one I/O in ARCHITECTURE.md). `do_io` pops the client's completion ring,
+//! sleeping only when fewer than `min` are there; a client with polled I/O
+//! polls its queue instead of sleeping. The completion eventfd and the poll
+//! fd let event loops wait instead.
+//!
+//! Waking: a completion delivered from another thread wakes the client only
+//! if it is really asleep in `do_io` (a `sleeping` flag checked after the
+//! push; the client sets it before its last look at the ring: a Dekker pair,
+//! so no wakeup is lost and no syscall is made when nobody sleeps). The
+//! eventfd is armed the same way once the ring is drained.
+//!
+//! Relies on: completion.rs for the ring, the sleep and the eventfd;
+//! queue/ for the hctx to poll; sync.rs for the fence.
+
+use std::os::fd::RawFd;
+use std::time::{Duration, Instant};
+
+use crate::error::Error;
+use crate::request::{ORIGIN_BLOCKING, ORIGIN_POLLED};
+use crate::sync::{dekker_fence, Ordering};
+
+use super::{Client, Completion};
+
+impl Client {
+    /// Reaps completions into `out`: at least `min` (sleeping as needed,
+    /// at most `timeout`) and at most `max`. Returns how many were added;
+    /// fewer than `min` only if the timeout passed. `min` may not exceed the
+    /// I/Os in flight (it could never be met).
+    pub fn do_io(
+        &mut self,
+        out: &mut Vec<Completion>,
+        min: usize,
+        max: usize,
+        timeout: Option<Duration>,
+    ) -> Result<usize, Error> {
+        if min > max || min > self.in_flight {
+            return Err(Error::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("do_io: min={min} exceeds max={max} or the {} I/Os in flight", self.in_flight),
+            )));
+        }
+        let deadline = timeout.map(|t| Instant::now() + t);
+        if min == 0 && self.polled_outstanding > 0 {
+            // A pure poll (e.g. after `poll_fd` fired) reaps the queue our
+            // polled I/O waits on, without sleeping.
+            if let Some(poll) = self.poll_hctx {
+                self.q.hctx(poll).reap();
+            }
+        }
+        let mut got = 0;
+        while got < max {
+            let Some(c) = self.backlog.pop_front() else { break };
+            out.push(c);
+            got += 1;
+        }
+        loop {
+            got += self.reap_ring(out, max - got);
+            if got >= min || got == max {
+                break; // min == 0 makes this a pure poll
+            }
+            let remaining = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(r) if !r.is_zero() => Some(r),
+                    _ => break,
+                },
+                None => None,
+            };
+            self.sleep_for_completions(remaining);
+        }
+        self.in_flight -= got;
+        self.stats.completed += got as u64;
+        Ok(got)
+    }
+
+    /// Moves up to `max` user completions from the ring into `out`.
+    #[inline]
+    pub(super) fn reap_ring(&mut self, out: &mut Vec<Completion>, max: usize) -> usize {
+        let mut got = 0;
+        while got < max {
+            // SAFETY: `&mut self`: this client is the ring's only consumer.
+            let Some(c) = (unsafe { self.shared.take() }) else {
+                if self.rearm_notify() {
+                    continue;
+                }
+                break;
+            };
+            if c.slot != 0 {
+                self.free_slots.push(c.slot - 1);
+            }
+            if c.origin & ORIGIN_POLLED != 0 {
+                self.polled_outstanding -= 1;
+                self.hybrid_slept = false;
+            }
+            if c.origin & !ORIGIN_POLLED == ORIGIN_BLOCKING {
+                self.blocking_done = Some(c);
+                continue;
+            }
+            out.push(c);
+            got += 1;
+        }
+        got
+    }
+
+    /// With an eventfd, arm it once the ring is drained; returns true if a
+    /// completion slipped in meanwhile (so the caller keeps reaping).
+    fn rearm_notify(&self) -> bool {
+        if !self.notify {
+            return false;
+        }
+        self.shared.notify_armed.store(true, Ordering::SeqCst);
+        dekker_fence();
+        self.shared.has_ready()
+    }
+
+    pub(super) fn sleep_for_completions(&mut self, timeout: Option<Duration>) {
+        // Never sleep on I/O held in our own plug.
+        self.plug.flush(&self.q, &self.shared.counters);
+        if let (Some(poll), true) = (self.poll_hctx, self.polled_outstanding > 0) {
+            // Polled I/O completes only when we poll: reap instead of
+            // sleeping (the caller loops, re-checking its ring and timeout).
+            // Hybrid polling sleeps first, once per wait, then spins.
+            let delay = self.q.hybrid_poll_delay();
+            if !delay.is_zero() && !self.hybrid_slept {
+                self.hybrid_slept = true;
+                self.stats.completion_sleeps += 1;
+                // A sleep of a few us is worth it only if it is not
+                // stretched by the default 50 us timer slack (the kernel's
+                // hybrid poll used an hrtimer without slack): this thread
+                // sleeps precisely from now on.
+                crate::clock::set_precise_timer_slack();
+                std::thread::sleep(delay.min(timeout.unwrap_or(delay)));
+            }
+            if self.q.hctx(poll).poll() == 0 {
+                std::hint::spin_loop();
+            }
+            return;
+        }
+        // Never sleep on tags granted to us (handoff policy) and not used.
+        self.release_granted();
+        if self.shared.sleep_until_delivery(timeout) {
+            self.stats.completion_sleeps += 1;
+        }
+    }
+
+    /// An eventfd that becomes readable when completions are ready. After it
+    /// fires, read it and call `do_io` (min 0) until it returns fewer than
+    /// asked: draining the ring re-arms the notification. Polled I/O (hipri
+    /// on poll queues, or any I/O on a device whose submitters reap, such as
+    /// file `reap=client`) completes only inside `do_io`, so it makes the
+    /// eventfd fire only when another client reaped it; wait on `poll_fd`
+    /// as well.
+    ///
+    /// The fd belongs to the device (it stays open until the device is
+    /// dropped, and a later client may be given it): do not close it.
+    pub fn completion_fd(&mut self) -> Result<RawFd, Error> {
+        let fd = self.shared.eventfd().map_err(Error::Io)?;
+        if !self.notify {
+            self.notify = true;
+            self.shared.notify_armed.store(true, Ordering::SeqCst);
+            // Completions already queued must be signalled too.
+            if self.shared.has_ready() && self.shared.notify_armed.swap(false, Ordering::SeqCst) {
+                self.shared.signal();
+            }
+        }
+        Ok(fd)
+    }
+
+    /// For a client whose I/O is polled (file `reap=client`): an fd that
+    /// becomes readable when the queue it polls has completions; when it
+    /// does, call `do_io` with min 0, which reaps that queue without
+    /// sleeping. Wait on it beside `completion_fd` (a completion another
+    /// client reaped for us signals the eventfd). None when the device
+    /// has no such fd (polling there means calling `do_io`).
+    pub fn poll_fd(&self) -> Option<RawFd> {
+        let poll = self.poll_hctx?;
+        self.q.submitter_reaps().then(|| self.q.hctx(poll).poll_fd()).flatten()
+    }
+
+    /// Waits for every outstanding I/O and drops the completions.
+    pub fn drain(&mut self) {
+        let mut sink = Vec::with_capacity(self.capacity());
+        while self.in_flight > 0 {
+            sink.clear();
+            let _ = self.do_io(&mut sink, 1, usize::MAX, None);
+        }
+    }
+}

@@ -1,0 +1,411 @@
+//! Submission: how a bio becomes a request (steps 1-7 of the path of one
+//! I/O in ARCHITECTURE.md). The queue's door (a scheduler switch holds new
+//! submissions back), the bio checks, plug merges and scheduler merges
+//! (a merged bio takes no tag), splits at `max_sectors` and zone
+//! boundaries, getting a tag (plug cache, batch, or sleeping for one),
+//! initialising the tag's request slot and issuing it or adding it to the
+//! plug.
+//!
+//! Relies on: queue/ for limits and hctxs; tag.rs for tags; merge.rs for
+//! the merge rules; plug.rs for the plug; request/ for the slot and the
+//! `Rq` token; sync.rs for the door.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::buf::Buf;
+use crate::error::{Rejected, SubmitError};
+use crate::merge::{self, BioPos, MergedBio};
+use crate::request::{Bio, ReqFlags, RqState, ORIGIN_POLLED, ORIGIN_USER, SECTOR_SHIFT, SPLIT_LAST};
+use crate::sync::{door, Ordering};
+use crate::tag::TagGot;
+
+use super::Client;
+
+/// The scalar part of what a request is initialised from: a whole bio, or
+/// one piece of a split bio (`view` into the parent's buffer, `split` =
+/// slot + 1). The buffer travels separately so nothing large is moved.
+#[derive(Clone, Copy)]
+struct RqHead {
+    op: crate::request::Op,
+    flags: ReqFlags,
+    sector: u64,
+    nr_sectors: u32,
+    view: Option<(*mut u8, usize)>,
+    split: u32,
+    user_data: u64,
+    origin: u8,
+    ioprio: crate::request::IoPrio,
+}
+
+impl Client {
+    /// Submits `bio`; its completion comes back from `do_io` with
+    /// `user_data`. Sleeps for a tag if all are busy (unless the bio has
+    /// `NOWAIT`). A refused bio comes back in the error, untouched.
+    #[inline]
+    pub fn submit(&mut self, bio: Bio, user_data: u64) -> Result<(), Box<Rejected>> {
+        self.submit_inner(bio, user_data, ORIGIN_USER, false)
+    }
+
+    /// Submits `bio` on one of the driver's reserved tags (the kernel's
+    /// BLK_MQ_REQ_RESERVED): for I/O that must not wait behind normal
+    /// traffic. Refused with `NoReservedTags` if the device has no
+    /// reserved tags at all.
+    pub fn submit_reserved(&mut self, bio: Bio, user_data: u64) -> Result<(), Box<Rejected>> {
+        self.submit_inner(bio, user_data, ORIGIN_USER, true)
+    }
+
+    /// Submits inside the queue's door (`enter`/`exit`: a scheduler switch
+    /// waits for submissions in progress and holds new ones back).
+    pub(super) fn submit_inner(
+        &mut self,
+        bio: Bio,
+        user_data: u64,
+        origin: u8,
+        reserved: bool,
+    ) -> Result<(), Box<Rejected>> {
+        if !door::enter(&self.shared.counters.entered, &self.q.frozen) {
+            self.wait_at_door();
+        }
+        // Queue map: hipri bios go to the poll queue when there is one;
+        // on a device whose submitters reap, every bio is polled.
+        let polled = match self.poll_hctx {
+            Some(poll) if self.q.submitter_reaps() || (bio.flags.contains(ReqFlags::HIPRI) && !reserved) => {
+                self.cur_hctx = poll;
+                true
+            }
+            _ => false,
+        };
+        let origin = if polled { origin | ORIGIN_POLLED } else { origin };
+        let result = self.submit_entered(bio, user_data, origin, reserved);
+        if polled {
+            self.cur_hctx = self.default_hctx;
+            self.polled_outstanding += usize::from(result.is_ok());
+        }
+        door::leave(&self.shared.counters.entered);
+        result
+    }
+
+    /// The queue is frozen (a scheduler switch): give back what we hold,
+    /// as before any sleep, and wait until the door opens.
+    #[cold]
+    #[inline(never)]
+    fn wait_at_door(&mut self) {
+        loop {
+            // The freeze waits for every tag: give back the plug's requests
+            // and cached tags, and tags a handoff granted us in advance.
+            self.plug.flush(&self.q, &self.shared.counters);
+            self.release_granted();
+            while self.q.frozen.load(Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            if door::enter(&self.shared.counters.entered, &self.q.frozen) {
+                return;
+            }
+        }
+    }
+
+    fn submit_entered(
+        &mut self,
+        mut bio: Bio,
+        user_data: u64,
+        origin: u8,
+        reserved: bool,
+    ) -> Result<(), Box<Rejected>> {
+        if reserved && self.q.hctx(self.cur_hctx).tags.nr_reserved_tags() == 0 {
+            let error = SubmitError::NoReservedTags;
+            return Err(Box::new(Rejected { error, bio }));
+        }
+        if self.in_flight >= self.capacity() {
+            let error = SubmitError::TooManyInFlight { max: self.capacity() };
+            return Err(Box::new(Rejected { error, bio }));
+        }
+        if let Err(error) = self.q.check_bio(&bio) {
+            return Err(Box::new(Rejected { error, bio }));
+        }
+        let max = self.q.max_request_bytes(bio.op);
+        if bio.len > max || (bio.len > 0 && bio.len > self.q.bytes_to_zone_end(bio.offset)) {
+            return self.submit_split(bio, user_data, origin, reserved, max);
+        }
+        let head = RqHead {
+            op: bio.op,
+            flags: bio.flags,
+            sector: bio.offset >> SECTOR_SHIFT,
+            nr_sectors: (bio.len >> SECTOR_SHIFT) as u32,
+            view: None,
+            split: 0,
+            user_data,
+            origin,
+            ioprio: bio.ioprio,
+        };
+        if self.plug.is_plugged()
+            && self.plug.touches_last(head.sector, head.nr_sectors)
+            && merge::mergeable(bio.op, bio.flags)
+            && self.plug_merge(&head, &mut bio.buf)
+        {
+            self.note_submitted(bio.op);
+            return Ok(());
+        }
+        if !reserved
+            && merge::mergeable(bio.op, bio.flags)
+            && self.q.hctx(self.cur_hctx).sched().is_some()
+            && self.sched_merge(&head, &mut bio.buf)
+        {
+            self.note_submitted(bio.op);
+            return Ok(());
+        }
+        let nowait = bio.flags.contains(ReqFlags::NOWAIT);
+        if !self.issue(&head, &mut bio.buf, reserved, nowait) {
+            return Err(Box::new(Rejected { error: SubmitError::Again, bio }));
+        }
+        self.note_submitted(bio.op);
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn note_submitted(&mut self, op: crate::request::Op) {
+        self.shared.counters.bio(op);
+        self.in_flight += 1;
+        self.stats.submitted += 1;
+    }
+
+    /// Tries to merge the bio described by `head` into the plug's last
+    /// request (merge.rs); on success the bio's buffer moves into one of
+    /// this client's bio slots and the bio completes on its own.
+    #[inline(never)]
+    fn plug_merge(&mut self, head: &RqHead, buf: &mut Option<Buf>) -> bool {
+        let max_sectors = self.q.max_request_bytes(head.op) >> SECTOR_SHIFT;
+        let max_segments = self.q.max_segments();
+        let pos = BioPos { op: head.op, flags: head.flags, sector: head.sector, nr_sectors: head.nr_sectors };
+        let Some(rq) = self.plug.merge_candidate(self.cur_hctx) else { return false };
+        let Some(kind) = merge::try_merge(rq.rq(), &pos, max_sectors, max_segments) else { return false };
+        if !self.q.zone_merge_ok(rq.sector(), rq.nr_sectors(), &pos, kind == merge::MergeKind::Front) {
+            return false;
+        }
+        let index = self.free_slots.pop().expect("a free bio slot per outstanding bio");
+        let bio = MergedBio { pos, buf: buf.take(), user_data: head.user_data, origin: head.origin };
+        // SAFETY: the slot was on our free list, so it is ours and unused;
+        // the plug holds the request's token, so we own the request.
+        unsafe { merge::attach(rq.rq_mut(), kind, self.shared.slot(index), &self.shared, bio) };
+        let (sector, len_bytes) = (rq.sector(), rq.len_bytes());
+        self.plug.last_grew(sector, len_bytes);
+        self.shared.counters.merge(head.op, kind == merge::MergeKind::Front);
+        true
+    }
+
+    /// Tries to merge the bio into a request queued in the scheduler
+    /// (`Elevator::bio_merge`), with the same rules and bookkeeping as a
+    /// plug merge.
+    #[inline(never)]
+    fn sched_merge(&mut self, head: &RqHead, buf: &mut Option<Buf>) -> bool {
+        let Some(s) = self.q.hctx(self.cur_hctx).sched() else { return false };
+        if s.queued.load(Ordering::Relaxed) == 0 {
+            return false; // nothing queued to merge with
+        }
+        let max_sectors = self.q.max_request_bytes(head.op) >> SECTOR_SHIFT;
+        let max_segments = self.q.max_segments();
+        let pos = BioPos { op: head.op, flags: head.flags, sector: head.sector, nr_sectors: head.nr_sectors };
+        let (shared, free_slots, q) = (&self.shared, &mut self.free_slots, &self.q);
+        let mut front = false;
+        let merged = s.elevator.bio_merge(self.cur_hctx, &pos, &mut |rq, kind| {
+            if merge::try_merge(rq.rq(), &pos, max_sectors, max_segments) != Some(kind) {
+                return false;
+            }
+            if !q.zone_merge_ok(rq.sector(), rq.nr_sectors(), &pos, kind == merge::MergeKind::Front) {
+                return false;
+            }
+            let index = free_slots.pop().expect("a free bio slot per outstanding bio");
+            let bio = MergedBio { pos, buf: buf.take(), user_data: head.user_data, origin: head.origin };
+            // SAFETY: the slot was on our free list; the elevator holds the
+            // queued request's token under its lock while we attach.
+            unsafe { merge::attach(rq.rq_mut(), kind, shared.slot(index), shared, bio) };
+            front = kind == merge::MergeKind::Front;
+            true
+        });
+        if merged {
+            self.shared.counters.merge(head.op, front);
+        }
+        merged
+    }
+
+    /// Splits a bio larger than a request into pieces of at most `max`
+    /// bytes that do not cross a zone boundary, each its own request (the
+    /// kernel's `bio_split`, with chunk_sectors); the bio completes once,
+    /// when its last piece does, with the first error.
+    fn submit_split(
+        &mut self,
+        mut bio: Bio,
+        user_data: u64,
+        origin: u8,
+        reserved: bool,
+        max: u64,
+    ) -> Result<(), Box<Rejected>> {
+        let index = self.free_slots.pop().expect("a free bio slot per outstanding bio");
+        let shared = self.shared.clone();
+        let slot = shared.slot(index);
+        let (q, bio_offset, bio_len) = (self.q.clone(), bio.offset, bio.len);
+        let piece_len = |offset: u64| max.min(q.bytes_to_zone_end(bio_offset + offset)).min(bio_len - offset);
+        let mut pieces = 0u64;
+        let mut offset = 0;
+        while offset < bio.len {
+            offset += piece_len(offset);
+            pieces += 1;
+        }
+        debug_assert!(pieces > 1 && pieces <= u64::from(u32::MAX));
+        let base = bio.buf.as_mut().map(|b| b.as_mut_ptr());
+        // SAFETY: no piece is issued yet, so the client owns the slot. The
+        // buffer's heap block does not move when the Buf value moves.
+        unsafe { slot.start_split(pieces as u32, user_data, origin, bio.buf.take()) };
+        let nowait = bio.flags.contains(ReqFlags::NOWAIT);
+        let mut offset = 0;
+        for i in 0..pieces {
+            let len = piece_len(offset);
+            // SAFETY: offset + len <= bio.len == the buffer's length
+            // (check_bio), so the view stays inside the buffer.
+            let view = base.map(|p| (unsafe { p.add(offset as usize) }, len as usize));
+            let head = RqHead {
+                op: bio.op,
+                flags: bio.flags,
+                sector: (bio.offset + offset) >> SECTOR_SHIFT,
+                nr_sectors: (len >> SECTOR_SHIFT) as u32,
+                view,
+                // The last piece is marked: the kernel's parent bio, whose
+                // own error wins over its children's (completion.rs).
+                split: (index + 1) | if i + 1 == pieces { SPLIT_LAST } else { 0 },
+                user_data,
+                origin,
+                ioprio: bio.ioprio,
+            };
+            // If it must wait, it waits for the tags of all pieces left, so
+            // they are issued back to back (locality on rotational media).
+            self.alloc.want = (pieces - i).min(u64::from(u32::MAX)) as u32;
+            // NOWAIT can only refuse the first piece: later ones wait for a
+            // tag, so a bio is never left half issued.
+            let issued = self.issue(&head, &mut None, reserved, nowait && i == 0);
+            self.alloc.want = 1;
+            if !issued {
+                // SAFETY: nothing was issued: the client still owns the slot.
+                bio.buf = unsafe { slot.with_data_mut(|d| d.buf.take()) };
+                self.free_slots.push(index);
+                return Err(Box::new(Rejected { error: SubmitError::Again, bio }));
+            }
+            offset += len;
+        }
+        self.q.note_split();
+        self.note_submitted(bio.op);
+        Ok(())
+    }
+
+    /// Takes a tag, initialises its request from `head` (taking `buf`) and
+    /// issues it, or adds it to the plug. Returns false, leaving `buf`
+    /// alone, only if NOWAIT found no tag. Always inlined: the hot path then
+    /// writes the request's fields directly (measured: tens of instructions
+    /// per I/O otherwise).
+    #[inline(always)]
+    fn issue(&mut self, head: &RqHead, buf: &mut Option<Buf>, reserved: bool, nowait: bool) -> bool {
+        // Reserved requests bypass a scheduler (and the plug): they take a
+        // driver tag and go straight to the driver.
+        let use_sched = !reserved && self.q.hctx(self.cur_hctx).sched().is_some();
+        let Some(got) = self.get_tag(head, use_sched, reserved, nowait) else {
+            return false;
+        };
+        if got.slept {
+            self.stats.tag_waits += 1;
+            self.q.note_tag_wait();
+        }
+        let hctx = self.q.hctx(self.cur_hctx);
+        // (The scheduler cannot change meanwhile: switching freezes the
+        // queue, which waits for this submission.)
+        let sched = if use_sched { hctx.sched() } else { None };
+        let pool = sched.map_or(&hctx.tags, |s| &s.tags);
+        let ptr = pool.rq_ptr(got.tag);
+        {
+            // SAFETY: slots live as long as the queue.
+            let slot = unsafe { ptr.as_ref() };
+            debug_assert_eq!(slot.state(), RqState::Idle);
+            // SAFETY: holding the tag gives us the request exclusively until
+            // we hand it to the driver below.
+            let rq = unsafe { &mut *slot.rq.get() };
+            rq.op = head.op;
+            rq.flags = head.flags;
+            rq.sector = head.sector;
+            rq.nr_sectors = head.nr_sectors;
+            rq.buf = buf.take();
+            (rq.view, rq.view_len) = head.view.unwrap_or((std::ptr::null_mut(), 0));
+            rq.split = head.split;
+            rq.user_data = head.user_data;
+            rq.origin = head.origin;
+            rq.owner = Arc::as_ptr(&self.shared);
+            rq.driver_data = 0;
+            rq.client_id = self.client_id;
+            rq.ioprio = head.ioprio;
+            rq.in_sched = sched.is_some();
+            debug_assert_eq!(rq.nr_bios, 1, "a finished request leaves no merged bios behind");
+            rq.front = std::ptr::null();
+            rq.back = std::ptr::null();
+            slot.set_state(RqState::InFlight);
+        }
+        self.shared.counters.request(head.op);
+        // SAFETY: the slot is initialised and we give up access to it.
+        let mut rq = unsafe { crate::request::Rq::from_raw(ptr) };
+        if let Some(s) = sched {
+            s.elevator.prepare_request(self.cur_hctx, &mut rq);
+        }
+        if reserved {
+            hctx.issue(rq, true);
+        } else if self.plug.is_plugged() {
+            let len_bytes = u64::from(head.nr_sectors) << SECTOR_SHIFT;
+            self.plug.add(&self.q, &self.shared.counters, rq, self.cur_hctx, len_bytes);
+        } else if sched.is_some() {
+            hctx.submit(rq, &mut self.scratch, Some(&mut self.alloc));
+        } else {
+            hctx.issue(rq, true);
+        }
+        true
+    }
+
+    /// A tag on this client's hardware queue: from the plug's cache, a
+    /// batch for the plug's `nr_ios` hint, or one at a time (sleeping for
+    /// it unless `nowait`, after flushing the plug). With a scheduler, a
+    /// scheduler tag within the depth it allows this op.
+    #[inline(always)]
+    fn get_tag(&mut self, head: &RqHead, sched: bool, reserved: bool, nowait: bool) -> Option<TagGot> {
+        let hctx = self.q.hctx(self.cur_hctx);
+        let (pool, limit) = match hctx.sched() {
+            Some(s) if sched => (&s.tags, s.elevator.limit_depth(self.cur_hctx, head.op, head.flags)),
+            _ => (&hctx.tags, None),
+        };
+        self.alloc.shallow_depth = limit.unwrap_or(u32::MAX);
+        if self.plug.is_plugged() && !reserved && limit.is_none() {
+            if let Some(tag) = self.plug.take_cached(self.cur_hctx) {
+                return Some(TagGot { tag, slept: false });
+            }
+            if self.plug.nr_ios > 1 {
+                let nr = std::mem::replace(&mut self.plug.nr_ios, 1);
+                if let Some((base, mask)) = pool.get_batch(&mut self.alloc, nr) {
+                    self.plug.cache(self.cur_hctx, base, mask);
+                    return self.plug.take_cached(self.cur_hctx).map(|tag| TagGot { tag, slept: false });
+                }
+            }
+        }
+        let (plug, q, counters) = (&mut self.plug, &self.q, &self.shared.counters);
+        let polled_here = self.polled_outstanding > 0 && self.poll_hctx == Some(self.cur_hctx);
+        if (hctx.is_poll() || polled_here) && !nowait {
+            // Tags of a poll queue free only when someone polls: poll while
+            // waiting instead of sleeping (nobody would wake us). On a
+            // hybrid queue the same holds while our hipri requests are in
+            // flight (its notifications may be off).
+            loop {
+                if let Some(got) = pool.get(&mut self.alloc, reserved, true, || {}) {
+                    return Some(got);
+                }
+                plug.flush(q, counters);
+                if hctx.poll() == 0 {
+                    std::hint::spin_loop();
+                }
+            }
+        }
+        // A thread must not sleep on I/O held in its own plug.
+        pool.get(&mut self.alloc, reserved, nowait, || plug.flush(q, counters))
+    }
+}

@@ -1,0 +1,118 @@
+//! The queue's statistics: `DeviceStats` (device-wide counters summed over
+//! hardware queues and clients' counters), the queue's own counters, and
+//! the debugfs-like dump (`Device::show_stats`): per hardware queue its
+//! counters and its tags' sbitmap state, then the scheduler's and the
+//! driver's own lines.
+//!
+//! Relies on: the queue (mod.rs); hctx/ for per-queue counters;
+//! completion.rs for the clients' counters; sbitmap for its dump.
+
+use std::fmt::Write as _;
+
+use crate::completion::{CounterTotals, RwCount};
+use crate::sync::Ordering;
+
+use super::RequestQueue;
+
+/// Device-wide counters, summed over hardware queues.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceStats {
+    /// Requests handed to the driver's `queue_rq`.
+    pub dispatched: u64,
+    /// Requests the driver completed.
+    pub completed: u64,
+    /// Bios larger than a request, split into several.
+    pub splits: u64,
+    /// Bios submitted, by direction (reads; everything else). A split bio
+    /// counts once.
+    pub bios: RwCount,
+    /// Requests made from bios (one per bio not merged, or per split
+    /// piece), by direction.
+    pub requests: RwCount,
+    /// Bios merged into another bio's request, by direction (fio's disk
+    /// stats "merge"); `front_merges` of them preceded the request.
+    pub merges: RwCount,
+    pub front_merges: u64,
+    /// Plug lists issued to the driver.
+    pub plug_flushes: u64,
+    /// `queue_rq` calls answered Busy.
+    pub busy: u64,
+    /// Times a submitter slept waiting for a tag.
+    pub tag_waits: u64,
+    /// Requests whose timeout handler ran.
+    pub timeouts: u64,
+}
+
+impl RequestQueue {
+    pub(crate) fn note_tag_wait(&self) {
+        self.tag_waits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn note_split(&self) {
+        self.splits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(super) fn stats(&self) -> DeviceStats {
+        let mut s = DeviceStats {
+            tag_waits: self.tag_waits.load(Ordering::Relaxed),
+            timeouts: self.timeouts.load(Ordering::Relaxed),
+            splits: self.splits.load(Ordering::Relaxed),
+            ..DeviceStats::default()
+        };
+        for hctx in self.hctxs.iter() {
+            s.dispatched += hctx.stats.queued.load(Ordering::Relaxed);
+            s.completed += hctx.stats.completed.load(Ordering::Relaxed);
+            s.busy += hctx.stats.busy.load(Ordering::Relaxed);
+        }
+        let mut t = CounterTotals::default();
+        for sink in self.all_clients.lock().iter() {
+            sink.counters.add_to(&mut t);
+        }
+        (s.bios, s.requests, s.merges) = (t.bios, t.requests, t.merges);
+        (s.front_merges, s.plug_flushes) = (t.front_merges, t.plug_flushes);
+        s
+    }
+
+    /// The debugfs-like dump: per hardware queue, its counters and its
+    /// tags' sbitmap state, then the driver's own lines.
+    pub(super) fn show(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "driver={}", self.driver.name());
+        let _ = writeln!(out, "nr_hw_queues={}", self.hctxs.len());
+        let _ = writeln!(out, "tag_waits={}", self.tag_waits.load(Ordering::Relaxed));
+        let _ = writeln!(out, "timeouts={}", self.timeouts.load(Ordering::Relaxed));
+        let _ = writeln!(out, "splits={}", self.splits.load(Ordering::Relaxed));
+        let s = self.stats();
+        let _ = writeln!(out, "plug_nesting={}", self.plug_nesting.name());
+        let _ = writeln!(out, "scheduler={}", self.sched_name.lock().as_str());
+        let _ = writeln!(out, "bios={} {}", s.bios.read, s.bios.write);
+        let _ = writeln!(out, "requests={} {}", s.requests.read, s.requests.write);
+        let _ = writeln!(out, "merges={} {} front={}", s.merges.read, s.merges.write, s.front_merges);
+        let _ = writeln!(out, "plug_flushes={}", s.plug_flushes);
+        for hctx in self.hctxs.iter() {
+            let i = hctx.index();
+            let st = &hctx.stats;
+            let _ = writeln!(out, "hctx{i}/queued={}", st.queued.load(Ordering::Relaxed));
+            let _ = writeln!(out, "hctx{i}/completed={}", st.completed.load(Ordering::Relaxed));
+            let _ = writeln!(out, "hctx{i}/busy={}", st.busy.load(Ordering::Relaxed));
+            let _ = writeln!(out, "hctx{i}/run={}", st.run.load(Ordering::Relaxed));
+            let _ = writeln!(out, "hctx{i}/dispatch={}", hctx.dispatch_len());
+            let _ = writeln!(out, "hctx{i}/tags/nr_tags={}", hctx.tags.nr_tags());
+            let _ = writeln!(out, "hctx{i}/tags/nr_reserved_tags={}", hctx.tags.nr_reserved_tags());
+            let _ = writeln!(out, "hctx{i}/tags/active={}", hctx.tags.busy());
+            for line in hctx.tags.bitmap_tags.show().lines() {
+                let _ = writeln!(out, "hctx{i}/tags/bitmap_tags/{line}");
+            }
+            if let Some(reserved) = &hctx.tags.breserved_tags {
+                for line in reserved.show().lines() {
+                    let _ = writeln!(out, "hctx{i}/tags/breserved_tags/{line}");
+                }
+            }
+        }
+        if let Some(s) = self.hctxs[0].sched() {
+            s.elevator.show(&mut out);
+        }
+        self.driver.show(&mut out);
+        out
+    }
+}

@@ -1,0 +1,300 @@
+//! `Rq`: the driver's handle on one in-flight request, a move-only token
+//! (`struct request *` as blk_mq_ops sees it). It gives the driver the
+//! request's fields, its data segment by segment (its own bio's buffer or
+//! view, then the bios merged in, in device order) and ends it with
+//! [`Rq::complete`]; dropping it completes the request with `IoErr`, so a
+//! driver cannot leak a tag.
+//!
+//! Relies on: the request slot (mod.rs), which the token owns exclusively
+//! while it lives; completion.rs for the merged bios' slots; hctx/ for
+//! `end_request`.
+
+use std::fmt;
+use std::ptr::NonNull;
+
+use crate::completion::BioSlot;
+use crate::hctx::Hctx;
+use crate::status::Status;
+use crate::sync::Ordering;
+
+use super::{op_is_sync, IoPrio, Op, ReqFlags, Request, RequestSlot, SECTOR_SHIFT};
+
+/// The driver's handle on one in-flight request: a move-only token. Hand it
+/// back with [`Rq::complete`]; dropping it completes the request with
+/// [`Status::IoErr`].
+pub struct Rq {
+    ptr: NonNull<RequestSlot>,
+}
+
+// SAFETY: an `Rq` is the unique owner of its request slot while it exists
+// (the held tag guarantees no one else touches the slot), and everything in
+// the slot is `Send`. Moving the token to a completion thread is the point.
+unsafe impl Send for Rq {}
+
+impl Rq {
+    /// # Safety
+    /// The caller holds the tag of `ptr`'s slot, has initialised it, and
+    /// gives up all access to it to this token.
+    pub(crate) unsafe fn from_raw(ptr: NonNull<RequestSlot>) -> Self {
+        Self { ptr }
+    }
+
+    #[inline(always)]
+    pub(crate) fn rq(&self) -> &Request {
+        // SAFETY: the token owns the slot's request exclusively (see the
+        // type's Send impl); the slot lives as long as the queue.
+        unsafe { &*self.ptr.as_ref().rq.get() }
+    }
+
+    /// The request's slot (its atomics).
+    #[inline(always)]
+    pub(crate) fn slot(&self) -> &RequestSlot {
+        // SAFETY: slots live as long as the queue.
+        unsafe { self.ptr.as_ref() }
+    }
+
+    #[inline(always)]
+    pub(crate) fn rq_mut(&mut self) -> &mut Request {
+        // SAFETY: as in `rq`, and `&mut self` makes the access exclusive.
+        unsafe { &mut *self.ptr.as_ref().rq.get() }
+    }
+
+    /// The request's driver tag (unique among the requests the driver
+    /// holds on this hardware queue). Not the slot's `tag` field, which is
+    /// the scheduler tag when there is a scheduler.
+    pub fn tag(&self) -> u32 {
+        self.slot().driver_tag.load(Ordering::Relaxed)
+    }
+
+    /// Sets the driver tag taken for a scheduler's request at dispatch.
+    #[inline(always)]
+    pub(crate) fn set_driver_tag(&mut self, tag: u32) {
+        self.slot().driver_tag.store(tag, Ordering::Relaxed);
+    }
+
+    /// The request's slot tag: the scheduler tag when the queue has a
+    /// scheduler (what a scheduler indexes its per-request state with),
+    /// else the same as [`Rq::tag`].
+    pub fn sched_tag(&self) -> u32 {
+        self.rq().tag
+    }
+
+    /// The submitting client, for schedulers that serve clients in
+    /// proportion (bfq).
+    pub fn client_id(&self) -> u32 {
+        self.rq().client_id
+    }
+
+    pub fn ioprio(&self) -> IoPrio {
+        self.rq().ioprio
+    }
+
+    /// See [`op_is_sync`].
+    pub fn is_sync(&self) -> bool {
+        op_is_sync(self.rq().op, self.rq().flags)
+    }
+
+    /// The scheduler's time stamp of the request (kyber: insertion, ns).
+    pub fn sched_time_ns(&self) -> u64 {
+        self.rq().sched_time_ns
+    }
+
+    pub fn op(&self) -> Op {
+        self.rq().op
+    }
+
+    pub fn flags(&self) -> ReqFlags {
+        self.rq().flags
+    }
+
+    /// First sector (512-byte units).
+    pub fn sector(&self) -> u64 {
+        self.rq().sector
+    }
+
+    pub fn nr_sectors(&self) -> u32 {
+        self.rq().nr_sectors
+    }
+
+    pub fn pos_bytes(&self) -> u64 {
+        self.rq().sector << SECTOR_SHIFT
+    }
+
+    pub fn len_bytes(&self) -> u64 {
+        u64::from(self.rq().nr_sectors) << SECTOR_SHIFT
+    }
+
+    /// Index of the hardware queue the request was dispatched to.
+    pub fn hctx_index(&self) -> usize {
+        // SAFETY: `hctx` points into the queue's hctx array, which outlives
+        // every request of the queue.
+        unsafe { (*self.rq().hctx).index() }
+    }
+
+    /// Bios (data segments) the request carries: 1 unless bios were
+    /// merged into it.
+    pub fn nr_segments(&self) -> u32 {
+        self.rq().nr_bios
+    }
+
+    /// The data of a write (empty for ops without data). Only for a request
+    /// of one segment: use [`Rq::for_each_segment`] for merged requests.
+    pub fn data(&self) -> &[u8] {
+        let rq = self.rq();
+        assert_eq!(rq.nr_bios, 1, "Rq::data on a merged request: use for_each_segment");
+        inline_data(rq)
+    }
+
+    /// The buffer a read fills (empty for ops without data). Only for a
+    /// request of one segment: use [`Rq::for_each_segment_mut`] otherwise.
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        let rq = self.rq_mut();
+        assert_eq!(rq.nr_bios, 1, "Rq::data_mut on a merged request: use for_each_segment_mut");
+        inline_data_mut(rq)
+    }
+
+    /// Calls `f(pos_bytes, data)` for each segment, in device order.
+    pub fn for_each_segment(&self, mut f: impl FnMut(u64, &[u8])) {
+        let rq = self.rq();
+        let mut pos = rq.sector << SECTOR_SHIFT;
+        let mut emit = |data: &[u8]| {
+            f(pos, data);
+            pos += data.len() as u64;
+        };
+        // SAFETY: the token owns the request, and with it the merged bios'
+        // slots (see BioSlot), for as long as it lives; `&self` admits only
+        // readers, so `f` may even walk the segments again.
+        unsafe { walk_chain(rq.front, |d| emit(d.buf.as_deref().unwrap_or(&[]))) };
+        emit(inline_data(rq));
+        // SAFETY: as above.
+        unsafe { walk_chain(rq.back, |d| emit(d.buf.as_deref().unwrap_or(&[]))) };
+    }
+
+    /// Calls `f(pos_bytes, buffer)` for each segment, in device order, with
+    /// the buffer to fill (reads).
+    pub fn for_each_segment_mut(&mut self, mut f: impl FnMut(u64, &mut [u8])) {
+        let rq = self.rq_mut();
+        let mut pos = rq.sector << SECTOR_SHIFT;
+        let mut emit = |data: &mut [u8]| {
+            let len = data.len() as u64;
+            f(pos, data);
+            pos += len;
+        };
+        // SAFETY: as in `for_each_segment`; `&mut self` makes it exclusive
+        // (`f` cannot reach this request while it runs).
+        unsafe { walk_chain_mut(rq.front, |d| emit(d.buf.as_deref_mut().unwrap_or(&mut []))) };
+        emit(inline_data_mut(rq));
+        // SAFETY: as above.
+        unsafe { walk_chain_mut(rq.back, |d| emit(d.buf.as_deref_mut().unwrap_or(&mut []))) };
+    }
+
+    /// A word of per-request driver state.
+    pub fn driver_data(&mut self) -> &mut u64 {
+        &mut self.rq_mut().driver_data
+    }
+
+    /// Zone append: records where the data went (the zone's write pointer
+    /// when the driver wrote it), reported in the completion.
+    pub fn set_append_sector(&mut self, sector: u64) {
+        debug_assert_eq!(self.op(), Op::ZoneAppend);
+        self.rq_mut().sector = sector;
+    }
+
+    /// Ends the request: every bio completes to its client with `status`,
+    /// and the tag is freed. Callable from any thread.
+    #[inline]
+    pub fn complete(self, status: Status) {
+        let ptr = self.ptr;
+        std::mem::forget(self);
+        // SAFETY: we consumed the unique token for this slot.
+        unsafe { Hctx::end_request(ptr, status, 0) }
+    }
+
+    /// Ends the request after a partial transfer (the kernel's
+    /// `blk_update_request` + `blk_mq_end_request`): bios that lie wholly
+    /// within the first `ok_bytes` complete with `Ok`, the rest with
+    /// `status`.
+    pub fn complete_bytes(self, ok_bytes: u64, status: Status) {
+        let status = if self.rq().nr_bios == 1 && ok_bytes >= self.len_bytes() { Status::Ok } else { status };
+        let ptr = self.ptr;
+        std::mem::forget(self);
+        // SAFETY: we consumed the unique token for this slot.
+        unsafe { Hctx::end_request(ptr, status, ok_bytes) }
+    }
+}
+
+/// The request's own bio's data: its buffer, or its view into a split
+/// parent's buffer.
+fn inline_data(rq: &Request) -> &[u8] {
+    if !rq.view.is_null() {
+        // SAFETY: a split piece views its own disjoint part of the parent
+        // bio's buffer, which the owner's bio slot keeps alive until the
+        // last piece completes; the token gives exclusive access.
+        return unsafe { std::slice::from_raw_parts(rq.view, rq.view_len) };
+    }
+    rq.buf.as_deref().unwrap_or(&[])
+}
+
+fn inline_data_mut(rq: &mut Request) -> &mut [u8] {
+    if !rq.view.is_null() {
+        // SAFETY: as in `inline_data`; `&mut` makes the access exclusive and
+        // no other piece overlaps this range.
+        return unsafe { std::slice::from_raw_parts_mut(rq.view, rq.view_len) };
+    }
+    rq.buf.as_deref_mut().unwrap_or(&mut [])
+}
+
+/// Calls `f` on each merged bio of a chain, in order, reading.
+///
+/// # Safety
+/// The caller owns the request the chain belongs to (no one writes the
+/// chain's slots meanwhile).
+unsafe fn walk_chain(mut p: *const BioSlot, mut f: impl FnMut(&crate::completion::BioSlotData)) {
+    while !p.is_null() {
+        // SAFETY: chain links point at live slots of queue-owned sinks, and
+        // the request's owner is their user (forwarded contract).
+        p = unsafe {
+            (*p).with_data(|d| {
+                f(d);
+                d.next
+            })
+        };
+    }
+}
+
+/// As `walk_chain`, with each bio's data to change.
+///
+/// # Safety
+/// The caller owns the request exclusively (`&mut`), and `f` does not reach
+/// the chain's slots.
+unsafe fn walk_chain_mut(mut p: *const BioSlot, mut f: impl FnMut(&mut crate::completion::BioSlotData)) {
+    while !p.is_null() {
+        // SAFETY: as in `walk_chain`, exclusively (forwarded contract).
+        p = unsafe {
+            (*p).with_data_mut(|d| {
+                f(d);
+                d.next
+            })
+        };
+    }
+}
+
+impl Drop for Rq {
+    fn drop(&mut self) {
+        // SAFETY: the token is being destroyed and owns the slot.
+        unsafe { Hctx::end_request(self.ptr, Status::IoErr, 0) }
+    }
+}
+
+impl fmt::Debug for Rq {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let rq = self.rq();
+        f.debug_struct("Rq")
+            .field("tag", &rq.tag)
+            .field("op", &rq.op)
+            .field("flags", &rq.flags)
+            .field("sector", &rq.sector)
+            .field("nr_sectors", &rq.nr_sectors)
+            .finish()
+    }
+}
