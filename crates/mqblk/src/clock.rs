@@ -130,7 +130,11 @@ impl Clock {
         match self.source {
             ClockSource::ClockGettime => now_ns(),
             ClockSource::Cpu => {
-                let ticks = rdtsc().wrapping_sub(self.tsc_base);
+                // Saturating: a thread on another CPU may read a TSC a
+                // little behind the calibrating one's base; wrapping would
+                // put it centuries ahead (a bench job then saw its runtime
+                // over at once and ran no I/O).
+                let ticks = rdtsc().saturating_sub(self.tsc_base);
                 self.ns_base + ((u128::from(ticks) * u128::from(self.ns_per_tick_q32)) >> 32) as u64
             }
         }
