@@ -22,6 +22,7 @@ use mqblk::Clock;
 use mqblk::{Bio, Buf, Client, ClientStats, Completion, Device, ReqFlags};
 
 use super::options::JobOptions;
+use super::pattern::{Pattern, ZoneWriter};
 use super::stats::{DirStats, Rusage};
 use super::verify::Verifier;
 
@@ -100,102 +101,6 @@ struct Slot {
     is_write: bool,
 }
 
-/// Where the next I/O goes.
-struct Pattern {
-    random: bool,
-    read_pct: u32,
-    region_start: u64,
-    region_len: u64,
-    pos: u64,
-    rng: u64,
-}
-
-impl Pattern {
-    #[inline]
-    fn next_rand(&mut self) -> u64 {
-        // xorshift64*: fast and good enough for offsets.
-        self.rng ^= self.rng >> 12;
-        self.rng ^= self.rng << 25;
-        self.rng ^= self.rng >> 27;
-        self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    #[inline]
-    fn next_is_write(&mut self) -> bool {
-        match self.read_pct {
-            100 => false,
-            0 => true,
-            pct => (self.next_rand() % 100) as u32 >= pct,
-        }
-    }
-
-    #[inline]
-    fn next_offset(&mut self, bs: u64) -> u64 {
-        if self.random {
-            let blocks = self.region_len / bs;
-            // Multiply-high maps the random word onto 0..blocks without a
-            // 64-bit division (Lemire's reduction; bias below 2^-40 here).
-            let block = ((u128::from(self.next_rand()) * u128::from(blocks)) >> 64) as u64;
-            return self.region_start + block * bs;
-        }
-        if self.pos + bs > self.region_len {
-            self.pos = 0; // wrap (time_based runs loop over the region)
-        }
-        let off = self.region_start + self.pos;
-        self.pos += bs;
-        off
-    }
-}
-
-/// fio's `zonemode=zbd` for writes: each goes to a zone's write pointer.
-/// The job owns the sequential zones inside its region (give jobs their
-/// own zones with `offset_increment`), so it tracks their write pointers
-/// itself; a zone too full for the next write is reset first.
-struct ZoneWriter {
-    /// (zone start, capacity, write pointer), bytes.
-    zones: Vec<(u64, u64, u64)>,
-    cur: usize,
-}
-
-impl ZoneWriter {
-    fn new(dev: &Device, region_start: u64, region_len: u64) -> Result<Self, String> {
-        let all = dev.report_zones(0, usize::MAX).map_err(|s| format!("zonemode=zbd: zone report failed: {s}"))?;
-        let zones: Vec<(u64, u64, u64)> = all
-            .iter()
-            .filter(|z| z.ztype == mqblk::zoned::ZoneType::SeqWriteRequired)
-            .map(|z| (z.start << 9, z.capacity << 9, (z.wp - z.start) << 9))
-            .filter(|&(start, cap, _)| start >= region_start && start + cap <= region_start + region_len)
-            .collect();
-        if zones.is_empty() {
-            return Err("zonemode=zbd: no sequential zone lies inside the job's region".into());
-        }
-        Ok(Self { zones, cur: 0 })
-    }
-
-    /// The next write's offset, and the zone to reset before it, if any.
-    fn next(&mut self, pattern: &mut Pattern, bs: u64) -> (u64, Option<u64>) {
-        let n = self.zones.len();
-        let fits = |z: &(u64, u64, u64)| z.2 + bs <= z.1;
-        let z = if pattern.random {
-            (pattern.next_rand() % n as u64) as usize
-        } else {
-            if !fits(&self.zones[self.cur]) {
-                self.cur = (self.cur + 1) % n; // sequential: on to the next zone
-            }
-            self.cur
-        };
-        let mut reset = None;
-        if !fits(&self.zones[z]) {
-            reset = Some(self.zones[z].0);
-            self.zones[z].2 = 0;
-        }
-        let (start, _, wp) = &mut self.zones[z];
-        let off = *start + *wp;
-        *wp += bs;
-        (off, reset)
-    }
-}
-
 /// Runs one job to completion on the calling thread.
 pub fn run_job(
     opts: &JobOptions,
@@ -206,6 +111,19 @@ pub fn run_job(
     ctrl: &Control,
     live: &Live,
 ) -> Result<JobResult, String> {
+    let (offset, region_len) = job_region(opts, dev, job_index)?;
+    if opts.startdelay_ns > 0 && !start_delay(opts.startdelay_ns, ctrl) {
+        return Ok(JobResult::empty());
+    }
+    let mut job = JobLoop::new(opts, dev, fixed, clock, job_index, live, offset, region_len)?;
+    let mut client = dev.client_with_capacity(job.depth);
+    job.start(ctrl);
+    job.run(&mut client, ctrl)?;
+    job.finish(client)
+}
+
+/// The job's region of the device: (offset, length), bytes.
+fn job_region(opts: &JobOptions, dev: &Device, job_index: usize) -> Result<(u64, u64), String> {
     let capacity = dev.limits().capacity_bytes;
     let offset = opts.offset.saturating_add((job_index as u64).saturating_mul(opts.offset_increment));
     if offset >= capacity {
@@ -216,50 +134,401 @@ pub fn run_job(
     if region_len < max_bs {
         return Err(format!("job '{}': size {region_len} is smaller than the block size {max_bs}", opts.name));
     }
-    let read_pct = opts.rw.read_pct(opts.rwmixread);
-    let mut pattern = Pattern {
-        random: opts.rw.is_random(),
-        read_pct,
-        region_start: offset,
-        region_len,
-        pos: 0,
-        rng: opts.randseed.wrapping_add((job_index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1,
-    };
-    let depth = opts.effective_iodepth();
-    // Writes are sync (O_DIRECT) unless the job is async (writeback).
-    let hipri = if opts.hipri { ReqFlags::HIPRI } else { ReqFlags::NONE };
-    let write_flags = if opts.mqblk_async { ReqFlags::NONE } else { ReqFlags::SYNC } | hipri;
-    if opts.startdelay_ns > 0 && !start_delay(opts.startdelay_ns, ctrl) {
-        return Ok(JobResult::empty());
+    Ok((offset, region_len))
+}
+
+/// One job's I/O loop: its settings, fixed for the run, the per-I/O slots
+/// and buffers, allocated before it, and what it measured. The loop's
+/// steps are methods on it, all inlined into `run`, so per-I/O state stays
+/// in registers as if the loop were one function.
+struct JobLoop<'a> {
+    opts: &'a JobOptions,
+    clock: Clock,
+    live: &'a Live,
+    depth: usize,
+    /// I/Os submitted per chunk (`iodepth_batch_submit`, 0: `iodepth`).
+    batch: usize,
+    complete_min: usize,
+    complete_max: usize,
+    /// Clock reads per I/O (not `gtod_reduce`).
+    timed: bool,
+    io_limit_bytes: u64,
+    io_limit_count: u64,
+    hipri: ReqFlags,
+    write_flags: ReqFlags,
+    pattern: Pattern,
+    zone_writer: Option<ZoneWriter>,
+    verifier: Option<Verifier>,
+    /// Indexed by an I/O's `user_data`.
+    slots: Vec<Slot>,
+    read_bufs: Vec<Option<Buf>>,
+    write_bufs: Vec<Option<Buf>>,
+    /// Slots not in flight.
+    free: Vec<u32>,
+    /// One reap's completions.
+    done: Vec<Completion>,
+    read: DirStats,
+    write: DirStats,
+    measuring: bool,
+    start_ns: u64,
+    start_ru: Rusage,
+    issued_bytes: u64,
+    issued_ios: u64,
+    total_ios: u64,
+    /// First error's errno (0: none).
+    error: i32,
+}
+
+impl<'a> JobLoop<'a> {
+    /// fio's job setup: the offset pattern, the zones and verifier, and
+    /// every slot's buffers.
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        opts: &'a JobOptions,
+        dev: &Device,
+        fixed: Option<&mqblk::FixedBufs>,
+        clock: Clock,
+        job_index: usize,
+        live: &'a Live,
+        offset: u64,
+        region_len: u64,
+    ) -> Result<Self, String> {
+        let read_pct = opts.rw.read_pct(opts.rwmixread);
+        let pattern = Pattern {
+            random: opts.rw.is_random(),
+            read_pct,
+            region_start: offset,
+            region_len,
+            pos: 0,
+            rng: opts.randseed.wrapping_add((job_index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1,
+        };
+        let depth = opts.effective_iodepth();
+        // Writes are sync (O_DIRECT) unless the job is async (writeback).
+        let hipri = if opts.hipri { ReqFlags::HIPRI } else { ReqFlags::NONE };
+        let write_flags = if opts.mqblk_async { ReqFlags::NONE } else { ReqFlags::SYNC } | hipri;
+        let zone_writer = new_zone_writer(opts, dev, offset, region_len)?;
+        let verifier = new_verifier(opts, read_pct, offset, region_len)?;
+        let (read_bufs, write_bufs) = slot_buffers(opts, fixed, depth, read_pct, job_index);
+        Ok(Self {
+            opts,
+            clock,
+            live,
+            depth,
+            // fio: iodepth_batch_submit=0 means iodepth.
+            batch: if opts.iodepth_batch_submit == 0 { depth } else { opts.iodepth_batch_submit },
+            complete_min: opts.iodepth_batch_complete_min.max(1),
+            complete_max: opts.complete_max(),
+            timed: !opts.gtod_reduce,
+            io_limit_bytes: if opts.time_based { u64::MAX } else { region_len },
+            io_limit_count: if opts.number_ios == 0 { u64::MAX } else { opts.number_ios },
+            hipri,
+            write_flags,
+            pattern,
+            zone_writer,
+            verifier,
+            slots: vec![Slot::default(); depth],
+            read_bufs,
+            write_bufs,
+            free: (0..depth as u32).rev().collect(),
+            done: Vec::with_capacity(depth),
+            read: DirStats::default(),
+            write: DirStats::default(),
+            measuring: false,
+            start_ns: 0,
+            start_ru: Rusage::default(),
+            issued_bytes: 0,
+            issued_ios: 0,
+            total_ios: 0,
+            error: 0,
+        })
     }
-    let mut zone_writer = match opts.zonemode_zbd {
-        true if dev.limits().zoned.is_none() => {
-            return Err(format!("job '{}': zonemode=zbd on a device that is not zoned", opts.name))
+
+    /// Starts the clocks; measuring from now unless the run is ramping.
+    fn start(&mut self, ctrl: &Control) {
+        self.measuring = ctrl.phase.load(Ordering::Acquire) != PHASE_RAMP;
+        self.start_ns = self.clock.now_ns();
+        self.start_ru = Rusage::thread_now();
+        self.live.measuring.store(self.measuring, Ordering::Release);
+    }
+
+    /// fio's `do_io`: fill the queue, reap, until the job's limits or the
+    /// run's end, then wait out what is in flight.
+    fn run(&mut self, client: &mut Client, ctrl: &Control) -> Result<(), String> {
+        loop {
+            let phase = ctrl.phase.load(Ordering::Acquire);
+            if !self.measuring && phase != PHASE_RAMP {
+                self.end_ramp();
+            }
+            let can_issue = phase != PHASE_STOP && self.error == 0 && self.below_limits();
+            if can_issue {
+                self.fill_queue(client)?;
+            }
+            let in_flight = client.in_flight();
+            if in_flight == 0 {
+                if can_issue {
+                    continue;
+                }
+                break;
+            }
+            self.reap(client, in_flight)?;
+            self.publish();
         }
-        true => Some(ZoneWriter::new(dev, offset, region_len).map_err(|e| format!("job '{}': {e}", opts.name))?),
-        false => None,
-    };
-    let mut verifier = match opts.verify && read_pct < 100 {
+        Ok(())
+    }
+
+    /// Ramp over: forget what was measured, start the clock now.
+    #[cold]
+    fn end_ramp(&mut self) {
+        self.read = DirStats::default();
+        self.write = DirStats::default();
+        self.total_ios = 0;
+        self.measuring = true;
+        self.start_ns = self.clock.now_ns();
+        self.start_ru = Rusage::thread_now();
+        self.live.measuring.store(true, Ordering::Release);
+    }
+
+    /// The job may issue more: below `size` (unless `time_based`) and
+    /// `number_ios`.
+    #[inline(always)]
+    fn below_limits(&self) -> bool {
+        self.issued_bytes < self.io_limit_bytes && self.issued_ios < self.io_limit_count
+    }
+
+    /// Fills the queue to `iodepth` in chunks of up to `batch` I/Os.
+    #[inline(always)]
+    fn fill_queue(&mut self, client: &mut Client) -> Result<(), String> {
+        while client.in_flight() < self.depth && self.below_limits() {
+            if self.submit_chunk(client)? == 0 {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// One chunk (an io_submit call): under one plug, each I/O under its
+    /// own inner plug when `plug_per_io` (the kernel's direct-I/O path).
+    /// Returns how many I/Os it submitted.
+    #[inline(always)]
+    fn submit_chunk(&mut self, client: &mut Client) -> Result<usize, String> {
+        // The plug's nr_ios hint is what this chunk will really submit
+        // (io_submit passes its own count), so no tags are batched that
+        // the chunk cannot use.
+        let chunk = self.batch.min(self.depth - client.in_flight()).min(self.free.len());
+        // Like io_submit and io_uring, plug only a chunk of more than
+        // AIO_PLUG_THRESHOLD I/Os: a plug cannot help one or two.
+        let plugged = self.opts.plug && chunk > AIO_PLUG_THRESHOLD;
+        let mut outer;
+        let c: &mut Client = if plugged {
+            outer = client.plug_nr_ios(chunk as u32);
+            &mut outer
+        } else {
+            client
+        };
+        let mut prev: Option<u32> = None;
+        let mut in_chunk = 0;
+        while in_chunk < self.batch && c.in_flight() < self.depth && self.below_limits() {
+            let Some(idx) = self.free.pop() else { break };
+            self.submit_one(c, idx, prev, plugged)?;
+            prev = Some(idx);
+            in_chunk += 1;
+        }
+        if in_chunk > 0 && self.timed {
+            close_slat(&self.clock, &mut self.slots, prev);
+        }
+        Ok(in_chunk)
+    }
+
+    /// Issues one I/O in slot `idx`; its clock read closes the previous
+    /// I/O's (`prev`) submission latency.
+    #[inline(always)]
+    fn submit_one(&mut self, c: &mut Client, idx: u32, prev: Option<u32>, plugged: bool) -> Result<(), String> {
+        let is_write = self.pattern.next_is_write();
+        let bs = if is_write { self.opts.bs_write } else { self.opts.bs_read };
+        let offset = self.next_offset(c, is_write, bs)?;
+        let bio = self.prep_bio(idx, is_write, offset);
+        let t = if self.timed { self.clock.now_ns() } else { 0 };
+        if let Some(p) = prev {
+            self.slots[p as usize].slat_ns = t - self.slots[p as usize].issue_ns;
+        }
+        self.slots[idx as usize] = Slot { issue_ns: t, slat_ns: 0, offset, is_write };
+        let submitted = if plugged && self.opts.plug_per_io {
+            c.plug().submit(bio, u64::from(idx))
+        } else {
+            c.submit(bio, u64::from(idx))
+        };
+        if let Err(rejected) = submitted {
+            return Err(format!("job '{}': submit failed: {}", self.opts.name, rejected.error));
+        }
+        self.issued_bytes += bs;
+        self.issued_ios += 1;
+        Ok(())
+    }
+
+    /// The next I/O's offset: a zone's write pointer for a `zonemode=zbd`
+    /// write (resetting a full zone first), else the job's pattern.
+    #[inline(always)]
+    fn next_offset(&mut self, c: &mut Client, is_write: bool, bs: u64) -> Result<u64, String> {
+        match self.zone_writer.as_mut() {
+            Some(zw) if is_write => {
+                let (offset, reset) = zw.next(&mut self.pattern, bs);
+                if let Some(zone) = reset {
+                    let reset = Bio::zone_mgmt(mqblk::zoned::ZoneMgmt::Reset, zone);
+                    c.submit_and_wait(reset).map_err(|e| format!("job '{}': zone reset: {e}", self.opts.name))?;
+                }
+                Ok(offset)
+            }
+            _ => Ok(self.pattern.next_offset(bs)),
+        }
+    }
+
+    /// The bio for slot `idx`, with its buffer (a write's filled for
+    /// verify).
+    #[inline(always)]
+    fn prep_bio(&mut self, idx: u32, is_write: bool, offset: u64) -> Bio {
+        if is_write {
+            let mut buf = self.write_bufs[idx as usize].take().expect("slot owns its write buffer");
+            if let Some(v) = self.verifier.as_mut() {
+                v.fill(&mut buf, offset);
+            }
+            Bio::write(offset, buf).with_flags(self.write_flags)
+        } else {
+            Bio::read(offset, self.read_bufs[idx as usize].take().expect("slot owns its read buffer"))
+                .with_flags(self.hipri)
+        }
+        .with_ioprio(self.opts.ioprio)
+    }
+
+    /// Reaps at least `iodepth_batch_complete_min` (at most what is in
+    /// flight) and at most `iodepth_batch_complete_max` completions; one
+    /// clock read stamps them all.
+    #[inline(always)]
+    fn reap(&mut self, client: &mut Client, in_flight: usize) -> Result<(), String> {
+        let min = self.complete_min.min(in_flight);
+        self.done.clear();
+        client
+            .do_io(&mut self.done, min, self.complete_max, None)
+            .map_err(|e| format!("job '{}': do_io: {e}", self.opts.name))?;
+        let now = if self.timed { self.clock.now_ns() } else { 0 };
+        // Taken out for the loop (no allocation: an empty Vec) so that
+        // `account` may borrow the rest of the job.
+        let mut done = std::mem::take(&mut self.done);
+        for c in done.drain(..) {
+            self.account(c, now);
+        }
+        self.done = done;
+        Ok(())
+    }
+
+    /// Accounts one completion (fio's `io_completed`): its direction's
+    /// stats and latencies or the job's first error, the verifier's map,
+    /// and the slot and its buffer free again.
+    #[inline(always)]
+    fn account(&mut self, c: Completion, now: u64) {
+        let idx = c.user_data as usize;
+        let slot = self.slots[idx];
+        let stats = if slot.is_write { &mut self.write } else { &mut self.read };
+        let bs = if slot.is_write { self.opts.bs_write } else { self.opts.bs_read };
+        if c.status.is_ok() {
+            if let (true, Some(v)) = (slot.is_write, self.verifier.as_mut()) {
+                v.written(slot.offset);
+            }
+            stats.ios += 1;
+            stats.bytes += bs;
+            if self.timed {
+                let clat = now.saturating_sub(slot.issue_ns + slot.slat_ns);
+                stats.record_latency(slot.slat_ns, clat);
+            }
+        } else {
+            stats.errors += 1;
+            if self.error == 0 {
+                self.error = c.status.errno();
+            }
+        }
+        let buf = c.buf.expect("data I/O completions carry their buffer");
+        if slot.is_write {
+            self.write_bufs[idx] = Some(buf);
+        } else {
+            self.read_bufs[idx] = Some(buf);
+        }
+        self.free.push(idx as u32);
+        self.total_ios += 1;
+    }
+
+    /// Publishes progress for the progress bar and bandwidth samples.
+    #[inline(always)]
+    fn publish(&self) {
+        self.live.ios.store(self.total_ios, Ordering::Relaxed);
+        self.live.read_bytes.store(self.read.bytes, Ordering::Relaxed);
+        self.live.write_bytes.store(self.write.bytes, Ordering::Relaxed);
+    }
+
+    /// Stops the clocks, verifies (fio does so after the job's writes,
+    /// outside its measurements) and gathers the result.
+    fn finish(mut self, mut client: Client) -> Result<JobResult, String> {
+        let elapsed_ns = self.clock.now_ns() - self.start_ns;
+        let rusage = Rusage::thread_now().since(&self.start_ru);
+        if let Some(v) = &self.verifier {
+            if self.error == 0 {
+                let bufs = self.write_bufs.drain(..).flatten().collect();
+                v.run(&mut client, bufs).map_err(|e| format!("job '{}': verify: {e}", self.opts.name))?;
+            }
+        }
+        Ok(JobResult {
+            read: self.read,
+            write: self.write,
+            elapsed_ns,
+            rusage,
+            client: client.stats(),
+            error: self.error,
+        })
+    }
+}
+
+/// fio's `zonemode=zbd`: the job's zones, if set.
+fn new_zone_writer(
+    opts: &JobOptions,
+    dev: &Device,
+    offset: u64,
+    region_len: u64,
+) -> Result<Option<ZoneWriter>, String> {
+    match opts.zonemode_zbd {
+        true if dev.limits().zoned.is_none() => {
+            Err(format!("job '{}': zonemode=zbd on a device that is not zoned", opts.name))
+        }
+        true => Ok(Some(ZoneWriter::new(dev, offset, region_len).map_err(|e| format!("job '{}': {e}", opts.name))?)),
+        false => Ok(None),
+    }
+}
+
+/// fio's `verify`, for a job that writes.
+fn new_verifier(opts: &JobOptions, read_pct: u32, offset: u64, region_len: u64) -> Result<Option<Verifier>, String> {
+    match opts.verify && read_pct < 100 {
         true if opts.zonemode_zbd => {
-            return Err(format!(
-                "job '{}': verify with zonemode=zbd is not supported (zone resets erase blocks)",
-                opts.name
-            ))
+            Err(format!("job '{}': verify with zonemode=zbd is not supported (zone resets erase blocks)", opts.name))
         }
         true => {
-            Some(Verifier::new(offset, region_len, opts.bs_write).map_err(|e| format!("job '{}': {e}", opts.name))?)
+            Ok(Some(Verifier::new(offset, region_len, opts.bs_write).map_err(|e| format!("job '{}': {e}", opts.name))?))
         }
-        false => None,
-    };
-    let mut client = dev.client_with_capacity(depth);
-    let mut slots = vec![Slot::default(); depth];
-    // Buffers of our own, or slots of the registered pool (fixedbufs=1).
+        false => Ok(None),
+    }
+}
+
+/// Each slot's read and write buffers (those the job's mix uses): of our
+/// own, or slots of the registered pool (`fixedbufs=1`).
+fn slot_buffers(
+    opts: &JobOptions,
+    fixed: Option<&mqblk::FixedBufs>,
+    depth: usize,
+    read_pct: u32,
+    job_index: usize,
+) -> (Vec<Option<Buf>>, Vec<Option<Buf>>) {
     let new_buf = |len: u64| match fixed {
         Some(pool) => pool.take(len as usize).expect("the fixedbufs pool has a slot for every job buffer"),
         None => Buf::new(len as usize),
     };
-    let mut read_bufs: Vec<Option<Buf>> = (0..depth).map(|_| (read_pct > 0).then(|| new_buf(opts.bs_read))).collect();
-    let mut write_bufs: Vec<Option<Buf>> = (0..depth)
+    let read_bufs: Vec<Option<Buf>> = (0..depth).map(|_| (read_pct > 0).then(|| new_buf(opts.bs_read))).collect();
+    let write_bufs: Vec<Option<Buf>> = (0..depth)
         .map(|_| {
             (read_pct < 100).then(|| {
                 let mut b = new_buf(opts.bs_write);
@@ -268,173 +537,7 @@ pub fn run_job(
             })
         })
         .collect();
-    let mut free: Vec<u32> = (0..depth as u32).rev().collect();
-    let mut done: Vec<Completion> = Vec::with_capacity(depth);
-
-    let io_limit_bytes = if opts.time_based { u64::MAX } else { region_len };
-    let io_limit_count = if opts.number_ios == 0 { u64::MAX } else { opts.number_ios };
-    // fio: iodepth_batch_submit=0 means iodepth.
-    let batch = if opts.iodepth_batch_submit == 0 { depth } else { opts.iodepth_batch_submit };
-    let complete_min = opts.iodepth_batch_complete_min.max(1);
-    let complete_max = opts.complete_max();
-    let timed = !opts.gtod_reduce;
-
-    let mut read = DirStats::default();
-    let mut write = DirStats::default();
-    let mut measuring = ctrl.phase.load(Ordering::Acquire) != PHASE_RAMP;
-    let mut start_ns = clock.now_ns();
-    let mut start_ru = Rusage::thread_now();
-    live.measuring.store(measuring, Ordering::Release);
-    let (mut issued_bytes, mut issued_ios, mut total_ios) = (0u64, 0u64, 0u64);
-    let mut error = 0;
-
-    loop {
-        let phase = ctrl.phase.load(Ordering::Acquire);
-        if !measuring && phase != PHASE_RAMP {
-            // Ramp over: forget what was measured, start the clock now.
-            read = DirStats::default();
-            write = DirStats::default();
-            total_ios = 0;
-            measuring = true;
-            start_ns = clock.now_ns();
-            start_ru = Rusage::thread_now();
-            live.measuring.store(true, Ordering::Release);
-        }
-        let can_issue =
-            phase != PHASE_STOP && error == 0 && issued_bytes < io_limit_bytes && issued_ios < io_limit_count;
-        if can_issue {
-            // Chunks of up to `batch` I/Os, each under one plug (an
-            // io_submit call's plug), each I/O under its own inner plug
-            // when `plug_per_io` (the kernel's direct-I/O path).
-            while client.in_flight() < depth && issued_bytes < io_limit_bytes && issued_ios < io_limit_count {
-                // The plug's nr_ios hint is what this chunk will really
-                // submit (io_submit passes its own count), so no tags are
-                // batched that the chunk cannot use.
-                let chunk = batch.min(depth - client.in_flight()).min(free.len());
-                // Like io_submit and io_uring, plug only a chunk of more
-                // than AIO_PLUG_THRESHOLD I/Os: a plug cannot help one or two.
-                let plugged = opts.plug && chunk > AIO_PLUG_THRESHOLD;
-                let mut outer;
-                let c: &mut Client = if plugged {
-                    outer = client.plug_nr_ios(chunk as u32);
-                    &mut outer
-                } else {
-                    &mut client
-                };
-                let mut prev: Option<u32> = None;
-                let mut in_chunk = 0;
-                while in_chunk < batch
-                    && c.in_flight() < depth
-                    && issued_bytes < io_limit_bytes
-                    && issued_ios < io_limit_count
-                {
-                    let Some(idx) = free.pop() else { break };
-                    let is_write = pattern.next_is_write();
-                    let bs = if is_write { opts.bs_write } else { opts.bs_read };
-                    let offset = match zone_writer.as_mut() {
-                        Some(zw) if is_write => {
-                            let (offset, reset) = zw.next(&mut pattern, bs);
-                            if let Some(zone) = reset {
-                                let reset = Bio::zone_mgmt(mqblk::zoned::ZoneMgmt::Reset, zone);
-                                c.submit_and_wait(reset)
-                                    .map_err(|e| format!("job '{}': zone reset: {e}", opts.name))?;
-                            }
-                            offset
-                        }
-                        _ => pattern.next_offset(bs),
-                    };
-                    let bio = if is_write {
-                        let mut buf = write_bufs[idx as usize].take().expect("slot owns its write buffer");
-                        if let Some(v) = verifier.as_mut() {
-                            v.fill(&mut buf, offset);
-                        }
-                        Bio::write(offset, buf).with_flags(write_flags)
-                    } else {
-                        Bio::read(offset, read_bufs[idx as usize].take().expect("slot owns its read buffer"))
-                            .with_flags(hipri)
-                    }
-                    .with_ioprio(opts.ioprio);
-                    let t = if timed { clock.now_ns() } else { 0 };
-                    if let Some(p) = prev {
-                        slots[p as usize].slat_ns = t - slots[p as usize].issue_ns;
-                    }
-                    slots[idx as usize] = Slot { issue_ns: t, slat_ns: 0, offset, is_write };
-                    let submitted = if plugged && opts.plug_per_io {
-                        c.plug().submit(bio, u64::from(idx))
-                    } else {
-                        c.submit(bio, u64::from(idx))
-                    };
-                    if let Err(rejected) = submitted {
-                        return Err(format!("job '{}': submit failed: {}", opts.name, rejected.error));
-                    }
-                    prev = Some(idx);
-                    issued_bytes += bs;
-                    issued_ios += 1;
-                    in_chunk += 1;
-                }
-                if in_chunk == 0 {
-                    break;
-                }
-                if timed {
-                    close_slat(&clock, &mut slots, prev);
-                }
-            }
-        }
-        let in_flight = client.in_flight();
-        if in_flight == 0 {
-            if can_issue {
-                continue;
-            }
-            break;
-        }
-        let min = complete_min.min(in_flight);
-        done.clear();
-        client.do_io(&mut done, min, complete_max, None).map_err(|e| format!("job '{}': do_io: {e}", opts.name))?;
-        let now = if timed { clock.now_ns() } else { 0 };
-        for c in done.drain(..) {
-            let idx = c.user_data as usize;
-            let slot = slots[idx];
-            let stats = if slot.is_write { &mut write } else { &mut read };
-            let bs = if slot.is_write { opts.bs_write } else { opts.bs_read };
-            if c.status.is_ok() {
-                if let (true, Some(v)) = (slot.is_write, verifier.as_mut()) {
-                    v.written(slot.offset);
-                }
-                stats.ios += 1;
-                stats.bytes += bs;
-                if timed {
-                    let clat = now.saturating_sub(slot.issue_ns + slot.slat_ns);
-                    stats.record_latency(slot.slat_ns, clat);
-                }
-            } else {
-                stats.errors += 1;
-                if error == 0 {
-                    error = c.status.errno();
-                }
-            }
-            let buf = c.buf.expect("data I/O completions carry their buffer");
-            if slot.is_write {
-                write_bufs[idx] = Some(buf);
-            } else {
-                read_bufs[idx] = Some(buf);
-            }
-            free.push(idx as u32);
-            total_ios += 1;
-        }
-        live.ios.store(total_ios, Ordering::Relaxed);
-        live.read_bytes.store(read.bytes, Ordering::Relaxed);
-        live.write_bytes.store(write.bytes, Ordering::Relaxed);
-    }
-    let elapsed_ns = clock.now_ns() - start_ns;
-    let rusage = Rusage::thread_now().since(&start_ru);
-    // fio verifies after the job's writes, outside its measurements.
-    if let Some(v) = &verifier {
-        if error == 0 {
-            let bufs = write_bufs.drain(..).flatten().collect();
-            v.run(&mut client, bufs).map_err(|e| format!("job '{}': verify: {e}", opts.name))?;
-        }
-    }
-    Ok(JobResult { read, write, elapsed_ns, rusage, client: client.stats(), error })
+    (read_bufs, write_bufs)
 }
 
 /// Sleeps for fio's `startdelay`; false if the run stopped meanwhile.

@@ -7,6 +7,7 @@
 pub mod cpus;
 pub mod job;
 pub mod options;
+mod pattern;
 pub mod report;
 pub mod stats;
 pub mod values;
