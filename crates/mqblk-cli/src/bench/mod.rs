@@ -7,8 +7,10 @@
 pub mod cpus;
 pub mod job;
 pub mod options;
+mod parse;
 mod pattern;
 pub mod report;
+mod setter;
 pub mod stats;
 pub mod values;
 pub mod verify;
