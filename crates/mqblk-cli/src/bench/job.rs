@@ -115,11 +115,28 @@ pub fn run_job(
     if opts.startdelay_ns > 0 && !start_delay(opts.startdelay_ns, ctrl) {
         return Ok(JobResult::empty());
     }
-    let mut job = JobLoop::new(opts, dev, fixed, clock, job_index, live, offset, region_len)?;
+    let job = JobLoop::new(opts, clock, live, region_len);
+    let read_pct = opts.rw.read_pct(opts.rwmixread);
+    let mut progress = Progress {
+        pattern: Pattern {
+            random: opts.rw.is_random(),
+            read_pct,
+            region_start: offset,
+            region_len,
+            pos: 0,
+            rng: opts.randseed.wrapping_add((job_index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1,
+        },
+        issued_bytes: 0,
+        issued_ios: 0,
+        total_ios: 0,
+        error: 0,
+        measuring: false,
+    };
+    let mut io = IoState::new(opts, dev, fixed, job.depth, read_pct, job_index, offset, region_len)?;
     let mut client = dev.client_with_capacity(job.depth);
-    job.start(ctrl);
-    job.run(&mut client, ctrl)?;
-    job.finish(client)
+    job.start(ctrl, &mut io, &mut progress);
+    job.run(&mut client, ctrl, &mut io, &mut progress)?;
+    job.finish(client, io, &progress)
 }
 
 /// The job's region of the device: (offset, length), bytes.
@@ -137,10 +154,12 @@ fn job_region(opts: &JobOptions, dev: &Device, job_index: usize) -> Result<(u64,
     Ok((offset, region_len))
 }
 
-/// One job's I/O loop: its settings, fixed for the run, the per-I/O slots
-/// and buffers, allocated before it, and what it measured. The loop's
-/// steps are methods on it, all inlined into `run`, so per-I/O state stays
-/// in registers as if the loop were one function.
+/// One job's I/O loop: fio's `do_io`. Its settings, fixed for the run,
+/// are read through `&self`; what changes per I/O is split in two, passed
+/// by `&mut`: `IoState` (slots, buffers, stats: handed to calls outside
+/// the loop) and `Progress` (the pattern and counters: touched only by
+/// the loop's inlined steps, so they stay in registers). Every step is
+/// inlined into `run`.
 struct JobLoop<'a> {
     opts: &'a JobOptions,
     clock: Clock,
@@ -156,7 +175,11 @@ struct JobLoop<'a> {
     io_limit_count: u64,
     hipri: ReqFlags,
     write_flags: ReqFlags,
-    pattern: Pattern,
+}
+
+/// Per-I/O slots and buffers, allocated before the run, and what the job
+/// measured.
+struct IoState {
     zone_writer: Option<ZoneWriter>,
     verifier: Option<Verifier>,
     /// Indexed by an I/O's `user_data`.
@@ -165,51 +188,61 @@ struct JobLoop<'a> {
     write_bufs: Vec<Option<Buf>>,
     /// Slots not in flight.
     free: Vec<u32>,
-    /// One reap's completions.
-    done: Vec<Completion>,
-    read: DirStats,
-    write: DirStats,
-    measuring: bool,
+    /// Reads' and writes' measurements, indexed by `is_write`: one array
+    /// (not two fields) so that accounting selects its base address once.
+    stats: [DirStats; 2],
     start_ns: u64,
     start_ru: Rusage,
+}
+
+/// Where the job is: its offset pattern and counts.
+struct Progress {
+    pattern: Pattern,
     issued_bytes: u64,
     issued_ios: u64,
     total_ios: u64,
     /// First error's errno (0: none).
     error: i32,
+    measuring: bool,
 }
 
-impl<'a> JobLoop<'a> {
-    /// fio's job setup: the offset pattern, the zones and verifier, and
-    /// every slot's buffers.
+impl IoState {
+    /// fio's job setup: the zones and verifier, and every slot's buffers.
     #[allow(clippy::too_many_arguments)]
     fn new(
-        opts: &'a JobOptions,
+        opts: &JobOptions,
         dev: &Device,
         fixed: Option<&mqblk::FixedBufs>,
-        clock: Clock,
+        depth: usize,
+        read_pct: u32,
         job_index: usize,
-        live: &'a Live,
         offset: u64,
         region_len: u64,
     ) -> Result<Self, String> {
-        let read_pct = opts.rw.read_pct(opts.rwmixread);
-        let pattern = Pattern {
-            random: opts.rw.is_random(),
-            read_pct,
-            region_start: offset,
-            region_len,
-            pos: 0,
-            rng: opts.randseed.wrapping_add((job_index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1,
-        };
-        let depth = opts.effective_iodepth();
-        // Writes are sync (O_DIRECT) unless the job is async (writeback).
-        let hipri = if opts.hipri { ReqFlags::HIPRI } else { ReqFlags::NONE };
-        let write_flags = if opts.mqblk_async { ReqFlags::NONE } else { ReqFlags::SYNC } | hipri;
         let zone_writer = new_zone_writer(opts, dev, offset, region_len)?;
         let verifier = new_verifier(opts, read_pct, offset, region_len)?;
         let (read_bufs, write_bufs) = slot_buffers(opts, fixed, depth, read_pct, job_index);
         Ok(Self {
+            zone_writer,
+            verifier,
+            slots: vec![Slot::default(); depth],
+            read_bufs,
+            write_bufs,
+            free: (0..depth as u32).rev().collect(),
+            stats: [DirStats::default(), DirStats::default()],
+            start_ns: 0,
+            start_ru: Rusage::default(),
+        })
+    }
+}
+
+impl<'a> JobLoop<'a> {
+    fn new(opts: &'a JobOptions, clock: Clock, live: &'a Live, region_len: u64) -> Self {
+        let depth = opts.effective_iodepth();
+        // Writes are sync (O_DIRECT) unless the job is async (writeback).
+        let hipri = if opts.hipri { ReqFlags::HIPRI } else { ReqFlags::NONE };
+        let write_flags = if opts.mqblk_async { ReqFlags::NONE } else { ReqFlags::SYNC } | hipri;
+        Self {
             opts,
             clock,
             live,
@@ -223,45 +256,34 @@ impl<'a> JobLoop<'a> {
             io_limit_count: if opts.number_ios == 0 { u64::MAX } else { opts.number_ios },
             hipri,
             write_flags,
-            pattern,
-            zone_writer,
-            verifier,
-            slots: vec![Slot::default(); depth],
-            read_bufs,
-            write_bufs,
-            free: (0..depth as u32).rev().collect(),
-            done: Vec::with_capacity(depth),
-            read: DirStats::default(),
-            write: DirStats::default(),
-            measuring: false,
-            start_ns: 0,
-            start_ru: Rusage::default(),
-            issued_bytes: 0,
-            issued_ios: 0,
-            total_ios: 0,
-            error: 0,
-        })
+        }
     }
 
     /// Starts the clocks; measuring from now unless the run is ramping.
-    fn start(&mut self, ctrl: &Control) {
-        self.measuring = ctrl.phase.load(Ordering::Acquire) != PHASE_RAMP;
-        self.start_ns = self.clock.now_ns();
-        self.start_ru = Rusage::thread_now();
-        self.live.measuring.store(self.measuring, Ordering::Release);
+    fn start(&self, ctrl: &Control, io: &mut IoState, p: &mut Progress) {
+        p.measuring = ctrl.phase.load(Ordering::Acquire) != PHASE_RAMP;
+        io.start_ns = self.clock.now_ns();
+        io.start_ru = Rusage::thread_now();
+        self.live.measuring.store(p.measuring, Ordering::Release);
     }
 
     /// fio's `do_io`: fill the queue, reap, until the job's limits or the
-    /// run's end, then wait out what is in flight.
-    fn run(&mut self, client: &mut Client, ctrl: &Control) -> Result<(), String> {
+    /// run's end, then wait out what is in flight. Inlined into `run_job`,
+    /// so that the job's state is in `run_job`'s frame (addressed from the
+    /// stack pointer or kept in registers, as when the loop was one
+    /// function) rather than behind pointers.
+    #[inline(always)]
+    fn run(&self, client: &mut Client, ctrl: &Control, io: &mut IoState, p: &mut Progress) -> Result<(), String> {
+        // One reap's completions.
+        let mut done: Vec<Completion> = Vec::with_capacity(self.depth);
         loop {
             let phase = ctrl.phase.load(Ordering::Acquire);
-            if !self.measuring && phase != PHASE_RAMP {
-                self.end_ramp();
+            if !p.measuring && phase != PHASE_RAMP {
+                self.end_ramp(io, p);
             }
-            let can_issue = phase != PHASE_STOP && self.error == 0 && self.below_limits();
+            let can_issue = phase != PHASE_STOP && p.error == 0 && self.below_limits(p);
             if can_issue {
-                self.fill_queue(client)?;
+                self.fill_queue(client, io, p)?;
             }
             let in_flight = client.in_flight();
             if in_flight == 0 {
@@ -270,36 +292,35 @@ impl<'a> JobLoop<'a> {
                 }
                 break;
             }
-            self.reap(client, in_flight)?;
-            self.publish();
+            self.reap(client, &mut done, in_flight, io, p)?;
+            self.publish(io, p);
         }
         Ok(())
     }
 
     /// Ramp over: forget what was measured, start the clock now.
     #[cold]
-    fn end_ramp(&mut self) {
-        self.read = DirStats::default();
-        self.write = DirStats::default();
-        self.total_ios = 0;
-        self.measuring = true;
-        self.start_ns = self.clock.now_ns();
-        self.start_ru = Rusage::thread_now();
+    fn end_ramp(&self, io: &mut IoState, p: &mut Progress) {
+        io.stats = [DirStats::default(), DirStats::default()];
+        p.total_ios = 0;
+        p.measuring = true;
+        io.start_ns = self.clock.now_ns();
+        io.start_ru = Rusage::thread_now();
         self.live.measuring.store(true, Ordering::Release);
     }
 
     /// The job may issue more: below `size` (unless `time_based`) and
     /// `number_ios`.
     #[inline(always)]
-    fn below_limits(&self) -> bool {
-        self.issued_bytes < self.io_limit_bytes && self.issued_ios < self.io_limit_count
+    fn below_limits(&self, p: &Progress) -> bool {
+        p.issued_bytes < self.io_limit_bytes && p.issued_ios < self.io_limit_count
     }
 
     /// Fills the queue to `iodepth` in chunks of up to `batch` I/Os.
     #[inline(always)]
-    fn fill_queue(&mut self, client: &mut Client) -> Result<(), String> {
-        while client.in_flight() < self.depth && self.below_limits() {
-            if self.submit_chunk(client)? == 0 {
+    fn fill_queue(&self, client: &mut Client, io: &mut IoState, p: &mut Progress) -> Result<(), String> {
+        while client.in_flight() < self.depth && self.below_limits(p) {
+            if self.submit_chunk(client, io, p)? == 0 {
                 break;
             }
         }
@@ -310,11 +331,11 @@ impl<'a> JobLoop<'a> {
     /// own inner plug when `plug_per_io` (the kernel's direct-I/O path).
     /// Returns how many I/Os it submitted.
     #[inline(always)]
-    fn submit_chunk(&mut self, client: &mut Client) -> Result<usize, String> {
+    fn submit_chunk(&self, client: &mut Client, io: &mut IoState, p: &mut Progress) -> Result<usize, String> {
         // The plug's nr_ios hint is what this chunk will really submit
         // (io_submit passes its own count), so no tags are batched that
         // the chunk cannot use.
-        let chunk = self.batch.min(self.depth - client.in_flight()).min(self.free.len());
+        let chunk = self.batch.min(self.depth - client.in_flight()).min(io.free.len());
         // Like io_submit and io_uring, plug only a chunk of more than
         // AIO_PLUG_THRESHOLD I/Os: a plug cannot help one or two.
         let plugged = self.opts.plug && chunk > AIO_PLUG_THRESHOLD;
@@ -327,14 +348,14 @@ impl<'a> JobLoop<'a> {
         };
         let mut prev: Option<u32> = None;
         let mut in_chunk = 0;
-        while in_chunk < self.batch && c.in_flight() < self.depth && self.below_limits() {
-            let Some(idx) = self.free.pop() else { break };
-            self.submit_one(c, idx, prev, plugged)?;
+        while in_chunk < self.batch && c.in_flight() < self.depth && self.below_limits(p) {
+            let Some(idx) = io.free.pop() else { break };
+            self.submit_one(c, idx, prev, plugged, io, p)?;
             prev = Some(idx);
             in_chunk += 1;
         }
         if in_chunk > 0 && self.timed {
-            close_slat(&self.clock, &mut self.slots, prev);
+            close_slat(&self.clock, &mut io.slots, prev);
         }
         Ok(in_chunk)
     }
@@ -342,16 +363,24 @@ impl<'a> JobLoop<'a> {
     /// Issues one I/O in slot `idx`; its clock read closes the previous
     /// I/O's (`prev`) submission latency.
     #[inline(always)]
-    fn submit_one(&mut self, c: &mut Client, idx: u32, prev: Option<u32>, plugged: bool) -> Result<(), String> {
-        let is_write = self.pattern.next_is_write();
+    fn submit_one(
+        &self,
+        c: &mut Client,
+        idx: u32,
+        prev: Option<u32>,
+        plugged: bool,
+        io: &mut IoState,
+        p: &mut Progress,
+    ) -> Result<(), String> {
+        let is_write = p.pattern.next_is_write();
         let bs = if is_write { self.opts.bs_write } else { self.opts.bs_read };
-        let offset = self.next_offset(c, is_write, bs)?;
-        let bio = self.prep_bio(idx, is_write, offset);
+        let offset = self.next_offset(c, is_write, bs, io, p)?;
+        let bio = self.prep_bio(idx, is_write, offset, io);
         let t = if self.timed { self.clock.now_ns() } else { 0 };
-        if let Some(p) = prev {
-            self.slots[p as usize].slat_ns = t - self.slots[p as usize].issue_ns;
+        if let Some(prev) = prev {
+            io.slots[prev as usize].slat_ns = t - io.slots[prev as usize].issue_ns;
         }
-        self.slots[idx as usize] = Slot { issue_ns: t, slat_ns: 0, offset, is_write };
+        io.slots[idx as usize] = Slot { issue_ns: t, slat_ns: 0, offset, is_write };
         let submitted = if plugged && self.opts.plug_per_io {
             c.plug().submit(bio, u64::from(idx))
         } else {
@@ -360,40 +389,47 @@ impl<'a> JobLoop<'a> {
         if let Err(rejected) = submitted {
             return Err(format!("job '{}': submit failed: {}", self.opts.name, rejected.error));
         }
-        self.issued_bytes += bs;
-        self.issued_ios += 1;
+        p.issued_bytes += bs;
+        p.issued_ios += 1;
         Ok(())
     }
 
     /// The next I/O's offset: a zone's write pointer for a `zonemode=zbd`
     /// write (resetting a full zone first), else the job's pattern.
     #[inline(always)]
-    fn next_offset(&mut self, c: &mut Client, is_write: bool, bs: u64) -> Result<u64, String> {
-        match self.zone_writer.as_mut() {
+    fn next_offset(
+        &self,
+        c: &mut Client,
+        is_write: bool,
+        bs: u64,
+        io: &mut IoState,
+        p: &mut Progress,
+    ) -> Result<u64, String> {
+        match io.zone_writer.as_mut() {
             Some(zw) if is_write => {
-                let (offset, reset) = zw.next(&mut self.pattern, bs);
+                let (offset, reset) = zw.next(&mut p.pattern, bs);
                 if let Some(zone) = reset {
                     let reset = Bio::zone_mgmt(mqblk::zoned::ZoneMgmt::Reset, zone);
                     c.submit_and_wait(reset).map_err(|e| format!("job '{}': zone reset: {e}", self.opts.name))?;
                 }
                 Ok(offset)
             }
-            _ => Ok(self.pattern.next_offset(bs)),
+            _ => Ok(p.pattern.next_offset(bs)),
         }
     }
 
     /// The bio for slot `idx`, with its buffer (a write's filled for
     /// verify).
     #[inline(always)]
-    fn prep_bio(&mut self, idx: u32, is_write: bool, offset: u64) -> Bio {
+    fn prep_bio(&self, idx: u32, is_write: bool, offset: u64, io: &mut IoState) -> Bio {
         if is_write {
-            let mut buf = self.write_bufs[idx as usize].take().expect("slot owns its write buffer");
-            if let Some(v) = self.verifier.as_mut() {
+            let mut buf = io.write_bufs[idx as usize].take().expect("slot owns its write buffer");
+            if let Some(v) = io.verifier.as_mut() {
                 v.fill(&mut buf, offset);
             }
             Bio::write(offset, buf).with_flags(self.write_flags)
         } else {
-            Bio::read(offset, self.read_bufs[idx as usize].take().expect("slot owns its read buffer"))
+            Bio::read(offset, io.read_bufs[idx as usize].take().expect("slot owns its read buffer"))
                 .with_flags(self.hipri)
         }
         .with_ioprio(self.opts.ioprio)
@@ -403,20 +439,23 @@ impl<'a> JobLoop<'a> {
     /// flight) and at most `iodepth_batch_complete_max` completions; one
     /// clock read stamps them all.
     #[inline(always)]
-    fn reap(&mut self, client: &mut Client, in_flight: usize) -> Result<(), String> {
+    fn reap(
+        &self,
+        client: &mut Client,
+        done: &mut Vec<Completion>,
+        in_flight: usize,
+        io: &mut IoState,
+        p: &mut Progress,
+    ) -> Result<(), String> {
         let min = self.complete_min.min(in_flight);
-        self.done.clear();
+        done.clear();
         client
-            .do_io(&mut self.done, min, self.complete_max, None)
+            .do_io(done, min, self.complete_max, None)
             .map_err(|e| format!("job '{}': do_io: {e}", self.opts.name))?;
         let now = if self.timed { self.clock.now_ns() } else { 0 };
-        // Taken out for the loop (no allocation: an empty Vec) so that
-        // `account` may borrow the rest of the job.
-        let mut done = std::mem::take(&mut self.done);
         for c in done.drain(..) {
-            self.account(c, now);
+            self.account(c, now, io, p);
         }
-        self.done = done;
         Ok(())
     }
 
@@ -424,13 +463,13 @@ impl<'a> JobLoop<'a> {
     /// stats and latencies or the job's first error, the verifier's map,
     /// and the slot and its buffer free again.
     #[inline(always)]
-    fn account(&mut self, c: Completion, now: u64) {
+    fn account(&self, c: Completion, now: u64, io: &mut IoState, p: &mut Progress) {
         let idx = c.user_data as usize;
-        let slot = self.slots[idx];
-        let stats = if slot.is_write { &mut self.write } else { &mut self.read };
+        let slot = io.slots[idx];
+        let stats = &mut io.stats[usize::from(slot.is_write)];
         let bs = if slot.is_write { self.opts.bs_write } else { self.opts.bs_read };
         if c.status.is_ok() {
-            if let (true, Some(v)) = (slot.is_write, self.verifier.as_mut()) {
+            if let (true, Some(v)) = (slot.is_write, io.verifier.as_mut()) {
                 v.written(slot.offset);
             }
             stats.ios += 1;
@@ -441,47 +480,41 @@ impl<'a> JobLoop<'a> {
             }
         } else {
             stats.errors += 1;
-            if self.error == 0 {
-                self.error = c.status.errno();
+            if p.error == 0 {
+                p.error = c.status.errno();
             }
         }
         let buf = c.buf.expect("data I/O completions carry their buffer");
         if slot.is_write {
-            self.write_bufs[idx] = Some(buf);
+            io.write_bufs[idx] = Some(buf);
         } else {
-            self.read_bufs[idx] = Some(buf);
+            io.read_bufs[idx] = Some(buf);
         }
-        self.free.push(idx as u32);
-        self.total_ios += 1;
+        io.free.push(idx as u32);
+        p.total_ios += 1;
     }
 
     /// Publishes progress for the progress bar and bandwidth samples.
     #[inline(always)]
-    fn publish(&self) {
-        self.live.ios.store(self.total_ios, Ordering::Relaxed);
-        self.live.read_bytes.store(self.read.bytes, Ordering::Relaxed);
-        self.live.write_bytes.store(self.write.bytes, Ordering::Relaxed);
+    fn publish(&self, io: &IoState, p: &Progress) {
+        self.live.ios.store(p.total_ios, Ordering::Relaxed);
+        self.live.read_bytes.store(io.stats[0].bytes, Ordering::Relaxed);
+        self.live.write_bytes.store(io.stats[1].bytes, Ordering::Relaxed);
     }
 
     /// Stops the clocks, verifies (fio does so after the job's writes,
     /// outside its measurements) and gathers the result.
-    fn finish(mut self, mut client: Client) -> Result<JobResult, String> {
-        let elapsed_ns = self.clock.now_ns() - self.start_ns;
-        let rusage = Rusage::thread_now().since(&self.start_ru);
-        if let Some(v) = &self.verifier {
-            if self.error == 0 {
-                let bufs = self.write_bufs.drain(..).flatten().collect();
+    fn finish(&self, mut client: Client, mut io: IoState, p: &Progress) -> Result<JobResult, String> {
+        let elapsed_ns = self.clock.now_ns() - io.start_ns;
+        let rusage = Rusage::thread_now().since(&io.start_ru);
+        if let Some(v) = &io.verifier {
+            if p.error == 0 {
+                let bufs = io.write_bufs.drain(..).flatten().collect();
                 v.run(&mut client, bufs).map_err(|e| format!("job '{}': verify: {e}", self.opts.name))?;
             }
         }
-        Ok(JobResult {
-            read: self.read,
-            write: self.write,
-            elapsed_ns,
-            rusage,
-            client: client.stats(),
-            error: self.error,
-        })
+        let [read, write] = io.stats;
+        Ok(JobResult { read, write, elapsed_ns, rusage, client: client.stats(), error: p.error })
     }
 }
 

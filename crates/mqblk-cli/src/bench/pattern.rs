@@ -77,6 +77,7 @@ impl ZoneWriter {
     }
 
     /// The next write's offset, and the zone to reset before it, if any.
+    #[inline]
     pub(super) fn next(&mut self, pattern: &mut Pattern, bs: u64) -> (u64, Option<u64>) {
         let n = self.zones.len();
         let fits = |z: &(u64, u64, u64)| z.2 + bs <= z.1;
