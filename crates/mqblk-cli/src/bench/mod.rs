@@ -6,6 +6,7 @@
 
 pub mod cpus;
 pub mod job;
+mod job_setup;
 pub mod options;
 mod parse;
 mod pattern;
