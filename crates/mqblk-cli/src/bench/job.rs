@@ -21,7 +21,9 @@ use crossbeam_utils::CachePadded;
 use mqblk::Clock;
 use mqblk::{Bio, Buf, Client, ClientStats, Completion, Device, ReqFlags};
 
+use super::job_setup::{job_region, new_verifier, new_zone_writer, slot_buffers};
 use super::options::JobOptions;
+use super::pattern::{Pattern, ZoneWriter};
 use super::stats::{DirStats, Rusage};
 use super::verify::Verifier;
 
@@ -100,102 +102,6 @@ struct Slot {
     is_write: bool,
 }
 
-/// Where the next I/O goes.
-struct Pattern {
-    random: bool,
-    read_pct: u32,
-    region_start: u64,
-    region_len: u64,
-    pos: u64,
-    rng: u64,
-}
-
-impl Pattern {
-    #[inline]
-    fn next_rand(&mut self) -> u64 {
-        // xorshift64*: fast and good enough for offsets.
-        self.rng ^= self.rng >> 12;
-        self.rng ^= self.rng << 25;
-        self.rng ^= self.rng >> 27;
-        self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    #[inline]
-    fn next_is_write(&mut self) -> bool {
-        match self.read_pct {
-            100 => false,
-            0 => true,
-            pct => (self.next_rand() % 100) as u32 >= pct,
-        }
-    }
-
-    #[inline]
-    fn next_offset(&mut self, bs: u64) -> u64 {
-        if self.random {
-            let blocks = self.region_len / bs;
-            // Multiply-high maps the random word onto 0..blocks without a
-            // 64-bit division (Lemire's reduction; bias below 2^-40 here).
-            let block = ((u128::from(self.next_rand()) * u128::from(blocks)) >> 64) as u64;
-            return self.region_start + block * bs;
-        }
-        if self.pos + bs > self.region_len {
-            self.pos = 0; // wrap (time_based runs loop over the region)
-        }
-        let off = self.region_start + self.pos;
-        self.pos += bs;
-        off
-    }
-}
-
-/// fio's `zonemode=zbd` for writes: each goes to a zone's write pointer.
-/// The job owns the sequential zones inside its region (give jobs their
-/// own zones with `offset_increment`), so it tracks their write pointers
-/// itself; a zone too full for the next write is reset first.
-struct ZoneWriter {
-    /// (zone start, capacity, write pointer), bytes.
-    zones: Vec<(u64, u64, u64)>,
-    cur: usize,
-}
-
-impl ZoneWriter {
-    fn new(dev: &Device, region_start: u64, region_len: u64) -> Result<Self, String> {
-        let all = dev.report_zones(0, usize::MAX).map_err(|s| format!("zonemode=zbd: zone report failed: {s}"))?;
-        let zones: Vec<(u64, u64, u64)> = all
-            .iter()
-            .filter(|z| z.ztype == mqblk::zoned::ZoneType::SeqWriteRequired)
-            .map(|z| (z.start << 9, z.capacity << 9, (z.wp - z.start) << 9))
-            .filter(|&(start, cap, _)| start >= region_start && start + cap <= region_start + region_len)
-            .collect();
-        if zones.is_empty() {
-            return Err("zonemode=zbd: no sequential zone lies inside the job's region".into());
-        }
-        Ok(Self { zones, cur: 0 })
-    }
-
-    /// The next write's offset, and the zone to reset before it, if any.
-    fn next(&mut self, pattern: &mut Pattern, bs: u64) -> (u64, Option<u64>) {
-        let n = self.zones.len();
-        let fits = |z: &(u64, u64, u64)| z.2 + bs <= z.1;
-        let z = if pattern.random {
-            (pattern.next_rand() % n as u64) as usize
-        } else {
-            if !fits(&self.zones[self.cur]) {
-                self.cur = (self.cur + 1) % n; // sequential: on to the next zone
-            }
-            self.cur
-        };
-        let mut reset = None;
-        if !fits(&self.zones[z]) {
-            reset = Some(self.zones[z].0);
-            self.zones[z].2 = 0;
-        }
-        let (start, _, wp) = &mut self.zones[z];
-        let off = *start + *wp;
-        *wp += bs;
-        (off, reset)
-    }
-}
-
 /// Runs one job to completion on the calling thread.
 pub fn run_job(
     opts: &JobOptions,
@@ -206,235 +112,396 @@ pub fn run_job(
     ctrl: &Control,
     live: &Live,
 ) -> Result<JobResult, String> {
-    let capacity = dev.limits().capacity_bytes;
-    let offset = opts.offset.saturating_add((job_index as u64).saturating_mul(opts.offset_increment));
-    if offset >= capacity {
-        return Err(format!("job '{}': offset {offset} is beyond the device size {capacity}", opts.name));
-    }
-    let max_bs = opts.bs_read.max(opts.bs_write);
-    let region_len = opts.size.unwrap_or(capacity - offset).min(capacity - offset);
-    if region_len < max_bs {
-        return Err(format!("job '{}': size {region_len} is smaller than the block size {max_bs}", opts.name));
-    }
-    let read_pct = opts.rw.read_pct(opts.rwmixread);
-    let mut pattern = Pattern {
-        random: opts.rw.is_random(),
-        read_pct,
-        region_start: offset,
-        region_len,
-        pos: 0,
-        rng: opts.randseed.wrapping_add((job_index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1,
-    };
-    let depth = opts.effective_iodepth();
-    // Writes are sync (O_DIRECT) unless the job is async (writeback).
-    let hipri = if opts.hipri { ReqFlags::HIPRI } else { ReqFlags::NONE };
-    let write_flags = if opts.mqblk_async { ReqFlags::NONE } else { ReqFlags::SYNC } | hipri;
+    let (offset, region_len) = job_region(opts, dev, job_index)?;
     if opts.startdelay_ns > 0 && !start_delay(opts.startdelay_ns, ctrl) {
         return Ok(JobResult::empty());
     }
-    let mut zone_writer = match opts.zonemode_zbd {
-        true if dev.limits().zoned.is_none() => {
-            return Err(format!("job '{}': zonemode=zbd on a device that is not zoned", opts.name))
-        }
-        true => Some(ZoneWriter::new(dev, offset, region_len).map_err(|e| format!("job '{}': {e}", opts.name))?),
-        false => None,
+    let job = JobLoop::new(opts, clock, live, region_len);
+    let read_pct = opts.rw.read_pct(opts.rwmixread);
+    let mut progress = Progress {
+        pattern: Pattern {
+            random: opts.rw.is_random(),
+            read_pct,
+            region_start: offset,
+            region_len,
+            pos: 0,
+            rng: opts.randseed.wrapping_add((job_index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1,
+        },
+        issued_bytes: 0,
+        issued_ios: 0,
+        total_ios: 0,
+        error: 0,
+        measuring: false,
     };
-    let mut verifier = match opts.verify && read_pct < 100 {
-        true if opts.zonemode_zbd => {
-            return Err(format!(
-                "job '{}': verify with zonemode=zbd is not supported (zone resets erase blocks)",
-                opts.name
-            ))
-        }
-        true => {
-            Some(Verifier::new(offset, region_len, opts.bs_write).map_err(|e| format!("job '{}': {e}", opts.name))?)
-        }
-        false => None,
-    };
-    let mut client = dev.client_with_capacity(depth);
-    let mut slots = vec![Slot::default(); depth];
-    // Buffers of our own, or slots of the registered pool (fixedbufs=1).
-    let new_buf = |len: u64| match fixed {
-        Some(pool) => pool.take(len as usize).expect("the fixedbufs pool has a slot for every job buffer"),
-        None => Buf::new(len as usize),
-    };
-    let mut read_bufs: Vec<Option<Buf>> = (0..depth).map(|_| (read_pct > 0).then(|| new_buf(opts.bs_read))).collect();
-    let mut write_bufs: Vec<Option<Buf>> = (0..depth)
-        .map(|_| {
-            (read_pct < 100).then(|| {
-                let mut b = new_buf(opts.bs_write);
-                fill_random(&mut b, job_index);
-                b
-            })
+    let mut io = IoState::new(opts, dev, fixed, job.depth, read_pct, job_index, offset, region_len)?;
+    let mut client = dev.client_with_capacity(job.depth);
+    job.start(ctrl, &mut io, &mut progress);
+    job.run(&mut client, ctrl, &mut io, &mut progress)?;
+    job.finish(client, io, &progress)
+}
+
+/// One job's I/O loop: fio's `do_io`. Its settings, fixed for the run,
+/// are read through `&self`; what changes per I/O is split in two, passed
+/// by `&mut`: `IoState` (slots, buffers, stats: handed to calls outside
+/// the loop) and `Progress` (the pattern and counters: touched only by
+/// the loop's inlined steps, so they stay in registers). Every step is
+/// inlined into `run`.
+struct JobLoop<'a> {
+    opts: &'a JobOptions,
+    clock: Clock,
+    live: &'a Live,
+    depth: usize,
+    /// I/Os submitted per chunk (`iodepth_batch_submit`, 0: `iodepth`).
+    batch: usize,
+    complete_min: usize,
+    complete_max: usize,
+    /// Clock reads per I/O (not `gtod_reduce`).
+    timed: bool,
+    io_limit_bytes: u64,
+    io_limit_count: u64,
+    hipri: ReqFlags,
+    write_flags: ReqFlags,
+}
+
+/// Per-I/O slots and buffers, allocated before the run, and what the job
+/// measured.
+struct IoState {
+    zone_writer: Option<ZoneWriter>,
+    verifier: Option<Verifier>,
+    /// Indexed by an I/O's `user_data`.
+    slots: Vec<Slot>,
+    read_bufs: Vec<Option<Buf>>,
+    write_bufs: Vec<Option<Buf>>,
+    /// Slots not in flight.
+    free: Vec<u32>,
+    /// Reads' and writes' measurements, indexed by `is_write`: one array
+    /// (not two fields) so that accounting selects its base address once.
+    stats: [DirStats; 2],
+    start_ns: u64,
+    start_ru: Rusage,
+}
+
+/// Where the job is: its offset pattern and counts.
+struct Progress {
+    pattern: Pattern,
+    issued_bytes: u64,
+    issued_ios: u64,
+    total_ios: u64,
+    /// First error's errno (0: none).
+    error: i32,
+    measuring: bool,
+}
+
+impl IoState {
+    /// fio's job setup: the zones and verifier, and every slot's buffers.
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        opts: &JobOptions,
+        dev: &Device,
+        fixed: Option<&mqblk::FixedBufs>,
+        depth: usize,
+        read_pct: u32,
+        job_index: usize,
+        offset: u64,
+        region_len: u64,
+    ) -> Result<Self, String> {
+        let zone_writer = new_zone_writer(opts, dev, offset, region_len)?;
+        let verifier = new_verifier(opts, read_pct, offset, region_len)?;
+        let (read_bufs, write_bufs) = slot_buffers(opts, fixed, depth, read_pct, job_index);
+        Ok(Self {
+            zone_writer,
+            verifier,
+            slots: vec![Slot::default(); depth],
+            read_bufs,
+            write_bufs,
+            free: (0..depth as u32).rev().collect(),
+            stats: [DirStats::default(), DirStats::default()],
+            start_ns: 0,
+            start_ru: Rusage::default(),
         })
-        .collect();
-    let mut free: Vec<u32> = (0..depth as u32).rev().collect();
-    let mut done: Vec<Completion> = Vec::with_capacity(depth);
+    }
+}
 
-    let io_limit_bytes = if opts.time_based { u64::MAX } else { region_len };
-    let io_limit_count = if opts.number_ios == 0 { u64::MAX } else { opts.number_ios };
-    // fio: iodepth_batch_submit=0 means iodepth.
-    let batch = if opts.iodepth_batch_submit == 0 { depth } else { opts.iodepth_batch_submit };
-    let complete_min = opts.iodepth_batch_complete_min.max(1);
-    let complete_max = opts.complete_max();
-    let timed = !opts.gtod_reduce;
-
-    let mut read = DirStats::default();
-    let mut write = DirStats::default();
-    let mut measuring = ctrl.phase.load(Ordering::Acquire) != PHASE_RAMP;
-    let mut start_ns = clock.now_ns();
-    let mut start_ru = Rusage::thread_now();
-    live.measuring.store(measuring, Ordering::Release);
-    let (mut issued_bytes, mut issued_ios, mut total_ios) = (0u64, 0u64, 0u64);
-    let mut error = 0;
-
-    loop {
-        let phase = ctrl.phase.load(Ordering::Acquire);
-        if !measuring && phase != PHASE_RAMP {
-            // Ramp over: forget what was measured, start the clock now.
-            read = DirStats::default();
-            write = DirStats::default();
-            total_ios = 0;
-            measuring = true;
-            start_ns = clock.now_ns();
-            start_ru = Rusage::thread_now();
-            live.measuring.store(true, Ordering::Release);
+impl<'a> JobLoop<'a> {
+    fn new(opts: &'a JobOptions, clock: Clock, live: &'a Live, region_len: u64) -> Self {
+        let depth = opts.effective_iodepth();
+        // Writes are sync (O_DIRECT) unless the job is async (writeback).
+        let hipri = if opts.hipri { ReqFlags::HIPRI } else { ReqFlags::NONE };
+        let write_flags = if opts.mqblk_async { ReqFlags::NONE } else { ReqFlags::SYNC } | hipri;
+        Self {
+            opts,
+            clock,
+            live,
+            depth,
+            // fio: iodepth_batch_submit=0 means iodepth.
+            batch: if opts.iodepth_batch_submit == 0 { depth } else { opts.iodepth_batch_submit },
+            complete_min: opts.iodepth_batch_complete_min.max(1),
+            complete_max: opts.complete_max(),
+            timed: !opts.gtod_reduce,
+            io_limit_bytes: if opts.time_based { u64::MAX } else { region_len },
+            io_limit_count: if opts.number_ios == 0 { u64::MAX } else { opts.number_ios },
+            hipri,
+            write_flags,
         }
-        let can_issue =
-            phase != PHASE_STOP && error == 0 && issued_bytes < io_limit_bytes && issued_ios < io_limit_count;
-        if can_issue {
-            // Chunks of up to `batch` I/Os, each under one plug (an
-            // io_submit call's plug), each I/O under its own inner plug
-            // when `plug_per_io` (the kernel's direct-I/O path).
-            while client.in_flight() < depth && issued_bytes < io_limit_bytes && issued_ios < io_limit_count {
-                // The plug's nr_ios hint is what this chunk will really
-                // submit (io_submit passes its own count), so no tags are
-                // batched that the chunk cannot use.
-                let chunk = batch.min(depth - client.in_flight()).min(free.len());
-                // Like io_submit and io_uring, plug only a chunk of more
-                // than AIO_PLUG_THRESHOLD I/Os: a plug cannot help one or two.
-                let plugged = opts.plug && chunk > AIO_PLUG_THRESHOLD;
-                let mut outer;
-                let c: &mut Client = if plugged {
-                    outer = client.plug_nr_ios(chunk as u32);
-                    &mut outer
-                } else {
-                    &mut client
-                };
-                let mut prev: Option<u32> = None;
-                let mut in_chunk = 0;
-                while in_chunk < batch
-                    && c.in_flight() < depth
-                    && issued_bytes < io_limit_bytes
-                    && issued_ios < io_limit_count
-                {
-                    let Some(idx) = free.pop() else { break };
-                    let is_write = pattern.next_is_write();
-                    let bs = if is_write { opts.bs_write } else { opts.bs_read };
-                    let offset = match zone_writer.as_mut() {
-                        Some(zw) if is_write => {
-                            let (offset, reset) = zw.next(&mut pattern, bs);
-                            if let Some(zone) = reset {
-                                let reset = Bio::zone_mgmt(mqblk::zoned::ZoneMgmt::Reset, zone);
-                                c.submit_and_wait(reset)
-                                    .map_err(|e| format!("job '{}': zone reset: {e}", opts.name))?;
-                            }
-                            offset
-                        }
-                        _ => pattern.next_offset(bs),
-                    };
-                    let bio = if is_write {
-                        let mut buf = write_bufs[idx as usize].take().expect("slot owns its write buffer");
-                        if let Some(v) = verifier.as_mut() {
-                            v.fill(&mut buf, offset);
-                        }
-                        Bio::write(offset, buf).with_flags(write_flags)
-                    } else {
-                        Bio::read(offset, read_bufs[idx as usize].take().expect("slot owns its read buffer"))
-                            .with_flags(hipri)
-                    }
-                    .with_ioprio(opts.ioprio);
-                    let t = if timed { clock.now_ns() } else { 0 };
-                    if let Some(p) = prev {
-                        slots[p as usize].slat_ns = t - slots[p as usize].issue_ns;
-                    }
-                    slots[idx as usize] = Slot { issue_ns: t, slat_ns: 0, offset, is_write };
-                    let submitted = if plugged && opts.plug_per_io {
-                        c.plug().submit(bio, u64::from(idx))
-                    } else {
-                        c.submit(bio, u64::from(idx))
-                    };
-                    if let Err(rejected) = submitted {
-                        return Err(format!("job '{}': submit failed: {}", opts.name, rejected.error));
-                    }
-                    prev = Some(idx);
-                    issued_bytes += bs;
-                    issued_ios += 1;
-                    in_chunk += 1;
-                }
-                if in_chunk == 0 {
-                    break;
-                }
-                if timed {
-                    close_slat(&clock, &mut slots, prev);
-                }
+    }
+
+    /// Starts the clocks; measuring from now unless the run is ramping.
+    fn start(&self, ctrl: &Control, io: &mut IoState, p: &mut Progress) {
+        p.measuring = ctrl.phase.load(Ordering::Acquire) != PHASE_RAMP;
+        io.start_ns = self.clock.now_ns();
+        io.start_ru = Rusage::thread_now();
+        self.live.measuring.store(p.measuring, Ordering::Release);
+    }
+
+    /// fio's `do_io`: fill the queue, reap, until the job's limits or the
+    /// run's end, then wait out what is in flight. Inlined into `run_job`,
+    /// so that the job's state is in `run_job`'s frame (addressed from the
+    /// stack pointer or kept in registers, as when the loop was one
+    /// function) rather than behind pointers.
+    #[inline(always)]
+    fn run(&self, client: &mut Client, ctrl: &Control, io: &mut IoState, p: &mut Progress) -> Result<(), String> {
+        // One reap's completions.
+        let mut done: Vec<Completion> = Vec::with_capacity(self.depth);
+        loop {
+            let phase = ctrl.phase.load(Ordering::Acquire);
+            if !p.measuring && phase != PHASE_RAMP {
+                self.end_ramp(io, p);
             }
-        }
-        let in_flight = client.in_flight();
-        if in_flight == 0 {
+            let can_issue = phase != PHASE_STOP && p.error == 0 && self.below_limits(p);
             if can_issue {
-                continue;
+                self.fill_queue(client, io, p)?;
             }
-            break;
+            let in_flight = client.in_flight();
+            if in_flight == 0 {
+                if can_issue {
+                    continue;
+                }
+                break;
+            }
+            self.reap(client, &mut done, in_flight, io, p)?;
+            self.publish(io, p);
         }
-        let min = complete_min.min(in_flight);
+        Ok(())
+    }
+
+    /// Ramp over: forget what was measured, start the clock now.
+    #[cold]
+    fn end_ramp(&self, io: &mut IoState, p: &mut Progress) {
+        io.stats = [DirStats::default(), DirStats::default()];
+        p.total_ios = 0;
+        p.measuring = true;
+        io.start_ns = self.clock.now_ns();
+        io.start_ru = Rusage::thread_now();
+        self.live.measuring.store(true, Ordering::Release);
+    }
+
+    /// The job may issue more: below `size` (unless `time_based`) and
+    /// `number_ios`.
+    #[inline(always)]
+    fn below_limits(&self, p: &Progress) -> bool {
+        p.issued_bytes < self.io_limit_bytes && p.issued_ios < self.io_limit_count
+    }
+
+    /// Fills the queue to `iodepth` in chunks of up to `batch` I/Os.
+    #[inline(always)]
+    fn fill_queue(&self, client: &mut Client, io: &mut IoState, p: &mut Progress) -> Result<(), String> {
+        while client.in_flight() < self.depth && self.below_limits(p) {
+            if self.submit_chunk(client, io, p)? == 0 {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// One chunk (an io_submit call): under one plug, each I/O under its
+    /// own inner plug when `plug_per_io` (the kernel's direct-I/O path).
+    /// Returns how many I/Os it submitted.
+    #[inline(always)]
+    fn submit_chunk(&self, client: &mut Client, io: &mut IoState, p: &mut Progress) -> Result<usize, String> {
+        // The plug's nr_ios hint is what this chunk will really submit
+        // (io_submit passes its own count), so no tags are batched that
+        // the chunk cannot use.
+        let chunk = self.batch.min(self.depth - client.in_flight()).min(io.free.len());
+        // Like io_submit and io_uring, plug only a chunk of more than
+        // AIO_PLUG_THRESHOLD I/Os: a plug cannot help one or two.
+        let plugged = self.opts.plug && chunk > AIO_PLUG_THRESHOLD;
+        let mut outer;
+        let c: &mut Client = if plugged {
+            outer = client.plug_nr_ios(chunk as u32);
+            &mut outer
+        } else {
+            client
+        };
+        let mut prev: Option<u32> = None;
+        let mut in_chunk = 0;
+        while in_chunk < self.batch && c.in_flight() < self.depth && self.below_limits(p) {
+            let Some(idx) = io.free.pop() else { break };
+            self.submit_one(c, idx, prev, plugged, io, p)?;
+            prev = Some(idx);
+            in_chunk += 1;
+        }
+        if in_chunk > 0 && self.timed {
+            close_slat(&self.clock, &mut io.slots, prev);
+        }
+        Ok(in_chunk)
+    }
+
+    /// Issues one I/O in slot `idx`; its clock read closes the previous
+    /// I/O's (`prev`) submission latency.
+    #[inline(always)]
+    fn submit_one(
+        &self,
+        c: &mut Client,
+        idx: u32,
+        prev: Option<u32>,
+        plugged: bool,
+        io: &mut IoState,
+        p: &mut Progress,
+    ) -> Result<(), String> {
+        let is_write = p.pattern.next_is_write();
+        let bs = if is_write { self.opts.bs_write } else { self.opts.bs_read };
+        let offset = self.next_offset(c, is_write, bs, io, p)?;
+        let bio = self.prep_bio(idx, is_write, offset, io);
+        let t = if self.timed { self.clock.now_ns() } else { 0 };
+        if let Some(prev) = prev {
+            io.slots[prev as usize].slat_ns = t - io.slots[prev as usize].issue_ns;
+        }
+        io.slots[idx as usize] = Slot { issue_ns: t, slat_ns: 0, offset, is_write };
+        let submitted = if plugged && self.opts.plug_per_io {
+            c.plug().submit(bio, u64::from(idx))
+        } else {
+            c.submit(bio, u64::from(idx))
+        };
+        if let Err(rejected) = submitted {
+            return Err(format!("job '{}': submit failed: {}", self.opts.name, rejected.error));
+        }
+        p.issued_bytes += bs;
+        p.issued_ios += 1;
+        Ok(())
+    }
+
+    /// The next I/O's offset: a zone's write pointer for a `zonemode=zbd`
+    /// write (resetting a full zone first), else the job's pattern.
+    #[inline(always)]
+    fn next_offset(
+        &self,
+        c: &mut Client,
+        is_write: bool,
+        bs: u64,
+        io: &mut IoState,
+        p: &mut Progress,
+    ) -> Result<u64, String> {
+        match io.zone_writer.as_mut() {
+            Some(zw) if is_write => {
+                let (offset, reset) = zw.next(&mut p.pattern, bs);
+                if let Some(zone) = reset {
+                    let reset = Bio::zone_mgmt(mqblk::zoned::ZoneMgmt::Reset, zone);
+                    c.submit_and_wait(reset).map_err(|e| format!("job '{}': zone reset: {e}", self.opts.name))?;
+                }
+                Ok(offset)
+            }
+            _ => Ok(p.pattern.next_offset(bs)),
+        }
+    }
+
+    /// The bio for slot `idx`, with its buffer (a write's filled for
+    /// verify).
+    #[inline(always)]
+    fn prep_bio(&self, idx: u32, is_write: bool, offset: u64, io: &mut IoState) -> Bio {
+        if is_write {
+            let mut buf = io.write_bufs[idx as usize].take().expect("slot owns its write buffer");
+            if let Some(v) = io.verifier.as_mut() {
+                v.fill(&mut buf, offset);
+            }
+            Bio::write(offset, buf).with_flags(self.write_flags)
+        } else {
+            Bio::read(offset, io.read_bufs[idx as usize].take().expect("slot owns its read buffer"))
+                .with_flags(self.hipri)
+        }
+        .with_ioprio(self.opts.ioprio)
+    }
+
+    /// Reaps at least `iodepth_batch_complete_min` (at most what is in
+    /// flight) and at most `iodepth_batch_complete_max` completions; one
+    /// clock read stamps them all.
+    #[inline(always)]
+    fn reap(
+        &self,
+        client: &mut Client,
+        done: &mut Vec<Completion>,
+        in_flight: usize,
+        io: &mut IoState,
+        p: &mut Progress,
+    ) -> Result<(), String> {
+        let min = self.complete_min.min(in_flight);
         done.clear();
-        client.do_io(&mut done, min, complete_max, None).map_err(|e| format!("job '{}': do_io: {e}", opts.name))?;
-        let now = if timed { clock.now_ns() } else { 0 };
+        client
+            .do_io(done, min, self.complete_max, None)
+            .map_err(|e| format!("job '{}': do_io: {e}", self.opts.name))?;
+        let now = if self.timed { self.clock.now_ns() } else { 0 };
         for c in done.drain(..) {
-            let idx = c.user_data as usize;
-            let slot = slots[idx];
-            let stats = if slot.is_write { &mut write } else { &mut read };
-            let bs = if slot.is_write { opts.bs_write } else { opts.bs_read };
-            if c.status.is_ok() {
-                if let (true, Some(v)) = (slot.is_write, verifier.as_mut()) {
-                    v.written(slot.offset);
-                }
-                stats.ios += 1;
-                stats.bytes += bs;
-                if timed {
-                    let clat = now.saturating_sub(slot.issue_ns + slot.slat_ns);
-                    stats.record_latency(slot.slat_ns, clat);
-                }
-            } else {
-                stats.errors += 1;
-                if error == 0 {
-                    error = c.status.errno();
-                }
-            }
-            let buf = c.buf.expect("data I/O completions carry their buffer");
-            if slot.is_write {
-                write_bufs[idx] = Some(buf);
-            } else {
-                read_bufs[idx] = Some(buf);
-            }
-            free.push(idx as u32);
-            total_ios += 1;
+            self.account(c, now, io, p);
         }
-        live.ios.store(total_ios, Ordering::Relaxed);
-        live.read_bytes.store(read.bytes, Ordering::Relaxed);
-        live.write_bytes.store(write.bytes, Ordering::Relaxed);
+        Ok(())
     }
-    let elapsed_ns = clock.now_ns() - start_ns;
-    let rusage = Rusage::thread_now().since(&start_ru);
-    // fio verifies after the job's writes, outside its measurements.
-    if let Some(v) = &verifier {
-        if error == 0 {
-            let bufs = write_bufs.drain(..).flatten().collect();
-            v.run(&mut client, bufs).map_err(|e| format!("job '{}': verify: {e}", opts.name))?;
+
+    /// Accounts one completion (fio's `io_completed`): its direction's
+    /// stats and latencies or the job's first error, the verifier's map,
+    /// and the slot and its buffer free again.
+    #[inline(always)]
+    fn account(&self, c: Completion, now: u64, io: &mut IoState, p: &mut Progress) {
+        let idx = c.user_data as usize;
+        let slot = io.slots[idx];
+        let stats = &mut io.stats[usize::from(slot.is_write)];
+        let bs = if slot.is_write { self.opts.bs_write } else { self.opts.bs_read };
+        if c.status.is_ok() {
+            if let (true, Some(v)) = (slot.is_write, io.verifier.as_mut()) {
+                v.written(slot.offset);
+            }
+            stats.ios += 1;
+            stats.bytes += bs;
+            if self.timed {
+                let clat = now.saturating_sub(slot.issue_ns + slot.slat_ns);
+                stats.record_latency(slot.slat_ns, clat);
+            }
+        } else {
+            stats.errors += 1;
+            if p.error == 0 {
+                p.error = c.status.errno();
+            }
         }
+        let buf = c.buf.expect("data I/O completions carry their buffer");
+        if slot.is_write {
+            io.write_bufs[idx] = Some(buf);
+        } else {
+            io.read_bufs[idx] = Some(buf);
+        }
+        io.free.push(idx as u32);
+        p.total_ios += 1;
     }
-    Ok(JobResult { read, write, elapsed_ns, rusage, client: client.stats(), error })
+
+    /// Publishes progress for the progress bar and bandwidth samples.
+    #[inline(always)]
+    fn publish(&self, io: &IoState, p: &Progress) {
+        self.live.ios.store(p.total_ios, Ordering::Relaxed);
+        self.live.read_bytes.store(io.stats[0].bytes, Ordering::Relaxed);
+        self.live.write_bytes.store(io.stats[1].bytes, Ordering::Relaxed);
+    }
+
+    /// Stops the clocks, verifies (fio does so after the job's writes,
+    /// outside its measurements) and gathers the result.
+    fn finish(&self, mut client: Client, mut io: IoState, p: &Progress) -> Result<JobResult, String> {
+        let elapsed_ns = self.clock.now_ns() - io.start_ns;
+        let rusage = Rusage::thread_now().since(&io.start_ru);
+        if let Some(v) = &io.verifier {
+            if p.error == 0 {
+                let bufs = io.write_bufs.drain(..).flatten().collect();
+                v.run(&mut client, bufs).map_err(|e| format!("job '{}': verify: {e}", self.opts.name))?;
+            }
+        }
+        let [read, write] = io.stats;
+        Ok(JobResult { read, write, elapsed_ns, rusage, client: client.stats(), error: p.error })
+    }
 }
 
 /// Sleeps for fio's `startdelay`; false if the run stopped meanwhile.
@@ -456,18 +523,5 @@ fn close_slat(clock: &Clock, slots: &mut [Slot], last: Option<u32>) {
     if let Some(p) = last {
         let t = clock.now_ns();
         slots[p as usize].slat_ns = t - slots[p as usize].issue_ns;
-    }
-}
-
-/// Write buffers hold pseudo-random bytes (fio's default buffer content), so
-/// a device that compresses or dedups gains nothing.
-fn fill_random(buf: &mut Buf, seed: usize) {
-    let mut x = 0x1234_5678_9abc_def1u64 ^ (seed as u64).wrapping_mul(0x9e37_79b9);
-    for chunk in buf.chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let bytes = x.to_le_bytes();
-        chunk.copy_from_slice(&bytes[..chunk.len()]);
     }
 }

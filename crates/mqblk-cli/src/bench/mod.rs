@@ -6,8 +6,12 @@
 
 pub mod cpus;
 pub mod job;
+mod job_setup;
 pub mod options;
+mod parse;
+mod pattern;
 pub mod report;
+mod setter;
 pub mod stats;
 pub mod values;
 pub mod verify;
@@ -146,27 +150,7 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
     let dev = Device::open(&spec).map_err(|e| BenchError::BadInput(format!("--device {spec}: {e}")))?;
     let fixed = fixed_bufs(plan, &dev)?;
     let clock = bench_clock(plan)?;
-    let start = Instant::now();
-    let mut shared: Vec<Shared> = Vec::new();
-    let mut running: Vec<Running> = Vec::new();
-    for opts in &plan.jobs {
-        for clone in 0..opts.numjobs {
-            let ramp_end = start + Duration::from_nanos(opts.ramp_time_ns);
-            let stop_at = (opts.runtime_ns > 0).then(|| ramp_end + Duration::from_nanos(opts.runtime_ns));
-            let ctrl = Control::default();
-            if opts.ramp_time_ns == 0 {
-                ctrl.phase.store(PHASE_RUN, Ordering::Release);
-            }
-            shared.push(Shared { opts, clone, ctrl, live: Live::default() });
-            running.push(Running {
-                ramp_end,
-                stop_at,
-                read_samples: Samples::default(),
-                write_samples: Samples::default(),
-                last: (ramp_end, 0, 0, 0),
-            });
-        }
-    }
+    let (shared, mut running) = job_clones(plan, Instant::now());
     let bar = progress_bar(!plan.json);
     let results: Vec<Result<JobResult, String>> = std::thread::scope(|scope| {
         let handles: Vec<_> = shared
@@ -195,6 +179,50 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
+    let entries = report_entries(&shared, running, results)?;
+    let info = DeviceInfo {
+        spec,
+        driver: dev.driver_name().to_string(),
+        nr_hw_queues: dev.nr_hw_queues(),
+        queue_depth: dev.tag_set().queue_depth,
+        stats: dev.stats(),
+    };
+    Ok(RunOutput { entries, device: info, stats: dev.show_stats() })
+}
+
+/// Every job's clones (`numjobs`), each with its run control and its
+/// supervisor's timeline from `start`: the ramp, then the runtime.
+fn job_clones(plan: &BenchPlan, start: Instant) -> (Vec<Shared<'_>>, Vec<Running>) {
+    let mut shared: Vec<Shared> = Vec::new();
+    let mut running: Vec<Running> = Vec::new();
+    for opts in &plan.jobs {
+        for clone in 0..opts.numjobs {
+            let ramp_end = start + Duration::from_nanos(opts.ramp_time_ns);
+            let stop_at = (opts.runtime_ns > 0).then(|| ramp_end + Duration::from_nanos(opts.runtime_ns));
+            let ctrl = Control::default();
+            if opts.ramp_time_ns == 0 {
+                ctrl.phase.store(PHASE_RUN, Ordering::Release);
+            }
+            shared.push(Shared { opts, clone, ctrl, live: Live::default() });
+            running.push(Running {
+                ramp_end,
+                stop_at,
+                read_samples: Samples::default(),
+                write_samples: Samples::default(),
+                last: (ramp_end, 0, 0, 0),
+            });
+        }
+    }
+    (shared, running)
+}
+
+/// The report's entries: one per job clone, or one per group of
+/// `group_reporting` jobs; the first job error fails the run.
+fn report_entries(
+    shared: &[Shared<'_>],
+    running: Vec<Running>,
+    results: Vec<Result<JobResult, String>>,
+) -> Result<Vec<Entry>, BenchError> {
     let mut entries: Vec<Entry> = Vec::new();
     for ((sh, r), res) in shared.iter().zip(running).zip(results) {
         let res = res.map_err(BenchError::Failed)?;
@@ -204,14 +232,7 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
             None => entries.push(entry),
         }
     }
-    let info = DeviceInfo {
-        spec,
-        driver: dev.driver_name().to_string(),
-        nr_hw_queues: dev.nr_hw_queues(),
-        queue_depth: dev.tag_set().queue_depth,
-        stats: dev.stats(),
-    };
-    Ok(RunOutput { entries, device: info, stats: dev.show_stats() })
+    Ok(entries)
 }
 
 /// fio's `fixedbufs`: one registered pool for every job that asks, with a

@@ -325,40 +325,52 @@ fn human_dir(out: &mut String, label: &str, e: &Entry, d: &DirStats) {
 pub fn to_human(entries: &[Entry], dev: &DeviceInfo) -> String {
     let mut out = String::new();
     for e in entries {
-        let _ = writeln!(
-            out,
-            "{}: (groupid=0, jobs={}): err={:2}: rw={}, bs={}, iodepth={}",
-            e.opts.name,
-            e.nr_jobs,
-            e.run.error,
-            e.opts.rw.name(),
-            e.opts.bs_read,
-            e.opts.effective_iodepth()
-        );
-        human_dir(&mut out, "read", e, &e.run.read);
-        human_dir(&mut out, "write", e, &e.run.write);
-        let cpu_base = e.secs() * 1e9 * e.nr_jobs as f64;
-        let _ = writeln!(
-            out,
-            "  cpu          : usr={:.2}%, sys={:.2}%, ctx={}, majf={}, minf={}",
-            e.run.rusage.user_ns as f64 / cpu_base * 100.0,
-            e.run.rusage.sys_ns as f64 / cpu_base * 100.0,
-            e.run.rusage.voluntary_ctx + e.run.rusage.involuntary_ctx,
-            e.run.rusage.majflt,
-            e.run.rusage.minflt
-        );
-        let _ = writeln!(
-            out,
-            "  mqblk        : ctx vol={} ({:.1}/s) invol={}, tag_waits={}, completion_sleeps={}, cpu={:.1} ns/io",
-            e.run.rusage.voluntary_ctx,
-            e.run.rusage.voluntary_ctx as f64 / e.secs(),
-            e.run.rusage.involuntary_ctx,
-            e.run.client.tag_waits,
-            e.run.client.completion_sleeps,
-            e.cpu_ns_per_io()
-        );
-        let _ = writeln!(out);
+        human_job(&mut out, e);
     }
+    human_run_status(&mut out, entries);
+    human_device(&mut out, dev);
+    out
+}
+
+/// One job's (or group's) block: its header, each direction, CPU use.
+fn human_job(out: &mut String, e: &Entry) {
+    let _ = writeln!(
+        out,
+        "{}: (groupid=0, jobs={}): err={:2}: rw={}, bs={}, iodepth={}",
+        e.opts.name,
+        e.nr_jobs,
+        e.run.error,
+        e.opts.rw.name(),
+        e.opts.bs_read,
+        e.opts.effective_iodepth()
+    );
+    human_dir(out, "read", e, &e.run.read);
+    human_dir(out, "write", e, &e.run.write);
+    let cpu_base = e.secs() * 1e9 * e.nr_jobs as f64;
+    let _ = writeln!(
+        out,
+        "  cpu          : usr={:.2}%, sys={:.2}%, ctx={}, majf={}, minf={}",
+        e.run.rusage.user_ns as f64 / cpu_base * 100.0,
+        e.run.rusage.sys_ns as f64 / cpu_base * 100.0,
+        e.run.rusage.voluntary_ctx + e.run.rusage.involuntary_ctx,
+        e.run.rusage.majflt,
+        e.run.rusage.minflt
+    );
+    let _ = writeln!(
+        out,
+        "  mqblk        : ctx vol={} ({:.1}/s) invol={}, tag_waits={}, completion_sleeps={}, cpu={:.1} ns/io",
+        e.run.rusage.voluntary_ctx,
+        e.run.rusage.voluntary_ctx as f64 / e.secs(),
+        e.run.rusage.involuntary_ctx,
+        e.run.client.tag_waits,
+        e.run.client.completion_sleeps,
+        e.cpu_ns_per_io()
+    );
+    let _ = writeln!(out);
+}
+
+/// fio's "Run status group" lines: each direction's total over all jobs.
+fn human_run_status(out: &mut String, entries: &[Entry]) {
     let _ = writeln!(out, "Run status group 0 (all jobs):");
     for (label, pick) in [("READ", 0), ("WRITE", 1)] {
         let bytes: u64 = entries.iter().map(|e| if pick == 0 { e.run.read.bytes } else { e.run.write.bytes }).sum();
@@ -377,6 +389,10 @@ pub fn to_human(entries: &[Entry], dev: &DeviceInfo) -> String {
             run_ms.iter().max().copied().unwrap_or(0)
         );
     }
+}
+
+/// The block layer's counters, and fio's disk stats line.
+fn human_device(out: &mut String, dev: &DeviceInfo) {
     let s = &dev.stats;
     let _ = writeln!(out);
     let _ =
@@ -401,7 +417,6 @@ pub fn to_human(entries: &[Entry], dev: &DeviceInfo) -> String {
         s.bios.write,
         s.front_merges
     );
-    out
 }
 
 #[cfg(test)]

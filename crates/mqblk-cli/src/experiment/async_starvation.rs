@@ -41,26 +41,7 @@ pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentErro
     let (reads, delay, writers) = if opts.quick { (50, "300ms", 4) } else { (200, "1", 8) };
     let mut cells = Vec::new();
     for &(label, sched) in CASES {
-        let mut args = vec!["--device".to_string(), DEVICE.to_string()];
-        if let Some(sched) = sched {
-            args.push(format!("--sched={sched}"));
-            args.extend(
-                [
-                    "--name=writeback",
-                    "--rw=write",
-                    "--bs=64k",
-                    "--iodepth=32",
-                    "--mqblk_async=1",
-                    "--runtime=120",
-                    "--time_based",
-                ]
-                .map(String::from),
-            );
-            args.push(format!("--numjobs={writers}"));
-        }
-        args.extend(["--name=app", "--rw=randread", "--bs=4k", "--iodepth=1", "--exitall"].map(String::from));
-        args.push(format!("--number_ios={reads}"));
-        args.push(format!("--startdelay={delay}"));
+        let args = case_args(sched, reads, delay, writers);
         eprintln!("async-starvation: {label}");
         let (out, command) = super::run_args(&args)?;
         let app = out
@@ -75,6 +56,47 @@ pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentErro
     }
     let idle = cells[0].startup_s.max(1e-9);
     let table = table(&cells, idle, reads);
+    let doc = document(opts, &cells, idle, (reads, delay, writers));
+    let panels = vec![Panel {
+        title: "async-starvation: start-up time / idle".into(),
+        x_label: "case (1 idle, 2 none, 3 mq-deadline, 4 kyber, 5 bfq no limits, 6 bfq)".into(),
+        y_label: "x idle".into(),
+        series: vec![Series {
+            label: "start-up".into(),
+            points: cells.iter().enumerate().map(|(i, c)| ((i + 1) as f64, c.startup_s / idle)).collect(),
+        }],
+    }];
+    Ok((doc, panels, table))
+}
+
+/// One case's bench arguments: with a scheduler, `writers` writeback jobs
+/// from the start; then the app's reads after `delay`, ending the run.
+fn case_args(sched: Option<&str>, reads: u64, delay: &str, writers: usize) -> Vec<String> {
+    let mut args = vec!["--device".to_string(), DEVICE.to_string()];
+    if let Some(sched) = sched {
+        args.push(format!("--sched={sched}"));
+        args.extend(
+            [
+                "--name=writeback",
+                "--rw=write",
+                "--bs=64k",
+                "--iodepth=32",
+                "--mqblk_async=1",
+                "--runtime=120",
+                "--time_based",
+            ]
+            .map(String::from),
+        );
+        args.push(format!("--numjobs={writers}"));
+    }
+    args.extend(["--name=app", "--rw=randread", "--bs=4k", "--iodepth=1", "--exitall"].map(String::from));
+    args.push(format!("--number_ios={reads}"));
+    args.push(format!("--startdelay={delay}"));
+    args
+}
+
+/// The JSON document: the source's figures, the device, every case.
+fn document(opts: &Options, cells: &[Cell], idle: f64, (reads, delay, writers): (u64, &str, usize)) -> Value {
     let results: Vec<Value> = cells
         .iter()
         .map(|c| {
@@ -90,7 +112,7 @@ pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentErro
             })
         })
         .collect();
-    let doc = json!({
+    json!({
         "experiment": "async-starvation",
         "source": "seed 003: bfq: limit tags for writes and async I/O (2017): application start 0.6 s idle, \
                    45 s with background writes before the patch, 1.2 s after",
@@ -100,17 +122,7 @@ pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentErro
         "job": format!("{writers} writeback jobs (64k sequential async writes, iodepth 32) from the start; \
                         after {delay} s the app reads {reads} random 4k blocks at iodepth 1; the run ends when it is done"),
         "results": results,
-    });
-    let panels = vec![Panel {
-        title: "async-starvation: start-up time / idle".into(),
-        x_label: "case (1 idle, 2 none, 3 mq-deadline, 4 kyber, 5 bfq no limits, 6 bfq)".into(),
-        y_label: "x idle".into(),
-        series: vec![Series {
-            label: "start-up".into(),
-            points: cells.iter().enumerate().map(|(i, c)| ((i + 1) as f64, c.startup_s / idle)).collect(),
-        }],
-    }];
-    Ok((doc, panels, table))
+    })
 }
 
 fn cell(label: &'static str, app: &Entry, bg_bytes: u64, bg_ns: u64, command: String) -> Cell {

@@ -38,48 +38,8 @@ fn mergeable_per_batch(batch: u64) -> u64 {
 
 pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentError> {
     let runtime = if opts.quick { "1" } else { "10" };
-    let mut cells: Vec<(u64, Cell)> = Vec::new();
-    for &batch in batches(opts.quick) {
-        for nesting in NESTINGS {
-            let args = vec![
-                "--device".to_string(),
-                DEVICE.to_string(),
-                format!("--plug_nesting={nesting}"),
-                "--name=plugmerge".into(),
-                "--rw=read".into(),
-                format!("--bs={BS_BYTES}"),
-                "--iodepth=128".into(),
-                format!("--iodepth_batch={batch}"),
-                format!("--iodepth_batch_complete={batch}"),
-                format!("--runtime={runtime}"),
-                "--time_based".into(),
-            ];
-            eprintln!("plug-merge: iodepth_batch={batch} plug_nesting={nesting}");
-            let mut cell = super::run_cell(&args)?;
-            cell.policy = nesting.to_string();
-            cells.push((batch, cell));
-        }
-    }
-    let results: Vec<Value> = cells
-        .iter()
-        .map(|(batch, c)| {
-            let s = &c.stats;
-            json!({
-                "iodepth_batch": batch,
-                "plug_nesting": c.policy,
-                "bw_kib_per_sec": c.bw_bytes_per_sec / 1024.0,
-                "iops": c.iops,
-                "bios": s.bios.read,
-                "requests": s.requests.read,
-                "merges": s.merges.read,
-                "front_merges": s.front_merges,
-                "merged_share_of_bios": share(s.merges.read, s.bios.read),
-                "merged_share_of_mergeable": share(s.merges.read * batch, s.bios.read * mergeable_per_batch(*batch)),
-                "plug_flushes": s.plug_flushes,
-                "command": c.command,
-            })
-        })
-        .collect();
+    let cells = run_cells(batches(opts.quick), runtime)?;
+    let results = results_json(&cells);
     let anchor = if opts.quick {
         Err("skipped in --quick mode".to_string())
     } else {
@@ -109,6 +69,57 @@ pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentErro
         "kernel_loop_anchor": anchor.unwrap_or_else(|why| json!({ "not_run": why })),
     });
     Ok((doc, panels(&cells), table))
+}
+
+/// One bench run per batch size and plug nesting policy, as (batch, cell).
+fn run_cells(batches: &[u64], runtime: &str) -> Result<Vec<(u64, Cell)>, ExperimentError> {
+    let mut cells: Vec<(u64, Cell)> = Vec::new();
+    for &batch in batches {
+        for nesting in NESTINGS {
+            let args = vec![
+                "--device".to_string(),
+                DEVICE.to_string(),
+                format!("--plug_nesting={nesting}"),
+                "--name=plugmerge".into(),
+                "--rw=read".into(),
+                format!("--bs={BS_BYTES}"),
+                "--iodepth=128".into(),
+                format!("--iodepth_batch={batch}"),
+                format!("--iodepth_batch_complete={batch}"),
+                format!("--runtime={runtime}"),
+                "--time_based".into(),
+            ];
+            eprintln!("plug-merge: iodepth_batch={batch} plug_nesting={nesting}");
+            let mut cell = super::run_cell(&args)?;
+            cell.policy = nesting.to_string();
+            cells.push((batch, cell));
+        }
+    }
+    Ok(cells)
+}
+
+/// Each run's JSON: its counters and the share of bios that merged.
+fn results_json(cells: &[(u64, Cell)]) -> Vec<Value> {
+    cells
+        .iter()
+        .map(|(batch, c)| {
+            let s = &c.stats;
+            json!({
+                "iodepth_batch": batch,
+                "plug_nesting": c.policy,
+                "bw_kib_per_sec": c.bw_bytes_per_sec / 1024.0,
+                "iops": c.iops,
+                "bios": s.bios.read,
+                "requests": s.requests.read,
+                "merges": s.merges.read,
+                "front_merges": s.front_merges,
+                "merged_share_of_bios": share(s.merges.read, s.bios.read),
+                "merged_share_of_mergeable": share(s.merges.read * batch, s.bios.read * mergeable_per_batch(*batch)),
+                "plug_flushes": s.plug_flushes,
+                "command": c.command,
+            })
+        })
+        .collect()
 }
 
 fn share(part: u64, whole: u64) -> Option<f64> {

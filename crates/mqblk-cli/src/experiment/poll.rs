@@ -59,6 +59,22 @@ pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentErro
     } else {
         (&["randread", "randwrite", "read", "write"], &["4k", "16k", "64k", "128k"], "3")
     };
+    let cells = grid_cells(rws, bss, runtime, jobs)?;
+    let mixed = mixed_cells(runtime)?;
+    let table = table(&cells, jobs) + &mixed_table(&mixed);
+    let doc = document(opts, jobs, &cells, &mixed);
+    let panels = gain_panels(rws, bss, &cells);
+    Ok((doc, panels, table))
+}
+
+/// The table's runs: rw x block size x design, each without and with
+/// hipri; one QD1 pvsync2 job per core.
+fn grid_cells(
+    rws: &[&'static str],
+    bss: &[&'static str],
+    runtime: &str,
+    jobs: usize,
+) -> Result<Vec<Cell>, ExperimentError> {
     let mut cells = Vec::new();
     for &rw in rws {
         for &bs in bss {
@@ -92,6 +108,11 @@ pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentErro
             }
         }
     }
+    Ok(cells)
+}
+
+/// The mixed runs (`MIXED`): a hipri and a plain job on one queue.
+fn mixed_cells(runtime: &str) -> Result<Vec<Cell>, ExperimentError> {
     let mut mixed = Vec::new();
     for (design, device) in MIXED {
         let mut args: Vec<String> = vec!["--device".into(), device.into()];
@@ -118,7 +139,11 @@ pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentErro
             });
         }
     }
-    let table = table(&cells, jobs) + &mixed_table(&mixed);
+    Ok(mixed)
+}
+
+/// The JSON document: the source's figures, the devices, every run.
+fn document(opts: &Options, jobs: usize, cells: &[Cell], mixed: &[Cell]) -> Value {
     let results: Vec<Value> = cells
         .iter()
         .map(|c| {
@@ -129,7 +154,7 @@ pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentErro
             })
         })
         .collect();
-    let doc = json!({
+    json!({
         "experiment": "poll",
         "source": "seed 002: virtio_blk: implement blk_mq_ops->poll() (2021): 4k randread QD1 x 4 jobs \
                    149,426 vs 170,763 IOPS (+14%), randwrite +18%, 64k and 128k about 0%",
@@ -142,9 +167,12 @@ pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentErro
             "iops": c.iops, "lat_mean_us": c.lat_mean_us, "lat_p99_us": c.lat_p99_us,
             "cpu_pct": c.cpu_pct, "command": c.command,
         })).collect::<Vec<_>>(),
-    });
-    let panels = rws
-        .iter()
+    })
+}
+
+/// One plot per rw: each design's IOPS gain of hipri over block size.
+fn gain_panels(rws: &[&str], bss: &[&str], cells: &[Cell]) -> Vec<Panel> {
+    rws.iter()
         .map(|rw| Panel {
             title: format!("poll: {rw}, gain of hipri (%)"),
             x_label: "block size (KiB)".into(),
@@ -153,12 +181,11 @@ pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentErro
                 .iter()
                 .map(|&(design, _)| Series {
                     label: design.replace('_', " "),
-                    points: bss.iter().filter_map(|bs| gain(&cells, design, rw, bs).map(|g| (kib(bs), g))).collect(),
+                    points: bss.iter().filter_map(|bs| gain(cells, design, rw, bs).map(|g| (kib(bs), g))).collect(),
                 })
                 .collect(),
         })
-        .collect();
-    Ok((doc, panels, table))
+        .collect()
 }
 
 fn kib(bs: &str) -> f64 {

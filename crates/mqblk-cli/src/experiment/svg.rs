@@ -34,13 +34,33 @@ fn nice_max(v: f64) -> f64 {
     [1.0, 2.0, 2.5, 5.0, 10.0].iter().map(|m| m * mag).find(|m| *m >= v).unwrap_or(10.0 * mag)
 }
 
+/// A panel's plot area at (`ox`, `oy`) and its scales.
+struct Frame {
+    ox: f64,
+    oy: f64,
+    /// Plot width and height, inside the padding.
+    pw: f64,
+    ph: f64,
+    x_max: f64,
+    y_max: f64,
+}
+
+impl Frame {
+    fn sx(&self, x: f64) -> f64 {
+        self.ox + PAD_L + x / self.x_max * self.pw
+    }
+
+    fn sy(&self, y: f64) -> f64 {
+        self.oy + PAD_T + self.ph - y / self.y_max * self.ph
+    }
+}
+
 fn panel(out: &mut String, p: &Panel, ox: f64, oy: f64) {
     let pts = p.series.iter().flat_map(|s| s.points.iter());
     let x_max = nice_max(pts.clone().map(|q| q.0).fold(0.0, f64::max));
     let y_max = nice_max(pts.map(|q| q.1).fold(0.0, f64::max));
     let (pw, ph) = (W - PAD_L - PAD_R, H - PAD_T - PAD_B);
-    let sx = |x: f64| ox + PAD_L + x / x_max * pw;
-    let sy = |y: f64| oy + PAD_T + ph - y / y_max * ph;
+    let f = Frame { ox, oy, pw, ph, x_max, y_max };
     let _ = writeln!(
         out,
         r#"<text x="{}" y="{}" font-size="14" text-anchor="middle">{}</text>"#,
@@ -54,12 +74,19 @@ fn panel(out: &mut String, p: &Panel, ox: f64, oy: f64) {
         ox + PAD_L,
         oy + PAD_T
     );
+    axes(out, p, &f);
+    series(out, p, &f);
+}
+
+/// The ticks, grid lines and axis labels.
+fn axes(out: &mut String, p: &Panel, f: &Frame) {
+    let (ox, oy, pw, ph) = (f.ox, f.oy, f.pw, f.ph);
     for i in 0..=4 {
-        let (xv, yv) = (x_max * i as f64 / 4.0, y_max * i as f64 / 4.0);
+        let (xv, yv) = (f.x_max * i as f64 / 4.0, f.y_max * i as f64 / 4.0);
         let _ = writeln!(
             out,
             r#"<text x="{}" y="{}" font-size="10" text-anchor="middle">{}</text>"#,
-            sx(xv),
+            f.sx(xv),
             oy + H - PAD_B + 14.0,
             fmt(xv)
         );
@@ -67,7 +94,7 @@ fn panel(out: &mut String, p: &Panel, ox: f64, oy: f64) {
             out,
             r#"<text x="{}" y="{}" font-size="10" text-anchor="end">{}</text>"#,
             ox + PAD_L - 4.0,
-            sy(yv) + 3.0,
+            f.sy(yv) + 3.0,
             fmt(yv)
         );
         let _ = writeln!(
@@ -75,7 +102,7 @@ fn panel(out: &mut String, p: &Panel, ox: f64, oy: f64) {
             r##"<line x1="{}" x2="{}" y1="{y}" y2="{y}" stroke="#ddd"/>"##,
             ox + PAD_L,
             ox + PAD_L + pw,
-            y = sy(yv)
+            y = f.sy(yv)
         );
     }
     let _ = writeln!(
@@ -92,19 +119,23 @@ fn panel(out: &mut String, p: &Panel, ox: f64, oy: f64) {
         x = ox + 14.0,
         y = oy + PAD_T + ph / 2.0
     );
+}
+
+/// Each series: its line, its points and its legend entry.
+fn series(out: &mut String, p: &Panel, f: &Frame) {
     for (i, s) in p.series.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
-        let path: Vec<String> = s.points.iter().map(|(x, y)| format!("{:.1},{:.1}", sx(*x), sy(*y))).collect();
+        let path: Vec<String> = s.points.iter().map(|(x, y)| format!("{:.1},{:.1}", f.sx(*x), f.sy(*y))).collect();
         let _ =
             writeln!(out, r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2"/>"#, path.join(" "));
         for (x, y) in &s.points {
-            let _ = writeln!(out, r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{color}"/>"#, sx(*x), sy(*y));
+            let _ = writeln!(out, r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{color}"/>"#, f.sx(*x), f.sy(*y));
         }
-        let ly = oy + PAD_T + 12.0 + 14.0 * i as f64;
+        let ly = f.oy + PAD_T + 12.0 + 14.0 * i as f64;
         let _ = writeln!(
             out,
             r#"<text x="{}" y="{ly}" font-size="11" fill="{color}">{}</text>"#,
-            ox + PAD_L + 8.0,
+            f.ox + PAD_L + 8.0,
             s.label
         );
     }

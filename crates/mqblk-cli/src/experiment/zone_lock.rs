@@ -43,9 +43,8 @@ fn job_args(workload: &str, jobs: usize, runtime: &str) -> Vec<String> {
     a
 }
 
-pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentError> {
-    let (job_counts, runtime): (&[usize], &str) =
-        if opts.quick { (&[1, 2], "500ms") } else { (&[1, 2, 4, 8, 16], "3") };
+/// One bench run per workload, job count and lock.
+fn measure(job_counts: &[usize], runtime: &str) -> Result<Vec<Cell>, ExperimentError> {
     let mut cells = Vec::new();
     for workload in ["randread", "randwrite"] {
         for &jobs in job_counts {
@@ -63,32 +62,14 @@ pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentErro
             }
         }
     }
-    let pick = |w: &str, l: &str, j: usize| cells.iter().find(|c| c.workload == w && c.lock == l && c.jobs == j);
-    let mut table = format!(
-        "\n== zone-lock ({}; reads: libaio iodepth 8; writes: psync, zonemode=zbd, 1 GiB each) ==\n\n\
-         jobs | read KIOPS global | read per-zone | ratio | write KIOPS global | write per-zone | ratio\n",
-        device("…")
-    );
-    for &jobs in job_counts {
-        let (Some(rg), Some(rp), Some(wg), Some(wp)) = (
-            pick("randread", "global", jobs),
-            pick("randread", "per-zone", jobs),
-            pick("randwrite", "global", jobs),
-            pick("randwrite", "per-zone", jobs),
-        ) else {
-            continue;
-        };
-        table.push_str(&format!(
-            "{jobs:>4} | {:>17.0} | {:>13.0} | {:>4.2}x | {:>18.0} | {:>14.0} | {:>4.2}x\n",
-            rg.kiops,
-            rp.kiops,
-            rp.kiops / rg.kiops.max(1e-9),
-            wg.kiops,
-            wp.kiops,
-            wp.kiops / wg.kiops.max(1e-9)
-        ));
-    }
-    table.push_str("\nsource (96 jobs): read 1,361 -> 3,340 KIOPS (2.45x); write 465 -> 468 KIOPS (unchanged)\n");
+    Ok(cells)
+}
+
+pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentError> {
+    let (job_counts, runtime): (&[usize], &str) =
+        if opts.quick { (&[1, 2], "500ms") } else { (&[1, 2, 4, 8, 16], "3") };
+    let cells = measure(job_counts, runtime)?;
+    let table = table(&cells, job_counts);
     let doc = json!({
         "experiment": "zone-lock",
         "source": "seed 004: null_blk: improve zone locking (2020): 96 jobs, read (libaio qd8) 1,361 vs 3,340 KIOPS, \
@@ -109,10 +90,49 @@ pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentErro
                 .iter()
                 .map(|l| Series {
                     label: (*l).to_string(),
-                    points: job_counts.iter().filter_map(|&j| pick(w, l, j).map(|c| (j as f64, c.kiops))).collect(),
+                    points: job_counts
+                        .iter()
+                        .filter_map(|&j| pick(&cells, w, l, j).map(|c| (j as f64, c.kiops)))
+                        .collect(),
                 })
                 .collect(),
         })
         .collect();
     Ok((doc, panels, table))
+}
+
+/// The KIOPS table: per job count, each workload under each lock and
+/// their ratio, then the source's figures.
+fn table(cells: &[Cell], job_counts: &[usize]) -> String {
+    let mut table = format!(
+        "\n== zone-lock ({}; reads: libaio iodepth 8; writes: psync, zonemode=zbd, 1 GiB each) ==\n\n\
+         jobs | read KIOPS global | read per-zone | ratio | write KIOPS global | write per-zone | ratio\n",
+        device("…")
+    );
+    for &jobs in job_counts {
+        let (Some(rg), Some(rp), Some(wg), Some(wp)) = (
+            pick(cells, "randread", "global", jobs),
+            pick(cells, "randread", "per-zone", jobs),
+            pick(cells, "randwrite", "global", jobs),
+            pick(cells, "randwrite", "per-zone", jobs),
+        ) else {
+            continue;
+        };
+        table.push_str(&format!(
+            "{jobs:>4} | {:>17.0} | {:>13.0} | {:>4.2}x | {:>18.0} | {:>14.0} | {:>4.2}x\n",
+            rg.kiops,
+            rp.kiops,
+            rp.kiops / rg.kiops.max(1e-9),
+            wg.kiops,
+            wp.kiops,
+            wp.kiops / wg.kiops.max(1e-9)
+        ));
+    }
+    table.push_str("\nsource (96 jobs): read 1,361 -> 3,340 KIOPS (2.45x); write 465 -> 468 KIOPS (unchanged)\n");
+    table
+}
+
+/// The run of `workload` at `lock` with `jobs` jobs.
+fn pick<'a>(cells: &'a [Cell], w: &str, l: &str, j: usize) -> Option<&'a Cell> {
+    cells.iter().find(|c| c.workload == w && c.lock == l && c.jobs == j)
 }

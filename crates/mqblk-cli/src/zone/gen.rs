@@ -59,7 +59,6 @@ pub struct GenArgs {
     device: Option<String>,
 }
 
-/// The script (one op per line) for the given shape.
 /// The script's shape: the device it is aimed at.
 #[derive(Debug, Clone, Copy)]
 pub struct Shape {
@@ -75,6 +74,8 @@ pub struct Shape {
 /// Sectors of the largest write that may fail part way (one DIO bio).
 const MAX_FAILING_WRITE: u64 = 2048;
 
+/// The script (one op per line) for the given shape; with a target, each
+/// op runs on it as it is generated.
 pub fn generate(seed: u64, ops: u64, shape: Shape, mut target: Option<&mut dyn ZoneTarget>) -> String {
     let Shape { zones, nr_conv, zone_sectors, cap_sectors, block_sectors } = shape;
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
@@ -86,29 +87,7 @@ pub fn generate(seed: u64, ops: u64, shape: Shape, mut target: Option<&mut dyn Z
             if nr_conv > 0 && rng.below(8) == 0 { rng.below(nr_conv) } else { nr_conv + rng.below(zones - nr_conv) };
         let zi = z as usize;
         let line = match rng.below(100) {
-            0..=34 => {
-                let (off, n) = match rng.below(6) {
-                    0..=2 => (wp[zi], 1 + rng.below(64)),                // at the wp
-                    3 => (wp[zi] + 1 + rng.below(8), 1 + rng.below(16)), // just past it
-                    4 => {
-                        // To or past capacity (past it only when small).
-                        let left = cap_sectors.saturating_sub(wp[zi]);
-                        let over = if left + 16 <= MAX_FAILING_WRITE { rng.below(16) } else { 0 };
-                        (wp[zi], left + over)
-                    }
-                    _ => (wp[zi], 200 + rng.below(400)), // splits at max_sectors
-                };
-                let n = n.max(1);
-                // Keep inside the device (the kernel clips or fails past it).
-                let n = n.min((zones - z) * zone_sectors - off.min((zones - z) * zone_sectors - 1));
-                // Off the wp or past capacity, a write fails part way: keep it small.
-                let fits = off == wp[zi] && off + n <= cap_sectors;
-                let n = if fits { n } else { n.min(MAX_FAILING_WRITE) };
-                if off == wp[zi] {
-                    wp[zi] = (wp[zi] + n).min(cap_sectors);
-                }
-                format!("write {z} {off} {n}")
-            }
+            0..=34 => write_op(&mut rng, &shape, &mut wp, z),
             35..=49 => {
                 let off = rng.below(zone_sectors);
                 let n = (1 + rng.below(300)).min((zones - z) * zone_sectors - off);
@@ -136,20 +115,54 @@ pub fn generate(seed: u64, ops: u64, shape: Shape, mut target: Option<&mut dyn Z
         };
         let line = if block_sectors > 1 && rng.below(16) != 0 { align(&line, block_sectors) } else { line };
         if let Some(t) = target.as_deref_mut() {
-            // Run it, then aim the next ops at the true write pointers.
-            if let Ok(Some((text, op))) = super::script::parse_line(&line) {
-                let _ = super::script::run_op(t, &text, &op);
-            }
-            if let Ok(report) = t.report() {
-                for (w, (_, rel)) in wp.iter_mut().zip(report) {
-                    *w = rel.min(cap_sectors);
-                }
-            }
+            run_on_target(t, &line, &mut wp, cap_sectors);
         }
         out.push_str(&line);
         out.push('\n');
     }
     out
+}
+
+/// A write op to zone `z`: mostly at the write pointer, sometimes past it,
+/// to or past capacity, or large enough to split; the write pointers
+/// follow it.
+fn write_op(rng: &mut Rng, shape: &Shape, wp: &mut [u64], z: u64) -> String {
+    let Shape { zones, zone_sectors, cap_sectors, .. } = *shape;
+    let zi = z as usize;
+    let (off, n) = match rng.below(6) {
+        0..=2 => (wp[zi], 1 + rng.below(64)),                // at the wp
+        3 => (wp[zi] + 1 + rng.below(8), 1 + rng.below(16)), // just past it
+        4 => {
+            // To or past capacity (past it only when small).
+            let left = cap_sectors.saturating_sub(wp[zi]);
+            let over = if left + 16 <= MAX_FAILING_WRITE { rng.below(16) } else { 0 };
+            (wp[zi], left + over)
+        }
+        _ => (wp[zi], 200 + rng.below(400)), // splits at max_sectors
+    };
+    let n = n.max(1);
+    // Keep inside the device (the kernel clips or fails past it).
+    let n = n.min((zones - z) * zone_sectors - off.min((zones - z) * zone_sectors - 1));
+    // Off the wp or past capacity, a write fails part way: keep it small.
+    let fits = off == wp[zi] && off + n <= cap_sectors;
+    let n = if fits { n } else { n.min(MAX_FAILING_WRITE) };
+    if off == wp[zi] {
+        wp[zi] = (wp[zi] + n).min(cap_sectors);
+    }
+    format!("write {z} {off} {n}")
+}
+
+/// Runs one op line on `t`, then aims the next ops at the true write
+/// pointers.
+fn run_on_target(t: &mut dyn ZoneTarget, line: &str, wp: &mut [u64], cap_sectors: u64) {
+    if let Ok(Some((text, op))) = super::script::parse_line(line) {
+        let _ = super::script::run_op(t, &text, &op);
+    }
+    if let Ok(report) = t.report() {
+        for (w, (_, rel)) in wp.iter_mut().zip(report) {
+            *w = rel.min(cap_sectors);
+        }
+    }
 }
 
 /// Rounds a read or write line's OFF down and N up to whole blocks.

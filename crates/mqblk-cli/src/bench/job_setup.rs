@@ -1,0 +1,97 @@
+//! A job's setup before its I/O loop (job.rs): its region of the device,
+//! the zones it writes (`zonemode=zbd`), its verifier (`verify`) and every
+//! slot's buffers. All allocation of a job happens here, before the run.
+
+use mqblk::{Buf, Device};
+
+use super::options::JobOptions;
+use super::pattern::ZoneWriter;
+use super::verify::Verifier;
+
+/// The job's region of the device: (offset, length), bytes.
+pub(super) fn job_region(opts: &JobOptions, dev: &Device, job_index: usize) -> Result<(u64, u64), String> {
+    let capacity = dev.limits().capacity_bytes;
+    let offset = opts.offset.saturating_add((job_index as u64).saturating_mul(opts.offset_increment));
+    if offset >= capacity {
+        return Err(format!("job '{}': offset {offset} is beyond the device size {capacity}", opts.name));
+    }
+    let max_bs = opts.bs_read.max(opts.bs_write);
+    let region_len = opts.size.unwrap_or(capacity - offset).min(capacity - offset);
+    if region_len < max_bs {
+        return Err(format!("job '{}': size {region_len} is smaller than the block size {max_bs}", opts.name));
+    }
+    Ok((offset, region_len))
+}
+
+/// fio's `zonemode=zbd`: the job's zones, if set.
+pub(super) fn new_zone_writer(
+    opts: &JobOptions,
+    dev: &Device,
+    offset: u64,
+    region_len: u64,
+) -> Result<Option<ZoneWriter>, String> {
+    match opts.zonemode_zbd {
+        true if dev.limits().zoned.is_none() => {
+            Err(format!("job '{}': zonemode=zbd on a device that is not zoned", opts.name))
+        }
+        true => Ok(Some(ZoneWriter::new(dev, offset, region_len).map_err(|e| format!("job '{}': {e}", opts.name))?)),
+        false => Ok(None),
+    }
+}
+
+/// fio's `verify`, for a job that writes.
+pub(super) fn new_verifier(
+    opts: &JobOptions,
+    read_pct: u32,
+    offset: u64,
+    region_len: u64,
+) -> Result<Option<Verifier>, String> {
+    match opts.verify && read_pct < 100 {
+        true if opts.zonemode_zbd => {
+            Err(format!("job '{}': verify with zonemode=zbd is not supported (zone resets erase blocks)", opts.name))
+        }
+        true => {
+            Ok(Some(Verifier::new(offset, region_len, opts.bs_write).map_err(|e| format!("job '{}': {e}", opts.name))?))
+        }
+        false => Ok(None),
+    }
+}
+
+/// Each slot's read and write buffers (those the job's mix uses): of our
+/// own, or slots of the registered pool (`fixedbufs=1`).
+pub(super) fn slot_buffers(
+    opts: &JobOptions,
+    fixed: Option<&mqblk::FixedBufs>,
+    depth: usize,
+    read_pct: u32,
+    job_index: usize,
+) -> (Vec<Option<Buf>>, Vec<Option<Buf>>) {
+    let new_buf = |len: u64| match fixed {
+        Some(pool) => pool.take(len as usize).expect("the fixedbufs pool has a slot for every job buffer"),
+        None => Buf::new(len as usize),
+    };
+    let read_bufs: Vec<Option<Buf>> = (0..depth).map(|_| (read_pct > 0).then(|| new_buf(opts.bs_read))).collect();
+    let write_bufs: Vec<Option<Buf>> = (0..depth)
+        .map(|_| {
+            (read_pct < 100).then(|| {
+                let mut b = new_buf(opts.bs_write);
+                fill_random(&mut b, job_index);
+                b
+            })
+        })
+        .collect();
+    (read_bufs, write_bufs)
+}
+
+/// Write buffers hold pseudo-random bytes (fio's default buffer content), so
+/// a device that compresses or dedups gains nothing.
+fn fill_random(buf: &mut Buf, seed: usize) {
+    let mut x = 0x1234_5678_9abc_def1u64 ^ (seed as u64).wrapping_mul(0x9e37_79b9);
+    for chunk in buf.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let bytes = x.to_le_bytes();
+        chunk.copy_from_slice(&bytes[..chunk.len()]);
+    }
+}

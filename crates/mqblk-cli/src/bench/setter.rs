@@ -1,0 +1,169 @@
+//! fio's per-option setter: one job option's value (`key=value`, or a bare
+//! flag) parsed into `JobOptions`, with fio's aliases, ranges and units.
+//! The options come in groups: what and where to do I/O, how deep and
+//! how submitted, how long and how measured, and the file engine's.
+
+use super::cpus::CpuList;
+use super::options::{err, unknown_option, JobOptions, OptionError, RwMode, IOENGINES, JOB_OPTIONS};
+use super::values::{parse_flag, parse_int, parse_size, parse_time_ns};
+
+/// The option's value, or the error of an option given bare that needs one.
+fn need<'v>(key: &str, value: Option<&'v str>) -> Result<&'v str, OptionError> {
+    value.ok_or_else(|| OptionError(format!("{key}: needs a value ({key}=...)")))
+}
+
+/// Parses `value` for `key` out of `allowed` (value, setting), else the
+/// error `msg` names.
+fn choice<T: Copy>(value: &str, allowed: &[(&str, T)], msg: impl FnOnce(&str) -> String) -> Result<T, OptionError> {
+    match allowed.iter().find(|(v, _)| *v == value) {
+        Some(&(_, t)) => Ok(t),
+        None => err(msg(value)),
+    }
+}
+
+impl JobOptions {
+    /// Sets one option, and records it as given (for the JSON "job
+    /// options"); an unknown option names the nearest known one.
+    pub(super) fn set(&mut self, key: &str, value: Option<&str>) -> Result<(), OptionError> {
+        let known = self.set_pattern(key, value)?
+            || self.set_queue(key, value)?
+            || self.set_run(key, value)?
+            || self.set_file(key, value)?;
+        if !known {
+            return err(unknown_option(key, JOB_OPTIONS));
+        }
+        if key != "name" {
+            self.given.push((key.to_string(), value.unwrap_or("").to_string()));
+        }
+        Ok(())
+    }
+
+    /// What and where: direction, mix, block sizes, the region, zones,
+    /// verify. False if `key` is none of these.
+    fn set_pattern(&mut self, key: &str, value: Option<&str>) -> Result<bool, OptionError> {
+        let v = || need(key, value);
+        match key {
+            "name" => self.name = v()?.to_string(),
+            "rw" | "readwrite" => self.rw = RwMode::parse(v()?)?,
+            "rwmixread" => self.rwmixread = parse_int(key, v()?, 0, 100)? as u32,
+            "rwmixwrite" => self.rwmixread = 100 - parse_int(key, v()?, 0, 100)? as u32,
+            "bs" | "blocksize" => {
+                let v = v()?;
+                let (r, w) = v.split_once(',').unwrap_or((v, v));
+                self.bs_read = parse_size(key, r)?;
+                self.bs_write = if w.is_empty() { self.bs_read } else { parse_size(key, w)? };
+                if self.bs_read == 0 || self.bs_write == 0 {
+                    return err(format!("{key}: block size must be positive, got '{v}'"));
+                }
+            }
+            "size" => self.size = Some(parse_size(key, v()?)?),
+            "offset" => self.offset = parse_size(key, v()?)?,
+            "offset_increment" => self.offset_increment = parse_size(key, v()?)?,
+            "zonemode" => {
+                self.zonemode_zbd =
+                    choice(v()?, &[("zbd", true), ("none", false)], |o| format!("zonemode={o} (accepted: none, zbd)"))?
+            }
+            "verify" => {
+                let accepted = [("0", false), ("none", false), ("crc32c", true), ("crc32c-intel", true)];
+                self.verify = choice(v()?, &accepted, |o| format!("verify={o} (accepted: crc32c, none)"))?
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// How deep and how submitted: queue depth and batches, jobs,
+    /// plugging, flags, engine, priority. False if `key` is none of these.
+    fn set_queue(&mut self, key: &str, value: Option<&str>) -> Result<bool, OptionError> {
+        let v = || need(key, value);
+        match key {
+            "iodepth" => self.iodepth = parse_int(key, v()?, 1, 65536)? as usize,
+            "iodepth_batch_submit" | "iodepth_batch" => {
+                self.iodepth_batch_submit = parse_int(key, v()?, 0, 65536)? as usize
+            }
+            "iodepth_batch_complete_min" | "iodepth_batch_complete" => {
+                self.iodepth_batch_complete_min = parse_int(key, v()?, 0, 65536)? as usize
+            }
+            "iodepth_batch_complete_max" => self.iodepth_batch_complete_max = parse_int(key, v()?, 0, 65536)? as usize,
+            "numjobs" => self.numjobs = parse_int(key, v()?, 1, 4096)? as usize,
+            "plug" => self.plug = parse_flag(key, value)?,
+            "plug_per_io" => self.plug_per_io = parse_flag(key, value)?,
+            "mqblk_async" => self.mqblk_async = parse_flag(key, value)?,
+            "hipri" => self.hipri = parse_flag(key, value)?,
+            "ioengine" => {
+                let v = v()?;
+                if !IOENGINES.contains(&v) {
+                    return err(format!("ioengine: bad value '{v}' (accepted: {})", IOENGINES.join(", ")));
+                }
+                self.ioengine = v.to_string();
+            }
+            "prio" => self.ioprio.level = parse_int(key, v()?, 0, 7)? as u8,
+            "prioclass" => {
+                use mqblk::IoPrioClass;
+                self.ioprio.class = match parse_int(key, v()?, 1, 3)? {
+                    1 => IoPrioClass::Rt,
+                    2 => IoPrioClass::Be,
+                    _ => IoPrioClass::Idle,
+                }
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// How long and how measured: run time, ramp, I/O count, reporting,
+    /// seed, clock, start delay, exit, CPUs. False if `key` is none of
+    /// these.
+    fn set_run(&mut self, key: &str, value: Option<&str>) -> Result<bool, OptionError> {
+        let v = || need(key, value);
+        match key {
+            "runtime" | "timeout" => self.runtime_ns = parse_time_ns(key, v()?)?,
+            "time_based" => self.time_based = parse_flag(key, value)?,
+            "ramp_time" => self.ramp_time_ns = parse_time_ns(key, v()?)?,
+            "number_ios" => self.number_ios = parse_int(key, v()?, 0, u64::MAX)?,
+            "group_reporting" => self.group_reporting = parse_flag(key, value)?,
+            "randseed" => self.randseed = parse_int(key, v()?, 0, u64::MAX)?,
+            "gtod_reduce" => self.gtod_reduce = parse_flag(key, value)?,
+            "clocksource" => {
+                use mqblk::ClockSource;
+                let accepted = [
+                    ("cpu", ClockSource::Cpu),
+                    ("clock_gettime", ClockSource::ClockGettime),
+                    ("gettimeofday", ClockSource::ClockGettime),
+                ];
+                self.clocksource = Some(choice(v()?, &accepted, |o| {
+                    format!("clocksource: bad value '{o}' (accepted: cpu, clock_gettime, gettimeofday)")
+                })?)
+            }
+            "startdelay" => self.startdelay_ns = parse_time_ns(key, v()?)?,
+            "exitall" => self.exitall = parse_flag(key, value)?,
+            "cpus_allowed" => self.cpus_allowed = Some(CpuList::parse(key, v()?)?),
+            "cpus_allowed_policy" => {
+                self.cpus_allowed_split = choice(v()?, &[("shared", false), ("split", true)], |o| {
+                    format!("cpus_allowed_policy={o} (accepted: shared, split)")
+                })?
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// The file device and fio's io_uring engine options. False if `key`
+    /// is none of these.
+    fn set_file(&mut self, key: &str, value: Option<&str>) -> Result<bool, OptionError> {
+        match key {
+            "filename" => self.filename = Some(need(key, value)?.to_string()),
+            "direct" => self.direct = parse_flag(key, value)?,
+            "registerfiles" => self.registerfiles = parse_flag(key, value)?,
+            // Options of fio's io_uring engine that mqblk cannot honour say so.
+            "fixedbufs" => self.fixedbufs = parse_flag(key, value)?,
+            "sqthread_poll" if parse_flag(key, value)? => {
+                return err("sqthread_poll=1: the file driver submits from the clients' threads, it has no SQ \
+                            polling thread; use sqthread_poll=0")
+            }
+            "sqthread_poll" => {}
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
