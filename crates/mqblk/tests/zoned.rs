@@ -214,7 +214,7 @@ fn plugged_writes_to_a_zone_reach_it_in_submission_order() {
 #[test]
 fn zone_append_from_several_clients_returns_distinct_contiguous_sectors() {
     let d = dev("");
-    const PER: u64 = 200;
+    const PER: u64 = if cfg!(miri) { 20 } else { 200 };
     let threads: Vec<_> = (0..4u8)
         .map(|t| {
             let d = d.clone();
