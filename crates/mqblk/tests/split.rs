@@ -12,10 +12,10 @@ use mqblk::{Bio, Buf, Device, Hctx, QueueLimits, ReqFlags, Rq, Status, SubmitErr
 
 /// Largest request in sectors (null_blk's default natively; smaller under
 /// Miri, so bios of a fraction of the size still split as often).
-const MAX_SECTORS: usize = if cfg!(miri) { 16 } else { 255 };
-/// The split bios' size: 1 MiB natively, 64 KiB under Miri, which
+const MAX_SECTORS: usize = if cfg!(miri) { 8 } else { 255 };
+/// The split bios' size: 1 MiB natively, 16 KiB under Miri, which
 /// interprets every byte copied.
-const BIO_BYTES: usize = if cfg!(miri) { 64 << 10 } else { 1 << 20 };
+const BIO_BYTES: usize = if cfg!(miri) { 16 << 10 } else { 1 << 20 };
 /// Requests one such bio becomes.
 const PIECES: u64 = BIO_BYTES.div_ceil(MAX_SECTORS * 512) as u64;
 
