@@ -320,7 +320,7 @@ fn every_request_is_dispatched_once_under_load() {
         let mut c = dev.client();
         let mut back = [0u8; 4096];
         // Block 3 is written by thread 0 at i = 3, 1503, ... (i % 500 == 3, i % 3 == 0).
-        let last = (0..PER_THREAD).filter(|i| i % 500 == 3 && i % 3 == 0).last().unwrap();
+        let last = (0..PER_THREAD).rev().find(|i| i % 500 == 3 && i % 3 == 0).unwrap();
         c.read_at(&mut back, 3 * 4096).unwrap();
         assert!(back.iter().all(|b| *b == (last % 251) as u8), "{sched}");
     }
