@@ -68,7 +68,10 @@ fn hipri_on_a_hybrid_queue_completes_by_polling_and_never_sleeps() {
 }
 
 #[test]
-#[cfg_attr(miri, ignore = "needs B's read to fall due after A reaps its own: a real-time gap Miri's clock does not keep")]
+#[cfg_attr(
+    miri,
+    ignore = "needs B's read to fall due after A reaps its own: a real-time gap Miri's clock does not keep"
+)]
 fn non_hipri_on_a_hybrid_queue_completes_when_nobody_polls_any_more() {
     // A's hipri request turns notifications off; B's plain read arrives
     // behind it. A reaps its own request (due first) and stops polling: the
