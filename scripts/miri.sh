@@ -89,12 +89,16 @@ for model in "${models[@]}"; do
       "$logs/$model-$name.log"
     if [ $rc -ne 0 ]; then
       failed+=("$model/$name")
-      # Miri's own words for each failure, one line per distinct report:
-      # how many tests hit it, the error, where, and the first such test.
+      # Miri's own words for each failure (and each panic's first line), one
+      # line per distinct report: how often it came, the error, where,
+      # and the first such test.
       awk '/^ +(FAIL|SIGSEGV|SIGABRT|TIMEOUT) \[/ { test = $NF }
            /^ +error: / && !/aborting due to/ { msg = $0; sub(/^ +error: /, "", msg)
              gsub(/<[0-9]+>/, "<tag>", msg); gsub(/alloc[0-9]+/, "alloc", msg); want = 1; next }
-           want && /-->/ { print msg "  at " $2 "\t" test; want = 0 }' "$logs/$model-$name.log" |
+           want && /-->/ { print msg "  at " $2 "\t" test; want = 0 }
+           panic { m = $0; sub(/^ +/, "", m); print where ": " m "\t" test; panic = 0 }
+           /^ +thread .* panicked at / { where = $0; sub(/^.* panicked at /, "panicked at ", where)
+             sub(/:$/, "", where); panic = 1 }' "$logs/$model-$name.log" |
         awk -F'\t' '{ n[$1]++; if (!($1 in first)) first[$1] = $2 }
            END { for (m in n) printf "   %3d x %s  (e.g. %s)\n", n[m], m, first[m] }' | sort -rn
       summary+=("$(printf '%-8s %-16s %5ss  FAILED (log: %s)' "$model" "$name" "$secs" "$logs/$model-$name.log")")

@@ -5,16 +5,17 @@
 #![cfg(not(loom))]
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use mqblk::driver::{Driver, QueueRqResult};
 use mqblk::{Bio, Buf, Device, Hctx, QueueLimits, ReqFlags, Rq, Status, SubmitError, TagSetConfig};
 
 /// Largest request in sectors (null_blk's default natively; smaller under
 /// Miri, so bios of a fraction of the size still split as often).
-const MAX_SECTORS: usize = if cfg!(miri) { 16 } else { 255 };
-/// The split bios' size: 1 MiB natively, 64 KiB under Miri, which
+const MAX_SECTORS: usize = if cfg!(miri) { 8 } else { 255 };
+/// The split bios' size: 1 MiB natively, 16 KiB under Miri, which
 /// interprets every byte copied.
-const BIO_BYTES: usize = if cfg!(miri) { 64 << 10 } else { 1 << 20 };
+const BIO_BYTES: usize = if cfg!(miri) { 16 << 10 } else { 1 << 20 };
 /// Requests one such bio becomes.
 const PIECES: u64 = BIO_BYTES.div_ceil(MAX_SECTORS * 512) as u64;
 
@@ -44,10 +45,12 @@ fn one_mib_bios_split_and_read_back() {
 fn many_split_bios_in_flight_each_complete_once() {
     let spec = format!("null:size=64,memory_backed=1,irqmode=1,hw_queue_depth=8,max_sectors={MAX_SECTORS}");
     let dev = Device::open(&spec).unwrap();
+    // 16 bios of 9 pieces (4 of 8 under Miri) over 8 tags.
+    const BIOS: u64 = if cfg!(miri) { 4 } else { 16 };
     let mut c = dev.client_with_capacity(16);
     let mut done = Vec::new();
     let offset = |i: u64| i * BIO_BYTES as u64;
-    for i in 0..16u64 {
+    for i in 0..BIOS {
         c.submit(Bio::write(offset(i), Buf::from_slice(&pattern(BIO_BYTES, i as u8))), i).unwrap();
     }
     while c.in_flight() > 0 {
@@ -55,9 +58,9 @@ fn many_split_bios_in_flight_each_complete_once() {
     }
     let mut ids: Vec<u64> = done.iter().map(|d| d.user_data).collect();
     ids.sort_unstable();
-    assert_eq!(ids, (0..16).collect::<Vec<_>>(), "each bio completes exactly once");
+    assert_eq!(ids, (0..BIOS).collect::<Vec<_>>(), "each bio completes exactly once");
     assert!(done.iter().all(|d| d.status.is_ok() && d.buf.as_ref().unwrap().len() == BIO_BYTES));
-    for i in 0..16u64 {
+    for i in 0..BIOS {
         let mut back = vec![0u8; BIO_BYTES];
         c.read_at(&mut back, offset(i)).unwrap();
         assert!(back == pattern(BIO_BYTES, i as u8), "bio {i}");
@@ -108,18 +111,53 @@ fn first_error_of_any_piece_is_the_bio_status() {
     assert_eq!(dev.busy_tags(), 0);
 }
 
+/// Holds every request until the test completes them, so "both tags are
+/// taken" stays true for as long as the test needs it.
+struct Holding(Arc<Mutex<Vec<Rq>>>);
+
+impl Driver for Holding {
+    fn name(&self) -> &str {
+        "holding"
+    }
+    fn tag_set(&self) -> TagSetConfig {
+        TagSetConfig::new(1, 2)
+    }
+    fn limits(&self) -> QueueLimits {
+        let mut l = QueueLimits::new(16 << 20, 512);
+        l.max_sectors = MAX_SECTORS as u32;
+        l
+    }
+    fn queue_rq(&self, _hctx: &Hctx, rq: Rq, _last: bool) -> QueueRqResult {
+        self.0.lock().unwrap().push(rq);
+        QueueRqResult::Queued
+    }
+    fn shutdown(&self) {
+        for rq in self.0.lock().unwrap().drain(..) {
+            rq.complete(Status::IoErr);
+        }
+    }
+}
+
 #[test]
 fn nowait_split_is_refused_whole_with_its_buffer() {
-    // 2 tags, a slow timer: the first bio takes both; the second bio with
-    // NOWAIT finds no tag for its first piece and comes back intact.
-    let dev = Device::open("null:size=16,irqmode=2,completion_nsec=50000000,hw_queue_depth=2").unwrap();
+    // 2 tags, held by the driver: the first bio (2 pieces) takes both; the
+    // second bio with NOWAIT finds no tag for its first piece and comes
+    // back intact.
+    let held = Arc::new(Mutex::new(Vec::new()));
+    let dev = Device::with_driver(Box::new(Holding(held.clone()))).unwrap();
     let mut c = dev.client_with_capacity(4);
-    c.submit(Bio::read(0, Buf::new(2 * 130_560)), 1).unwrap();
-    let bio = Bio::write(1 << 20, Buf::from_slice(&pattern(300_000 / 512 * 512, 3))).with_flags(ReqFlags::NOWAIT);
+    let piece_bytes = MAX_SECTORS * 512;
+    c.submit(Bio::read(0, Buf::new(2 * piece_bytes)), 1).unwrap();
+    assert_eq!(held.lock().unwrap().len(), 2, "the first bio holds both tags");
+    let data = pattern(2 * piece_bytes + piece_bytes / 3 / 512 * 512, 3);
+    let bio = Bio::write(1 << 20, Buf::from_slice(&data)).with_flags(ReqFlags::NOWAIT);
     let r = c.submit(bio, 2).unwrap_err();
     assert_eq!(r.error, SubmitError::Again);
-    assert_eq!(r.bio.buf.as_ref().unwrap()[..], pattern(300_000 / 512 * 512, 3)[..]);
+    assert_eq!(r.bio.buf.as_ref().unwrap()[..], data[..]);
     assert_eq!(c.in_flight(), 1);
+    for rq in held.lock().unwrap().drain(..) {
+        rq.complete(Status::Ok);
+    }
     c.drain();
     assert_eq!(dev.busy_tags(), 0);
 }

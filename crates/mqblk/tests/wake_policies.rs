@@ -88,7 +88,15 @@ fn stash_holds_wakeups_until_a_quarter_is_free() {
             })
         })
         .collect();
-    while sbq.snapshot().ws_waiting.iter().sum::<u32>() < 4 {
+    // All 4 queued and past their last look at the bitmap: a waiter counts
+    // its sleep after that look. Queued is not enough: a waiter not yet
+    // asleep would take a freed bit itself (seen under Miri), and the stash
+    // would have nobody to hold the wakeup for.
+    loop {
+        let snap = sbq.snapshot();
+        if snap.ws_waiting.iter().sum::<u32>() == 4 && snap.nr_sleeps >= 4 {
+            break;
+        }
         std::thread::yield_now();
     }
     // Frees 1..3 leave busy at 15, 14, 13 > 12 = 3/4 depth: stashed.
