@@ -50,20 +50,22 @@ impl Hctx {
         loop {
             let (rq, last) = {
                 let mut list = self.dispatch.lock();
+                // Still counted in `dispatch_nr` while in hand (see there).
                 let Some(rq) = list.pop_front() else { break };
-                self.dispatch_nr.store(list.len() as u32, Ordering::Release);
                 (rq, list.is_empty())
             };
             self.stats.queued.fetch_add(1, Ordering::Relaxed);
             self.start_request(&rq);
             match self.driver.queue_rq(self, rq, last) {
-                QueueRqResult::Queued => issued_without_last = !last,
+                QueueRqResult::Queued => {
+                    self.dispatch_nr.fetch_sub(1, Ordering::Release);
+                    issued_without_last = !last;
+                }
                 QueueRqResult::Busy(rq) => {
                     self.stats.busy.fetch_add(1, Ordering::Relaxed);
                     rq.slot().deadline.store(0, Ordering::Relaxed);
-                    let mut list = self.dispatch.lock();
-                    list.push_front(rq);
-                    self.dispatch_nr.store(list.len() as u32, Ordering::Release);
+                    // Back in front, still counted.
+                    self.dispatch.lock().push_front(rq);
                     busy = true;
                     break;
                 }

@@ -58,6 +58,11 @@ pub struct Hctx {
     driver: Arc<dyn Driver>,
     /// Requests waiting to be re-issued after `Busy`, in order.
     dispatch: Mutex<VecDeque<Rq>>,
+    /// Requests on the dispatch list, plus the one a runner has taken off
+    /// it and not yet handed over: while it is not zero, a new request goes
+    /// behind them. Counting the one in hand keeps the order when the
+    /// driver bounces it back (with only the list's length, a submission in
+    /// that window found 0 and overtook it; Miri found it).
     dispatch_nr: AtomicU32,
     /// One thread at a time runs the dispatch list (so the list's order is
     /// the issue order); a run asked for meanwhile (a completion freed
@@ -306,16 +311,17 @@ impl Hctx {
     }
 
     fn push_dispatch_all(&self, rqs: &mut RqList) {
+        let n = rqs.len() as u32;
         let mut list = self.dispatch.lock();
         // Back with the block layer: not timed until handed over again.
         list.extend(rqs.inspect(|rq| rq.slot().deadline.store(0, Ordering::Relaxed)));
-        self.dispatch_nr.store(list.len() as u32, Ordering::Release);
+        self.dispatch_nr.fetch_add(n, Ordering::Release);
     }
 
     fn push_dispatch(&self, rq: Rq) {
         rq.slot().deadline.store(0, Ordering::Relaxed);
         let mut list = self.dispatch.lock();
         list.push_back(rq);
-        self.dispatch_nr.store(list.len() as u32, Ordering::Release);
+        self.dispatch_nr.fetch_add(1, Ordering::Release);
     }
 }

@@ -46,6 +46,10 @@ struct Shared {
     late_ns_max: AtomicU64,
 }
 
+/// Pushes to a full completion ring retried before it counts as a broken
+/// tag invariant.
+const RING_FULL_TRIES: u32 = 1_000_000;
+
 /// One hardware queue's completion thread.
 pub(crate) struct IrqQueue {
     shared: Arc<Shared>,
@@ -75,8 +79,17 @@ impl IrqQueue {
     /// Queues `pending` for completion at its due time.
     #[inline]
     pub(crate) fn push(&self, pending: Pending) {
-        if self.shared.ring.push(pending).is_err() {
-            panic!("null completion ring overflow: more requests in flight than tags");
+        let mut pending = pending;
+        let mut tries = 0u32;
+        // The ring holds a slot per tag, so a slot is always free; but the
+        // consumer's freeing of it need not be visible yet to a submitter
+        // whose tag was freed by another completion (nothing orders the two
+        // in the memory model: Miri showed it). Retry until it is.
+        while let Err(back) = self.shared.ring.push(pending) {
+            pending = back;
+            tries += 1;
+            assert!(tries < RING_FULL_TRIES, "null completion ring overflow: more requests in flight than tags");
+            std::thread::yield_now();
         }
         self.shared.gate.notify();
     }
