@@ -280,7 +280,7 @@ fn bfq_tightens_async_limits_while_a_queue_is_raised() {
 #[test]
 fn every_request_is_dispatched_once_under_load() {
     // Bios per thread: fewer under Miri, which interprets every byte.
-    const PER_THREAD: u64 = if cfg!(miri) { 100 } else { 2000 };
+    const PER_THREAD: u64 = if cfg!(miri) { 40 } else { 2000 };
     for sched in SCHEDULERS {
         let dev = Device::open(&format!("null:gb=1,irqmode=1,memory_backed=1,hw_queue_depth=8,sched={sched}")).unwrap();
         let threads: Vec<_> = (0..4u64)
