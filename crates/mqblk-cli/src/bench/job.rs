@@ -45,6 +45,11 @@ pub struct Control {
 /// bar and the bandwidth samples.
 #[derive(Debug, Default)]
 pub struct Live {
+    /// Set/up is over (buffers allocated, startdelay slept): the job's
+    /// ramp and runtime count from here, as in fio (allocating 256 MiB of
+    /// buffers in a debug build took the whole 1 s runtime of an
+    /// experiment cell, which then ran no I/O).
+    pub ready: AtomicBool,
     pub ios: CachePadded<AtomicU64>,
     pub read_bytes: AtomicU64,
     pub write_bytes: AtomicU64,
@@ -251,6 +256,7 @@ impl<'a> JobLoop<'a> {
         io.start_ns = self.clock.now_ns();
         io.start_ru = Rusage::thread_now();
         self.live.measuring.store(p.measuring, Ordering::Release);
+        self.live.ready.store(true, Ordering::Release);
     }
 
     /// fio's `do_io`: fill the queue, reap, until the job's limits or the

@@ -95,11 +95,23 @@ struct Shared<'a> {
 
 /// The supervisor's own view of one job: its timeline and samples.
 struct Running {
+    /// The timeline below starts when the job is ready (`Live::ready`).
+    started: bool,
     ramp_end: Instant,
     stop_at: Option<Instant>,
     read_samples: Samples,
     write_samples: Samples,
     last: (Instant, u64, u64, u64),
+}
+
+impl Running {
+    /// The job is ready: its ramp and runtime count from `now`.
+    fn start(&mut self, opts: &JobOptions, now: Instant) {
+        self.started = true;
+        self.ramp_end = now + Duration::from_nanos(opts.ramp_time_ns);
+        self.stop_at = (opts.runtime_ns > 0).then(|| self.ramp_end + Duration::from_nanos(opts.runtime_ns));
+        self.last = (self.ramp_end, 0, 0, 0);
+    }
 }
 
 /// What a run produced, before formatting.
@@ -205,6 +217,7 @@ fn job_clones(plan: &BenchPlan, start: Instant) -> (Vec<Shared<'_>>, Vec<Running
             }
             shared.push(Shared { opts, clone, ctrl, live: Live::default() });
             running.push(Running {
+                started: false,
                 ramp_end,
                 stop_at,
                 read_samples: Samples::default(),
@@ -305,6 +318,12 @@ fn supervise(shared: &[Shared], running: &mut [Running], bar: &Option<indicatif:
                 sh.ctrl.phase.store(PHASE_STOP, Ordering::Release);
             }
             all_done = false;
+            if !r.started {
+                if !sh.live.ready.load(Ordering::Acquire) {
+                    continue; // still setting up: its clock has not started
+                }
+                r.start(sh.opts, now);
+            }
             if now >= r.ramp_end && sh.ctrl.phase.load(Ordering::Relaxed) < PHASE_RUN {
                 sh.ctrl.phase.store(PHASE_RUN, Ordering::Release);
                 r.last = (now, 0, 0, 0);
