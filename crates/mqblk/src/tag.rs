@@ -55,7 +55,12 @@ impl TagSetConfig {
         }
     }
 
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks the tag set a driver asks for; the error names the field.
+    pub fn validate(&self) -> Result<(), crate::Error> {
+        self.check().map_err(crate::Error::Setup)
+    }
+
+    fn check(&self) -> Result<(), String> {
         if self.nr_hw_queues == 0 || self.nr_hw_queues > 1024 {
             return Err(format!("nr_hw_queues={} (accepted: 1..=1024)", self.nr_hw_queues));
         }
@@ -283,7 +288,7 @@ mod tests {
     fn config_validation_names_the_field() {
         let mut config = TagSetConfig::new(1, 4);
         config.reserved_tags = 4;
-        assert!(config.validate().unwrap_err().contains("reserved_tags"));
-        assert!(TagSetConfig::new(0, 4).validate().unwrap_err().contains("nr_hw_queues"));
+        assert!(config.validate().unwrap_err().to_string().contains("reserved_tags"));
+        assert!(TagSetConfig::new(0, 4).validate().unwrap_err().to_string().contains("nr_hw_queues"));
     }
 }

@@ -75,7 +75,7 @@ impl RequestQueue {
     fn new(driver: Box<dyn Driver>, opts: QueueOptions) -> Result<Arc<Self>, Error> {
         let driver: Arc<dyn Driver> = Arc::from(driver);
         let tag_set = driver.tag_set();
-        tag_set.validate().map_err(Error::Setup)?;
+        tag_set.validate()?;
         let limits = driver.limits();
         limits.validate().map_err(Error::Setup)?;
         let clock = Arc::new(TimeoutClock::new(driver.rq_timeout()));
