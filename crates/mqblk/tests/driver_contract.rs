@@ -5,10 +5,13 @@
 
 #![cfg(not(loom))]
 
+mod common;
+
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::{Forward, Held};
 use mqblk::driver::{Driver, QueueRqResult, TimedOutRq, TimeoutAction};
 use mqblk::{Bio, Buf, Device, Hctx, QueueLimits, Rq, Status, TagSetConfig};
 
@@ -42,22 +45,7 @@ impl Driver for Flaky {
 #[test]
 fn busy_requests_are_retried_in_order_and_none_lost() {
     let driver = Arc::new(Flaky { calls: AtomicU32::new(0), accepted: Mutex::new(Vec::new()) });
-    struct Shim(Arc<Flaky>);
-    impl Driver for Shim {
-        fn name(&self) -> &str {
-            self.0.name()
-        }
-        fn tag_set(&self) -> TagSetConfig {
-            self.0.tag_set()
-        }
-        fn limits(&self) -> QueueLimits {
-            self.0.limits()
-        }
-        fn queue_rq(&self, hctx: &Hctx, rq: Rq, last: bool) -> QueueRqResult {
-            self.0.queue_rq(hctx, rq, last)
-        }
-    }
-    let dev = Device::with_driver(Box::new(Shim(driver.clone()))).unwrap();
+    let dev = Device::with_driver(Box::new(Forward(driver.clone()))).unwrap();
     let mut c = dev.client_with_capacity(8);
     let mut done = Vec::new();
     for i in 0..200u64 {
@@ -162,35 +150,10 @@ fn a_dropped_request_completes_with_ioerr_and_frees_its_tag() {
     assert_eq!(dev.busy_tags(), 0);
 }
 
-/// Holds every request until the test completes it: "nothing has
-/// completed yet" is then a fact, not a race against a completion timer.
-struct Held(Arc<Mutex<Vec<Rq>>>);
-
-impl Driver for Held {
-    fn name(&self) -> &str {
-        "held"
-    }
-    fn tag_set(&self) -> TagSetConfig {
-        TagSetConfig::new(1, 4)
-    }
-    fn limits(&self) -> QueueLimits {
-        QueueLimits::new(1 << 20, 512)
-    }
-    fn queue_rq(&self, _hctx: &Hctx, rq: Rq, _last: bool) -> QueueRqResult {
-        self.0.lock().unwrap().push(rq);
-        QueueRqResult::Queued
-    }
-    fn shutdown(&self) {
-        for rq in self.0.lock().unwrap().drain(..) {
-            rq.complete(Status::IoErr);
-        }
-    }
-}
-
 #[test]
 fn do_io_times_out_without_completions() {
     let held = Arc::new(Mutex::new(Vec::new()));
-    let dev = Device::with_driver(Box::new(Held(held.clone()))).unwrap();
+    let dev = Device::with_driver(Box::new(Held::new(held.clone(), 4))).unwrap();
     let mut c = dev.client();
     c.submit(Bio::read(0, Buf::new(512)), 1).unwrap();
     let mut done = Vec::new();

@@ -4,9 +4,12 @@
 //! comes back.
 #![cfg(not(loom))]
 
+mod common;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use common::Held;
 use mqblk::driver::{Driver, QueueRqResult};
 use mqblk::{Bio, Buf, Device, Hctx, QueueLimits, ReqFlags, Rq, Status, SubmitError, TagSetConfig};
 
@@ -111,40 +114,17 @@ fn first_error_of_any_piece_is_the_bio_status() {
     assert_eq!(dev.busy_tags(), 0);
 }
 
-/// Holds every request until the test completes them, so "both tags are
-/// taken" stays true for as long as the test needs it.
-struct Holding(Arc<Mutex<Vec<Rq>>>);
-
-impl Driver for Holding {
-    fn name(&self) -> &str {
-        "holding"
-    }
-    fn tag_set(&self) -> TagSetConfig {
-        TagSetConfig::new(1, 2)
-    }
-    fn limits(&self) -> QueueLimits {
-        let mut l = QueueLimits::new(16 << 20, 512);
-        l.max_sectors = MAX_SECTORS as u32;
-        l
-    }
-    fn queue_rq(&self, _hctx: &Hctx, rq: Rq, _last: bool) -> QueueRqResult {
-        self.0.lock().unwrap().push(rq);
-        QueueRqResult::Queued
-    }
-    fn shutdown(&self) {
-        for rq in self.0.lock().unwrap().drain(..) {
-            rq.complete(Status::IoErr);
-        }
-    }
-}
-
 #[test]
 fn nowait_split_is_refused_whole_with_its_buffer() {
     // 2 tags, held by the driver: the first bio (2 pieces) takes both; the
     // second bio with NOWAIT finds no tag for its first piece and comes
     // back intact.
     let held = Arc::new(Mutex::new(Vec::new()));
-    let dev = Device::with_driver(Box::new(Holding(held.clone()))).unwrap();
+    // 2 tags; pieces of MAX_SECTORS.
+    let mut holding = Held::new(held.clone(), 2);
+    holding.limits = QueueLimits::new(16 << 20, 512);
+    holding.limits.max_sectors = MAX_SECTORS as u32;
+    let dev = Device::with_driver(Box::new(holding)).unwrap();
     let mut c = dev.client_with_capacity(4);
     let piece_bytes = MAX_SECTORS * 512;
     c.submit(Bio::read(0, Buf::new(2 * piece_bytes)), 1).unwrap();

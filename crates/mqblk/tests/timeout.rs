@@ -5,10 +5,13 @@
 
 #![cfg(not(loom))]
 
+mod common;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::Forward;
 use mqblk::driver::{Driver, QueueRqResult, TimedOutRq, TimeoutAction};
 use mqblk::{Bio, Buf, Device, Hctx, QueueLimits, QueueOptions, Rq, Status, TagSetConfig};
 
@@ -72,8 +75,8 @@ fn wait_one(c: &mut mqblk::Client) -> mqblk::Completion {
 
 #[test]
 fn a_plugged_request_does_not_time_out() {
-    let driver: &'static Sitter = Box::leak(Box::new(Sitter::new(4)));
-    let dev = Device::with_driver(Box::new(ForwardTo(driver))).unwrap();
+    let driver = Arc::new(Sitter::new(4));
+    let dev = Device::with_driver(Box::new(Forward(driver.clone()))).unwrap();
     let mut plugged = dev.client();
     let mut direct = dev.client();
     let mut plug = plugged.plug();
@@ -93,9 +96,9 @@ fn a_plugged_request_does_not_time_out() {
 
 #[test]
 fn with_a_scheduler_the_handler_gets_driver_tags_and_queued_requests_wait() {
-    let driver: &'static Sitter = Box::leak(Box::new(Sitter::new(2)));
+    let driver = Arc::new(Sitter::new(2));
     let opts = QueueOptions { sched: mqblk::Sched::MqDeadline(Default::default()), ..QueueOptions::default() };
-    let dev = Device::with_driver_options(Box::new(ForwardTo(driver)), opts).unwrap();
+    let dev = Device::with_driver_options(Box::new(Forward(driver.clone())), opts).unwrap();
     let mut c = dev.client_with_capacity(8);
     // Two requests reach the driver; the other four wait in the scheduler
     // for a driver tag and must not time out there.
@@ -117,32 +120,4 @@ fn with_a_scheduler_the_handler_gets_driver_tags_and_queued_requests_wait() {
     // completion: a scheduler switch waits until every tag is back.
     dev.set_scheduler(mqblk::Sched::None).expect("every tag comes back");
     assert_eq!(dev.busy_tags(), 0);
-}
-
-/// A driver borrowed for the test's whole run (so the test can read its
-/// counters while the device owns the box).
-struct ForwardTo(&'static Sitter);
-
-impl Driver for ForwardTo {
-    fn name(&self) -> &str {
-        self.0.name()
-    }
-    fn tag_set(&self) -> TagSetConfig {
-        self.0.tag_set()
-    }
-    fn limits(&self) -> QueueLimits {
-        self.0.limits()
-    }
-    fn rq_timeout(&self) -> Option<Duration> {
-        self.0.rq_timeout()
-    }
-    fn queue_rq(&self, hctx: &Hctx, rq: Rq, last: bool) -> QueueRqResult {
-        self.0.queue_rq(hctx, rq, last)
-    }
-    fn timeout(&self, hctx: &Hctx, rq: TimedOutRq) -> TimeoutAction {
-        self.0.timeout(hctx, rq)
-    }
-    fn shutdown(&self) {
-        self.0.shutdown()
-    }
 }

@@ -1,0 +1,76 @@
+//! Test drivers shared by the integration tests: one that holds every
+//! request until the test completes it, and a forwarder that lets a test
+//! keep a handle on a driver the device owns.
+#![allow(dead_code)] // each test binary uses what it needs
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mqblk::driver::{Driver, QueueRqResult, TimedOutRq, TimeoutAction};
+use mqblk::{Hctx, QueueLimits, Rq, Status, TagSetConfig};
+
+/// Holds every request until the test completes it: "nothing has
+/// completed yet" or "every tag is taken" is then a fact, not a race
+/// against a completion timer. Held requests end with `IoErr` at shutdown.
+pub struct Held {
+    pub rqs: Arc<Mutex<Vec<Rq>>>,
+    pub queue_depth: u32,
+    pub limits: QueueLimits,
+}
+
+impl Held {
+    /// One hardware queue of `queue_depth` tags over 1 MiB of 512-byte
+    /// sectors; `rqs` is where the held requests go.
+    pub fn new(rqs: Arc<Mutex<Vec<Rq>>>, queue_depth: u32) -> Self {
+        Self { rqs, queue_depth, limits: QueueLimits::new(1 << 20, 512) }
+    }
+}
+
+impl Driver for Held {
+    fn name(&self) -> &str {
+        "held"
+    }
+    fn tag_set(&self) -> TagSetConfig {
+        TagSetConfig::new(1, self.queue_depth)
+    }
+    fn limits(&self) -> QueueLimits {
+        self.limits.clone()
+    }
+    fn queue_rq(&self, _hctx: &Hctx, rq: Rq, _last: bool) -> QueueRqResult {
+        self.rqs.lock().unwrap().push(rq);
+        QueueRqResult::Queued
+    }
+    fn shutdown(&self) {
+        for rq in self.rqs.lock().unwrap().drain(..) {
+            rq.complete(Status::IoErr);
+        }
+    }
+}
+
+/// Forwards the driver calls these tests use to a driver the test keeps a
+/// handle on (to read its counters while the device owns the forwarder).
+pub struct Forward<D>(pub Arc<D>);
+
+impl<D: Driver> Driver for Forward<D> {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn tag_set(&self) -> TagSetConfig {
+        self.0.tag_set()
+    }
+    fn limits(&self) -> QueueLimits {
+        self.0.limits()
+    }
+    fn rq_timeout(&self) -> Option<Duration> {
+        self.0.rq_timeout()
+    }
+    fn queue_rq(&self, hctx: &Hctx, rq: Rq, last: bool) -> QueueRqResult {
+        self.0.queue_rq(hctx, rq, last)
+    }
+    fn timeout(&self, hctx: &Hctx, rq: TimedOutRq) -> TimeoutAction {
+        self.0.timeout(hctx, rq)
+    }
+    fn shutdown(&self) {
+        self.0.shutdown()
+    }
+}
