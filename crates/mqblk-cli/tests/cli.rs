@@ -417,6 +417,35 @@ fn zone_script_prints_one_json_line_per_op() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("line 1: 'x' is not a number"));
 }
 
+/// A zero-length write or read is what the kernel makes of a zero-length
+/// pwrite/pread on the block device: success, nothing changes, and a read
+/// reports the CRC-32 of no bytes.
+#[test]
+fn zone_script_zero_length_ops_succeed_and_change_nothing() {
+    let dir = std::env::temp_dir().join(format!("mqblk-zone-zero-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("s.txt");
+    std::fs::write(&script, "write 1 0 8
+write 1 8 0
+write 2 5 0
+read 1 0 0
+read 3 100 0
+").unwrap();
+    let spec = "null:gb=1,zoned=1,zone_size=256,memory_backed=1";
+    let out = mqblk(&["zone", "script", "--device", spec, script.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let status: Vec<&str> = lines.iter().map(|l| l["status"].as_str().unwrap()).collect();
+    assert_eq!(status, ["ok"; 5]);
+    for l in &lines[1..] {
+        assert_eq!(l["zones"], lines[0]["zones"], "a zero-length op changes no zone: {l}");
+    }
+    assert_eq!(lines[1]["zones"][2], serde_json::json!(["EMPTY", 0]), "not even an implicit open");
+    assert_eq!(lines[3]["crc32"], "00000000");
+    assert_eq!(lines[4]["crc32"], "00000000");
+}
+
 /// CRC-32 (IEEE), bit by bit: an independent check of the crc32 field.
 fn crc32(data: &[u8]) -> u32 {
     let mut crc = !0u32;

@@ -118,6 +118,9 @@ impl ZoneTarget for DeviceTarget {
     /// across it, the part before the end is written and the call is
     /// short (the oracle's helper reports a short call as EIO).
     fn write(&mut self, offset_bytes: u64, data: &[u8]) -> Result<(), i32> {
+        if data.is_empty() {
+            return Ok(()); // blkdev_write_iter: nothing to write, success
+        }
         let capacity = self.dev.limits().capacity_bytes;
         if offset_bytes >= capacity {
             return Err(libc::ENOSPC);
@@ -133,6 +136,9 @@ impl ZoneTarget for DeviceTarget {
     /// As pread: at or past the end nothing is read; across it, a short
     /// read (both EIO for the helper, which wants the whole length).
     fn read(&mut self, offset_bytes: u64, out: &mut [u8]) -> Result<(), i32> {
+        if out.is_empty() {
+            return Ok(()); // blkdev_read_iter: nothing to read, success
+        }
         let capacity = self.dev.limits().capacity_bytes;
         if offset_bytes >= capacity {
             return Err(libc::EIO);
