@@ -425,12 +425,7 @@ fn zone_script_zero_length_ops_succeed_and_change_nothing() {
     let dir = std::env::temp_dir().join(format!("mqblk-zone-zero-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let script = dir.join("s.txt");
-    std::fs::write(&script, "write 1 0 8
-write 1 8 0
-write 2 5 0
-read 1 0 0
-read 3 100 0
-").unwrap();
+    std::fs::write(&script, "write 1 0 8\nwrite 1 8 0\nwrite 2 5 0\nread 1 0 0\nread 3 100 0\n").unwrap();
     let spec = "null:gb=1,zoned=1,zone_size=256,memory_backed=1";
     let out = mqblk(&["zone", "script", "--device", spec, script.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
