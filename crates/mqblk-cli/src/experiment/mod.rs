@@ -1,13 +1,19 @@
 //! `mqblk experiment NAME`: reproduces a source document's experiment end to
 //! end: builds the devices, runs the jobs through the bench engine, prints
 //! tables shaped like the source's, and writes NAME.json and NAME.svg into
-//! a results folder. Every cell records the `mqblk bench` command that
-//! produced it.
+//! a results folder (NAME.png beside the SVG, so plots show on a repository
+//! page). Every cell records the `mqblk bench` command that produced it.
+//!
+//! Every cell runs `--rounds` times (3 by default), the compared variants
+//! alternating within each round and the order reversed every other round
+//! (so a drift of the machine over a run falls on every variant alike);
+//! tables print the median and the spread (min-max) over the rounds.
 
 mod async_starvation;
 mod loop_anchor;
 mod plug_merge;
 mod poll;
+mod spread;
 pub mod svg;
 mod tag_wakeup;
 mod zone_lock;
@@ -15,9 +21,14 @@ mod zone_lock;
 use std::path::PathBuf;
 
 use crate::bench;
+pub use spread::{alternate, Spread};
 
 /// The experiments `mqblk experiment` knows.
 pub const EXPERIMENTS: &[&str] = &["tag-wakeup", "plug-merge", "async-starvation", "poll", "zone-lock"];
+
+/// The experiment names the command line accepts: every experiment and
+/// `all`, which runs them one after another.
+const NAMES: &[&str] = &["tag-wakeup", "plug-merge", "async-starvation", "poll", "zone-lock", "all"];
 
 #[derive(Debug)]
 pub enum ExperimentError {
@@ -29,8 +40,8 @@ pub enum ExperimentError {
 /// [--out DIR]`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct Options {
-    /// The experiment to run.
-    #[arg(value_parser = clap::builder::PossibleValuesParser::new(EXPERIMENTS.iter().copied()))]
+    /// The experiment to run (`all`: every one, in order).
+    #[arg(value_parser = clap::builder::PossibleValuesParser::new(NAMES.iter().copied()))]
     pub name: String,
     /// Reduced matrix, short runs: under a minute (CI smoke runs).
     #[arg(long)]
@@ -38,6 +49,9 @@ pub struct Options {
     /// The results folder for NAME.json and NAME.svg.
     #[arg(long = "out", value_name = "DIR", default_value = "results")]
     pub out_dir: PathBuf,
+    /// Runs of every cell (median and spread are reported over them).
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub rounds: u32,
 }
 
 /// One measured cell of an experiment.
@@ -91,10 +105,24 @@ pub fn run_cell(args: &[String]) -> Result<Cell, ExperimentError> {
     })
 }
 
-/// Runs the experiment: tables on stdout, NAME.json and NAME.svg in the
-/// results folder.
+/// Runs the experiment (or `all` of them): tables on stdout, NAME.json,
+/// NAME.svg and NAME.png in the results folder.
 pub fn run(opts: &Options) -> Result<String, ExperimentError> {
-    let (doc, panels, table) = match opts.name.as_str() {
+    if opts.name != "all" {
+        return run_one(opts);
+    }
+    let mut out = String::new();
+    for name in EXPERIMENTS {
+        let started = std::time::Instant::now();
+        let one = Options { name: name.to_string(), ..opts.clone() };
+        out.push_str(&run_one(&one)?);
+        out.push_str(&format!("({name}: {:.0} s)\n", started.elapsed().as_secs_f64()));
+    }
+    Ok(out)
+}
+
+fn run_one(opts: &Options) -> Result<String, ExperimentError> {
+    let (mut doc, panels, table) = match opts.name.as_str() {
         "tag-wakeup" => tag_wakeup::run(opts)?,
         "plug-merge" => plug_merge::run(opts)?,
         "async-starvation" => async_starvation::run(opts)?,
@@ -102,13 +130,27 @@ pub fn run(opts: &Options) -> Result<String, ExperimentError> {
         "zone-lock" => zone_lock::run(opts)?,
         other => return Err(ExperimentError::BadInput(format!("unknown experiment '{other}'"))),
     };
+    if let Some(map) = doc.as_object_mut() {
+        map.insert("rounds".into(), opts.rounds.into());
+        map.insert("machine".into(), machine().into());
+        map.insert("table".into(), table.clone().into());
+    }
     std::fs::create_dir_all(&opts.out_dir)
         .map_err(|e| ExperimentError::Failed(format!("cannot create {}: {e}", opts.out_dir.display())))?;
-    let json_path = opts.out_dir.join(format!("{}.json", opts.name));
-    let svg_path = opts.out_dir.join(format!("{}.svg", opts.name));
+    let path = |ext: &str| opts.out_dir.join(format!("{}.{ext}", opts.name));
+    let (json_path, svg_path, png_path) = (path("json"), path("svg"), path("png"));
     let json = serde_json::to_string_pretty(&doc).expect("JSON encoding") + "\n";
     std::fs::write(&json_path, json).map_err(|e| ExperimentError::Failed(format!("{}: {e}", json_path.display())))?;
-    std::fs::write(&svg_path, svg::chart(&panels, panels.len().clamp(1, 3)))
-        .map_err(|e| ExperimentError::Failed(format!("{}: {e}", svg_path.display())))?;
-    Ok(format!("{table}\nwrote {} and {}\n", json_path.display(), svg_path.display()))
+    let chart = svg::chart(&panels, panels.len().clamp(1, 3));
+    std::fs::write(&svg_path, &chart).map_err(|e| ExperimentError::Failed(format!("{}: {e}", svg_path.display())))?;
+    svg::write_png(&chart, &png_path).map_err(|e| ExperimentError::Failed(format!("{}: {e}", png_path.display())))?;
+    Ok(format!("{table}\nwrote {}, {} and {}\n", json_path.display(), svg_path.display(), png_path.display()))
+}
+
+/// What the figures were measured on: CPUs, kernel, and the build.
+fn machine() -> String {
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let profile = if cfg!(debug_assertions) { "debug" } else { "release" };
+    format!("{cpus} CPUs, Linux {}, mqblk {} ({profile} build)", kernel.trim(), env!("CARGO_PKG_VERSION"))
 }

@@ -189,3 +189,27 @@ mod tests {
         assert!(svg.contains(">a</text>") && svg.contains(">b</text>"));
     }
 }
+
+/// Renders a chart written by `chart` to PNG (the repository page shows
+/// PNG, not SVG), with the system's fonts for the text.
+pub fn write_png(svg_text: &str, path: &std::path::Path) -> Result<(), String> {
+    let mut options = resvg::usvg::Options::default();
+    let db = options.fontdb_mut();
+    db.load_system_fonts();
+    // "sans-serif" maps to Arial by default, rarely installed on Linux: use
+    // the first sans face the system has (Debian: fonts-dejavu-core).
+    let sans = db
+        .faces()
+        .flat_map(|f| f.families.iter().map(|(name, _)| name.clone()))
+        .find(|name| name.contains("Sans") && !name.contains("Mono"));
+    if let Some(family) = sans {
+        db.set_sans_serif_family(family);
+    }
+    let tree = resvg::usvg::Tree::from_str(svg_text, &options).map_err(|e| format!("bad SVG: {e}"))?;
+    let size = tree.size().to_int_size();
+    let mut pixmap = resvg::tiny_skia::Pixmap::new(size.width(), size.height())
+        .ok_or_else(|| format!("cannot make a {}x{} image", size.width(), size.height()))?;
+    pixmap.fill(resvg::tiny_skia::Color::WHITE);
+    resvg::render(&tree, resvg::tiny_skia::Transform::identity(), &mut pixmap.as_mut());
+    pixmap.save_png(path).map_err(|e| e.to_string())
+}

@@ -38,6 +38,8 @@ pub struct ClientStats {
     pub completed: u64,
     /// Times this client slept waiting for a tag.
     pub tag_waits: u64,
+    /// Time this client spent sleeping for tags (ns).
+    pub tag_wait_ns: u64,
     /// Times this client slept in `do_io` waiting for completions.
     pub completion_sleeps: u64,
 }

@@ -311,7 +311,8 @@ impl Client {
         };
         if got.slept {
             self.stats.tag_waits += 1;
-            self.q.note_tag_wait();
+            self.stats.tag_wait_ns += got.wait_ns;
+            self.q.note_tag_wait(got.wait_ns);
         }
         let hctx = self.q.hctx(self.cur_hctx);
         // (The scheduler cannot change meanwhile: switching freezes the
@@ -378,13 +379,13 @@ impl Client {
         self.alloc.shallow_depth = limit.unwrap_or(u32::MAX);
         if self.plug.is_plugged() && !reserved && limit.is_none() {
             if let Some(tag) = self.plug.take_cached(self.cur_hctx) {
-                return Some(TagGot { tag, slept: false });
+                return Some(TagGot { tag, slept: false, wait_ns: 0 });
             }
             if self.plug.nr_ios > 1 {
                 let nr = std::mem::replace(&mut self.plug.nr_ios, 1);
                 if let Some((base, mask)) = pool.get_batch(&mut self.alloc, nr) {
                     self.plug.cache(self.cur_hctx, base, mask);
-                    return self.plug.take_cached(self.cur_hctx).map(|tag| TagGot { tag, slept: false });
+                    return self.plug.take_cached(self.cur_hctx).map(|tag| TagGot { tag, slept: false, wait_ns: 0 });
                 }
             }
         }

@@ -39,13 +39,16 @@ pub struct DeviceStats {
     pub busy: u64,
     /// Times a submitter slept waiting for a tag.
     pub tag_waits: u64,
+    /// Time submitters spent sleeping for tags, summed (ns).
+    pub tag_wait_ns: u64,
     /// Requests whose timeout handler ran.
     pub timeouts: u64,
 }
 
 impl RequestQueue {
-    pub(crate) fn note_tag_wait(&self) {
+    pub(crate) fn note_tag_wait(&self, wait_ns: u64) {
         self.tag_waits.fetch_add(1, Ordering::Relaxed);
+        self.tag_wait_ns.fetch_add(wait_ns, Ordering::Relaxed);
     }
 
     pub(crate) fn note_split(&self) {
@@ -55,6 +58,7 @@ impl RequestQueue {
     pub(super) fn stats(&self) -> DeviceStats {
         let mut s = DeviceStats {
             tag_waits: self.tag_waits.load(Ordering::Relaxed),
+            tag_wait_ns: self.tag_wait_ns.load(Ordering::Relaxed),
             timeouts: self.timeouts.load(Ordering::Relaxed),
             splits: self.splits.load(Ordering::Relaxed),
             ..DeviceStats::default()
@@ -80,6 +84,7 @@ impl RequestQueue {
         let _ = writeln!(out, "driver={}", self.driver.name());
         let _ = writeln!(out, "nr_hw_queues={}", self.hctxs.len());
         let _ = writeln!(out, "tag_waits={}", self.tag_waits.load(Ordering::Relaxed));
+        let _ = writeln!(out, "tag_wait_ns={}", self.tag_wait_ns.load(Ordering::Relaxed));
         let _ = writeln!(out, "timeouts={}", self.timeouts.load(Ordering::Relaxed));
         let _ = writeln!(out, "splits={}", self.splits.load(Ordering::Relaxed));
         let s = self.stats();
