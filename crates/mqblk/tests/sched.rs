@@ -216,6 +216,73 @@ fn bfq_raises_a_new_sync_reader_and_serves_it_first() {
     finish(&gate, &mut [&mut reader, &mut writer]);
 }
 
+/// The gate without request timeouts: its queue's worker has no tick and
+/// wakes only for delayed runs.
+struct QuietGate(Gate);
+
+impl Driver for QuietGate {
+    fn name(&self) -> &str {
+        "quiet-gate"
+    }
+    fn tag_set(&self) -> TagSetConfig {
+        self.0.tag_set()
+    }
+    fn limits(&self) -> QueueLimits {
+        self.0.limits()
+    }
+    fn queue_rq(&self, hctx: &Hctx, rq: Rq, last: bool) -> QueueRqResult {
+        self.0.queue_rq(hctx, rq, last)
+    }
+    fn rq_timeout(&self) -> Option<Duration> {
+        None
+    }
+}
+
+fn dump_value(dump: &str, key: &str) -> u64 {
+    let line = dump.lines().find(|l| l.starts_with(key)).unwrap_or_else(|| panic!("no {key} in:\n{dump}"));
+    line[key.len()..].trim_start_matches('=').parse().unwrap()
+}
+
+/// bfq idles for a raised reader whose read completed; its idle slice
+/// timer (slice_idle, 50 ms here) ends the idling and the framework runs
+/// the queue for it. This queue has no timeout tick at all, so the writer
+/// is dispatched only if the timer's delayed run wakes the worker (before,
+/// the worker slept its whole tick, up to a second).
+#[test]
+fn bfq_idle_slice_expiry_runs_the_queue_without_any_tick() {
+    let state = Arc::new(GateState::default());
+    let opts = QueueOptions {
+        sched: "bfq,slice_idle=50,max_budget=100000".parse().unwrap(),
+        nr_requests: Some(64),
+        ..QueueOptions::default()
+    };
+    let dev = Device::with_driver_options(Box::new(QuietGate(Gate(state.clone()))), opts).unwrap();
+    let mut reader = dev.client_with_capacity(4);
+    let mut writer = dev.client_with_capacity(4);
+    reader.submit(read(100), 1).unwrap();
+    // The reader's queue is empty with its read in flight: bfq keeps the
+    // device for it, so the write waits in the scheduler.
+    writer.submit(Bio::write(0, Buf::new(512)), 2).unwrap();
+    assert_eq!(state.order().len(), 1, "the write waits while the reader's read is in flight");
+    assert!(state.release_one());
+    reap(&mut reader, 1);
+    // Now the idle slice runs; when it expires the write goes.
+    let bound = std::time::Instant::now() + Duration::from_secs(30);
+    while state.order().len() < 2 {
+        assert!(std::time::Instant::now() < bound, "the idle slice never ended: {}", dev.show_stats());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let order = state.order();
+    assert_eq!((order[1].1, order[1].2), (Op::Write, 0), "{order:?}");
+    let dump = dev.show_stats();
+    assert_eq!(dump_value(&dump, "sched/hctx0/idle_expired"), 1, "{dump}");
+    // The write went by the timer's run, or by the completion's own run if
+    // that came after the slice: either way at most one delayed run.
+    assert!(dump_value(&dump, "hctx0/delayed_runs") <= 1, "{dump}");
+    state.release_all();
+    reap(&mut writer, 1);
+}
+
 /// How many NOWAIT requests of `bio` fit before the allocator refuses.
 fn fill(c: &mut Client, make: impl Fn(u64) -> Bio, max: u64) -> u64 {
     for i in 0..max {

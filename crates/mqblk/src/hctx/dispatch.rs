@@ -14,9 +14,19 @@
 //! losing a run asked for meanwhile: `SerialRun` (sync.rs). Both are
 //! loom-checked (loom_models.rs).
 //!
-//! Relies on: sched/ for the elevator, tag.rs for driver tags.
+//! Delayed runs: when nothing in flight will restart the queue (the driver
+//! was busy with an empty queue, or the scheduler holds work back) the
+//! queue's worker runs it at a due time, woken for it (queue/worker.rs).
+//!
+//! Relies on: sched/ for the elevator, tag.rs for driver tags, the queue's
+//! worker for delayed runs.
 
-use super::{Hctx, SCHED_BATCH};
+use super::{Hctx, NO_DELAYED_RUN, SCHED_BATCH};
+
+/// The delay of a run nothing else will make: the kernel's 3 ms
+/// (BLK_MQ_RESOURCE_DELAY in blk_mq_dispatch_rq_list; kyber and others
+/// rely on the same).
+pub(crate) const DELAYED_RUN_NS: u64 = 3_000_000;
 use crate::driver::QueueRqResult;
 use crate::sync::Ordering;
 
@@ -103,10 +113,15 @@ impl Hctx {
                     }
                     None => {
                         // Work the scheduler holds back (bfq idling, kyber
-                        // out of tokens): a completion or, if none is due,
-                        // the worker's delayed run brings it back.
+                        // out of tokens): a completion brings it back, and
+                        // a delayed run in case none does: at the time the
+                        // scheduler names (bfq's idle slice timer), else
+                        // after the kernel's 3 ms.
                         self.tags.put(got.tag);
-                        self.need_delayed_run.store(true, Ordering::Release);
+                        match s.elevator.next_dispatch_ns(index) {
+                            Some(due_ns) => self.delay_run_at(due_ns),
+                            None => self.delay_run(DELAYED_RUN_NS),
+                        }
                         break;
                     }
                 }
@@ -129,8 +144,40 @@ impl Hctx {
     /// queue's worker for a delayed run instead.
     pub(super) fn restart_if_idle(&self) {
         if self.nr_in_flight() == 0 {
-            self.need_delayed_run.store(true, Ordering::Release);
+            self.delay_run(DELAYED_RUN_NS);
         }
+    }
+
+    /// Runs the dispatch list again after `delay_ns` (the kernel's
+    /// blk_mq_delay_run_hw_queue).
+    pub(crate) fn delay_run(&self, delay_ns: u64) {
+        self.delay_run_at(crate::clock::now_ns().saturating_add(delay_ns));
+    }
+
+    /// Runs the dispatch list again at `due_ns` (`clock::now_ns`), or at the
+    /// earlier time a run is already due. The worker is woken only when the
+    /// due time moves earlier: a queue that keeps asking for the same run
+    /// costs one atomic.
+    pub(crate) fn delay_run_at(&self, due_ns: u64) {
+        let earlier = self.delayed_run_ns.fetch_min(due_ns, Ordering::AcqRel) > due_ns;
+        if earlier {
+            self.kblockd.kick();
+        }
+    }
+
+    /// The worker's side: if a delayed run is due at `now_ns`, take it and
+    /// run the dispatch list. Returns when the next one is due (or
+    /// `NO_DELAYED_RUN`).
+    pub(crate) fn run_delayed(&self, now_ns: u64) -> u64 {
+        let due = self.delayed_run_ns.load(Ordering::Acquire);
+        if due > now_ns {
+            return due;
+        }
+        if self.delayed_run_ns.compare_exchange(due, NO_DELAYED_RUN, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            self.stats.delayed_runs.fetch_add(1, Ordering::Relaxed);
+            self.run_dispatch_list();
+        }
+        self.delayed_run_ns.load(Ordering::Acquire)
     }
 
     /// A completion freed resources: re-run a waiting dispatch list, or a

@@ -25,8 +25,9 @@ use crate::driver::{Driver, QueueRqResult};
 use crate::request::{Rq, RqList};
 use std::sync::Arc;
 
+use crate::queue::Kblockd;
 use crate::sched::SchedCtx;
-use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Mutex, Ordering, SerialRun};
+use crate::sync::{AtomicU32, AtomicU64, Mutex, Ordering, SerialRun};
 use crate::tag::{AllocData, Tags};
 use crate::timeout::TimeoutClock;
 use std::sync::atomic::AtomicPtr;
@@ -46,7 +47,12 @@ pub(crate) struct HctxStats {
     pub(crate) busy: AtomicU64,
     /// Runs of the dispatch list.
     pub(crate) run: AtomicU64,
+    /// Delayed runs the queue's worker made when they fell due.
+    pub(crate) delayed_runs: AtomicU64,
 }
+
+/// `Hctx::delayed_run_ns` when no delayed run is pending.
+pub(crate) const NO_DELAYED_RUN: u64 = u64::MAX;
 
 /// A hardware queue of a device.
 ///
@@ -68,9 +74,12 @@ pub struct Hctx {
     /// the issue order); a run asked for meanwhile (a completion freed
     /// resources) makes the runner go round once more.
     dispatch_run: SerialRun,
-    /// Set when the dispatch list must be run after a delay (nothing in
-    /// flight will complete to restart it); served by the queue's worker.
-    pub(crate) need_delayed_run: AtomicBool,
+    /// When the dispatch list must be run again though nothing in flight
+    /// will complete to restart it (ns on `clock::now_ns`; `NO_DELAYED_RUN`:
+    /// none): the kernel's blk_mq_delay_run_hw_queue, served by the
+    /// queue's worker (queue/worker.rs), which `kblockd` wakes.
+    pub(crate) delayed_run_ns: AtomicU64,
+    pub(crate) kblockd: Arc<Kblockd>,
     /// The scheduler (null: none). Changed only while the queue is frozen;
     /// every context ever installed lives as long as the queue
     /// (`RequestQueue::sched_contexts`), so a reference never dangles.
@@ -107,6 +116,7 @@ impl Hctx {
         driver: Arc<dyn Driver>,
         is_poll: bool,
         clock: Arc<TimeoutClock>,
+        kblockd: Arc<Kblockd>,
     ) -> Self {
         let depth = tags.nr_tags() as usize;
         Self {
@@ -116,7 +126,8 @@ impl Hctx {
             dispatch: Mutex::new(VecDeque::with_capacity(depth)),
             dispatch_nr: AtomicU32::new(0),
             dispatch_run: SerialRun::default(),
-            need_delayed_run: AtomicBool::new(false),
+            delayed_run_ns: AtomicU64::new(NO_DELAYED_RUN),
+            kblockd,
             sched: AtomicPtr::new(std::ptr::null_mut()),
             sched_dispatch: std::cell::UnsafeCell::new((
                 AllocData::new(index as u32, index),

@@ -35,6 +35,7 @@ use crate::tag::{TagSetConfig, Tags};
 use crate::timeout::TimeoutClock;
 
 pub use stats::DeviceStats;
+pub(crate) use worker::Kblockd;
 use worker::Worker;
 
 pub(crate) struct RequestQueue {
@@ -69,6 +70,8 @@ pub(crate) struct RequestQueue {
     timeouts: AtomicU64,
     splits: AtomicU64,
     clock: Arc<TimeoutClock>,
+    /// Wakes the worker (delayed runs, timeout ticks).
+    kblockd: Arc<Kblockd>,
     worker: Mutex<Option<Worker>>,
 }
 
@@ -80,11 +83,13 @@ impl RequestQueue {
         let limits = driver.limits();
         limits.validate().map_err(Error::Setup)?;
         let clock = Arc::new(TimeoutClock::new(driver.rq_timeout()));
+        let kblockd = Arc::new(Kblockd::new());
         let hctxs: Box<[Hctx]> = (0..tag_set.nr_hw_queues)
             .map(|i| {
                 let policy = opts.wake.policy()?;
                 let is_poll = i >= tag_set.nr_hw_queues - tag_set.poll_queues;
-                Ok(Hctx::new(i, Tags::new(&tag_set, policy), driver.clone(), is_poll, clock.clone()))
+                let tags = Tags::new(&tag_set, policy);
+                Ok(Hctx::new(i, tags, driver.clone(), is_poll, clock.clone(), kblockd.clone()))
             })
             .collect::<Result<Vec<_>, Error>>()?
             .into_iter()
@@ -111,6 +116,7 @@ impl RequestQueue {
             timeouts: AtomicU64::new(0),
             splits: AtomicU64::new(0),
             clock,
+            kblockd,
             worker: Mutex::new(None),
         });
         // Bind each hctx's request slots to it only now, through the queue's

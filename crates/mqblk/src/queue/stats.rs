@@ -101,6 +101,7 @@ impl RequestQueue {
             let _ = writeln!(out, "hctx{i}/completed={}", st.completed.load(Ordering::Relaxed));
             let _ = writeln!(out, "hctx{i}/busy={}", st.busy.load(Ordering::Relaxed));
             let _ = writeln!(out, "hctx{i}/run={}", st.run.load(Ordering::Relaxed));
+            let _ = writeln!(out, "hctx{i}/delayed_runs={}", st.delayed_runs.load(Ordering::Relaxed));
             let _ = writeln!(out, "hctx{i}/dispatch={}", hctx.dispatch_len());
             let _ = writeln!(out, "hctx{i}/tags/nr_tags={}", hctx.tags.nr_tags());
             let _ = writeln!(out, "hctx{i}/tags/nr_reserved_tags={}", hctx.tags.nr_reserved_tags());

@@ -1,66 +1,88 @@
-//! The queue's worker thread ("kblockd"): delayed runs of a dispatch list
-//! when nothing in flight would restart it (after 3 ms, like the kernel's
-//! delayed run), and request timeout scans every tick (timeout.rs). The
-//! thread holds only a weak reference to the queue, so it never keeps a
-//! queue alive; the queue stops and joins it when it drops.
+//! The queue's worker thread ("kblockd"): delayed runs of hardware queues
+//! at the time they fall due (a dispatch list with nothing in flight after
+//! the kernel's 3 ms, a scheduler's own timer such as bfq's idle slice),
+//! and request timeout scans every tick (timeout.rs). It sleeps until the
+//! earliest of those; a hardware queue whose delayed run moves earlier
+//! wakes it (`Kblockd::kick`). With no timeout configured and no delayed
+//! run pending it sleeps until woken. The thread holds only a weak
+//! reference to the queue, so it never keeps a queue alive; the queue
+//! stops and joins it when it drops.
 //!
-//! Relies on: the queue (mod.rs); hctx/ for the dispatch list;
-//! timeout.rs for the clock and the scan; sync.rs for the Parker.
+//! Relies on: the queue (mod.rs); hctx/ for the dispatch list and its due
+//! time; timeout.rs for the clock and the scan; sync.rs for the Parker.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::error::Error;
+use crate::hctx::NO_DELAYED_RUN;
 use crate::sync::{AtomicBool, Ordering, Parker};
 
 use super::RequestQueue;
 
-/// The worker's shared state ("kblockd").
-struct WorkerShared {
+/// What wakes the worker ("kblockd"): shared by the queue's hardware
+/// queues, which kick it when a delayed run falls due earlier.
+pub(crate) struct Kblockd {
     stop: AtomicBool,
     parker: Parker,
 }
 
+impl Kblockd {
+    pub(crate) fn new() -> Self {
+        Self { stop: AtomicBool::new(false), parker: Parker::new() }
+    }
+
+    /// Wakes the worker to look at the due times again (a wakeup before it
+    /// parks is remembered).
+    pub(crate) fn kick(&self) {
+        self.parker.unpark();
+    }
+}
+
 pub(super) struct Worker {
-    shared: Arc<WorkerShared>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl RequestQueue {
     pub(super) fn start_worker(self: &Arc<Self>) -> Result<(), Error> {
-        let shared = Arc::new(WorkerShared { stop: AtomicBool::new(false), parker: Parker::new() });
         let weak = Arc::downgrade(self);
-        let thread_shared = shared.clone();
+        let kblockd = self.kblockd.clone();
         let thread = std::thread::Builder::new()
             .name("mqblk-kblockd".into())
-            .spawn(move || worker_loop(weak, thread_shared))
+            .spawn(move || worker_loop(weak, kblockd))
             .map_err(|e| Error::Setup(format!("cannot start the queue worker thread: {e}")))?;
-        *self.worker.lock() = Some(Worker { shared, thread: Some(thread) });
+        *self.worker.lock() = Some(Worker { thread: Some(thread) });
         Ok(())
     }
 
-    /// Runs delayed dispatches and scans for timed-out requests.
-    fn worker_tick(&self) {
-        let now = self.clock.advance();
+    /// Runs the delayed runs that are due and, on a timeout tick, scans for
+    /// timed-out requests. Returns how long the worker may sleep.
+    fn worker_run(&self, next_tick_ns: &mut u64) -> Option<Duration> {
+        let now = crate::clock::now_ns();
+        let mut next = NO_DELAYED_RUN;
         for hctx in self.hctxs.iter() {
-            if hctx.need_delayed_run.swap(false, Ordering::AcqRel) {
-                hctx.run_dispatch_list();
-            }
+            next = next.min(hctx.run_delayed(now));
         }
         if self.clock.enabled() {
-            for hctx in self.hctxs.iter() {
-                self.clock.scan(hctx, &*self.driver, now, &self.timeouts);
+            if now >= *next_tick_ns {
+                let ticks = self.clock.advance();
+                for hctx in self.hctxs.iter() {
+                    self.clock.scan(hctx, &*self.driver, ticks, &self.timeouts);
+                }
+                *next_tick_ns = now + self.clock.tick.as_nanos() as u64;
             }
+            next = next.min(*next_tick_ns);
         }
+        (next != NO_DELAYED_RUN).then(|| Duration::from_nanos(next.saturating_sub(crate::clock::now_ns())))
     }
 
     /// Stops the worker and joins it, unless this is the worker itself
     /// (it dropped the last reference to the queue).
     pub(super) fn stop_worker(&self) {
         if let Some(mut worker) = self.worker.lock().take() {
-            worker.shared.stop.store(true, Ordering::Release);
-            worker.shared.parker.unpark();
+            self.kblockd.stop.store(true, Ordering::Release);
+            self.kblockd.kick();
             if let Some(thread) = worker.thread.take() {
                 if thread.thread().id() != std::thread::current().id() {
                     let _ = thread.join();
@@ -70,19 +92,22 @@ impl RequestQueue {
     }
 }
 
-fn worker_loop(weak: std::sync::Weak<RequestQueue>, shared: Arc<WorkerShared>) {
-    let mut tick = Duration::from_millis(10);
+fn worker_loop(weak: std::sync::Weak<RequestQueue>, kblockd: Arc<Kblockd>) {
+    // Nothing is due at start: the first timeout tick, if any.
+    let mut next_tick_ns = 0;
+    let mut sleep = match weak.upgrade() {
+        Some(q) => q.clock.enabled().then_some(q.clock.tick),
+        None => return,
+    };
     loop {
-        shared.parker.park(Some(tick));
-        if shared.stop.load(Ordering::Acquire) {
+        if sleep != Some(Duration::ZERO) {
+            kblockd.parker.park(sleep);
+        }
+        if kblockd.stop.load(Ordering::Acquire) {
             return;
         }
         let Some(q) = weak.upgrade() else { return };
-        q.worker_tick();
-        // A dispatch list with nothing in flight is retried after 3 ms, like
-        // the kernel's delayed run; otherwise sleep a whole tick.
-        let delayed = q.hctxs.iter().any(|h| h.need_delayed_run.load(Ordering::Relaxed));
-        tick = if delayed { Duration::from_millis(3) } else { q.clock.tick };
+        sleep = q.worker_run(&mut next_tick_ns);
         // If this was the last reference the queue drops here, on this
         // thread; Drop knows not to join itself.
         drop(q);

@@ -16,8 +16,12 @@
 //! and sync writes 75%; while any queue is weight-raised, 3/16 and 6/16.
 //!
 //! Idling (`slice_idle`, 8 ms): when a weight-raised sync queue in service
-//! runs empty, the device waits up to slice_idle for its next request
-//! instead of serving others (the kernel idles in more cases).
+//! runs empty, the device waits for its next request instead of serving
+//! others: until its requests in flight complete, then up to slice_idle
+//! (the kernel's idle slice hrtimer, armed at completion in
+//! bfq_completed_request; the kernel idles in more cases). The timer is
+//! `next_dispatch_ns`: the framework runs the queue when it expires, so
+//! nothing waits for any periodic tick.
 //!
 //! Simplifications, stated: budgets do not adapt (a fixed `max_budget`,
 //! with the kernel's 125 ms budget timeout), queues are per hardware queue,
@@ -26,8 +30,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
 
-use super::{BfqTunables, Elevator, RqTable};
-use crate::clock::coarse_now_ns as now_ns;
+use super::{BfqTunables, DoneInfo, Elevator, RqTable};
+use crate::clock::now_ns;
 use crate::request::{op_is_sync, IoPrio, IoPrioClass, Op, ReqFlags, Rq, RqList};
 use crate::sync::{AtomicU32, Mutex, Ordering};
 
@@ -37,6 +41,9 @@ const WR_COEFF: u64 = 30;
 const V_SHIFT: u32 = 20;
 /// The kernel's bfq_timeout: the longest a queue keeps the device.
 const BUDGET_TIMEOUT_NS: u64 = 125_000_000;
+/// `HctxState::idle_until_ns` while the in-service queue idles waiting for
+/// its requests in flight to complete (the idle timer starts then).
+const IDLE_AFTER_COMPLETION: u64 = u64::MAX;
 
 fn weight_of(ioprio: IoPrio) -> u64 {
     (8 - u64::from(ioprio.level.min(7))) * 10
@@ -58,6 +65,8 @@ struct BfqQueue {
     finish: u64,
     /// Total sectors dispatched (for the dump and the tests).
     served_sectors: u64,
+    /// Dispatched and not yet completed.
+    in_flight: u32,
 }
 
 impl BfqQueue {
@@ -84,8 +93,12 @@ struct HctxState {
     budget_left: i64,
     service_start_ns: u64,
     /// The empty in-service queue keeps the device until then (0: not
-    /// idling).
+    /// idling; `IDLE_AFTER_COMPLETION`: until its requests complete, then
+    /// for slice_idle).
     idle_until_ns: u64,
+    /// Idle slices that ended without the queue's next request (the timer
+    /// fired): for the dump and the tests.
+    idle_expired: u64,
 }
 
 struct Tunables {
@@ -128,6 +141,7 @@ impl Bfq {
                     budget_left: 0,
                     service_start_ns: 0,
                     idle_until_ns: 0,
+                    idle_expired: 0,
                 };
                 Mutex::new(state)
             })
@@ -156,6 +170,7 @@ impl Bfq {
             start: 0,
             finish: 0,
             served_sectors: 0,
+            in_flight: 0,
         });
         st.by_owner.insert((client_id, sync), st.queues.len() - 1);
         st.queues.len() - 1
@@ -247,6 +262,78 @@ impl Bfq {
         q.sync && q.raised() && self.t.slice_idle_ns > 0
     }
 
+    /// A request (by its tag in `rqs`) joins its owner's queue.
+    fn enqueue(&self, st: &mut HctxState, (client_id, sync, ioprio): (u32, bool, IoPrio), tag: u32, now: u64) {
+        let i = Self::queue_index(st, client_id, sync, ioprio);
+        st.queues[i].fifo.push_back(tag);
+        if !st.queues[i].busy {
+            self.activate(st, i, now);
+        }
+    }
+
+    /// The next request to dispatch at `now` (its tag and sectors, read by
+    /// `sectors_of`), or None while the in-service queue idles.
+    fn next_request(
+        &self,
+        st: &mut HctxState,
+        now: u64,
+        sectors_of: impl Fn(&mut HctxState, u32) -> u32,
+    ) -> Option<(u32, u32)> {
+        self.end_raising(st, now);
+        if let Some(i) = st.in_service {
+            let timed_out = now.saturating_sub(st.service_start_ns) >= BUDGET_TIMEOUT_NS;
+            if st.queues[i].fifo.is_empty() && !timed_out && st.idle_until_ns > now {
+                return None; // idling: the device waits for this queue's next request
+            }
+            if st.queues[i].fifo.is_empty() && st.idle_until_ns != 0 {
+                st.idle_expired += 1;
+            }
+            if st.queues[i].fifo.is_empty() || st.budget_left <= 0 || timed_out {
+                self.expire(st, now);
+            }
+        }
+        st.idle_until_ns = 0;
+        let i = match st.in_service {
+            Some(i) => i,
+            None => {
+                let i = Self::select(st)?;
+                st.in_service = Some(i);
+                st.budget_left = self.t.max_budget as i64;
+                st.service_start_ns = now;
+                i
+            }
+        };
+        let tag = st.queues[i].fifo.pop_front().expect("the in-service queue has a request");
+        let nr_sectors = sectors_of(st, tag);
+        let sectors = u64::from(nr_sectors).max(1);
+        st.budget_left -= sectors as i64;
+        st.queues[i].served_sectors += sectors;
+        st.queues[i].in_flight += 1;
+        // System virtual time advances by service over the busy weight.
+        st.vtime += (sectors << V_SHIFT) / st.busy_weight.max(1);
+        if st.queues[i].fifo.is_empty() {
+            if self.idles_for(&st.queues[i]) {
+                st.idle_until_ns = IDLE_AFTER_COMPLETION;
+            } else {
+                self.expire(st, now);
+            }
+        }
+        Some((tag, nr_sectors))
+    }
+
+    /// A request of (`client_id`, `sync`) completed at `now`: if it was the
+    /// last in flight of the in-service queue waiting to idle, the idle
+    /// slice timer starts.
+    fn completed(&self, st: &mut HctxState, client_id: u32, sync: bool, now: u64) {
+        let Some(&i) = st.by_owner.get(&(client_id, sync)) else { return };
+        let q = &mut st.queues[i];
+        q.in_flight = q.in_flight.saturating_sub(1);
+        let last = q.in_flight == 0 && q.fifo.is_empty();
+        if last && st.in_service == Some(i) && st.idle_until_ns == IDLE_AFTER_COMPLETION {
+            st.idle_until_ns = now + self.t.slice_idle_ns;
+        }
+    }
+
     fn depth_share(&self, num: u32, den: u32) -> u32 {
         (self.nr_requests * num / den).max(1)
     }
@@ -279,56 +366,28 @@ impl Elevator for Bfq {
         let now = now_ns();
         let mut st = self.hctxs[hctx].lock();
         for rq in rqs {
-            let sync = op_is_sync(rq.op(), rq.flags());
-            let i = Self::queue_index(&mut st, rq.client_id(), sync, rq.ioprio());
+            let (client_id, sync, ioprio) = (rq.client_id(), op_is_sync(rq.op(), rq.flags()), rq.ioprio());
             let tag = st.rqs.put(rq);
-            st.queues[i].fifo.push_back(tag);
-            if !st.queues[i].busy {
-                self.activate(&mut st, i, now);
-            }
+            self.enqueue(&mut st, (client_id, sync, ioprio), tag, now);
         }
     }
 
     fn dispatch_request(&self, hctx: usize) -> Option<Rq> {
-        let now = now_ns();
         let mut st = self.hctxs[hctx].lock();
-        let st = &mut *st;
-        self.end_raising(st, now);
-        if let Some(i) = st.in_service {
-            let timed_out = now.saturating_sub(st.service_start_ns) >= BUDGET_TIMEOUT_NS;
-            if st.queues[i].fifo.is_empty() && !timed_out && st.idle_until_ns > now {
-                return None; // idling: the device waits for this queue's next request
-            }
-            if st.queues[i].fifo.is_empty() || st.budget_left <= 0 || timed_out {
-                self.expire(st, now);
-            }
-        }
-        st.idle_until_ns = 0;
-        let i = match st.in_service {
-            Some(i) => i,
-            None => {
-                let i = Self::select(st)?;
-                st.in_service = Some(i);
-                st.budget_left = self.t.max_budget as i64;
-                st.service_start_ns = now;
-                i
-            }
-        };
-        let tag = st.queues[i].fifo.pop_front().expect("the in-service queue has a request");
-        let rq = st.rqs.take(tag);
-        let sectors = u64::from(rq.nr_sectors()).max(1);
-        st.budget_left -= sectors as i64;
-        st.queues[i].served_sectors += sectors;
-        // System virtual time advances by service over the busy weight.
-        st.vtime += (sectors << V_SHIFT) / st.busy_weight.max(1);
-        if st.queues[i].fifo.is_empty() {
-            if self.idles_for(&st.queues[i]) {
-                st.idle_until_ns = now + self.t.slice_idle_ns;
-            } else {
-                self.expire(st, now);
-            }
-        }
-        Some(rq)
+        let (tag, _sectors) = self.next_request(&mut st, now_ns(), |st, tag| st.rqs.get_mut(tag).nr_sectors())?;
+        Some(st.rqs.take(tag))
+    }
+
+    fn finish_request(&self, hctx: usize, done: &DoneInfo) {
+        let mut st = self.hctxs[hctx].lock();
+        self.completed(&mut st, done.client_id, done.is_sync(), now_ns());
+    }
+
+    fn next_dispatch_ns(&self, hctx: usize) -> Option<u64> {
+        let st = self.hctxs[hctx].lock();
+        // While waiting for completions no timer runs: the completion
+        // restarts the queue.
+        (st.idle_until_ns != 0).then_some(st.idle_until_ns)
     }
 
     fn has_work(&self, _hctx: usize) -> bool {
@@ -350,6 +409,7 @@ impl Elevator for Bfq {
         );
         for (h, lock) in self.hctxs.iter().enumerate() {
             let st = lock.lock();
+            let _ = writeln!(out, "sched/hctx{h}/idle_expired={}", st.idle_expired);
             for q in &st.queues {
                 let _ = writeln!(
                     out,
@@ -363,6 +423,73 @@ impl Elevator for Bfq {
                     q.served_sectors
                 );
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+    const READER: (u32, bool, IoPrio) = (1, true, IoPrio { class: IoPrioClass::Be, level: 4 });
+    const WRITER: (u32, bool, IoPrio) = (2, false, IoPrio { class: IoPrioClass::Be, level: 4 });
+
+    /// Times are injected: each step says when it happens.
+    fn next(bfq: &Bfq, now: u64) -> Option<u32> {
+        let mut st = bfq.hctxs[0].lock();
+        bfq.next_request(&mut st, now, |_, _| 8).map(|(tag, _)| tag)
+    }
+
+    fn bfq() -> Bfq {
+        Bfq::new(1, 64, &BfqTunables::default())
+    }
+
+    #[test]
+    fn the_idle_slice_starts_at_completion_and_its_timer_ends_it() {
+        let bfq = bfq();
+        bfq.enqueue(&mut bfq.hctxs[0].lock(), READER, 0, 0);
+        assert_eq!(next(&bfq, 0), Some(0), "the new reader is served");
+        bfq.enqueue(&mut bfq.hctxs[0].lock(), WRITER, 1, MS);
+        // The raised reader is empty but its read is in flight: the device
+        // waits for it, and no timer runs yet (the completion restarts).
+        assert_eq!(next(&bfq, 2 * MS), None);
+        assert_eq!(bfq.next_dispatch_ns(0), Some(IDLE_AFTER_COMPLETION));
+        bfq.completed(&mut bfq.hctxs[0].lock(), READER.0, READER.1, 5 * MS);
+        assert_eq!(bfq.next_dispatch_ns(0), Some(13 * MS), "slice_idle (8 ms) from the completion");
+        assert_eq!(next(&bfq, 13 * MS - 1), None, "still idling");
+        assert_eq!(next(&bfq, 13 * MS), Some(1), "the timer expired: the writer's turn");
+        assert_eq!(bfq.hctxs[0].lock().idle_expired, 1);
+        assert_eq!(bfq.next_dispatch_ns(0), None);
+    }
+
+    #[test]
+    fn a_request_within_the_idle_slice_is_served_at_once() {
+        let bfq = bfq();
+        bfq.enqueue(&mut bfq.hctxs[0].lock(), READER, 0, 0);
+        assert_eq!(next(&bfq, 0), Some(0));
+        bfq.enqueue(&mut bfq.hctxs[0].lock(), WRITER, 1, MS);
+        bfq.completed(&mut bfq.hctxs[0].lock(), READER.0, READER.1, 2 * MS);
+        assert_eq!(next(&bfq, 3 * MS), None);
+        bfq.enqueue(&mut bfq.hctxs[0].lock(), READER, 2, 4 * MS);
+        assert_eq!(next(&bfq, 4 * MS), Some(2), "the reader's next read ends the idling");
+        assert_eq!(bfq.hctxs[0].lock().idle_expired, 0);
+    }
+
+    #[test]
+    fn without_slice_idle_the_writer_follows_at_once() {
+        let bfq = Bfq::new(1, 64, &"bfq,slice_idle=0".parse::<crate::Sched>().map(bfq_tunables).unwrap());
+        bfq.enqueue(&mut bfq.hctxs[0].lock(), READER, 0, 0);
+        bfq.enqueue(&mut bfq.hctxs[0].lock(), WRITER, 1, 0);
+        assert_eq!(next(&bfq, 0), Some(0));
+        assert_eq!(next(&bfq, 0), Some(1));
+        assert_eq!(bfq.next_dispatch_ns(0), None);
+    }
+
+    fn bfq_tunables(sched: crate::Sched) -> BfqTunables {
+        match sched {
+            crate::Sched::Bfq(t) => t,
+            other => panic!("not bfq: {other:?}"),
         }
     }
 }

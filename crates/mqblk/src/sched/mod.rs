@@ -104,6 +104,14 @@ pub trait Elevator: Send + Sync + 'static {
     /// is dispatchable answers true. Called on every completion: be cheap.
     fn has_work(&self, hctx: usize) -> bool;
 
+    /// When a scheduler that just refused to dispatch (`dispatch_request`
+    /// gave None with work queued) will dispatch again on its own, in ns
+    /// on `clock::now_ns`: bfq's idle slice timer. The framework runs the
+    /// queue then; None: after the kernel's 3 ms delayed run.
+    fn next_dispatch_ns(&self, _hctx: usize) -> Option<u64> {
+        None
+    }
+
     /// Merges a bio into a queued request if one is contiguous: finds a
     /// candidate and calls `attach(rq, kind)`, which applies the merge
     /// rules and returns whether it merged. Default: no merging.
