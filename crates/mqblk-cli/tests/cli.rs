@@ -308,30 +308,6 @@ fn bench_reports_merges_like_fio_disk_stats() {
 }
 
 #[test]
-fn async_starvation_experiment_quick_writes_json_and_svg() {
-    let dir = std::env::temp_dir().join(format!("mqblk-exp-as-{}", std::process::id()));
-    let out = mqblk(&["experiment", "async-starvation", "--quick", "--out", dir.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let table = String::from_utf8_lossy(&out.stdout);
-    assert!(table.contains("start-up s") && table.contains("bfq without limits"), "{table}");
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("async-starvation.json")).unwrap()).unwrap();
-    assert_eq!(v["experiment"], "async-starvation");
-    let results = v["results"].as_array().unwrap();
-    let cases: Vec<&str> = results.iter().map(|r| r["case"].as_str().unwrap()).collect();
-    assert_eq!(cases, ["idle", "none", "mq-deadline", "kyber", "bfq without limits", "bfq"]);
-    for r in results {
-        for key in ["startup_s", "startup_vs_idle", "read_lat_p50_us", "read_lat_p99_us", "command"] {
-            assert!(!r[key].is_null(), "{key} missing in {r}");
-        }
-        assert!(r["startup_s"].as_f64().unwrap() > 0.0, "{r}");
-        assert!(r["read_lat_p99_us"].as_f64().unwrap() >= r["read_lat_p50_us"].as_f64().unwrap(), "{r}");
-    }
-    assert_eq!(results[0]["startup_vs_idle"], 1.0);
-    let svg = std::fs::read_to_string(dir.join("async-starvation.svg")).unwrap();
-    assert!(svg.starts_with("<svg") && svg.contains("<polyline"), "a line over the cases");
-}
-
-#[test]
 fn bench_schedulers_and_job_classes() {
     let out = mqblk(&[
         "bench",
