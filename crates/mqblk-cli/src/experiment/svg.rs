@@ -168,28 +168,6 @@ pub fn chart(panels: &[Panel], columns: usize) -> String {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn chart_has_a_line_per_series() {
-        let p = Panel {
-            title: "t".into(),
-            x_label: "jobs".into(),
-            y_label: "IOPS".into(),
-            series: vec![
-                Series { label: "a".into(), points: vec![(1.0, 10.0), (48.0, 20.0)] },
-                Series { label: "b".into(), points: vec![(1.0, 5.0), (48.0, 7.0)] },
-            ],
-        };
-        let svg = chart(&[p], 1);
-        assert!(svg.starts_with("<svg"));
-        assert_eq!(svg.matches("<polyline").count(), 2);
-        assert!(svg.contains(">a</text>") && svg.contains(">b</text>"));
-    }
-}
-
 /// Renders a chart written by `chart` to PNG (the repository page shows
 /// PNG, not SVG), with the system's fonts for the text.
 pub fn write_png(svg_text: &str, path: &std::path::Path) -> Result<(), String> {
@@ -212,4 +190,26 @@ pub fn write_png(svg_text: &str, path: &std::path::Path) -> Result<(), String> {
     pixmap.fill(resvg::tiny_skia::Color::WHITE);
     resvg::render(&tree, resvg::tiny_skia::Transform::identity(), &mut pixmap.as_mut());
     pixmap.save_png(path).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chart_has_a_line_per_series() {
+        let p = Panel {
+            title: "t".into(),
+            x_label: "jobs".into(),
+            y_label: "IOPS".into(),
+            series: vec![
+                Series { label: "a".into(), points: vec![(1.0, 10.0), (48.0, 20.0)] },
+                Series { label: "b".into(), points: vec![(1.0, 5.0), (48.0, 7.0)] },
+            ],
+        };
+        let svg = chart(&[p], 1);
+        assert!(svg.starts_with("<svg"));
+        assert_eq!(svg.matches("<polyline").count(), 2);
+        assert!(svg.contains(">a</text>") && svg.contains(">b</text>"));
+    }
 }
