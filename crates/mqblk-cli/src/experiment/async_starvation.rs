@@ -111,7 +111,7 @@ struct Shape {
 
 pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentError> {
     let shape = if opts.quick {
-        Shape { reads: 60, delay: "300ms", writers: 4 }
+        Shape { reads: 60, delay: "300ms", writers: 8 }
     } else {
         Shape { reads: 200, delay: "1", writers: 8 }
     };

@@ -44,6 +44,11 @@ const BUDGET_TIMEOUT_NS: u64 = 125_000_000;
 /// `HctxState::idle_until_ns` while the in-service queue idles waiting for
 /// its requests in flight to complete (the idle timer starts then).
 const IDLE_AFTER_COMPLETION: u64 = u64::MAX;
+/// Sync queues that start within this of each other form a burst (the
+/// kernel's bfq_burst_interval, 180 ms)...
+const BURST_INTERVAL_NS: u64 = 180_000_000;
+/// ...and a burst this large is not interactive (bfq_large_burst_thresh).
+const LARGE_BURST: usize = 8;
 
 fn weight_of(ioprio: IoPrio) -> u64 {
     (8 - u64::from(ioprio.level.min(7))) * 10
@@ -67,6 +72,37 @@ struct BfqQueue {
     served_sectors: u64,
     /// Dispatched and not yet completed.
     in_flight: u32,
+    ttime: ThinkTime,
+    /// Started with many others at once (a large burst): not raised.
+    in_large_burst: bool,
+}
+
+/// A queue's think time: how long its owner takes, once all its I/O is
+/// done, to issue the next (bfq_update_io_thinktime: a decaying average in
+/// fixed point, each sample capped at 2 x slice_idle). Idling only pays for
+/// a queue whose next request comes within the idle slice; a writer that
+/// sleeps for tags between its writes would make the device idle for
+/// nothing, slice after slice.
+#[derive(Default)]
+struct ThinkTime {
+    samples: u64,
+    total: u64,
+    mean_ns: u64,
+    /// When its last request completed (0: never).
+    last_end_ns: u64,
+}
+
+impl ThinkTime {
+    fn sample(&mut self, elapsed_ns: u64) {
+        self.samples = (7 * self.samples + 256) / 8;
+        self.total = (7 * self.total + 256 * elapsed_ns) / 8;
+        self.mean_ns = (self.total + 128) / self.samples;
+    }
+
+    /// The kernel's bfq_sample_valid: a few samples in, the mean counts.
+    fn short(&self, slice_idle_ns: u64) -> bool {
+        self.samples <= 80 || self.mean_ns <= slice_idle_ns
+    }
 }
 
 impl BfqQueue {
@@ -99,6 +135,19 @@ struct HctxState {
     /// Idle slices that ended without the queue's next request (the timer
     /// fired): for the dump and the tests.
     idle_expired: u64,
+    burst: Burst,
+}
+
+/// Sync queues that became busy for the first time close together (the
+/// kernel's burst list, bfq_handle_burst): the many threads of one job
+/// starting at once (a parallel build, a storm of writers) are not an
+/// interactive application starting, so a large burst is not weight-raised,
+/// and the application that starts later still gets the device first.
+#[derive(Default)]
+struct Burst {
+    last_ns: u64,
+    members: Vec<usize>,
+    large: bool,
 }
 
 struct Tunables {
@@ -142,6 +191,7 @@ impl Bfq {
                     service_start_ns: 0,
                     idle_until_ns: 0,
                     idle_expired: 0,
+                    burst: Burst::default(),
                 };
                 Mutex::new(state)
             })
@@ -171,6 +221,8 @@ impl Bfq {
             finish: 0,
             served_sectors: 0,
             in_flight: 0,
+            ttime: ThinkTime::default(),
+            in_large_burst: false,
         });
         st.by_owner.insert((client_id, sync), st.queues.len() - 1);
         st.queues.len() - 1
@@ -179,9 +231,13 @@ impl Bfq {
     /// A queue gets its first request: schedule it, weight-raise it if it
     /// looks interactive, and let it preempt a queue that is not raised.
     fn activate(&self, st: &mut HctxState, i: usize, now: u64) {
+        if st.queues[i].sync && !st.queues[i].ever_busy {
+            self.handle_burst(st, i, now);
+        }
         let q = &mut st.queues[i];
         let interactive = q.sync
             && self.t.low_latency
+            && !q.in_large_burst
             && (!q.ever_busy || now.saturating_sub(q.idle_since_ns) >= self.t.wr_min_idle_ns);
         if interactive && !q.raised() {
             q.wr_until_ns = now + self.t.wr_max_time_ns;
@@ -202,6 +258,47 @@ impl Bfq {
         }
     }
 
+    /// A sync queue starts for the first time: it joins the current burst
+    /// or starts a new one; when the burst grows large its members lose
+    /// their raising.
+    fn handle_burst(&self, st: &mut HctxState, i: usize, now: u64) {
+        let b = &mut st.burst;
+        if now.saturating_sub(b.last_ns) > BURST_INTERVAL_NS {
+            b.members.clear();
+            b.large = false;
+        }
+        b.last_ns = now;
+        if b.large {
+            st.queues[i].in_large_burst = true;
+            return;
+        }
+        b.members.push(i);
+        if b.members.len() < LARGE_BURST {
+            return;
+        }
+        b.large = true;
+        for m in std::mem::take(&mut st.burst.members) {
+            st.queues[m].in_large_burst = true;
+            self.unraise(st, m);
+        }
+    }
+
+    /// Ends queue `i`'s weight raising.
+    fn unraise(&self, st: &mut HctxState, i: usize) {
+        let q = &mut st.queues[i];
+        if !q.raised() {
+            return;
+        }
+        if q.busy {
+            st.busy_weight -= q.eff_weight();
+            self.wr_busy.fetch_sub(1, Ordering::SeqCst);
+        }
+        q.wr_until_ns = 0;
+        if q.busy {
+            st.busy_weight += q.eff_weight();
+        }
+    }
+
     fn deactivate(&self, st: &mut HctxState, i: usize, now: u64) {
         let q = &mut st.queues[i];
         debug_assert!(q.busy && q.fifo.is_empty());
@@ -215,14 +312,9 @@ impl Bfq {
 
     /// Ends weight raising of busy queues whose time is up.
     fn end_raising(&self, st: &mut HctxState, now: u64) {
-        for q in st.queues.iter_mut().filter(|q| q.raised() && q.wr_until_ns <= now) {
-            if q.busy {
-                st.busy_weight -= q.eff_weight();
-                self.wr_busy.fetch_sub(1, Ordering::SeqCst);
-            }
-            q.wr_until_ns = 0;
-            if q.busy {
-                st.busy_weight += q.eff_weight();
+        for i in 0..st.queues.len() {
+            if st.queues[i].raised() && st.queues[i].wr_until_ns <= now {
+                self.unraise(st, i);
             }
         }
     }
@@ -255,16 +347,31 @@ impl Bfq {
         Some(i)
     }
 
-    /// Whether the device waits (up to `slice_idle`) for the next request
-    /// of this queue when it empties: for weight-raised sync queues, whose
-    /// next request comes soon (a reader at queue depth 1) and matters.
-    fn idles_for(&self, q: &BfqQueue) -> bool {
-        q.sync && q.raised() && self.t.slice_idle_ns > 0
+    /// Whether queue `q`, just emptied, may keep the device while its
+    /// requests are in flight and then for an idle slice: a weight-raised
+    /// sync queue whose next request comes soon (a reader at queue depth 1).
+    fn may_idle(&self, q: &BfqQueue) -> bool {
+        q.sync && q.raised() && self.t.slice_idle_ns > 0 && q.ttime.short(self.t.slice_idle_ns)
+    }
+
+    /// Whether the idle slice starts when queue `i`'s last request
+    /// completes: it may idle, and a queue that is not raised is busy.
+    /// Idling is what keeps that one from taking the device between the
+    /// raised queue's requests (the kernel's
+    /// idling_needed_for_service_guarantees; on a non-rotational queueing
+    /// device idling buys no throughput, so that is its only reason).
+    fn idles_for(&self, st: &HctxState, i: usize) -> bool {
+        self.may_idle(&st.queues[i]) && st.queues.iter().any(|o| o.busy && !o.raised())
     }
 
     /// A request (by its tag in `rqs`) joins its owner's queue.
     fn enqueue(&self, st: &mut HctxState, (client_id, sync, ioprio): (u32, bool, IoPrio), tag: u32, now: u64) {
         let i = Self::queue_index(st, client_id, sync, ioprio);
+        let q = &mut st.queues[i];
+        if q.in_flight == 0 && q.fifo.is_empty() && q.ttime.last_end_ns != 0 {
+            let elapsed = now.saturating_sub(q.ttime.last_end_ns);
+            q.ttime.sample(elapsed.min(2 * self.t.slice_idle_ns));
+        }
         st.queues[i].fifo.push_back(tag);
         if !st.queues[i].busy {
             self.activate(st, i, now);
@@ -312,7 +419,7 @@ impl Bfq {
         // System virtual time advances by service over the busy weight.
         st.vtime += (sectors << V_SHIFT) / st.busy_weight.max(1);
         if st.queues[i].fifo.is_empty() {
-            if self.idles_for(&st.queues[i]) {
+            if self.may_idle(&st.queues[i]) {
                 st.idle_until_ns = IDLE_AFTER_COMPLETION;
             } else {
                 self.expire(st, now);
@@ -328,9 +435,15 @@ impl Bfq {
         let Some(&i) = st.by_owner.get(&(client_id, sync)) else { return };
         let q = &mut st.queues[i];
         q.in_flight = q.in_flight.saturating_sub(1);
+        q.ttime.last_end_ns = now;
         let last = q.in_flight == 0 && q.fifo.is_empty();
         if last && st.in_service == Some(i) && st.idle_until_ns == IDLE_AFTER_COMPLETION {
-            st.idle_until_ns = now + self.t.slice_idle_ns;
+            if self.idles_for(st, i) {
+                st.idle_until_ns = now + self.t.slice_idle_ns;
+            } else {
+                st.idle_until_ns = 0;
+                self.expire(st, now);
+            }
         }
     }
 
@@ -474,6 +587,58 @@ mod tests {
         bfq.enqueue(&mut bfq.hctxs[0].lock(), READER, 2, 4 * MS);
         assert_eq!(next(&bfq, 4 * MS), Some(2), "the reader's next read ends the idling");
         assert_eq!(bfq.hctxs[0].lock().idle_expired, 0);
+    }
+
+    #[test]
+    fn a_queue_that_thinks_longer_than_the_idle_slice_stops_idling() {
+        let bfq = bfq();
+        let mut now = 0;
+        let mut idled = 0;
+        for tag in 0..6 {
+            // A busy writer that is not raised: idling would protect the
+            // reader from it.
+            bfq.enqueue(&mut bfq.hctxs[0].lock(), WRITER, 100 + tag, now);
+            bfq.enqueue(&mut bfq.hctxs[0].lock(), READER, tag, now);
+            assert_eq!(next(&bfq, now), Some(tag), "the raised reader first");
+            bfq.completed(&mut bfq.hctxs[0].lock(), READER.0, READER.1, now + MS);
+            if bfq.next_dispatch_ns(0).is_some() {
+                idled += 1;
+            }
+            // The reader comes back 20 ms after each completion: longer
+            // than slice_idle (8 ms), so each slice expires for nothing.
+            now += 21 * MS;
+            assert_eq!(next(&bfq, now), Some(100 + tag), "then the writer");
+            bfq.completed(&mut bfq.hctxs[0].lock(), WRITER.0, WRITER.1, now);
+        }
+        assert_eq!(idled, 3, "idles until three samples make the mean valid");
+    }
+
+    #[test]
+    fn a_raised_queue_alone_does_not_idle() {
+        let bfq = bfq();
+        bfq.enqueue(&mut bfq.hctxs[0].lock(), READER, 0, 0);
+        assert_eq!(next(&bfq, 0), Some(0));
+        bfq.completed(&mut bfq.hctxs[0].lock(), READER.0, READER.1, MS);
+        assert_eq!(bfq.next_dispatch_ns(0), None, "no queue to protect it from");
+    }
+
+    #[test]
+    fn a_large_burst_of_new_sync_queues_is_not_raised_but_a_later_reader_is() {
+        let bfq = bfq();
+        let raised = |client: u32| {
+            let st = bfq.hctxs[0].lock();
+            st.queues[st.by_owner[&(client, true)]].raised()
+        };
+        for w in 0..LARGE_BURST as u32 {
+            bfq.enqueue(&mut bfq.hctxs[0].lock(), (10 + w, true, IoPrio::default()), w, w as u64 * MS);
+        }
+        assert!((0..LARGE_BURST as u32).all(|w| !raised(10 + w)), "the burst lost its raising");
+        assert_eq!(bfq.wr_busy.load(Ordering::SeqCst), 0);
+        bfq.enqueue(&mut bfq.hctxs[0].lock(), (30, true, IoPrio::default()), 20, 100 * MS);
+        assert!(!raised(30), "joins the large burst (within 180 ms of the last)");
+        bfq.enqueue(&mut bfq.hctxs[0].lock(), READER, 21, 500 * MS);
+        assert!(raised(READER.0), "an application starting later is raised");
+        assert_eq!(bfq.wr_busy.load(Ordering::SeqCst), 1);
     }
 
     #[test]
