@@ -1,0 +1,330 @@
+#!/usr/bin/env bash
+# Runs a shell script as root inside a Linux 6.12 guest (groundwork for issue 18).
+#
+#   tests/guest/run.sh SCRIPT [--mem MiB] [--cpus N]
+#
+# Boots Debian's 6.12 kernel (bookworm-backports) under qemu with TCG
+# (`-accel tcg -cpu max`: KVM hangs on this machine, see QEMU-NOTES.md). The
+# guest mounts the host's / read-only over 9p and chroots into it, so SCRIPT
+# and every host program (fio, nbd-client, mkfs.ext4, target/release/mqblk)
+# run as they would on the host, on the guest's kernel. Defaults: --mem 2048,
+# --cpus 2.
+#
+# What the script sees (inside the chroot, as root, stdin /dev/null):
+#   - /proc, /sys, /dev (devtmpfs, with /dev/pts and a tmpfs /dev/shm);
+#     tmpfs on /tmp and /run (the host's are shared read-only, and tools that
+#     keep state in /run fail silently without a writable one); lo is up.
+#   - loaded: netfs, 9pnet, 9pnet_virtio, 9p, nbd (/dev/nbd0..15), ublk_drv
+#     (/dev/ublk-control), configfs, crc16, crc32c_generic, mbcache, jbd2,
+#     ext4 (each with its dependencies; modules the kernel has built in are
+#     skipped). null_blk is NOT loaded: the script picks its parameters:
+#       insmod "$MQBLK_GUEST_MODULES/null_blk.ko" nr_devices=1 gb=1
+#   - environment (nothing else is passed from the host):
+#       PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+#       HOME=/root TERM=dumb LANG=C.UTF-8 MQBLK_GUEST=1
+#       MQBLK_GUEST_MODULES=/run/mqblk-guest/modules  (decompressed .ko files)
+#       MQBLK_GUEST_KERNEL=<uname -r of the guest>
+#       MQBLK_GUEST_SCRIPT=<SCRIPT's absolute host path>
+#   - the working directory is the caller's (when the guest can see it).
+#     SCRIPT runs from its own host path, so "$(dirname "$0")" works; a
+#     SCRIPT under /tmp or /run (hidden by the guest's tmpfs) runs from a copy.
+#     Run as `sh SCRIPT` unless it is executable (then its #! line counts).
+#
+# Output: SCRIPT's stdout and stderr reach this command's stdout and stderr
+# (each on its own serial port, so no kernel noise; \r stripped), as they
+# are written. The kernel console (ttyS0) is kept apart and shown on failure.
+#
+# Exit status: SCRIPT's own. 2 when the harness fails (a message starting
+# with "guest:" names what failed: fetch, boot, crash, timeout). On any
+# failure (non-zero status, no exit marker) the guest's dmesg tail (or the
+# console's tail when the guest died before it could run dmesg) goes to
+# stderr. The whole run is killed after MQBLK_GUEST_TIMEOUT seconds (900).
+#
+# Needs root (apt, and qemu reads all of / for the share). Installs with apt
+# when missing: qemu-system-x86, busybox-static. Nothing else on the host is
+# installed or reconfigured: the kernel package is fetched with `apt-get
+# download` through a private sources list, lists, cache and an empty dpkg
+# status (all under the cache below), and unpacked with `dpkg-deb -x`.
+#
+# Cache (outside the checkout): ${MQBLK_CACHE:-$HOME/.cache/mqblk}/
+#   apt/                     private apt state; lists refreshed when older
+#                            than a day (stale lists are used when offline)
+#   kernel-<pkg version>/    the unpacked linux-image package, renamed into
+#                            place only when complete
+#   kernel-<pkg version>/initrd-<hash>.cpio.gz  busybox + modules + /init,
+#                            keyed by a hash of /init, the module list and
+#                            busybox
+# MQBLK_GUEST_KERNEL_VERSION=<pkg version> pins a version already cached
+# (no apt at all).
+#
+# SPDX-License-Identifier: MIT OR Apache-2.0
+set -euo pipefail
+
+usage="usage: tests/guest/run.sh SCRIPT [--mem MiB] [--cpus N]"
+die() { echo "guest: $*" >&2; exit 2; }
+
+# ---- arguments --------------------------------------------------------------
+script="" mem_mib=2048 cpus=2
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --mem) mem_mib=${2:?$usage}; shift 2 ;;
+    --cpus) cpus=${2:?$usage}; shift 2 ;;
+    -h|--help) echo "$usage"; exit 0 ;;
+    -*) die "unknown option $1; $usage" ;;
+    *) [ -z "$script" ] || die "one SCRIPT only; $usage"; script=$1; shift ;;
+  esac
+done
+[ -n "$script" ] || die "$usage"
+[ -f "$script" ] || die "no script at $script"
+[[ $mem_mib =~ ^[0-9]+$ ]] || die "--mem wants MiB, got $mem_mib"
+[[ $cpus =~ ^[0-9]+$ ]] || die "--cpus wants a count, got $cpus"
+script=$(realpath "$script")
+timeout_s=${MQBLK_GUEST_TIMEOUT:-900}
+[[ $timeout_s =~ ^[0-9]+$ ]] || die "MQBLK_GUEST_TIMEOUT wants seconds, got $timeout_s"
+cache=${MQBLK_CACHE:-$HOME/.cache/mqblk}
+[ "$(id -u)" = 0 ] || die "needs root (apt, and qemu reads all of / for the 9p share)"
+
+# Temporary files and processes of this run, removed and stopped on exit
+# (an interrupted fetch leaves no directory that looks like a cache).
+work="" fetch_tmp="" initrd_tmp="" qemu_pid=""
+tail_pids=()
+# shellcheck disable=SC2317 # invoked by the EXIT trap
+cleanup() {
+  [ -z "$qemu_pid" ] || kill "$qemu_pid" 2>/dev/null || true
+  for p in "${tail_pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  rm -rf "$work" "$fetch_tmp" "$initrd_tmp" "${initrd_tmp:+$initrd_tmp.cpio.gz}"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---- host tools ---------------------------------------------------------------
+need=()
+command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
+# The initramfs needs a static busybox: the Debian "busybox" package is dynamic.
+dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' || need+=(busybox-static)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "guest: installing ${need[*]}" >&2
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >&2 ||
+    { apt-get update -qq >&2 && apt-get install -y -qq --no-install-recommends "${need[@]}" >&2; } ||
+    die "apt-get install ${need[*]} failed"
+fi
+busybox=$(dpkg -L busybox-static | grep '/bin/busybox$' | head -n 1)
+[ -x "$busybox" ] || die "no static busybox in the busybox-static package"
+
+# ---- the kernel package ---------------------------------------------------------
+mkdir -p "$cache"
+apt_dir=$cache/apt
+apt_opts=(
+  -o "Dir::Etc::sourcelist=$apt_dir/sources.list" -o Dir::Etc::sourceparts=/nonexistent
+  -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::State::status=$apt_dir/status"
+  -o "Dir::Cache=$apt_dir/cache" -o APT::Sandbox::User=root
+)
+
+# Prints the binary package name and version of Debian's 6.12 kernel.
+find_kernel_package() {
+  mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial"
+  echo "deb http://deb.debian.org/debian bookworm-backports main" > "$apt_dir/sources.list"
+  [ -e "$apt_dir/status" ] || : > "$apt_dir/status"
+  if [ -z "$(find "$apt_dir/lists" -maxdepth 1 -name '*_Packages*' -mmin -1440 2>/dev/null)" ]; then
+    apt-get -qq "${apt_opts[@]}" update >&2 || echo "guest: apt-get update failed; trying the lists we have" >&2
+  fi
+  local pkg ver
+  pkg=$(apt-cache "${apt_opts[@]}" depends linux-image-amd64 2>/dev/null |
+    sed -n 's/^ *Depends: \(linux-image-6\.12\.[^ ]*\)$/\1/p' | head -n 1)
+  [ -n "$pkg" ] || return 1
+  ver=$(apt-cache "${apt_opts[@]}" show --no-all-versions "$pkg" 2>/dev/null | sed -n 's/^Version: //p' | head -n 1)
+  [ -n "$ver" ] || return 1
+  echo "$pkg $ver"
+}
+
+if [ -n "${MQBLK_GUEST_KERNEL_VERSION:-}" ]; then
+  kdir=$cache/kernel-$MQBLK_GUEST_KERNEL_VERSION
+  [ -d "$kdir" ] || die "MQBLK_GUEST_KERNEL_VERSION=$MQBLK_GUEST_KERNEL_VERSION is not cached in $cache"
+else
+  read -r kpkg kpkg_ver < <(find_kernel_package || true) ||
+    die "fetch: no linux-image-6.12 package found in bookworm-backports (apt lists in $apt_dir)"
+  kdir=$cache/kernel-$kpkg_ver
+  if [ ! -d "$kdir" ]; then
+    echo "guest: fetching $kpkg $kpkg_ver into $kdir" >&2
+    fetch_tmp=$(mktemp -d "$cache/.kernel-$kpkg_ver.XXXXXX")
+    chmod 755 "$fetch_tmp"
+    (cd "$fetch_tmp" && apt-get -qq "${apt_opts[@]}" download "$kpkg=$kpkg_ver" >&2) ||
+      die "fetch: apt-get download $kpkg=$kpkg_ver failed"
+    mkdir "$fetch_tmp/root"
+    dpkg-deb -x "$fetch_tmp"/*.deb "$fetch_tmp/root" || die "fetch: dpkg-deb -x failed"
+    rm -f "$fetch_tmp"/*.deb
+    # Renamed into place only when complete; mv -T fails if a concurrent run won.
+    mv -T "$fetch_tmp" "$kdir" 2>/dev/null || rm -rf "$fetch_tmp"
+    fetch_tmp=""
+  fi
+fi
+root_dir=$kdir/root
+kernel=$(find "$root_dir/boot" -maxdepth 1 -name 'vmlinuz-*' | head -n 1)
+[ -n "$kernel" ] || die "no boot/vmlinuz-* in $root_dir"
+kver=${kernel##*/vmlinuz-}
+moddir=$root_dir/lib/modules/$kver
+[ -d "$moddir" ] || die "no modules at $moddir"
+
+# ---- modules: decompressed, in dependency order ---------------------------------
+# Loaded by /init in this order (with their dependencies first).
+load_modules=(netfs 9pnet 9pnet_virtio 9p nbd ublk_drv configfs crc16 crc32c_generic mbcache jbd2 ext4)
+# Shipped for the script to insmod itself (dependencies are loaded by /init).
+extra_modules=(null_blk)
+
+# Prints the path of module $1's .ko.xz (file names may spell _ as -).
+module_file() {
+  local f
+  f=$(find "$moddir/kernel" -name "$1.ko.xz" -o -name "${1//_/-}.ko.xz" | head -n 1)
+  [ -n "$f" ] && echo "$f"
+}
+module_builtin() {
+  grep -qE "/(${1}|${1//_/-})\.ko\$" "$moddir/modules.builtin" 2>/dev/null
+}
+declare -A seen=()
+order=()
+# Depth-first: dependencies before the module. Builtin modules are skipped.
+visit() {
+  local name=$1 file dep
+  [ -z "${seen[$name]:-}" ] || return 0
+  seen[$name]=1
+  if ! file=$(module_file "$name"); then
+    module_builtin "$name" || die "module $name: neither in $moddir/kernel nor built in"
+    return 0
+  fi
+  for dep in $(modinfo -F depends "$file" | tr ',' ' '); do visit "$dep"; done
+  order+=("$name")
+}
+for m in "${load_modules[@]}"; do visit "$m"; done
+load_order=("${order[@]}")
+for m in "${extra_modules[@]}"; do visit "$m"; done
+
+# ---- the initramfs (cached) -------------------------------------------------------
+# Channels: ttyS0 the kernel console (quiet), ttyS1 the script's stdout,
+# ttyS2 its stderr, ttyS3 the harness: dmesg after the script, then the
+# exit marker. /job (a second cpio appended per run) holds the script's path,
+# the caller's working directory and a copy of the script.
+init_text=$(cat <<'INIT'
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+ctl=/dev/ttyS3
+fail() { echo "mqblk-guest: $*" > /dev/console; echo "MQBLK-GUEST-FAIL: $*" > $ctl; poweroff -f; }
+for m in $(cat /modules/load); do
+  insmod "/modules/$m.ko" || fail "insmod $m"
+done
+mkdir -p /host
+mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000 host /host || fail "9p mount of the host's /"
+mount -t proc proc /host/proc || fail "mount /proc"
+mount -t sysfs sys /host/sys || fail "mount /sys"
+mount -t devtmpfs dev /host/dev || fail "mount /dev"
+mkdir -p /host/dev/pts /host/dev/shm
+mount -t devpts devpts /host/dev/pts
+mount -t tmpfs -o mode=1777 tmpfs /host/dev/shm
+mount -t tmpfs -o mode=1777 tmpfs /host/tmp || fail "tmpfs on /tmp"
+mount -t tmpfs -o mode=755 tmpfs /host/run || fail "tmpfs on /run"
+mkdir -p /host/run/mqblk-guest/modules
+cp /modules/*.ko /host/run/mqblk-guest/modules/
+cp /job/script.sh /host/run/mqblk-guest/script.sh
+ifconfig lo 127.0.0.1 up
+stty -F /dev/ttyS1 raw -echo 2>/dev/null
+stty -F /dev/ttyS2 raw -echo 2>/dev/null
+script=$(cat /job/script)
+cwd=$(cat /job/cwd)
+chroot /host /bin/sh -c '[ -f "$1" ]' sh "$script" || script=/run/mqblk-guest/script.sh
+chroot /host /bin/sh -c 'cd "$1"' sh "$cwd" 2>/dev/null || cwd=/
+chroot /host /usr/bin/env -i \
+  PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+  HOME=/root TERM=dumb LANG=C.UTF-8 MQBLK_GUEST=1 \
+  MQBLK_GUEST_MODULES=/run/mqblk-guest/modules \
+  MQBLK_GUEST_KERNEL="$(uname -r)" MQBLK_GUEST_SCRIPT="$(cat /job/script)" \
+  /bin/sh -c 'cd "$1" && if [ -x "$2" ]; then exec "$2"; else exec /bin/sh "$2"; fi' \
+  sh "$cwd" "$script" < /dev/null > /dev/ttyS1 2> /dev/ttyS2
+status=$?
+{ echo "MQBLK-GUEST-DMESG-BEGIN"; dmesg | tail -n 60; echo "MQBLK-GUEST-DMESG-END"; } > $ctl
+sync
+# Let the UARTs drain what the script's last writes left in their buffers.
+sleep 1
+echo "MQBLK-GUEST-EXIT=$status" > $ctl
+poweroff -f
+INIT
+)
+busybox_hash=$(sha256sum < "$busybox" | cut -c1-16)
+key=$(printf '%s\n%s\n%s\n%s\n' "$init_text" "${load_order[*]}" "${order[*]}" "$busybox_hash" | sha256sum | cut -c1-16)
+initrd=$kdir/initrd-$key.cpio.gz
+if [ ! -f "$initrd" ]; then
+  initrd_tmp=$(mktemp -d "$cache/.initrd.XXXXXX")
+  rd=$initrd_tmp
+  mkdir -p "$rd"/{bin,dev,proc,sys,modules,job}
+  cp "$busybox" "$rd/bin/busybox"
+  for m in "${order[@]}"; do xz -dc "$(module_file "$m")" > "$rd/modules/$m.ko"; done
+  printf '%s\n' "${load_order[@]}" > "$rd/modules/load"
+  printf '%s\n' "$init_text" > "$rd/init"
+  chmod +x "$rd/init"
+  (cd "$rd" && find . | cpio -o -H newc --quiet | gzip -1) > "$rd.cpio.gz" || die "initramfs: cpio failed"
+  rm -rf "$rd"
+  mv -f "$rd.cpio.gz" "$initrd"
+  initrd_tmp=""
+fi
+
+# ---- one run -----------------------------------------------------------------------
+work=$(mktemp -d "${TMPDIR:-/tmp}/mqblk-guest.XXXXXX")
+
+# The per-run part of the initramfs: concatenated cpio archives are merged by the kernel.
+mkdir -p "$work/job/job"
+printf '%s' "$script" > "$work/job/job/script"
+printf '%s' "$PWD" > "$work/job/job/cwd"
+cp "$script" "$work/job/job/script.sh"
+(cd "$work/job" && find job | cpio -o -H newc --quiet | gzip -1) > "$work/job.cpio.gz"
+cat "$initrd" "$work/job.cpio.gz" > "$work/initrd.gz"
+
+: > "$work/console.txt"; : > "$work/stdout.txt"; : > "$work/stderr.txt"; : > "$work/ctl.txt"
+timeout --kill-after=10 "$timeout_s" qemu-system-x86_64 \
+  -accel tcg -cpu max -m "$mem_mib" -smp "$cpus" \
+  -display none -monitor none -no-reboot -nic none \
+  -kernel "$kernel" -initrd "$work/initrd.gz" \
+  -append "console=ttyS0 quiet panic=-1" \
+  -serial "file:$work/console.txt" -serial "file:$work/stdout.txt" \
+  -serial "file:$work/stderr.txt" -serial "file:$work/ctl.txt" \
+  -virtfs local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap \
+  < /dev/null > "$work/qemu.txt" 2>&1 &
+qemu_pid=$!
+# Stream the script's output as the guest writes it.
+tail -q -f -n +1 --pid="$qemu_pid" "$work/stdout.txt" | sed -u 's/\r//g' &
+tail_pids+=($!)
+tail -q -f -n +1 --pid="$qemu_pid" "$work/stderr.txt" | sed -u 's/\r//g' >&2 &
+tail_pids+=($!)
+qemu_status=0
+wait "$qemu_pid" || qemu_status=$?
+qemu_pid=""
+wait "${tail_pids[@]}" 2>/dev/null || true
+tail_pids=()
+
+ctl=$(tr -d '\r' < "$work/ctl.txt")
+marker=$(grep -o 'MQBLK-GUEST-EXIT=[0-9]*' <<< "$ctl" | tail -n 1 || true)
+status=${marker#MQBLK-GUEST-EXIT=}
+if [ -n "$marker" ] && [ "$status" = 0 ]; then
+  exit 0
+fi
+if grep -q 'MQBLK-GUEST-DMESG-BEGIN' <<< "$ctl"; then
+  echo "guest: dmesg tail (kernel $kver):" >&2
+  sed -n '/MQBLK-GUEST-DMESG-BEGIN/,/MQBLK-GUEST-DMESG-END/p' <<< "$ctl" | sed '1d;$d' >&2
+else
+  echo "guest: no dmesg from the guest; the console's tail (kernel $kver, booted quiet):" >&2
+  tr -d '\r' < "$work/console.txt" | tail -n 40 >&2
+  [ -s "$work/console.txt" ] || echo "(empty: nothing logged at warning level or above)" >&2
+fi
+[ -s "$work/qemu.txt" ] && { echo "guest: qemu said:" >&2; tail -n 10 "$work/qemu.txt" >&2; }
+if [ -n "$marker" ]; then
+  exit "$status"
+fi
+failed=$(grep -o 'MQBLK-GUEST-FAIL: .*' <<< "$ctl" | head -n 1 || true)
+if [ -n "$failed" ]; then
+  die "boot: ${failed#MQBLK-GUEST-FAIL: }"
+elif [ "$qemu_status" = 124 ] || [ "$qemu_status" = 137 ]; then
+  die "timeout: killed the guest after ${timeout_s} s (MQBLK_GUEST_TIMEOUT)"
+else
+  die "crash: the guest stopped without an exit marker (qemu status $qemu_status)"
+fi

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Smoke test of the guest harness: run it with tests/guest/run.sh.
+#
+#   tests/guest/run.sh tests/guest/smoke.sh
+#
+# Checks, inside the guest: a 6.12 kernel, /dev/ublk-control and /dev/nbd0,
+# that null_blk loads from $MQBLK_GUEST_MODULES with the script's own
+# parameters, and that the host's fio writes and verifies (crc32c) a few
+# seconds of random I/O on /dev/nullb0. Exits 0 only when all pass; prints
+# one line per check.
+#
+# SPDX-License-Identifier: MIT OR Apache-2.0
+set -euo pipefail
+
+failures=0
+pass() { echo "ok: $*"; }
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+
+[ "${MQBLK_GUEST:-}" = 1 ] || { echo "smoke: run me with tests/guest/run.sh" >&2; exit 2; }
+
+kernel=$(uname -r)
+case "$kernel" in
+  6.12*) pass "kernel $kernel" ;;
+  *) fail "kernel $kernel is not 6.12" ;;
+esac
+
+for dev in /dev/ublk-control /dev/nbd0; do
+  if [ -c "$dev" ] || [ -b "$dev" ]; then pass "$dev exists"; else fail "$dev missing"; fi
+done
+
+for dir in /tmp /run; do
+  if touch "$dir/.smoke" && rm "$dir/.smoke"; then pass "$dir writable"; else fail "$dir not writable"; fi
+done
+
+if insmod "$MQBLK_GUEST_MODULES/null_blk.ko" nr_devices=1 memory_backed=1 gb=1; then
+  pass "insmod null_blk"
+else
+  fail "insmod null_blk"
+fi
+# devtmpfs creates the node asynchronously.
+for _ in 1 2 3 4 5 6 7 8 9 10; do [ -b /dev/nullb0 ] && break; sleep 0.2; done
+
+if [ -b /dev/nullb0 ]; then
+  echo none > /sys/block/nullb0/queue/scheduler
+  if fio --name=smoke --filename=/dev/nullb0 --direct=1 --ioengine=io_uring \
+      --rw=randwrite --bs=4k --iodepth=8 --size=64m --runtime=5 \
+      --verify=crc32c --do_verify=1 --verify_fatal=1 --verify_state_save=0 --output-format=terse \
+      --terse-version=3 > /tmp/fio.txt; then
+    # Terse v3: field 6 is read KiB, field 47 write KiB.
+    pass "fio randwrite+verify crc32c on /dev/nullb0 ($(cut -d';' -f6 /tmp/fio.txt) KiB verified)"
+  else
+    fail "fio on /dev/nullb0"
+    cat /tmp/fio.txt >&2 || true
+  fi
+else
+  fail "/dev/nullb0 missing after insmod"
+fi
+
+if [ "$failures" -ne 0 ]; then
+  echo "smoke: $failures check(s) failed" >&2
+  exit 1
+fi
+echo "smoke: all checks passed"
