@@ -6,8 +6,8 @@
 # Checks, inside the guest: a 6.12 kernel, /dev/ublk-control and /dev/nbd0,
 # that null_blk loads from $MQBLK_GUEST_MODULES with the script's own
 # parameters, and that the host's fio writes and verifies (crc32c) a few
-# seconds of random I/O on /dev/nullb0. Exits 0 only when all pass; prints
-# one line per check.
+# seconds of random I/O on /dev/nullb0, then that ext4 mounts on it. Exits 0
+# only when all pass; prints one line per check.
 #
 # SPDX-License-Identifier: MIT OR Apache-2.0
 set -euo pipefail
@@ -51,6 +51,15 @@ if [ -b /dev/nullb0 ]; then
   else
     fail "fio on /dev/nullb0"
     cat /tmp/fio.txt >&2 || true
+  fi
+  # The ext4 stack run.sh loads (crc32c_generic, jbd2, mbcache, ext4) mounts.
+  mkdir -p /tmp/mnt
+  if mkfs.ext4 -q -F /dev/nullb0 && mount -t ext4 /dev/nullb0 /tmp/mnt &&
+      echo smoke > /tmp/mnt/file && umount /tmp/mnt &&
+      mount -t ext4 -o ro /dev/nullb0 /tmp/mnt && [ "$(cat /tmp/mnt/file)" = smoke ] && umount /tmp/mnt; then
+    pass "ext4 mkfs, mount, write, remount on /dev/nullb0"
+  else
+    fail "ext4 on /dev/nullb0"
   fi
 else
   fail "/dev/nullb0 missing after insmod"
