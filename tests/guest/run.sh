@@ -67,8 +67,8 @@ die() { echo "guest: $*" >&2; exit 2; }
 script="" mem_mib=2048 cpus=2
 while [ $# -gt 0 ]; do
   case "$1" in
-    --mem) mem_mib=${2:?$usage}; shift 2 ;;
-    --cpus) cpus=${2:?$usage}; shift 2 ;;
+    --mem) [ $# -ge 2 ] || die "$usage"; mem_mib=$2; shift 2 ;;
+    --cpus) [ $# -ge 2 ] || die "$usage"; cpus=$2; shift 2 ;;
     -h|--help) echo "$usage"; exit 0 ;;
     -*) die "unknown option $1; $usage" ;;
     *) [ -z "$script" ] || die "one SCRIPT only; $usage"; script=$1; shift ;;
