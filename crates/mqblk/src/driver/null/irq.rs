@@ -191,7 +191,8 @@ pub(crate) fn pin_thread(thread: &JoinHandle<()>, cpu: usize) -> std::io::Result
     unsafe { libc::CPU_SET(cpu, &mut set) };
     // SAFETY: the handle's pthread_t names a thread that is not joined yet
     // (the caller holds its JoinHandle); `set` is initialised above.
-    let rc = unsafe { libc::pthread_setaffinity_np(thread.as_pthread_t(), std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    let rc =
+        unsafe { libc::pthread_setaffinity_np(thread.as_pthread_t(), std::mem::size_of::<libc::cpu_set_t>(), &set) };
     match rc {
         0 => Ok(()),
         errno => Err(std::io::Error::from_raw_os_error(errno)),

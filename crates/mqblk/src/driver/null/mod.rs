@@ -99,7 +99,9 @@ impl NullDriver {
                 let cpu = (!cfg.irq_cpus.is_empty()).then(|| cfg.irq_cpus[i % cfg.irq_cpus.len()]);
                 let thread_err = |e| {
                     let on = cpu.map_or(String::new(), |c| format!(" on CPU {c} (irq_cpus)"));
-                    crate::error::Error::Setup(format!("null: cannot start the completion thread of queue {i}{on}: {e}"))
+                    crate::error::Error::Setup(format!(
+                        "null: cannot start the completion thread of queue {i}{on}: {e}"
+                    ))
                 };
                 match cfg.poll_mode {
                     PollMode::Queues => irq.push(IrqQueue::start(i, depth, idle_spin, cpu).map_err(thread_err)?),
