@@ -421,7 +421,7 @@ fn table(cells: &[Cell], place: &Placement, opts: &Options) -> String {
     for c in &rows {
         let Some(b) = pick(cells, c.design, c.rw, c.bs, true) else { continue };
         out.push_str(&format!(
-            "{:<9} | {:<4} | {:<11} | {:<18} | {:<18} | {:<15} | {:<15} | {:<18} | {:<18} | {} / {}\n",
+            "{:<9} | {:<4} | {:<11} | {:<18} | {:<18} | {:<15} | {:<15} | {:<18} | {:<18} | {:.1} / {:.1}\n",
             c.rw,
             c.bs,
             c.design,
@@ -431,8 +431,8 @@ fn table(cells: &[Cell], place: &Placement, opts: &Options) -> String {
             b.spread(|r| r.lat_p99_us).show(0),
             c.spread(|r| r.cpu_us_per_io).show(1),
             b.spread(|r| r.cpu_us_per_io).show(1),
-            format!("{:.1}", c.spread(|r| r.job_cpu_us_per_io).median),
-            format!("{:.1}", b.spread(|r| r.job_cpu_us_per_io).median),
+            c.spread(|r| r.job_cpu_us_per_io).median,
+            b.spread(|r| r.job_cpu_us_per_io).median,
         ));
     }
     out.push_str(
