@@ -150,7 +150,15 @@ impl Cell {
     }
 }
 
+/// /proc/loadavg's 1-minute figure: on a shared machine, spinning pollers
+/// lose their CPU to other processes (sleepers are favoured at wakeup), so
+/// the load around a run says how far its hipri cells can be trusted.
+fn load_1min() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
+}
+
 pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentError> {
+    let load_before = load_1min();
     let place = placement();
     let (rws, bss, runtime): (&[&str], &[&str], &str) = if opts.quick {
         (&["randread", "randwrite"], &["4k", "64k"], "400ms")
@@ -164,8 +172,21 @@ pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentErro
         }
     }
     let mixed = mixed_cells(opts, &place, runtime)?;
-    let table = table(&cells, &place, opts) + &mixed_table(&mixed);
-    let doc = document(opts, &place, &cells, &mixed);
+    let load = [load_before, load_1min()];
+    let mut table = table(&cells, &place, opts) + &mixed_table(&mixed);
+    if let [Some(before), Some(after)] = load {
+        table.push_str(&format!(
+            "load average (1 min) before / after: {before:.1} / {after:.1} on {} CPUs{}\n",
+            place.cores,
+            if after.max(before) > place.cores as f64 {
+                ": other processes competed for the CPUs, and spinning pollers lose most to them"
+            } else {
+                ""
+            }
+        ));
+    }
+    let mut doc = document(opts, &place, &cells, &mixed);
+    doc["load_1min_before_after"] = json!(load);
     let panels = gain_panels(rws, bss, &cells);
     Ok((doc, panels, table))
 }
