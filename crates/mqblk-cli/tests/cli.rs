@@ -336,31 +336,6 @@ fn bench_schedulers_and_job_classes() {
 }
 
 #[test]
-fn poll_experiment_quick_writes_json_and_svg() {
-    let dir = std::env::temp_dir().join(format!("mqblk-exp-poll-{}", std::process::id()));
-    let out = mqblk(&["experiment", "poll", "--quick", "--out", dir.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("poll.json")).unwrap()).unwrap();
-    assert_eq!(v["experiment"], "poll");
-    let results = v["results"].as_array().unwrap();
-    assert_eq!(results.len(), 2 * 2 * 2, "bs x design x hipri");
-    for design in ["poll_queues", "hybrid"] {
-        assert_eq!(results.iter().filter(|r| r["design"] == design).count(), 4, "{design}");
-    }
-    for r in results {
-        for key in ["rw", "bs", "hipri", "design", "iops", "lat_mean_us", "lat_p99_us", "cpu_pct_per_job", "command"] {
-            assert!(!r[key].is_null(), "{key} missing in {r}");
-        }
-        assert!(r["iops"].as_f64().unwrap() > 0.0, "{r}");
-    }
-    let mixed = v["mixed"].as_array().unwrap();
-    assert_eq!(mixed.len(), 2 * 2, "design x (hipri job, plain job)");
-    assert!(mixed.iter().all(|r| r["iops"].as_f64().unwrap() > 0.0), "{mixed:?}");
-    let svg = std::fs::read_to_string(dir.join("poll.svg")).unwrap();
-    assert!(svg.starts_with("<svg") && svg.contains("<polyline"));
-}
-
-#[test]
 fn zone_script_prints_one_json_line_per_op() {
     let dir = std::env::temp_dir().join(format!("mqblk-zone-script-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

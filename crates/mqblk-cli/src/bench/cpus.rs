@@ -74,7 +74,7 @@ pub fn pin_current_thread(cpus: &[usize]) -> Result<(), String> {
 }
 
 /// The CPUs this thread may run on now.
-fn allowed_cpus() -> Result<Vec<usize>, String> {
+pub fn allowed_cpus() -> Result<Vec<usize>, String> {
     // SAFETY: as above.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: pid 0 is this thread; the kernel fills `set`.

@@ -26,6 +26,7 @@ use mqblk::Device;
 use job::{Control, JobResult, Live, PHASE_RUN, PHASE_STOP};
 use options::{BenchPlan, JobOptions};
 use report::{DeviceInfo, Entry, Samples};
+use stats::{ProcessCpu, Rusage};
 
 /// The device of a bare `mqblk bench`.
 pub const DEFAULT_DEVICE: &str = "null:gb=1";
@@ -118,6 +119,9 @@ impl Running {
 pub struct RunOutput {
     pub entries: Vec<Entry>,
     pub device: DeviceInfo,
+    /// The whole process's CPU while every job was measuring (None if the
+    /// jobs never all measured at once, e.g. one ended before another began).
+    pub process_cpu: Option<ProcessCpu>,
     /// The debugfs-like dump, taken after the run.
     pub stats: String,
 }
@@ -126,11 +130,11 @@ pub struct RunOutput {
 pub fn run(plan: &BenchPlan) -> Result<String, BenchError> {
     let r = run_plan(plan)?;
     let mut out = if plan.json {
-        serde_json::to_string_pretty(&report::to_json(&r.entries, &plan.global_given, &r.device))
+        serde_json::to_string_pretty(&report::to_json(&r.entries, &plan.global_given, &r.device, r.process_cpu))
             .expect("JSON encoding")
             + "\n"
     } else {
-        report::to_human(&r.entries, &r.device)
+        report::to_human(&r.entries, &r.device, r.process_cpu)
     };
     if plan.stats {
         out.push_str("\n== stats ==\n");
@@ -164,7 +168,7 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
     let clock = bench_clock(plan)?;
     let (shared, mut running) = job_clones(plan, Instant::now());
     let bar = progress_bar(!plan.json);
-    let results: Vec<Result<JobResult, String>> = std::thread::scope(|scope| {
+    let (results, process_cpu): (Vec<Result<JobResult, String>>, _) = std::thread::scope(|scope| {
         let handles: Vec<_> = shared
             .iter()
             .enumerate()
@@ -185,8 +189,9 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
                     .expect("spawn job thread")
             })
             .collect();
-        supervise(&shared, &mut running, &bar);
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("job thread panicked".into()))).collect()
+        let process_cpu = supervise(&shared, &mut running, &bar);
+        let results = handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("job thread panicked".into())));
+        (results.collect(), process_cpu)
     });
     if let Some(bar) = bar {
         bar.finish_and_clear();
@@ -199,7 +204,7 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
         queue_depth: dev.tag_set().queue_depth,
         stats: dev.stats(),
     };
-    Ok(RunOutput { entries, device: info, stats: dev.show_stats() })
+    Ok(RunOutput { entries, device: info, process_cpu, stats: dev.show_stats() })
 }
 
 /// Every job's clones (`numjobs`), each with its run control and its
@@ -301,12 +306,55 @@ fn progress_bar(human: bool) -> Option<indicatif::ProgressBar> {
     Some(bar)
 }
 
-/// Keeps every job's timeline and samples until all are done.
-fn supervise(shared: &[Shared], running: &mut [Running], bar: &Option<indicatif::ProgressBar>) {
+/// The process-CPU window: opened at the first tick at which every job is
+/// measuring, closed just before the first job is told to stop (or at the
+/// first tick after one ended). Process CPU and I/Os are read at the same
+/// instants, so the figure per I/O does not depend on the 20 ms tick.
+#[derive(Default)]
+struct ProcessWindow {
+    start: Option<(Instant, Rusage, u64)>,
+    result: Option<ProcessCpu>,
+}
+
+impl ProcessWindow {
+    fn ios(shared: &[Shared]) -> u64 {
+        shared.iter().map(|sh| sh.live.ios.load(Ordering::Relaxed)).sum()
+    }
+
+    /// Opens the window if it never was and every job is measuring now.
+    fn maybe_open(&mut self, shared: &[Shared]) {
+        let all =
+            shared.iter().all(|sh| sh.live.measuring.load(Ordering::Acquire) && !sh.live.done.load(Ordering::Acquire));
+        if self.start.is_none() && self.result.is_none() && all {
+            self.start = Some((Instant::now(), Rusage::process_now(), Self::ios(shared)));
+        }
+    }
+
+    /// Closes an open window.
+    fn close(&mut self, shared: &[Shared]) {
+        let Some((t0, ru0, ios0)) = self.start.take() else { return };
+        let ru = Rusage::process_now().since(&ru0);
+        self.result = Some(ProcessCpu {
+            user_ns: ru.user_ns,
+            sys_ns: ru.sys_ns,
+            ios: Self::ios(shared).saturating_sub(ios0),
+            window_ns: t0.elapsed().as_nanos() as u64,
+        });
+    }
+}
+
+/// Keeps every job's timeline and samples until all are done; returns the
+/// process's CPU while every job was measuring.
+fn supervise(shared: &[Shared], running: &mut [Running], bar: &Option<indicatif::ProgressBar>) -> Option<ProcessCpu> {
     let mut last_bar = (Instant::now(), 0u64);
+    let mut window = ProcessWindow::default();
     loop {
         std::thread::sleep(Duration::from_millis(20));
         let now = Instant::now();
+        if shared.iter().any(|sh| sh.live.done.load(Ordering::Acquire)) {
+            window.close(shared);
+        }
+        window.maybe_open(shared);
         let mut all_done = true;
         // fio's exitall: once a job that has it finishes, the rest stop.
         let exit_all = shared.iter().any(|sh| sh.opts.exitall && sh.live.done.load(Ordering::Acquire));
@@ -315,6 +363,7 @@ fn supervise(shared: &[Shared], running: &mut [Running], bar: &Option<indicatif:
                 continue;
             }
             if exit_all {
+                window.close(shared);
                 sh.ctrl.phase.store(PHASE_STOP, Ordering::Release);
             }
             all_done = false;
@@ -329,6 +378,7 @@ fn supervise(shared: &[Shared], running: &mut [Running], bar: &Option<indicatif:
                 r.last = (now, 0, 0, 0);
             }
             if r.stop_at.is_some_and(|t| now >= t) {
+                window.close(shared);
                 sh.ctrl.phase.store(PHASE_STOP, Ordering::Release);
             }
             take_sample(sh, r, now);
@@ -344,7 +394,8 @@ fn supervise(shared: &[Shared], running: &mut [Running], bar: &Option<indicatif:
             }
         }
         if all_done {
-            return;
+            window.close(shared);
+            return window.result;
         }
     }
 }

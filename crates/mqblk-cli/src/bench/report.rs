@@ -8,7 +8,7 @@ use serde_json::{json, Map, Value};
 
 use super::job::JobResult;
 use super::options::JobOptions;
-use super::stats::{DirStats, Summary, PERCENTILES};
+use super::stats::{DirStats, ProcessCpu, Summary, PERCENTILES};
 
 /// Bandwidth (KiB/s) and IOPS samples of one direction, every 500 ms.
 #[derive(Debug, Clone, Default)]
@@ -170,7 +170,12 @@ pub struct DeviceInfo {
 }
 
 /// fio's JSON document, plus "mqblk" objects.
-pub fn to_json(entries: &[Entry], global_given: &[(String, String)], dev: &DeviceInfo) -> Value {
+pub fn to_json(
+    entries: &[Entry],
+    global_given: &[(String, String)],
+    dev: &DeviceInfo,
+    process_cpu: Option<ProcessCpu>,
+) -> Value {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     let jobs: Vec<Value> = entries
         .iter()
@@ -231,6 +236,14 @@ pub fn to_json(entries: &[Entry], global_given: &[(String, String)], dev: &Devic
             "ctx_involuntary": invol,
             "ctx_voluntary_per_sec": vol as f64 / total_secs,
             "ctx_involuntary_per_sec": invol as f64 / total_secs,
+            "process_cpu": process_cpu.map(|p| json!({
+                "usr_ns": p.user_ns,
+                "sys_ns": p.sys_ns,
+                "ios": p.ios,
+                "window_ns": p.window_ns,
+                "cpu_ns_per_io": p.cpu_ns_per_io(),
+                "cpus_busy": p.cpus_busy(),
+            })),
         }
     })
 }
@@ -322,12 +335,23 @@ fn human_dir(out: &mut String, label: &str, e: &Entry, d: &DirStats) {
 }
 
 /// The fio-like human report.
-pub fn to_human(entries: &[Entry], dev: &DeviceInfo) -> String {
+pub fn to_human(entries: &[Entry], dev: &DeviceInfo, process_cpu: Option<ProcessCpu>) -> String {
     let mut out = String::new();
     for e in entries {
         human_job(&mut out, e);
     }
     human_run_status(&mut out, entries);
+    if let Some(p) = process_cpu {
+        // Not fio's: the jobs' cpu lines count their own threads only.
+        let _ = writeln!(
+            out,
+            "\nProcess CPU (all threads, while every job ran): {:.2} CPUs busy, {:.2} usec per I/O ({} I/Os in {} msec)",
+            p.cpus_busy(),
+            p.cpu_ns_per_io() / 1e3,
+            p.ios,
+            p.window_ns / 1_000_000
+        );
+    }
     human_device(&mut out, dev);
     out
 }

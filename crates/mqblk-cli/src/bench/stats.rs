@@ -1,5 +1,6 @@
 //! Per-job measurements: latency summaries and histograms per data
-//! direction, and the thread's CPU use and context switches (getrusage).
+//! direction, and the thread's CPU use and context switches (getrusage);
+//! and the whole process's CPU while every job ran (`ProcessCpu`).
 
 use hdrhistogram::Histogram;
 
@@ -153,11 +154,21 @@ pub struct Rusage {
 impl Rusage {
     /// The calling thread's counters now.
     pub fn thread_now() -> Self {
+        Self::now(libc::RUSAGE_THREAD)
+    }
+
+    /// The whole process's counters now: every thread, the device's
+    /// completion threads included.
+    pub fn process_now() -> Self {
+        Self::now(libc::RUSAGE_SELF)
+    }
+
+    fn now(who: libc::c_int) -> Self {
         // SAFETY: rusage is plain data; zeroed is a valid value.
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: RUSAGE_THREAD with a valid out pointer.
+        // SAFETY: RUSAGE_THREAD or RUSAGE_SELF with a valid out pointer.
         unsafe {
-            libc::getrusage(libc::RUSAGE_THREAD, &mut ru);
+            libc::getrusage(who, &mut ru);
         }
         let tv_ns = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000_000 + tv.tv_usec as u64 * 1000;
         Self {
@@ -191,6 +202,31 @@ impl Rusage {
     }
 }
 
+/// The whole process's CPU (getrusage RUSAGE_SELF: the job threads, the
+/// device's completion threads, the supervisor) over the window in which
+/// every job was measuring, with the I/Os completed in that window: what a
+/// job's own CPU (RUSAGE_THREAD) leaves out, e.g. a null device's
+/// completion threads spinning to their due times.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProcessCpu {
+    pub user_ns: u64,
+    pub sys_ns: u64,
+    pub ios: u64,
+    pub window_ns: u64,
+}
+
+impl ProcessCpu {
+    /// CPU time per I/O, ns.
+    pub fn cpu_ns_per_io(&self) -> f64 {
+        (self.user_ns + self.sys_ns) as f64 / self.ios.max(1) as f64
+    }
+
+    /// CPUs kept busy on average (1.0: one CPU all the time).
+    pub fn cpus_busy(&self) -> f64 {
+        (self.user_ns + self.sys_ns) as f64 / self.window_ns.max(1) as f64
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,6 +251,21 @@ mod tests {
         let p50 = d.percentile(50.0);
         assert!((499_000..=501_000).contains(&p50), "{p50}");
         assert_eq!(d.lat.min, 1010);
+    }
+
+    #[test]
+    fn process_rusage_counts_other_threads() {
+        let a = Rusage::process_now();
+        std::thread::spawn(|| {
+            let t = std::time::Instant::now();
+            while t.elapsed() < std::time::Duration::from_millis(30) {
+                std::hint::spin_loop();
+            }
+        })
+        .join()
+        .unwrap();
+        let d = Rusage::process_now().since(&a);
+        assert!(d.user_ns + d.sys_ns >= 10_000_000, "{d:?}");
     }
 
     #[test]

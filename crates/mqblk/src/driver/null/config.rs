@@ -13,6 +13,7 @@
 //! | hw_queue_depth | 64 | tags per hardware queue |
 //! | irqmode | 1 | 0: complete inline, 1: softirq (completion thread), 2: timer |
 //! | completion_nsec | 10000 | irqmode=2: time from submission to completion |
+//! | irq_cpus | (any) | CPUs the completion threads run on, as ranges and `:`-separated lists (`2-3`, `0:2`; `,` separates spec keys): queue i's thread on the i-th CPU of the list, round-robin, as managed interrupts are spread over CPUs |
 //! | memory_backed | 0 | keep written data (never-written blocks read zeros) |
 //! | discard | 0 | support discard (needs memory_backed) |
 //! | mbps | 0 | bandwidth limit in MiB/s (0: none); with rotational or channels, the transfer rate of the head or of each channel |
@@ -40,6 +41,10 @@ use crate::request::SECTOR_SIZE;
 
 use super::zoned::{ZoneLock, ZonedConfig};
 
+/// CPUs `irq_cpus` may name: those of a cpu_set_t (the C library's
+/// CPU_SETSIZE).
+pub const MAX_CPUS: usize = 1024;
+
 /// The keys a `null:` spec accepts.
 pub const NULL_KEYS: &[&str] = &[
     "gb",
@@ -51,6 +56,7 @@ pub const NULL_KEYS: &[&str] = &[
     "hw_queue_depth",
     "irqmode",
     "completion_nsec",
+    "irq_cpus",
     "memory_backed",
     "discard",
     "mbps",
@@ -107,6 +113,9 @@ pub struct NullConfig {
     pub hw_queue_depth: u32,
     pub irqmode: IrqMode,
     pub completion_nsec: u64,
+    /// `irq_cpus`: the completion threads' CPUs (empty: wherever the
+    /// scheduler puts them).
+    pub irq_cpus: Vec<usize>,
     pub memory_backed: bool,
     pub discard: bool,
     pub mbps: u64,
@@ -130,6 +139,7 @@ impl Default for NullConfig {
             hw_queue_depth: 64,
             irqmode: IrqMode::Softirq,
             completion_nsec: 10_000,
+            irq_cpus: Vec::new(),
             memory_backed: false,
             discard: false,
             mbps: 0,
@@ -169,6 +179,7 @@ impl NullConfig {
         hw_queue_depth: u32,
         irqmode: IrqMode,
         completion_nsec: u64,
+        irq_cpus: Vec<usize>,
         memory_backed: bool,
         discard: bool,
         mbps: u64,
@@ -208,6 +219,10 @@ impl NullConfig {
             ("rotational", b(self.rotational)),
             ("seek_nsec", self.seek_nsec.to_string()),
         ];
+        if !self.irq_cpus.is_empty() {
+            let list: Vec<String> = self.irq_cpus.iter().map(usize::to_string).collect();
+            pairs.push(("irq_cpus", list.join(":")));
+        }
         if self.channels > 0 {
             pairs.push(("channels", self.channels.to_string()));
         }
@@ -250,6 +265,10 @@ impl NullConfig {
         if p.is_set("channels") && p.bool("rotational", false)? {
             return Err(p.conflict("rotational=1 and channels=N are different service models: choose one"));
         }
+        let threaded = irqmode != IrqMode::None || p.is_set("mbps") || p.is_set("channels") || p.is_set("rotational");
+        if p.is_set("irq_cpus") && !threaded {
+            return Err(p.conflict("irq_cpus places completion threads: irqmode=0 has none (use irqmode=1 or 2)"));
+        }
         let (poll_mode, poll_queues) = Self::poll_from_params(p)?;
         let (memory_backed, discard, zoned) = Self::backing_from_params(p)?;
         let max_sectors = Self::max_sectors_from_params(p, bs)?;
@@ -262,6 +281,7 @@ impl NullConfig {
             hw_queue_depth: p.u64_in("hw_queue_depth", 64, 1, 65536)? as u32,
             irqmode,
             completion_nsec: p.u64_in("completion_nsec", 10_000, 0, 60_000_000_000)?,
+            irq_cpus: Self::irq_cpus_from_params(p)?,
             memory_backed,
             discard,
             mbps: p.u64_in("mbps", 0, 0, 1 << 30)?,
@@ -286,6 +306,34 @@ impl NullConfig {
             });
         }
         Ok(bs)
+    }
+
+    /// `irq_cpus`: CPU numbers below `MAX_CPUS`, as ranges (`2-3`) joined
+    /// by `:` (a spec's `,` separates keys), in the order given (queue i
+    /// takes the i-th, round-robin); a CPU may repeat.
+    fn irq_cpus_from_params(p: &SpecParams) -> Result<Vec<usize>, ConfigError> {
+        let Some(value) = p.raw("irq_cpus") else { return Ok(Vec::new()) };
+        let bad = |why: &str| ConfigError::BadValue {
+            driver: p.driver.clone(),
+            key: "irq_cpus".into(),
+            value: value.to_string(),
+            expected: format!("CPU numbers below {MAX_CPUS} as ranges joined by ':', e.g. 2-3 or 0:2 ({why})"),
+        };
+        let mut cpus = Vec::new();
+        for part in value.split(':') {
+            let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+            let (Ok(lo), Ok(hi)) = (lo.trim().parse::<usize>(), hi.trim().parse::<usize>()) else {
+                return Err(bad(&format!("'{part}' is not a CPU or a range")));
+            };
+            if lo > hi {
+                return Err(bad(&format!("the range {part} runs backwards")));
+            }
+            if hi >= MAX_CPUS {
+                return Err(bad(&format!("CPU {hi} is too large")));
+            }
+            cpus.extend(lo..=hi);
+        }
+        Ok(cpus)
     }
 
     /// `poll_mode` and `poll_queues` (none with hybrid polling).
@@ -355,5 +403,41 @@ impl NullConfig {
                 _ => ZoneLock::PerZone,
             },
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(spec: &str) -> Result<NullConfig, String> {
+        let p = SpecParams::parse(spec).map_err(|e| e.to_string())?;
+        NullConfig::from_params(&p).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn irq_cpus_parses_ranges_and_colon_lists_in_order() {
+        assert_eq!(cfg("null:irq_cpus=1").unwrap().irq_cpus, vec![1]);
+        assert_eq!(cfg("null:irq_cpus=2-3:0").unwrap().irq_cpus, vec![2, 3, 0]);
+        assert!(cfg("null:").unwrap().irq_cpus.is_empty());
+        let c = NullConfig::new().irqmode(IrqMode::Timer).irq_cpus(vec![1, 0]);
+        assert_eq!(c.validate().unwrap().irq_cpus, vec![1, 0], "round-trips through the spec form");
+    }
+
+    #[test]
+    fn irq_cpus_rejects_bad_lists_with_the_reason() {
+        for (spec, why) in [
+            ("null:irq_cpus=", "'' is not a CPU"),
+            ("null:irq_cpus=a", "'a' is not a CPU"),
+            ("null:irq_cpus=0:", "'' is not a CPU"),
+            ("null:irq_cpus=3-1", "runs backwards"),
+            ("null:irq_cpus=1024", "CPU 1024 is too large"),
+        ] {
+            let e = cfg(spec).unwrap_err();
+            assert!(e.contains("bad value") && e.contains("irq_cpus") && e.contains(why), "{spec}: {e}");
+        }
+        let e = cfg("null:irqmode=0,irq_cpus=0").unwrap_err();
+        assert!(e.contains("irqmode=0 has none"), "{e}");
+        assert!(cfg("null:irqmode=0,mbps=100,irq_cpus=0").is_ok(), "a service model has completion threads");
     }
 }

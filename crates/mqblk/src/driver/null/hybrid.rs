@@ -225,15 +225,21 @@ pub(crate) struct HybridQueue {
 
 impl HybridQueue {
     /// `idle_spin`: stay awake `IDLE_SPIN_NS` after going idle (timer
-    /// mode), as the interrupt-only queues do, so both designs compare fairly.
-    pub(crate) fn start(index: usize, depth: usize, idle_spin: bool) -> std::io::Result<Self> {
+    /// mode), as the interrupt-only queues do, so both designs compare fairly;
+    /// `cpu`: the one CPU the thread may run on (`irq_cpus`).
+    pub(crate) fn start(index: usize, depth: usize, idle_spin: bool, cpu: Option<usize>) -> std::io::Result<Self> {
         let cq = Arc::new(HybridCq::new(depth));
         let stop = Arc::new(AtomicBool::new(false));
         let (thread_cq, thread_stop) = (cq.clone(), stop.clone());
         let thread = std::thread::Builder::new()
             .name(format!("null-hybrid{index}"))
             .spawn(move || hybrid_loop(&thread_cq, &thread_stop, idle_spin))?;
-        Ok(Self { cq, stop, thread: Mutex::new(Some(thread)) })
+        let queue = Self { cq, stop, thread: Mutex::new(Some(thread)) };
+        if let Some(cpu) = cpu {
+            // On error, dropping `queue` stops the thread.
+            queue.thread.lock().as_ref().map_or(Ok(()), |t| super::irq::pin_thread(t, cpu))?;
+        }
+        Ok(queue)
     }
 
     #[inline]

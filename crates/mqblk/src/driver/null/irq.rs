@@ -58,8 +58,9 @@ pub(crate) struct IrqQueue {
 }
 
 impl IrqQueue {
-    /// `idle_spin`: stay awake `IDLE_SPIN_NS` after going idle (timer mode).
-    pub(crate) fn start(index: usize, depth: usize, idle_spin: bool) -> std::io::Result<Self> {
+    /// `idle_spin`: stay awake `IDLE_SPIN_NS` after going idle (timer mode);
+    /// `cpu`: the one CPU the thread may run on (`irq_cpus`).
+    pub(crate) fn start(index: usize, depth: usize, idle_spin: bool, cpu: Option<usize>) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             ring: MpscRing::new(depth),
             gate: SleepGate::default(),
@@ -73,7 +74,12 @@ impl IrqQueue {
         let thread = std::thread::Builder::new()
             .name(format!("null-irq{index}"))
             .spawn(move || completion_loop(&thread_shared, idle_spin))?;
-        Ok(Self { shared, thread: Mutex::new(Some(thread)) })
+        let queue = Self { shared, thread: Mutex::new(Some(thread)) };
+        if let Some(cpu) = cpu {
+            // On error, dropping `queue` stops the thread.
+            queue.thread.lock().as_ref().map_or(Ok(()), |t| pin_thread(t, cpu))?;
+        }
+        Ok(queue)
     }
 
     /// Queues `pending` for completion at its due time.
@@ -169,6 +175,28 @@ pub(crate) fn keep_spinning(idle_since: &mut Option<u64>) -> bool {
         return true;
     }
     false
+}
+
+/// Restricts a completion thread to one CPU (null `irq_cpus`, as an
+/// interrupt's affinity is set in /proc/irq/N/smp_affinity). Fails if the
+/// CPU is offline or outside the process's cpuset.
+pub(crate) fn pin_thread(thread: &JoinHandle<()>, cpu: usize) -> std::io::Result<()> {
+    use std::os::unix::thread::JoinHandleExt;
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: cpu < CPU_SETSIZE (checked above), so CPU_SET stays inside `set`.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: the handle's pthread_t names a thread that is not joined yet
+    // (the caller holds its JoinHandle); `set` is initialised above.
+    let rc =
+        unsafe { libc::pthread_setaffinity_np(thread.as_pthread_t(), std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    match rc {
+        0 => Ok(()),
+        errno => Err(std::io::Error::from_raw_os_error(errno)),
+    }
 }
 
 /// Due time of a request submitted at `now_ns` under irqmode 2.

@@ -91,15 +91,21 @@ impl NullDriver {
         let mut irq = Vec::new();
         let mut hybrid = Vec::new();
         let modelled = cfg.mbps > 0 || cfg.rotational || cfg.channels > 0;
-        let thread_err = |e| crate::error::Error::Setup(format!("null: cannot start completion thread: {e}"));
         if cfg.irqmode != IrqMode::None || modelled {
             for i in 0..cfg.submit_queues {
                 // Timer mode stays awake briefly when idle, for precision.
                 let idle_spin = cfg.irqmode == IrqMode::Timer;
                 let depth = cfg.hw_queue_depth as usize;
+                let cpu = (!cfg.irq_cpus.is_empty()).then(|| cfg.irq_cpus[i % cfg.irq_cpus.len()]);
+                let thread_err = |e| {
+                    let on = cpu.map_or(String::new(), |c| format!(" on CPU {c} (irq_cpus)"));
+                    crate::error::Error::Setup(format!(
+                        "null: cannot start the completion thread of queue {i}{on}: {e}"
+                    ))
+                };
                 match cfg.poll_mode {
-                    PollMode::Queues => irq.push(IrqQueue::start(i, depth, idle_spin).map_err(thread_err)?),
-                    PollMode::Hybrid => hybrid.push(HybridQueue::start(i, depth, idle_spin).map_err(thread_err)?),
+                    PollMode::Queues => irq.push(IrqQueue::start(i, depth, idle_spin, cpu).map_err(thread_err)?),
+                    PollMode::Hybrid => hybrid.push(HybridQueue::start(i, depth, idle_spin, cpu).map_err(thread_err)?),
                 }
             }
         }
@@ -303,6 +309,9 @@ impl Driver for NullDriver {
             "null/irqmode={} completion_nsec={} memory_backed={} mbps={} bs={} size_bytes={}",
             c.irqmode as u8, c.completion_nsec, c.memory_backed as u8, c.mbps, c.bs, c.size_bytes
         );
+        if !c.irq_cpus.is_empty() {
+            let _ = writeln!(out, "null/irq_cpus={:?}", c.irq_cpus);
+        }
         if let Some(mem) = &self.mem {
             let _ = writeln!(out, "null/pages={}", mem.nr_pages());
         }
