@@ -40,6 +40,14 @@ impl Spread {
         format!("{:.d$} ({:.d$}-{:.d$})", self.median, self.min, self.max, d = decimals)
     }
 
+    /// The spread relative to the median, in percent ((max - min) / median).
+    pub fn spread_pct(&self) -> f64 {
+        if self.median == 0.0 {
+            return 0.0;
+        }
+        (self.max - self.min) / self.median.abs() * 100.0
+    }
+
     pub fn json(&self) -> Value {
         json!({ "median": self.median, "min": self.min, "max": self.max, "runs": self.runs })
     }
@@ -76,6 +84,7 @@ mod tests {
         assert_eq!((s.min, s.max), (1.0, 9.0));
         assert_eq!(s.runs, vec![5.0, 1.0, 9.0]);
         assert_eq!(s.show(0), "5 (1-9)");
+        assert_eq!(s.spread_pct(), 160.0);
     }
 
     #[test]
