@@ -29,6 +29,14 @@ pub trait WakePolicy: Send + Sync + fmt::Debug {
     }
     /// A waiter ran `latency_ns` after it was woken.
     fn note_wake_latency(&self, _latency_ns: u64) {}
+    /// Where a woken waiter that found no free bit (another thread took it
+    /// first) goes back in its wait queue. false, the default: at the tail,
+    /// as in the kernel, where the waiter calls sbitmap_prepare_to_wait ->
+    /// prepare_to_wait_exclusive again, which adds the entry at the tail.
+    /// true: at the head, keeping its place in line.
+    fn requeue_at_head(&self) -> bool {
+        false
+    }
 }
 
 /// The kernel 6.2+ wakeup: freed bits add to `completion_cnt`; whenever
@@ -127,6 +135,13 @@ impl StashWake {
 impl WakePolicy for StashWake {
     fn name(&self) -> &'static str {
         "stash"
+    }
+
+    /// mqblk's stash keeps a woken waiter that lost the race at the head of
+    /// its queue (the RFC itself did not change where the kernel re-queues:
+    /// the tail).
+    fn requeue_at_head(&self) -> bool {
+        true
     }
 
     fn bits_freed(&self, sbq: &SbitmapQueue, nr: u32) {
@@ -266,6 +281,11 @@ impl WakePolicy for HandoffWake {
     }
 
     fn hands_off(&self) -> bool {
+        true
+    }
+
+    /// A waiter keeps its place in line (FIFO service is the point).
+    fn requeue_at_head(&self) -> bool {
         true
     }
 
