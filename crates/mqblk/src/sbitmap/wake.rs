@@ -83,8 +83,9 @@ impl WakePolicy for BatchWake {
     }
 }
 
-/// Hou Tao's stash-wake-use (the 2020 RFC of seed 000, in the form of his
-/// follow-up): with few waiters, the kernel's batched wakeup; once at least
+/// Hou Tao's stash-wake-use ("[RFC] blk-mq: provide more tags for woken-up
+/// process when tag allocation is busy", 2020-06-03, in the form of his
+/// follow-up in that thread): with few waiters, the kernel's batched wakeup; once at least
 /// `min_waiters` wait, freed bits are *stashed* (left free, nobody woken)
 /// until at least a quarter of the depth is free (busy <= 3/4 depth), and
 /// from then on every freed bit wakes one waiter, who finds the stash and
