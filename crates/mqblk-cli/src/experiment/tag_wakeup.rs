@@ -26,16 +26,21 @@ struct Profile {
     /// Hardware queues, and tags per hardware queue (`hw_queue_depth`).
     queues: usize,
     tags: usize,
+    /// Table 1: outstanding 1 MB reads over all jobs (4 requests each, 4x
+    /// the tags of a queue).
+    total_iodepth_1m: usize,
     what: &'static str,
 }
 
 const HDD: Profile = Profile {
     name: "hdd",
     device: "null:gb=4000,irqmode=2,rotational=1,seek_nsec=8000000,completion_nsec=1000000,mbps=200,max_sectors=512,\
-             hw_queue_depth=256",
+             hw_queue_depth=64",
     queues: 1,
-    tags: 256,
-    what: "rotational: one request at a time, 1 ms + seek by distance (8 ms full stroke) + 200 MiB/s; 256 tags",
+    tags: 64,
+    total_iodepth_1m: 64,
+    what: "rotational: one request at a time, 1 ms + seek by distance (8 ms full stroke) + 200 MiB/s; 64 tags (a SATA \
+           disk's nr_requests: 2 x queue depth 32)",
 };
 
 const SSD_1M: Profile = Profile {
@@ -43,6 +48,7 @@ const SSD_1M: Profile = Profile {
     device: "null:gb=2000,irqmode=2,completion_nsec=100000,channels=8,mbps=128,max_sectors=512,hw_queue_depth=256",
     queues: 1,
     tags: 256,
+    total_iodepth_1m: 256,
     what: "8 channels x (100 us + 128 MiB/s), 1 GiB/s in all (the source's SSD: 1,077 MB/s); 256 tags",
 };
 
@@ -52,6 +58,7 @@ const NVME: Profile = Profile {
              hw_queue_depth=64",
     queues: 4,
     tags: 64,
+    total_iodepth_1m: 256,
     what: "4 hardware queues x 64 tags, 32 channels x (20 us + 100 MiB/s), 3.1 GiB/s in all (the source's NVMe: \
            3,018 MB/s)",
 };
@@ -61,14 +68,11 @@ const SSD_4K: Profile = Profile {
     device: "null:gb=2000,irqmode=2,completion_nsec=100000,channels=8,hw_queue_depth=256",
     queues: 1,
     tags: 256,
+    total_iodepth_1m: 0,
     what: "8 channels x 100 us per request (80k IOPS at most); 256 tags (the source's nr_requests=256)",
 };
 
 const POLICIES: &[&str] = &["batch", "stash", "handoff"];
-
-/// Table 1's total iodepth: 256 reads of 1 MB are 1,024 requests of 256 KiB,
-/// 4x the tags of a queue (the source: iodepth=1024 with 1,024 tags).
-const IODEPTH_1M: usize = 256;
 
 /// The source's figures for table 1 (5.6.15, 5.6.15-patched), by jobs.
 struct Source1 {
@@ -166,11 +170,12 @@ fn rows(quick: bool) -> Vec<Row> {
     for &profile in profiles {
         let runtime = match (quick, profile.name) {
             (true, _) => "250ms",
-            (false, "hdd") => "2",
+            (false, "hdd") => "2", // 74 IOPS: 150 reads per cell
             (false, _) => "1",
         };
         for &jobs in jobs_1m {
-            rows.push(Row { table: 1, profile, bs: "1m", total_iodepth: IODEPTH_1M, jobs, pieces: 4, runtime });
+            let total_iodepth = profile.total_iodepth_1m;
+            rows.push(Row { table: 1, profile, bs: "1m", total_iodepth, jobs, pieces: 4, runtime });
         }
     }
     let (depths, jobs_4k): (&[usize], &[usize]) =
@@ -335,7 +340,13 @@ fn table1(profile: &Profile, source: &Source1, rows: &[&Measured], first: Row) -
          --gtod_reduce=1\n\
          source ({}, fio randread 1MB libaio iodepth=1024): 5.6.15 vs 5.6.15-patched (stash); the 4.18-sq column \
          is left out (mqblk has no single-queue path)\n",
-        profile.name, IODEPTH_1M, profile.what, profile.device, IODEPTH_1M, first.runtime, source.device
+        profile.name,
+        first.total_iodepth,
+        profile.what,
+        profile.device,
+        first.total_iodepth,
+        first.runtime,
+        source.device
     );
     let src = |jobs: usize, col: &[(u32, u32)]| -> Vec<String> {
         match source.jobs.iter().position(|&j| j == jobs) {
