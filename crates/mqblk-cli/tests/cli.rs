@@ -225,29 +225,6 @@ fn wake_policy_is_chosen_per_device() {
 }
 
 #[test]
-fn tag_wakeup_experiment_quick_writes_json_and_svg() {
-    let dir = std::env::temp_dir().join(format!("mqblk-exp-{}", std::process::id()));
-    let out = mqblk(&["experiment", "tag-wakeup", "--quick", "--out", dir.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let table = String::from_utf8_lossy(&out.stdout);
-    assert!(table.contains("voluntary context switches per I/O"), "{table}");
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("tag-wakeup.json")).unwrap()).unwrap();
-    assert_eq!(v["experiment"], "tag-wakeup");
-    assert_eq!(v["quick"], true);
-    let results = v["results"].as_array().unwrap();
-    assert_eq!(results.len(), 3 * 2 * 3, "profiles x jobs x policies");
-    for r in results {
-        for key in ["profile", "jobs", "policy", "iops", "ctx_voluntary_per_sec", "ctx_voluntary_per_io", "command"] {
-            assert!(!r[key].is_null(), "{key} missing in {r}");
-        }
-        assert!(r["iops"].as_f64().unwrap() > 0.0, "{r}");
-        assert!(r["command"].as_str().unwrap().starts_with("mqblk bench --device null:"), "{r}");
-    }
-    let svg = std::fs::read_to_string(dir.join("tag-wakeup.svg")).unwrap();
-    assert!(svg.starts_with("<svg") && svg.matches("<polyline").count() == 6 * 3, "one line per policy per panel");
-}
-
-#[test]
 fn unknown_experiment_is_bad_input() {
     let out = mqblk(&["experiment", "warp-drive"]);
     assert_eq!(out.status.code(), Some(2));

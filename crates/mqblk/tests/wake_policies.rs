@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use mqblk::internals::{wake_policy, AllocHint, SbqWaiter, WAKE_POLICIES};
-use mqblk::{HandoffWake, SbitmapQueue, StashWake};
+use mqblk::{BatchWake, HandoffWake, SbitmapQueue, StashWake};
 
 // Miri interprets every thread: 16 threads and 40 rounds there (still twice
 // as many threads as tags).
@@ -199,4 +199,68 @@ fn handoff_falls_back_when_tags_are_the_bottleneck() {
     assert!(field("free_rate_per_s=") > 0 && field("wake_latency_ns=") > 0, "{dump}");
     assert!(field("published_while_waiting=") > 0, "fell back to publishing: {dump}");
     assert_eq!(sbq.snapshot().busy, 0);
+}
+
+/// Two waiters A then B sleep on wait queue 0 of a full 8-bit queue
+/// (wake_batch 1). A is woken with no bit to take (as when a running thread
+/// took the freed bit before A ran) and goes back to sleep; then one bit is
+/// freed. Returns how many times A and B were woken. Deterministic: each
+/// step waits for the sleep count, which a waiter bumps after it is listed
+/// and after its last look at the bitmap, and `clear` wakes (or not) before
+/// it returns.
+fn woken_after_a_lost_race(wake: Box<dyn mqblk::WakePolicy>) -> (u64, u64) {
+    let sbq = Arc::new(SbitmapQueue::with_policy(8, None, false, 8, wake));
+    assert_eq!(sbq.wake_batch(), 1);
+    let mut hint = AllocHint::new(0);
+    let held: Vec<u32> = (0..8).map(|_| sbq.get(&mut hint).unwrap()).collect();
+    let sleeps = |n: usize| {
+        while sbq.snapshot().nr_sleeps < n {
+            std::thread::yield_now();
+        }
+    };
+    let spawn = |w: &Arc<SbqWaiter>, seed: u32| {
+        let (sbq, w) = (sbq.clone(), w.clone());
+        std::thread::spawn(move || {
+            let (bit, _) = sbq.get_or_wait(&mut AllocHint::new(seed), 8, &w, 0, || {});
+            sbq.clear(bit, None);
+            sbq.release_granted(&w);
+        })
+    };
+    let (a, b) = (SbqWaiter::new(), SbqWaiter::new());
+    let ta = spawn(&a, 1);
+    sleeps(1); // A is listed first
+    let tb = spawn(&b, 2);
+    sleeps(2); // then B
+    assert_eq!(sbq.wake_up_nr(1), 1, "the head of queue 0, A, is woken");
+    sleeps(3); // A found no bit, is listed again and sleeps
+    assert_eq!((a.wakeups(), b.wakeups()), (1, 0));
+    assert_eq!(sbq.snapshot().ws_waiting[0], 2, "both wait on queue 0 again");
+    sbq.clear(held[0], None); // wakes the head of queue 0
+    let woken = (a.wakeups(), b.wakeups());
+    for &bit in &held[1..] {
+        sbq.clear(bit, None);
+    }
+    ta.join().unwrap();
+    tb.join().unwrap();
+    assert_eq!((sbq.snapshot().busy, sbq.ws_active()), (0, 0));
+    woken
+}
+
+#[test]
+fn batch_requeues_a_waiter_that_lost_the_race_at_the_tail() {
+    // The kernel: the woken waiter calls sbitmap_prepare_to_wait again, and
+    // prepare_to_wait_exclusive adds it at the tail, behind B. So the next
+    // free wakes B, not A a second time.
+    let (a, b) = woken_after_a_lost_race(Box::<BatchWake>::default());
+    assert_eq!((a, b), (1, 1), "the next free woke B (A re-queued behind it)");
+}
+
+#[test]
+fn stash_and_handoff_keep_a_woken_waiters_place() {
+    // mqblk's choice for these two: A keeps its place at the head.
+    for wake in [Box::<StashWake>::default() as Box<dyn mqblk::WakePolicy>, Box::<HandoffWake>::default()] {
+        let name = wake.name();
+        let (a, b) = woken_after_a_lost_race(wake);
+        assert_eq!((a, b), (2, 0), "{name}: the next free went to A again");
+    }
 }

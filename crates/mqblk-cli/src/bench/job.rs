@@ -92,6 +92,7 @@ impl JobResult {
         self.client.submitted += o.client.submitted;
         self.client.completed += o.client.completed;
         self.client.tag_waits += o.client.tag_waits;
+        self.client.tag_wait_ns += o.client.tag_wait_ns;
         self.client.completion_sleeps += o.client.completion_sleeps;
         if self.error == 0 {
             self.error = o.error;

@@ -133,6 +133,9 @@ pub struct SbitmapQueue {
     policy: Box<dyn WakePolicy>,
     /// The policy hands freed bits to waiters (cached `policy.hands_off()`).
     handoff: bool,
+    /// A woken waiter that found no bit goes back at the head of its queue
+    /// (cached `policy.requeue_at_head()`), else at the tail.
+    requeue_at_head: bool,
     /// Times a caller went to sleep waiting for a bit (slow path only).
     nr_sleeps: AtomicUsize,
 }
@@ -196,6 +199,7 @@ impl SbitmapQueue {
             min_shallow_depth,
             ws,
             handoff: policy.hands_off(),
+            requeue_at_head: policy.requeue_at_head(),
             policy,
             nr_sleeps: AtomicUsize::new(0),
         }
@@ -383,7 +387,7 @@ impl SbitmapQueue {
             if let Some(bit) = waiter.take_granted(self) {
                 break bit;
             }
-            self.enqueue(ws, waiter, woken);
+            self.enqueue(ws, waiter, woken && self.requeue_at_head);
             dekker_fence();
             if let Some(bit) = waiter.take_granted(self).or_else(|| self.get_shallow(hint, shallow_depth)) {
                 break bit;
@@ -409,10 +413,12 @@ impl SbitmapQueue {
         (bit, slept)
     }
 
-    /// Puts `waiter` on `ws` unless it is already listed: at the tail when
-    /// it starts waiting, at the head when it was woken and lost the race
-    /// for the bit (it keeps its place in line; the kernel re-queues at the
-    /// tail, which lets a waiter be passed over again and again).
+    /// Puts `waiter` on `ws` unless it is already listed: at the tail, or
+    /// at the head when `keep_place` (a woken waiter that lost the race for
+    /// the bit, under a policy whose `requeue_at_head` says so). The kernel
+    /// re-queues at the tail (sbitmap_prepare_to_wait ->
+    /// prepare_to_wait_exclusive), which lets a waiter be passed over again
+    /// and again; `batch` does the same.
     fn enqueue(&self, ws: &WaitState, waiter: &Arc<SbqWaiter>, keep_place: bool) {
         let mut list = ws.list.lock();
         if !list.iter().any(|w| Arc::ptr_eq(w, waiter)) {

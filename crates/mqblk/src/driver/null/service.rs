@@ -1,6 +1,8 @@
 //! Service models of the null device: when a request would finish on a
 //! device with limited internal parallelism, so that the source's HDD, SSD
-//! and NVMe can be reproduced (seed 000's experiment).
+//! and NVMe can be reproduced (`mqblk experiment tag-wakeup`, after "[RFC]
+//! blk-mq: provide more tags for woken-up process when tag allocation is
+//! busy", 2020).
 //!
 //! - `rotational=1`: one request at a time. Service time = `completion_nsec`
 //!   (fixed per-request overhead, e.g. average rotational latency) + a seek

@@ -1,0 +1,79 @@
+//! `mqblk experiment tag-wakeup --quick` end to end, through the built
+//! binary: the JSON holds every cell's median and spread and its commands,
+//! and the source's directions hold. Directions only: medians of the quick
+//! rounds compared side by side, no absolute figure (this machine is shared
+//! and noisy).
+
+use std::process::Command;
+
+use serde_json::Value;
+
+fn run_quick() -> (String, Value, String) {
+    let dir = std::env::temp_dir().join(format!("mqblk-exp-tagwake-{}", std::process::id()));
+    let out = Command::new(env!("CARGO_BIN_EXE_mqblk"))
+        .args(["experiment", "tag-wakeup", "--quick", "--out", dir.to_str().unwrap()])
+        .output()
+        .expect("run mqblk");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
+    let json = std::fs::read_to_string(dir.join("tag-wakeup.json")).expect("tag-wakeup.json written");
+    let svg = std::fs::read_to_string(dir.join("tag-wakeup.svg")).expect("tag-wakeup.svg written");
+    let _ = std::fs::remove_dir_all(&dir);
+    (table, serde_json::from_str(&json).expect("valid JSON"), svg)
+}
+
+fn median(cell: &Value, metric: &str) -> f64 {
+    cell["metrics"][metric]["median"].as_f64().unwrap_or_else(|| panic!("{metric} missing in {cell}"))
+}
+
+fn cell<'a>(results: &'a [Value], table: u64, profile: &str, jobs: u64, policy: &str) -> &'a Value {
+    results
+        .iter()
+        .find(|c| c["table"] == table && c["profile"] == profile && c["jobs"] == jobs && c["policy"] == policy)
+        .unwrap_or_else(|| panic!("no cell table {table} {profile} jobs={jobs} {policy}"))
+}
+
+#[test]
+fn tag_wakeup_quick_reproduces_the_source_directions() {
+    let (table, v, svg) = run_quick();
+    for heading in ["table 1, ssd", "table 2, ssd", "tag waits per I/O", "mean tag-wait time per wait (us)", "source"] {
+        assert!(table.contains(heading), "{heading} missing in\n{table}");
+    }
+    assert_eq!(v["experiment"], "tag-wakeup");
+    assert_eq!(v["quick"], true);
+    let rounds = v["rounds"].as_u64().unwrap();
+    let results = v["results"].as_array().unwrap();
+    // 1 MB: ssd and nvme x jobs 1, 48; 4k: total iodepth 1024 x jobs 1, 128.
+    assert_eq!(results.len(), (2 * 2 + 2) * 3, "rows x policies");
+    for c in results {
+        for metric in ["iops", "ctx_voluntary_per_sec", "ctx_voluntary_per_io", "tag_waits_per_io", "tag_wait_us_mean"]
+        {
+            let m = &c["metrics"][metric];
+            let (lo, mid, hi) = (m["min"].as_f64().unwrap(), m["median"].as_f64().unwrap(), m["max"].as_f64().unwrap());
+            assert!(lo <= mid && mid <= hi, "{metric}: {m}");
+            assert_eq!(m["runs"].as_array().unwrap().len() as u64, rounds, "{metric}: {m}");
+        }
+        assert!(c["metrics"]["iops"]["min"].as_f64().unwrap() > 0.0, "{c}");
+        let commands = c["commands"].as_array().unwrap();
+        assert_eq!(commands.len() as u64, rounds);
+        assert!(commands.iter().all(|s| s.as_str().unwrap().starts_with("mqblk bench --device null:")), "{c}");
+        // Every cell meant to contend for tags does, in every round.
+        if c["contention"] == true {
+            assert!(c["metrics"]["tag_waits"]["min"].as_f64().unwrap() > 0.0, "no tag wait in a contention cell: {c}");
+        }
+    }
+    // Every 1 MB row contends (256 reads of 4 requests over 256 tags, or
+    // over 64 per nvme queue); so does 4k at 128 jobs x iodepth 8.
+    assert!(results.iter().filter(|c| c["table"] == 1).all(|c| c["contention"] == true));
+    assert_eq!(cell(results, 2, "ssd", 128, "batch")["contention"], true);
+    // The source's main result (SSD, 48 jobs: 19,015 vs 3,617 context
+    // switches/s): stash, and mqblk's handoff, sleep less per I/O than batch.
+    let batch = median(cell(results, 1, "ssd", 48, "batch"), "ctx_voluntary_per_io");
+    for policy in ["stash", "handoff"] {
+        let other = median(cell(results, 1, "ssd", 48, policy), "ctx_voluntary_per_io");
+        assert!(other < batch, "{policy} {other:.3} vs batch {batch:.3} voluntary context switches per I/O");
+    }
+    // One line per policy in each panel: 1 MB IOPS and ctx per I/O for ssd
+    // and nvme, 4k IOPS for one depth.
+    assert_eq!(svg.matches("<polyline").count(), (2 * 2 + 1) * 3, "one line per policy per panel");
+}
