@@ -106,7 +106,7 @@ pub fn run_cell(args: &[String]) -> Result<Cell, ExperimentError> {
 }
 
 /// Runs the experiment (or `all` of them): tables on stdout, NAME.json,
-/// NAME.svg and NAME.png in the results folder.
+/// NAME.txt (the tables), NAME.svg and NAME.png in the results folder.
 pub fn run(opts: &Options) -> Result<String, ExperimentError> {
     if opts.name != "all" {
         return run_one(opts);
@@ -138,13 +138,20 @@ fn run_one(opts: &Options) -> Result<String, ExperimentError> {
     std::fs::create_dir_all(&opts.out_dir)
         .map_err(|e| ExperimentError::Failed(format!("cannot create {}: {e}", opts.out_dir.display())))?;
     let path = |ext: &str| opts.out_dir.join(format!("{}.{ext}", opts.name));
-    let (json_path, svg_path, png_path) = (path("json"), path("svg"), path("png"));
+    let (json_path, svg_path, png_path, txt_path) = (path("json"), path("svg"), path("png"), path("txt"));
     let json = serde_json::to_string_pretty(&doc).expect("JSON encoding") + "\n";
     std::fs::write(&json_path, json).map_err(|e| ExperimentError::Failed(format!("{}: {e}", json_path.display())))?;
+    std::fs::write(&txt_path, &table).map_err(|e| ExperimentError::Failed(format!("{}: {e}", txt_path.display())))?;
     let chart = svg::chart(&panels, panels.len().clamp(1, 3));
     std::fs::write(&svg_path, &chart).map_err(|e| ExperimentError::Failed(format!("{}: {e}", svg_path.display())))?;
     svg::write_png(&chart, &png_path).map_err(|e| ExperimentError::Failed(format!("{}: {e}", png_path.display())))?;
-    Ok(format!("{table}\nwrote {}, {} and {}\n", json_path.display(), svg_path.display(), png_path.display()))
+    Ok(format!(
+        "{table}\nwrote {}, {}, {} and {}\n",
+        json_path.display(),
+        txt_path.display(),
+        svg_path.display(),
+        png_path.display()
+    ))
 }
 
 /// What the figures were measured on: CPUs, kernel, and the build.
