@@ -1,6 +1,8 @@
-//! Plugging and merging (seed 001): nesting, every flush rule, the merge
-//! rules through the whole stack, per-bio completion of merged requests,
-//! and data written through merged requests against a model.
+//! Plugging and merging ("blk-plug: don't flush nested plug lists" and
+//! "blk-mq: fix plugging in blk_sq_make_request", 2015): nesting, sync
+//! bios with and without plug_sync, every flush rule, the merge rules
+//! through the whole stack, per-bio completion of merged requests, and
+//! data written through merged requests against a model.
 
 #![cfg(not(loom))]
 

@@ -1,7 +1,7 @@
 //! null_blk's zoned emulation (`zoned=1`): conventional zones first, then
 //! sequential-write-required zones, with Linux 6.1 null_blk's state machine
 //! (drivers/block/null_blk/zoned.c, summarised in KERNEL-FACTS.md) and the
-//! locking design of seed 004.
+//! locking design of "null_blk: improve zone locking" (2020).
 //!
 //! Locking (`zone_lock`), as null_blk since "null_blk: improve zone
 //! locking" (2020) and its v3 (a lock of the right kind in each zone):
