@@ -64,6 +64,8 @@ struct Group {
     jobs: usize,
     /// KIOPS per lock (LOCKS order), one value per round.
     kiops: [Spread; 2],
+    /// Lock acquisitions that found the lock held, per 1000 I/Os.
+    contended_per_kio: [Spread; 2],
     commands: [String; 2],
 }
 
@@ -82,7 +84,8 @@ fn cpus() -> usize {
 
 fn job_counts(quick: bool, sched: &str) -> &'static [usize] {
     match (quick, sched) {
-        (true, _) => &[1, 2],
+        (true, "none") => &[1, 2],
+        (true, _) => &[2],
         (false, "none") => &[1, 2, 4, 8],
         (false, _) => &[1, 2, 4],
     }
@@ -113,20 +116,36 @@ fn measure_pair(
             return Err(ExperimentError::Failed(format!("{command}: I/O error {}", e.run.error)));
         }
         let d = if workload == "randread" { &e.run.read } else { &e.run.write };
-        Ok(e.iops(d) / 1e3)
+        Ok((e.iops(d) / 1e3, contended(&out.stats)? * 1000.0 / e.total_ios().max(1) as f64))
     })?;
+    let spread = |v: usize, f: fn(&(f64, f64)) -> f64| Spread::over(&runs[v], f);
     let command = |lock: &str| format!("mqblk bench {}", args(lock).join(" "));
     Ok(Group {
         sched,
         workload,
         jobs,
-        kiops: [Spread::of(&runs[0]), Spread::of(&runs[1])],
+        kiops: [spread(0, |r| r.0), spread(1, |r| r.0)],
+        contended_per_kio: [spread(0, |r| r.1), spread(1, |r| r.1)],
         commands: [command(LOCKS[0]), command(LOCKS[1])],
     })
 }
 
+/// The zone locks' contended acquisitions, from the device's dump line
+/// `null/zone_lock=SCOPE KIND contended=N`.
+fn contended(stats: &str) -> Result<f64, ExperimentError> {
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix("null/zone_lock="))
+        .and_then(|l| l.split_once("contended="))
+        .and_then(|(_, n)| n.trim().parse::<f64>().ok())
+        .ok_or_else(|| ExperimentError::Failed("no null/zone_lock contended= line in the device's dump".into()))
+}
+
 pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentError> {
-    let runtime = if opts.quick { "500ms" } else { "2" };
+    // --quick: fewer cells of 1 s each rather than more of 500 ms: in a
+    // debug build the 2-job read gain is a few tens of percent at most and
+    // half-second cells on a loaded machine swung by more than that.
+    let runtime = if opts.quick { "1" } else { "2" };
     let mut groups = Vec::new();
     for sched in SCHEDS {
         for workload in WORKLOADS {
@@ -149,6 +168,7 @@ pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentErro
                 "oversubscribed": g.jobs > cpus,
                 "kiops": g.kiops[i].json(),
                 "kiops_spread_pct": g.kiops[i].spread_pct(),
+                "lock_contended_per_kio": g.contended_per_kio[i].json(),
                 "command": g.commands[i],
             }));
         }
@@ -225,6 +245,19 @@ fn table(groups: &[Group], opts: &Options) -> String {
                 if jobs > cpus { " oversubscribed" } else { "" },
             ));
         }
+    }
+    table.push_str(
+        "\nlock acquisitions that found the lock held, per 1000 I/Os (median (min-max)): global | per-zone\n",
+    );
+    for g in groups.iter().filter(|g| g.jobs > 1) {
+        table.push_str(&format!(
+            "  sched {:<11} {:<9} jobs {}: {} | {}\n",
+            g.sched,
+            g.workload,
+            g.jobs,
+            g.contended_per_kio[0].show(1),
+            g.contended_per_kio[1].show(1)
+        ));
     }
     table.push_str(&format!(
         "\noversubscribed: more jobs than the {cpus} CPUs; a preempted spin lock holder stalls its waiters, which \

@@ -38,6 +38,8 @@ use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, MutexGuard};
 use spin::mutex::{SpinMutex, SpinMutexGuard};
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use super::mem::MemStore;
 use crate::request::{Op, Rq, SECTOR_SHIFT};
 use crate::status::Status;
@@ -98,8 +100,15 @@ impl<T> ZoneMutex<T> {
         }
     }
 
+    /// Locks, counting in `contended` an acquisition that found the lock
+    /// held. Uncontended this is one compare-and-swap, as a plain lock.
     #[inline]
-    fn lock(&self) -> ZoneGuard<'_, T> {
+    fn lock(&self, contended: &AtomicU64) -> ZoneGuard<'_, T> {
+        if let Some(guard) = self.try_lock() {
+            return guard;
+        }
+        // Statistics only: Relaxed, and paid only by a waiter.
+        contended.fetch_add(1, Ordering::Relaxed);
         match self {
             Self::Spin(m) => ZoneGuard::Spin(m.lock()),
             Self::Sleep(m) => ZoneGuard::Sleep(m.lock()),
@@ -286,6 +295,8 @@ pub(crate) struct NullZoned {
     need_res: bool,
     res: Mutex<Res>,
     global: Option<ZoneMutex<()>>,
+    /// Zone (or global) lock acquisitions that found the lock held.
+    contended: CachePadded<AtomicU64>,
 }
 
 impl NullZoned {
@@ -360,6 +371,7 @@ impl NullZoned {
             need_res: max_open > 0 || max_active > 0,
             res: Mutex::new(Res { imp_close_zone_no: nr_conv, tracked: true, ..Res::default() }),
             global: (cfg.zone_lock == ZoneLock::Global).then(|| ZoneMutex::new(lock_kind, ())),
+            contended: CachePadded::new(AtomicU64::new(0)),
         })
     }
 
@@ -367,10 +379,21 @@ impl NullZoned {
         self.limits
     }
 
-    /// "per-zone spin", "global sleep", ... (for the device's dump).
+    /// "per-zone spin contended=N", "global sleep contended=N", ... (for
+    /// the device's dump): the lock's scope and kind, and how many
+    /// acquisitions found it held.
     pub(crate) fn lock_name(&self) -> String {
         let scope = if self.global.is_some() { "global" } else { "per-zone" };
-        format!("{scope} {}", self.lock_kind.name())
+        let contended = self.contended.load(Ordering::Relaxed);
+        format!("{scope} {} contended={contended}", self.lock_kind.name())
+    }
+
+    fn lock_zone(&self, zno: usize) -> ZoneGuard<'_, ZoneState> {
+        self.zones[zno].lock(&self.contended)
+    }
+
+    fn lock_global(&self) -> Option<ZoneGuard<'_, ()>> {
+        self.global.as_ref().map(|g| g.lock(&self.contended))
     }
 
     fn zone_start(&self, zno: usize) -> u64 {
@@ -404,10 +427,10 @@ impl NullZoned {
 
     /// Fills `out` with up to `nr` zones from the one holding `sector`.
     pub(crate) fn report(&self, sector: u64, nr: usize, out: &mut Vec<Zone>) {
-        let _global = self.global.as_ref().map(|g| g.lock());
+        let _global = self.lock_global();
         let first = (sector / self.limits.zone_sectors) as usize;
         for zno in first..self.zones.len().min(first.saturating_add(nr)) {
-            let st = *self.zones[zno].lock();
+            let st = *self.lock_zone(zno);
             out.push(Zone {
                 start: self.zone_start(zno),
                 len: self.zone_len(zno),
@@ -422,7 +445,7 @@ impl NullZoned {
     /// Runs a request on the zones (null_process_zoned_cmd). The block
     /// layer keeps every request inside one zone.
     pub(crate) fn process(&self, rq: &mut Rq, mem: Option<&MemStore>) -> Status {
-        let _global = self.global.as_ref().map(|g| g.lock());
+        let _global = self.lock_global();
         match rq.op() {
             Op::Read => self.read(rq, mem),
             Op::Write | Op::WriteZeroes => self.write(rq, mem, false),
@@ -439,7 +462,7 @@ impl NullZoned {
 
     fn read(&self, rq: &mut Rq, mem: Option<&MemStore>) -> Status {
         let zno = (rq.sector() / self.limits.zone_sectors) as usize;
-        let st = self.zones[zno].lock();
+        let st = self.lock_zone(zno);
         if st.cond == ZoneCond::Offline {
             return Status::IoErr;
         }
@@ -480,7 +503,7 @@ impl NullZoned {
             Self::write_data(rq, sector, mem);
             return Status::Ok;
         }
-        let mut z = self.zones[zno].lock();
+        let mut z = self.lock_zone(zno);
         if matches!(z.cond, ZoneCond::Full | ZoneCond::ReadOnly | ZoneCond::Offline) {
             return Status::IoErr;
         }
@@ -610,7 +633,7 @@ impl NullZoned {
         if self.is_conv(zno) {
             return Status::IoErr;
         }
-        let mut z = self.zones[zno].lock();
+        let mut z = self.lock_zone(zno);
         match op {
             Op::ZoneReset => self.reset_zone(zno, &mut z, mem),
             Op::ZoneOpen => self.open_zone(zno, &mut z),
@@ -625,7 +648,7 @@ impl NullZoned {
 
     fn reset_all(&self, mem: Option<&MemStore>) {
         for zno in self.nr_conv as usize..self.zones.len() {
-            let mut z = self.zones[zno].lock();
+            let mut z = self.lock_zone(zno);
             if !matches!(z.cond, ZoneCond::Empty | ZoneCond::ReadOnly | ZoneCond::Offline) {
                 let _ = self.reset_zone(zno, &mut z, mem);
             }
