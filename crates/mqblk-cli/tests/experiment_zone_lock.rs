@@ -6,7 +6,7 @@
 //! by the driver), and per-zone random reads are not clearly slower.
 //!
 //! Why not "per-zone KIOPS >= global KIOPS" on the medians, as first
-//! planned: it failed 1 run in 10 in this debug build (2026-11-23, load
+//! planned: it failed 1 run in 9 in this debug build (2026-11-23, load
 //! average 8-18 from other work). Measured why: in a debug build the I/O
 //! path is several microseconds while the locked section is short, so at
 //! 2 jobs only about 5 of 1000 acquisitions of the global lock find it
