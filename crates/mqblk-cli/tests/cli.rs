@@ -232,34 +232,6 @@ fn unknown_experiment_is_bad_input() {
 }
 
 #[test]
-fn plug_merge_experiment_quick_writes_json_and_svg() {
-    let dir = std::env::temp_dir().join(format!("mqblk-exp-pm-{}", std::process::id()));
-    let out = mqblk(&["experiment", "plug-merge", "--quick", "--out", dir.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let table = String::from_utf8_lossy(&out.stdout);
-    assert!(table.contains("outermost / flush_each bandwidth"), "{table}");
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("plug-merge.json")).unwrap()).unwrap();
-    assert_eq!(v["experiment"], "plug-merge");
-    let results = v["results"].as_array().unwrap();
-    assert_eq!(results.len(), 2, "one batch size x two nesting modes");
-    for r in results {
-        for key in ["iodepth_batch", "plug_nesting", "bw_kib_per_sec", "bios", "requests", "merges", "command"] {
-            assert!(!r[key].is_null(), "{key} missing in {r}");
-        }
-        assert!(r["bios"].as_u64().unwrap() > 0, "{r}");
-        let (bios, requests, merges) =
-            (r["bios"].as_u64().unwrap(), r["requests"].as_u64().unwrap(), r["merges"].as_u64().unwrap());
-        assert_eq!(bios, requests + merges, "every bio is a request or merged into one: {r}");
-    }
-    // Shape, not speed: flush_each never merges; outermost does.
-    let by = |n: &str| results.iter().find(|r| r["plug_nesting"] == n).unwrap();
-    assert_eq!(by("flush_each")["merges"], 0);
-    assert!(by("outermost")["merges"].as_u64().unwrap() > 0);
-    let svg = std::fs::read_to_string(dir.join("plug-merge.svg")).unwrap();
-    assert!(svg.starts_with("<svg") && svg.matches("<polyline").count() == 2 * 2, "one line per mode per panel");
-}
-
-#[test]
 fn bench_reports_merges_like_fio_disk_stats() {
     let out = mqblk(&[
         "bench",
@@ -402,18 +374,6 @@ fn zone_gen_scripts_are_reproducible() {
     assert!(a.status.success());
     assert_eq!(a.stdout, b.stdout);
     assert_eq!(String::from_utf8(a.stdout).unwrap().lines().filter(|l| !l.starts_with('#')).count(), 50);
-}
-
-#[test]
-fn zone_lock_experiment_quick_writes_json_and_svg() {
-    let dir = std::env::temp_dir().join(format!("mqblk-exp-zl-{}", std::process::id()));
-    let out = mqblk(&["experiment", "zone-lock", "--quick", "--out", dir.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("zone-lock.json")).unwrap()).unwrap();
-    let results = v["results"].as_array().unwrap();
-    assert_eq!(results.len(), 2 * 2 * 2, "workload x jobs x lock");
-    assert!(results.iter().all(|r| r["kiops"].as_f64().unwrap() > 0.0), "{results:?}");
-    assert!(std::fs::read_to_string(dir.join("zone-lock.svg")).unwrap().contains("<polyline"));
 }
 
 #[test]

@@ -86,6 +86,13 @@ impl DeviceBuilder {
         self
     }
 
+    /// Are sync bios plugged (`plug_sync=`; default true)? False: they
+    /// bypass an active plug, as blk-mq's single-queue path before 4.1.
+    pub fn plug_sync(mut self, plug_sync: bool) -> Self {
+        self.opts.plug_sync = plug_sync;
+        self
+    }
+
     /// Scheduler tags per hardware queue (`nr_requests=`).
     pub fn nr_requests(mut self, nr_requests: u32) -> Self {
         self.opts.nr_requests = Some(nr_requests);

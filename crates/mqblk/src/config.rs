@@ -24,15 +24,20 @@ macro_rules! setters {
 pub(crate) use setters;
 
 /// Keys of the block layer itself, accepted in any driver's spec.
-pub const BLOCK_KEYS: &[&str] = &["wake", "plug_nesting", "sched", "nr_requests", "hybrid_poll_delay"];
+pub const BLOCK_KEYS: &[&str] = &["wake", "plug_nesting", "plug_sync", "sched", "nr_requests", "hybrid_poll_delay"];
 
 /// Block-layer options of a device (the block-layer keys of a spec).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueOptions {
     /// Tag wakeup policy (`wake=`).
     pub wake: Wake,
     /// Which plug levels flush (`plug_nesting=outermost|flush_each`).
     pub plug_nesting: crate::plug::PlugNesting,
+    /// Are sync bios plugged (`plug_sync=1`, the default, as Linux since
+    /// 4.1)? With 0 they bypass an active plug and are issued at once, as
+    /// blk-mq's single-queue path did before "blk-mq: fix plugging in
+    /// blk_sq_make_request" (plug.rs).
+    pub plug_sync: bool,
     /// The I/O scheduler and its tunables (`sched=mq-deadline`, with
     /// tunables by their kernel names, e.g. `read_expire=250`).
     pub sched: Sched,
@@ -42,6 +47,19 @@ pub struct QueueOptions {
     /// the kernel's io_poll_delay): a client waiting for polled I/O sleeps
     /// this long before it starts spinning. 0: spin at once (classic).
     pub hybrid_poll_delay_us: u32,
+}
+
+impl Default for QueueOptions {
+    fn default() -> Self {
+        Self {
+            wake: Wake::default(),
+            plug_nesting: crate::plug::PlugNesting::default(),
+            plug_sync: true,
+            sched: Sched::default(),
+            nr_requests: None,
+            hybrid_poll_delay_us: 0,
+        }
+    }
 }
 
 /// How freed tags wake sleeping submitters (`wake=`; ARCHITECTURE.md,
@@ -223,13 +241,14 @@ impl SpecParams {
         };
         let nesting = self.choice("plug_nesting", "outermost", crate::plug::PlugNesting::NAMES)?;
         let plug_nesting = crate::plug::PlugNesting::from_name(nesting).expect("a listed name");
+        let plug_sync = self.bool("plug_sync", true)?;
         let sched = Sched::from_params(self.raw("sched").unwrap_or("none"), self)?;
         let nr_requests = match self.is_set("nr_requests") {
             true => Some(self.u64_in("nr_requests", 0, 4, 65536)? as u32),
             false => None,
         };
         let hybrid_poll_delay_us = self.u64_in("hybrid_poll_delay", 0, 0, 1_000_000)? as u32;
-        Ok(QueueOptions { wake, plug_nesting, sched, nr_requests, hybrid_poll_delay_us })
+        Ok(QueueOptions { wake, plug_nesting, plug_sync, sched, nr_requests, hybrid_poll_delay_us })
     }
 
     /// The key=value pairs, in order.

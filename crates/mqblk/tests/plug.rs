@@ -1,6 +1,8 @@
-//! Plugging and merging (seed 001): nesting, every flush rule, the merge
-//! rules through the whole stack, per-bio completion of merged requests,
-//! and data written through merged requests against a model.
+//! Plugging and merging ("blk-plug: don't flush nested plug lists" and
+//! "blk-mq: fix plugging in blk_sq_make_request", 2015): nesting, sync
+//! bios with and without plug_sync, every flush rule, the merge rules
+//! through the whole stack, per-bio completion of merged requests, and
+//! data written through merged requests against a model.
 
 #![cfg(not(loom))]
 
@@ -126,6 +128,83 @@ fn flush_each_flushes_every_level_and_merges_within_it() {
     assert!(calls(&record).iter().all(|c| c.segments == 1 && c.last));
     assert_eq!(dev.stats().merges.total(), 0, "nothing to merge within a level of one bio");
     assert_eq!(reap_all(&mut c).len(), 4);
+}
+
+/// Submits 16 adjacent 4 KiB bios made by `bio`, each under an inner plug
+/// inside one outer plug (as io_submit and the direct-I/O path nest
+/// them).
+fn nested_batch(c: &mut Client, bio: impl Fn(u64) -> Bio) {
+    let mut outer = c.plug_nr_ios(16);
+    for i in 0..16u64 {
+        let mut inner = outer.plug();
+        inner.submit(bio(i * 4096), i).unwrap();
+    }
+}
+
+#[test]
+fn sync_bios_bypass_the_plug_without_plug_sync() {
+    // plug_sync=0: blk_sq_make_request before "blk-mq: fix plugging in
+    // blk_sq_make_request" (2015): reads are sync, so none waits in the
+    // plug and none merges: 16 requests, each issued at once.
+    let opts = QueueOptions { plug_sync: false, ..QueueOptions::default() };
+    let (dev, record) = recorder(opts, None);
+    let mut c = dev.client();
+    nested_batch(&mut c, |off| Bio::read(off, Buf::new(4096)));
+    let seen = calls(&record);
+    assert_eq!(seen.len(), 16);
+    assert!(seen.iter().all(|c| c.segments == 1 && c.last), "each issued on its own");
+    assert_eq!(reap_all(&mut c).len(), 16);
+    let s = dev.stats();
+    assert_eq!(s.merges.total(), 0);
+    assert_eq!(s.requests.read, 16);
+    assert_eq!(s.plug_flushes, 0, "nothing ever waited in the plug");
+    assert_eq!(c.plug_cached_tags(), 0);
+}
+
+#[test]
+fn sync_bios_merge_in_the_plug_with_plug_sync() {
+    // The default (Linux since 4.1): the same batch merges into one request
+    // of 16 segments, issued when the outermost plug ends.
+    let (dev, record) = recorder(QueueOptions::default(), None);
+    let mut c = dev.client();
+    nested_batch(&mut c, |off| Bio::read(off, Buf::new(4096)));
+    assert_eq!(calls(&record), vec![Call { sector: 0, nr_sectors: 128, segments: 16, last: true }]);
+    assert_eq!(reap_all(&mut c).len(), 16);
+    let s = dev.stats();
+    assert_eq!(s.merges.read, 15);
+    assert_eq!(s.requests.read, 1);
+}
+
+#[test]
+fn without_plug_sync_async_writes_still_plug_and_sync_writes_do_not() {
+    let opts = QueueOptions { plug_sync: false, ..QueueOptions::default() };
+    let (dev, record) = recorder(opts, None);
+    let mut c = dev.client();
+    nested_batch(&mut c, |off| Bio::write(off, Buf::new(4096)));
+    assert_eq!(calls(&record).len(), 1, "async writes merged in the plug");
+    nested_batch(&mut c, |off| Bio::write((1 << 20) + off, Buf::new(4096)).with_flags(mqblk::ReqFlags::SYNC));
+    assert_eq!(calls(&record).len(), 17, "sync writes issued one by one");
+    assert_eq!(reap_all(&mut c).len(), 32);
+    assert_eq!(dev.stats().merges.write, 15);
+}
+
+#[test]
+fn plug_sync_is_a_spec_key_and_a_builder_option() {
+    let spec = Device::open("null:gb=1,irqmode=0,plug_sync=0").unwrap();
+    let built = Device::builder()
+        .null(mqblk::NullConfig::new().gb(1).irqmode(mqblk::IrqMode::None))
+        .plug_sync(false)
+        .build()
+        .unwrap();
+    for dev in [spec, built] {
+        let mut c = dev.client();
+        nested_batch(&mut c, |off| Bio::read(off, Buf::new(4096)));
+        assert_eq!(reap_all(&mut c).len(), 16);
+        assert_eq!(dev.stats().merges.total(), 0);
+        assert!(dev.show_stats().contains("plug_sync=0"));
+    }
+    let e = Device::open("null:plug_sync=2").unwrap_err().to_string();
+    assert!(e.contains("plug_sync"), "{e}");
 }
 
 #[test]

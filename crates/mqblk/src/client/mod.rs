@@ -116,7 +116,7 @@ impl Client {
             blocking_done: None,
             bounce: None,
             notify: false,
-            plug: PlugState::new(q.plug_nesting()),
+            plug: PlugState::new(q.plug_nesting(), q.plug_sync),
             q,
             free_slots: (0..capacity as u32).rev().collect(),
             client_id: seq as u32,

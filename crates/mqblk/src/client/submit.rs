@@ -138,7 +138,7 @@ impl Client {
             origin,
             ioprio: bio.ioprio,
         };
-        if self.plug.is_plugged()
+        if self.plug.takes(bio.op, bio.flags)
             && self.plug.touches_last(head.sector, head.nr_sectors)
             && merge::mergeable(bio.op, bio.flags)
             && self.plug_merge(&head, &mut bio.buf)
@@ -306,7 +306,9 @@ impl Client {
         // Reserved requests bypass a scheduler (and the plug): they take a
         // driver tag and go straight to the driver.
         let use_sched = !reserved && self.q.hctx(self.cur_hctx).sched().is_some();
-        let Some(got) = self.get_tag(head, use_sched, reserved, nowait) else {
+        // Under `plug_sync=0` a sync bio bypasses an active plug (plug.rs).
+        let plugged = !reserved && self.plug.takes(head.op, head.flags);
+        let Some(got) = self.get_tag(head, use_sched, plugged, reserved, nowait) else {
             return false;
         };
         if got.slept {
@@ -354,7 +356,7 @@ impl Client {
         }
         if reserved {
             hctx.issue(rq, true);
-        } else if self.plug.is_plugged() {
+        } else if plugged {
             let len_bytes = u64::from(head.nr_sectors) << SECTOR_SHIFT;
             self.plug.add(&self.q, &self.shared.counters, rq, self.cur_hctx, len_bytes);
         } else if sched.is_some() {
@@ -368,16 +370,17 @@ impl Client {
     /// A tag on this client's hardware queue: from the plug's cache, a
     /// batch for the plug's `nr_ios` hint, or one at a time (sleeping for
     /// it unless `nowait`, after flushing the plug). With a scheduler, a
-    /// scheduler tag within the depth it allows this op.
+    /// scheduler tag within the depth it allows this op. `plugged`: the
+    /// request goes to the plug (its cached tags may serve it).
     #[inline(always)]
-    fn get_tag(&mut self, head: &RqHead, sched: bool, reserved: bool, nowait: bool) -> Option<TagGot> {
+    fn get_tag(&mut self, head: &RqHead, sched: bool, plugged: bool, reserved: bool, nowait: bool) -> Option<TagGot> {
         let hctx = self.q.hctx(self.cur_hctx);
         let (pool, limit) = match hctx.sched() {
             Some(s) if sched => (&s.tags, s.elevator.limit_depth(self.cur_hctx, head.op, head.flags)),
             _ => (&hctx.tags, None),
         };
         self.alloc.shallow_depth = limit.unwrap_or(u32::MAX);
-        if self.plug.is_plugged() && !reserved && limit.is_none() {
+        if plugged && limit.is_none() {
             if let Some(tag) = self.plug.take_cached(self.cur_hctx) {
                 return Some(TagGot { tag, slept: false, wait_ns: 0 });
             }

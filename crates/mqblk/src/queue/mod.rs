@@ -51,6 +51,8 @@ pub(crate) struct RequestQueue {
     /// Every sink ever made (their counters make up the stats).
     all_clients: Mutex<Vec<Arc<ClientShared>>>,
     plug_nesting: PlugNesting,
+    /// `plug_sync` (QueueOptions), read once by each new client.
+    pub(crate) plug_sync: bool,
     hybrid_poll_delay: Duration,
     /// The wakeup policy, for scheduler tags made later.
     wake: Wake,
@@ -104,6 +106,7 @@ impl RequestQueue {
             free_clients: Mutex::new(Vec::new()),
             all_clients: Mutex::new(Vec::new()),
             plug_nesting: opts.plug_nesting,
+            plug_sync: opts.plug_sync,
             hybrid_poll_delay: Duration::from_micros(opts.hybrid_poll_delay_us.into()),
             wake: opts.wake.clone(),
             sched_contexts: Mutex::new(Vec::new()),

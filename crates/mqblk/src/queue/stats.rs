@@ -89,6 +89,7 @@ impl RequestQueue {
         let _ = writeln!(out, "splits={}", self.splits.load(Ordering::Relaxed));
         let s = self.stats();
         let _ = writeln!(out, "plug_nesting={}", self.plug_nesting.name());
+        let _ = writeln!(out, "plug_sync={}", u8::from(self.plug_sync));
         let _ = writeln!(out, "scheduler={}", self.sched_name.lock().as_str());
         let _ = writeln!(out, "bios={} {}", s.bios.read, s.bios.write);
         let _ = writeln!(out, "requests={} {}", s.requests.read, s.requests.write);

@@ -31,7 +31,7 @@
 //! | zone_append_max_sectors | 0 | largest zone append (0: the zone size) |
 //! | zone_readonly | 0 | the last sequential zones start READONLY (before those of zone_offline) |
 //! | zone_offline | 0 | the last sequential zones start OFFLINE |
-//! | zone_lock | per-zone | `per-zone` locks (seed 004) or one `global` device lock |
+//! | zone_lock | per-zone | a lock per zone or one `global` device lock (the design before "null_blk: improve zone locking"); either spins without memory_backed and sleeps with it (zoned.rs) |
 //!
 //! Relies on: config.rs (SpecParams, ConfigError) for the spec; zoned.rs
 //! for the zoned parameters.

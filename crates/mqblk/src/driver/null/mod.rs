@@ -110,9 +110,10 @@ impl NullDriver {
             }
         }
         let zoned = match &cfg.zoned {
-            Some(z) => {
-                Some(NullZoned::new(z, cfg.size_bytes).map_err(|e| crate::error::Error::Setup(format!("null: {e}")))?)
-            }
+            Some(z) => Some(
+                NullZoned::new(z, cfg.size_bytes, cfg.memory_backed)
+                    .map_err(|e| crate::error::Error::Setup(format!("null: {e}")))?,
+            ),
             None => None,
         };
         Ok(Self {
@@ -314,6 +315,9 @@ impl Driver for NullDriver {
         }
         if let Some(mem) = &self.mem {
             let _ = writeln!(out, "null/pages={}", mem.nr_pages());
+        }
+        if let Some(z) = &self.zoned {
+            let _ = writeln!(out, "null/zone_lock={}", z.lock_name());
         }
         if let Some(r) = &self.rotational {
             let seeks = r.seeks.load(Ordering::Relaxed);

@@ -1,16 +1,27 @@
 //! null_blk's zoned emulation (`zoned=1`): conventional zones first, then
 //! sequential-write-required zones, with Linux 6.1 null_blk's state machine
 //! (drivers/block/null_blk/zoned.c, summarised in KERNEL-FACTS.md) and the
-//! locking design of seed 004.
+//! locking design of "null_blk: improve zone locking" (2020).
 //!
-//! Locking (`zone_lock`):
-//! - `per-zone` (default): every zone has its own lock (parking_lot's
-//!   mutex, which spins briefly before it sleeps: the kernel's spinlock
-//!   without memory backing, its mutex with). The device-wide resource lock
-//!   is taken only when `zone_max_open` or `zone_max_active` is set, and
-//!   only around changes of a zone's open/active state.
-//! - `global`: one device lock around every zoned command, reads included
-//!   (the design before seed 004), kept for `mqblk experiment zone-lock`.
+//! Locking (`zone_lock`), as null_blk since "null_blk: improve zone
+//! locking" (2020) and its v3 (a lock of the right kind in each zone):
+//! - `per-zone` (default): every zone has its own lock. Its kind follows
+//!   memory backing, like the kernel's: without it a command never sleeps
+//!   while holding the lock, so it is a spin lock (the `spin` crate's
+//!   test-and-test-and-set `SpinMutex`, the kernel's `spin_lock_irq`);
+//!   with it, writing may allocate pages (which may sleep in the kernel),
+//!   so it is a sleeping mutex (parking_lot's, which like the kernel's
+//!   mutex spins briefly before it sleeps). Unlike the kernel's, a user
+//!   space spin lock's holder can be preempted: with more runnable
+//!   threads than CPUs a waiter may spin through its time slice (the
+//!   zone-lock experiment labels such rows oversubscribed). The
+//!   device-wide resource lock is taken only when `zone_max_open` or
+//!   `zone_max_active` is set, and only around changes of a zone's
+//!   open/active state.
+//! - `global`: one device lock (of the same kind) around every zoned
+//!   command, reads included: the design before that patch (whose
+//!   `zone_lock` was a spin lock), kept as the baseline of `mqblk
+//!   experiment zone-lock`.
 //!
 //! Lock order: zone, then resources. Implicitly closing another zone to
 //! make room (round-robin, as null_blk) needs that zone's lock too; it is
@@ -18,12 +29,16 @@
 //! is dropped and the check retried, so two writers can never deadlock.
 //! Single-threaded, the result is the kernel's exactly.
 //!
-//! Relies on: zoned.rs (types), mem.rs (memory backing), parking_lot.
+//! Relies on: zoned.rs (types), mem.rs (memory backing), parking_lot and
+//! spin (the two lock kinds).
 
 use std::ops::{Deref, DerefMut};
 
 use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, MutexGuard};
+use spin::mutex::{SpinMutex, SpinMutexGuard};
+
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::mem::MemStore;
 use crate::request::{Op, Rq, SECTOR_SHIFT};
@@ -35,6 +50,98 @@ use crate::zoned::{Zone, ZoneCond, ZoneType, ZonedLimits};
 pub enum ZoneLock {
     PerZone,
     Global,
+}
+
+/// How a zone lock waits (chosen by memory backing, as null_blk does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZoneLockKind {
+    /// Spins (no memory backing: nothing sleeps under the lock).
+    Spin,
+    /// Sleeps (memory backing: a write may allocate under the lock).
+    Sleep,
+}
+
+impl ZoneLockKind {
+    /// The kind null_blk uses with or without memory backing.
+    pub fn for_memory_backed(memory_backed: bool) -> Self {
+        if memory_backed {
+            Self::Sleep
+        } else {
+            Self::Spin
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Spin => "spin",
+            Self::Sleep => "sleep",
+        }
+    }
+}
+
+/// A zone's lock (or the global one): a spin lock or a sleeping mutex.
+/// The kind is fixed when the device is made; each lock pays one
+/// predictable branch on it, as null_blk's `if (dev->memory_backed)`.
+enum ZoneMutex<T> {
+    Spin(SpinMutex<T>),
+    Sleep(Mutex<T>),
+}
+
+enum ZoneGuard<'a, T> {
+    Spin(SpinMutexGuard<'a, T>),
+    Sleep(MutexGuard<'a, T>),
+}
+
+impl<T> ZoneMutex<T> {
+    fn new(kind: ZoneLockKind, value: T) -> Self {
+        match kind {
+            ZoneLockKind::Spin => Self::Spin(SpinMutex::new(value)),
+            ZoneLockKind::Sleep => Self::Sleep(Mutex::new(value)),
+        }
+    }
+
+    /// Locks, counting in `contended` an acquisition that found the lock
+    /// held. Uncontended this is one compare-and-swap, as a plain lock.
+    #[inline]
+    fn lock(&self, contended: &AtomicU64) -> ZoneGuard<'_, T> {
+        if let Some(guard) = self.try_lock() {
+            return guard;
+        }
+        // Statistics only: Relaxed, and paid only by a waiter.
+        contended.fetch_add(1, Ordering::Relaxed);
+        match self {
+            Self::Spin(m) => ZoneGuard::Spin(m.lock()),
+            Self::Sleep(m) => ZoneGuard::Sleep(m.lock()),
+        }
+    }
+
+    fn try_lock(&self) -> Option<ZoneGuard<'_, T>> {
+        match self {
+            Self::Spin(m) => m.try_lock().map(ZoneGuard::Spin),
+            Self::Sleep(m) => m.try_lock().map(ZoneGuard::Sleep),
+        }
+    }
+}
+
+impl<T> Deref for ZoneGuard<'_, T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        match self {
+            ZoneGuard::Spin(g) => g,
+            ZoneGuard::Sleep(g) => g,
+        }
+    }
+}
+
+impl<T> DerefMut for ZoneGuard<'_, T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut T {
+        match self {
+            ZoneGuard::Spin(g) => g,
+            ZoneGuard::Sleep(g) => g,
+        }
+    }
 }
 
 /// The zoned parameters of a null device (null_blk's names; MiB units):
@@ -183,15 +290,20 @@ pub(crate) struct NullZoned {
     nr_conv: u32,
     capacity_sectors: u64,
     zone_capacity_sectors: u64,
-    zones: Box<[CachePadded<Mutex<ZoneState>>]>,
+    zones: Box<[CachePadded<ZoneMutex<ZoneState>>]>,
+    lock_kind: ZoneLockKind,
     need_res: bool,
     res: Mutex<Res>,
-    global: Option<Mutex<()>>,
+    global: Option<ZoneMutex<()>>,
+    /// Zone (or global) lock acquisitions that found the lock held.
+    contended: CachePadded<AtomicU64>,
 }
 
 impl NullZoned {
-    /// Builds the zones of a device of `capacity_bytes` (null_init_zoned_dev).
-    pub(crate) fn new(cfg: &ZonedConfig, capacity_bytes: u64) -> Result<Self, String> {
+    /// Builds the zones of a device of `capacity_bytes` (null_init_zoned_dev);
+    /// their locks spin unless the device is `memory_backed`.
+    pub(crate) fn new(cfg: &ZonedConfig, capacity_bytes: u64, memory_backed: bool) -> Result<Self, String> {
+        let lock_kind = ZoneLockKind::for_memory_backed(memory_backed);
         if !cfg.zone_size_mb.is_power_of_two() {
             return Err(format!("zone_size={} MB must be a power of two", cfg.zone_size_mb));
         }
@@ -240,7 +352,7 @@ impl NullZoned {
                 } else {
                     ZoneState { wp: start, cond: ZoneCond::Empty }
                 };
-                CachePadded::new(Mutex::new(state))
+                CachePadded::new(ZoneMutex::new(lock_kind, state))
             })
             .collect();
         Ok(Self {
@@ -255,14 +367,33 @@ impl NullZoned {
             capacity_sectors,
             zone_capacity_sectors,
             zones,
+            lock_kind,
             need_res: max_open > 0 || max_active > 0,
             res: Mutex::new(Res { imp_close_zone_no: nr_conv, tracked: true, ..Res::default() }),
-            global: (cfg.zone_lock == ZoneLock::Global).then(|| Mutex::new(())),
+            global: (cfg.zone_lock == ZoneLock::Global).then(|| ZoneMutex::new(lock_kind, ())),
+            contended: CachePadded::new(AtomicU64::new(0)),
         })
     }
 
     pub(crate) fn limits(&self) -> ZonedLimits {
         self.limits
+    }
+
+    /// "per-zone spin contended=N", "global sleep contended=N", ... (for
+    /// the device's dump): the lock's scope and kind, and how many
+    /// acquisitions found it held.
+    pub(crate) fn lock_name(&self) -> String {
+        let scope = if self.global.is_some() { "global" } else { "per-zone" };
+        let contended = self.contended.load(Ordering::Relaxed);
+        format!("{scope} {} contended={contended}", self.lock_kind.name())
+    }
+
+    fn lock_zone(&self, zno: usize) -> ZoneGuard<'_, ZoneState> {
+        self.zones[zno].lock(&self.contended)
+    }
+
+    fn lock_global(&self) -> Option<ZoneGuard<'_, ()>> {
+        self.global.as_ref().map(|g| g.lock(&self.contended))
     }
 
     fn zone_start(&self, zno: usize) -> u64 {
@@ -296,10 +427,10 @@ impl NullZoned {
 
     /// Fills `out` with up to `nr` zones from the one holding `sector`.
     pub(crate) fn report(&self, sector: u64, nr: usize, out: &mut Vec<Zone>) {
-        let _global = self.global.as_ref().map(|g| g.lock());
+        let _global = self.lock_global();
         let first = (sector / self.limits.zone_sectors) as usize;
         for zno in first..self.zones.len().min(first.saturating_add(nr)) {
-            let st = *self.zones[zno].lock();
+            let st = *self.lock_zone(zno);
             out.push(Zone {
                 start: self.zone_start(zno),
                 len: self.zone_len(zno),
@@ -314,7 +445,7 @@ impl NullZoned {
     /// Runs a request on the zones (null_process_zoned_cmd). The block
     /// layer keeps every request inside one zone.
     pub(crate) fn process(&self, rq: &mut Rq, mem: Option<&MemStore>) -> Status {
-        let _global = self.global.as_ref().map(|g| g.lock());
+        let _global = self.lock_global();
         match rq.op() {
             Op::Read => self.read(rq, mem),
             Op::Write | Op::WriteZeroes => self.write(rq, mem, false),
@@ -331,7 +462,7 @@ impl NullZoned {
 
     fn read(&self, rq: &mut Rq, mem: Option<&MemStore>) -> Status {
         let zno = (rq.sector() / self.limits.zone_sectors) as usize;
-        let st = self.zones[zno].lock();
+        let st = self.lock_zone(zno);
         if st.cond == ZoneCond::Offline {
             return Status::IoErr;
         }
@@ -372,7 +503,7 @@ impl NullZoned {
             Self::write_data(rq, sector, mem);
             return Status::Ok;
         }
-        let mut z = self.zones[zno].lock();
+        let mut z = self.lock_zone(zno);
         if matches!(z.cond, ZoneCond::Full | ZoneCond::ReadOnly | ZoneCond::Offline) {
             return Status::IoErr;
         }
@@ -502,7 +633,7 @@ impl NullZoned {
         if self.is_conv(zno) {
             return Status::IoErr;
         }
-        let mut z = self.zones[zno].lock();
+        let mut z = self.lock_zone(zno);
         match op {
             Op::ZoneReset => self.reset_zone(zno, &mut z, mem),
             Op::ZoneOpen => self.open_zone(zno, &mut z),
@@ -517,7 +648,7 @@ impl NullZoned {
 
     fn reset_all(&self, mem: Option<&MemStore>) {
         for zno in self.nr_conv as usize..self.zones.len() {
-            let mut z = self.zones[zno].lock();
+            let mut z = self.lock_zone(zno);
             if !matches!(z.cond, ZoneCond::Empty | ZoneCond::ReadOnly | ZoneCond::Offline) {
                 let _ = self.reset_zone(zno, &mut z, mem);
             }
