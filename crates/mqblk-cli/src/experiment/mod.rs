@@ -58,7 +58,6 @@ pub struct Options {
 #[derive(Debug, Clone)]
 pub struct Cell {
     pub jobs: usize,
-    pub policy: String,
     pub iodepth: usize,
     pub iops: f64,
     pub ctx_voluntary_per_sec: f64,
@@ -87,12 +86,8 @@ pub fn run_cell(args: &[String]) -> Result<Cell, ExperimentError> {
     let e = out.entries.first().ok_or_else(|| ExperimentError::Failed("no job ran".into()))?;
     let secs = (e.run.elapsed_ns as f64 / 1e9).max(1e-9);
     let ios = e.total_ios().max(1) as f64;
-    let spec = plan.device.clone().unwrap_or_default();
-    let policy =
-        spec.split(',').find_map(|kv| kv.strip_prefix("wake=")).unwrap_or(mqblk::Wake::default().name()).to_string();
     Ok(Cell {
         jobs: e.nr_jobs,
-        policy,
         iodepth: e.opts.effective_iodepth(),
         iops: e.total_ios() as f64 / secs,
         ctx_voluntary_per_sec: e.run.rusage.voluntary_ctx as f64 / secs,
