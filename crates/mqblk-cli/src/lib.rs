@@ -6,7 +6,7 @@
 //! command line.
 //!
 //! Commands: `bench` (fio-compatible benchmark), `serve` (NBD server),
-//! `zone` (zone reports, management and op scripts), `experiment`
+//! `ublk` (a Linux /dev/ublkbN served by an mqblk device), `zone` (zone reports, management and op scripts), `experiment`
 //! (reproduces a source experiment). The command line stands on clap,
 //! except bench's options, which are fio's and parsed as fio parses them
 //! (bench/options.rs).
@@ -17,6 +17,7 @@
 mod bench;
 mod experiment;
 mod serve;
+mod ublk;
 mod zone;
 
 use std::io::Write;
@@ -51,6 +52,11 @@ enum Command {
         args: Vec<String>,
     },
     Serve(serve::ServeArgs),
+    /// Linux ublk devices: any mqblk device as /dev/ublkbN (add, list, del).
+    Ublk {
+        #[command(subcommand)]
+        command: ublk::UblkCommand,
+    },
     /// Zone reports, zone management and zone op scripts on a zoned device.
     Zone {
         #[command(subcommand)]
@@ -78,6 +84,7 @@ pub fn run<I: IntoIterator<Item = String>>(args: I) -> ExitCode {
         Command::Bench { args } => run_bench(&args),
         Command::Experiment(opts) => run_experiment(&opts),
         Command::Zone { command } => finish("zone", zone::run(command)),
+        Command::Ublk { command } => finish("ublk", ublk::run(command)),
         Command::Serve(opts) => {
             let sub: &ArgMatches = matches.subcommand_matches("serve").expect("the serve subcommand matched");
             finish("serve", serve::run(opts, sub))

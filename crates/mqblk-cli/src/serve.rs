@@ -54,7 +54,7 @@ fn exports(args: &ServeArgs, matches: &clap::ArgMatches) -> Result<Vec<(String, 
 /// Runs `mqblk serve`; `matches` are serve's, for the order of the
 /// --device and --export options. Err((exit code, message)).
 pub fn run(args: ServeArgs, matches: &clap::ArgMatches) -> Result<String, (u8, String)> {
-    init_logger();
+    init_logger("serve");
     let bad = |e: String| (2u8, e);
     let exports = exports(&args, matches).map_err(bad)?;
     let ServeArgs { listen, unix, read_only, max_connections: max_conn, .. } = args;
@@ -74,7 +74,8 @@ pub fn run(args: ServeArgs, matches: &clap::ArgMatches) -> Result<String, (u8, S
     // Devices to flush once stopped (the server owns the exports).
     let writable: Vec<Export> = list.iter().filter(|e| !e.read_only).cloned().collect();
     let server = Server::new(listener, list).map_err(nbd_error)?.max_connections(max_conn);
-    let signals = stop_on_signals(server.stop_handle())?;
+    let stop = server.stop_handle();
+    let signals = stop_on_signals(move || stop.stop())?;
     let served = server.run();
     signals.close();
     served.map_err(nbd_error)?;
@@ -94,35 +95,37 @@ fn nbd_error(e: mqblk_nbd::Error) -> (u8, String) {
     (code, e.to_string())
 }
 
-/// SIGINT and SIGTERM stop the server: a thread waits for them (signal-
+/// SIGINT and SIGTERM stop a server: a thread waits for them (signal-
 /// hook's handler only writes to a pipe) and calls `stop`. The returned
-/// handle's `close` ends that thread.
-fn stop_on_signals(stop: mqblk_nbd::StopHandle) -> Result<signal_hook::iterator::Handle, (u8, String)> {
+/// handle's `close` ends that thread. Shared with `mqblk ublk add`.
+pub(crate) fn stop_on_signals(
+    stop: impl FnOnce() + Send + 'static,
+) -> Result<signal_hook::iterator::Handle, (u8, String)> {
     let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM])
         .map_err(|e| (1, format!("cannot handle SIGINT and SIGTERM: {e}")))?;
     let handle = signals.handle();
     std::thread::spawn(move || {
         if let Some(signal) = signals.forever().next() {
             log::info!("signal {signal}: stopping");
-            stop.stop();
+            stop();
         }
     });
     Ok(handle)
 }
 
-/// Messages of the server (`log`) go to stderr as `mqblk serve: ...`:
+/// Messages of a server (`log`) go to stderr as `mqblk COMMAND: ...`:
 /// info and up by default, or as MQBLK_LOG (else RUST_LOG) says, in
-/// env_logger's syntax (`debug`, `mqblk_nbd=debug`).
-fn init_logger() {
+/// env_logger's syntax (`debug`, `mqblk_nbd=debug`). Shared with `mqblk ublk`.
+pub(crate) fn init_logger(command: &'static str) {
     use std::io::Write;
     let filters = std::env::var("MQBLK_LOG")
         .or_else(|_| std::env::var("RUST_LOG"))
-        .unwrap_or_else(|_| "warn,mqblk_nbd=info,mqblk=info".into());
+        .unwrap_or_else(|_| "warn,mqblk_nbd=info,mqblk_ublk=info,mqblk=info".into());
     let _ = env_logger::Builder::new()
         .parse_filters(&filters)
-        .format(|buf, record| match record.level() {
-            log::Level::Info => writeln!(buf, "mqblk serve: {}", record.args()),
-            level => writeln!(buf, "mqblk serve: {}: {}", level.as_str().to_lowercase(), record.args()),
+        .format(move |buf, record| match record.level() {
+            log::Level::Info => writeln!(buf, "mqblk {command}: {}", record.args()),
+            level => writeln!(buf, "mqblk {command}: {}: {}", level.as_str().to_lowercase(), record.args()),
         })
         .try_init();
 }

@@ -24,6 +24,9 @@ pub const BUF_ALIGN: usize = 4096;
 pub struct Buf {
     ptr: NonNull<u8>,
     len: usize,
+    /// Bytes allocated (or the fixed slot's size): `len` may shrink below
+    /// it and grow back (`set_len`), the allocation never changes.
+    capacity: usize,
     /// The registered region this buffer is a slot of (kept alive by it).
     fixed: Option<Arc<Region>>,
 }
@@ -38,18 +41,18 @@ impl Buf {
     /// A zeroed buffer of `len` bytes (`len` may be 0).
     pub fn new(len: usize) -> Self {
         if len == 0 {
-            return Self { ptr: NonNull::dangling(), len: 0, fixed: None };
+            return Self { ptr: NonNull::dangling(), len: 0, capacity: 0, fixed: None };
         }
         let layout = Self::layout(len);
         // SAFETY: `layout` has a non-zero size (len > 0).
         let raw = unsafe { alloc_zeroed(layout) };
         let Some(ptr) = NonNull::new(raw) else { std::alloc::handle_alloc_error(layout) };
-        Self { ptr, len, fixed: None }
+        Self { ptr, len, capacity: len, fixed: None }
     }
 
     /// A slot of a registered region (fixed.rs hands each slot out once).
     pub(crate) fn from_fixed(ptr: NonNull<u8>, len: usize, region: Arc<Region>) -> Self {
-        Self { ptr, len, fixed: Some(region) }
+        Self { ptr, len, capacity: len, fixed: Some(region) }
     }
 
     /// A buffer holding a copy of `data`.
@@ -70,6 +73,21 @@ impl Buf {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+
+    /// The bytes allocated: the most `set_len` accepts.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Makes the buffer `len` bytes long, within its allocation: a server
+    /// that keeps one buffer of the largest I/O per tag (ublk) shapes it
+    /// to each request without allocating. Bytes past the old length keep
+    /// what they held (zeroes or earlier data). Panics if `len` exceeds
+    /// `capacity()`.
+    pub fn set_len(&mut self, len: usize) {
+        assert!(len <= self.capacity, "Buf::set_len({len}) beyond its capacity of {} bytes", self.capacity);
+        self.len = len;
+    }
 }
 
 impl Drop for Buf {
@@ -77,9 +95,10 @@ impl Drop for Buf {
         if let Some(region) = self.fixed.take() {
             return region.give_back(self.ptr);
         }
-        if self.len != 0 {
-            // SAFETY: allocated in `new` with exactly this layout, not yet freed.
-            unsafe { dealloc(self.ptr.as_ptr(), Self::layout(self.len)) }
+        if self.capacity != 0 {
+            // SAFETY: allocated in `new` with exactly this layout (its
+            // capacity is the length it was allocated with), not yet freed.
+            unsafe { dealloc(self.ptr.as_ptr(), Self::layout(self.capacity)) }
         }
     }
 }
@@ -121,6 +140,22 @@ mod tests {
         let buf = Buf::new(8192);
         assert_eq!(buf.as_ptr() as usize % BUF_ALIGN, 0);
         assert!(buf.iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn set_len_shrinks_and_grows_within_capacity() {
+        let mut buf = Buf::new(8192);
+        buf[4096] = 7;
+        buf.set_len(512);
+        assert_eq!((buf.len(), buf.capacity()), (512, 8192));
+        buf.set_len(8192);
+        assert_eq!(buf[4096], 7);
+    }
+
+    #[test]
+    #[should_panic(expected = "beyond its capacity")]
+    fn set_len_past_capacity_panics() {
+        Buf::new(512).set_len(513);
     }
 
     #[test]

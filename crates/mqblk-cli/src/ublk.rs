@@ -1,0 +1,110 @@
+//! `mqblk ublk`: any mqblk device as a Linux /dev/ublkbN (crates/mqblk-ublk).
+//!
+//! `add --device SPEC [--queues N] [--depth D] [--id N]` creates the device
+//! and serves it in the foreground until SIGINT or SIGTERM (or `del` from
+//! elsewhere), then stops and deletes it; `list` shows the kernel's ublk
+//! devices; `del ID` deletes one (its server exits).
+
+use std::io::Write;
+
+use mqblk::Device;
+use mqblk_ublk::{Error, Options, Server};
+
+/// Linux ublk devices served by mqblk.
+#[derive(clap::Subcommand, Debug)]
+pub enum UblkCommand {
+    /// Create /dev/ublkbN over an mqblk device and serve it until SIGINT or
+    /// SIGTERM (then stop and delete it).
+    Add(AddArgs),
+    /// List the ublk devices: id, state, queues, depth, server pid.
+    List,
+    /// Delete ublk device ID (its server, if running, exits).
+    Del {
+        /// The device id (N of /dev/ublkbN).
+        id: u32,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+pub struct AddArgs {
+    /// The device to serve: driver:key=value,...
+    #[arg(long, value_name = "SPEC")]
+    device: String,
+    /// Hardware queues (one server thread each; the kernel caps it at the CPU count).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    queues: u16,
+    /// Tags per queue.
+    #[arg(long, value_name = "D", default_value_t = 64)]
+    depth: u16,
+    /// The device id to ask for [default: the first free one].
+    #[arg(long, value_name = "N")]
+    id: Option<u32>,
+}
+
+/// Runs `mqblk ublk ...`. Err((exit code, message)).
+pub fn run(command: UblkCommand) -> Result<String, (u8, String)> {
+    crate::serve::init_logger("ublk");
+    match command {
+        UblkCommand::Add(args) => add(args),
+        UblkCommand::List => list(),
+        UblkCommand::Del { id } => {
+            mqblk_ublk::delete(id).map_err(failed)?;
+            Ok(format!("mqblk ublk: deleted device {id}\n"))
+        }
+    }
+}
+
+fn failed(e: Error) -> (u8, String) {
+    let code = match e {
+        Error::BadOption(_) | Error::Device(mqblk::Error::Config(_)) => 2,
+        _ => 1,
+    };
+    (code, e.to_string())
+}
+
+fn add(args: AddArgs) -> Result<String, (u8, String)> {
+    let device = Device::open(&args.device).map_err(|e| (2, format!("--device {}: {e}", args.device)))?;
+    let opts = Options { queues: args.queues, depth: args.depth, id: args.id };
+    let server = Server::new(device, opts).map_err(failed)?;
+    let signals = crate::serve::stop_on_signals({
+        let stopper = server.stopper();
+        move || stopper.stop()
+    })?;
+    let spec = args.device.clone();
+    let summary = server.run(|s| {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(
+            out,
+            "mqblk ublk: {} serving {spec} ({} queues x {} tags, requests up to {} KiB)",
+            mqblk_ublk::uapi::block_path(s.dev_id),
+            s.queues,
+            s.depth,
+            s.max_io_bytes / 1024
+        );
+        let _ = out.flush();
+    });
+    signals.close();
+    let summary = summary.map_err(failed)?;
+    Ok(format!(
+        "mqblk ublk: device {} stopped and deleted ({} requests, {} failed)\n",
+        summary.dev_id, summary.requests, summary.errors
+    ))
+}
+
+fn list() -> Result<String, (u8, String)> {
+    let devices = mqblk_ublk::list().map_err(failed)?;
+    let mut out = String::from("ID  STATE     QUEUES  DEPTH  MAX_IO_KIB  PID      BLOCK\n");
+    for d in devices {
+        out.push_str(&format!(
+            "{:<3} {:<9} {:<7} {:<6} {:<11} {:<8} {}\n",
+            d.dev_id,
+            mqblk_ublk::uapi::state_name(d.state),
+            d.nr_hw_queues,
+            d.queue_depth,
+            d.max_io_buf_bytes / 1024,
+            d.ublksrv_pid,
+            if d.state == mqblk_ublk::uapi::UBLK_S_DEV_LIVE { mqblk_ublk::uapi::block_path(d.dev_id) } else { "-".into() }
+        ));
+    }
+    Ok(out)
+}

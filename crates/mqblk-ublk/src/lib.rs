@@ -1,0 +1,22 @@
+//! A ublk server for mqblk devices: the Linux kernel forwards each request
+//! of /dev/ublkbN to this process over io_uring, and each ublk queue hands
+//! it to mqblk's block layer through its own `Client`.
+//!
+//! Modules: uapi.rs (the kernel ABI, by hand), ctrl.rs (the control
+//! device), queue.rs (one thread per queue: fetch, serve, commit),
+//! server.rs (the device's life: add, start, stop, delete), error.rs.
+//!
+//! Relies on: the `io-uring` crate (UringCmd16/UringCmd80, SQE128 rings),
+//! libc (mmap, eventfd reads), mqblk. Linux 6.5 or later with ublk_drv.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod ctrl;
+mod error;
+mod queue;
+pub mod server;
+pub mod uapi;
+
+pub use error::Error;
+pub use queue::QueueStats;
+pub use server::{delete, list, probe, Options, Server, Started, Stopper, Summary};

@@ -1,0 +1,409 @@
+//! One ublk queue: a thread with its own io_uring on /dev/ublkcN and its
+//! own mqblk `Client`, so each kernel hardware queue of /dev/ublkbN feeds
+//! mqblk's block layer (plug, scheduler, tags) as one submitter.
+//!
+//! The protocol per tag (ublk's classic mode, data through the server's
+//! buffers): FETCH_REQ gives the kernel the tag's buffer; its CQE (result
+//! 0) means a request is described in the tag's `IoDesc` (the mmapped
+//! area), with a write's data already copied into the buffer. We submit
+//! the matching bio to mqblk; when it completes, COMMIT_AND_FETCH_REQ
+//! hands back the result (a read's data is copied out of the buffer by the
+//! kernel during that command) and fetches the tag's next request. A CQE of
+//! UBLK_IO_RES_ABORT (-ENODEV) ends the tag: STOP_DEV or DEL_DEV aborts
+//! every pending fetch. The thread ends once every tag has ended and
+//! nothing is in flight in mqblk.
+//!
+//! Completions of mqblk come back through the client's completion eventfd,
+//! polled on the same ring (IORING_OP_POLL_ADD), so the thread sleeps in
+//! one place: io_uring_enter. Every command of a queue must come from this
+//! one thread (the kernel binds a queue to the task that fetched it).
+//!
+//! Nothing on the I/O path allocates: one buffer per tag of the largest
+//! request (`Buf::set_len` shapes it to each request), and the CQE and
+//! completion vectors are sized at start-up.
+//!
+//! Relies on: uapi.rs (structs, command numbers); mqblk's Client (submit,
+//! plug, do_io, completion_fd) and Buf; the io-uring crate.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use io_uring::{opcode, squeue, types, IoUring};
+use mqblk::{Bio, Buf, Client, Completion, Device, ReqFlags, SECTOR_SHIFT};
+
+use crate::error::Error;
+use crate::uapi::{self, IoCmd, IoDesc};
+
+/// user_data of the eventfd poll (tags are below 4096).
+const EVENTFD_TOKEN: u64 = u64::MAX;
+
+/// What one queue thread needs.
+pub(crate) struct QueueConfig {
+    pub q_id: u16,
+    pub depth: u16,
+    /// Bytes of each tag's buffer (the device's max_io_buf_bytes).
+    pub buf_bytes: usize,
+    /// /dev/ublkcN, opened once by the server (the kernel allows one open).
+    pub cdev: Arc<File>,
+    pub device: Device,
+}
+
+/// Counts of one queue's life, for the server's summary.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct QueueStats {
+    pub requests: u64,
+    pub errors: u64,
+}
+
+/// The kernel's descriptor area of one queue, mapped read-only.
+struct DescMap {
+    ptr: NonNull<IoDesc>,
+    bytes: usize,
+    depth: u16,
+}
+
+impl DescMap {
+    fn map(cdev: &File, q_id: u16, depth: u16) -> Result<Self, Error> {
+        // SAFETY: sysconf has no memory-safety preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+        let bytes = uapi::queue_desc_bytes(depth, page);
+        let offset = uapi::queue_desc_offset(q_id, page);
+        // SAFETY: a new shared read-only mapping of the device's descriptor
+        // pages (the kernel refuses writable ones); nothing else lives at
+        // the address the kernel picks, and the result is checked.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                cdev.as_raw_fd(),
+                offset as libc::off_t,
+            )
+        };
+        if raw == libc::MAP_FAILED {
+            return Err(Error::Mmap { q_id, source: io::Error::last_os_error() });
+        }
+        let ptr = NonNull::new(raw.cast::<IoDesc>()).ok_or(Error::Mmap { q_id, source: io::Error::other("null") })?;
+        Ok(Self { ptr, bytes, depth })
+    }
+
+    /// A copy of tag `tag`'s descriptor. The kernel writes it before it
+    /// completes the tag's fetch command and not again until the next
+    /// fetch, so a copy taken after the CQE is stable.
+    fn get(&self, tag: u16) -> IoDesc {
+        assert!(tag < self.depth, "tag {tag} beyond the queue depth {}", self.depth);
+        // SAFETY: `tag < depth` and the mapping holds `depth` descriptors
+        // (aligned: page-aligned base, 24-byte entries of 8-byte fields);
+        // volatile because the kernel writes the memory.
+        unsafe { std::ptr::read_volatile(self.ptr.as_ptr().add(usize::from(tag))) }
+    }
+}
+
+impl Drop for DescMap {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `map`, once.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.bytes) };
+    }
+}
+
+// SAFETY: the mapping is read only through `get` (copies); moving it to the
+// queue thread moves the only handle.
+unsafe impl Send for DescMap {}
+
+/// Where a tag is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TagState {
+    /// Its fetch (or commit-and-fetch) is with the kernel.
+    Fetching,
+    /// Its request is in mqblk; `result_bytes` is what a success returns.
+    Serving { result_bytes: i32 },
+    /// Aborted or failed: no command of it is pending.
+    Ended,
+}
+
+struct Tag {
+    /// The tag's buffer: here, or moved into its bio while serving.
+    buf: Option<Buf>,
+    /// The buffer's address as the kernel was told.
+    addr: u64,
+    state: TagState,
+}
+
+pub(crate) struct Queue {
+    q_id: u16,
+    depth: u16,
+    ring: IoUring<squeue::Entry>,
+    cdev: Arc<File>,
+    descs: DescMap,
+    client: Client,
+    tags: Vec<Tag>,
+    /// CQEs taken from the ring, processed after (user_data, result).
+    cqes: Vec<(u64, i32)>,
+    /// Requests to fail, found while submitting (tag, -errno).
+    refused: Vec<(u16, i32)>,
+    done: Vec<Completion>,
+    completion_fd: RawFd,
+    /// Tags not ended.
+    live: usize,
+    stats: QueueStats,
+}
+
+impl Queue {
+    /// Maps the descriptors, makes the ring, the client and the buffers.
+    pub(crate) fn new(cfg: QueueConfig) -> Result<Self, Error> {
+        let QueueConfig { q_id, depth, buf_bytes, cdev, device } = cfg;
+        let descs = DescMap::map(&cdev, q_id, depth)?;
+        let entries = (u32::from(depth) + 1).next_power_of_two();
+        let ring = IoUring::builder()
+            .setup_cqsize(entries * 2)
+            .build(entries)
+            .map_err(|e| Error::Queue { q_id, what: "io_uring_setup", source: e })?;
+        let mut client = device.client_with_capacity(usize::from(depth));
+        if client.poll_fd().is_some() {
+            return Err(Error::BadOption(
+                "devices whose submitters reap (file reap=client) are not served by ublk yet".into(),
+            ));
+        }
+        let completion_fd = client.completion_fd().map_err(Error::Device)?;
+        let tags = (0..depth)
+            .map(|_| {
+                let buf = Buf::new(buf_bytes);
+                let addr = buf.as_ptr() as u64;
+                Tag { buf: Some(buf), addr, state: TagState::Fetching }
+            })
+            .collect();
+        let capacity = usize::from(depth) * 2 + 2;
+        Ok(Self {
+            q_id,
+            depth,
+            ring,
+            cdev,
+            descs,
+            client,
+            tags,
+            cqes: Vec::with_capacity(capacity),
+            refused: Vec::with_capacity(usize::from(depth)),
+            done: Vec::with_capacity(usize::from(depth)),
+            completion_fd,
+            live: usize::from(depth),
+            stats: QueueStats::default(),
+        })
+    }
+
+    /// Submits FETCH_REQ for every tag and the eventfd poll. Errors the
+    /// kernel gives at once (a bad queue, a bad buffer) are reported here,
+    /// before the server waits in START_DEV for this queue.
+    pub(crate) fn fetch_all(&mut self) -> Result<(), Error> {
+        for tag in 0..self.depth {
+            let addr = self.tags[usize::from(tag)].addr;
+            self.push_io_cmd(uapi::UBLK_U_IO_FETCH_REQ, tag, 0, addr)?;
+        }
+        self.arm_eventfd()?;
+        self.ring.submit().map_err(|e| Error::Queue { q_id: self.q_id, what: "submitting FETCH_REQ", source: e })?;
+        if let Some(cqe) = self.ring.completion().next() {
+            let source = io::Error::from_raw_os_error(-cqe.result());
+            return Err(Error::Queue { q_id: self.q_id, what: "FETCH_REQ refused", source });
+        }
+        Ok(())
+    }
+
+    /// Serves requests until every tag was aborted and nothing is in
+    /// flight.
+    pub(crate) fn serve(mut self) -> Result<QueueStats, Error> {
+        while self.live > 0 || self.client.in_flight() > 0 {
+            match self.ring.submit_and_wait(1) {
+                Ok(_) => {}
+                // A signal, or a full CQ ring: reap and go on.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR) | Some(libc::EBUSY)) => {}
+                Err(e) => return Err(Error::Queue { q_id: self.q_id, what: "io_uring_enter", source: e }),
+            }
+            self.cqes.clear();
+            self.cqes.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
+            self.handle_cqes()?;
+            self.reap_and_commit()?;
+        }
+        Ok(self.stats)
+    }
+
+    /// Turns the CQEs just taken into bios, submitted under one plug;
+    /// requests that cannot be served are committed with an error.
+    fn handle_cqes(&mut self) -> Result<(), Error> {
+        let Self { cqes, client, tags, descs, live, stats, q_id, refused, .. } = self;
+        let mut eventfd_fired = false;
+        let nr_ios = u32::try_from(cqes.len()).unwrap_or(u32::MAX).max(1);
+        client.with_plug(nr_ios, |client| {
+            for &(user_data, res) in cqes.iter() {
+                if user_data == EVENTFD_TOKEN {
+                    eventfd_fired = true;
+                    continue;
+                }
+                let Some(tag) = tags.get_mut(user_data as usize) else {
+                    log::error!("queue {q_id}: a CQE for tag {user_data}, beyond the queue");
+                    continue;
+                };
+                if tag.state != TagState::Fetching {
+                    log::error!("queue {q_id}: a CQE for tag {user_data} in state {:?}", tag.state);
+                    continue;
+                }
+                let tag_id = user_data as u16;
+                if res != uapi::UBLK_IO_RES_OK {
+                    if res != uapi::UBLK_IO_RES_ABORT {
+                        let e = io::Error::from_raw_os_error(-res);
+                        log::error!("queue {q_id}: tag {tag_id}: command failed: {e}");
+                    }
+                    tag.state = TagState::Ended;
+                    *live -= 1;
+                    continue;
+                }
+                stats.requests += 1;
+                let desc = descs.get(tag_id);
+                let (bio, result_bytes) = match bio_for(&desc, tag) {
+                    Ok(parsed) => parsed,
+                    Err(errno) => {
+                        refused.push((tag_id, -errno));
+                        continue;
+                    }
+                };
+                tag.state = TagState::Serving { result_bytes };
+                if let Err(rejected) = client.submit(bio, user_data) {
+                    let rejected = *rejected;
+                    log::debug!("queue {q_id}: tag {tag_id}: refused by the device: {}", rejected.error);
+                    if let Some(buf) = rejected.bio.buf {
+                        tag.buf = Some(buf);
+                    }
+                    tag.state = TagState::Fetching;
+                    refused.push((tag_id, -rejected.error.errno()));
+                }
+            }
+        });
+        // Refused requests: commit their errors (the commit fetches again,
+        // so the tag stays Fetching).
+        while let Some((tag, result)) = self.refused.pop() {
+            self.stats.errors += 1;
+            self.push_commit(tag, result)?;
+        }
+        if eventfd_fired {
+            self.drain_eventfd();
+            self.arm_eventfd()?;
+        }
+        Ok(())
+    }
+
+    /// Reaps mqblk's completions and commits each (COMMIT_AND_FETCH_REQ);
+    /// the commits go to the kernel with the next io_uring_enter.
+    fn reap_and_commit(&mut self) -> Result<(), Error> {
+        let depth = usize::from(self.depth);
+        loop {
+            self.done.clear();
+            let got = self.client.do_io(&mut self.done, 0, depth, None).map_err(Error::Device)?;
+            for i in 0..got {
+                let c = &mut self.done[i];
+                let tag_id = c.user_data as u16;
+                let buf = c.buf.take();
+                let status = c.status;
+                let Some(tag) = self.tags.get_mut(usize::from(tag_id)) else { continue };
+                let TagState::Serving { result_bytes } = tag.state else {
+                    log::error!("queue {}: a completion for tag {tag_id} in state {:?}", self.q_id, tag.state);
+                    continue;
+                };
+                if let Some(buf) = buf {
+                    // The same buffer comes back; should a driver ever hand
+                    // another one, the commit tells the kernel its address.
+                    tag.addr = buf.as_ptr() as u64;
+                    tag.buf = Some(buf);
+                }
+                tag.state = TagState::Fetching;
+                let result = if status.is_ok() {
+                    result_bytes
+                } else {
+                    self.stats.errors += 1;
+                    -status.errno()
+                };
+                self.push_commit(tag_id, result)?;
+            }
+            if got < depth {
+                return Ok(());
+            }
+        }
+    }
+
+    fn push_commit(&mut self, tag: u16, result: i32) -> Result<(), Error> {
+        let addr = self.tags[usize::from(tag)].addr;
+        self.push_io_cmd(uapi::UBLK_U_IO_COMMIT_AND_FETCH_REQ, tag, result, addr)
+    }
+
+    /// Queues one FETCH or COMMIT_AND_FETCH command for `tag`.
+    fn push_io_cmd(&mut self, op: u32, tag: u16, result: i32, addr: u64) -> Result<(), Error> {
+        let cmd = IoCmd { q_id: self.q_id, tag, result, addr };
+        let sqe = opcode::UringCmd16::new(types::Fd(self.cdev.as_raw_fd()), op)
+            .cmd(cmd.to_bytes())
+            .build()
+            .user_data(u64::from(tag));
+        self.push(&sqe)
+    }
+
+    /// Polls the client's completion eventfd (one shot, re-armed after it
+    /// fires).
+    fn arm_eventfd(&mut self) -> Result<(), Error> {
+        let sqe = opcode::PollAdd::new(types::Fd(self.completion_fd), libc::POLLIN as u32)
+            .build()
+            .user_data(EVENTFD_TOKEN);
+        self.push(&sqe)
+    }
+
+    /// Clears the eventfd's count (it is non-blocking: EAGAIN means zero).
+    fn drain_eventfd(&mut self) {
+        let mut count: u64 = 0;
+        // SAFETY: reads 8 bytes into a live u64 from the client's eventfd.
+        let _ = unsafe { libc::read(self.completion_fd, std::ptr::addr_of_mut!(count).cast(), 8) };
+    }
+
+    fn push(&mut self, sqe: &squeue::Entry) -> Result<(), Error> {
+        loop {
+            // SAFETY: our SQEs name no memory of ours but the tags'
+            // buffers (by address, for the kernel's copies), which live as
+            // long as the queue; the ring is dropped first (field order).
+            if unsafe { self.ring.submission().push(sqe) }.is_ok() {
+                return Ok(());
+            }
+            // Full (cannot happen with one command per tag and a ring of
+            // depth + 1 or more, but cheap to survive): submit what is there.
+            self.ring.submit().map_err(|e| Error::Queue { q_id: self.q_id, what: "io_uring_enter", source: e })?;
+        }
+    }
+}
+
+/// The bio for a request and what a success returns (bytes for reads and
+/// writes, 0 otherwise), or the errno to fail it with. Takes the tag's
+/// buffer for reads and writes.
+fn bio_for(desc: &IoDesc, tag: &mut Tag) -> Result<(Bio, i32), i32> {
+    let offset = desc.start_sector.checked_mul(512).ok_or(libc::EINVAL)?;
+    let bytes = u64::from(desc.nr_sectors) << SECTOR_SHIFT;
+    let fua = desc.flags() & uapi::UBLK_IO_F_FUA != 0;
+    let flags = if fua { ReqFlags::FUA } else { ReqFlags::NONE };
+    match desc.op() {
+        uapi::UBLK_IO_OP_READ | uapi::UBLK_IO_OP_WRITE => {
+            let buf = tag.buf.as_mut().ok_or(libc::EIO)?;
+            if bytes > buf.capacity() as u64 || bytes == 0 {
+                return Err(libc::EINVAL);
+            }
+            let mut buf = tag.buf.take().ok_or(libc::EIO)?;
+            buf.set_len(bytes as usize);
+            let result = i32::try_from(bytes).map_err(|_| libc::EINVAL)?;
+            let bio = if desc.op() == uapi::UBLK_IO_OP_READ {
+                Bio::read(offset, buf)
+            } else {
+                Bio::write(offset, buf).with_flags(flags)
+            };
+            Ok((bio, result))
+        }
+        uapi::UBLK_IO_OP_FLUSH => Ok((Bio::flush(), 0)),
+        uapi::UBLK_IO_OP_DISCARD => Ok((Bio::discard(offset, bytes), 0)),
+        uapi::UBLK_IO_OP_WRITE_ZEROES => Ok((Bio::write_zeroes(offset, bytes), 0)),
+        _ => Err(libc::EOPNOTSUPP),
+    }
+}

@@ -1,0 +1,381 @@
+//! The server: one mqblk device as /dev/ublkbN, from ADD_DEV to DEL_DEV.
+//!
+//! Steps (`Server::run`): probe the kernel (GET_FEATURES: the features
+//! this server needs must be there); ADD_DEV with the queue count, depth
+//! and largest request; SET_PARAMS from the device's queue limits; open
+//! /dev/ublkcN; start one queue thread per queue (queue.rs), each fetching
+//! all its tags; START_DEV once every queue is ready (the kernel waits for
+//! that too, and reads the partition table through the queues). Then wait
+//! for a stop (a `Stopper`: SIGINT/SIGTERM in `mqblk ublk add`) or for a
+//! queue to end on its own (`mqblk ublk del` from elsewhere, or a kernel
+//! error). Stopping: STOP_DEV (the kernel removes /dev/ublkbN once its
+//! requests are done and aborts every fetch, which ends the queue
+//! threads), join the threads, close /dev/ublkcN, DEL_DEV (which waits for
+//! that close). The device is flushed through mqblk at the end.
+//!
+//! Relies on: ctrl.rs (control commands), queue.rs (queue threads),
+//! uapi.rs; mqblk's Device and QueueLimits.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use mqblk::{Bio, Device, QueueLimits};
+
+use crate::ctrl::Control;
+use crate::error::Error;
+use crate::queue::{Queue, QueueConfig, QueueStats};
+use crate::uapi::{self, DevInfo, Params};
+
+/// The largest request the server takes (per-tag buffer size): 1 MiB, or
+/// less when the device's max_sectors is smaller.
+pub const MAX_IO_BYTES: usize = 1 << 20;
+
+/// Features this server cannot run without.
+const NEEDED_FEATURES: u64 = uapi::UBLK_F_CMD_IOCTL_ENCODE;
+
+/// What to create.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Hardware queues of /dev/ublkbN (one thread each); the kernel caps
+    /// it at the number of CPUs.
+    pub queues: u16,
+    /// Tags per queue.
+    pub depth: u16,
+    /// The device id (N of /dev/ublkbN), or None for the first free one.
+    pub id: Option<u32>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self { queues: 1, depth: 64, id: None }
+    }
+}
+
+/// The device as started, for the caller to announce.
+#[derive(Debug, Clone)]
+pub struct Started {
+    pub dev_id: u32,
+    pub queues: u16,
+    pub depth: u16,
+    pub max_io_bytes: u32,
+    pub flags: u64,
+}
+
+/// How the server ended.
+#[derive(Debug, Clone)]
+pub struct Summary {
+    pub dev_id: u32,
+    pub requests: u64,
+    pub errors: u64,
+}
+
+enum Event {
+    Ready(u16),
+    SetupFailed(u16, Error),
+    Exited(u16),
+    Stop,
+}
+
+/// Stops a running server from another thread (or a signal handler's
+/// thread). Cheap to clone.
+#[derive(Clone)]
+pub struct Stopper(mpsc::Sender<Event>);
+
+impl Stopper {
+    pub fn stop(&self) {
+        let _ = self.0.send(Event::Stop);
+    }
+}
+
+pub struct Server {
+    device: Device,
+    opts: Options,
+    events_tx: mpsc::Sender<Event>,
+    events_rx: mpsc::Receiver<Event>,
+}
+
+/// Checks that the kernel offers every feature this server needs; returns
+/// its feature bits.
+pub fn probe(ctrl: &mut Control) -> Result<u64, Error> {
+    let features = ctrl.features()?;
+    let missing = NEEDED_FEATURES & !features;
+    if missing != 0 {
+        return Err(Error::MissingFeature {
+            missing: uapi::feature_names(missing).join(", "),
+            offered: uapi::feature_names(features).join(", "),
+        });
+    }
+    Ok(features)
+}
+
+/// The ublk parameters for a device with these limits, whose requests are
+/// at most `max_io_bytes`.
+pub fn params_for(limits: &QueueLimits, max_io_bytes: u32) -> Params {
+    let shift = |v: u32| v.trailing_zeros() as u8;
+    let mut attrs = 0;
+    if limits.rotational {
+        attrs |= uapi::UBLK_ATTR_ROTATIONAL;
+    }
+    if limits.write_cache {
+        attrs |= uapi::UBLK_ATTR_VOLATILE_CACHE;
+        if limits.fua {
+            attrs |= uapi::UBLK_ATTR_FUA;
+        }
+    }
+    let physical = limits.physical_block_size.max(limits.logical_block_size);
+    let mut params = Params {
+        types: uapi::UBLK_PARAM_TYPE_BASIC,
+        basic: uapi::ParamBasic {
+            attrs,
+            logical_bs_shift: shift(limits.logical_block_size),
+            physical_bs_shift: shift(physical),
+            io_opt_shift: shift(physical),
+            io_min_shift: shift(physical),
+            max_sectors: max_io_bytes >> 9,
+            chunk_sectors: 0,
+            dev_sectors: limits.capacity_sectors(),
+            virt_boundary_mask: 0,
+        },
+        ..Params::default()
+    };
+    if limits.max_discard_sectors > 0 || limits.max_write_zeroes_sectors > 0 {
+        params.types |= uapi::UBLK_PARAM_TYPE_DISCARD;
+        params.discard = uapi::ParamDiscard {
+            discard_alignment: 0,
+            discard_granularity: limits.logical_block_size,
+            max_discard_sectors: limits.max_discard_sectors,
+            max_write_zeroes_sectors: limits.max_write_zeroes_sectors,
+            max_discard_segments: u16::from(limits.max_discard_sectors > 0),
+            reserved0: 0,
+        };
+    }
+    params
+}
+
+/// The per-tag buffer size: the device's largest request, at most
+/// `MAX_IO_BYTES`, a multiple of the page and of the block size.
+fn max_io_bytes(limits: &QueueLimits) -> u32 {
+    let unit = limits.logical_block_size.max(4096) as u64;
+    let bytes = limits.max_transfer_bytes().min(MAX_IO_BYTES as u64);
+    ((bytes / unit) * unit).max(unit) as u32
+}
+
+impl Server {
+    pub fn new(device: Device, opts: Options) -> Result<Self, Error> {
+        if opts.queues == 0 || opts.queues > uapi::UBLK_MAX_NR_QUEUES {
+            return Err(Error::BadOption(format!("--queues {} (accepted: 1..={})", opts.queues, uapi::UBLK_MAX_NR_QUEUES)));
+        }
+        if opts.depth == 0 || opts.depth > uapi::UBLK_MAX_QUEUE_DEPTH {
+            return Err(Error::BadOption(format!("--depth {} (accepted: 1..={})", opts.depth, uapi::UBLK_MAX_QUEUE_DEPTH)));
+        }
+        if device.limits().zoned.is_some() {
+            return Err(Error::BadOption("zoned devices (UBLK_F_ZONED) are not served by mqblk ublk yet".into()));
+        }
+        let (events_tx, events_rx) = mpsc::channel();
+        Ok(Self { device, opts, events_tx, events_rx })
+    }
+
+    pub fn stopper(&self) -> Stopper {
+        Stopper(self.events_tx.clone())
+    }
+
+    /// Creates and serves the device until stopped; `on_started` runs once
+    /// /dev/ublkbN exists.
+    pub fn run(self, on_started: impl FnOnce(&Started)) -> Result<Summary, Error> {
+        let mut ctrl = Control::open()?;
+        probe(&mut ctrl)?;
+        let limits = self.device.limits().clone();
+        let max_io = max_io_bytes(&limits);
+        let wanted = DevInfo {
+            nr_hw_queues: self.opts.queues,
+            queue_depth: self.opts.depth,
+            max_io_buf_bytes: max_io,
+            dev_id: self.opts.id.unwrap_or(u32::MAX),
+            ublksrv_pid: std::process::id() as i32,
+            flags: uapi::UBLK_F_CMD_IOCTL_ENCODE,
+            ..DevInfo::default()
+        };
+        let info = ctrl.add(wanted)?;
+        let dev_id = info.dev_id;
+        // From here on the device exists: every failure deletes it.
+        let result = self.serve_added(&mut ctrl, &info, &limits, on_started);
+        let deleted = delete_quietly(&mut ctrl, dev_id);
+        let mut summary = result?;
+        deleted?;
+        summary.dev_id = dev_id;
+        // What the kernel acknowledged with a flush reached mqblk; make the
+        // device's own cache durable too before the device goes.
+        if limits.write_cache {
+            self.device.client().submit_and_wait(Bio::flush())?;
+        }
+        Ok(summary)
+    }
+
+    fn serve_added(
+        &self,
+        ctrl: &mut Control,
+        info: &DevInfo,
+        limits: &QueueLimits,
+        on_started: impl FnOnce(&Started),
+    ) -> Result<Summary, Error> {
+        let dev_id = info.dev_id;
+        ctrl.set_params(dev_id, &params_for(limits, info.max_io_buf_bytes))?;
+        let cdev = Arc::new(open_char_device(dev_id)?);
+        let mut threads = Vec::new();
+        for q_id in 0..info.nr_hw_queues {
+            let cfg = QueueConfig {
+                q_id,
+                depth: info.queue_depth,
+                buf_bytes: info.max_io_buf_bytes as usize,
+                cdev: cdev.clone(),
+                device: self.device.clone(),
+            };
+            threads.push(spawn_queue(cfg, self.events_tx.clone())?);
+        }
+        drop(cdev);
+        let outcome = self.start_and_wait(ctrl, info, &mut threads, on_started);
+        // Stop whatever happened: aborts the fetches the threads wait on.
+        if let Err(e) = ctrl.stop(dev_id) {
+            log::debug!("STOP_DEV: {e}");
+        }
+        let mut summary = Summary { dev_id, requests: 0, errors: 0 };
+        let mut first_error = outcome.err();
+        for thread in threads {
+            match thread.join() {
+                Ok(Ok(stats)) => {
+                    summary.requests += stats.requests;
+                    summary.errors += stats.errors;
+                }
+                Ok(Err(e)) => {
+                    first_error.get_or_insert(e);
+                }
+                Err(_) => {
+                    first_error.get_or_insert(Error::Queue {
+                        q_id: u16::MAX,
+                        what: "a queue thread panicked",
+                        source: io::Error::other("panic"),
+                    });
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(summary),
+        }
+    }
+
+    /// Waits for every queue to be ready, starts the device, then waits
+    /// for a stop or a queue's end.
+    fn start_and_wait(
+        &self,
+        ctrl: &mut Control,
+        info: &DevInfo,
+        threads: &mut [JoinHandle<Result<QueueStats, Error>>],
+        on_started: impl FnOnce(&Started),
+    ) -> Result<(), Error> {
+        let mut ready = 0;
+        while ready < threads.len() {
+            match self.events_rx.recv() {
+                Ok(Event::Ready(q_id)) => {
+                    log::debug!("queue {q_id} fetched its tags");
+                    ready += 1;
+                }
+                Ok(Event::SetupFailed(_, e)) => return Err(e),
+                Ok(Event::Exited(q_id)) => {
+                    log::warn!("queue {q_id} ended before the device started");
+                    return Ok(());
+                }
+                Ok(Event::Stop) | Err(_) => return Ok(()),
+            }
+        }
+        ctrl.start(info.dev_id, std::process::id() as i32)?;
+        on_started(&Started {
+            dev_id: info.dev_id,
+            queues: info.nr_hw_queues,
+            depth: info.queue_depth,
+            max_io_bytes: info.max_io_buf_bytes,
+            flags: info.flags,
+        });
+        match self.events_rx.recv() {
+            Ok(Event::Exited(q_id)) => log::info!("queue {q_id} ended: the device was stopped or deleted"),
+            Ok(Event::SetupFailed(q_id, e)) => log::error!("queue {q_id}: {e}"),
+            Ok(Event::Stop) | Ok(Event::Ready(_)) | Err(_) => {}
+        }
+        Ok(())
+    }
+}
+
+/// DEL_DEV, where "already gone" (ENODEV) is success.
+fn delete_quietly(ctrl: &mut Control, dev_id: u32) -> Result<(), Error> {
+    match ctrl.delete(dev_id) {
+        Err(Error::Command { source, .. }) if source.raw_os_error() == Some(libc::ENODEV) => Ok(()),
+        other => other,
+    }
+}
+
+/// Opens /dev/ublkcN, waiting a little for the node to appear.
+fn open_char_device(dev_id: u32) -> Result<File, Error> {
+    let path = uapi::char_path(dev_id);
+    let mut tries = 0;
+    loop {
+        match OpenOptions::new().read(true).write(true).open(&path) {
+            Ok(f) => return Ok(f),
+            Err(e) if e.kind() == io::ErrorKind::NotFound && tries < 200 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => return Err(Error::Open { path, source: e }),
+        }
+    }
+}
+
+fn spawn_queue(
+    cfg: QueueConfig,
+    events: mpsc::Sender<Event>,
+) -> Result<JoinHandle<Result<QueueStats, Error>>, Error> {
+    let q_id = cfg.q_id;
+    std::thread::Builder::new()
+        .name(format!("ublk-q{q_id}"))
+        .spawn(move || {
+            let setup = Queue::new(cfg).and_then(|mut q| q.fetch_all().map(|()| q));
+            let queue = match setup {
+                Ok(q) => q,
+                Err(e) => {
+                    // The server reports it (and stops the device).
+                    let _ = events.send(Event::SetupFailed(q_id, e));
+                    return Ok(QueueStats::default());
+                }
+            };
+            let _ = events.send(Event::Ready(q_id));
+            let result = queue.serve();
+            let _ = events.send(Event::Exited(q_id));
+            result
+        })
+        .map_err(|e| Error::Queue { q_id, what: "spawning its thread", source: e })
+}
+
+/// One line per ublk device: id, state, queues, depth, server pid, block
+/// device, for `mqblk ublk list`.
+pub fn list() -> Result<Vec<DevInfo>, Error> {
+    let mut ctrl = Control::open()?;
+    let mut out = Vec::new();
+    for id in crate::ctrl::device_ids() {
+        match ctrl.info(id) {
+            Ok(info) => out.push(info),
+            Err(Error::Command { source, .. }) if source.raw_os_error() == Some(libc::ENODEV) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
+}
+
+/// Deletes device `id` (`mqblk ublk del`): its server, if any, sees its
+/// queues aborted and exits; DEL_DEV returns once /dev/ublkcN is closed.
+pub fn delete(id: u32) -> Result<(), Error> {
+    let mut ctrl = Control::open()?;
+    ctrl.delete(id)
+}

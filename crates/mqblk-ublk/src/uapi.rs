@@ -1,0 +1,366 @@
+//! The ublk user-space ABI (include/uapi/linux/ublk_cmd.h of Linux 6.12),
+//! written out by hand: the command numbers (ioctl-encoded, as 6.12
+//! requires unless the legacy opcodes are configured), the feature and
+//! attribute bits, and the `#[repr(C)]` structs the kernel reads and
+//! writes, with their sizes checked at compile time.
+//!
+//! Relies on: nothing but the kernel's ABI. Only what this server uses is
+//! here; the header has more (user copy, zero copy, recovery, zoned).
+
+use std::mem::size_of;
+
+/// The control device: ADD_DEV and friends go to it as io_uring commands.
+pub const CONTROL_PATH: &str = "/dev/ublk-control";
+
+/// `/dev/ublkcN`, the character device of device `id` (its queues' commands
+/// and the mmap of the I/O descriptors).
+pub fn char_path(id: u32) -> String {
+    format!("/dev/ublkc{id}")
+}
+
+/// `/dev/ublkbN`, the block device the kernel exposes.
+pub fn block_path(id: u32) -> String {
+    format!("/dev/ublkb{id}")
+}
+
+// ---- ioctl encoding (asm-generic/ioctl.h) ---------------------------------
+const IOC_WRITE: u32 = 1;
+const IOC_READ: u32 = 2;
+const fn ioc(dir: u32, nr: u32, size: usize) -> u32 {
+    (dir << 30) | ((size as u32) << 16) | ((b'u' as u32) << 8) | nr
+}
+const fn ior(nr: u32, size: usize) -> u32 {
+    ioc(IOC_READ, nr, size)
+}
+const fn iowr(nr: u32, size: usize) -> u32 {
+    ioc(IOC_READ | IOC_WRITE, nr, size)
+}
+
+// ---- control commands (to /dev/ublk-control, SQE128) ----------------------
+const CTRL: usize = size_of::<CtrlCmd>();
+pub const UBLK_U_CMD_GET_DEV_INFO: u32 = ior(0x02, CTRL);
+pub const UBLK_U_CMD_ADD_DEV: u32 = iowr(0x04, CTRL);
+pub const UBLK_U_CMD_DEL_DEV: u32 = iowr(0x05, CTRL);
+pub const UBLK_U_CMD_START_DEV: u32 = iowr(0x06, CTRL);
+pub const UBLK_U_CMD_STOP_DEV: u32 = iowr(0x07, CTRL);
+pub const UBLK_U_CMD_SET_PARAMS: u32 = iowr(0x08, CTRL);
+pub const UBLK_U_CMD_GET_PARAMS: u32 = ior(0x09, CTRL);
+pub const UBLK_U_CMD_GET_FEATURES: u32 = ior(0x13, CTRL);
+
+/// GET_FEATURES answers with this many bytes (a u64 of UBLK_F_* bits).
+pub const UBLK_FEATURES_LEN: u16 = 8;
+
+// ---- I/O commands (to /dev/ublkcN, 64-byte SQEs) ----------------------------
+const IO: usize = size_of::<IoCmd>();
+pub const UBLK_U_IO_FETCH_REQ: u32 = iowr(0x20, IO);
+pub const UBLK_U_IO_COMMIT_AND_FETCH_REQ: u32 = iowr(0x21, IO);
+
+/// A fetch command's result: a request is in the descriptor of its tag.
+pub const UBLK_IO_RES_OK: i32 = 0;
+/// A fetch command's result: the device is going away, no re-fetch.
+pub const UBLK_IO_RES_ABORT: i32 = -libc::ENODEV;
+
+/// Tags per queue at most.
+pub const UBLK_MAX_QUEUE_DEPTH: u16 = 4096;
+/// Queues per device at most.
+pub const UBLK_MAX_NR_QUEUES: u16 = 4096;
+
+// ---- features (ublksrv_ctrl_dev_info.flags, GET_FEATURES) --------------------
+pub const UBLK_F_SUPPORT_ZERO_COPY: u64 = 1 << 0;
+pub const UBLK_F_URING_CMD_COMP_IN_TASK: u64 = 1 << 1;
+pub const UBLK_F_NEED_GET_DATA: u64 = 1 << 2;
+pub const UBLK_F_USER_RECOVERY: u64 = 1 << 3;
+pub const UBLK_F_USER_RECOVERY_REISSUE: u64 = 1 << 4;
+pub const UBLK_F_UNPRIVILEGED_DEV: u64 = 1 << 5;
+pub const UBLK_F_CMD_IOCTL_ENCODE: u64 = 1 << 6;
+pub const UBLK_F_USER_COPY: u64 = 1 << 7;
+pub const UBLK_F_ZONED: u64 = 1 << 8;
+
+/// Feature bits with their header names, for messages.
+pub const FEATURE_NAMES: [(u64, &str); 9] = [
+    (UBLK_F_SUPPORT_ZERO_COPY, "UBLK_F_SUPPORT_ZERO_COPY"),
+    (UBLK_F_URING_CMD_COMP_IN_TASK, "UBLK_F_URING_CMD_COMP_IN_TASK"),
+    (UBLK_F_NEED_GET_DATA, "UBLK_F_NEED_GET_DATA"),
+    (UBLK_F_USER_RECOVERY, "UBLK_F_USER_RECOVERY"),
+    (UBLK_F_USER_RECOVERY_REISSUE, "UBLK_F_USER_RECOVERY_REISSUE"),
+    (UBLK_F_UNPRIVILEGED_DEV, "UBLK_F_UNPRIVILEGED_DEV"),
+    (UBLK_F_CMD_IOCTL_ENCODE, "UBLK_F_CMD_IOCTL_ENCODE"),
+    (UBLK_F_USER_COPY, "UBLK_F_USER_COPY"),
+    (UBLK_F_ZONED, "UBLK_F_ZONED"),
+];
+
+/// The names of the bits set in `flags` ("0x.." for unknown bits).
+pub fn feature_names(flags: u64) -> Vec<String> {
+    let mut names: Vec<String> =
+        FEATURE_NAMES.iter().filter(|(bit, _)| flags & bit != 0).map(|(_, n)| (*n).to_string()).collect();
+    let known = FEATURE_NAMES.iter().fold(0, |acc, (bit, _)| acc | bit);
+    if flags & !known != 0 {
+        names.push(format!("{:#x}", flags & !known));
+    }
+    names
+}
+
+// ---- device states -----------------------------------------------------------
+pub const UBLK_S_DEV_DEAD: u16 = 0;
+pub const UBLK_S_DEV_LIVE: u16 = 1;
+pub const UBLK_S_DEV_QUIESCED: u16 = 2;
+
+/// A device state's name as the kernel's constants spell it.
+pub fn state_name(state: u16) -> &'static str {
+    match state {
+        UBLK_S_DEV_DEAD => "DEAD",
+        UBLK_S_DEV_LIVE => "LIVE",
+        UBLK_S_DEV_QUIESCED => "QUIESCED",
+        _ => "UNKNOWN",
+    }
+}
+
+// ---- I/O ops and flags (ublksrv_io_desc.op_flags) ----------------------------
+pub const UBLK_IO_OP_READ: u8 = 0;
+pub const UBLK_IO_OP_WRITE: u8 = 1;
+pub const UBLK_IO_OP_FLUSH: u8 = 2;
+pub const UBLK_IO_OP_DISCARD: u8 = 3;
+pub const UBLK_IO_OP_WRITE_SAME: u8 = 4;
+pub const UBLK_IO_OP_WRITE_ZEROES: u8 = 5;
+
+/// op_flags bits above the op byte.
+pub const UBLK_IO_F_FUA: u32 = 1 << 13;
+pub const UBLK_IO_F_NOUNMAP: u32 = 1 << 15;
+
+// ---- parameter attributes and types --------------------------------------------
+pub const UBLK_ATTR_READ_ONLY: u32 = 1 << 0;
+pub const UBLK_ATTR_ROTATIONAL: u32 = 1 << 1;
+pub const UBLK_ATTR_VOLATILE_CACHE: u32 = 1 << 2;
+pub const UBLK_ATTR_FUA: u32 = 1 << 3;
+
+pub const UBLK_PARAM_TYPE_BASIC: u32 = 1 << 0;
+pub const UBLK_PARAM_TYPE_DISCARD: u32 = 1 << 1;
+pub const UBLK_PARAM_TYPE_DEVT: u32 = 1 << 2;
+
+/// `struct ublksrv_ctrl_cmd`: the first 32 bytes of a control SQE's cmd area.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CtrlCmd {
+    /// The device; for ADD_DEV, the wanted id or u32::MAX for any.
+    pub dev_id: u32,
+    /// u16::MAX unless the command is about one queue.
+    pub queue_id: u16,
+    /// Length of the buffer at `addr`.
+    pub len: u16,
+    /// A buffer in this process (dev info, params, features).
+    pub addr: u64,
+    /// Inline data (START_DEV: the server's pid).
+    pub data: [u64; 1],
+    /// Unprivileged devices only: the length of a path before the buffer.
+    pub dev_path_len: u16,
+    pub pad: u16,
+    pub reserved: u32,
+}
+
+/// `struct ublksrv_ctrl_dev_info`: what ADD_DEV asks for and answers, and
+/// GET_DEV_INFO reports.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DevInfo {
+    pub nr_hw_queues: u16,
+    pub queue_depth: u16,
+    /// UBLK_S_DEV_*.
+    pub state: u16,
+    pub pad0: u16,
+    /// The largest request in bytes (the per-tag buffer size).
+    pub max_io_buf_bytes: u32,
+    pub dev_id: u32,
+    /// The serving process, -1 when none.
+    pub ublksrv_pid: i32,
+    pub pad1: u32,
+    /// UBLK_F_* wanted (ADD_DEV) and granted (its answer).
+    pub flags: u64,
+    /// For the server's own use; the kernel keeps it.
+    pub ublksrv_flags: u64,
+    pub owner_uid: u32,
+    pub owner_gid: u32,
+    pub reserved1: u64,
+    pub reserved2: u64,
+}
+
+/// `struct ublksrv_io_desc`: one per tag in the mmapped area, written by
+/// the kernel before it completes the tag's fetch command.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct IoDesc {
+    /// Op in bits 0-7, UBLK_IO_F_* above.
+    pub op_flags: u32,
+    pub nr_sectors: u32,
+    pub start_sector: u64,
+    /// The buffer address this tag's last command gave.
+    pub addr: u64,
+}
+
+impl IoDesc {
+    pub fn op(&self) -> u8 {
+        (self.op_flags & 0xff) as u8
+    }
+
+    /// The UBLK_IO_F_* bits (unshifted: compare with the constants).
+    pub fn flags(&self) -> u32 {
+        self.op_flags & !0xff
+    }
+}
+
+/// `struct ublksrv_io_cmd`: the 16 bytes of a FETCH or COMMIT_AND_FETCH SQE.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct IoCmd {
+    pub q_id: u16,
+    pub tag: u16,
+    /// COMMIT: bytes done, or a negative errno.
+    pub result: i32,
+    /// The tag's buffer in this process.
+    pub addr: u64,
+}
+
+impl IoCmd {
+    /// The command as the SQE's 16-byte cmd area holds it (native endian,
+    /// as the kernel reads the struct).
+    pub fn to_bytes(self) -> [u8; 16] {
+        let mut out = [0u8; 16];
+        out[0..2].copy_from_slice(&self.q_id.to_ne_bytes());
+        out[2..4].copy_from_slice(&self.tag.to_ne_bytes());
+        out[4..8].copy_from_slice(&self.result.to_ne_bytes());
+        out[8..16].copy_from_slice(&self.addr.to_ne_bytes());
+        out
+    }
+}
+
+impl CtrlCmd {
+    /// The command in the first 32 bytes of an SQE128's 80-byte cmd area.
+    pub fn to_bytes(self) -> [u8; 80] {
+        let mut out = [0u8; 80];
+        out[0..4].copy_from_slice(&self.dev_id.to_ne_bytes());
+        out[4..6].copy_from_slice(&self.queue_id.to_ne_bytes());
+        out[6..8].copy_from_slice(&self.len.to_ne_bytes());
+        out[8..16].copy_from_slice(&self.addr.to_ne_bytes());
+        out[16..24].copy_from_slice(&self.data[0].to_ne_bytes());
+        out[24..26].copy_from_slice(&self.dev_path_len.to_ne_bytes());
+        out[26..28].copy_from_slice(&self.pad.to_ne_bytes());
+        out[28..32].copy_from_slice(&self.reserved.to_ne_bytes());
+        out
+    }
+}
+
+/// `struct ublk_param_basic`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ParamBasic {
+    /// UBLK_ATTR_*.
+    pub attrs: u32,
+    pub logical_bs_shift: u8,
+    pub physical_bs_shift: u8,
+    pub io_opt_shift: u8,
+    pub io_min_shift: u8,
+    /// The largest request in sectors (at most max_io_buf_bytes / 512).
+    pub max_sectors: u32,
+    /// Zone size in sectors on zoned devices, else 0.
+    pub chunk_sectors: u32,
+    pub dev_sectors: u64,
+    pub virt_boundary_mask: u64,
+}
+
+/// `struct ublk_param_discard`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ParamDiscard {
+    pub discard_alignment: u32,
+    /// Must be non-zero when the type is set.
+    pub discard_granularity: u32,
+    pub max_discard_sectors: u32,
+    pub max_write_zeroes_sectors: u32,
+    /// 1 when discard is supported (6.12 takes single-segment discards only).
+    pub max_discard_segments: u16,
+    pub reserved0: u16,
+}
+
+/// `struct ublk_param_devt` (read only: GET_PARAMS fills it).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ParamDevt {
+    pub char_major: u32,
+    pub char_minor: u32,
+    pub disk_major: u32,
+    pub disk_minor: u32,
+}
+
+/// `struct ublk_param_zoned` (here only for the size of `Params`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ParamZoned {
+    pub max_open_zones: u32,
+    pub max_active_zones: u32,
+    pub max_zone_append_sectors: u32,
+    pub reserved: [u8; 20],
+}
+
+/// `struct ublk_params` as of 6.12 (basic, discard, devt, zoned). `len`
+/// says how much of it the kernel may read; newer kernels' longer struct
+/// takes a shorter one.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Params {
+    pub len: u32,
+    /// UBLK_PARAM_TYPE_*: the parts that are filled.
+    pub types: u32,
+    pub basic: ParamBasic,
+    pub discard: ParamDiscard,
+    pub devt: ParamDevt,
+    pub zoned: ParamZoned,
+}
+
+// The kernel reads these layouts: any drift is an ABI break.
+const _: () = assert!(size_of::<CtrlCmd>() == 32);
+const _: () = assert!(size_of::<DevInfo>() == 64);
+const _: () = assert!(size_of::<IoDesc>() == 24);
+const _: () = assert!(size_of::<IoCmd>() == 16);
+const _: () = assert!(size_of::<ParamBasic>() == 32);
+const _: () = assert!(size_of::<ParamDiscard>() == 20);
+const _: () = assert!(size_of::<ParamDevt>() == 16);
+const _: () = assert!(size_of::<ParamZoned>() == 32);
+const _: () = assert!(size_of::<Params>() == 112);
+
+/// Bytes of one queue's descriptor area as the kernel maps it: a page
+/// multiple holding `depth` descriptors.
+pub fn queue_desc_bytes(depth: u16, page_size: usize) -> usize {
+    (usize::from(depth) * size_of::<IoDesc>()).div_ceil(page_size) * page_size
+}
+
+/// The mmap offset of queue `q_id`'s descriptors: each queue's area is
+/// spaced as if it had the largest depth.
+pub fn queue_desc_offset(q_id: u16, page_size: usize) -> u64 {
+    (u64::from(q_id)) * queue_desc_bytes(UBLK_MAX_QUEUE_DEPTH, page_size) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_numbers_match_the_header() {
+        // Values of the _IOR/_IOWR macros of ublk_cmd.h, computed by hand.
+        assert_eq!(UBLK_U_CMD_ADD_DEV, 0xc020_7504);
+        assert_eq!(UBLK_U_CMD_GET_DEV_INFO, 0x8020_7502);
+        assert_eq!(UBLK_U_CMD_GET_FEATURES, 0x8020_7513);
+        assert_eq!(UBLK_U_IO_FETCH_REQ, 0xc010_7520);
+        assert_eq!(UBLK_U_IO_COMMIT_AND_FETCH_REQ, 0xc010_7521);
+    }
+
+    #[test]
+    fn descriptor_areas_are_page_multiples() {
+        assert_eq!(queue_desc_bytes(64, 4096), 4096);
+        assert_eq!(queue_desc_bytes(171, 4096), 8192);
+        assert_eq!(queue_desc_offset(1, 4096), 98304);
+    }
+
+    #[test]
+    fn feature_names_name_unknown_bits() {
+        assert_eq!(feature_names(UBLK_F_CMD_IOCTL_ENCODE | 1 << 40), ["UBLK_F_CMD_IOCTL_ENCODE", "0x10000000000"]);
+    }
+}

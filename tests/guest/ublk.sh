@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# `mqblk ublk` in a Linux 6.12 guest: run it with tests/guest/run.sh.
+#
+#   cargo build --release -p mqblk-cli && tests/guest/run.sh tests/guest/ublk.sh
+#
+# Uses the host's target/release/mqblk (MQBLK_BIN overrides it). Checks,
+# inside the guest, each on its own line ("ok: ..." or "FAIL: ..."):
+#   1. `mqblk ublk add --device null:gb=1,memory_backed=1 --queues 2
+#      --depth 64` in the background brings up /dev/ublkb0 (bounded wait),
+#      and `mqblk ublk list` shows it LIVE;
+#   2. fio with verify=crc32c on /dev/ublkb0: engines libaio and io_uring,
+#      QD 1 and 32, 4k random writes and 1M sequential writes, each read
+#      back and verified (output under /tmp);
+#   3. ext4: mkfs, mount, a 24 MiB file and a directory tree of small
+#      files, sync, umount, `fsck.ext4 -fn` clean, remount, every file's
+#      SHA-256 the same;
+#   4. SIGTERM stops the server: exit status 0, /dev/ublkb0 and /dev/ublkc0
+#      gone;
+#   5. `mqblk ublk del 0` from another process ends a running server;
+#   6. a server killed with SIGKILL during fio: fio ends with errors (no
+#      hang), /dev/ublkb0 goes away, and `mqblk ublk del 0` removes the
+#      device.
+# Exits 0 only when all pass.
+#
+# SPDX-License-Identifier: MIT OR Apache-2.0
+set -uo pipefail
+
+[ "${MQBLK_GUEST:-}" = 1 ] || { echo "ublk.sh: run me with tests/guest/run.sh" >&2; exit 2; }
+root=$(cd "$(dirname "$0")/../.." && pwd)
+mqblk=${MQBLK_BIN:-$root/target/release/mqblk}
+[ -x "$mqblk" ] || { echo "ublk.sh: no $mqblk (cargo build --release -p mqblk-cli)" >&2; exit 2; }
+
+failures=0
+pass() { echo "ok: $*"; }
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f s", b - a }'; }
+
+spec=null:gb=1,memory_backed=1
+server_pid=""
+
+# Starts a server in the background; waits (at most 60 s) for /dev/ublkb0.
+start_server() {
+  "$mqblk" ublk add --device "$spec" --queues 2 --depth 64 --id 0 \
+    > /tmp/ublk-server.out 2> /tmp/ublk-server.err &
+  server_pid=$!
+  local t0; t0=$(now)
+  for _ in $(seq 600); do
+    [ -b /dev/ublkb0 ] && grep -q 'serving' /tmp/ublk-server.out && break
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [ -b /dev/ublkb0 ]; then
+    pass "server up: $(cat /tmp/ublk-server.out) ($(since "$t0"))"
+    return 0
+  fi
+  fail "no /dev/ublkb0 after $(since "$t0"); server said: $(cat /tmp/ublk-server.out /tmp/ublk-server.err)"
+  return 1
+}
+
+# Waits (at most $2 tenths of a second) for our child $1 to end; sets
+# exit_status to its status, or "timeout".
+exit_status=""
+wait_exit() {
+  local pid=$1 tenths=$2
+  for _ in $(seq "$tenths"); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    exit_status=timeout
+    return
+  fi
+  wait "$pid"
+  exit_status=$?
+}
+
+gone() { [ ! -e /dev/ublkb0 ] && [ ! -e /sys/block/ublkb0 ]; }
+
+# ---- 1. up, listed --------------------------------------------------------------------
+if ! start_server; then
+  echo "ublk: cannot go on without the device" >&2
+  exit 1
+fi
+echo none > /sys/block/ublkb0/queue/scheduler 2>/dev/null || true
+echo "queue limits: logical $(cat /sys/block/ublkb0/queue/logical_block_size) max_sectors_kb $(cat /sys/block/ublkb0/queue/max_sectors_kb) nr_requests $(cat /sys/block/ublkb0/queue/nr_requests) write_cache '$(cat /sys/block/ublkb0/queue/write_cache)' size $(blockdev --getsize64 /dev/ublkb0)"
+if "$mqblk" ublk list > /tmp/ublk-list.txt 2>&1 && grep -Eq '^0 +LIVE +2 +64 ' /tmp/ublk-list.txt; then
+  pass "ublk list shows device 0 LIVE with 2 queues of 64"
+else
+  fail "ublk list: $(cat /tmp/ublk-list.txt)"
+fi
+
+# ---- 2. fio with verify ----------------------------------------------------------------
+for engine in libaio io_uring; do
+  for job in "randwrite 4k 1 16m" "randwrite 4k 32 16m" "write 1m 1 64m" "write 1m 32 64m"; do
+    read -r rw bs qd size <<< "$job"
+    out=/tmp/fio-$engine-$rw-$bs-$qd.txt
+    t0=$(now)
+    if fio --name=ublk --filename=/dev/ublkb0 --direct=1 --ioengine="$engine" \
+        --rw="$rw" --bs="$bs" --iodepth="$qd" --size="$size" \
+        --verify=crc32c --do_verify=1 --verify_fatal=1 --verify_state_save=0 \
+        --output-format=terse --terse-version=3 --output="$out" > /dev/null 2>&1; then
+      # Terse v3: field 6 read KiB, 7 read bandwidth KiB/s, 8 read IOPS.
+      pass "fio $engine $rw bs=$bs iodepth=$qd size=$size verify=crc32c: $(cut -d';' -f6 "$out") KiB verified at $(cut -d';' -f8 "$out") IOPS ($(since "$t0"))"
+    else
+      fail "fio $engine $rw bs=$bs iodepth=$qd: $(tail -n 5 "$out" 2>/dev/null)"
+    fi
+  done
+done
+
+# ---- 3. ext4 ------------------------------------------------------------------------------
+mnt=/tmp/mnt
+mkdir -p $mnt
+t0=$(now)
+ext4_ok=1
+{
+  mkfs.ext4 -q -F /dev/ublkb0 &&
+  mount -t ext4 /dev/ublkb0 $mnt &&
+  head -c 24M /dev/urandom > $mnt/big &&
+  mkdir -p $mnt/tree/a/b/c $mnt/tree/d &&
+  for i in $(seq 1 150); do head -c $((i * 97)) /dev/urandom > "$mnt/tree/$((i % 3 == 0 ? 1 : 0))-$i"; done &&
+  for i in $(seq 1 50); do head -c $((i * 311)) /dev/urandom > "$mnt/tree/a/b/c/f$i"; echo "$i" > "$mnt/tree/d/n$i"; done &&
+  sync && (cd $mnt && find . -type f -print0 | sort -z | xargs -0 sha256sum) > /tmp/sums.txt &&
+  umount $mnt
+} > /tmp/ext4.log 2>&1 || ext4_ok=0
+if [ $ext4_ok = 1 ]; then
+  pass "ext4: mkfs, mount, $(wc -l < /tmp/sums.txt) files written, sync, umount ($(since "$t0"))"
+else
+  fail "ext4 setup: $(tail -n 5 /tmp/ext4.log)"
+  umount $mnt 2>/dev/null
+fi
+if [ $ext4_ok = 1 ]; then
+  if fsck.ext4 -fn /dev/ublkb0 > /tmp/fsck.log 2>&1; then
+    pass "fsck.ext4 -fn clean: $(tail -n 1 /tmp/fsck.log)"
+  else
+    fail "fsck.ext4 -fn: $(tail -n 5 /tmp/fsck.log)"
+  fi
+  if mount -t ext4 /dev/ublkb0 $mnt && (cd $mnt && sha256sum --quiet -c /tmp/sums.txt) > /tmp/sumcheck.log 2>&1; then
+    pass "remount: all $(wc -l < /tmp/sums.txt) files byte-exact (SHA-256)"
+  else
+    fail "remount and compare: $(tail -n 5 /tmp/sumcheck.log)"
+  fi
+  umount $mnt 2>/dev/null
+fi
+
+# ---- 4. SIGTERM -----------------------------------------------------------------------------
+t0=$(now)
+kill -TERM "$server_pid"
+wait_exit "$server_pid" 300; status=$exit_status
+for _ in $(seq 50); do gone && [ ! -e /dev/ublkc0 ] && break; sleep 0.1; done
+if [ "$status" = 0 ] && gone && [ ! -e /dev/ublkc0 ]; then
+  pass "SIGTERM: server exited 0, /dev/ublkb0 and /dev/ublkc0 gone ($(since "$t0")): $(tail -n 1 /tmp/ublk-server.out)"
+else
+  fail "SIGTERM: status $status, ublkb0 $([ -e /dev/ublkb0 ] && echo present || echo gone), ublkc0 $([ -e /dev/ublkc0 ] && echo present || echo gone); stderr: $(tail -n 3 /tmp/ublk-server.err)"
+fi
+
+# ---- 5. del from another process ---------------------------------------------------------------
+if start_server; then
+  t0=$(now)
+  "$mqblk" ublk del 0 > /tmp/ublk-del.txt 2>&1 &
+  del_pid=$!
+  wait_exit "$server_pid" 300; status=$exit_status
+  wait_exit "$del_pid" 100; del_status=$exit_status
+  if [ "$status" = 0 ] && [ "$del_status" = 0 ] && gone && [ ! -e /dev/ublkc0 ]; then
+    pass "ublk del 0: server exited 0, device gone ($(since "$t0"))"
+  else
+    fail "ublk del 0: server status $status, del status $del_status ($(cat /tmp/ublk-del.txt)); server: $(tail -n 3 /tmp/ublk-server.err)"
+  fi
+fi
+
+# ---- 6. SIGKILL mid-I/O ------------------------------------------------------------------------
+if start_server; then
+  fio --name=crash --filename=/dev/ublkb0 --direct=1 --ioengine=io_uring --rw=randrw --bs=4k \
+    --iodepth=32 --size=1g --time_based --runtime=60 --output=/tmp/fio-crash.txt > /dev/null 2>&1 &
+  fio_pid=$!
+  sleep 3
+  t0=$(now)
+  kill -KILL "$server_pid"
+  wait_exit "$fio_pid" 600; fio_status=$exit_status
+  for _ in $(seq 100); do gone && break; sleep 0.1; done
+  if [ "$fio_status" != timeout ] && [ "$fio_status" != 0 ] && gone; then
+    pass "SIGKILL mid-I/O: fio failed with status $fio_status ($(grep -o 'err= *[0-9]*[^)]*' /tmp/fio-crash.txt | head -n 1)) after $(since "$t0"); /dev/ublkb0 gone"
+  else
+    fail "SIGKILL mid-I/O: fio status $fio_status, ublkb0 $([ -e /dev/ublkb0 ] && echo present || echo gone)"
+    [ "$fio_status" = timeout ] && kill -KILL "$fio_pid" 2>/dev/null
+  fi
+  if "$mqblk" ublk del 0 > /tmp/ublk-del.txt 2>&1 && [ ! -e /dev/ublkc0 ]; then
+    pass "after the crash, ublk del 0 removes the device"
+  else
+    fail "after the crash, ublk del 0: $(cat /tmp/ublk-del.txt); ublkc0 $([ -e /dev/ublkc0 ] && echo present || echo gone)"
+  fi
+fi
+
+if [ "$failures" -ne 0 ]; then
+  echo "ublk: $failures check(s) failed" >&2
+  exit 1
+fi
+echo "ublk: all checks passed"
