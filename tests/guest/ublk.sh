@@ -170,10 +170,22 @@ fi
 
 # ---- 6. SIGKILL mid-I/O ------------------------------------------------------------------------
 if start_server; then
+  # allow_file_create=0: should the device be gone before fio opens it,
+  # fio must fail rather than fill a regular file at /dev/ublkb0.
   fio --name=crash --filename=/dev/ublkb0 --direct=1 --ioengine=io_uring --rw=randrw --bs=4k \
-    --iodepth=32 --size=1g --time_based --runtime=60 --output=/tmp/fio-crash.txt > /dev/null 2>&1 &
+    --iodepth=32 --size=1g --time_based --runtime=120 --allow_file_create=0 \
+    --output=/tmp/fio-crash.txt > /dev/null 2>&1 &
   fio_pid=$!
-  sleep 3
+  # Kill only once fio's I/O is flowing (fio starts slowly under TCG):
+  # /sys/block/ublkb0/stat fields 1 and 5 count completed reads and writes.
+  ios=0
+  for _ in $(seq 600); do
+    ios=$(awk '{ print $1 + $5 }' /sys/block/ublkb0/stat 2>/dev/null || echo 0)
+    [ "$ios" -gt 2000 ] && break
+    kill -0 "$fio_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "crash test: SIGKILL to the server after $ios completed I/Os"
   t0=$(now)
   kill -KILL "$server_pid"
   wait_exit "$fio_pid" 600; fio_status=$exit_status

@@ -103,7 +103,11 @@ fn list() -> Result<String, (u8, String)> {
             d.queue_depth,
             d.max_io_buf_bytes / 1024,
             d.ublksrv_pid,
-            if d.state == mqblk_ublk::uapi::UBLK_S_DEV_LIVE { mqblk_ublk::uapi::block_path(d.dev_id) } else { "-".into() }
+            if d.state == mqblk_ublk::uapi::UBLK_S_DEV_LIVE {
+                mqblk_ublk::uapi::block_path(d.dev_id)
+            } else {
+                "-".into()
+            }
         ));
     }
     Ok(out)

@@ -52,7 +52,7 @@ impl Control {
                 Ok(_) => break,
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
                     // A signal: the command may still be running; wait on.
-                    if self.ring.completion().len() > 0 {
+                    if !self.ring.completion().is_empty() {
                         break;
                     }
                 }
@@ -95,7 +95,11 @@ impl Control {
             ..Self::cmd_for(info.dev_id)
         };
         let wanted = info.dev_id;
-        self.run(uapi::UBLK_U_CMD_ADD_DEV, cmd).map_err(|e| Error::Command { cmd: "ADD_DEV", dev_id: wanted, source: e })?;
+        self.run(uapi::UBLK_U_CMD_ADD_DEV, cmd).map_err(|e| Error::Command {
+            cmd: "ADD_DEV",
+            dev_id: wanted,
+            source: e,
+        })?;
         Ok(info)
     }
 
@@ -108,7 +112,11 @@ impl Control {
             addr: std::ptr::addr_of_mut!(params) as u64,
             ..Self::cmd_for(dev_id)
         };
-        self.run(uapi::UBLK_U_CMD_SET_PARAMS, cmd).map_err(|e| Error::Command { cmd: "SET_PARAMS", dev_id, source: e })?;
+        self.run(uapi::UBLK_U_CMD_SET_PARAMS, cmd).map_err(|e| Error::Command {
+            cmd: "SET_PARAMS",
+            dev_id,
+            source: e,
+        })?;
         Ok(())
     }
 
@@ -120,7 +128,11 @@ impl Control {
             addr: std::ptr::addr_of_mut!(params) as u64,
             ..Self::cmd_for(dev_id)
         };
-        self.run(uapi::UBLK_U_CMD_GET_PARAMS, cmd).map_err(|e| Error::Command { cmd: "GET_PARAMS", dev_id, source: e })?;
+        self.run(uapi::UBLK_U_CMD_GET_PARAMS, cmd).map_err(|e| Error::Command {
+            cmd: "GET_PARAMS",
+            dev_id,
+            source: e,
+        })?;
         Ok(params)
     }
 
@@ -132,8 +144,11 @@ impl Control {
             addr: std::ptr::addr_of_mut!(info) as u64,
             ..Self::cmd_for(dev_id)
         };
-        self.run(uapi::UBLK_U_CMD_GET_DEV_INFO, cmd)
-            .map_err(|e| Error::Command { cmd: "GET_DEV_INFO", dev_id, source: e })?;
+        self.run(uapi::UBLK_U_CMD_GET_DEV_INFO, cmd).map_err(|e| Error::Command {
+            cmd: "GET_DEV_INFO",
+            dev_id,
+            source: e,
+        })?;
         Ok(info)
     }
 
@@ -141,23 +156,33 @@ impl Control {
     /// adds /dev/ublkbN (reading its partition table through the queues).
     pub fn start(&mut self, dev_id: u32, server_pid: i32) -> Result<(), Error> {
         let cmd = CtrlCmd { data: [server_pid as u64], ..Self::cmd_for(dev_id) };
-        self.run(uapi::UBLK_U_CMD_START_DEV, cmd).map_err(|e| Error::Command { cmd: "START_DEV", dev_id, source: e })?;
+        self.run(uapi::UBLK_U_CMD_START_DEV, cmd).map_err(|e| Error::Command {
+            cmd: "START_DEV",
+            dev_id,
+            source: e,
+        })?;
         Ok(())
     }
 
     /// STOP_DEV: removes /dev/ublkbN (after its in-flight requests
     /// complete) and aborts every queue's pending fetch commands.
     pub fn stop(&mut self, dev_id: u32) -> Result<(), Error> {
-        self.run(uapi::UBLK_U_CMD_STOP_DEV, Self::cmd_for(dev_id))
-            .map_err(|e| Error::Command { cmd: "STOP_DEV", dev_id, source: e })?;
+        self.run(uapi::UBLK_U_CMD_STOP_DEV, Self::cmd_for(dev_id)).map_err(|e| Error::Command {
+            cmd: "STOP_DEV",
+            dev_id,
+            source: e,
+        })?;
         Ok(())
     }
 
     /// DEL_DEV: stops the device if needed, removes /dev/ublkcN and waits
     /// until the id is free, which needs every /dev/ublkcN fd closed.
     pub fn delete(&mut self, dev_id: u32) -> Result<(), Error> {
-        self.run(uapi::UBLK_U_CMD_DEL_DEV, Self::cmd_for(dev_id))
-            .map_err(|e| Error::Command { cmd: "DEL_DEV", dev_id, source: e })?;
+        self.run(uapi::UBLK_U_CMD_DEL_DEV, Self::cmd_for(dev_id)).map_err(|e| Error::Command {
+            cmd: "DEL_DEV",
+            dev_id,
+            source: e,
+        })?;
         Ok(())
     }
 }

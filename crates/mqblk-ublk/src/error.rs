@@ -8,7 +8,9 @@ use std::io;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    #[error("the running kernel has no ublk: /dev/ublk-control is missing (CONFIG_BLK_DEV_UBLK; try `modprobe ublk_drv`)")]
+    #[error(
+        "the running kernel has no ublk: /dev/ublk-control is missing (CONFIG_BLK_DEV_UBLK; try `modprobe ublk_drv`)"
+    )]
     NoUblk,
     #[error("the running kernel's ublk does not answer UBLK_U_CMD_GET_FEATURES ({0}): it is older than Linux 6.5, mqblk ublk needs 6.5 or later")]
     NoGetFeatures(#[source] io::Error),

@@ -158,10 +158,11 @@ impl Queue {
         let QueueConfig { q_id, depth, buf_bytes, cdev, device } = cfg;
         let descs = DescMap::map(&cdev, q_id, depth)?;
         let entries = (u32::from(depth) + 1).next_power_of_two();
-        let ring = IoUring::builder()
-            .setup_cqsize(entries * 2)
-            .build(entries)
-            .map_err(|e| Error::Queue { q_id, what: "io_uring_setup", source: e })?;
+        let ring = IoUring::builder().setup_cqsize(entries * 2).build(entries).map_err(|e| Error::Queue {
+            q_id,
+            what: "io_uring_setup",
+            source: e,
+        })?;
         let mut client = device.client_with_capacity(usize::from(depth));
         if client.poll_fd().is_some() {
             return Err(Error::BadOption(
@@ -349,9 +350,8 @@ impl Queue {
     /// Polls the client's completion eventfd (one shot, re-armed after it
     /// fires).
     fn arm_eventfd(&mut self) -> Result<(), Error> {
-        let sqe = opcode::PollAdd::new(types::Fd(self.completion_fd), libc::POLLIN as u32)
-            .build()
-            .user_data(EVENTFD_TOKEN);
+        let sqe =
+            opcode::PollAdd::new(types::Fd(self.completion_fd), libc::POLLIN as u32).build().user_data(EVENTFD_TOKEN);
         self.push(&sqe)
     }
 

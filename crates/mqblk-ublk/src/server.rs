@@ -167,10 +167,18 @@ fn max_io_bytes(limits: &QueueLimits) -> u32 {
 impl Server {
     pub fn new(device: Device, opts: Options) -> Result<Self, Error> {
         if opts.queues == 0 || opts.queues > uapi::UBLK_MAX_NR_QUEUES {
-            return Err(Error::BadOption(format!("--queues {} (accepted: 1..={})", opts.queues, uapi::UBLK_MAX_NR_QUEUES)));
+            return Err(Error::BadOption(format!(
+                "--queues {} (accepted: 1..={})",
+                opts.queues,
+                uapi::UBLK_MAX_NR_QUEUES
+            )));
         }
         if opts.depth == 0 || opts.depth > uapi::UBLK_MAX_QUEUE_DEPTH {
-            return Err(Error::BadOption(format!("--depth {} (accepted: 1..={})", opts.depth, uapi::UBLK_MAX_QUEUE_DEPTH)));
+            return Err(Error::BadOption(format!(
+                "--depth {} (accepted: 1..={})",
+                opts.depth,
+                uapi::UBLK_MAX_QUEUE_DEPTH
+            )));
         }
         if device.limits().zoned.is_some() {
             return Err(Error::BadOption("zoned devices (UBLK_F_ZONED) are not served by mqblk ublk yet".into()));
@@ -333,10 +341,7 @@ fn open_char_device(dev_id: u32) -> Result<File, Error> {
     }
 }
 
-fn spawn_queue(
-    cfg: QueueConfig,
-    events: mpsc::Sender<Event>,
-) -> Result<JoinHandle<Result<QueueStats, Error>>, Error> {
+fn spawn_queue(cfg: QueueConfig, events: mpsc::Sender<Event>) -> Result<JoinHandle<Result<QueueStats, Error>>, Error> {
     let q_id = cfg.q_id;
     std::thread::Builder::new()
         .name(format!("ublk-q{q_id}"))
