@@ -4,10 +4,14 @@
 #   cargo build --release -p mqblk-cli && tests/guest/run.sh tests/guest/ublk.sh
 #
 # Uses the host's target/release/mqblk (MQBLK_BIN overrides it). Checks,
-# inside the guest, each on its own line ("ok: ..." or "FAIL: ..."):
-#   1. `mqblk ublk add --device null:gb=1,memory_backed=1 --queues 2
-#      --depth 64` in the background brings up /dev/ublkb0 (bounded wait),
-#      and `mqblk ublk list` shows it LIVE;
+# inside the guest, each on its own line ("ok: ..." or "FAIL: ..."), over
+# two devices in turn: null:gb=1,memory_backed=1 and a file device
+# (file:path=/tmp/ublk.img,create=1,size=512m: write cache, FUA, discard
+# and write zeroes), then the stop paths over the null device:
+#   1. `mqblk ublk add --device SPEC --queues 2 --depth 64` in the
+#      background brings up /dev/ublkb0 (bounded wait), and `mqblk ublk
+#      list` shows it LIVE; the file device also zeroes a range
+#      (blkdiscard -z) and discards one;
 #   2. fio with verify=crc32c on /dev/ublkb0: engines libaio and io_uring,
 #      QD 1 and 32, 4k random writes and 1M sequential writes, each read
 #      back and verified (output under /tmp);
@@ -15,7 +19,7 @@
 #      files, sync, umount, `fsck.ext4 -fn` clean, remount, every file's
 #      SHA-256 the same;
 #   4. SIGTERM stops the server: exit status 0, /dev/ublkb0 and /dev/ublkc0
-#      gone;
+#      gone (after each device's checks 1-3);
 #   5. `mqblk ublk del 0` from another process ends a running server;
 #   6. a server killed with SIGKILL during fio: fio ends with errors (no
 #      hang), /dev/ublkb0 goes away, and `mqblk ublk del 0` removes the
@@ -36,7 +40,7 @@ fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f s", b - a }'; }
 
-spec=null:gb=1,memory_backed=1
+spec=""
 server_pid=""
 
 # Starts a server in the background; waits (at most 60 s) for /dev/ublkb0.
@@ -77,82 +81,102 @@ wait_exit() {
 
 gone() { [ ! -e /dev/ublkb0 ] && [ ! -e /sys/block/ublkb0 ]; }
 
-# ---- 1. up, listed --------------------------------------------------------------------
-if ! start_server; then
-  echo "ublk: cannot go on without the device" >&2
-  exit 1
-fi
-echo none > /sys/block/ublkb0/queue/scheduler 2>/dev/null || true
-echo "queue limits: logical $(cat /sys/block/ublkb0/queue/logical_block_size) max_sectors_kb $(cat /sys/block/ublkb0/queue/max_sectors_kb) nr_requests $(cat /sys/block/ublkb0/queue/nr_requests) write_cache '$(cat /sys/block/ublkb0/queue/write_cache)' size $(blockdev --getsize64 /dev/ublkb0)"
-if "$mqblk" ublk list > /tmp/ublk-list.txt 2>&1 && grep -Eq '^0 +LIVE +2 +64 ' /tmp/ublk-list.txt; then
-  pass "ublk list shows device 0 LIVE with 2 queues of 64"
-else
-  fail "ublk list: $(cat /tmp/ublk-list.txt)"
-fi
+# Checks 1-4 over device SPEC ($1), named LABEL ($2) in the output; fio
+# sizes SMALL ($3, 4k jobs) and LARGE ($4, 1M jobs).
+check_device() {
+  spec=$1
+  local label=$2 small=$3 large=$4 rw bs qd size out t0 job engine ext4_ok status
+  # ---- 1. up, listed --------------------------------------------------------------------
+  start_server || return 1
+  echo none > /sys/block/ublkb0/queue/scheduler 2>/dev/null || true
+  echo "queue limits: logical $(cat /sys/block/ublkb0/queue/logical_block_size) max_sectors_kb $(cat /sys/block/ublkb0/queue/max_sectors_kb) nr_requests $(cat /sys/block/ublkb0/queue/nr_requests) write_cache '$(cat /sys/block/ublkb0/queue/write_cache)' fua $(cat /sys/block/ublkb0/queue/fua) discard_max_bytes $(cat /sys/block/ublkb0/queue/discard_max_bytes) rotational $(cat /sys/block/ublkb0/queue/rotational) size $(blockdev --getsize64 /dev/ublkb0)"
+  if "$mqblk" ublk list > /tmp/ublk-list.txt 2>&1 && grep -Eq '^0 +LIVE +2 +64 ' /tmp/ublk-list.txt; then
+    pass "$label: ublk list shows device 0 LIVE with 2 queues of 64"
+  else
+    fail "$label: ublk list: $(cat /tmp/ublk-list.txt)"
+  fi
 
-# ---- 2. fio with verify ----------------------------------------------------------------
-for engine in libaio io_uring; do
-  for job in "randwrite 4k 1 16m" "randwrite 4k 32 16m" "write 1m 1 64m" "write 1m 32 64m"; do
-    read -r rw bs qd size <<< "$job"
-    out=/tmp/fio-$engine-$rw-$bs-$qd.txt
-    t0=$(now)
-    if fio --name=ublk --filename=/dev/ublkb0 --direct=1 --ioengine="$engine" \
-        --rw="$rw" --bs="$bs" --iodepth="$qd" --size="$size" \
-        --verify=crc32c --do_verify=1 --verify_fatal=1 --verify_state_save=0 \
-        --output-format=terse --terse-version=3 --output="$out" > /dev/null 2>&1; then
-      # Terse v3: field 6 read KiB, 7 read bandwidth KiB/s, 8 read IOPS.
-      pass "fio $engine $rw bs=$bs iodepth=$qd size=$size verify=crc32c: $(cut -d';' -f6 "$out") KiB verified at $(cut -d';' -f8 "$out") IOPS ($(since "$t0"))"
+  if [ "$label" = file ]; then
+    # Write zeroes and discard reach the file driver (punched holes).
+    if head -c 1M /dev/urandom | dd of=/dev/ublkb0 bs=1M oflag=direct status=none &&
+        blkdiscard -z -o 0 -l 1M /dev/ublkb0 &&
+        cmp -n 1048576 /dev/ublkb0 /dev/zero && blkdiscard -o 1M -l 1M /dev/ublkb0; then
+      pass "$label: blkdiscard -z zeroes 1 MiB (WRITE_ZEROES), blkdiscard discards 1 MiB (DISCARD)"
     else
-      fail "fio $engine $rw bs=$bs iodepth=$qd: $(tail -n 5 "$out" 2>/dev/null)"
+      fail "$label: write zeroes or discard"
     fi
+  fi
+
+  # ---- 2. fio with verify ----------------------------------------------------------------
+  for engine in libaio io_uring; do
+    for job in "randwrite 4k 1 $small" "randwrite 4k 32 $small" "write 1m 1 $large" "write 1m 32 $large"; do
+      read -r rw bs qd size <<< "$job"
+      out=/tmp/fio-$engine-$rw-$bs-$qd.txt
+      t0=$(now)
+      if fio --name=ublk --filename=/dev/ublkb0 --direct=1 --ioengine="$engine" \
+          --rw="$rw" --bs="$bs" --iodepth="$qd" --size="$size" \
+          --verify=crc32c --do_verify=1 --verify_fatal=1 --verify_state_save=0 \
+          --output-format=terse --terse-version=3 --output="$out" > /dev/null 2>&1; then
+        # Terse v3: field 6 read KiB, 7 read bandwidth KiB/s, 8 read IOPS.
+        pass "$label: fio $engine $rw bs=$bs iodepth=$qd size=$size verify=crc32c: $(cut -d';' -f6 "$out") KiB verified at $(cut -d';' -f8 "$out") IOPS ($(since "$t0"))"
+      else
+        fail "$label: fio $engine $rw bs=$bs iodepth=$qd: $(tail -n 5 "$out" 2>/dev/null)"
+      fi
+    done
   done
-done
 
-# ---- 3. ext4 ------------------------------------------------------------------------------
-mnt=/tmp/mnt
-mkdir -p $mnt
-t0=$(now)
-ext4_ok=1
-{
-  mkfs.ext4 -q -F /dev/ublkb0 &&
-  mount -t ext4 /dev/ublkb0 $mnt &&
-  head -c 24M /dev/urandom > $mnt/big &&
-  mkdir -p $mnt/tree/a/b/c $mnt/tree/d &&
-  for i in $(seq 1 150); do head -c $((i * 97)) /dev/urandom > "$mnt/tree/$((i % 3 == 0 ? 1 : 0))-$i"; done &&
-  for i in $(seq 1 50); do head -c $((i * 311)) /dev/urandom > "$mnt/tree/a/b/c/f$i"; echo "$i" > "$mnt/tree/d/n$i"; done &&
-  sync && (cd $mnt && find . -type f -print0 | sort -z | xargs -0 sha256sum) > /tmp/sums.txt &&
-  umount $mnt
-} > /tmp/ext4.log 2>&1 || ext4_ok=0
-if [ $ext4_ok = 1 ]; then
-  pass "ext4: mkfs, mount, $(wc -l < /tmp/sums.txt) files written, sync, umount ($(since "$t0"))"
-else
-  fail "ext4 setup: $(tail -n 5 /tmp/ext4.log)"
-  umount $mnt 2>/dev/null
-fi
-if [ $ext4_ok = 1 ]; then
-  if fsck.ext4 -fn /dev/ublkb0 > /tmp/fsck.log 2>&1; then
-    pass "fsck.ext4 -fn clean: $(tail -n 1 /tmp/fsck.log)"
+  # ---- 3. ext4 ------------------------------------------------------------------------------
+  mnt=/tmp/mnt
+  mkdir -p $mnt
+  t0=$(now)
+  ext4_ok=1
+  {
+    mkfs.ext4 -q -F /dev/ublkb0 &&
+    mount -t ext4 /dev/ublkb0 $mnt &&
+    head -c 24M /dev/urandom > $mnt/big &&
+    mkdir -p $mnt/tree/a/b/c $mnt/tree/d &&
+    for i in $(seq 1 150); do head -c $((i * 97)) /dev/urandom > "$mnt/tree/$((i % 3 == 0 ? 1 : 0))-$i"; done &&
+    for i in $(seq 1 50); do head -c $((i * 311)) /dev/urandom > "$mnt/tree/a/b/c/f$i"; echo "$i" > "$mnt/tree/d/n$i"; done &&
+    sync && (cd $mnt && find . -type f -print0 | sort -z | xargs -0 sha256sum) > /tmp/sums.txt &&
+    umount $mnt
+  } > /tmp/ext4.log 2>&1 || ext4_ok=0
+  if [ $ext4_ok = 1 ]; then
+    pass "$label: ext4: mkfs, mount, $(wc -l < /tmp/sums.txt) files written, sync, umount ($(since "$t0"))"
   else
-    fail "fsck.ext4 -fn: $(tail -n 5 /tmp/fsck.log)"
+    fail "$label: ext4 setup: $(tail -n 5 /tmp/ext4.log)"
+    umount $mnt 2>/dev/null
   fi
-  if mount -t ext4 /dev/ublkb0 $mnt && (cd $mnt && sha256sum --quiet -c /tmp/sums.txt) > /tmp/sumcheck.log 2>&1; then
-    pass "remount: all $(wc -l < /tmp/sums.txt) files byte-exact (SHA-256)"
-  else
-    fail "remount and compare: $(tail -n 5 /tmp/sumcheck.log)"
+  if [ $ext4_ok = 1 ]; then
+    if fsck.ext4 -fn /dev/ublkb0 > /tmp/fsck.log 2>&1; then
+      pass "$label: fsck.ext4 -fn clean: $(tail -n 1 /tmp/fsck.log)"
+    else
+      fail "$label: fsck.ext4 -fn: $(tail -n 5 /tmp/fsck.log)"
+    fi
+    if mount -t ext4 /dev/ublkb0 $mnt && (cd $mnt && sha256sum --quiet -c /tmp/sums.txt) > /tmp/sumcheck.log 2>&1; then
+      pass "$label: remount: all $(wc -l < /tmp/sums.txt) files byte-exact (SHA-256)"
+    else
+      fail "$label: remount and compare: $(tail -n 5 /tmp/sumcheck.log)"
+    fi
+    umount $mnt 2>/dev/null
   fi
-  umount $mnt 2>/dev/null
-fi
 
-# ---- 4. SIGTERM -----------------------------------------------------------------------------
-t0=$(now)
-kill -TERM "$server_pid"
-wait_exit "$server_pid" 300; status=$exit_status
-for _ in $(seq 50); do gone && [ ! -e /dev/ublkc0 ] && break; sleep 0.1; done
-if [ "$status" = 0 ] && gone && [ ! -e /dev/ublkc0 ]; then
-  pass "SIGTERM: server exited 0, /dev/ublkb0 and /dev/ublkc0 gone ($(since "$t0")): $(tail -n 1 /tmp/ublk-server.out)"
-else
-  fail "SIGTERM: status $status, ublkb0 $([ -e /dev/ublkb0 ] && echo present || echo gone), ublkc0 $([ -e /dev/ublkc0 ] && echo present || echo gone); stderr: $(tail -n 3 /tmp/ublk-server.err)"
-fi
+  # ---- 4. SIGTERM -----------------------------------------------------------------------------
+  t0=$(now)
+  kill -TERM "$server_pid"
+  wait_exit "$server_pid" 300; status=$exit_status
+  for _ in $(seq 50); do gone && [ ! -e /dev/ublkc0 ] && break; sleep 0.1; done
+  if [ "$status" = 0 ] && gone && [ ! -e /dev/ublkc0 ]; then
+    pass "$label: SIGTERM: server exited 0, /dev/ublkb0 and /dev/ublkc0 gone ($(since "$t0")): $(tail -n 1 /tmp/ublk-server.out)"
+  else
+    fail "$label: SIGTERM: status $status, ublkb0 $([ -e /dev/ublkb0 ] && echo present || echo gone), ublkc0 $([ -e /dev/ublkc0 ] && echo present || echo gone); stderr: $(tail -n 3 /tmp/ublk-server.err)"
+  fi
+
+}
+
+check_device null:gb=1,memory_backed=1 null 16m 64m || { echo "ublk: cannot go on without the device" >&2; exit 1; }
+check_device file:path=/tmp/ublk.img,create=1,size=512m file 8m 32m
+rm -f /tmp/ublk.img
+spec=null:gb=1,memory_backed=1
 
 # ---- 5. del from another process ---------------------------------------------------------------
 if start_server; then

@@ -407,3 +407,59 @@ fn bio_for(desc: &IoDesc, tag: &mut Tag) -> Result<(Bio, i32), i32> {
         _ => Err(libc::EOPNOTSUPP),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tag(bytes: usize) -> Tag {
+        let buf = Buf::new(bytes);
+        let addr = buf.as_ptr() as u64;
+        Tag { buf: Some(buf), addr, state: TagState::Fetching }
+    }
+
+    fn desc(op: u8, flags: u32, start_sector: u64, nr_sectors: u32) -> IoDesc {
+        IoDesc { op_flags: u32::from(op) | flags, nr_sectors, start_sector, addr: 0 }
+    }
+
+    #[test]
+    fn read_takes_the_tag_buffer_shaped_to_the_request() {
+        let mut t = tag(8192);
+        let (bio, result) = bio_for(&desc(uapi::UBLK_IO_OP_READ, 0, 8, 4), &mut t).unwrap();
+        assert_eq!((bio.op, bio.offset, bio.len, result), (mqblk::Op::Read, 4096, 2048, 2048));
+        assert!(t.buf.is_none(), "the buffer moved into the bio");
+        assert_eq!(bio.buf.unwrap().as_ptr() as u64, t.addr);
+    }
+
+    #[test]
+    fn fua_write_carries_the_flag() {
+        let mut t = tag(4096);
+        let (bio, _) = bio_for(&desc(uapi::UBLK_IO_OP_WRITE, uapi::UBLK_IO_F_FUA, 0, 8), &mut t).unwrap();
+        assert!(bio.flags.contains(ReqFlags::FUA));
+    }
+
+    #[test]
+    fn dataless_ops_keep_the_buffer() {
+        let mut t = tag(4096);
+        for (op, want) in [
+            (uapi::UBLK_IO_OP_FLUSH, mqblk::Op::Flush),
+            (uapi::UBLK_IO_OP_DISCARD, mqblk::Op::Discard),
+            (uapi::UBLK_IO_OP_WRITE_ZEROES, mqblk::Op::WriteZeroes),
+        ] {
+            let (bio, result) = bio_for(&desc(op, 0, 0, 16), &mut t).unwrap();
+            assert_eq!((bio.op, result), (want, 0));
+            assert!(t.buf.is_some());
+        }
+    }
+
+    #[test]
+    fn bad_requests_get_an_errno_not_a_panic() {
+        let mut t = tag(4096);
+        assert_eq!(bio_for(&desc(uapi::UBLK_IO_OP_WRITE_SAME, 0, 0, 8), &mut t).unwrap_err(), libc::EOPNOTSUPP);
+        assert_eq!(bio_for(&desc(99, 0, 0, 8), &mut t).unwrap_err(), libc::EOPNOTSUPP);
+        assert_eq!(bio_for(&desc(uapi::UBLK_IO_OP_READ, 0, 0, 9), &mut t).unwrap_err(), libc::EINVAL);
+        assert_eq!(bio_for(&desc(uapi::UBLK_IO_OP_READ, 0, 0, 0), &mut t).unwrap_err(), libc::EINVAL);
+        assert_eq!(bio_for(&desc(uapi::UBLK_IO_OP_READ, 0, u64::MAX, 8), &mut t).unwrap_err(), libc::EINVAL);
+        assert!(t.buf.is_some(), "a refused request leaves the buffer with the tag");
+    }
+}

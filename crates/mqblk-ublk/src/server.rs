@@ -384,3 +384,40 @@ pub fn delete(id: u32) -> Result<(), Error> {
     let mut ctrl = Control::open()?;
     ctrl.delete(id)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_follow_the_queue_limits() {
+        let mut limits = QueueLimits::new(1 << 30, 4096);
+        limits.max_sectors = 250;
+        let max_io = max_io_bytes(&limits);
+        assert_eq!(max_io, 126_976, "250 sectors rounded down to 31 pages");
+        let p = params_for(&limits, max_io);
+        assert_eq!(p.types, uapi::UBLK_PARAM_TYPE_BASIC);
+        assert_eq!((p.basic.logical_bs_shift, p.basic.physical_bs_shift), (12, 12));
+        assert_eq!((p.basic.max_sectors, p.basic.dev_sectors, p.basic.attrs), (248, 1 << 21, 0));
+
+        limits.write_cache = true;
+        limits.fua = true;
+        limits.rotational = true;
+        limits.max_discard_sectors = 1 << 20;
+        limits.max_write_zeroes_sectors = 1 << 16;
+        let p = params_for(&limits, max_io);
+        assert_eq!(p.basic.attrs, uapi::UBLK_ATTR_VOLATILE_CACHE | uapi::UBLK_ATTR_FUA | uapi::UBLK_ATTR_ROTATIONAL);
+        assert_eq!(p.types, uapi::UBLK_PARAM_TYPE_BASIC | uapi::UBLK_PARAM_TYPE_DISCARD);
+        assert_eq!((p.discard.max_discard_segments, p.discard.discard_granularity), (1, 4096));
+        assert_eq!((p.discard.max_discard_sectors, p.discard.max_write_zeroes_sectors), (1 << 20, 1 << 16));
+    }
+
+    #[test]
+    fn options_out_of_range_are_refused() {
+        let device = Device::open("null:gb=1").unwrap();
+        for (queues, depth) in [(0, 64), (1, 0), (1, 4097), (4097, 1)] {
+            let opts = Options { queues, depth, id: None };
+            assert!(matches!(Server::new(device.clone(), opts), Err(Error::BadOption(_))), "{queues} x {depth}");
+        }
+    }
+}
