@@ -265,6 +265,13 @@ impl Queue {
                 let (bio, result_bytes) = match bio_for(&desc, tag) {
                     Ok(parsed) => parsed,
                     Err(errno) => {
+                        log::debug!(
+                            "queue {q_id}: tag {tag_id}: op {} of {} sectors at {} refused: {}",
+                            desc.op(),
+                            desc.nr_sectors,
+                            desc.start_sector,
+                            io::Error::from_raw_os_error(errno)
+                        );
                         refused.push((tag_id, -errno));
                         continue;
                     }
@@ -381,6 +388,11 @@ impl Queue {
 /// writes, 0 otherwise), or the errno to fail it with. Takes the tag's
 /// buffer for reads and writes.
 fn bio_for(desc: &IoDesc, tag: &mut Tag) -> Result<(Bio, i32), i32> {
+    if desc.op() == uapi::UBLK_IO_OP_FLUSH {
+        // A flush names no sectors: the kernel's flush requests carry
+        // start sector (sector_t)-1 (seen from Linux 6.12).
+        return Ok((Bio::flush(), 0));
+    }
     let offset = desc.start_sector.checked_mul(512).ok_or(libc::EINVAL)?;
     let bytes = u64::from(desc.nr_sectors) << SECTOR_SHIFT;
     let fua = desc.flags() & uapi::UBLK_IO_F_FUA != 0;
@@ -401,7 +413,6 @@ fn bio_for(desc: &IoDesc, tag: &mut Tag) -> Result<(Bio, i32), i32> {
             };
             Ok((bio, result))
         }
-        uapi::UBLK_IO_OP_FLUSH => Ok((Bio::flush(), 0)),
         uapi::UBLK_IO_OP_DISCARD => Ok((Bio::discard(offset, bytes), 0)),
         uapi::UBLK_IO_OP_WRITE_ZEROES => Ok((Bio::write_zeroes(offset, bytes), 0)),
         _ => Err(libc::EOPNOTSUPP),
@@ -450,6 +461,14 @@ mod tests {
             assert_eq!((bio.op, result), (want, 0));
             assert!(t.buf.is_some());
         }
+    }
+
+    #[test]
+    fn flush_ignores_its_start_sector() {
+        // The kernel's flush requests have sector (sector_t)-1.
+        let mut t = tag(4096);
+        let (bio, result) = bio_for(&desc(uapi::UBLK_IO_OP_FLUSH, 0, u64::MAX, 0), &mut t).unwrap();
+        assert_eq!((bio.op, result), (mqblk::Op::Flush, 0));
     }
 
     #[test]
