@@ -135,8 +135,8 @@ check_device() {
     mount -t ext4 /dev/ublkb0 $mnt &&
     head -c 24M /dev/urandom > $mnt/big &&
     mkdir -p $mnt/tree/a/b/c $mnt/tree/d &&
-    for i in $(seq 1 150); do head -c $((i * 97)) /dev/urandom > "$mnt/tree/$((i % 3 == 0 ? 1 : 0))-$i"; done &&
-    for i in $(seq 1 50); do head -c $((i * 311)) /dev/urandom > "$mnt/tree/a/b/c/f$i"; echo "$i" > "$mnt/tree/d/n$i"; done &&
+    for i in $(seq 1 60); do head -c $((i * 397)) /dev/urandom > "$mnt/tree/$((i % 3 == 0 ? 1 : 0))-$i"; done &&
+    for i in $(seq 1 20); do head -c $((i * 911)) /dev/urandom > "$mnt/tree/a/b/c/f$i"; echo "$i" > "$mnt/tree/d/n$i"; done &&
     sync && (cd $mnt && find . -type f -print0 | sort -z | xargs -0 sha256sum) > /tmp/sums.txt &&
     umount $mnt
   } > /tmp/ext4.log 2>&1 || ext4_ok=0
