@@ -4,7 +4,7 @@
 //! behind the writes; with them they never do, and its start-up time and
 //! read p99 fall.
 
-use std::process::Command;
+mod common;
 
 use serde_json::Value;
 
@@ -14,15 +14,10 @@ fn median(r: &Value, key: &str) -> f64 {
 
 #[test]
 fn bfq_depth_limits_keep_tags_for_the_starting_app() {
-    let dir = std::env::temp_dir().join(format!("mqblk-exp-as-{}", std::process::id()));
-    let out = Command::new(env!("CARGO_BIN_EXE_mqblk"))
-        .args(["experiment", "async-starvation", "--quick", "--out", dir.to_str().unwrap()])
-        .output()
-        .expect("run mqblk");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let table = String::from_utf8_lossy(&out.stdout);
+    let run = common::quick_experiment("async-starvation");
+    let table = &run.table;
     assert!(table.contains("start-up s") && table.contains("app tag waits"), "{table}");
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("async-starvation.json")).unwrap()).unwrap();
+    let v = &run.json;
     assert_eq!(v["experiment"], "async-starvation");
     assert_eq!(v["rounds"], 3);
     let results = v["results"].as_array().unwrap();
@@ -47,9 +42,6 @@ fn bfq_depth_limits_keep_tags_for_the_starting_app() {
         assert!(median(after, "startup_s") < median(before, "startup_s"), "{before}\n{after}");
     }
     assert_eq!(median(case("idle"), "app_tag_waits"), 0.0);
-    for ext in ["svg", "png"] {
-        let meta = std::fs::metadata(dir.join(format!("async-starvation.{ext}"))).unwrap();
-        assert!(meta.len() > 1000, "{ext} plot written");
-    }
-    let _ = std::fs::remove_dir_all(&dir);
+    assert!(run.svg.len() > 1000, "svg plot written");
+    assert!(run.png_bytes > 1000, "png plot written");
 }

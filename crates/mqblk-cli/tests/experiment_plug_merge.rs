@@ -5,22 +5,15 @@
 //! ones with outermost-only flushing do. Counts, not speed: merges are
 //! deterministic however loaded the machine is.
 
-use std::process::Command;
-
-use serde_json::Value;
+mod common;
 
 #[test]
 fn sync_bypass_never_merges_and_outermost_does() {
-    let dir = std::env::temp_dir().join(format!("mqblk-exp-pm-{}", std::process::id()));
-    let out = Command::new(env!("CARGO_BIN_EXE_mqblk"))
-        .args(["experiment", "plug-merge", "--quick", "--out", dir.to_str().unwrap()])
-        .output()
-        .expect("run mqblk");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let table = String::from_utf8_lossy(&out.stdout);
+    let run = common::quick_experiment("plug-merge");
+    let table = &run.table;
     assert!(table.contains("measured") && table.contains("model"), "ratio beside the closed form: {table}");
     assert!(table.contains("873,224"), "the source's figures beside the table: {table}");
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("plug-merge.json")).unwrap()).unwrap();
+    let v = &run.json;
     assert_eq!(v["experiment"], "plug-merge");
     let rounds = v["rounds"].as_u64().unwrap();
     let results = v["results"].as_array().unwrap();
@@ -48,6 +41,6 @@ fn sync_bypass_never_merges_and_outermost_does() {
     }
     assert_eq!(by("serial", "flush_each")["hypothetical"], true);
     assert_eq!(v["ratios"].as_array().unwrap().len(), 2);
-    let svg = std::fs::read_to_string(dir.join("plug-merge.svg")).unwrap();
+    let svg = &run.svg;
     assert!(svg.starts_with("<svg") && svg.matches("<polyline").count() == 2 * 3, "one line per variant per panel");
 }

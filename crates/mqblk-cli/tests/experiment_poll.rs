@@ -6,24 +6,16 @@
 //! machine spinning pollers lose their CPU to other processes and the gain
 //! flips sign between runs (seen: -68% to +53% for one cell under load).
 
-use std::process::Command;
+mod common;
 
 use serde_json::Value;
 
 fn run_quick() -> Value {
-    let dir = std::env::temp_dir().join(format!("mqblk-exp-poll-{}", std::process::id()));
-    let out = Command::new(env!("CARGO_BIN_EXE_mqblk"))
-        .args(["experiment", "poll", "--quick", "--out", dir.to_str().unwrap()])
-        .output()
-        .expect("run mqblk");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let run = common::quick_experiment("poll");
+    let stdout = &run.table;
     assert!(stdout.contains("source IOPS") && stdout.contains("CPU us/IO"), "{stdout}");
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("poll.json")).unwrap()).unwrap();
-    let svg = std::fs::read_to_string(dir.join("poll.svg")).unwrap();
-    assert!(svg.starts_with("<svg") && svg.contains("<polyline"));
-    let _ = std::fs::remove_dir_all(&dir);
-    v
+    assert!(run.svg.starts_with("<svg") && run.svg.contains("<polyline"));
+    run.json
 }
 
 fn median(v: &Value) -> f64 {

@@ -4,22 +4,13 @@
 //! rounds compared side by side, no absolute figure (this machine is shared
 //! and noisy).
 
-use std::process::Command;
+mod common;
 
 use serde_json::Value;
 
 fn run_quick() -> (String, Value, String) {
-    let dir = std::env::temp_dir().join(format!("mqblk-exp-tagwake-{}", std::process::id()));
-    let out = Command::new(env!("CARGO_BIN_EXE_mqblk"))
-        .args(["experiment", "tag-wakeup", "--quick", "--out", dir.to_str().unwrap()])
-        .output()
-        .expect("run mqblk");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let table = String::from_utf8_lossy(&out.stdout).into_owned();
-    let json = std::fs::read_to_string(dir.join("tag-wakeup.json")).expect("tag-wakeup.json written");
-    let svg = std::fs::read_to_string(dir.join("tag-wakeup.svg")).expect("tag-wakeup.svg written");
-    let _ = std::fs::remove_dir_all(&dir);
-    (table, serde_json::from_str(&json).expect("valid JSON"), svg)
+    let run = common::quick_experiment("tag-wakeup");
+    (run.table, run.json, run.svg)
 }
 
 fn median(cell: &Value, metric: &str) -> f64 {

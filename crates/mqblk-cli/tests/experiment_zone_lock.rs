@@ -14,21 +14,14 @@
 //! (e.g. global 1074/1162/1004 vs per-zone 1214/999/1000 KIOPS). The
 //! release build at defaults shows the gain (BENCHMARKS.md).
 
-use std::process::Command;
-
-use serde_json::Value;
+mod common;
 
 #[test]
 fn per_zone_reads_are_not_below_global_at_two_jobs() {
-    let dir = std::env::temp_dir().join(format!("mqblk-exp-zl-{}", std::process::id()));
-    let out = Command::new(env!("CARGO_BIN_EXE_mqblk"))
-        .args(["experiment", "zone-lock", "--quick", "--out", dir.to_str().unwrap()])
-        .output()
-        .expect("run mqblk");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let table = String::from_utf8_lossy(&out.stdout);
+    let run = common::quick_experiment("zone-lock");
+    let table = &run.table;
     assert!(table.contains("3,340") && table.contains("mq-deadline"), "the source's figures: {table}");
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("zone-lock.json")).unwrap()).unwrap();
+    let v = &run.json;
     let rounds = v["rounds"].as_u64().unwrap();
     let cpus = v["cpus"].as_u64().unwrap();
     let results = v["results"].as_array().unwrap();
@@ -56,5 +49,5 @@ fn per_zone_reads_are_not_below_global_at_two_jobs() {
     );
     let (global, per_zone) = (median("global", "kiops"), median("per-zone", "kiops"));
     assert!(per_zone >= 0.75 * global, "2 jobs, randread: per-zone {per_zone:.0} KIOPS, global {global:.0}\n{table}");
-    assert!(std::fs::read_to_string(dir.join("zone-lock.svg")).unwrap().contains("<polyline"));
+    assert!(run.svg.contains("<polyline"));
 }

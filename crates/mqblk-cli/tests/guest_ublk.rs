@@ -11,6 +11,8 @@
 //! first kernel fetch, and 5 to 10 minutes (the guest's own limit is raised
 //! to 30 unless MQBLK_GUEST_TIMEOUT says otherwise); it never skips.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -27,18 +29,5 @@ fn guest_ublk_script_passes() {
 
     // Under TCG on a loaded machine the script takes 5 to 10 minutes.
     let timeout_s = std::env::var("MQBLK_GUEST_TIMEOUT").unwrap_or_else(|_| "1800".into());
-    let output = Command::new("tests/guest/run.sh")
-        .arg("tests/guest/ublk.sh")
-        .env("MQBLK_GUEST_TIMEOUT", timeout_s)
-        .current_dir(&root)
-        .output()
-        .expect("spawn tests/guest/run.sh");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "tests/guest/run.sh tests/guest/ublk.sh: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        output.status
-    );
-    assert!(stdout.contains("ublk: all checks passed"), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    common::guest_script("tests/guest/ublk.sh", &[("MQBLK_GUEST_TIMEOUT", &timeout_s)], "ublk: all checks passed");
 }

@@ -1,0 +1,64 @@
+//! What the experiment and guest tests share: running `mqblk experiment
+//! NAME --quick` into a fresh folder and reading what it wrote, and
+//! running a script in the Linux 6.12 guest (tests/guest/run.sh).
+
+#![allow(dead_code)] // each test binary uses its own part
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+/// What `mqblk experiment NAME --quick` printed and wrote.
+pub struct QuickRun {
+    /// The tables on stdout.
+    pub table: String,
+    /// NAME.json.
+    pub json: Value,
+    /// NAME.svg.
+    pub svg: String,
+    /// The size of NAME.png.
+    pub png_bytes: u64,
+}
+
+/// Runs `mqblk experiment NAME --quick` (asserting success) into a folder
+/// of its own, reads its files and removes the folder.
+pub fn quick_experiment(name: &str) -> QuickRun {
+    let dir = std::env::temp_dir().join(format!("mqblk-exp-{name}-{}", std::process::id()));
+    let out = Command::new(env!("CARGO_BIN_EXE_mqblk"))
+        .args(["experiment", name, "--quick", "--out", dir.to_str().unwrap()])
+        .output()
+        .expect("run mqblk");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let file = |ext: &str| dir.join(format!("{name}.{ext}"));
+    let json = std::fs::read_to_string(file("json")).unwrap_or_else(|e| panic!("{name}.json: {e}"));
+    let run = QuickRun {
+        table: String::from_utf8_lossy(&out.stdout).into_owned(),
+        json: serde_json::from_str(&json).expect("valid JSON"),
+        svg: std::fs::read_to_string(file("svg")).unwrap_or_else(|e| panic!("{name}.svg: {e}")),
+        png_bytes: std::fs::metadata(file("png")).map_or(0, |m| m.len()),
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    run
+}
+
+/// Runs tests/guest/run.sh SCRIPT from the workspace root with `envs`,
+/// asserts it succeeded and printed `passed`, and returns its stdout.
+pub fn guest_script(script: &str, envs: &[(&str, &str)], passed: &str) -> String {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let output = Command::new("tests/guest/run.sh")
+        .arg(script)
+        .envs(envs.iter().copied())
+        .current_dir(&root)
+        .output()
+        .expect("spawn tests/guest/run.sh");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "tests/guest/run.sh {script}: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        output.status
+    );
+    assert!(stdout.contains(passed), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    stdout
+}
