@@ -19,6 +19,8 @@
 #     ext4 (each with its dependencies; modules the kernel has built in are
 #     skipped). null_blk is NOT loaded: the script picks its parameters:
 #       insmod "$MQBLK_GUEST_MODULES/null_blk.ko" nr_devices=1 gb=1
+#     Also shipped, not loaded: xor, raid6_pq, libcrc32c, btrfs (insmod in
+#     that order for a zoned btrfs).
 #   - environment (nothing else is passed from the host):
 #       PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 #       HOME=/root TERM=dumb LANG=C.UTF-8 MQBLK_GUEST=1
@@ -168,8 +170,9 @@ moddir=$root_dir/lib/modules/$kver
 # ---- modules: decompressed, in dependency order ---------------------------------
 # Loaded by /init in this order (with their dependencies first).
 load_modules=(netfs 9pnet 9pnet_virtio 9p nbd ublk_drv configfs crc16 crc32c_generic mbcache jbd2 ext4)
-# Shipped for the script to insmod itself (dependencies are loaded by /init).
-extra_modules=(null_blk)
+# Shipped for the script to insmod itself, in this order (null_blk's
+# dependency, configfs, is loaded by /init; btrfs's come before it).
+extra_modules=(null_blk xor raid6_pq libcrc32c btrfs)
 
 # Prints the path of module $1's .ko.xz (file names may spell _ as -).
 module_file() {

@@ -65,6 +65,7 @@ fn failed(e: Error) -> (u8, String) {
 fn add(args: AddArgs) -> Result<String, (u8, String)> {
     let device = Device::open(&args.device).map_err(|e| (2, format!("--device {}: {e}", args.device)))?;
     let opts = Options { queues: args.queues, depth: args.depth, id: args.id };
+    let zoned = device.limits().zoned.is_some();
     let server = Server::new(device, opts).map_err(failed)?;
     let signals = crate::serve::stop_on_signals({
         let stopper = server.stopper();
@@ -85,8 +86,9 @@ fn add(args: AddArgs) -> Result<String, (u8, String)> {
     });
     signals.close();
     let summary = summary.map_err(failed)?;
+    let appends = if zoned { format!(", {} zone appends", summary.zone_appends) } else { String::new() };
     Ok(format!(
-        "mqblk ublk: device {} stopped and deleted ({} requests, {} failed)\n",
+        "mqblk ublk: device {} stopped and deleted ({} requests, {} failed{appends})\n",
         summary.dev_id, summary.requests, summary.errors
     ))
 }

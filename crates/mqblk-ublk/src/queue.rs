@@ -13,6 +13,14 @@
 //! every pending fetch. The thread ends once every tag has ended and
 //! nothing is in flight in mqblk.
 //!
+//! Zoned devices need user copy (UBLK_F_USER_COPY): the kernel moves no
+//! data itself and FETCH/COMMIT carry no buffer address; the thread reads a
+//! write's data from /dev/ublkcN (pread at `uapi::user_copy_offset`) before
+//! submitting its bio, and writes a read's data there before committing.
+//! Report zones is no bio: the thread asks the device and writes the
+//! `struct blk_zone` entries the same way. A zone append's commit returns
+//! the sector the data went to (`zone_append_lba`).
+//!
 //! Completions of mqblk come back through the client's completion eventfd,
 //! polled on the same ring (IORING_OP_POLL_ADD), so the thread sleeps in
 //! one place: io_uring_enter. Every command of a queue must come from this
@@ -28,11 +36,13 @@
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::FileExt;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
 use io_uring::{opcode, squeue, types, IoUring};
-use mqblk::{Bio, Buf, Client, Completion, Device, ReqFlags, SECTOR_SHIFT};
+use mqblk::zoned::{Zone, ZoneMgmt, ZoneType};
+use mqblk::{Bio, Buf, Client, Completion, Device, Op, ReqFlags, SECTOR_SHIFT};
 
 use crate::error::Error;
 use crate::uapi::{self, IoCmd, IoDesc};
@@ -46,6 +56,8 @@ pub(crate) struct QueueConfig {
     pub depth: u16,
     /// Bytes of each tag's buffer (the device's max_io_buf_bytes).
     pub buf_bytes: usize,
+    /// UBLK_F_USER_COPY: data moves by pread/pwrite on /dev/ublkcN.
+    pub user_copy: bool,
     /// /dev/ublkcN, opened once by the server (the kernel allows one open).
     pub cdev: Arc<File>,
     pub device: Device,
@@ -56,6 +68,8 @@ pub(crate) struct QueueConfig {
 pub struct QueueStats {
     pub requests: u64,
     pub errors: u64,
+    /// Zone appends done (each returned its sector to the kernel).
+    pub zone_appends: u64,
 }
 
 /// The kernel's descriptor area of one queue, mapped read-only.
@@ -120,7 +134,7 @@ enum TagState {
     /// Its fetch (or commit-and-fetch) is with the kernel.
     Fetching,
     /// Its request is in mqblk; `result_bytes` is what a success returns.
-    Serving { result_bytes: i32 },
+    Serving { op: Op, result_bytes: i32 },
     /// Aborted or failed: no command of it is pending.
     Ended,
 }
@@ -128,7 +142,7 @@ enum TagState {
 struct Tag {
     /// The tag's buffer: here, or moved into its bio while serving.
     buf: Option<Buf>,
-    /// The buffer's address as the kernel was told.
+    /// The buffer's address as the kernel was told (0 with user copy).
     addr: u64,
     state: TagState,
 }
@@ -139,12 +153,17 @@ pub(crate) struct Queue {
     ring: IoUring<squeue::Entry>,
     cdev: Arc<File>,
     descs: DescMap,
+    user_copy: bool,
+    /// For report zones, which is no bio.
+    device: Device,
     client: Client,
     tags: Vec<Tag>,
     /// CQEs taken from the ring, processed after (user_data, result).
     cqes: Vec<(u64, i32)>,
     /// Requests to fail, found while submitting (tag, -errno).
     refused: Vec<(u16, i32)>,
+    /// Report-zones requests, answered after the plug.
+    reports: Vec<u16>,
     done: Vec<Completion>,
     completion_fd: RawFd,
     /// Tags not ended.
@@ -155,7 +174,7 @@ pub(crate) struct Queue {
 impl Queue {
     /// Maps the descriptors, makes the ring, the client and the buffers.
     pub(crate) fn new(cfg: QueueConfig) -> Result<Self, Error> {
-        let QueueConfig { q_id, depth, buf_bytes, cdev, device } = cfg;
+        let QueueConfig { q_id, depth, buf_bytes, user_copy, cdev, device } = cfg;
         let descs = DescMap::map(&cdev, q_id, depth)?;
         let entries = (u32::from(depth) + 1).next_power_of_two();
         let ring = IoUring::builder().setup_cqsize(entries * 2).build(entries).map_err(|e| Error::Queue {
@@ -173,7 +192,8 @@ impl Queue {
         let tags = (0..depth)
             .map(|_| {
                 let buf = Buf::new(buf_bytes);
-                let addr = buf.as_ptr() as u64;
+                // User copy requires FETCH and COMMIT to carry no address.
+                let addr = if user_copy { 0 } else { buf.as_ptr() as u64 };
                 Tag { buf: Some(buf), addr, state: TagState::Fetching }
             })
             .collect();
@@ -184,10 +204,13 @@ impl Queue {
             ring,
             cdev,
             descs,
+            user_copy,
+            device,
             client,
             tags,
             cqes: Vec::with_capacity(capacity),
             refused: Vec::with_capacity(usize::from(depth)),
+            reports: Vec::with_capacity(usize::from(depth)),
             done: Vec::with_capacity(usize::from(depth)),
             completion_fd,
             live: usize::from(depth),
@@ -233,7 +256,7 @@ impl Queue {
     /// Turns the CQEs just taken into bios, submitted under one plug;
     /// requests that cannot be served are committed with an error.
     fn handle_cqes(&mut self) -> Result<(), Error> {
-        let Self { cqes, client, tags, descs, live, stats, q_id, refused, .. } = self;
+        let Self { cqes, client, tags, descs, live, stats, q_id, refused, reports, user_copy, cdev, .. } = self;
         let mut eventfd_fired = false;
         let nr_ios = u32::try_from(cqes.len()).unwrap_or(u32::MAX).max(1);
         client.with_plug(nr_ios, |client| {
@@ -262,7 +285,20 @@ impl Queue {
                 }
                 stats.requests += 1;
                 let desc = descs.get(tag_id);
-                let (bio, result_bytes) = match bio_for(&desc, tag) {
+                if desc.op() == uapi::UBLK_IO_OP_REPORT_ZONES {
+                    reports.push(tag_id);
+                    continue;
+                }
+                let parsed = bio_for(&desc, tag).and_then(|(mut bio, result_bytes)| {
+                    if *user_copy && matches!(bio.op, Op::Write | Op::ZoneAppend) {
+                        if let Err(errno) = copy_in(cdev, *q_id, tag_id, &mut bio) {
+                            tag.buf = bio.buf.take();
+                            return Err(errno);
+                        }
+                    }
+                    Ok((bio, result_bytes))
+                });
+                let (bio, result_bytes) = match parsed {
                     Ok(parsed) => parsed,
                     Err(errno) => {
                         log::debug!(
@@ -276,7 +312,7 @@ impl Queue {
                         continue;
                     }
                 };
-                tag.state = TagState::Serving { result_bytes };
+                tag.state = TagState::Serving { op: bio.op, result_bytes };
                 if let Err(rejected) = client.submit(bio, user_data) {
                     let rejected = *rejected;
                     log::debug!("queue {q_id}: tag {tag_id}: refused by the device: {}", rejected.error);
@@ -292,7 +328,14 @@ impl Queue {
         // so the tag stays Fetching).
         while let Some((tag, result)) = self.refused.pop() {
             self.stats.errors += 1;
-            self.push_commit(tag, result)?;
+            self.push_commit(tag, result, 0)?;
+        }
+        while let Some(tag) = self.reports.pop() {
+            let result = self.report_zones(tag);
+            if result < 0 {
+                self.stats.errors += 1;
+            }
+            self.push_commit(tag, result, 0)?;
         }
         if eventfd_fired {
             self.drain_eventfd();
@@ -312,26 +355,41 @@ impl Queue {
                 let c = &mut self.done[i];
                 let tag_id = c.user_data as u16;
                 let buf = c.buf.take();
-                let status = c.status;
+                let (status, append_offset) = (c.status, c.append_offset);
                 let Some(tag) = self.tags.get_mut(usize::from(tag_id)) else { continue };
-                let TagState::Serving { result_bytes } = tag.state else {
+                let TagState::Serving { op, result_bytes } = tag.state else {
                     log::error!("queue {}: a completion for tag {tag_id} in state {:?}", self.q_id, tag.state);
                     continue;
                 };
                 if let Some(buf) = buf {
                     // The same buffer comes back; should a driver ever hand
                     // another one, the commit tells the kernel its address.
-                    tag.addr = buf.as_ptr() as u64;
+                    if !self.user_copy {
+                        tag.addr = buf.as_ptr() as u64;
+                    }
                     tag.buf = Some(buf);
                 }
                 tag.state = TagState::Fetching;
-                let result = if status.is_ok() {
-                    result_bytes
-                } else {
+                let mut result = if status.is_ok() { result_bytes } else { -status.errno() };
+                if result >= 0 && self.user_copy && op == Op::Read {
+                    result = copy_out(&self.cdev, self.q_id, tag_id, tag.buf.as_deref().unwrap_or(&[]))
+                        .map_or_else(|errno| -errno, |()| result);
+                }
+                // A zone append's commit names the sector its data went to.
+                let mut zone_append_lba = 0;
+                if result >= 0 && op == Op::ZoneAppend {
+                    match append_offset {
+                        Some(offset) => {
+                            zone_append_lba = offset >> SECTOR_SHIFT;
+                            self.stats.zone_appends += 1;
+                        }
+                        None => result = -libc::EIO,
+                    }
+                }
+                if result < 0 {
                     self.stats.errors += 1;
-                    -status.errno()
-                };
-                self.push_commit(tag_id, result)?;
+                }
+                self.push_commit(tag_id, result, zone_append_lba)?;
             }
             if got < depth {
                 return Ok(());
@@ -339,9 +397,39 @@ impl Queue {
         }
     }
 
-    fn push_commit(&mut self, tag: u16, result: i32) -> Result<(), Error> {
-        let addr = self.tags[usize::from(tag)].addr;
+    /// Queues COMMIT_AND_FETCH_REQ for `tag`; `zone_append_lba` goes in
+    /// the address field, which carries it for zone appends (user copy).
+    fn push_commit(&mut self, tag: u16, result: i32, zone_append_lba: u64) -> Result<(), Error> {
+        let addr = if self.user_copy { zone_append_lba } else { self.tags[usize::from(tag)].addr };
         self.push_io_cmd(uapi::UBLK_U_IO_COMMIT_AND_FETCH_REQ, tag, result, addr)
+    }
+
+    /// Answers a report-zones request (`nr_sectors` holds the number of
+    /// zones): the device's zones from `start_sector`, written as
+    /// `struct blk_zone`s into the request by user copy. Returns the
+    /// commit's result.
+    fn report_zones(&mut self, tag: u16) -> i32 {
+        let desc = self.descs.get(tag);
+        let Some(offset) = desc.start_sector.checked_mul(512) else { return -libc::EINVAL };
+        let Some(buf) = self.tags[usize::from(tag)].buf.as_mut() else { return -libc::EIO };
+        let room = buf.capacity() / std::mem::size_of::<uapi::BlkZone>();
+        let zones = match self.device.report_zones(offset, (desc.nr_sectors as usize).min(room)) {
+            Ok(zones) => zones,
+            Err(e) => return -e.errno(),
+        };
+        buf.set_len(zones.len() * std::mem::size_of::<uapi::BlkZone>());
+        for (chunk, zone) in buf.chunks_exact_mut(64).zip(&zones) {
+            chunk.copy_from_slice(&blk_zone(zone).to_bytes());
+        }
+        if let Err(errno) = copy_out(&self.cdev, self.q_id, tag, buf) {
+            return -errno;
+        }
+        // The kernel zeroed its buffer, so a short list ends at the first
+        // zero-length entry; the result must still cover the whole request
+        // or the block layer would see a partial completion and requeue it.
+        // ublk clamps a result beyond the request to its length
+        // (__ublk_complete_rq), so the buffer's capacity is always enough.
+        i32::try_from(buf.capacity()).unwrap_or(i32::MAX)
     }
 
     /// Queues one FETCH or COMMIT_AND_FETCH command for `tag`.
@@ -388,17 +476,20 @@ impl Queue {
 /// writes, 0 otherwise), or the errno to fail it with. Takes the tag's
 /// buffer for reads and writes.
 fn bio_for(desc: &IoDesc, tag: &mut Tag) -> Result<(Bio, i32), i32> {
-    if desc.op() == uapi::UBLK_IO_OP_FLUSH {
+    match desc.op() {
         // A flush names no sectors: the kernel's flush requests carry
         // start sector (sector_t)-1 (seen from Linux 6.12).
-        return Ok((Bio::flush(), 0));
+        uapi::UBLK_IO_OP_FLUSH => return Ok((Bio::flush(), 0)),
+        uapi::UBLK_IO_OP_ZONE_RESET_ALL => return Ok((Bio::zone_reset_all(), 0)),
+        _ => {}
     }
     let offset = desc.start_sector.checked_mul(512).ok_or(libc::EINVAL)?;
     let bytes = u64::from(desc.nr_sectors) << SECTOR_SHIFT;
     let fua = desc.flags() & uapi::UBLK_IO_F_FUA != 0;
     let flags = if fua { ReqFlags::FUA } else { ReqFlags::NONE };
+    let mgmt = |m: ZoneMgmt| Ok((Bio::zone_mgmt(m, offset), 0));
     match desc.op() {
-        uapi::UBLK_IO_OP_READ | uapi::UBLK_IO_OP_WRITE => {
+        uapi::UBLK_IO_OP_READ | uapi::UBLK_IO_OP_WRITE | uapi::UBLK_IO_OP_ZONE_APPEND => {
             let buf = tag.buf.as_mut().ok_or(libc::EIO)?;
             if bytes > buf.capacity() as u64 || bytes == 0 {
                 return Err(libc::EINVAL);
@@ -406,16 +497,55 @@ fn bio_for(desc: &IoDesc, tag: &mut Tag) -> Result<(Bio, i32), i32> {
             let mut buf = tag.buf.take().ok_or(libc::EIO)?;
             buf.set_len(bytes as usize);
             let result = i32::try_from(bytes).map_err(|_| libc::EINVAL)?;
-            let bio = if desc.op() == uapi::UBLK_IO_OP_READ {
-                Bio::read(offset, buf)
-            } else {
-                Bio::write(offset, buf).with_flags(flags)
+            let bio = match desc.op() {
+                uapi::UBLK_IO_OP_READ => Bio::read(offset, buf),
+                uapi::UBLK_IO_OP_WRITE => Bio::write(offset, buf).with_flags(flags),
+                _ => Bio::zone_append(offset, buf).with_flags(flags),
             };
             Ok((bio, result))
         }
+        uapi::UBLK_IO_OP_ZONE_OPEN => mgmt(ZoneMgmt::Open),
+        uapi::UBLK_IO_OP_ZONE_CLOSE => mgmt(ZoneMgmt::Close),
+        uapi::UBLK_IO_OP_ZONE_FINISH => mgmt(ZoneMgmt::Finish),
+        uapi::UBLK_IO_OP_ZONE_RESET => mgmt(ZoneMgmt::Reset),
         uapi::UBLK_IO_OP_DISCARD => Ok((Bio::discard(offset, bytes), 0)),
         uapi::UBLK_IO_OP_WRITE_ZEROES => Ok((Bio::write_zeroes(offset, bytes), 0)),
         _ => Err(libc::EOPNOTSUPP),
+    }
+}
+
+/// User copy in: a write's (or zone append's) data from the kernel's
+/// request into the bio's buffer. Err(errno) on a short or failed copy.
+fn copy_in(cdev: &File, q_id: u16, tag: u16, bio: &mut Bio) -> Result<(), i32> {
+    let buf = bio.buf.as_mut().ok_or(libc::EIO)?;
+    cdev.read_exact_at(buf, uapi::user_copy_offset(q_id, tag)).map_err(|e| {
+        log::debug!("queue {q_id}: tag {tag}: reading the request's data: {e}");
+        e.raw_os_error().unwrap_or(libc::EIO)
+    })
+}
+
+/// User copy out: `data` into the kernel's request (a read's data, a zone
+/// report). Err(errno) on a short or failed copy.
+fn copy_out(cdev: &File, q_id: u16, tag: u16, data: &[u8]) -> Result<(), i32> {
+    cdev.write_all_at(data, uapi::user_copy_offset(q_id, tag)).map_err(|e| {
+        log::debug!("queue {q_id}: tag {tag}: writing the request's data: {e}");
+        e.raw_os_error().unwrap_or(libc::EIO)
+    })
+}
+
+/// One zone as the kernel's report reads it.
+fn blk_zone(zone: &Zone) -> uapi::BlkZone {
+    uapi::BlkZone {
+        start: zone.start,
+        len: zone.len,
+        wp: zone.wp,
+        ztype: match zone.ztype {
+            ZoneType::Conventional => uapi::BLK_ZONE_TYPE_CONVENTIONAL,
+            ZoneType::SeqWriteRequired => uapi::BLK_ZONE_TYPE_SEQWRITE_REQ,
+        },
+        cond: zone.cond as u8,
+        capacity: zone.capacity,
+        ..uapi::BlkZone::default()
     }
 }
 
@@ -480,5 +610,48 @@ mod tests {
         assert_eq!(bio_for(&desc(uapi::UBLK_IO_OP_READ, 0, 0, 0), &mut t).unwrap_err(), libc::EINVAL);
         assert_eq!(bio_for(&desc(uapi::UBLK_IO_OP_READ, 0, u64::MAX, 8), &mut t).unwrap_err(), libc::EINVAL);
         assert!(t.buf.is_some(), "a refused request leaves the buffer with the tag");
+    }
+
+    #[test]
+    fn zone_ops_map_to_zone_bios() {
+        let mut t = tag(4096);
+        for (op, want) in [
+            (uapi::UBLK_IO_OP_ZONE_OPEN, mqblk::Op::ZoneOpen),
+            (uapi::UBLK_IO_OP_ZONE_CLOSE, mqblk::Op::ZoneClose),
+            (uapi::UBLK_IO_OP_ZONE_FINISH, mqblk::Op::ZoneFinish),
+            (uapi::UBLK_IO_OP_ZONE_RESET, mqblk::Op::ZoneReset),
+        ] {
+            let (bio, result) = bio_for(&desc(op, 0, 2048, 0), &mut t).unwrap();
+            assert_eq!((bio.op, bio.offset, result), (want, 2048 * 512, 0));
+        }
+        let (bio, _) = bio_for(&desc(uapi::UBLK_IO_OP_ZONE_RESET_ALL, 0, 0, 0), &mut t).unwrap();
+        assert_eq!(bio.op, mqblk::Op::ZoneResetAll);
+        assert!(t.buf.is_some(), "zone management moves no data");
+    }
+
+    #[test]
+    fn zone_append_takes_the_buffer_like_a_write() {
+        let mut t = tag(8192);
+        let (bio, result) = bio_for(&desc(uapi::UBLK_IO_OP_ZONE_APPEND, uapi::UBLK_IO_F_FUA, 4096, 8), &mut t).unwrap();
+        assert_eq!((bio.op, bio.offset, bio.len, result), (mqblk::Op::ZoneAppend, 4096 * 512, 4096, 4096));
+        assert!(bio.flags.contains(ReqFlags::FUA));
+        assert!(t.buf.is_none());
+    }
+
+    #[test]
+    fn zones_convert_to_the_kernel_report_entry() {
+        let seq = Zone {
+            start: 131072,
+            len: 131072,
+            capacity: 98304,
+            wp: 131080,
+            ztype: ZoneType::SeqWriteRequired,
+            cond: mqblk::zoned::ZoneCond::ImpOpen,
+        };
+        let z = blk_zone(&seq);
+        assert_eq!((z.start, z.len, z.capacity, z.wp), (131072, 131072, 98304, 131080));
+        assert_eq!((z.ztype, z.cond), (uapi::BLK_ZONE_TYPE_SEQWRITE_REQ, 0x2));
+        let conv = Zone { ztype: ZoneType::Conventional, cond: mqblk::zoned::ZoneCond::NotWp, ..seq };
+        assert_eq!((blk_zone(&conv).ztype, blk_zone(&conv).cond), (uapi::BLK_ZONE_TYPE_CONVENTIONAL, 0));
     }
 }

@@ -37,6 +37,17 @@ pub const MAX_IO_BYTES: usize = 1 << 20;
 /// Features this server cannot run without.
 const NEEDED_FEATURES: u64 = uapi::UBLK_F_CMD_IOCTL_ENCODE;
 
+/// What a zoned device needs on top: the kernel's zoned ublk (Linux 6.6)
+/// moves data by user copy only, since report zones fills a kernel buffer
+/// (ublk_drv.c refuses UBLK_F_ZONED without UBLK_F_USER_COPY).
+const ZONED_FEATURES: u64 = uapi::UBLK_F_USER_COPY | uapi::UBLK_F_ZONED;
+
+/// The UBLK_F_* flags a device with these limits is added with.
+pub fn device_flags(limits: &QueueLimits) -> u64 {
+    let zoned = if limits.zoned.is_some() { ZONED_FEATURES } else { 0 };
+    NEEDED_FEATURES | zoned
+}
+
 /// What to create.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -71,6 +82,7 @@ pub struct Summary {
     pub dev_id: u32,
     pub requests: u64,
     pub errors: u64,
+    pub zone_appends: u64,
 }
 
 enum Event {
@@ -98,11 +110,11 @@ pub struct Server {
     events_rx: mpsc::Receiver<Event>,
 }
 
-/// Checks that the kernel offers every feature this server needs; returns
-/// its feature bits.
-pub fn probe(ctrl: &mut Control) -> Result<u64, Error> {
+/// Checks that the kernel offers every feature in `needed`; returns its
+/// feature bits.
+pub fn probe(ctrl: &mut Control, needed: u64) -> Result<u64, Error> {
     let features = ctrl.features()?;
-    let missing = NEEDED_FEATURES & !features;
+    let missing = needed & !features;
     if missing != 0 {
         return Err(Error::MissingFeature {
             missing: uapi::feature_names(missing).join(", "),
@@ -136,7 +148,7 @@ pub fn params_for(limits: &QueueLimits, max_io_bytes: u32) -> Params {
             io_opt_shift: shift(physical),
             io_min_shift: shift(physical),
             max_sectors: max_io_bytes >> 9,
-            chunk_sectors: 0,
+            chunk_sectors: limits.zoned.map_or(0, |z| z.zone_sectors as u32),
             dev_sectors: limits.capacity_sectors(),
             virt_boundary_mask: 0,
         },
@@ -153,7 +165,40 @@ pub fn params_for(limits: &QueueLimits, max_io_bytes: u32) -> Params {
             reserved0: 0,
         };
     }
+    if let Some(z) = &limits.zoned {
+        params.types |= uapi::UBLK_PARAM_TYPE_ZONED;
+        params.zoned = uapi::ParamZoned {
+            max_open_zones: z.max_open_zones,
+            max_active_zones: z.max_active_zones,
+            max_zone_append_sectors: z.zone_append_max_sectors.min(max_io_bytes >> 9),
+            reserved: [0; 20],
+        };
+    }
     params
+}
+
+/// Why ublk cannot carry this zoned geometry, if it cannot: the kernel
+/// counts `dev_sectors / chunk_sectors` zones (no smaller last zone, which
+/// null_blk allows) and needs zone append.
+fn check_zoned(limits: &QueueLimits) -> Result<(), Error> {
+    let Some(z) = &limits.zoned else { return Ok(()) };
+    if u32::try_from(z.zone_sectors).is_err() || !z.zone_sectors.is_power_of_two() {
+        return Err(Error::BadOption(format!(
+            "zone size of {} sectors: ublk needs a power of two below 2^32",
+            z.zone_sectors
+        )));
+    }
+    if limits.capacity_sectors() % z.zone_sectors != 0 {
+        return Err(Error::BadOption(format!(
+            "a capacity of {} sectors is not a whole number of {}-sector zones: ublk cannot report a smaller last zone",
+            limits.capacity_sectors(),
+            z.zone_sectors
+        )));
+    }
+    if z.zone_append_max_sectors == 0 {
+        return Err(Error::BadOption("the zoned device takes no zone append: ublk needs it".into()));
+    }
+    Ok(())
 }
 
 /// The per-tag buffer size: the device's largest request, at most
@@ -180,9 +225,7 @@ impl Server {
                 uapi::UBLK_MAX_QUEUE_DEPTH
             )));
         }
-        if device.limits().zoned.is_some() {
-            return Err(Error::BadOption("zoned devices (UBLK_F_ZONED) are not served by mqblk ublk yet".into()));
-        }
+        check_zoned(device.limits())?;
         let (events_tx, events_rx) = mpsc::channel();
         Ok(Self { device, opts, events_tx, events_rx })
     }
@@ -195,8 +238,9 @@ impl Server {
     /// /dev/ublkbN exists.
     pub fn run(self, on_started: impl FnOnce(&Started)) -> Result<Summary, Error> {
         let mut ctrl = Control::open()?;
-        probe(&mut ctrl)?;
         let limits = self.device.limits().clone();
+        let flags = device_flags(&limits);
+        probe(&mut ctrl, flags)?;
         let max_io = max_io_bytes(&limits);
         let wanted = DevInfo {
             nr_hw_queues: self.opts.queues,
@@ -204,11 +248,18 @@ impl Server {
             max_io_buf_bytes: max_io,
             dev_id: self.opts.id.unwrap_or(u32::MAX),
             ublksrv_pid: std::process::id() as i32,
-            flags: uapi::UBLK_F_CMD_IOCTL_ENCODE,
+            flags,
             ..DevInfo::default()
         };
         let info = ctrl.add(wanted)?;
         let dev_id = info.dev_id;
+        if info.flags & flags != flags {
+            let _ = delete_quietly(&mut ctrl, dev_id);
+            return Err(Error::MissingFeature {
+                missing: uapi::feature_names(flags & !info.flags).join(", "),
+                offered: uapi::feature_names(info.flags).join(", "),
+            });
+        }
         // From here on the device exists: every failure deletes it.
         let result = self.serve_added(&mut ctrl, &info, &limits, on_started);
         let deleted = delete_quietly(&mut ctrl, dev_id);
@@ -239,6 +290,7 @@ impl Server {
                 q_id,
                 depth: info.queue_depth,
                 buf_bytes: info.max_io_buf_bytes as usize,
+                user_copy: info.flags & uapi::UBLK_F_USER_COPY != 0,
                 cdev: cdev.clone(),
                 device: self.device.clone(),
             };
@@ -250,13 +302,14 @@ impl Server {
         if let Err(e) = ctrl.stop(dev_id) {
             log::debug!("STOP_DEV: {e}");
         }
-        let mut summary = Summary { dev_id, requests: 0, errors: 0 };
+        let mut summary = Summary { dev_id, requests: 0, errors: 0, zone_appends: 0 };
         let mut first_error = outcome.err();
         for thread in threads {
             match thread.join() {
                 Ok(Ok(stats)) => {
                     summary.requests += stats.requests;
                     summary.errors += stats.errors;
+                    summary.zone_appends += stats.zone_appends;
                 }
                 Ok(Err(e)) => {
                     first_error.get_or_insert(e);
@@ -419,5 +472,41 @@ mod tests {
             let opts = Options { queues, depth, id: None };
             assert!(matches!(Server::new(device.clone(), opts), Err(Error::BadOption(_))), "{queues} x {depth}");
         }
+    }
+
+    #[test]
+    fn zoned_devices_get_user_copy_and_zoned_params() {
+        let device = Device::open("null:gb=1,zoned=1,zone_size=64,zone_max_open=3,zone_max_active=5").unwrap();
+        let limits = device.limits();
+        assert_eq!(device_flags(limits), uapi::UBLK_F_CMD_IOCTL_ENCODE | uapi::UBLK_F_USER_COPY | uapi::UBLK_F_ZONED);
+        let p = params_for(limits, max_io_bytes(limits));
+        assert_eq!(p.types & uapi::UBLK_PARAM_TYPE_ZONED, uapi::UBLK_PARAM_TYPE_ZONED);
+        assert_eq!(p.basic.chunk_sectors, 64 * 2048, "the zone size, in sectors");
+        assert_eq!((p.zoned.max_open_zones, p.zoned.max_active_zones), (3, 5));
+        assert!(p.zoned.max_zone_append_sectors > 0 && p.zoned.max_zone_append_sectors <= p.basic.max_sectors);
+        assert!(Server::new(device.clone(), Options::default()).is_ok());
+
+        let plain = Device::open("null:gb=1").unwrap();
+        assert_eq!(device_flags(plain.limits()), uapi::UBLK_F_CMD_IOCTL_ENCODE);
+        assert_eq!(params_for(plain.limits(), MAX_IO_BYTES as u32).types & uapi::UBLK_PARAM_TYPE_ZONED, 0);
+    }
+
+    #[test]
+    fn zoned_geometry_ublk_cannot_carry_is_refused_by_name() {
+        let mut limits = QueueLimits::new(1 << 30, 512);
+        limits.zoned = Some(mqblk::zoned::ZonedLimits {
+            zone_sectors: 1 << 17,
+            nr_zones: 16,
+            max_open_zones: 0,
+            max_active_zones: 0,
+            zone_append_max_sectors: 0,
+        });
+        let err = check_zoned(&limits).unwrap_err().to_string();
+        assert!(err.contains("zone append"), "{err}");
+        limits.zoned.as_mut().unwrap().zone_append_max_sectors = 256;
+        assert!(check_zoned(&limits).is_ok());
+        limits.capacity_bytes += 4096;
+        let err = check_zoned(&limits).unwrap_err().to_string();
+        assert!(err.contains("not a whole number"), "{err}");
     }
 }

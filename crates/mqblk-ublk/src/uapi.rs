@@ -4,8 +4,9 @@
 //! attribute bits, and the `#[repr(C)]` structs the kernel reads and
 //! writes, with their sizes checked at compile time.
 //!
-//! Relies on: nothing but the kernel's ABI. Only what this server uses is
-//! here; the header has more (user copy, zero copy, recovery, zoned).
+//! Relies on: nothing but the kernel's ABI, and include/uapi/linux/blkzoned.h
+//! for `struct blk_zone` (report zones). Only what this server uses is
+//! here; the header has more (zero copy, recovery).
 
 use std::mem::size_of;
 
@@ -122,6 +123,18 @@ pub const UBLK_IO_OP_FLUSH: u8 = 2;
 pub const UBLK_IO_OP_DISCARD: u8 = 3;
 pub const UBLK_IO_OP_WRITE_SAME: u8 = 4;
 pub const UBLK_IO_OP_WRITE_ZEROES: u8 = 5;
+pub const UBLK_IO_OP_ZONE_OPEN: u8 = 10;
+pub const UBLK_IO_OP_ZONE_CLOSE: u8 = 11;
+pub const UBLK_IO_OP_ZONE_FINISH: u8 = 12;
+/// Zone append: the commit returns the written sector (`zone_append_lba`,
+/// in the command's `addr` field).
+pub const UBLK_IO_OP_ZONE_APPEND: u8 = 13;
+pub const UBLK_IO_OP_ZONE_RESET_ALL: u8 = 14;
+pub const UBLK_IO_OP_ZONE_RESET: u8 = 15;
+/// Report zones: `nr_sectors` holds the number of zones wanted; the server
+/// writes that many `BlkZone`s (fewer: a zero-length zone ends the list)
+/// into the request's buffer by user copy.
+pub const UBLK_IO_OP_REPORT_ZONES: u8 = 18;
 
 /// op_flags bits above the op byte.
 pub const UBLK_IO_F_FUA: u32 = 1 << 13;
@@ -136,6 +149,24 @@ pub const UBLK_ATTR_FUA: u32 = 1 << 3;
 pub const UBLK_PARAM_TYPE_BASIC: u32 = 1 << 0;
 pub const UBLK_PARAM_TYPE_DISCARD: u32 = 1 << 1;
 pub const UBLK_PARAM_TYPE_DEVT: u32 = 1 << 2;
+pub const UBLK_PARAM_TYPE_ZONED: u32 = 1 << 3;
+
+// ---- user copy (UBLK_F_USER_COPY) ---------------------------------------------
+// The server reads a write's data from, and writes a read's data to,
+// /dev/ublkcN at an offset naming the queue, the tag and the position in
+// the request: UBLKSRV_IO_BUF_OFFSET + (q_id << UBLK_QID_OFF) +
+// (tag << UBLK_TAG_OFF) + offset.
+const UBLKSRV_IO_BUF_OFFSET: u64 = 0x8000_0000;
+const UBLK_IO_BUF_BITS: u32 = 25;
+const UBLK_TAG_OFF: u32 = UBLK_IO_BUF_BITS;
+const UBLK_TAG_BITS: u32 = 16;
+const UBLK_QID_OFF: u32 = UBLK_TAG_OFF + UBLK_TAG_BITS;
+
+/// The /dev/ublkcN file offset of the start of request `tag`'s data on
+/// queue `q_id` (user copy).
+pub fn user_copy_offset(q_id: u16, tag: u16) -> u64 {
+    UBLKSRV_IO_BUF_OFFSET + (u64::from(q_id) << UBLK_QID_OFF) + (u64::from(tag) << UBLK_TAG_OFF)
+}
 
 /// `struct ublksrv_ctrl_cmd`: the first 32 bytes of a control SQE's cmd area.
 #[repr(C)]
@@ -290,14 +321,59 @@ pub struct ParamDevt {
     pub disk_minor: u32,
 }
 
-/// `struct ublk_param_zoned` (here only for the size of `Params`).
+/// `struct ublk_param_zoned`: set with UBLK_PARAM_TYPE_ZONED on a device
+/// added with UBLK_F_ZONED (which needs UBLK_F_USER_COPY). The zone size is
+/// the basic part's `chunk_sectors`; the kernel counts the zones as
+/// `dev_sectors / chunk_sectors`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ParamZoned {
     pub max_open_zones: u32,
     pub max_active_zones: u32,
+    /// Must be non-zero.
     pub max_zone_append_sectors: u32,
     pub reserved: [u8; 20],
+}
+
+/// `struct blk_zone` (include/uapi/linux/blkzoned.h): one entry of a zone
+/// report, 64 bytes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BlkZone {
+    pub start: u64,
+    pub len: u64,
+    pub wp: u64,
+    /// BLK_ZONE_TYPE_*: 1 conventional, 2 sequential write required.
+    pub ztype: u8,
+    /// BLK_ZONE_COND_*.
+    pub cond: u8,
+    pub non_seq: u8,
+    pub reset: u8,
+    pub resv: [u8; 4],
+    /// Valid since the kernel sets BLK_ZONE_REP_CAPACITY in its reports.
+    pub capacity: u64,
+    pub reserved: [u8; 24],
+}
+
+pub const BLK_ZONE_TYPE_CONVENTIONAL: u8 = 1;
+pub const BLK_ZONE_TYPE_SEQWRITE_REQ: u8 = 2;
+
+impl BlkZone {
+    /// The entry as the kernel reads it (native endian).
+    pub fn to_bytes(self) -> [u8; 64] {
+        let mut out = [0u8; 64];
+        out[0..8].copy_from_slice(&self.start.to_ne_bytes());
+        out[8..16].copy_from_slice(&self.len.to_ne_bytes());
+        out[16..24].copy_from_slice(&self.wp.to_ne_bytes());
+        out[24] = self.ztype;
+        out[25] = self.cond;
+        out[26] = self.non_seq;
+        out[27] = self.reset;
+        out[28..32].copy_from_slice(&self.resv);
+        out[32..40].copy_from_slice(&self.capacity.to_ne_bytes());
+        out[40..64].copy_from_slice(&self.reserved);
+        out
+    }
 }
 
 /// `struct ublk_params` as of 6.12 (basic, discard, devt, zoned). `len`
@@ -325,6 +401,7 @@ const _: () = assert!(size_of::<ParamDiscard>() == 20);
 const _: () = assert!(size_of::<ParamDevt>() == 16);
 const _: () = assert!(size_of::<ParamZoned>() == 32);
 const _: () = assert!(size_of::<Params>() == 112);
+const _: () = assert!(size_of::<BlkZone>() == 64);
 
 /// Bytes of one queue's descriptor area as the kernel maps it: a page
 /// multiple holding `depth` descriptors.
@@ -350,6 +427,21 @@ mod tests {
         assert_eq!(UBLK_U_CMD_GET_FEATURES, 0x8020_7513);
         assert_eq!(UBLK_U_IO_FETCH_REQ, 0xc010_7520);
         assert_eq!(UBLK_U_IO_COMMIT_AND_FETCH_REQ, 0xc010_7521);
+    }
+
+    #[test]
+    fn user_copy_offsets_encode_queue_and_tag() {
+        // UBLKSRV_IO_BUF_OFFSET + (q_id << 41) + (tag << 25), ublk_cmd.h.
+        assert_eq!(user_copy_offset(0, 0), 0x8000_0000);
+        assert_eq!(user_copy_offset(0, 1), 0x8000_0000 + (1 << 25));
+        assert_eq!(user_copy_offset(2, 3), 0x8000_0000 + (2 << 41) + (3 << 25));
+    }
+
+    #[test]
+    fn blk_zone_bytes_follow_the_kernel_layout() {
+        let z = BlkZone { start: 1, len: 2, wp: 3, ztype: 2, cond: 4, capacity: 5, ..BlkZone::default() };
+        let b = z.to_bytes();
+        assert_eq!((b[0], b[8], b[16], b[24], b[25], b[32]), (1, 2, 3, 2, 4, 5));
     }
 
     #[test]
