@@ -245,6 +245,9 @@ impl Queue {
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR) | Some(libc::EBUSY)) => {}
                 Err(e) => return Err(Error::Queue { q_id: self.q_id, what: "io_uring_enter", source: e }),
             }
+            // Awake, and reaping before the next sleep: completions that
+            // come inline with our submissions need no eventfd wakeup.
+            self.client.disarm_completion_fd();
             self.cqes.clear();
             self.cqes.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
             self.handle_cqes()?;

@@ -227,6 +227,31 @@ fn the_completion_fd_outlives_its_client_and_is_quiet_for_the_next() {
     assert_eq!(unsafe { libc::poll(&mut pfd, 1, 10_000) }, 1, "and it signals the new client's completions");
 }
 
+/// An awake event loop disarms the eventfd: inline completions then leave
+/// it quiet (no write, no wakeup), and the next `do_io` that drains the ring
+/// arms it again.
+#[test]
+#[cfg_attr(miri, ignore = "Miri does not emulate poll(2)")]
+fn a_disarmed_completion_fd_stays_quiet_until_do_io_rearms_it() {
+    let dev = Device::open("null:gb=1,irqmode=0").unwrap();
+    let mut c = dev.client();
+    let fd = c.completion_fd().unwrap();
+    let readable = |timeout_ms: i32| {
+        let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut pfd, 1, timeout_ms) == 1 }
+    };
+    let mut done = Vec::new();
+    // Armed (a fresh client drains an empty ring on its first do_io).
+    assert_eq!(c.do_io(&mut done, 0, 8, None).unwrap(), 0);
+    c.disarm_completion_fd();
+    c.submit(Bio::read(0, Buf::new(4096)), 1).unwrap();
+    assert!(!readable(0), "an inline completion after disarm does not signal");
+    assert_eq!(c.do_io(&mut done, 0, 8, None).unwrap(), 1, "but it is delivered");
+    c.submit(Bio::read(0, Buf::new(4096)), 2).unwrap();
+    assert!(readable(10_000), "do_io drained the ring and armed the eventfd again");
+}
+
 #[test]
 fn dropping_a_client_waits_for_its_io() {
     let dev = Device::open("null:gb=1,irqmode=2,completion_nsec=2000000").unwrap();

@@ -102,6 +102,18 @@ impl Client {
         got
     }
 
+    /// Stops the completion eventfd from firing until the next `do_io`
+    /// drains the ring and arms it again. For an event loop that is awake
+    /// and will call `do_io` before it sleeps: completions delivered
+    /// meanwhile (a driver that completes inline, during `submit`) then
+    /// cost no eventfd write, and the loop no wakeup. A completer racing
+    /// with this may still signal once: a spurious wakeup.
+    pub fn disarm_completion_fd(&self) {
+        if self.notify && self.shared.notify_armed.load(Ordering::Relaxed) {
+            self.shared.notify_armed.store(false, Ordering::Relaxed);
+        }
+    }
+
     /// With an eventfd, arm it once the ring is drained; returns true if a
     /// completion slipped in meanwhile (so the caller keeps reaping).
     fn rearm_notify(&self) -> bool {
