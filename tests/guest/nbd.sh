@@ -161,11 +161,12 @@ check_device() {
     if timeout 600 fio --name=nbd --filename="$dev" --direct=1 --ioengine=libaio \
         --rw="$rw" --bs="$bs" --iodepth="$qd" --size="$size" \
         --verify=crc32c --do_verify=1 --verify_fatal=1 --verify_state_save=0 --allow_file_create=0 \
-        --output-format=terse --terse-version=3 --output="$out" > /dev/null 2>&1; then
+        --output-format=terse --terse-version=3 --output="$out" > /dev/null 2> /tmp/fio-stderr.txt; then
       # Terse v3: field 6 read KiB, 8 read IOPS.
       pass "$label: fio libaio $rw bs=$bs iodepth=$qd size=$size verify=crc32c: $(cut -d';' -f6 "$out") KiB verified at $(cut -d';' -f8 "$out") IOPS ($(since "$t0"))"
     else
-      fail "$label: fio libaio $rw bs=$bs iodepth=$qd: $(tail -n 5 "$out" 2>/dev/null)"
+      # Verify failures and I/O errors are on fio's stderr.
+      fail "$label: fio libaio $rw bs=$bs iodepth=$qd: $(head -n 5 /tmp/fio-stderr.txt)"
     fi
   done
 
