@@ -10,9 +10,10 @@
 # turn: null:gb=1,memory_backed=1 and a file device on the guest's tmpfs
 # (file:path=/tmp/nbd.img,create=1,size=512m), each served as
 # `mqblk serve --device SPEC --unix /tmp/nbd.sock`:
-#   1. `nbd-client -unix /tmp/nbd.sock /dev/nbd0 -b 4096` connects and
-#      /dev/nbd0 has the export's size; the file device also zeroes a
-#      range (blkdiscard -z) and discards one;
+#   1. `nbd-client -unix /tmp/nbd.sock /dev/nbd0 -b 4096` connects (two
+#      connections for the null device, one for the file device: a
+#      hardware queue each) and /dev/nbd0 has the export's size; the file
+#      device also zeroes a range (blkdiscard -z) and discards one;
 #   2. fio with verify=crc32c on /dev/nbd0 (libaio: 4k random writes at
 #      QD 32, 1M sequential writes at QD 4), read back and verified;
 #   3. ext4: mkfs, mount, a 24 MiB file and a directory tree of small
@@ -132,13 +133,23 @@ wait_exit() {
 }
 
 # Checks 1-4 over device SPEC ($1) of SIZE bytes ($2), named LABEL ($3) in
-# the output; fio sizes SMALL ($4, 4k job) and LARGE ($5, 1M job).
+# the output; fio sizes SMALL ($4, 4k job) and LARGE ($5, 1M job); CONNS
+# ($6) connections to the server (`nbd-client -connections`).
 check_device() {
   spec=$1
-  local bytes=$2 label=$3 small=$4 large=$5 rw bs qd size out t0 job ext4_ok status
+  local bytes=$2 label=$3 small=$4 large=$5 conns=$6 rw bs qd size out t0 job ext4_ok status hwq
   # ---- 1. up and connected ---------------------------------------------------------------
   start_server || return 1
-  connect "$bytes" || { kill -TERM "$server_pid"; wait_exit "$server_pid" 300; return 1; }
+  connect "$bytes" -connections "$conns" || { kill -TERM "$server_pid"; wait_exit "$server_pid" 300; return 1; }
+  # The kernel gives each connection a hardware queue of its own (the
+  # server offers NBD_FLAG_CAN_MULTI_CONN: one connection's flush covers
+  # the writes completed on all).
+  hwq=$(find /sys/block/nbd0/mq -mindepth 1 -maxdepth 1 -type d | wc -l)
+  if [ "$hwq" = "$conns" ]; then
+    pass "$label: $conns connection(s), $hwq hardware queue(s)"
+  else
+    fail "$label: $conns connection(s) asked for, $hwq hardware queue(s)"
+  fi
   echo "queue limits: logical $(cat /sys/block/nbd0/queue/logical_block_size) max_sectors_kb $(cat /sys/block/nbd0/queue/max_sectors_kb) write_cache '$(cat /sys/block/nbd0/queue/write_cache)' fua $(cat /sys/block/nbd0/queue/fua) discard_max_bytes $(cat /sys/block/nbd0/queue/discard_max_bytes) write_zeroes_max_bytes $(cat /sys/block/nbd0/queue/write_zeroes_max_bytes) rotational $(cat /sys/block/nbd0/queue/rotational)"
 
   if [ "$label" = file ]; then
@@ -225,8 +236,8 @@ check_device() {
   fi
 }
 
-check_device null:gb=1,memory_backed=1 $((1 << 30)) null 8m 32m || { echo "nbd: cannot go on without the device" >&2; exit 1; }
-check_device file:path=/tmp/nbd.img,create=1,size=512m $((512 << 20)) file 8m 32m
+check_device null:gb=1,memory_backed=1 $((1 << 30)) null 8m 32m 2 || { echo "nbd: cannot go on without the device" >&2; exit 1; }
+check_device file:path=/tmp/nbd.img,create=1,size=512m $((512 << 20)) file 8m 32m 1
 rm -f /tmp/nbd.img
 spec=null:gb=1,memory_backed=1
 
@@ -340,8 +351,9 @@ if start_server && connect $((1 << 30)); then
 fi
 
 # 7. /dev/nbd0 serves a new server after the crashes: 1 MiB written and
-# read back, disconnect, SIGTERM.
-if start_server && connect $((1 << 30)) -timeout 5; then
+# read back, disconnect, SIGTERM. No timeout: on a loaded machine a TCG
+# guest may stall a request for seconds, which -timeout 5 would fail.
+if start_server && connect $((1 << 30)); then
   head -c 1M /dev/urandom > /tmp/mib
   if timeout 120 dd if=/tmp/mib of="$dev" bs=1M oflag=direct status=none &&
       timeout 120 cmp -n 1048576 /tmp/mib "$dev"; then
