@@ -14,7 +14,8 @@ if ! cargo nextest --version >/dev/null 2>&1; then
 fi
 
 # Real clients for the NBD server tests, fio for its nbd engine, and
-# btrfs-progs for the zoned btrfs on /dev/ublkb0 (guest_ublk_zoned).
+# btrfs-progs for the zoned btrfs on /dev/ublkb0 (guest_ublk_zoned), and
+# nbd-client for the kernel nbd client in the guest (guest_nbd).
 need=()
 for tool in nbdinfo:libnbd-bin nbdcopy:libnbd-bin qemu-img:qemu-utils qemu-io:qemu-utils fio:fio losetup:mount mkfs.btrfs:btrfs-progs nbd-client:nbd-client; do
   command -v "${tool%%:*}" >/dev/null || need+=("${tool#*:}")
