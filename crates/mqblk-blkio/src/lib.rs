@@ -150,6 +150,9 @@ pub struct blkio_mem_region {
     pub flags: u32,
 }
 
+const _: () = assert!(std::mem::size_of::<blkio_mem_region>() == 40);
+const _: () = assert!(std::mem::offset_of!(blkio_mem_region, fd) == 32);
+
 impl Blkio {
     fn new() -> Self {
         Self {

@@ -59,6 +59,12 @@ pub struct blkio_zone {
     pub reserved_: [u8; 29],
 }
 
+// The layouts of blkio.h (libblkio 1.5's ABI on LP64).
+const _: () = assert!(std::mem::size_of::<blkio_completion>() == 32);
+const _: () = assert!(std::mem::offset_of!(blkio_completion, ret) == 16);
+const _: () = assert!(std::mem::size_of::<blkio_zone>() == 64);
+const _: () = assert!(std::mem::offset_of!(blkio_zone, zone_type) == 32);
+
 /// A finished request waiting for `do_io`.
 struct Ready {
     user_data: *mut c_void,

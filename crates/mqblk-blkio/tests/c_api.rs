@@ -82,3 +82,6 @@ macro_rules! c_test {
 }
 
 c_test!(lifecycle);
+c_test!(io);
+c_test!(events);
+c_test!(zoned);

@@ -1,7 +1,24 @@
 /* Every instance call in its order and out of it: states, properties,
  * queues, and the errors of calls made in the wrong state. */
+#include <stddef.h>
 #include <stdint.h>
 #include "check.h"
+
+/* libblkio 1.5's ABI on LP64: programs built against its header must see
+ * the same layouts and values. */
+_Static_assert(sizeof(struct blkio_completion) == 32, "blkio_completion size");
+_Static_assert(offsetof(struct blkio_completion, error_msg) == 8, "error_msg offset");
+_Static_assert(offsetof(struct blkio_completion, ret) == 16, "ret offset");
+_Static_assert(sizeof(struct blkio_mem_region) == 40, "blkio_mem_region size");
+_Static_assert(offsetof(struct blkio_mem_region, len) == 8, "len offset");
+_Static_assert(offsetof(struct blkio_mem_region, iova) == 16, "iova offset");
+_Static_assert(offsetof(struct blkio_mem_region, fd_offset) == 24, "fd_offset offset");
+_Static_assert(offsetof(struct blkio_mem_region, fd) == 32, "fd offset");
+_Static_assert(offsetof(struct blkio_mem_region, flags) == 36, "flags offset");
+_Static_assert(sizeof(struct blkio_zone) == 64, "blkio_zone size");
+_Static_assert(offsetof(struct blkio_zone, zone_type) == 32, "zone_type offset");
+_Static_assert(BLKIO_REQ_FUA == 1 && BLKIO_REQ_NO_UNMAP == 2 && BLKIO_REQ_NO_FALLBACK == 4, "flags");
+_Static_assert(BLKIO_ZONE_STATE_READONLY == 0xd && BLKIO_ZONE_STATE_FULL == 0xe, "zone states");
 
 int main(void)
 {
