@@ -594,3 +594,40 @@ pub unsafe extern "C" fn blkio_unmap_mem_region(b: *mut Blkio, region: *const bl
         Ok(())
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message() -> String {
+        // SAFETY: blkio_get_error_msg returns this thread's NUL-terminated message.
+        unsafe { CStr::from_ptr(blkio_get_error_msg()) }.to_string_lossy().into_owned()
+    }
+
+    #[test]
+    fn a_panic_becomes_eio_with_a_message() {
+        assert_eq!(entry(|| panic!("boom {}", 7)), -libc::EIO);
+        assert!(message().contains("internal error in mqblk-blkio: boom 7"), "{}", message());
+    }
+
+    #[test]
+    fn a_failure_becomes_its_negative_errno_and_message() {
+        assert_eq!(entry(|| fail(libc::EBUSY, "busy here")), -libc::EBUSY);
+        assert_eq!(message(), "busy here");
+        assert_eq!(entry(|| Ok(5)), 5);
+        assert_eq!(message(), "busy here", "success leaves the last message");
+    }
+
+    #[test]
+    fn messages_are_per_thread() {
+        entry(|| fail(libc::EINVAL, "main thread"));
+        std::thread::spawn(|| {
+            assert_eq!(message(), "");
+            entry(|| fail(libc::EIO, "other thread"));
+            assert_eq!(message(), "other thread");
+        })
+        .join()
+        .unwrap();
+        assert_eq!(message(), "main thread");
+    }
+}

@@ -532,14 +532,14 @@ impl Queue {
                 format!("blkioq_do_io: min_completions={min} exceeds the {} requests outstanding", self.outstanding()),
             );
         }
-        let started = Instant::now();
         // SAFETY: null or a timespec the caller lets us read and update.
         let timeout = unsafe { timeout.as_mut() };
         let deadline = match &timeout {
             Some(t) if t.tv_sec < 0 || !(0..1_000_000_000).contains(&t.tv_nsec) => {
                 return fail(libc::EINVAL, "blkioq_do_io: timeout is not a valid timespec");
             }
-            Some(t) => Some(started + Duration::new(t.tv_sec as u64, t.tv_nsec as u32)),
+            // The clock is read only when there is a timeout to keep.
+            Some(t) => Some(Instant::now() + Duration::new(t.tv_sec as u64, t.tv_nsec as u32)),
             None => None,
         };
         self.messages.clear();
