@@ -345,12 +345,16 @@ impl Queue {
         {
             return;
         }
-        if self.device.limits().max_write_zeroes_sectors > 0 {
-            // mqblk's write zeroes never deallocates: NO_UNMAP holds.
+        // The file driver's write zeroes punches a hole (deallocates): with
+        // NO_UNMAP it falls back to writing zeroes. Elsewhere (null) write
+        // zeroes keeps the space, as NO_UNMAP asks.
+        let unmaps = self.device.driver_name() == "file";
+        let native = self.device.limits().max_write_zeroes_sectors > 0 && !(unmaps && flags & BLKIO_REQ_NO_UNMAP != 0);
+        if native {
             return self.submit(Bio::write_zeroes(start, len).with_flags(fua(flags)), user_data, None);
         }
         if flags & BLKIO_REQ_NO_FALLBACK != 0 {
-            let msg = "blkioq_write_zeroes: the device has no native write zeroes and NO_FALLBACK was given";
+            let msg = "blkioq_write_zeroes: no write zeroes without a fallback to writes here (NO_FALLBACK given)";
             return self.refuse(user_data, libc::ENOTSUP, msg.into());
         }
         // The fallback: a write of a zeroed bounce buffer.

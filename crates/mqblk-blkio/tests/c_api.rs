@@ -85,3 +85,4 @@ c_test!(lifecycle);
 c_test!(io);
 c_test!(events);
 c_test!(zoned);
+c_test!(file);
