@@ -97,12 +97,17 @@ const PROPS: &[Prop] = &[
     prop("discard-alignment", Ty::Int, C, None),
     prop("discard-alignment-offset", Ty::Int, C, None),
     prop("max-discard-len", Ty::U64, C, None),
-    // Zoned devices, under the names of libblkio's nvme-io_uring driver.
+    // Zoned devices, under the names of libblkio's nvme-io_uring driver:
+    // its manual spells them with '_', its own tests with '-'; both work.
     prop("zoned", Ty::Int, C, None),
     prop("zone_size", Ty::U64, C, None),
+    prop("zone-size", Ty::U64, C, None),
     prop("nr_zones", Ty::U64, C, None),
+    prop("nr-zones", Ty::U64, C, None),
     prop("max_open_zones", Ty::Int, C, None),
+    prop("max-open-zones", Ty::Int, C, None),
     prop("max_active_zones", Ty::Int, C, None),
+    prop("max-active-zones", Ty::Int, C, None),
 ];
 
 /// Alignment of memory regions: a page, or the block size if larger (it
@@ -167,10 +172,10 @@ fn read_device(device: &Device, name: &str) -> Val {
         "max-discard-len" => Val::U64(u64::from(l.max_discard_sectors) * mqblk::SECTOR_SIZE),
         "discard-alignment" => Val::Int(if l.max_discard_sectors > 0 { lbs as c_int } else { 0 }),
         "zoned" => Val::Int(if zoned.is_some() { 2 } else { 0 }),
-        "zone_size" => Val::U64(zoned.map_or(0, |z| z.zone_sectors * mqblk::SECTOR_SIZE)),
-        "nr_zones" => Val::U64(zoned.map_or(0, |z| u64::from(z.nr_zones))),
-        "max_open_zones" => Val::Int(zoned.map_or(0, |z| z.max_open_zones as c_int)),
-        "max_active_zones" => Val::Int(zoned.map_or(0, |z| z.max_active_zones as c_int)),
+        "zone_size" | "zone-size" => Val::U64(zoned.map_or(0, |z| z.zone_sectors * mqblk::SECTOR_SIZE)),
+        "nr_zones" | "nr-zones" => Val::U64(zoned.map_or(0, |z| u64::from(z.nr_zones))),
+        "max_open_zones" | "max-open-zones" => Val::Int(zoned.map_or(0, |z| z.max_open_zones as c_int)),
+        "max_active_zones" | "max-active-zones" => Val::Int(zoned.map_or(0, |z| z.max_active_zones as c_int)),
         other => unreachable!("property {other} is in the table but has no value"),
     }
 }

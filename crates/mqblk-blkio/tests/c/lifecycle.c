@@ -55,7 +55,10 @@ int main(void)
     FAILS(blkio_set_str(b, "read-only", "maybe"), EINVAL, "cannot parse");
     FAILS(blkio_set_int(b, "num-queues", 2), ENODEV, "only while connected");
 
-    /* Out of order: start and queues before connect, connect without path. */
+    /* Out of order: start, queues and regions before connect, connect
+     * without path. */
+    struct blkio_mem_region r;
+    FAILS(blkio_alloc_mem_region(b, &r, 4096), EINVAL, "connect first");
     FAILS(blkio_start(b), EINVAL, "connect first");
     CHECK(blkio_get_queue(b, 0) == NULL);
     CHECK(strstr(blkio_get_error_msg(), "not started"));
@@ -110,8 +113,13 @@ int main(void)
     OK(blkio_get_int(b, "num-queues", &iv));
     CHECK(iv == 2);
 
+    /* Regions may be allocated once connected; mapped once started. */
+    OK(blkio_alloc_mem_region(b, &r, 4096));
+    FAILS(blkio_map_mem_region(b, &r), EINVAL, "not started");
+
     /* Start; queues. */
     OK(blkio_start(b));
+    OK(blkio_map_mem_region(b, &r));
     FAILS(blkio_start(b), EBUSY, "already started");
     FAILS(blkio_set_int(b, "num-queues", 1), EBUSY, "only while connected");
     struct blkioq *q0 = blkio_get_queue(b, 0), *q1 = blkio_get_queue(b, 1);
@@ -136,6 +144,11 @@ int main(void)
     blkioq_read(q1, 0, buf, sizeof(buf), (void *)42, 0);
     struct blkio_completion c = wait_one(q1);
     CHECK(c.user_data == (void *)42 && c.ret == 0 && c.error_msg == NULL);
+    memset(r.addr, 0x11, 4096);
+    blkioq_read(q1, 0, r.addr, 4096, (void *)43, 0); /* never written: zeroes */
+    c = wait_one(q1);
+    CHECK(c.user_data == (void *)43 && c.ret == 0 && ((char *)r.addr)[4095] == 0);
+    /* Destroy unmaps and frees the region, still mapped. */
 
     /* Destroy clears the pointer; NULL is harmless. */
     blkio_destroy(&b);

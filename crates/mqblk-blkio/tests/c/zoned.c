@@ -48,6 +48,12 @@ int main(void)
     CHECK(u == 8 * MB);
     OK(blkio_get_uint64(b, "nr_zones", &u));
     CHECK(u == 8);
+    OK(blkio_get_uint64(b, "nr-zones", &u)); /* libblkio's tests spell it so */
+    CHECK(u == 8);
+    OK(blkio_get_uint64(b, "zone-size", &u));
+    CHECK(u == 8 * MB);
+    OK(blkio_get_int(b, "max-open-zones", &iv));
+    CHECK(iv == 0); /* no limit */
 
     struct blkio_zone z[10];
     CHECK(report(q, 0, z, 10) == 8);
