@@ -86,3 +86,4 @@ c_test!(io);
 c_test!(events);
 c_test!(zoned);
 c_test!(file);
+c_test!(threads);
