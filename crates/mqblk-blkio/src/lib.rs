@@ -11,7 +11,8 @@
 //! errnos with a per-thread message for `blkio_get_error_msg`.
 //!
 //! Files: this one holds the instance (life cycle, queues, memory regions);
-//! props.rs the properties; queue.rs the requests and `do_io`.
+//! props.rs the properties; queue.rs the requests and `do_io`, queue/ffi.rs
+//! their exported `blkioq_*` functions.
 //!
 //! Relies on: mqblk's Device, Client, Bio and `Buf::borrowed` (buf.rs).
 
