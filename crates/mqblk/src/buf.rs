@@ -1,4 +1,5 @@
-//! `Buf`: an owned, page-aligned I/O buffer.
+//! `Buf`: an owned, page-aligned I/O buffer (or, for a C caller that
+//! keeps its own memory, a borrowed one: `Buf::borrowed`).
 //!
 //! Buffers move into a submitted I/O and come back in its completion, so the
 //! block layer owns a buffer for exactly as long as the I/O is in flight:
@@ -29,6 +30,8 @@ pub struct Buf {
     capacity: usize,
     /// The registered region this buffer is a slot of (kept alive by it).
     fixed: Option<Arc<Region>>,
+    /// Memory of the caller's (`Buf::borrowed`): never freed here.
+    borrowed: bool,
 }
 
 // SAFETY: `Buf` owns its allocation exclusively (like `Box<[u8]>`), so moving
@@ -41,18 +44,43 @@ impl Buf {
     /// A zeroed buffer of `len` bytes (`len` may be 0).
     pub fn new(len: usize) -> Self {
         if len == 0 {
-            return Self { ptr: NonNull::dangling(), len: 0, capacity: 0, fixed: None };
+            return Self { ptr: NonNull::dangling(), len: 0, capacity: 0, fixed: None, borrowed: false };
         }
         let layout = Self::layout(len);
         // SAFETY: `layout` has a non-zero size (len > 0).
         let raw = unsafe { alloc_zeroed(layout) };
         let Some(ptr) = NonNull::new(raw) else { std::alloc::handle_alloc_error(layout) };
-        Self { ptr, len, capacity: len, fixed: None }
+        Self { ptr, len, capacity: len, fixed: None, borrowed: false }
+    }
+
+    /// A buffer over `len` bytes of the caller's memory at `ptr`, which it
+    /// keeps owning: dropping the `Buf` frees nothing. This is how the C
+    /// library (mqblk-blkio) hands the block layer an application's buffer
+    /// without a copy or an allocation per I/O. Unlike other buffers it is
+    /// aligned only as the caller aligned it (drivers that need more, such
+    /// as O_DIRECT files, must be given suitably aligned memory).
+    ///
+    /// # Safety
+    ///
+    /// For as long as the returned `Buf` (or its completion) lives, `ptr`
+    /// must be valid for reads and writes of `len` bytes, initialised, and
+    /// not accessed through any other pointer: the block layer reads it
+    /// (writes) or fills it (reads) from whichever thread completes the I/O.
+    /// `ptr` may be null only if `len` is 0.
+    pub unsafe fn borrowed(ptr: *mut u8, len: usize) -> Self {
+        let ptr =
+            if len == 0 { NonNull::dangling() } else { NonNull::new(ptr).expect("Buf::borrowed of a null pointer") };
+        Self { ptr, len, capacity: len, fixed: None, borrowed: true }
+    }
+
+    /// Does this buffer borrow the caller's memory (`Buf::borrowed`)?
+    pub fn is_borrowed(&self) -> bool {
+        self.borrowed
     }
 
     /// A slot of a registered region (fixed.rs hands each slot out once).
     pub(crate) fn from_fixed(ptr: NonNull<u8>, len: usize, region: Arc<Region>) -> Self {
-        Self { ptr, len, capacity: len, fixed: Some(region) }
+        Self { ptr, len, capacity: len, fixed: Some(region), borrowed: false }
     }
 
     /// A buffer holding a copy of `data`.
@@ -95,7 +123,7 @@ impl Drop for Buf {
         if let Some(region) = self.fixed.take() {
             return region.give_back(self.ptr);
         }
-        if self.capacity != 0 {
+        if self.capacity != 0 && !self.borrowed {
             // SAFETY: allocated in `new` with exactly this layout (its
             // capacity is the length it was allocated with), not yet freed.
             unsafe { dealloc(self.ptr.as_ptr(), Self::layout(self.capacity)) }
@@ -156,6 +184,31 @@ mod tests {
     #[should_panic(expected = "beyond its capacity")]
     fn set_len_past_capacity_panics() {
         Buf::new(512).set_len(513);
+    }
+
+    #[test]
+    fn borrowed_buffer_reads_and_writes_the_callers_memory_and_frees_nothing() {
+        let mut backing = vec![1u8; 100];
+        // SAFETY: `backing` outlives `buf` and is not touched while it lives.
+        let mut buf = unsafe { Buf::borrowed(backing.as_mut_ptr().wrapping_add(3), 64) };
+        assert!(buf.is_borrowed());
+        assert_eq!((buf.len(), buf.capacity()), (64, 64));
+        assert!(buf.iter().all(|&b| b == 1));
+        buf[..4].copy_from_slice(&[9, 8, 7, 6]);
+        buf.set_len(16);
+        let copy = buf.clone();
+        assert!(!copy.is_borrowed(), "a clone owns its bytes");
+        drop(buf);
+        drop(copy);
+        assert_eq!(&backing[..8], &[1, 1, 1, 9, 8, 7, 6, 1]);
+        assert_eq!(backing.len(), 100);
+    }
+
+    #[test]
+    fn borrowed_empty_buffer_may_be_null() {
+        // SAFETY: length 0: nothing is ever accessed.
+        let buf = unsafe { Buf::borrowed(std::ptr::null_mut(), 0) };
+        assert!(buf.is_empty() && buf.is_borrowed());
     }
 
     #[test]

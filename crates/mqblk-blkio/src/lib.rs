@@ -1,0 +1,637 @@
+//! libblkio's C API (blkio.h, libblkio.so.1) over mqblk devices.
+//!
+//! A C program creates an instance of driver `mqblk`, sets `path` to an
+//! mqblk spec (`null:gb=1`, `file:path=disk.img`), connects, sets
+//! `num-queues` / `num-poll-queues`, starts, and queues requests on each
+//! `struct blkioq`: one mqblk [`Client`](mqblk::Client) per queue (poll
+//! queues submit with `HIPRI`, landing on the device's poll queues).
+//!
+//! Every exported function runs inside `catch_unwind` ([`entry`]): a panic
+//! becomes -EIO with a message, never an unwind into C. Errors are negative
+//! errnos with a per-thread message for `blkio_get_error_msg`.
+//!
+//! Files: this one holds the instance (life cycle, queues, memory regions);
+//! props.rs the properties; queue.rs the requests and `do_io`, queue/ffi.rs
+//! their exported `blkioq_*` functions.
+//!
+//! Relies on: mqblk's Device, Client, Bio and `Buf::borrowed` (buf.rs).
+
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod props;
+mod queue;
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use mqblk::Device;
+
+pub use queue::{blkio_completion, blkio_zone, Queue};
+
+/// Most queues (regular plus poll) one instance may have: mqblk clients
+/// are cheap, but every bound is named.
+pub const MAX_QUEUES: usize = 256;
+/// Most memory regions mapped at once.
+pub const MAX_MEM_REGIONS: u64 = 1024;
+
+/// An error of an entry point: the negative errno it returns and the
+/// message `blkio_get_error_msg` gives.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub(crate) errno: c_int,
+    pub(crate) msg: String,
+}
+
+pub(crate) fn fail<T>(errno: c_int, msg: impl Into<String>) -> Result<T, Failure> {
+    Err(Failure { errno, msg: msg.into() })
+}
+
+thread_local! {
+    static ERROR_MSG: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn set_error_msg(msg: &str) {
+    let msg = CString::new(msg.replace('\0', " ")).unwrap_or_default();
+    ERROR_MSG.with(|m| *m.borrow_mut() = msg);
+}
+
+/// Runs one entry point: its result, or `-errno` with the message set, or
+/// -EIO if it panicked (the panic stops here, never unwinding into C).
+pub(crate) fn entry(f: impl FnOnce() -> Result<c_int, Failure>) -> c_int {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => {
+            set_error_msg(&e.msg);
+            -e.errno
+        }
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            set_error_msg(&format!("internal error in mqblk-blkio: {what}"));
+            -libc::EIO
+        }
+    }
+}
+
+/// `entry` for functions returning nothing: failures leave the message.
+pub(crate) fn entry_void(f: impl FnOnce() -> Result<(), Failure>) {
+    entry(|| f().map(|()| 0));
+}
+
+/// Reads a C string argument.
+///
+/// # Safety
+/// `s` is null or points to a NUL-terminated string.
+pub(crate) unsafe fn c_str<'a>(s: *const c_char, what: &str) -> Result<&'a str, Failure> {
+    if s.is_null() {
+        return fail(libc::EINVAL, format!("{what} is NULL"));
+    }
+    // SAFETY: non-null and NUL-terminated by the caller's contract.
+    let s = unsafe { CStr::from_ptr(s) };
+    s.to_str().or_else(|_| fail(libc::EINVAL, format!("{what} is not valid UTF-8")))
+}
+
+/// An instance's state: properties and calls depend on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum State {
+    Created,
+    Connected,
+    Started,
+}
+
+impl State {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            State::Created => "created",
+            State::Connected => "connected",
+            State::Started => "started",
+        }
+    }
+}
+
+/// A memory region the instance knows of (allocated and/or mapped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct MemRegion {
+    addr: usize,
+    len: usize,
+    fd: c_int,
+    allocated: bool,
+    mapped: bool,
+}
+
+/// `struct blkio`.
+pub struct Blkio {
+    pub(crate) state: State,
+    pub(crate) path: Option<String>,
+    pub(crate) read_only: bool,
+    pub(crate) num_queues: c_int,
+    pub(crate) num_poll_queues: c_int,
+    pub(crate) device: Option<Device>,
+    /// Indexed by queue number; a removed queue leaves None (indexes of
+    /// the others do not shift). Boxed: `struct blkioq *` must stay put.
+    queues: Vec<Option<Box<Queue>>>,
+    poll_queues: Vec<Option<Box<Queue>>>,
+    regions: Vec<MemRegion>,
+}
+
+/// `struct blkio_mem_region`, as blkio.h lays it out.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy)]
+pub struct blkio_mem_region {
+    pub addr: *mut c_void,
+    pub len: usize,
+    pub iova: u64,
+    pub fd_offset: i64,
+    pub fd: c_int,
+    pub flags: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<blkio_mem_region>() == 40);
+const _: () = assert!(std::mem::offset_of!(blkio_mem_region, fd) == 32);
+
+impl Blkio {
+    fn new() -> Self {
+        Self {
+            state: State::Created,
+            path: None,
+            read_only: false,
+            num_queues: 1,
+            num_poll_queues: 0,
+            device: None,
+            queues: Vec::new(),
+            poll_queues: Vec::new(),
+            regions: Vec::new(),
+        }
+    }
+
+    pub(crate) fn device(&self) -> Result<&Device, Failure> {
+        match &self.device {
+            Some(d) => Ok(d),
+            None => fail(libc::EINVAL, "the instance is not connected yet (call blkio_connect)"),
+        }
+    }
+
+    fn connect(&mut self) -> Result<(), Failure> {
+        if self.state != State::Created {
+            return fail(libc::EBUSY, format!("blkio_connect: the instance is already {}", self.state.name()));
+        }
+        let Some(path) = self.path.as_deref() else {
+            return fail(libc::EINVAL, "blkio_connect: set property \"path\" to an mqblk spec first (e.g. null:gb=1)");
+        };
+        let device = Device::open(path).or_else(|e| fail(e.errno(), format!("blkio_connect: {path}: {e}")))?;
+        self.device = Some(device);
+        self.state = State::Connected;
+        Ok(())
+    }
+
+    /// Can this device take poll queues (hipri bios polled on a queue)?
+    pub(crate) fn supports_poll_queues(device: &Device) -> bool {
+        device.tag_set().poll_queues > 0 || device.tag_set().submitter_reaps
+    }
+
+    fn start(&mut self) -> Result<(), Failure> {
+        match self.state {
+            State::Created => return fail(libc::EINVAL, "blkio_start: connect first (blkio_connect)"),
+            State::Started => return fail(libc::EBUSY, "blkio_start: the instance is already started"),
+            State::Connected => {}
+        }
+        let device = self.device()?.clone();
+        if self.num_poll_queues > 0 && !Self::supports_poll_queues(&device) {
+            return fail(
+                libc::EINVAL,
+                format!(
+                    "blkio_start: num-poll-queues={} but the device has no poll queues (add poll_queues=N to its spec)",
+                    self.num_poll_queues
+                ),
+            );
+        }
+        let queues = (0..self.num_queues).map(|_| Some(Box::new(Queue::new(&device, false, self.read_only))));
+        self.queues = queues.collect();
+        let poll = (0..self.num_poll_queues).map(|_| Some(Box::new(Queue::new(&device, true, self.read_only))));
+        self.poll_queues = poll.collect();
+        self.state = State::Started;
+        Ok(())
+    }
+
+    fn require_started(&self, what: &str) -> Result<(), Failure> {
+        if self.state != State::Started {
+            return fail(
+                libc::EINVAL,
+                format!("{what}: the instance is {}, not started (call blkio_start)", self.state.name()),
+            );
+        }
+        Ok(())
+    }
+
+    fn nr_live_queues(&self) -> usize {
+        self.queues.iter().chain(&self.poll_queues).filter(|q| q.is_some()).count()
+    }
+
+    fn add_queue(&mut self, poll: bool) -> Result<c_int, Failure> {
+        let what = if poll { "blkio_add_poll_queue" } else { "blkio_add_queue" };
+        self.require_started(what)?;
+        if self.nr_live_queues() >= MAX_QUEUES {
+            return fail(libc::EBUSY, format!("{what}: the instance already has max-queues={MAX_QUEUES} queues"));
+        }
+        let device = self.device()?.clone();
+        if poll && !Self::supports_poll_queues(&device) {
+            return fail(libc::EINVAL, format!("{what}: the device has no poll queues"));
+        }
+        let queue = Some(Box::new(Queue::new(&device, poll, self.read_only)));
+        let list = if poll { &mut self.poll_queues } else { &mut self.queues };
+        list.push(queue);
+        Ok((list.len() - 1) as c_int)
+    }
+
+    fn queue_slot(&mut self, poll: bool, index: c_int) -> Result<&mut Option<Box<Queue>>, Failure> {
+        let kind = if poll { "poll queue" } else { "queue" };
+        self.require_started(&format!("get/remove {kind}"))?;
+        let list = if poll { &mut self.poll_queues } else { &mut self.queues };
+        let slot = usize::try_from(index).ok().and_then(|i| list.get_mut(i));
+        match slot {
+            Some(slot @ Some(_)) => Ok(slot),
+            _ => fail(libc::ENOENT, format!("there is no {kind} {index}")),
+        }
+    }
+
+    fn region_alignment(&self) -> Result<usize, Failure> {
+        Ok(props::mem_region_alignment(self.device()?) as usize)
+    }
+
+    fn check_region(&self, r: &blkio_mem_region, what: &str) -> Result<(), Failure> {
+        let align = self.region_alignment()?;
+        if r.addr.is_null() || r.len == 0 {
+            return fail(libc::EINVAL, format!("{what}: region address is NULL or its length 0"));
+        }
+        if r.addr as usize % align != 0 || r.len % align != 0 {
+            return fail(
+                libc::EINVAL,
+                format!("{what}: addr and len must be multiples of mem-region-alignment={align}"),
+            );
+        }
+        if r.iova != 0 || r.flags != 0 {
+            return fail(libc::EINVAL, format!("{what}: iova and flags are reserved and must be 0"));
+        }
+        Ok(())
+    }
+
+    fn alloc_mem_region(&mut self, len: usize) -> Result<blkio_mem_region, Failure> {
+        // Once connected (libblkio's own tests allocate before starting).
+        if self.state == State::Created {
+            return fail(libc::EINVAL, "blkio_alloc_mem_region: connect first (blkio_connect)");
+        }
+        let align = self.region_alignment()?;
+        if len == 0 || len % align != 0 {
+            return fail(
+                libc::EINVAL,
+                format!(
+                    "blkio_alloc_mem_region: len={len} must be a positive multiple of mem-region-alignment={align}"
+                ),
+            );
+        }
+        // SAFETY: a NUL-terminated name and valid flags; the fd is ours.
+        let fd = unsafe { libc::memfd_create(c"mqblk-blkio".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return fail(errno(), "blkio_alloc_mem_region: memfd_create failed");
+        }
+        // SAFETY: fd is a valid memfd we just created.
+        if unsafe { libc::ftruncate(fd, len as libc::off_t) } != 0 {
+            let e = errno();
+            // SAFETY: closing the fd we own.
+            unsafe { libc::close(fd) };
+            return fail(e, format!("blkio_alloc_mem_region: cannot size a memfd to {len} bytes"));
+        }
+        // SAFETY: a fresh shared mapping of the whole memfd; no existing
+        // memory is affected (addr is NULL: the kernel picks it).
+        let addr = unsafe {
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
+        };
+        if addr == libc::MAP_FAILED {
+            let e = errno();
+            // SAFETY: closing the fd we own.
+            unsafe { libc::close(fd) };
+            return fail(e, format!("blkio_alloc_mem_region: mmap of {len} bytes failed"));
+        }
+        self.regions.push(MemRegion { addr: addr as usize, len, fd, allocated: true, mapped: false });
+        Ok(blkio_mem_region { addr, len, iova: 0, fd_offset: 0, fd, flags: 0 })
+    }
+
+    fn find_region(&self, r: &blkio_mem_region) -> Option<usize> {
+        self.regions.iter().position(|m| m.addr == r.addr as usize && m.len == r.len)
+    }
+
+    fn free_mem_region(&mut self, r: &blkio_mem_region) -> Result<(), Failure> {
+        let Some(i) = self.find_region(r).filter(|&i| self.regions[i].allocated) else {
+            return fail(libc::EINVAL, "blkio_free_mem_region: not a region blkio_alloc_mem_region returned");
+        };
+        if self.regions[i].mapped {
+            return fail(libc::EBUSY, "blkio_free_mem_region: the region is still mapped (unmap it first)");
+        }
+        free_region(self.regions.swap_remove(i));
+        Ok(())
+    }
+
+    fn map_mem_region(&mut self, r: &blkio_mem_region) -> Result<(), Failure> {
+        self.require_started("blkio_map_mem_region")?;
+        self.check_region(r, "blkio_map_mem_region")?;
+        let (start, end) = (r.addr as usize, r.addr as usize + r.len);
+        if let Some(i) = self.find_region(r) {
+            if self.regions[i].mapped {
+                return fail(libc::EEXIST, "blkio_map_mem_region: the region is already mapped");
+            }
+            self.regions[i].mapped = true;
+            return Ok(());
+        }
+        let mapped = self.regions.iter().filter(|m| m.mapped).count() as u64;
+        if mapped >= MAX_MEM_REGIONS {
+            return fail(
+                libc::ENOSPC,
+                format!("blkio_map_mem_region: max-mem-regions={MAX_MEM_REGIONS} already mapped"),
+            );
+        }
+        if self.regions.iter().any(|m| m.mapped && start < m.addr + m.len && m.addr < end) {
+            return fail(libc::EINVAL, "blkio_map_mem_region: the region overlaps a mapped one");
+        }
+        self.regions.push(MemRegion { addr: start, len: r.len, fd: -1, allocated: false, mapped: true });
+        Ok(())
+    }
+
+    fn unmap_mem_region(&mut self, r: &blkio_mem_region) {
+        if let Some(i) = self.find_region(r) {
+            self.regions[i].mapped = false;
+            if !self.regions[i].allocated {
+                self.regions.swap_remove(i);
+            }
+        }
+    }
+}
+
+fn free_region(m: MemRegion) {
+    if m.allocated {
+        // SAFETY: the mapping and fd blkio_alloc_mem_region made, freed once
+        // (the region left the list).
+        unsafe {
+            libc::munmap(m.addr as *mut c_void, m.len);
+            libc::close(m.fd);
+        }
+    }
+}
+
+impl Drop for Blkio {
+    fn drop(&mut self) {
+        // Queues first: each waits for its I/O, which may use the regions.
+        self.queues.clear();
+        self.poll_queues.clear();
+        for m in self.regions.drain(..) {
+            free_region(m);
+        }
+    }
+}
+
+pub(crate) fn errno() -> c_int {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+}
+
+/// Borrows the instance behind a C pointer.
+///
+/// # Safety
+/// `b` is null or a pointer `blkio_create` returned, not yet destroyed,
+/// used by no other thread during the call.
+pub(crate) unsafe fn instance<'a>(b: *mut Blkio) -> Result<&'a mut Blkio, Failure> {
+    // SAFETY: by the caller's contract.
+    match unsafe { b.as_mut() } {
+        Some(b) => Ok(b),
+        None => fail(libc::EINVAL, "struct blkio pointer is NULL"),
+    }
+}
+
+/// The message of the last failure on this thread.
+#[no_mangle]
+pub extern "C" fn blkio_get_error_msg() -> *const c_char {
+    ERROR_MSG.with(|m| m.borrow().as_ptr())
+}
+
+/// # Safety
+/// `driver` is a C string; `bp` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn blkio_create(driver: *const c_char, bp: *mut *mut Blkio) -> c_int {
+    entry(|| {
+        if bp.is_null() {
+            return fail(libc::EINVAL, "blkio_create: bp is NULL");
+        }
+        // SAFETY: bp is non-null and writable by the caller's contract.
+        unsafe { *bp = std::ptr::null_mut() };
+        // SAFETY: a C string by the caller's contract.
+        let name = unsafe { c_str(driver, "driver") }?;
+        if name != "mqblk" {
+            return fail(
+                libc::ENOENT,
+                format!("blkio_create: unknown driver \"{name}\" (this libblkio has \"mqblk\")"),
+            );
+        }
+        // SAFETY: as above.
+        unsafe { *bp = Box::into_raw(Box::new(Blkio::new())) };
+        Ok(0)
+    })
+}
+
+/// # Safety
+/// `b` as in [`instance`].
+#[no_mangle]
+pub unsafe extern "C" fn blkio_connect(b: *mut Blkio) -> c_int {
+    // SAFETY: by the caller's contract.
+    entry(|| unsafe { instance(b) }?.connect().map(|()| 0))
+}
+
+/// # Safety
+/// `b` as in [`instance`].
+#[no_mangle]
+pub unsafe extern "C" fn blkio_start(b: *mut Blkio) -> c_int {
+    // SAFETY: by the caller's contract.
+    entry(|| unsafe { instance(b) }?.start().map(|()| 0))
+}
+
+/// Waits for every queue's I/O, frees allocated regions, and sets `*bp`
+/// to NULL.
+///
+/// # Safety
+/// `bp` is null or points to null or to an instance `blkio_create` gave.
+#[no_mangle]
+pub unsafe extern "C" fn blkio_destroy(bp: *mut *mut Blkio) {
+    entry_void(|| {
+        // SAFETY: by the caller's contract.
+        let Some(slot) = (unsafe { bp.as_mut() }) else { return Ok(()) };
+        if !slot.is_null() {
+            // SAFETY: made by Box::into_raw in blkio_create, destroyed once
+            // (the pointer is cleared).
+            drop(unsafe { Box::from_raw(*slot) });
+            *slot = std::ptr::null_mut();
+        }
+        Ok(())
+    })
+}
+
+unsafe fn get_queue(b: *mut Blkio, index: c_int, poll: bool) -> *mut Queue {
+    let mut out = std::ptr::null_mut();
+    entry(|| {
+        // SAFETY: by the caller's contract.
+        let slot = unsafe { instance(b) }?.queue_slot(poll, index)?;
+        out = slot.as_deref_mut().map_or(std::ptr::null_mut(), |q| q as *mut Queue);
+        Ok(0)
+    });
+    out
+}
+
+/// # Safety
+/// `b` as in [`instance`].
+#[no_mangle]
+pub unsafe extern "C" fn blkio_get_queue(b: *mut Blkio, index: c_int) -> *mut Queue {
+    // SAFETY: by the caller's contract.
+    unsafe { get_queue(b, index, false) }
+}
+
+/// # Safety
+/// `b` as in [`instance`].
+#[no_mangle]
+pub unsafe extern "C" fn blkio_get_poll_queue(b: *mut Blkio, index: c_int) -> *mut Queue {
+    // SAFETY: by the caller's contract.
+    unsafe { get_queue(b, index, true) }
+}
+
+/// # Safety
+/// `b` as in [`instance`].
+#[no_mangle]
+pub unsafe extern "C" fn blkio_add_queue(b: *mut Blkio) -> c_int {
+    // SAFETY: by the caller's contract.
+    entry(|| unsafe { instance(b) }?.add_queue(false))
+}
+
+/// # Safety
+/// `b` as in [`instance`].
+#[no_mangle]
+pub unsafe extern "C" fn blkio_add_poll_queue(b: *mut Blkio) -> c_int {
+    // SAFETY: by the caller's contract.
+    entry(|| unsafe { instance(b) }?.add_queue(true))
+}
+
+/// Removes a queue (waiting for its I/O); its `struct blkioq *` dies.
+///
+/// # Safety
+/// `b` as in [`instance`].
+#[no_mangle]
+pub unsafe extern "C" fn blkio_remove_queue(b: *mut Blkio, index: c_int) -> c_int {
+    // SAFETY: by the caller's contract.
+    entry(|| unsafe { instance(b) }?.queue_slot(false, index).map(|slot| *slot = None).map(|()| 0))
+}
+
+/// # Safety
+/// `b` as in [`instance`].
+#[no_mangle]
+pub unsafe extern "C" fn blkio_remove_poll_queue(b: *mut Blkio, index: c_int) -> c_int {
+    // SAFETY: by the caller's contract.
+    entry(|| unsafe { instance(b) }?.queue_slot(true, index).map(|slot| *slot = None).map(|()| 0))
+}
+
+/// Reads a region argument.
+///
+/// # Safety
+/// `r` is null or points to a readable `blkio_mem_region`.
+unsafe fn region_arg<'a>(r: *const blkio_mem_region, what: &str) -> Result<&'a blkio_mem_region, Failure> {
+    // SAFETY: by the caller's contract.
+    match unsafe { r.as_ref() } {
+        Some(r) => Ok(r),
+        None => fail(libc::EINVAL, format!("{what}: region is NULL")),
+    }
+}
+
+/// # Safety
+/// `b` as in [`instance`]; `region` null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn blkio_alloc_mem_region(b: *mut Blkio, region: *mut blkio_mem_region, len: usize) -> c_int {
+    entry(|| {
+        if region.is_null() {
+            return fail(libc::EINVAL, "blkio_alloc_mem_region: region is NULL");
+        }
+        // SAFETY: by the caller's contract.
+        let r = unsafe { instance(b) }?.alloc_mem_region(len)?;
+        // SAFETY: non-null and writable by the caller's contract.
+        unsafe { region.write(r) };
+        Ok(0)
+    })
+}
+
+/// # Safety
+/// `b` as in [`instance`]; `region` null or readable.
+#[no_mangle]
+pub unsafe extern "C" fn blkio_free_mem_region(b: *mut Blkio, region: *const blkio_mem_region) {
+    entry_void(|| {
+        // SAFETY: by the caller's contract.
+        let (b, r) = unsafe { (instance(b)?, region_arg(region, "blkio_free_mem_region")?) };
+        b.free_mem_region(r)
+    })
+}
+
+/// # Safety
+/// `b` as in [`instance`]; `region` null or readable.
+#[no_mangle]
+pub unsafe extern "C" fn blkio_map_mem_region(b: *mut Blkio, region: *const blkio_mem_region) -> c_int {
+    entry(|| {
+        // SAFETY: by the caller's contract.
+        let (b, r) = unsafe { (instance(b)?, region_arg(region, "blkio_map_mem_region")?) };
+        b.map_mem_region(r).map(|()| 0)
+    })
+}
+
+/// # Safety
+/// `b` as in [`instance`]; `region` null or readable.
+#[no_mangle]
+pub unsafe extern "C" fn blkio_unmap_mem_region(b: *mut Blkio, region: *const blkio_mem_region) {
+    entry_void(|| {
+        // SAFETY: by the caller's contract.
+        let (b, r) = unsafe { (instance(b)?, region_arg(region, "blkio_unmap_mem_region")?) };
+        b.unmap_mem_region(r);
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message() -> String {
+        // SAFETY: blkio_get_error_msg returns this thread's NUL-terminated message.
+        unsafe { CStr::from_ptr(blkio_get_error_msg()) }.to_string_lossy().into_owned()
+    }
+
+    #[test]
+    fn a_panic_becomes_eio_with_a_message() {
+        assert_eq!(entry(|| panic!("boom {}", 7)), -libc::EIO);
+        assert!(message().contains("internal error in mqblk-blkio: boom 7"), "{}", message());
+    }
+
+    #[test]
+    fn a_failure_becomes_its_negative_errno_and_message() {
+        assert_eq!(entry(|| fail(libc::EBUSY, "busy here")), -libc::EBUSY);
+        assert_eq!(message(), "busy here");
+        assert_eq!(entry(|| Ok(5)), 5);
+        assert_eq!(message(), "busy here", "success leaves the last message");
+    }
+
+    #[test]
+    fn messages_are_per_thread() {
+        entry(|| fail(libc::EINVAL, "main thread"));
+        std::thread::spawn(|| {
+            assert_eq!(message(), "");
+            entry(|| fail(libc::EIO, "other thread"));
+            assert_eq!(message(), "other thread");
+        })
+        .join()
+        .unwrap();
+        assert_eq!(message(), "main thread");
+    }
+}
