@@ -15,7 +15,7 @@ devices = {l["device"]: l for l in lines if l["type"] == "device"}
 guest = next((l for l in lines if l["type"] == "guest"), {})
 runs = [l for l in lines if l["type"] == "run"]
 profile_runs = [l for l in lines if l["type"] in ("strace", "perf")]
-syscalls = [l for l in lines if l["type"] == "syscalls"]
+perf_stat = [l for l in lines if l["type"] == "perf_stat"]
 ROWS = ["randread-4k-qd1", "randread-4k-qd32", "read-1m-qd4"]
 DEVS = ["null_blk", "mqblk", "rublk"]
 RATIOS = [("mqblk", "null_blk"), ("mqblk", "rublk"), ("rublk", "null_blk")]
@@ -77,7 +77,7 @@ doc = {
     "summary": summary,
     "runs": runs,
     "profile_runs": profile_runs,
-    "syscalls": syscalls,
+    "perf_stat": perf_stat,
 }
 with open(out + ".json", "w") as f:
     json.dump(doc, f, indent=1)
@@ -121,18 +121,27 @@ for row, s in summary.items():
         pr = r["per_round"]
         parts.append(f"{k} {r['of_medians']:.2f} ({pr['median']:.2f} [{pr['min']:.2f}, {pr['max']:.2f}])")
     t.append(f"  {row:18} " + "; ".join(parts))
-if syscalls:
+if perf_stat:
     t.append("")
-    t.append("syscalls per request of each server (strace -c -f, separate untimed runs; "
-             "strace slows the server, so only the counts mean something)")
+    t.append("queue thread per request (perf stat -t QUEUE_TID over a separate untimed job: ramp "
+             "and run, while perf record -a also ran; requests counted over the job)")
+    names = [("task-clock", "cpu_us", 1e-3), ("context-switches", "switches", 1), ("cpu-migrations", "migrations", 1),
+             ("raw_syscalls:sys_enter", "syscalls", 1), ("syscalls:sys_enter_io_uring_enter", "io_uring_enter", 1),
+             ("syscalls:sys_enter_read", "read", 1), ("syscalls:sys_enter_write", "write", 1),
+             ("syscalls:sys_enter_futex", "futex", 1)]
+    t.append(f"  {'server':6} {'row':18} {'requests':>8} " + " ".join(f"{short:>14}" for _, short, _ in names))
     for d in ("mqblk", "rublk"):
         for row in ROWS:
-            sc = [x for x in syscalls if x["device"] == d and x["row"] == row]
-            if not sc:
+            ps = {x["event"]: x for x in perf_stat if x["device"] == d and x["row"] == row}
+            if not ps:
                 continue
-            sc.sort(key=lambda x: -x["calls"])
-            reqs = sc[0]["requests"]
-            t.append(f"  {d:6} {row:18} ({reqs} requests): "
-                     + ", ".join(f"{x['syscall']} {x['per_request']:.3f}" for x in sc[:8]))
+            reqs = next(iter(ps.values()))["requests"]
+            cells = []
+            for ev, _, scale in names:
+                # task-clock is in msec: per request in us.
+                v = ps.get(ev, {}).get("value")
+                cells.append(f"{v * (1000 if ev == 'task-clock' else 1) / reqs:14.3f}" if v is not None and reqs
+                             else f"{'-':>14}")
+            t.append(f"  {d:6} {row:18} {reqs:8d} " + " ".join(cells))
 with open(out + ".txt", "w") as f:
     f.write("\n".join(t) + "\n")
