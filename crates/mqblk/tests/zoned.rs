@@ -124,6 +124,8 @@ fn open_and_active_limits_and_implicit_close_round_robin() {
     assert_eq!(write(&mut c, 0, 8, 8), Status::ZoneOpenResource, "CLOSED -> open needs an open slot");
     assert_eq!(mgmt(&mut c, ZoneMgmt::Open, 0), Status::ZoneOpenResource);
     assert_eq!(mgmt(&mut c, ZoneMgmt::Finish, 1), Status::Ok);
+    assert_eq!(write(&mut c, 0, 8, 8), Status::IoErr, "6.12: zone 0's write failed, it waits for a report");
+    assert_eq!(cond(&d, 0), (ZoneCond::Closed, 8));
     assert_eq!(write(&mut c, 0, 8, 8), Status::Ok, "finishing freed a slot");
     assert_eq!(Status::ZoneOpenResource.errno(), libc::ETOOMANYREFS);
     assert_eq!(Status::ZoneActiveResource.errno(), libc::EOVERFLOW);
