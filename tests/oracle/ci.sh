@@ -10,7 +10,8 @@
 # SCRIPTS_PER_CONFIG scripts per configuration (1); script j of
 # configuration i has seed SEED + 100 * j + i. ORACLE_KERNELS picks the
 # kernels ("6.1 6.12"). A failing script is kept in
-# /tmp/mqblk-oracle-failed-<kernel>-<i>-<seed>.txt.
+# /tmp/mqblk-oracle-failed-<kernel>-<i>-<seed>.txt. Each kernel also runs
+# zero-length.txt (fixed) on two of the configurations.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -45,10 +46,16 @@ for ((j = 0; j < per_config; j++)); do
     seeds+=("$s")
   done
 done
+# And a fixed script of zero-length ops, on a device with and without a
+# smaller zone capacity.
+for spec in "${configs[0]%%|*}" "${configs[3]%%|*}"; do
+  pairs+=("$spec" tests/oracle/zero-length.txt)
+  seeds+=(zero-length)
+done
 failed=0
 for k in $kernels; do
   start=$(date +%s)
-  echo "== oracle, kernel $k: ${#seeds[@]} scripts of $ops ops (seeds ${seeds[0]}..${seeds[-1]})"
+  echo "== oracle, kernel $k: $((${#seeds[@]} - 2)) scripts of $ops ops (seeds ${seeds[0]}..${seeds[-3]}) and zero-length.txt twice"
   status=0
   tests/oracle/run.sh --kernel "$k" "${pairs[@]}" > "$tmp/out-$k.txt" || status=$?
   cat "$tmp/out-$k.txt"
@@ -64,8 +71,10 @@ for k in $kernels; do
         *) continue ;;
       esac
       s=${seeds[$n]}
-      cp "$tmp/script-$s.txt" "/tmp/mqblk-oracle-failed-$k-$((n % ${#configs[@]} + 1))-$s.txt"
-      echo "   (script kept in /tmp/mqblk-oracle-failed-$k-$((n % ${#configs[@]} + 1))-$s.txt)"
+      if [ -f "$tmp/script-$s.txt" ]; then
+        cp "$tmp/script-$s.txt" "/tmp/mqblk-oracle-failed-$k-$((n % ${#configs[@]} + 1))-$s.txt"
+        echo "   (script kept in /tmp/mqblk-oracle-failed-$k-$((n % ${#configs[@]} + 1))-$s.txt)"
+      fi
       n=$((n + 1))
     done < "$tmp/out-$k.txt"
   fi
