@@ -36,7 +36,7 @@ if [ "${1:-}" = --kernel ]; then
   shift 2
 fi
 case "$kernel_series" in 6.1|6.12) ;; *) echo "oracle: --kernel takes 6.1 or 6.12; $usage" >&2; exit 2 ;; esac
-[ $# -ge 2 ] && [ $(($# % 2)) = 0 ] || { echo "$usage" >&2; exit 2; }
+if [ $# -lt 2 ] || [ $(($# % 2)) != 0 ]; then echo "$usage" >&2; exit 2; fi
 specs=() scripts=()
 while [ $# -gt 0 ]; do
   [ -f "$2" ] || { echo "oracle: no script at $2" >&2; exit 2; }
@@ -69,15 +69,17 @@ module_params() {
 # pair's number (the 6.1 console mixes in firmware escapes: the host matches
 # lines by their content). $MQBLK and $MODULES come from the caller.
 {
-  echo 'oracle_job() { # N PARAMS (the script on stdin)'
-  echo '  cat > /tmp/oracle-script'
-  echo '  if ! insmod "$MODULES/null_blk.ko" $2; then echo "ORACLE-$1-EXIT=insmod"; return; fi'
-  echo '  echo none > /sys/block/nullb0/queue/scheduler'
-  echo '  "$MQBLK" zone script --blkdev /dev/nullb0 /tmp/oracle-script > /tmp/oracle-out; rc=$?'
-  echo '  sed "s/^/ORACLE-$1: /" /tmp/oracle-out'
-  echo '  echo "ORACLE-$1-EXIT=$rc"'
-  echo '  rmmod null_blk || echo "ORACLE-$1-EXIT=rmmod"'
-  echo '}'
+  cat <<'GUEST'
+oracle_job() { # N PARAMS (the script on stdin)
+  cat > /tmp/oracle-script
+  if ! insmod "$MODULES/null_blk.ko" $2; then echo "ORACLE-$1-EXIT=insmod"; return; fi
+  echo none > /sys/block/nullb0/queue/scheduler
+  "$MQBLK" zone script --blkdev /dev/nullb0 /tmp/oracle-script > /tmp/oracle-out; rc=$?
+  sed "s/^/ORACLE-$1: /" /tmp/oracle-out
+  echo "ORACLE-$1-EXIT=$rc"
+  rmmod null_blk || echo "ORACLE-$1-EXIT=rmmod"
+}
+GUEST
   for i in "${!specs[@]}"; do
     echo "oracle_job $i '$(module_params "${specs[$i]}")' <<'ORACLE_SCRIPT_END'"
     cat "${scripts[$i]}"
