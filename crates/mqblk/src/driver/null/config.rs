@@ -444,6 +444,26 @@ mod tests {
     }
 
     #[test]
+    fn zoned_compat_parses_round_trips_and_names_its_errors() {
+        let z = |spec: &str| cfg(spec).map(|c| c.zoned.expect("zoned"));
+        assert_eq!(z("null:zoned=1").unwrap().compat, ZonedCompat::Linux6_12, "6.12 by default");
+        let old = z("null:zoned=1,zoned_compat=6.1").unwrap();
+        assert_eq!(old.compat, ZonedCompat::Linux6_1);
+        let c = NullConfig::new().zoned(Some(old.clone()));
+        assert_eq!(c.validate().unwrap().zoned, Some(old), "round-trips through the spec form");
+        assert!(z("null:zoned=1,zone_full=1").unwrap().zone_full);
+        for (spec, why) in [
+            ("null:zoned=1,zoned_compat=5.4", "accepted: 6.12, 6.1"),
+            ("null:zoned_compat=6.1", "zoned_compat needs zoned=1"),
+            ("null:zoned=1,zone_full=1,zoned_compat=6.1", "null_blk 6.1 has no such parameter"),
+            ("null:zoned=1,zoned_compt=6.1", "did you mean 'zoned_compat'"),
+        ] {
+            let e = cfg(spec).unwrap_err();
+            assert!(e.contains(why), "{spec}: {e}");
+        }
+    }
+
+    #[test]
     fn irq_cpus_rejects_bad_lists_with_the_reason() {
         for (spec, why) in [
             ("null:irq_cpus=", "'' is not a CPU"),
