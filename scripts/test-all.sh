@@ -61,7 +61,7 @@ scripts/miri.sh || miri_status=$?
 echo "== fuzzing the NBD server (cargo-fuzz, bounded: 60 s + 20 s)"
 scripts/fuzz.sh 60
 
-echo "== zoned kernel oracle (Linux null_blk under qemu vs mqblk: 5 configurations x 300 ops)"
+echo "== zoned kernel oracle (Linux 6.1 and 6.12 null_blk under qemu vs mqblk: 5 configurations x 300 ops, one boot per kernel)"
 need=()
 command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
 ls /boot/vmlinuz-* >/dev/null 2>&1 || need+=(linux-image-amd64)
@@ -73,7 +73,8 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-# Fixed seeds keep CI reproducible; explore with tests/oracle/ci.sh 300 $(date +%s).
+# Fixed seeds keep CI reproducible; explore with tests/oracle/ci.sh 300 $(date +%s) 4.
+# The 6.12 kernel comes through tests/guest/run.sh (fetched once, cached).
 tests/oracle/ci.sh 300 100
 
 if [ "$miri_status" -ne 0 ]; then

@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
 # Runs the kernel oracle (tests/oracle/run.sh) on five zoned null
-# configurations with a random 300-op script each (mqblk zone gen), and
-# fails on the first mismatch. Called by scripts/test-all.sh.
+# configurations with random scripts (mqblk zone gen) against each kernel
+# (one guest boot per kernel for all of them), and fails on the first
+# mismatch. Called by scripts/test-all.sh.
 #
-#   tests/oracle/ci.sh [OPS] [SEED]
+#   tests/oracle/ci.sh [OPS] [SEED] [SCRIPTS_PER_CONFIG]
+#
+# OPS ops per script (300), SEED the first seed (the time), and
+# SCRIPTS_PER_CONFIG scripts per configuration (1); script j of
+# configuration i has seed SEED + 100 * j + i. ORACLE_KERNELS picks the
+# kernels ("6.1 6.12"). A failing script is kept in
+# /tmp/mqblk-oracle-failed-<kernel>-<i>-<seed>.txt. Each kernel also runs
+# zero-length.txt (fixed) on two of the configurations.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 ops=${1:-300}
 seed=${2:-$(date +%s)}
+per_config=${3:-1}
+kernels=${ORACLE_KERNELS:-6.1 6.12}
 cargo build --quiet --release -p mqblk-cli
 mqblk=target/release/mqblk
 tmp=$(mktemp -d /tmp/mqblk-oracle-ci.XXXXXX)
@@ -22,19 +32,52 @@ configs=(
   "null:gb=1,zoned=1,zone_size=128,zone_capacity=100,zone_nr_conv=1,memory_backed=1,zone_max_active=3|--zones 8 --nr-conv 1 --zone-sectors 262144 --capacity-sectors 204800"
   "null:gb=1,bs=4096,zoned=1,zone_size=64,memory_backed=1,zone_max_open=4,zone_max_active=4|--zones 16 --zone-sectors 131072 --block-sectors 8"
 )
+pairs=()
+seeds=()
+for ((j = 0; j < per_config; j++)); do
+  for i in "${!configs[@]}"; do
+    c=${configs[$i]}
+    spec=${c%%|*}
+    gen=${c#*|}
+    s=$((seed + 100 * j + i + 1))
+    # shellcheck disable=SC2086
+    "$mqblk" zone gen --seed "$s" --ops "$ops" --device "$spec" $gen > "$tmp/script-$s.txt"
+    pairs+=("$spec" "$tmp/script-$s.txt")
+    seeds+=("$s")
+  done
+done
+# And a fixed script of zero-length ops, on a device with and without a
+# smaller zone capacity.
+for spec in "${configs[0]%%|*}" "${configs[3]%%|*}"; do
+  pairs+=("$spec" tests/oracle/zero-length.txt)
+  seeds+=(zero-length)
+done
 failed=0
-i=0
-for c in "${configs[@]}"; do
-  spec=${c%%|*}
-  gen=${c#*|}
-  i=$((i + 1))
-  # shellcheck disable=SC2086
-  "$mqblk" zone gen --seed $((seed + i)) --ops "$ops" --device "$spec" $gen > "$tmp/script$i.txt"
-  echo "== oracle $i/${#configs[@]}: seed $((seed + i)): $spec"
-  if ! tests/oracle/run.sh "$spec" "$tmp/script$i.txt"; then
+for k in $kernels; do
+  start=$(date +%s)
+  echo "== oracle, kernel $k: $((${#seeds[@]} - 2)) scripts of $ops ops (seeds ${seeds[0]}..${seeds[-3]}) and zero-length.txt twice"
+  status=0
+  tests/oracle/run.sh --kernel "$k" "${pairs[@]}" > "$tmp/out-$k.txt" || status=$?
+  cat "$tmp/out-$k.txt"
+  if [ "$status" != 0 ]; then
     failed=1
-    cp "$tmp/script$i.txt" "/tmp/mqblk-oracle-failed-$i.txt"
-    echo "   (script kept in /tmp/mqblk-oracle-failed-$i.txt)"
+    # Keep the scripts that failed (the report names their specs in order).
+    n=0
+    while IFS= read -r line; do
+      case "$line" in
+        "oracle: null:"*"mismatch at op"*|"oracle: null:"*"run failed"*)
+          ;;
+        "oracle: null:"*) n=$((n + 1)); continue ;;
+        *) continue ;;
+      esac
+      s=${seeds[$n]}
+      if [ -f "$tmp/script-$s.txt" ]; then
+        cp "$tmp/script-$s.txt" "/tmp/mqblk-oracle-failed-$k-$((n % ${#configs[@]} + 1))-$s.txt"
+        echo "   (script kept in /tmp/mqblk-oracle-failed-$k-$((n % ${#configs[@]} + 1))-$s.txt)"
+      fi
+      n=$((n + 1))
+    done < "$tmp/out-$k.txt"
   fi
+  echo "== oracle, kernel $k: $(($(date +%s) - start)) s"
 done
 exit $failed

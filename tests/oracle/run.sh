@@ -1,93 +1,175 @@
 #!/usr/bin/env bash
-# The kernel differential oracle for zoned null devices (issue 7).
+# The kernel differential oracle for zoned null devices (issues 7 and 18).
 #
-#   tests/oracle/run.sh SPEC SCRIPT
+#   tests/oracle/run.sh [--kernel 6.1|6.12] SPEC SCRIPT [SPEC SCRIPT ...]
 #
-# Boots the Debian kernel under qemu (TCG) with null_blk loaded with SPEC's
-# parameters, runs SCRIPT on /dev/nullb0 with a static mqblk
-# (`mqblk zone script --blkdev`), runs the same SCRIPT on mqblk's own null
-# device (`mqblk zone script --device SPEC`), and compares the JSON lines.
-# Prints the first mismatch and exits 1; exits 0 when they agree.
+# Boots a Linux guest under qemu (TCG) once and, for each SPEC SCRIPT pair
+# in turn, loads null_blk with SPEC's parameters, runs SCRIPT on
+# /dev/nullb0 (`mqblk zone script --blkdev`) and unloads null_blk. Then
+# runs each SCRIPT on mqblk's own null device (`mqblk zone script --device
+# SPEC`) and compares the JSON lines. Prints one line per pair (and the
+# first mismatch of a pair that differs); exits 0 when every pair agrees, 1
+# on a mismatch, 2 when the guest run fails.
+#
+# Kernels:
+#   6.1  (default) Debian 12's own kernel (/boot/vmlinuz-6.1.*, package
+#        linux-image-amd64) from a busybox initramfs with a static mqblk.
+#        mqblk follows 6.12 by default, so its side of the comparison gets
+#        `zoned_compat=6.1` added to SPEC unless SPEC names a zoned_compat
+#        (null_blk has no such parameter: the guest never sees it; naming
+#        `zoned_compat=6.12` checks that the oracle sees the difference).
+#   6.12 Debian's 6.12 from bookworm-backports, through tests/guest/run.sh
+#        (which fetches and caches it; needs root), running the host's
+#        target/release/mqblk in the guest.
 #
 # SPEC is an mqblk null spec (`null:gb=1,zoned=1,zone_size=64,...`); keys
-# that are not null_blk module parameters (zone_lock) are kept out of the
-# guest. Needs: qemu-system-x86, linux-image-amd64, busybox-static (see
-# scripts/test-all.sh), and runs from the repository root.
+# that are not null_blk module parameters (zone_lock, zoned_compat) are kept
+# out of the guest. Needs qemu-system-x86, busybox-static and, for 6.1,
+# linux-image-amd64 and libc6-dev (see scripts/test-all.sh). Runs from
+# anywhere; builds what it needs.
 set -euo pipefail
 
-spec=${1:?usage: tests/oracle/run.sh SPEC SCRIPT}
-script=${2:?usage: tests/oracle/run.sh SPEC SCRIPT}
+usage="usage: tests/oracle/run.sh [--kernel 6.1|6.12] SPEC SCRIPT [SPEC SCRIPT ...]"
+kernel_series=6.1
+if [ "${1:-}" = --kernel ]; then
+  kernel_series=${2:?$usage}
+  shift 2
+fi
+case "$kernel_series" in 6.1|6.12) ;; *) echo "oracle: --kernel takes 6.1 or 6.12; $usage" >&2; exit 2 ;; esac
+if [ $# -lt 2 ] || [ $(($# % 2)) != 0 ]; then echo "$usage" >&2; exit 2; fi
+specs=() scripts=()
+while [ $# -gt 0 ]; do
+  [ -f "$2" ] || { echo "oracle: no script at $2" >&2; exit 2; }
+  specs+=("$1"); scripts+=("$2"); shift 2
+done
+
 root=$(cd "$(dirname "$0")/../.." && pwd)
+# Under TCG a 300-op script takes 15-45 s: allow 2 minutes each.
+timeout_s=$((120 + 120 * ${#specs[@]}))
 work=$(mktemp -d /tmp/mqblk-oracle.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-
-kver=$(ls /lib/modules | sort -V | tail -n 1)
-kernel=/boot/vmlinuz-$kver
-[ -r "$kernel" ] || { echo "oracle: no kernel at $kernel (apt-get install linux-image-amd64)" >&2; exit 2; }
-command -v qemu-system-x86_64 >/dev/null || { echo "oracle: qemu-system-x86_64 missing" >&2; exit 2; }
-busybox=$(command -v busybox) || { echo "oracle: busybox missing (busybox-static)" >&2; exit 2; }
-
-# A static mqblk for the guest (built once, cached in target/static).
-static_bin=$root/target/static/x86_64-unknown-linux-gnu/release/mqblk
-(cd "$root" && RUSTFLAGS="-C target-feature=+crt-static" CARGO_TARGET_DIR=target/static \
-  cargo build --quiet --release -p mqblk-cli --target x86_64-unknown-linux-gnu)
 host_bin=$root/target/release/mqblk
 (cd "$root" && cargo build --quiet --release -p mqblk-cli)
 
-# null_blk module parameters from the spec.
-params="nr_devices=1"
-IFS=',' read -ra kvs <<< "${spec#null:}"
-for kv in "${kvs[@]}"; do
-  case "${kv%%=*}" in
-    zone_lock|"") ;;
-    *) params="$params $kv" ;;
-  esac
+# null_blk module parameters from a spec.
+module_params() {
+  local params="nr_devices=1" kv kvs
+  IFS=',' read -ra kvs <<< "${1#null:}"
+  for kv in "${kvs[@]}"; do
+    case "${kv%%=*}" in
+      zone_lock|zoned_compat|"") ;;
+      *) params="$params $kv" ;;
+    esac
+  done
+  echo "$params"
+}
+
+# The guest's part, the same shell for both kernels: per pair, load
+# null_blk, run the script, unload; every output line is prefixed with the
+# pair's number (the 6.1 console mixes in firmware escapes: the host matches
+# lines by their content). $MQBLK and $MODULES come from the caller.
+{
+  cat <<'GUEST'
+oracle_job() { # N PARAMS (the script on stdin)
+  cat > /tmp/oracle-script
+  if ! insmod "$MODULES/null_blk.ko" $2; then echo "ORACLE-$1-EXIT=insmod"; return; fi
+  echo none > /sys/block/nullb0/queue/scheduler
+  "$MQBLK" zone script --blkdev /dev/nullb0 /tmp/oracle-script > /tmp/oracle-out; rc=$?
+  sed "s/^/ORACLE-$1: /" /tmp/oracle-out
+  echo "ORACLE-$1-EXIT=$rc"
+  rmmod null_blk || echo "ORACLE-$1-EXIT=rmmod"
+}
+GUEST
+  for i in "${!specs[@]}"; do
+    echo "oracle_job $i '$(module_params "${specs[$i]}")' <<'ORACLE_SCRIPT_END'"
+    cat "${scripts[$i]}"
+    echo "ORACLE_SCRIPT_END"
+  done
+  echo 'echo ORACLE-DONE'
+} > "$work/jobs.sh"
+
+if [ "$kernel_series" = 6.12 ]; then
+  # The guest chroots into the host's /, so it runs the host's mqblk; its
+  # /tmp is its own tmpfs (the harness ships a script under /tmp itself).
+  {
+    echo "MQBLK='$host_bin' MODULES=\"\$MQBLK_GUEST_MODULES\""
+    cat "$work/jobs.sh"
+  } > "$work/guest.sh"
+  status=0
+  MQBLK_GUEST_TIMEOUT=$timeout_s "$root/tests/guest/run.sh" "$work/guest.sh" --mem 1024 --cpus 1 > "$work/console.txt" || status=$?
+  kver="6.12 guest"
+  if [ "$status" != 0 ] || ! grep -q ORACLE-DONE "$work/console.txt"; then
+    echo "oracle: the 6.12 guest run failed (status $status); its output:" >&2
+    tail -n 30 "$work/console.txt" >&2
+    exit 2
+  fi
+else
+  kver=$(ls /lib/modules | sort -V | tail -n 1)
+  kernel=/boot/vmlinuz-$kver
+  [ -r "$kernel" ] || { echo "oracle: no kernel at $kernel (apt-get install linux-image-amd64)" >&2; exit 2; }
+  command -v qemu-system-x86_64 >/dev/null || { echo "oracle: qemu-system-x86_64 missing" >&2; exit 2; }
+  busybox=$(command -v busybox) || { echo "oracle: busybox missing (busybox-static)" >&2; exit 2; }
+  # A static mqblk for the guest (built once, cached in target/static).
+  static_bin=$root/target/static/x86_64-unknown-linux-gnu/release/mqblk
+  (cd "$root" && RUSTFLAGS="-C target-feature=+crt-static" CARGO_TARGET_DIR=target/static \
+    cargo build --quiet --release -p mqblk-cli --target x86_64-unknown-linux-gnu)
+  # The initramfs: busybox, configfs + null_blk, mqblk, /init.
+  rd=$work/rd
+  mkdir -p "$rd"/{bin,dev,proc,sys,mod,tmp}
+  cp "$busybox" "$rd/bin/busybox"
+  for tool in sh mount insmod rmmod cat echo sed poweroff; do ln -s busybox "$rd/bin/$tool"; done
+  cp "/lib/modules/$kver/kernel/fs/configfs/configfs.ko" "$rd/mod/"
+  cp "/lib/modules/$kver/kernel/drivers/block/null_blk/null_blk.ko" "$rd/mod/"
+  cp "$static_bin" "$rd/bin/mqblk"
+  {
+    echo '#!/bin/sh'
+    echo 'mount -t proc proc /proc'
+    echo 'mount -t sysfs sys /sys'
+    echo 'mount -t devtmpfs dev /dev'
+    echo 'insmod /mod/configfs.ko'
+    echo 'MQBLK=/bin/mqblk MODULES=/mod'
+    cat "$work/jobs.sh"
+    echo 'poweroff -f'
+  } > "$rd/init"
+  chmod +x "$rd/init"
+  (cd "$rd" && find . | cpio -o -H newc --quiet | gzip -1) > "$work/initrd.gz"
+  timeout "$timeout_s" qemu-system-x86_64 -accel tcg -cpu max -m 1024 -smp 1 -nographic -no-reboot -nic none \
+    -kernel "$kernel" -initrd "$work/initrd.gz" \
+    -append "console=ttyS0 quiet panic=-1" < /dev/null > "$work/console.raw" 2>&1 || true
+  tr -d '\r' < "$work/console.raw" > "$work/console.txt"
+  if ! grep -q 'ORACLE-DONE' "$work/console.txt"; then
+    echo "oracle: the guest run failed; console:" >&2
+    tail -n 30 "$work/console.txt" >&2
+    exit 2
+  fi
+fi
+
+# Compare each pair.
+failed=0
+for i in "${!specs[@]}"; do
+  spec=${specs[$i]}
+  mqblk_spec=$spec
+  if [ "$kernel_series" = 6.1 ]; then
+    case ",${spec#null:}," in *,zoned_compat=*) ;; *) mqblk_spec="$spec,zoned_compat=6.1" ;; esac
+  fi
+  grep -o "ORACLE-$i: {\"op\".*" "$work/console.txt" | sed "s/^ORACLE-$i: //" > "$work/kernel-$i.jsonl" || true
+  if ! grep -q "ORACLE-$i-EXIT=0" "$work/console.txt"; then
+    echo "oracle: $spec: the guest's run failed ($(grep -o "ORACLE-$i-EXIT=.*" "$work/console.txt" | head -n 1))"
+    failed=2
+    continue
+  fi
+  "$host_bin" zone script --device "$mqblk_spec" "${scripts[$i]}" > "$work/mqblk-$i.jsonl"
+  n_kernel=$(wc -l < "$work/kernel-$i.jsonl")
+  n_mqblk=$(wc -l < "$work/mqblk-$i.jsonl")
+  if cmp -s "$work/kernel-$i.jsonl" "$work/mqblk-$i.jsonl"; then
+    echo "oracle: $mqblk_spec: $n_mqblk ops, no mismatch (kernel $kver)"
+    continue
+  fi
+  line=$( (cmp "$work/kernel-$i.jsonl" "$work/mqblk-$i.jsonl" 2>/dev/null || true) | sed -n 's/.* line \([0-9]*\).*/\1/p')
+  line=${line:-$(( (n_kernel < n_mqblk ? n_kernel : n_mqblk) + 1 ))}
+  echo "oracle: $mqblk_spec: first mismatch at op $line (kernel $kver: $n_kernel lines, mqblk: $n_mqblk lines)"
+  echo "kernel: $(sed -n "${line}p" "$work/kernel-$i.jsonl")"
+  echo "mqblk:  $(sed -n "${line}p" "$work/mqblk-$i.jsonl")"
+  [ "$failed" = 2 ] || failed=1
 done
-
-# The initramfs: busybox, configfs + null_blk, mqblk, the script, /init.
-rd=$work/rd
-mkdir -p "$rd"/{bin,dev,proc,sys,mod}
-cp "$busybox" "$rd/bin/busybox"
-for tool in sh mount insmod cat echo poweroff; do ln -s busybox "$rd/bin/$tool"; done
-cp "/lib/modules/$kver/kernel/fs/configfs/configfs.ko" "$rd/mod/"
-cp "/lib/modules/$kver/kernel/drivers/block/null_blk/null_blk.ko" "$rd/mod/"
-cp "$static_bin" "$rd/bin/mqblk"
-cp "$script" "$rd/script"
-cat > "$rd/init" <<INIT
-#!/bin/sh
-mount -t proc proc /proc
-mount -t sysfs sys /sys
-mount -t devtmpfs dev /dev
-insmod /mod/configfs.ko
-insmod /mod/null_blk.ko $params
-echo none > /sys/block/nullb0/queue/scheduler
-/bin/mqblk zone script --blkdev /dev/nullb0 /script
-echo "ORACLE-EXIT=\$?"
-poweroff -f
-INIT
-chmod +x "$rd/init"
-(cd "$rd" && find . | cpio -o -H newc --quiet | gzip -1) > "$work/initrd.gz"
-
-timeout 600 qemu-system-x86_64 -accel tcg -cpu max -m 1024 -smp 1 -nographic -no-reboot -nic none \
-  -kernel "$kernel" -initrd "$work/initrd.gz" \
-  -append "console=ttyS0 quiet panic=-1" < /dev/null > "$work/console.txt" 2>&1 || true
-tr -d '\r' < "$work/console.txt" | grep -o '{"op".*' > "$work/kernel.jsonl" || true
-if ! tr -d '\r' < "$work/console.txt" | grep -q 'ORACLE-EXIT=0'; then
-  echo "oracle: the guest run failed; console:" >&2
-  tail -n 30 "$work/console.txt" >&2
-  exit 2
-fi
-"$host_bin" zone script --device "$spec" "$script" > "$work/mqblk.jsonl"
-
-n_kernel=$(wc -l < "$work/kernel.jsonl")
-n_mqblk=$(wc -l < "$work/mqblk.jsonl")
-if cmp -s "$work/kernel.jsonl" "$work/mqblk.jsonl"; then
-  echo "oracle: $spec: $n_mqblk ops, no mismatch (kernel $kver)"
-  exit 0
-fi
-line=$( (cmp "$work/kernel.jsonl" "$work/mqblk.jsonl" 2>/dev/null || true) | sed -n 's/.* line \([0-9]*\).*/\1/p')
-line=${line:-$(( (n_kernel < n_mqblk ? n_kernel : n_mqblk) + 1 ))}
-echo "oracle: $spec: first mismatch at op $line (kernel $kver: $n_kernel lines, mqblk: $n_mqblk lines)"
-echo "kernel: $(sed -n "${line}p" "$work/kernel.jsonl")"
-echo "mqblk:  $(sed -n "${line}p" "$work/mqblk.jsonl")"
-exit 1
+exit $failed

@@ -67,7 +67,7 @@ pub use builder::DeviceBuilder;
 pub use client::{Client, ClientStats, Completion, RwCount};
 pub use clock::{now_ns, Clock, ClockSource};
 pub use config::{ConfigError, QueueOptions, SpecParams, Wake};
-pub use driver::null::zoned::{ZoneLock, ZoneLockKind, ZonedConfig};
+pub use driver::null::zoned::{ZoneLock, ZoneLockKind, ZonedCompat, ZonedConfig};
 pub use driver::null::{IrqMode, NullConfig, PollMode};
 pub use driver::uring::FileConfig;
 pub use error::{Error, Rejected, SubmitError};

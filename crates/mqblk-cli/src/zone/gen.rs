@@ -2,7 +2,9 @@
 //! toward edge cases: writes at and just off the write pointer, past the
 //! zone capacity, across zone boundaries and larger than max_sectors (so
 //! they split); opens and finishes at the open/active limits; reset all;
-//! zone indices out of range.
+//! zone indices out of range; a failing write without the zone report
+//! after it (`noreport`), followed by a write at the write pointer (Linux
+//! 6.12 fails it, 6.1 does not).
 //!
 //! With `--device SPEC` the generator runs each op on an mqblk device as it
 //! writes it and aims at the true write pointers; without, it guesses them
@@ -81,7 +83,8 @@ pub fn generate(seed: u64, ops: u64, shape: Shape, mut target: Option<&mut dyn Z
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let mut wp = vec![0u64; zones as usize];
     let mut out = format!("# mqblk zone gen --seed {seed} --ops {ops} --zones {zones}\n");
-    for _ in 0..ops {
+    let mut written = 0;
+    while written < ops {
         // Mostly sequential zones; sometimes a conventional one.
         let z =
             if nr_conv > 0 && rng.below(8) == 0 { rng.below(nr_conv) } else { nr_conv + rng.below(zones - nr_conv) };
@@ -113,12 +116,16 @@ pub fn generate(seed: u64, ops: u64, shape: Shape, mut target: Option<&mut dyn Z
                 format!("{verb} {}", zones + rng.below(3)) // out of range
             }
         };
-        let line = if block_sectors > 1 && rng.below(16) != 0 { align(&line, block_sectors) } else { line };
-        if let Some(t) = target.as_deref_mut() {
-            run_on_target(t, &line, &mut wp, cap_sectors);
+        let aligned = block_sectors > 1 && rng.below(16) != 0;
+        for line in line.lines().take((ops - written) as usize) {
+            let line = if aligned { align(line, block_sectors) } else { line.to_string() };
+            if let Some(t) = target.as_deref_mut() {
+                run_on_target(t, &line, &mut wp, cap_sectors);
+            }
+            out.push_str(&line);
+            out.push('\n');
+            written += 1;
         }
-        out.push_str(&line);
-        out.push('\n');
     }
     out
 }
@@ -130,7 +137,14 @@ fn write_op(rng: &mut Rng, shape: &Shape, wp: &mut [u64], z: u64) -> String {
     let Shape { zones, zone_sectors, cap_sectors, .. } = *shape;
     let zi = z as usize;
     let (off, n) = match rng.below(6) {
-        0..=2 => (wp[zi], 1 + rng.below(64)),                // at the wp
+        0..=2 => (wp[zi], 1 + rng.below(64)), // at the wp
+        3 if rng.below(2) == 0 => {
+            // Past the wp with no report after it, then at the wp.
+            let (off, n) = (wp[zi] + 1 + rng.below(8), 1 + rng.below(16));
+            let n = n.min((zones - z) * zone_sectors - off.min((zones - z) * zone_sectors - 1));
+            let at_wp = (1 + rng.below(64)).min(cap_sectors.saturating_sub(wp[zi])).max(1);
+            return format!("noreport write {z} {off} {n}\nwrite {z} {} {at_wp}", wp[zi]);
+        }
         3 => (wp[zi] + 1 + rng.below(8), 1 + rng.below(16)), // just past it
         4 => {
             // To or past capacity (past it only when small).
@@ -157,6 +171,9 @@ fn write_op(rng: &mut Rng, shape: &Shape, wp: &mut [u64], z: u64) -> String {
 fn run_on_target(t: &mut dyn ZoneTarget, line: &str, wp: &mut [u64], cap_sectors: u64) {
     if let Ok(Some((text, op))) = super::script::parse_line(line) {
         let _ = super::script::run_op(t, &text, &op);
+        if matches!(op, super::script::ZoneOp::NoReport(_)) {
+            return; // a report here would change what the next op sees
+        }
     }
     if let Ok(report) = t.report() {
         for (w, (_, rel)) in wp.iter_mut().zip(report) {
@@ -167,6 +184,9 @@ fn run_on_target(t: &mut dyn ZoneTarget, line: &str, wp: &mut [u64], cap_sectors
 
 /// Rounds a read or write line's OFF down and N up to whole blocks.
 fn align(line: &str, block: u64) -> String {
+    if let Some(rest) = line.strip_prefix("noreport ") {
+        return format!("noreport {}", align(rest, block));
+    }
     let w: Vec<&str> = line.split(' ').collect();
     match w.as_slice() {
         [verb @ ("read" | "write"), z, off, n] => {
@@ -204,7 +224,7 @@ mod tests {
         assert_ne!(a, generate(8, 300, shape, None));
         let ops: Vec<_> = a.lines().filter_map(|l| super::super::script::parse_line(l).unwrap()).collect();
         assert_eq!(ops.len(), 300);
-        for verb in ["write", "read", "open", "close", "finish", "reset", "reset all"] {
+        for verb in ["write", "read", "open", "close", "finish", "reset", "reset all", "noreport write"] {
             assert!(ops.iter().any(|(t, _)| t.starts_with(verb)), "{verb} never generated");
         }
     }

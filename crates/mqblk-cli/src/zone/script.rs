@@ -6,18 +6,32 @@
 //! Script lines: `report` | `reset Z` | `reset all` | `open Z` | `close Z`
 //! | `finish Z` | `write Z OFF N` | `read Z OFF N`; Z is a zone index, OFF
 //! and N are 512-byte sectors relative to the zone's start; `#` starts a
-//! comment.
+//! comment. Each op's line carries a zone report taken after it, except
+//! after `noreport OP`: a report is not neutral (on Linux 6.12 it tells
+//! the block layer a zone's write pointer again, after a failed write,
+//! and until then the zone takes no writes), so the next op sees what the
+//! kernel left without one.
 
 use mqblk::zoned::ZoneMgmt;
-use serde_json::{json, Value};
+use serde_json::json;
 
 /// A parsed script line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ZoneOp {
     Report,
     Mgmt(ZoneMgmt, Option<u64>),
-    Write { zone: u64, off: u64, nr: u64 },
-    Read { zone: u64, off: u64, nr: u64 },
+    Write {
+        zone: u64,
+        off: u64,
+        nr: u64,
+    },
+    Read {
+        zone: u64,
+        off: u64,
+        nr: u64,
+    },
+    /// The op, with no zone report after it.
+    NoReport(Box<ZoneOp>),
 }
 
 /// What a target does; errors are errnos (the kernel's, or mqblk's
@@ -38,6 +52,14 @@ pub fn parse_line(line: &str) -> Result<Option<(String, ZoneOp)>, String> {
     if text.is_empty() {
         return Ok(None);
     }
+    if let Some(rest) = text.strip_prefix("noreport ") {
+        return match parse_line(rest)? {
+            Some((_, ZoneOp::Report | ZoneOp::NoReport(_))) | None => {
+                Err(format!("'noreport' takes a zone op other than report, in '{text}'"))
+            }
+            Some((_, op)) => Ok(Some((text.to_string(), ZoneOp::NoReport(Box::new(op))))),
+        };
+    }
     let words: Vec<&str> = text.split_whitespace().collect();
     let num = |w: &str| w.parse::<u64>().map_err(|_| format!("'{w}' is not a number in '{text}'"));
     let op = match words.as_slice() {
@@ -57,17 +79,34 @@ pub fn parse_line(line: &str) -> Result<Option<(String, ZoneOp)>, String> {
         _ => {
             return Err(format!(
                 "bad script line '{text}' (accepted: report | reset Z | reset all | open Z | close Z | finish Z | \
-                 write Z OFF N | read Z OFF N)"
+                 write Z OFF N | read Z OFF N, each but report also after 'noreport')"
             ))
         }
     };
     Ok(Some((text.to_string(), op)))
 }
 
-/// Byte `i` of the data `write Z OFF N` writes.
+/// Byte `i` of the data `write Z OFF N` writes: the formula, which
+/// `fill_pattern` computes a sector at a time.
+#[cfg(test)]
 pub fn pattern_byte(zone: u64, off: u64, i: u64) -> u8 {
     let pos = off * 512 + i;
     ((zone * 131) ^ (pos * 7) ^ (pos >> 9)) as u8
+}
+
+/// The data `write Z OFF N` writes (`pattern_byte` for each byte), a
+/// 512-byte sector at a time: in sector s, byte j is (j * 7) as u8 ^
+/// (zone * 131 ^ (OFF + s)) as u8, since the sector's start is a multiple
+/// of 256. Under the oracle's emulated CPU a byte-at-a-time loop over a
+/// 64 MiB write took seconds.
+pub fn fill_pattern(zone: u64, off: u64, out: &mut [u8]) {
+    let base: [u8; 512] = std::array::from_fn(|j| (j * 7) as u8);
+    for (s, sector) in out.chunks_mut(512).enumerate() {
+        let k = ((zone * 131) ^ (off + s as u64)) as u8;
+        for (b, t) in sector.iter_mut().zip(base.iter()) {
+            *b = t ^ k;
+        }
+    }
 }
 
 /// The name user space sees for an errno (the oracle's status field).
@@ -90,13 +129,19 @@ pub fn errno_name(errno: i32) -> String {
 
 /// Runs one op and returns its JSON line.
 pub fn run_op(target: &mut dyn ZoneTarget, text: &str, op: &ZoneOp) -> String {
+    let (op, report) = match op {
+        ZoneOp::NoReport(inner) => (&**inner, false),
+        op => (op, true),
+    };
     let zs = target.zone_sectors();
     let mut crc = None;
     let result = match *op {
         ZoneOp::Report => Ok(()),
+        ZoneOp::NoReport(_) => unreachable!("parse_line nests no noreport"),
         ZoneOp::Mgmt(mgmt, zone) => target.mgmt(mgmt, zone),
         ZoneOp::Write { zone, off, nr } => {
-            let data: Vec<u8> = (0..nr * 512).map(|i| pattern_byte(zone, off, i)).collect();
+            let mut data = vec![0u8; (nr * 512) as usize];
+            fill_pattern(zone, off, &mut data);
             target.write((zone * zs + off) * 512, &data)
         }
         ZoneOp::Read { zone, off, nr } => {
@@ -109,14 +154,16 @@ pub fn run_op(target: &mut dyn ZoneTarget, text: &str, op: &ZoneOp) -> String {
         }
     };
     let status = errno_name(result.err().unwrap_or(0));
-    let zones: Value = match target.report() {
-        Ok(z) => z.into_iter().map(|(cond, wp)| json!([cond, wp])).collect(),
-        Err(e) => json!(errno_name(e)),
-    };
-    let line = match crc {
-        Some(crc) => json!({"op": text, "status": status, "crc32": crc, "zones": zones}),
-        None => json!({"op": text, "status": status, "zones": zones}),
-    };
+    let mut line = json!({"op": text, "status": status});
+    if let Some(crc) = crc {
+        line["crc32"] = json!(crc);
+    }
+    if report {
+        line["zones"] = match target.report() {
+            Ok(z) => z.into_iter().map(|(cond, wp)| json!([cond, wp])).collect(),
+            Err(e) => json!(errno_name(e)),
+        };
+    }
     line.to_string()
 }
 
@@ -145,6 +192,12 @@ mod tests {
         // Zero-length reads and writes are accepted: the kernel answers a
         // zero-length pread/pwrite with success and no effect.
         assert_eq!(parse_line("read 1 0 0").unwrap().unwrap().1, ZoneOp::Read { zone: 1, off: 0, nr: 0 });
+        assert_eq!(
+            parse_line("noreport write 3 8 16").unwrap().unwrap().1,
+            ZoneOp::NoReport(Box::new(ZoneOp::Write { zone: 3, off: 8, nr: 16 }))
+        );
+        assert!(parse_line("noreport report").unwrap_err().contains("other than report"));
+        assert!(parse_line("noreport noreport open 1").unwrap_err().contains("other than report"));
     }
 
     #[test]
@@ -152,5 +205,16 @@ mod tests {
         // zone 2, off 1, i 3: pos 515 -> 262 ^ 3605 ^ 1 = 3860 -> 0x14
         assert_eq!(pattern_byte(2, 1, 3), ((2 * 131) ^ (515 * 7) ^ (515 >> 9)) as u8);
         assert_eq!(errno_name(libc::ETOOMANYREFS), "ETOOMANYREFS");
+    }
+
+    #[test]
+    fn fill_pattern_is_pattern_byte() {
+        for (zone, off, sectors) in [(0, 0, 1), (2, 1, 3), (15, 131_000, 5), (7, 255, 2), (300, 77, 4)] {
+            let mut out = vec![0u8; sectors * 512];
+            fill_pattern(zone, off, &mut out);
+            for (i, b) in out.iter().enumerate() {
+                assert_eq!(*b, pattern_byte(zone, off, i as u64), "zone {zone} off {off} byte {i}");
+            }
+        }
     }
 }

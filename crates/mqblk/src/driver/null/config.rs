@@ -28,9 +28,11 @@
 //! | zone_nr_conv | 0 | conventional zones at the start |
 //! | zone_max_open | 0 | open zones allowed (0: no limit) |
 //! | zone_max_active | 0 | open + closed zones allowed (0: no limit) |
-//! | zone_append_max_sectors | 0 | largest zone append (0: the zone size) |
+//! | zone_append_max_sectors | 0 | largest zone append, aligned down to the block size and at most the zone capacity (0: the capacity; with zoned_compat=6.1 taken as given, 0: the zone size) |
 //! | zone_readonly | 0 | the last sequential zones start READONLY (before those of zone_offline) |
 //! | zone_offline | 0 | the last sequential zones start OFFLINE |
+//! | zone_full | 0 | the other sequential zones start FULL, write pointer at the capacity (Linux 6.12; refused with zoned_compat=6.1) |
+//! | zoned_compat | 6.12 | the Linux whose zoned null_blk to follow: `6.12`, or `6.1` (Debian 12's, the first kernel oracle's): no zone write plugs, so after a failed write a write at the write pointer succeeds without a zone report first; no zone_full; zone appends up to the zone size (zoned.rs lists what differs) |
 //! | zone_lock | per-zone | a lock per zone or one `global` device lock (the design before "null_blk: improve zone locking"); either spins without memory_backed and sleeps with it (zoned.rs) |
 //!
 //! Relies on: config.rs (SpecParams, ConfigError) for the spec; zoned.rs
@@ -39,7 +41,7 @@
 use crate::config::{ConfigError, SpecParams};
 use crate::request::SECTOR_SIZE;
 
-use super::zoned::{ZoneLock, ZonedConfig};
+use super::zoned::{ZoneLock, ZonedCompat, ZonedConfig};
 
 /// CPUs `irq_cpus` may name: those of a cpu_set_t (the C library's
 /// CPU_SETSIZE).
@@ -74,7 +76,9 @@ pub const NULL_KEYS: &[&str] = &[
     "zone_append_max_sectors",
     "zone_readonly",
     "zone_offline",
+    "zone_full",
     "zone_lock",
+    "zoned_compat",
 ];
 
 /// How requests complete (`irqmode`).
@@ -237,7 +241,9 @@ impl NullConfig {
                 ("zone_append_max_sectors", z.zone_append_max_sectors.to_string()),
                 ("zone_readonly", z.zone_readonly.to_string()),
                 ("zone_offline", z.zone_offline.to_string()),
+                ("zone_full", b(z.zone_full)),
                 ("zone_lock", if z.zone_lock == ZoneLock::Global { "global" } else { "per-zone" }.to_string()),
+                ("zoned_compat", z.compat.name().to_string()),
             ]);
         }
         Ok(pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
@@ -383,12 +389,23 @@ impl NullConfig {
 
     fn zoned_from_params(p: &SpecParams) -> Result<Option<ZonedConfig>, ConfigError> {
         if !p.bool("zoned", false)? {
-            if let Some((key, _)) = p.pairs().iter().find(|(k, _)| k.starts_with("zone_")) {
+            if let Some((key, _)) = p.pairs().iter().find(|(k, _)| k.starts_with("zone_") || k == "zoned_compat") {
                 return Err(p.conflict(format!("{key} needs zoned=1")));
             }
             return Ok(None);
         }
         let u32_key = |key: &str, max: u64| -> Result<u32, ConfigError> { Ok(p.u64_in(key, 0, 0, max)? as u32) };
+        let compat = match p.choice("zoned_compat", "6.12", &["6.12", "6.1"])? {
+            "6.1" => ZonedCompat::Linux6_1,
+            _ => ZonedCompat::Linux6_12,
+        };
+        let zone_full = p.bool("zone_full", false)?;
+        if zone_full && compat == ZonedCompat::Linux6_1 {
+            return Err(p.conflict(
+                "zone_full=1 came with Linux 6.12 (\"null_blk: Introduce the zone_full parameter\"): null_blk 6.1 \
+                 has no such parameter, so zoned_compat=6.1 refuses it",
+            ));
+        }
         Ok(Some(ZonedConfig {
             zone_size_mb: p.u64_in("zone_size", 256, 1, 1 << 20)?,
             zone_capacity_mb: p.u64_in("zone_capacity", 0, 0, 1 << 20)?,
@@ -398,10 +415,12 @@ impl NullConfig {
             zone_append_max_sectors: u32_key("zone_append_max_sectors", 1 << 22)?,
             zone_readonly: u32_key("zone_readonly", 1 << 20)?,
             zone_offline: u32_key("zone_offline", 1 << 20)?,
+            zone_full,
             zone_lock: match p.choice("zone_lock", "per-zone", &["per-zone", "global"])? {
                 "global" => ZoneLock::Global,
                 _ => ZoneLock::PerZone,
             },
+            compat,
         }))
     }
 }
@@ -422,6 +441,26 @@ mod tests {
         assert!(cfg("null:").unwrap().irq_cpus.is_empty());
         let c = NullConfig::new().irqmode(IrqMode::Timer).irq_cpus(vec![1, 0]);
         assert_eq!(c.validate().unwrap().irq_cpus, vec![1, 0], "round-trips through the spec form");
+    }
+
+    #[test]
+    fn zoned_compat_parses_round_trips_and_names_its_errors() {
+        let z = |spec: &str| cfg(spec).map(|c| c.zoned.expect("zoned"));
+        assert_eq!(z("null:zoned=1").unwrap().compat, ZonedCompat::Linux6_12, "6.12 by default");
+        let old = z("null:zoned=1,zoned_compat=6.1").unwrap();
+        assert_eq!(old.compat, ZonedCompat::Linux6_1);
+        let c = NullConfig::new().zoned(Some(old.clone()));
+        assert_eq!(c.validate().unwrap().zoned, Some(old), "round-trips through the spec form");
+        assert!(z("null:zoned=1,zone_full=1").unwrap().zone_full);
+        for (spec, why) in [
+            ("null:zoned=1,zoned_compat=5.4", "accepted: 6.12, 6.1"),
+            ("null:zoned_compat=6.1", "zoned_compat needs zoned=1"),
+            ("null:zoned=1,zone_full=1,zoned_compat=6.1", "null_blk 6.1 has no such parameter"),
+            ("null:zoned=1,zoned_compt=6.1", "did you mean 'zoned_compat'"),
+        ] {
+            let e = cfg(spec).unwrap_err();
+            assert!(e.contains(why), "{spec}: {e}");
+        }
     }
 
     #[test]

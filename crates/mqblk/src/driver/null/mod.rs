@@ -111,7 +111,7 @@ impl NullDriver {
         }
         let zoned = match &cfg.zoned {
             Some(z) => Some(
-                NullZoned::new(z, cfg.size_bytes, cfg.memory_backed)
+                NullZoned::new(z, cfg.size_bytes, cfg.bs, cfg.memory_backed)
                     .map_err(|e| crate::error::Error::Setup(format!("null: {e}")))?,
             ),
             None => None,

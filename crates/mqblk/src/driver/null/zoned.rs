@@ -1,7 +1,36 @@
 //! null_blk's zoned emulation (`zoned=1`): conventional zones first, then
-//! sequential-write-required zones, with Linux 6.1 null_blk's state machine
+//! sequential-write-required zones, with Linux null_blk's state machine
 //! (drivers/block/null_blk/zoned.c, summarised in KERNEL-FACTS.md) and the
 //! locking design of "null_blk: improve zone locking" (2020).
+//!
+//! Kernel version (`zoned_compat`): Linux 6.12 by default, 6.1 on request.
+//! Both run the same state machine; what 6.12 changed, seen through the
+//! kernel oracle (tests/oracle/) and read in its source:
+//! - A failed write makes the zone refuse writes until its write pointer
+//!   is learnt again ("block: Introduce zone write plugging", 6.10, with
+//!   the recovery of "block: Prevent potential deadlocks in zone write plug
+//!   error recovery", 6.13, in 6.12 stable). The block layer tracks each
+//!   zone's write pointer in a zone write plug; when a write to a
+//!   sequential zone fails, the plug is marked as needing a write pointer
+//!   update, and until a zone report covering the zone, a zone reset, a
+//!   zone finish or a reset all succeeds, every write to that zone fails
+//!   with EIO without reaching the driver (even one at the true write
+//!   pointer). A native zone append neither waits for nor sets that mark:
+//!   it drops the zone's plug, and with it the mark. mqblk's null device
+//!   is its only zoned driver, so this block-layer state is kept here, in
+//!   the zone (`ZoneState::need_wp_update`). 6.1 has no zone write plugs:
+//!   a write at the write pointer after a failed one succeeds.
+//! - `zone_full=1` ("null_blk: Introduce the zone_full parameter", 6.11):
+//!   sequential zones start FULL, their write pointer at the capacity.
+//! - `zone_append_max_sectors` ("null_blk: Introduce zone_append_max_sectors
+//!   attribute", 6.10) is aligned down to the block size and capped at the
+//!   zone capacity (default: the capacity); 6.1 has no such parameter and
+//!   allows appends of a whole zone size.
+//!
+//! Both kernels as Debian ships them refuse a smaller last zone with a
+//! zone capacity below the zone size ("null_blk: Do not allow runt zone
+//! with zone capacity smaller then zone size", 6.10, also in 6.1 stable),
+//! so mqblk refuses it in either mode.
 //!
 //! Locking (`zone_lock`), as null_blk since "null_blk: improve zone
 //! locking" (2020) and its v3 (a lock of the right kind in each zone):
@@ -144,6 +173,28 @@ impl<T> DerefMut for ZoneGuard<'_, T> {
     }
 }
 
+/// `zoned_compat`: the Linux version whose zoned null_blk (and zoned block
+/// layer) the device follows (see the module doc for what differs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ZonedCompat {
+    /// Linux 6.12 (the default): zone write plug errors, `zone_full`, the
+    /// zone append limit capped at the zone capacity.
+    #[default]
+    Linux6_12,
+    /// Linux 6.1 (Debian 12's kernel, the first oracle's).
+    Linux6_1,
+}
+
+impl ZonedCompat {
+    /// The spec value (`6.12` or `6.1`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Linux6_12 => "6.12",
+            Self::Linux6_1 => "6.1",
+        }
+    }
+}
+
 /// The zoned parameters of a null device (null_blk's names; MiB units):
 /// `ZonedConfig::new()` is null_blk's defaults (256 MiB zones, no limits),
 /// changed by a setter named as each field.
@@ -156,12 +207,16 @@ pub struct ZonedConfig {
     pub zone_nr_conv: u32,
     pub zone_max_open: u32,
     pub zone_max_active: u32,
-    /// 0: the zone size (null_blk's default).
+    /// 0: the default (6.12: the zone capacity; 6.1: the zone size).
     pub zone_append_max_sectors: u32,
     /// Sequential zones (the last ones) that start READONLY / OFFLINE.
     pub zone_readonly: u32,
     pub zone_offline: u32,
+    /// Sequential zones start FULL (6.12's `zone_full`).
+    pub zone_full: bool,
     pub zone_lock: ZoneLock,
+    /// `zoned_compat`.
+    pub compat: ZonedCompat,
 }
 
 impl Default for ZonedConfig {
@@ -175,7 +230,9 @@ impl Default for ZonedConfig {
             zone_append_max_sectors: 0,
             zone_readonly: 0,
             zone_offline: 0,
+            zone_full: false,
             zone_lock: ZoneLock::PerZone,
+            compat: ZonedCompat::Linux6_12,
         }
     }
 }
@@ -195,7 +252,9 @@ impl ZonedConfig {
         zone_append_max_sectors: u32,
         zone_readonly: u32,
         zone_offline: u32,
+        zone_full: bool,
         zone_lock: ZoneLock,
+        compat: ZonedCompat,
     }
 }
 
@@ -206,6 +265,16 @@ pub(crate) const NULL_FILL_PATTERN: u8 = 0xff;
 struct ZoneState {
     wp: u64,
     cond: ZoneCond,
+    /// 6.12: a write to this zone failed and nothing has told the block
+    /// layer the write pointer since (BLK_ZONE_WPLUG_NEED_WP_UPDATE):
+    /// writes fail until a report, reset, finish or reset all.
+    need_wp_update: bool,
+}
+
+impl ZoneState {
+    fn new(wp: u64, cond: ZoneCond) -> Self {
+        Self { wp, cond, need_wp_update: false }
+    }
 }
 
 /// Open/active accounting (`nr_zones_imp_open` etc.).
@@ -291,6 +360,8 @@ pub(crate) struct NullZoned {
     capacity_sectors: u64,
     zone_capacity_sectors: u64,
     zones: Box<[CachePadded<ZoneMutex<ZoneState>>]>,
+    /// 6.12's zone write plug errors (see the module doc).
+    wp_update_after_error: bool,
     lock_kind: ZoneLockKind,
     need_res: bool,
     res: Mutex<Res>,
@@ -300,9 +371,10 @@ pub(crate) struct NullZoned {
 }
 
 impl NullZoned {
-    /// Builds the zones of a device of `capacity_bytes` (null_init_zoned_dev);
-    /// their locks spin unless the device is `memory_backed`.
-    pub(crate) fn new(cfg: &ZonedConfig, capacity_bytes: u64, memory_backed: bool) -> Result<Self, String> {
+    /// Builds the zones of a device of `capacity_bytes` with logical blocks
+    /// of `bs` bytes (null_init_zoned_dev); their locks spin unless the
+    /// device is `memory_backed`.
+    pub(crate) fn new(cfg: &ZonedConfig, capacity_bytes: u64, bs: u32, memory_backed: bool) -> Result<Self, String> {
         let lock_kind = ZoneLockKind::for_memory_backed(memory_backed);
         if !cfg.zone_size_mb.is_power_of_two() {
             return Err(format!("zone_size={} MB must be a power of two", cfg.zone_size_mb));
@@ -315,6 +387,19 @@ impl NullZoned {
         let cap_mb = if cfg.zone_capacity_mb == 0 { cfg.zone_size_mb } else { cfg.zone_capacity_mb };
         if cap_mb > cfg.zone_size_mb {
             return Err(format!("zone_capacity={cap_mb} MB is larger than zone_size={} MB", cfg.zone_size_mb));
+        }
+        // "null_blk: Do not allow runt zone with zone capacity smaller then
+        // zone size": no real device has both, and both oracle kernels
+        // (6.12, and 6.1 through its stable backport) refuse them.
+        if cap_mb != cfg.zone_size_mb && capacity_sectors % zone_sectors != 0 {
+            return Err(format!(
+                "a smaller last zone (the size is not a multiple of zone_size={} MB) is not allowed with \
+                 zone_capacity={cap_mb} MB below the zone size",
+                cfg.zone_size_mb
+            ));
+        }
+        if cfg.zone_full && cfg.compat == ZonedCompat::Linux6_1 {
+            return Err("zone_full=1 is a Linux 6.12 parameter: null_blk 6.1 has none (zoned_compat=6.1)".into());
         }
         let nr_zones = capacity_sectors.div_ceil(zone_sectors) as u32;
         // null_blk's adjustments, in its order.
@@ -336,21 +421,25 @@ impl NullZoned {
                 cfg.zone_readonly, cfg.zone_offline
             ));
         }
-        let append = if cfg.zone_append_max_sectors == 0 { zone_sectors as u32 } else { cfg.zone_append_max_sectors };
         let zone_capacity_sectors = (cap_mb << 20) >> SECTOR_SHIFT;
+        let append = Self::append_max_sectors(cfg, zone_sectors, zone_capacity_sectors, bs);
         let first_readonly = nr_zones - cfg.zone_readonly - cfg.zone_offline;
         let first_offline = nr_zones - cfg.zone_offline;
         let zones = (0..nr_zones)
             .map(|i| {
                 let start = u64::from(i) * zone_sectors;
                 let state = if i < nr_conv {
-                    ZoneState { wp: start + zone_sectors, cond: ZoneCond::NotWp }
+                    ZoneState::new(start + zone_sectors, ZoneCond::NotWp)
                 } else if i >= first_offline {
-                    ZoneState { wp: start, cond: ZoneCond::Offline }
+                    ZoneState::new(start, ZoneCond::Offline)
                 } else if i >= first_readonly {
-                    ZoneState { wp: start, cond: ZoneCond::ReadOnly }
+                    ZoneState::new(start, ZoneCond::ReadOnly)
+                } else if cfg.zone_full {
+                    // As null_init_zoned_dev: at the capacity, not the zone's end.
+                    let len = zone_sectors.min(capacity_sectors - start);
+                    ZoneState::new(start + len.min(zone_capacity_sectors), ZoneCond::Full)
                 } else {
-                    ZoneState { wp: start, cond: ZoneCond::Empty }
+                    ZoneState::new(start, ZoneCond::Empty)
                 };
                 CachePadded::new(ZoneMutex::new(lock_kind, state))
             })
@@ -367,12 +456,36 @@ impl NullZoned {
             capacity_sectors,
             zone_capacity_sectors,
             zones,
+            wp_update_after_error: cfg.compat == ZonedCompat::Linux6_12,
             lock_kind,
             need_res: max_open > 0 || max_active > 0,
             res: Mutex::new(Res { imp_close_zone_no: nr_conv, tracked: true, ..Res::default() }),
             global: (cfg.zone_lock == ZoneLock::Global).then(|| ZoneMutex::new(lock_kind, ())),
             contended: CachePadded::new(AtomicU64::new(0)),
         })
+    }
+
+    /// The largest zone append in sectors. 6.12 ("null_blk: Introduce
+    /// zone_append_max_sectors attribute") aligns the parameter down to the
+    /// block size and caps it at the zone capacity, whose value is also the
+    /// default. There 0 asks the block layer to emulate zone appends with
+    /// writes, which land where native appends would: mqblk keeps them
+    /// native and takes 0 (or a value below one block) as the default. 6.1
+    /// has no parameter and allows the zone size.
+    fn append_max_sectors(cfg: &ZonedConfig, zone_sectors: u64, capacity_sectors: u64, bs: u32) -> u32 {
+        let requested = u64::from(cfg.zone_append_max_sectors);
+        let sectors = match cfg.compat {
+            ZonedCompat::Linux6_1 if requested == 0 => zone_sectors,
+            ZonedCompat::Linux6_1 => requested,
+            ZonedCompat::Linux6_12 => {
+                let block_sectors = u64::from(bs >> SECTOR_SHIFT).max(1);
+                match requested / block_sectors * block_sectors {
+                    0 => capacity_sectors,
+                    aligned => aligned.min(capacity_sectors),
+                }
+            }
+        };
+        sectors.min(u64::from(u32::MAX)) as u32
     }
 
     pub(crate) fn limits(&self) -> ZonedLimits {
@@ -430,7 +543,13 @@ impl NullZoned {
         let _global = self.lock_global();
         let first = (sector / self.limits.zone_sectors) as usize;
         for zno in first..self.zones.len().min(first.saturating_add(nr)) {
-            let st = *self.lock_zone(zno);
+            let st = {
+                let mut z = self.lock_zone(zno);
+                // A report tells the block layer the write pointer again
+                // (6.12's disk_zone_wplug_sync_wp_offset).
+                z.need_wp_update = false;
+                *z
+            };
             out.push(Zone {
                 start: self.zone_start(zno),
                 len: self.zone_len(zno),
@@ -491,19 +610,48 @@ impl NullZoned {
         rq.for_each_segment(|pos, seg| mem.write(pos.wrapping_add(shift), seg));
     }
 
-    /// null_zone_write.
+    /// A write or zone append to a zone: 6.12's zone write plug (the
+    /// module doc), then null_zone_write.
     fn write(&self, rq: &mut Rq, mem: Option<&MemStore>, append: bool) -> Status {
-        let mut sector = rq.sector();
-        let nr = u64::from(rq.nr_sectors());
-        let zno = (sector / self.limits.zone_sectors) as usize;
+        let zno = (rq.sector() / self.limits.zone_sectors) as usize;
         if self.is_conv(zno) {
+            // Conventional zones have no write plug.
             if append {
                 return Status::IoErr;
             }
-            Self::write_data(rq, sector, mem);
+            Self::write_data(rq, rq.sector(), mem);
             return Status::Ok;
         }
         let mut z = self.lock_zone(zno);
+        if self.wp_update_after_error {
+            if append {
+                // A native append drops the zone's plug and its mark
+                // (blk_zone_wplug_handle_native_zone_append).
+                z.need_wp_update = false;
+            } else if z.need_wp_update {
+                return Status::IoErr;
+            }
+        }
+        let status = self.null_zone_write(rq, &mut z, zno, mem, append);
+        if status != Status::Ok && !append && self.wp_update_after_error {
+            // blk_zone_write_plug_bio_endio: a failed write leaves the
+            // block layer unsure of the write pointer.
+            z.need_wp_update = true;
+        }
+        status
+    }
+
+    /// null_zone_write, under the zone's lock.
+    fn null_zone_write(
+        &self,
+        rq: &mut Rq,
+        z: &mut ZoneState,
+        zno: usize,
+        mem: Option<&MemStore>,
+        append: bool,
+    ) -> Status {
+        let mut sector = rq.sector();
+        let nr = u64::from(rq.nr_sectors());
         if matches!(z.cond, ZoneCond::Full | ZoneCond::ReadOnly | ZoneCond::Offline) {
             return Status::IoErr;
         }
@@ -649,6 +797,8 @@ impl NullZoned {
     fn reset_all(&self, mem: Option<&MemStore>) {
         for zno in self.nr_conv as usize..self.zones.len() {
             let mut z = self.lock_zone(zno);
+            // blk_zone_reset_all_bio_endio: every plug's write pointer is 0.
+            z.need_wp_update = false;
             if !matches!(z.cond, ZoneCond::Empty | ZoneCond::ReadOnly | ZoneCond::Offline) {
                 let _ = self.reset_zone(zno, &mut z, mem);
             }
@@ -659,7 +809,10 @@ impl NullZoned {
         {
             let mut res = self.res_lock();
             match z.cond {
-                ZoneCond::Empty => return Status::Ok,
+                ZoneCond::Empty => {
+                    z.need_wp_update = false;
+                    return Status::Ok;
+                }
                 ZoneCond::ImpOpen => res.dec(Count::ImpOpen),
                 ZoneCond::ExpOpen => res.dec(Count::ExpOpen),
                 ZoneCond::Closed => res.dec(Count::Closed),
@@ -668,6 +821,8 @@ impl NullZoned {
             }
             z.cond = ZoneCond::Empty;
             z.wp = self.zone_start(zno);
+            // blk_zone_reset_bio_endio: the plug's write pointer is 0 again.
+            z.need_wp_update = false;
         }
         if let Some(mem) = mem {
             mem.zero(self.zone_start(zno) << SECTOR_SHIFT, self.zone_len(zno) << SECTOR_SHIFT);
@@ -697,7 +852,12 @@ impl NullZoned {
 
     fn finish_zone(&self, zno: usize, z: &mut ZoneState) -> Status {
         let mut res = match z.cond {
-            ZoneCond::Full => return Status::Ok,
+            ZoneCond::Full => {
+                // blk_zone_finish_bio_endio: any successful finish sets the
+                // plug's write pointer to the zone's end.
+                z.need_wp_update = false;
+                return Status::Ok;
+            }
             ZoneCond::Empty | ZoneCond::Closed => match self.admit(zno, z.cond) {
                 Ok(res) => res,
                 Err(status) => return status,
@@ -713,6 +873,136 @@ impl NullZoned {
         }
         z.cond = ZoneCond::Full;
         z.wp = self.zone_start(zno) + self.zone_len(zno);
+        z.need_wp_update = false;
         Status::Ok
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The differences between the Linux 6.12 default and zoned_compat=6.1
+    //! (the module doc), each in both modes. The rest of the state machine
+    //! is tests/zoned.rs's.
+
+    use crate::zoned::{ZoneCond, ZoneMgmt};
+    use crate::{Bio, Buf, Client, Device, Error, Status};
+
+    const ZS: u64 = 131_072; // sectors in a 64 MiB zone
+    const ZB: u64 = ZS * 512;
+
+    fn dev(extra: &str) -> Device {
+        Device::open(&format!("null:gb=1,zoned=1,zone_size=64{extra}")).unwrap()
+    }
+
+    fn run(c: &mut Client, bio: Bio) -> Status {
+        match c.submit_and_wait_completion(bio) {
+            Ok(done) => done.status,
+            Err(Error::Submit(e)) => e.status(),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    fn write(c: &mut Client, z: u64, off: u64, sectors: u64) -> Status {
+        run(c, Bio::write(z * ZB + off * 512, Buf::new((sectors * 512) as usize)))
+    }
+
+    fn mgmt(c: &mut Client, op: ZoneMgmt, z: u64) -> Status {
+        run(c, Bio::zone_mgmt(op, z * ZB))
+    }
+
+    /// (condition, wp - start) of zone `z`; a report, so on 6.12 it also
+    /// clears the zone's mark.
+    fn cond(d: &Device, z: usize) -> (ZoneCond, u64) {
+        let zone = d.report_zones(0, 1 << 20).unwrap()[z];
+        (zone.cond, zone.wp - zone.start)
+    }
+
+    #[test]
+    fn after_a_failed_write_6_12_refuses_writes_until_a_report_and_6_1_does_not() {
+        let d = dev("");
+        let mut c = d.client();
+        assert_eq!(write(&mut c, 1, 8, 8), Status::IoErr, "off the write pointer");
+        assert_eq!(write(&mut c, 1, 0, 8), Status::IoErr, "6.12: at the wp, but the zone waits for a report");
+        assert_eq!(mgmt(&mut c, ZoneMgmt::Open, 1), Status::Ok);
+        assert_eq!(write(&mut c, 1, 0, 8), Status::IoErr, "an open does not tell the wp");
+        assert_eq!(cond(&d, 1), (ZoneCond::ExpOpen, 0), "nothing was written; the report clears the mark");
+        assert_eq!(write(&mut c, 1, 0, 8), Status::Ok);
+        assert_eq!(cond(&d, 1), (ZoneCond::ExpOpen, 8));
+
+        let d = dev(",zoned_compat=6.1");
+        let mut c = d.client();
+        assert_eq!(write(&mut c, 1, 8, 8), Status::IoErr);
+        assert_eq!(write(&mut c, 1, 0, 8), Status::Ok, "6.1: no zone write plug to wait on");
+        assert_eq!(cond(&d, 1), (ZoneCond::ImpOpen, 8));
+    }
+
+    #[test]
+    fn reset_finish_and_reset_all_clear_the_mark_and_failed_ones_do_not() {
+        let d = dev(",zone_nr_conv=1,zone_max_active=2");
+        let mut c = d.client();
+        for z in [1, 2, 3] {
+            assert_eq!(write(&mut c, z, 8, 8), Status::IoErr);
+        }
+        assert_eq!(mgmt(&mut c, ZoneMgmt::Reset, 1), Status::Ok, "reset of an EMPTY zone succeeds");
+        assert_eq!(write(&mut c, 1, 0, 8), Status::Ok);
+        assert_eq!(mgmt(&mut c, ZoneMgmt::Finish, 2), Status::Ok);
+        assert_eq!(write(&mut c, 2, ZS - 8, 8), Status::IoErr, "FULL takes no write");
+        assert_eq!(mgmt(&mut c, ZoneMgmt::Reset, 2), Status::Ok);
+        assert_eq!(write(&mut c, 2, 0, 8), Status::Ok);
+        // Zones 1 and 2 are active: finishing EMPTY zone 3 needs a third.
+        assert_eq!(mgmt(&mut c, ZoneMgmt::Finish, 3), Status::ZoneActiveResource);
+        assert_eq!(write(&mut c, 3, 0, 8), Status::IoErr, "a failed finish leaves the mark");
+        assert_eq!(run(&mut c, Bio::zone_reset_all()), Status::Ok);
+        assert_eq!(write(&mut c, 3, 0, 8), Status::Ok, "reset all clears every mark");
+        // The conventional zone has no write plug: its failures mark nothing.
+        assert_eq!(run(&mut c, Bio::zone_append(0, Buf::new(4096))), Status::IoErr);
+        assert_eq!(write(&mut c, 0, 8, 8), Status::Ok);
+    }
+
+    #[test]
+    fn a_native_zone_append_is_not_held_back_and_drops_the_mark() {
+        let d = dev("");
+        let mut c = d.client();
+        assert_eq!(write(&mut c, 1, 8, 8), Status::IoErr);
+        assert_eq!(run(&mut c, Bio::zone_append(ZB, Buf::new(4096))), Status::Ok);
+        assert_eq!(write(&mut c, 1, 8, 8), Status::Ok, "the append removed the zone's plug");
+        assert_eq!(cond(&d, 1), (ZoneCond::ImpOpen, 16));
+    }
+
+    #[test]
+    fn zone_full_starts_sequential_zones_full_at_their_capacity_on_6_12_only() {
+        let d = dev(",zone_capacity=48,zone_nr_conv=1,zone_full=1");
+        assert_eq!(cond(&d, 0), (ZoneCond::NotWp, ZS));
+        assert_eq!(cond(&d, 1), (ZoneCond::Full, 98_304), "wp at the capacity, not the zone's end");
+        let mut c = d.client();
+        assert_eq!(write(&mut c, 1, 98_304, 8), Status::IoErr);
+        assert_eq!(mgmt(&mut c, ZoneMgmt::Reset, 1), Status::Ok);
+        assert_eq!(write(&mut c, 1, 0, 8), Status::Ok);
+        let e = Device::open("null:gb=1,zoned=1,zone_size=64,zone_full=1,zoned_compat=6.1").unwrap_err();
+        assert!(e.to_string().contains("zone_full=1 came with Linux 6.12"), "{e}");
+        assert!(dev(",zone_full=0,zoned_compat=6.1").report_zones(0, 1).unwrap()[0].cond == ZoneCond::Empty);
+    }
+
+    #[test]
+    fn zone_append_limit_is_capped_at_the_capacity_and_aligned_on_6_12() {
+        let limit = |extra: &str| dev(extra).limits().zoned.unwrap().zone_append_max_sectors;
+        assert_eq!(limit(",zone_capacity=48"), 98_304, "6.12 default: the capacity");
+        assert_eq!(limit(",zone_capacity=48,zoned_compat=6.1"), ZS as u32, "6.1: the zone size");
+        assert_eq!(limit(",bs=4096,zone_append_max_sectors=1001"), 1000, "aligned down to 8 sectors");
+        assert_eq!(limit(",zone_capacity=1,zone_append_max_sectors=4000"), 2048, "at most the capacity");
+        assert_eq!(limit(",zone_capacity=1,zone_append_max_sectors=4000,zoned_compat=6.1"), 4000);
+        assert_eq!(limit(",bs=4096,zone_append_max_sectors=7"), ZS as u32, "below one block: the default");
+    }
+
+    #[test]
+    fn a_smaller_last_zone_with_a_smaller_capacity_is_refused_in_both_modes() {
+        for compat in ["", ",zoned_compat=6.1"] {
+            let spec = format!("null:gb=3,zoned=1,zone_size=2048,zone_capacity=1500{compat}");
+            let e = Device::open(&spec).unwrap_err();
+            assert!(e.to_string().contains("smaller last zone"), "{spec}: {e}");
+            let runt = Device::open(&format!("null:gb=3,zoned=1,zone_size=2048{compat}")).unwrap();
+            let zones = runt.report_zones(0, 4).unwrap();
+            assert_eq!((zones.len(), zones[1].len, zones[1].capacity), (2, 2_097_152, 2_097_152), "{spec}");
+        }
     }
 }
