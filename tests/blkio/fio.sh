@@ -1,0 +1,205 @@
+#!/usr/bin/env bash
+# Stock fio's libblkio engine (a client we did not write) driving a
+# libblkio.so.1: by default ours (crates/mqblk-blkio) with
+# libblkio_driver=mqblk and mqblk device specs as libblkio_path. One fio run
+# per case; each prints one line per fio job ("ok" or "FAIL") and the script
+# exits 1 if any failed.
+#
+# Usage: tests/blkio/fio.sh [--reference] [LIBDIR [PCDIR]]
+#   LIBDIR  directory holding libblkio.so.1 (default $MQBLK_BLKIO_LIBDIR, else
+#           target/release); set as LD_LIBRARY_PATH for fio
+#   PCDIR   its blkio.pc, used only if fio must be built (default
+#           LIBDIR/pkgconfig)
+#   --reference  Debian's libblkio 1.5 (scripts/libblkio-reference.sh) with
+#           its io_uring driver on a tmpfs file instead, every case run on
+#           that file: checks this script and fio against the library we
+#           imitate. Cases that need poll queues are skipped there (io_uring
+#           polling needs a block device that polls; tmpfs has none).
+#
+# fio comes from scripts/fio-libblkio.sh (built once and cached; the first
+# run fetches fio's source from Debian and builds it, about 2-3 minutes on 2
+# CPUs). Each fio run is killed after MQBLK_FIO_TIMEOUT seconds (120), so a
+# hang fails the case instead of the whole suite.
+#
+# The cases (mqblk driver; "null" means null:gb=1, "mem" memory_backed=1):
+#   randread-{block,eventfd,loop}         null, 4k QD16, each wait mode
+#   randwrite-verify-{block,eventfd,loop} mem, 4k QD16, verify=crc32c
+#   hipri-randread, hipri-randwrite-verify  hipri=1 (one poll queue), wait
+#                                         modes block and loop
+#   threads2-randwrite-verify             thread, numjobs=2: one blkio, two
+#                                         queues, each job its own 32 MiB
+#   threads-mixed-hipri                   thread: a poll-queue job and a
+#                                         plain-queue job on one blkio
+#   procs2-randread                       numjobs=2 processes, a blkio each
+#   vectored-bsrange-verify               libblkio_vectored, 4k-64k blocks
+#   file-randwrite-verify, file-randread  file:path=<tmpfs file>
+#   control-verify-without-memory         null without memory_backed: verify
+#                                         must fail (mqblk driver only)
+# Every job must end with error 0, the fio run with status 0, and move
+# exactly the bytes it was given (verify jobs read back every byte written).
+#
+# SPDX-License-Identifier: MIT OR Apache-2.0
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+die() { echo "blkio-fio: $*" >&2; exit 2; }
+
+reference=0
+args=()
+for a in "$@"; do
+  case "$a" in
+    --reference) reference=1 ;;
+    -h|--help) sed -n '2,/^# SPDX/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) die "unknown option $a" ;;
+    *) args+=("$a") ;;
+  esac
+done
+[ ${#args[@]} -le 2 ] || die "usage: tests/blkio/fio.sh [--reference] [LIBDIR [PCDIR]]"
+if [ $reference = 1 ]; then
+  [ ${#args[@]} = 0 ] || die "--reference takes no LIBDIR"
+  libdir=$(scripts/libblkio-reference.sh) || die "could not fetch the reference libblkio"
+  driver=io_uring
+else
+  libdir=${args[0]:-${MQBLK_BLKIO_LIBDIR:-target/release}}
+  driver=mqblk
+fi
+libdir=$(realpath "$libdir")
+pcdir=${args[1]:-$libdir/pkgconfig}
+[ -e "$libdir/libblkio.so.1" ] || die "no libblkio.so.1 in $libdir (build crates/mqblk-blkio: cargo build --release -p mqblk-blkio)"
+fio=$(scripts/fio-libblkio.sh "$pcdir") || die "no fio with the libblkio engine (scripts/fio-libblkio.sh failed)"
+timeout_s=${MQBLK_FIO_TIMEOUT:-120}
+command -v python3 >/dev/null || die "needs python3 (reads fio's JSON)"
+
+tmp=$(mktemp -d)
+file=/dev/shm/mqblk-blkio-fio.$$
+trap 'rm -rf "$tmp" "$file"' EXIT
+truncate -s 256M "$file"
+
+LD_LIBRARY_PATH=$libdir "$fio" --enghelp=libblkio >/dev/null ||
+  die "$fio has no libblkio engine or cannot load libblkio.so.1 from $libdir"
+echo "blkio-fio: $(LD_LIBRARY_PATH=$libdir "$fio" --version) (${fio%/fio}), libblkio.so.1 from $libdir, driver $driver"
+
+# Checks fio's JSON on stdin: every job error 0 and the expected bytes.
+# Args: case name, expected read bytes per job, expected write bytes per job.
+check_json() {
+  python3 -c '
+import json, sys
+name, want_read, want_write = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+jobs = json.load(sys.stdin)["jobs"]
+bad = 0
+for i, j in enumerate(jobs):
+    r, w = j["read"], j["write"]
+    why = []
+    if j["error"] != 0:
+        why.append("error %d" % j["error"])
+    if r["io_bytes"] != want_read:
+        why.append("read %d bytes, want %d" % (r["io_bytes"], want_read))
+    if w["io_bytes"] != want_write:
+        why.append("wrote %d bytes, want %d" % (w["io_bytes"], want_write))
+    what = []
+    if w["io_bytes"]:
+        what.append("write %d MiB %.1fk IOPS" % (w["io_bytes"] >> 20, w["iops"] / 1000))
+    if r["io_bytes"]:
+        what.append(("verified %d MiB" if w["io_bytes"] else "read %d MiB %.1fk IOPS")
+                    % ((r["io_bytes"] >> 20,) if w["io_bytes"] else (r["io_bytes"] >> 20, r["iops"] / 1000)))
+    label = "%s[%d:%s]" % (name, i, j["jobname"]) if len(jobs) > 1 else name
+    if why:
+        bad += 1
+        print("FAIL %-36s %s" % (label, "; ".join(why)))
+    else:
+        print("ok   %-36s %s" % (label, ", ".join(what)))
+sys.exit(1 if bad else 0)
+' "$@"
+}
+
+failed=0 ran=0 skipped=0
+# run_case NAME NEEDS_POLL PATH READ_BYTES WRITE_BYTES FIO_ARGS...
+# PATH is the mqblk device spec (the tmpfs file in --reference mode).
+run_case() {
+  local name=$1 needs_poll=$2 path=$3 want_read=$4 want_write=$5 status=0
+  shift 5
+  if [ $reference = 1 ]; then
+    if [ "$needs_poll" = 1 ]; then
+      echo "skip $name (poll queues: not on a tmpfs file with libblkio's io_uring driver)"
+      skipped=$((skipped + 1))
+      return
+    fi
+    path=$file
+  fi
+  ran=$((ran + 1))
+  LD_LIBRARY_PATH=$libdir timeout "$timeout_s" "$fio" --output-format=json \
+    --ioengine=libblkio --libblkio_driver=$driver --libblkio_path="$path" "$@" \
+    >"$tmp/$name.json" 2>"$tmp/$name.err" || status=$?
+  if [ $status -ne 0 ] && [ ! -s "$tmp/$name.json" ]; then
+    echo "FAIL $name: fio exited $status$([ $status = 124 ] && echo " (killed after ${timeout_s} s)")"
+    sed 's/^/     /' "$tmp/$name.err" | tail -n 8
+    failed=$((failed + 1))
+    return
+  fi
+  # fio's stderr may precede the JSON on stdout when the job fails early.
+  sed -n '/^{/,$p' "$tmp/$name.json" > "$tmp/$name.clean"
+  if ! check_json "$name" "$want_read" "$want_write" < "$tmp/$name.clean"; then
+    sed 's/^/     /' "$tmp/$name.err" | tail -n 8
+    failed=$((failed + 1))
+  elif [ $status -ne 0 ]; then
+    echo "FAIL $name: fio exited $status"
+    sed 's/^/     /' "$tmp/$name.err" | tail -n 8
+    failed=$((failed + 1))
+  fi
+}
+
+M=$((1 << 20))
+null=null:gb=1
+mem=null:gb=1,memory_backed=1
+verify=(--verify=crc32c --do_verify=1 --verify_fatal=1)
+common=(--bs=4k --iodepth=16 --size=64m)
+
+for wait in block eventfd loop; do
+  run_case "randread-$wait" 0 $null $((64 * M)) 0 \
+    --name=r --rw=randread "${common[@]}" --libblkio_wait_mode=$wait
+  run_case "randwrite-verify-$wait" 0 $mem $((64 * M)) $((64 * M)) \
+    --name=w --rw=randwrite "${common[@]}" "${verify[@]}" --libblkio_wait_mode=$wait
+done
+# hipri=1: the engine asks for num-poll-queues=1 and num-queues=0 and does
+# its I/O on the poll queue (eventfd waiting is refused with hipri).
+run_case hipri-randread 1 $null $((64 * M)) 0 \
+  --name=r --rw=randread "${common[@]}" --hipri=1
+run_case hipri-randwrite-verify 1 $mem $((64 * M)) $((64 * M)) \
+  --name=w --rw=randwrite "${common[@]}" "${verify[@]}" --hipri=1 --libblkio_wait_mode=loop
+# thread: the subjobs share one blkio (num-queues = 2), each on its own queue
+# and its own 32 MiB of the device, so their verify reads see their writes.
+run_case threads2-randwrite-verify 0 $mem $((32 * M)) $((32 * M)) \
+  --name=w --thread --numjobs=2 --rw=randwrite --bs=4k --iodepth=16 --size=32m \
+  --offset_increment=32m "${verify[@]}"
+# One blkio with num-queues=1 and num-poll-queues=1.
+run_case threads-mixed-hipri 1 $mem $((32 * M)) $((32 * M)) \
+  --thread --rw=randwrite --bs=4k --iodepth=16 --size=32m "${verify[@]}" \
+  --name=plain --offset=0 --name=poll --offset=32m --hipri=1
+# Without thread each fio process opens its own blkio (its own null device).
+run_case procs2-randread 0 $null $((64 * M)) 0 \
+  --name=r --numjobs=2 --rw=randread "${common[@]}"
+run_case vectored-bsrange-verify 0 $mem $((64 * M)) $((64 * M)) \
+  --name=w --rw=randwrite --bsrange=4k-64k --iodepth=8 --size=64m --libblkio_vectored=1 "${verify[@]}"
+run_case file-randwrite-verify 0 "file:path=$file" $((64 * M)) $((64 * M)) \
+  --name=w --rw=randwrite "${common[@]}" "${verify[@]}"
+run_case file-randread 0 "file:path=$file" $((64 * M)) 0 \
+  --name=r --rw=randread "${common[@]}" --libblkio_wait_mode=eventfd
+
+# The control: on a null device without memory_backed written data is gone,
+# so verify must fail (a verify that never fails checks nothing).
+if [ $reference = 0 ]; then
+  ran=$((ran + 1))
+  status=0
+  LD_LIBRARY_PATH=$libdir timeout "$timeout_s" "$fio" --ioengine=libblkio --libblkio_driver=$driver \
+    --libblkio_path=$null --name=w --rw=randwrite "${common[@]}" "${verify[@]}" \
+    >"$tmp/control.out" 2>&1 || status=$?
+  if [ $status -ne 0 ] && [ $status -ne 124 ] && grep -qiE 'verify|bad magic|crc32c' "$tmp/control.out"; then
+    echo "ok   control-verify-without-memory     fio failed verification as it must ($(grep -m1 -oiE '[a-z0-9]*: *verify failed|bad magic header[^,]*' "$tmp/control.out" || echo "exit $status"))"
+  else
+    echo "FAIL control-verify-without-memory: verify of a null device without memory_backed did not fail (fio exited $status)"
+    sed 's/^/     /' "$tmp/control.out" | tail -n 8
+    failed=$((failed + 1))
+  fi
+fi
+
+echo "blkio-fio: $ran cases run, $skipped skipped, $failed failed"
+[ $failed = 0 ]
