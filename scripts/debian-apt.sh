@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by scripts/libblkio-reference.sh and scripts/fio-libblkio.sh: a
 # private apt state for fetching Debian packages and sources without touching
 # the host's apt configuration (no sources.list.d entry, no dpkg status).
@@ -6,7 +7,7 @@
 #
 # SPDX-License-Identifier: MIT OR Apache-2.0
 
-apt_dir=$cache/apt-blkio
+apt_dir=${cache:?}/apt-blkio
 apt_opts=(
   -o "Dir::Etc::sourcelist=$apt_dir/sources.list" -o Dir::Etc::sourceparts=/nonexistent
   -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::State::status=$apt_dir/status"

@@ -49,8 +49,8 @@ pcdir=${1:-}
 # ---- a cached build ---------------------------------------------------------
 cached_fio() { # [version] -> path of a complete cached fio, newest first
   local d version=${1:-*}
-  # shellcheck disable=SC2086 # $version may be the glob *
-  for d in $(ls -d "$cache"/fio-$version-libblkio 2>/dev/null | sort -rV); do
+  # $version may be the pattern *
+  for d in $(find "$cache" -maxdepth 1 -name "fio-$version-libblkio" 2>/dev/null | sort -rV); do
     [ -x "$d/fio" ] && [ -f "$d/build.txt" ] && { echo "$d/fio"; return 0; }
   done
   return 1
@@ -113,7 +113,7 @@ for v in $versions; do
     tried+=("$v: $(grep -m1 -oE '[0-9]{3} +[A-Za-z ]+' "$work/apt.log" || tail -n 1 "$work/apt.log")")
     continue
   fi
-  tarball=$(ls "$work"/src/fio_*.orig.tar.* 2>/dev/null | head -n 1)
+  tarball=$(find "$work/src" -maxdepth 1 -name 'fio_*.orig.tar.*' | head -n 1)
   [ -n "$tarball" ] || { tried+=("$v: no orig tarball downloaded"); continue; }
   tar -xf "$tarball" -C "$work/src"
   src=$(find "$work/src" -mindepth 1 -maxdepth 1 -type d | head -n 1)

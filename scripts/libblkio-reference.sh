@@ -54,6 +54,7 @@ else
     pc=$(find "$fetch_tmp/root" -name blkio.pc | head -n 1)
     [ -n "$pc" ] || die "no blkio.pc in libblkio-dev $ver"
     final_root=$dir/root
+    # shellcheck disable=SC2016 # ${libdir} is pkg-config's, not ours
     sed -i -e "s|^prefix=.*|prefix=$final_root/usr|" \
       -e 's|^Libs:.*-lblkio.*|Libs: -L${libdir} -lblkio|' "$pc"
     mv -T "$fetch_tmp" "$dir" 2>/dev/null || rm -rf "$fetch_tmp"
