@@ -32,6 +32,9 @@
 #                                         plain-queue job on one blkio
 #   procs2-randread                       numjobs=2 processes, a blkio each
 #   vectored-bsrange-verify               libblkio_vectored, 4k-64k blocks
+#   randwrite-flush-verify                fsync=16: a blkioq_flush every 16
+#   randtrim-discard                      mem,discard=1: blkioq_discard
+#   randtrim-write-zeroes                 libblkio_write_zeroes_on_trim=1
 #   file-randwrite-verify, file-randread  file:path=<tmpfs file>
 #   control-verify-without-memory         null without memory_backed: verify
 #                                         must fail (mqblk driver only)
@@ -79,28 +82,37 @@ LD_LIBRARY_PATH=$libdir "$fio" --enghelp=libblkio >/dev/null ||
 echo "blkio-fio: $(LD_LIBRARY_PATH=$libdir "$fio" --version) (${fio%/fio}), libblkio.so.1 from $libdir, driver $driver"
 
 # Checks fio's JSON on stdin: every job error 0 and the expected bytes.
-# Args: case name, expected read bytes per job, expected write bytes per job.
+# Args: case name, expectations per job: "read=BYTES,write=BYTES,trim=BYTES,
+# syncs=MIN" (keys left out: 0).
 check_json() {
   python3 -c '
 import json, sys
-name, want_read, want_write = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+name = sys.argv[1]
+want = {"read": 0, "write": 0, "trim": 0, "syncs": 0}
+for kv in sys.argv[2].split(","):
+    k, v = kv.split("=")
+    want[k] = int(v)
 jobs = json.load(sys.stdin)["jobs"]
 bad = 0
 for i, j in enumerate(jobs):
-    r, w = j["read"], j["write"]
-    why = []
+    why, what = [], []
     if j["error"] != 0:
         why.append("error %d" % j["error"])
-    if r["io_bytes"] != want_read:
-        why.append("read %d bytes, want %d" % (r["io_bytes"], want_read))
-    if w["io_bytes"] != want_write:
-        why.append("wrote %d bytes, want %d" % (w["io_bytes"], want_write))
-    what = []
-    if w["io_bytes"]:
-        what.append("write %d MiB %.1fk IOPS" % (w["io_bytes"] >> 20, w["iops"] / 1000))
-    if r["io_bytes"]:
-        what.append(("verified %d MiB" if w["io_bytes"] else "read %d MiB %.1fk IOPS")
-                    % ((r["io_bytes"] >> 20,) if w["io_bytes"] else (r["io_bytes"] >> 20, r["iops"] / 1000)))
+    for d in ("write", "read", "trim"):
+        got = j[d]["io_bytes"]
+        if got != want[d]:
+            why.append("%s %d bytes, want %d" % (d, got, want[d]))
+        if got == 0:
+            continue
+        if d == "read" and want["write"]:
+            what.append("verified %d MiB" % (got >> 20))
+        else:
+            what.append("%s %d MiB %.1fk IOPS" % (d, got >> 20, j[d]["iops"] / 1000))
+    syncs = j.get("sync", {}).get("total_ios", 0)
+    if want["syncs"]:
+        if syncs < want["syncs"]:
+            why.append("%d flushes, want at least %d" % (syncs, want["syncs"]))
+        what.append("%d flushes" % syncs)
     label = "%s[%d:%s]" % (name, i, j["jobname"]) if len(jobs) > 1 else name
     if why:
         bad += 1
@@ -112,14 +124,17 @@ sys.exit(1 if bad else 0)
 }
 
 failed=0 ran=0 skipped=0
-# run_case NAME NEEDS_POLL PATH READ_BYTES WRITE_BYTES FIO_ARGS...
-# PATH is the mqblk device spec (the tmpfs file in --reference mode).
+# run_case NAME NEEDS PATH EXPECT FIO_ARGS...
+# NEEDS: "-", or "poll" or "discard" (skipped in --reference mode: io_uring
+# polling needs a block device that polls, and libblkio's io_uring driver
+# answers EOPNOTSUPP to discard on a regular file). PATH is the mqblk device
+# spec (the tmpfs file in --reference mode). EXPECT: see check_json.
 run_case() {
-  local name=$1 needs_poll=$2 path=$3 want_read=$4 want_write=$5 status=0
-  shift 5
+  local name=$1 needs=$2 path=$3 expect=$4 status=0
+  shift 4
   if [ $reference = 1 ]; then
-    if [ "$needs_poll" = 1 ]; then
-      echo "skip $name (poll queues: not on a tmpfs file with libblkio's io_uring driver)"
+    if [ "$needs" != - ]; then
+      echo "skip $name (needs $needs: not on a tmpfs file with libblkio's io_uring driver)"
       skipped=$((skipped + 1))
       return
     fi
@@ -137,7 +152,7 @@ run_case() {
   fi
   # fio's stderr may precede the JSON on stdout when the job fails early.
   sed -n '/^{/,$p' "$tmp/$name.json" > "$tmp/$name.clean"
-  if ! check_json "$name" "$want_read" "$want_write" < "$tmp/$name.clean"; then
+  if ! check_json "$name" "$expect" < "$tmp/$name.clean"; then
     sed 's/^/     /' "$tmp/$name.err" | tail -n 8
     failed=$((failed + 1))
   elif [ $status -ne 0 ]; then
@@ -153,35 +168,46 @@ mem=null:gb=1,memory_backed=1
 verify=(--verify=crc32c --do_verify=1 --verify_fatal=1)
 common=(--bs=4k --iodepth=16 --size=64m)
 
+R64=read=$((64 * M))
+RW64=read=$((64 * M)),write=$((64 * M))
+RW32=read=$((32 * M)),write=$((32 * M))
 for wait in block eventfd loop; do
-  run_case "randread-$wait" 0 $null $((64 * M)) 0 \
+  run_case "randread-$wait" - $null "$R64" \
     --name=r --rw=randread "${common[@]}" --libblkio_wait_mode=$wait
-  run_case "randwrite-verify-$wait" 0 $mem $((64 * M)) $((64 * M)) \
+  run_case "randwrite-verify-$wait" - $mem "$RW64" \
     --name=w --rw=randwrite "${common[@]}" "${verify[@]}" --libblkio_wait_mode=$wait
 done
 # hipri=1: the engine asks for num-poll-queues=1 and num-queues=0 and does
 # its I/O on the poll queue (eventfd waiting is refused with hipri).
-run_case hipri-randread 1 $null $((64 * M)) 0 \
+run_case hipri-randread poll $null "$R64" \
   --name=r --rw=randread "${common[@]}" --hipri=1
-run_case hipri-randwrite-verify 1 $mem $((64 * M)) $((64 * M)) \
+run_case hipri-randwrite-verify poll $mem "$RW64" \
   --name=w --rw=randwrite "${common[@]}" "${verify[@]}" --hipri=1 --libblkio_wait_mode=loop
 # thread: the subjobs share one blkio (num-queues = 2), each on its own queue
 # and its own 32 MiB of the device, so their verify reads see their writes.
-run_case threads2-randwrite-verify 0 $mem $((32 * M)) $((32 * M)) \
+run_case threads2-randwrite-verify - $mem "$RW32" \
   --name=w --thread --numjobs=2 --rw=randwrite --bs=4k --iodepth=16 --size=32m \
   --offset_increment=32m "${verify[@]}"
 # One blkio with num-queues=1 and num-poll-queues=1.
-run_case threads-mixed-hipri 1 $mem $((32 * M)) $((32 * M)) \
+run_case threads-mixed-hipri poll $mem "$RW32" \
   --thread --rw=randwrite --bs=4k --iodepth=16 --size=32m "${verify[@]}" \
   --name=plain --offset=0 --name=poll --offset=32m --hipri=1
 # Without thread each fio process opens its own blkio (its own null device).
-run_case procs2-randread 0 $null $((64 * M)) 0 \
+run_case procs2-randread - $null "$R64" \
   --name=r --numjobs=2 --rw=randread "${common[@]}"
-run_case vectored-bsrange-verify 0 $mem $((64 * M)) $((64 * M)) \
+run_case vectored-bsrange-verify - $mem "$RW64" \
   --name=w --rw=randwrite --bsrange=4k-64k --iodepth=8 --size=64m --libblkio_vectored=1 "${verify[@]}"
-run_case file-randwrite-verify 0 "file:path=$file" $((64 * M)) $((64 * M)) \
+# blkioq_flush every 16 writes; trims as blkioq_discard and as
+# blkioq_write_zeroes.
+run_case randwrite-flush-verify - $mem "$RW64,syncs=$((64 * M / 4096 / 16 - 1))" \
+  --name=w --rw=randwrite "${common[@]}" --fsync=16 "${verify[@]}"
+run_case randtrim-discard discard $mem,discard=1 "trim=$((64 * M))" \
+  --name=t --rw=randtrim --bs=64k --iodepth=8 --size=64m
+run_case randtrim-write-zeroes - $mem "trim=$((64 * M))" \
+  --name=t --rw=randtrim --bs=64k --iodepth=8 --size=64m --libblkio_write_zeroes_on_trim=1
+run_case file-randwrite-verify - "file:path=$file" "$RW64" \
   --name=w --rw=randwrite "${common[@]}" "${verify[@]}"
-run_case file-randread 0 "file:path=$file" $((64 * M)) 0 \
+run_case file-randread - "file:path=$file" "$R64" \
   --name=r --rw=randread "${common[@]}" --libblkio_wait_mode=eventfd
 
 # The control: on a null device without memory_backed written data is gone,
