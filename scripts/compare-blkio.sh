@@ -10,8 +10,10 @@
 #                      --mqblk-libdir, libblkio_driver=mqblk,
 #                      libblkio_path=file:path=<the same file>
 #                      (only when --mqblk-libdir is given)
-# Prints a table (median, min-max of IOPS over the rounds; median p99
-# completion latency) and writes every cell and the summary as JSON.
+# Prints a table (median, min-max of IOPS over the rounds; median p50 and p99
+# completion latency; median CPU time of the fio process per I/O; IOPS over
+# fio-io_uring's in the same round) and writes every cell and the summary as
+# JSON, with the load average before and after (the machine may be shared).
 #
 # Usage: scripts/compare-blkio.sh [--rounds N] [--runtime S] [--size SIZE]
 #          [--json PATH] [--mqblk-libdir LIBDIR]
@@ -79,9 +81,13 @@ import json, sys
 j = json.load(sys.stdin)["jobs"][0]
 r = j["read"]
 p = r["clat_ns"].get("percentile", {})
+# CPU time per I/O (fio process, user + system) holds up better than IOPS
+# when other work shares the CPUs.
+cpu_s = (j["usr_cpu"] + j["sys_cpu"]) / 100 * j["job_runtime"] / 1000
 print(json.dumps({"config": sys.argv[1], "iodepth": int(sys.argv[2]), "round": int(sys.argv[3]),
     "iops": round(r["iops"]), "clat_p50_us": round(p.get("50.000000", 0) / 1000, 2),
-    "clat_p99_us": round(p.get("99.000000", 0) / 1000, 2), "error": j["error"]}))
+    "clat_p99_us": round(p.get("99.000000", 0) / 1000, 2),
+    "cpu_us_per_io": round(cpu_s * 1e6 / max(r["total_ios"], 1), 3), "error": j["error"]}))
 ' "$cfg" "$qd" "$round" <<<"$(sed -n '/^{/,$p' <<<"$out")" >> "$cells"
       tail -n 1 "$cells" >&2
     done
@@ -100,7 +106,6 @@ cells = [json.loads(l) for l in open(cells_path) if l.strip()]
 configs = list(dict.fromkeys(c["config"] for c in cells))
 summary = []
 for qd in (1, 32):
-    base = None
     for cfg in configs:
         xs = [c for c in cells if c["config"] == cfg and c["iodepth"] == qd]
         iops = sorted(c["iops"] for c in xs)
@@ -108,9 +113,13 @@ for qd in (1, 32):
                "iops_median": st.median(iops), "iops_min": iops[0], "iops_max": iops[-1],
                "clat_p50_us_median": st.median(c["clat_p50_us"] for c in xs),
                "clat_p99_us_median": st.median(c["clat_p99_us"] for c in xs)}
-        if base is None:
-            base = row["iops_median"]
-        row["vs_fio_io_uring"] = round(row["iops_median"] / base, 3)
+        row["cpu_us_per_io_median"] = st.median(c["cpu_us_per_io"] for c in xs)
+        # Paired: this configuration's IOPS over fio-io_uring's in the same round.
+        base = {c["round"]: c["iops"] for c in cells if c["config"] == configs[0] and c["iodepth"] == qd}
+        ratios = sorted(c["iops"] / base[c["round"]] for c in xs if base.get(c["round"]))
+        row["iops_vs_fio_io_uring_median"] = round(st.median(ratios), 3)
+        row["iops_vs_fio_io_uring_min"] = round(ratios[0], 3)
+        row["iops_vs_fio_io_uring_max"] = round(ratios[-1], 3)
         summary.append(row)
 out = {"what": "4k randread, direct=1, one job, one tmpfs file, cells alternating",
        "fio": fio_version, "reference_libblkio": ref_libdir, "mqblk_libblkio": mqblk_libdir or None,
@@ -121,10 +130,12 @@ out = {"what": "4k randread, direct=1, one job, one tmpfs file, cells alternatin
 json.dump(out, open(json_path, "w"), indent=1)
 print("%s, %d rounds x %d s, 4k randread direct=1, tmpfs file %s; kernel %s, %s CPUs, loadavg %s -> %s"
       % (fio_version, int(rounds), int(runtime), size, kernel, cpus, load_before, load_after))
-print("%-18s | %-4s | %-30s | %-9s | %-9s | %s" % ("config", "QD", "kIOPS median (min-max)", "p50 us", "p99 us", "vs fio io_uring"))
+print("%-17s | %-3s | %-23s | %-6s | %-7s | %-10s | %s" % (
+    "config", "QD", "kIOPS median (min-max)", "p50 us", "p99 us", "CPU us/IO", "IOPS / fio io_uring, same round: median (min-max)"))
 for r in summary:
-    print("%-18s | %-4d | %-30s | %-9.1f | %-9.1f | %.2f" % (
+    print("%-17s | %-3d | %-23s | %-6.1f | %-7.1f | %-10.2f | %.2f (%.2f-%.2f)" % (
         r["config"], r["iodepth"], "%.1f (%.1f-%.1f)" % (r["iops_median"] / 1e3, r["iops_min"] / 1e3, r["iops_max"] / 1e3),
-        r["clat_p50_us_median"], r["clat_p99_us_median"], r["vs_fio_io_uring"]))
+        r["clat_p50_us_median"], r["clat_p99_us_median"], r["cpu_us_per_io_median"],
+        r["iops_vs_fio_io_uring_median"], r["iops_vs_fio_io_uring_min"], r["iops_vs_fio_io_uring_max"]))
 print("JSON: %s" % json_path)
 PY
