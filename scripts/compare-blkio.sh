@@ -49,7 +49,7 @@ fi
 
 file=/dev/shm/mqblk-compare-blkio.$$
 cells=$(mktemp)
-trap 'rm -f "$file" "$cells"' EXIT
+trap 'rm -f "$file" "$cells" "$cells.err"' EXIT
 # Written, not sparse: every read finds a page.
 LD_LIBRARY_PATH=$ref_libdir "$fio" --name=lay --filename="$file" --size="$size" --rw=write --bs=1m \
   --ioengine=psync >/dev/null || die "could not lay out $file"
@@ -74,8 +74,10 @@ for round in $(seq 1 "$rounds"); do
       cfg=${configs[$(((k + round - 1) % ${#configs[@]}))]}
       read -r libdir engine_args <<<"$(config_args "$cfg")"
       # shellcheck disable=SC2086 # word-split option lists
-      out=$(LD_LIBRARY_PATH=$libdir "$fio" $common --iodepth=$qd $engine_args 2>/dev/null) ||
+      out=$(LD_LIBRARY_PATH=$libdir "$fio" $common --iodepth=$qd $engine_args 2>"$cells.err") || {
+        sed 's/^/  /' "$cells.err" >&2
         die "fio failed: $cfg QD$qd: LD_LIBRARY_PATH=$libdir $fio $common --iodepth=$qd $engine_args"
+      }
       python3 -c '
 import json, sys
 j = json.load(sys.stdin)["jobs"][0]

@@ -105,6 +105,7 @@ for v in $versions; do
     continue
   fi
   if [ -n "${MQBLK_FIO_VERSION:-}" ] && [ "$upstream" != "$MQBLK_FIO_VERSION" ]; then
+    tried+=("$v: not MQBLK_FIO_VERSION=$MQBLK_FIO_VERSION")
     continue
   fi
   rm -rf "$work/src"
