@@ -18,8 +18,9 @@
 #
 # fio comes from scripts/fio-libblkio.sh (built once and cached; the first
 # run fetches fio's source from Debian and builds it, about 2-3 minutes on 2
-# CPUs). Each fio run is killed after MQBLK_FIO_TIMEOUT seconds (120), so a
-# hang fails the case instead of the whole suite.
+# CPUs). Each fio run (its forked job processes too) is killed after
+# MQBLK_FIO_TIMEOUT seconds (120), so a hang fails the case instead of
+# hanging the suite.
 #
 # The cases (mqblk driver; "null" means null:gb=1, "mem" memory_backed=1):
 #   randread-{block,eventfd,loop}         null, 4k QD16, each wait mode
@@ -123,6 +124,29 @@ sys.exit(1 if bad else 0)
 ' "$@"
 }
 
+# run_fio STDOUT STDERR FIO_ARGS...: fio with LD_LIBRARY_PATH=$libdir, killed
+# after $timeout_s (status 124). fio forks each job into a process of its own
+# process group, which timeout(1) cannot reach: every fio process of this run
+# carries a --description token of its own and is killed by its pid.
+run_fio() {
+  local out=$1 err=$2 token="mqblk-blkio-fio.$$.$ran" pid waited=0 status=0 p
+  shift 2
+  LD_LIBRARY_PATH=$libdir "$fio" --description="$token" "$@" >"$out" 2>"$err" &
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null && [ $waited -lt $((timeout_s * 10)) ]; do
+    sleep 0.1
+    waited=$((waited + 1))
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    grep -l -a -F -- "--description=$token" /proc/[0-9]*/cmdline 2>/dev/null | cut -d/ -f3 |
+      while read -r p; do kill -KILL "$p" 2>/dev/null || true; done
+    wait "$pid" 2>/dev/null || true
+    return 124
+  fi
+  wait "$pid" || status=$?
+  return $status
+}
+
 failed=0 ran=0 skipped=0
 # run_case NAME NEEDS PATH EXPECT FIO_ARGS...
 # NEEDS: "-", or "poll" or "discard" (skipped in --reference mode: io_uring
@@ -141,10 +165,9 @@ run_case() {
     path=$file
   fi
   ran=$((ran + 1))
-  LD_LIBRARY_PATH=$libdir timeout "$timeout_s" "$fio" --output-format=json \
-    --ioengine=libblkio --libblkio_driver=$driver --libblkio_path="$path" "$@" \
-    >"$tmp/$name.json" 2>"$tmp/$name.err" || status=$?
-  if [ $status -ne 0 ] && [ ! -s "$tmp/$name.json" ]; then
+  run_fio "$tmp/$name.json" "$tmp/$name.err" --output-format=json \
+    --ioengine=libblkio --libblkio_driver=$driver --libblkio_path="$path" "$@" || status=$?
+  if [ $status = 124 ] || { [ $status -ne 0 ] && [ ! -s "$tmp/$name.json" ]; }; then
     echo "FAIL $name: fio exited $status$([ $status = 124 ] && echo " (killed after ${timeout_s} s)")"
     sed 's/^/     /' "$tmp/$name.err" | tail -n 8
     failed=$((failed + 1))
@@ -215,9 +238,9 @@ run_case file-randread - "file:path=$file" "$R64" \
 if [ $reference = 0 ]; then
   ran=$((ran + 1))
   status=0
-  LD_LIBRARY_PATH=$libdir timeout "$timeout_s" "$fio" --ioengine=libblkio --libblkio_driver=$driver \
-    --libblkio_path=$null --name=w --rw=randwrite "${common[@]}" "${verify[@]}" \
-    >"$tmp/control.out" 2>&1 || status=$?
+  run_fio "$tmp/control.out" "$tmp/control.err" --ioengine=libblkio --libblkio_driver=$driver \
+    --libblkio_path=$null --name=w --rw=randwrite "${common[@]}" "${verify[@]}" || status=$?
+  cat "$tmp/control.err" >> "$tmp/control.out"
   if [ $status -ne 0 ] && [ $status -ne 124 ] && grep -qiE 'verify|bad magic|crc32c' "$tmp/control.out"; then
     echo "ok   control-verify-without-memory     fio failed verification as it must ($(grep -m1 -oiE '[a-z0-9]*: *verify failed|bad magic header[^,]*' "$tmp/control.out" || echo "exit $status"))"
   else
