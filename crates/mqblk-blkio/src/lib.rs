@@ -338,6 +338,12 @@ impl Blkio {
 
     fn map_mem_region(&mut self, r: &blkio_mem_region) -> Result<(), Failure> {
         self.require_started("blkio_map_mem_region")?;
+        if r.len == 0 {
+            // An empty region holds no buffer, so there is nothing to map:
+            // fio maps one for jobs that move no data (trim only), and
+            // libblkio accepts it.
+            return Ok(());
+        }
         self.check_region(r, "blkio_map_mem_region")?;
         let (start, end) = (r.addr as usize, r.addr as usize + r.len);
         if let Some(i) = self.find_region(r) {
