@@ -13,21 +13,7 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::Command;
-
 #[test]
 fn guest_ublk_script_passes() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let build = Command::new(cargo)
-        .args(["build", "--release", "-p", "mqblk-cli"])
-        .current_dir(&root)
-        .status()
-        .expect("spawn cargo build --release -p mqblk-cli");
-    assert!(build.success(), "cargo build --release -p mqblk-cli: {build}");
-
-    // Under TCG on a loaded machine the script takes 5 to 10 minutes.
-    let timeout_s = std::env::var("MQBLK_GUEST_TIMEOUT").unwrap_or_else(|_| "1800".into());
-    common::guest_script("tests/guest/ublk.sh", &[("MQBLK_GUEST_TIMEOUT", &timeout_s)], "ublk: all checks passed");
+    common::guest_script_release("tests/guest/ublk.sh", "ublk: all checks passed");
 }

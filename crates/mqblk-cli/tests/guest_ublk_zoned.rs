@@ -15,26 +15,9 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::Command;
-
 #[test]
 fn guest_ublk_zoned_script_passes() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let build = Command::new(cargo)
-        .args(["build", "--release", "-p", "mqblk-cli"])
-        .current_dir(&root)
-        .status()
-        .expect("spawn cargo build --release -p mqblk-cli");
-    assert!(build.success(), "cargo build --release -p mqblk-cli: {build}");
-
-    let timeout_s = std::env::var("MQBLK_GUEST_TIMEOUT").unwrap_or_else(|_| "1800".into());
-    let out = common::guest_script(
-        "tests/guest/ublk_zoned.sh",
-        &[("MQBLK_GUEST_TIMEOUT", &timeout_s)],
-        "ublk zoned: all checks passed",
-    );
+    let out = common::guest_script_release("tests/guest/ublk_zoned.sh", "ublk zoned: all checks passed");
     // The parts that prove zoned ublk, not just a passing script.
     for needle in ["blkzone report: the same", "identical JSON lines", "zone appends, each committed"] {
         assert!(out.contains(needle), "missing '{needle}' in:\n{out}");

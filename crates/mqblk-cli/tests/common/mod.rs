@@ -62,3 +62,20 @@ pub fn guest_script(script: &str, envs: &[(&str, &str)], passed: &str) -> String
     assert!(stdout.contains(passed), "stdout:\n{stdout}\nstderr:\n{stderr}");
     stdout
 }
+
+/// Builds the release binary the guest runs (`cargo build --release -p
+/// mqblk-cli`), then runs tests/guest/run.sh SCRIPT as `guest_script`
+/// does, with the guest's time limit at 30 minutes unless
+/// MQBLK_GUEST_TIMEOUT says otherwise (TCG on a loaded machine is slow).
+pub fn guest_script_release(script: &str, passed: &str) -> String {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let build = Command::new(cargo)
+        .args(["build", "--release", "-p", "mqblk-cli"])
+        .current_dir(&root)
+        .status()
+        .expect("spawn cargo build --release -p mqblk-cli");
+    assert!(build.success(), "cargo build --release -p mqblk-cli: {build}");
+    let timeout_s = std::env::var("MQBLK_GUEST_TIMEOUT").unwrap_or_else(|_| "1800".into());
+    guest_script(script, &[("MQBLK_GUEST_TIMEOUT", &timeout_s)], passed)
+}
