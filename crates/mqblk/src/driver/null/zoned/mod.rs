@@ -65,113 +65,18 @@ use std::ops::{Deref, DerefMut};
 
 use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, MutexGuard};
-use spin::mutex::{SpinMutex, SpinMutexGuard};
 
 use std::sync::atomic::{AtomicU64, Ordering};
+
+mod lock;
+
+use lock::{ZoneGuard, ZoneMutex};
+pub use lock::{ZoneLock, ZoneLockKind};
 
 use super::mem::MemStore;
 use crate::request::{Op, Rq, SECTOR_SHIFT};
 use crate::status::Status;
 use crate::zoned::{Zone, ZoneCond, ZoneType, ZonedLimits};
-
-/// `zone_lock`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ZoneLock {
-    PerZone,
-    Global,
-}
-
-/// How a zone lock waits (chosen by memory backing, as null_blk does).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ZoneLockKind {
-    /// Spins (no memory backing: nothing sleeps under the lock).
-    Spin,
-    /// Sleeps (memory backing: a write may allocate under the lock).
-    Sleep,
-}
-
-impl ZoneLockKind {
-    /// The kind null_blk uses with or without memory backing.
-    pub fn for_memory_backed(memory_backed: bool) -> Self {
-        if memory_backed {
-            Self::Sleep
-        } else {
-            Self::Spin
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Spin => "spin",
-            Self::Sleep => "sleep",
-        }
-    }
-}
-
-/// A zone's lock (or the global one): a spin lock or a sleeping mutex.
-/// The kind is fixed when the device is made; each lock pays one
-/// predictable branch on it, as null_blk's `if (dev->memory_backed)`.
-enum ZoneMutex<T> {
-    Spin(SpinMutex<T>),
-    Sleep(Mutex<T>),
-}
-
-enum ZoneGuard<'a, T> {
-    Spin(SpinMutexGuard<'a, T>),
-    Sleep(MutexGuard<'a, T>),
-}
-
-impl<T> ZoneMutex<T> {
-    fn new(kind: ZoneLockKind, value: T) -> Self {
-        match kind {
-            ZoneLockKind::Spin => Self::Spin(SpinMutex::new(value)),
-            ZoneLockKind::Sleep => Self::Sleep(Mutex::new(value)),
-        }
-    }
-
-    /// Locks, counting in `contended` an acquisition that found the lock
-    /// held. Uncontended this is one compare-and-swap, as a plain lock.
-    #[inline]
-    fn lock(&self, contended: &AtomicU64) -> ZoneGuard<'_, T> {
-        if let Some(guard) = self.try_lock() {
-            return guard;
-        }
-        // Statistics only: Relaxed, and paid only by a waiter.
-        contended.fetch_add(1, Ordering::Relaxed);
-        match self {
-            Self::Spin(m) => ZoneGuard::Spin(m.lock()),
-            Self::Sleep(m) => ZoneGuard::Sleep(m.lock()),
-        }
-    }
-
-    fn try_lock(&self) -> Option<ZoneGuard<'_, T>> {
-        match self {
-            Self::Spin(m) => m.try_lock().map(ZoneGuard::Spin),
-            Self::Sleep(m) => m.try_lock().map(ZoneGuard::Sleep),
-        }
-    }
-}
-
-impl<T> Deref for ZoneGuard<'_, T> {
-    type Target = T;
-    #[inline]
-    fn deref(&self) -> &T {
-        match self {
-            ZoneGuard::Spin(g) => g,
-            ZoneGuard::Sleep(g) => g,
-        }
-    }
-}
-
-impl<T> DerefMut for ZoneGuard<'_, T> {
-    #[inline]
-    fn deref_mut(&mut self) -> &mut T {
-        match self {
-            ZoneGuard::Spin(g) => g,
-            ZoneGuard::Sleep(g) => g,
-        }
-    }
-}
 
 /// `zoned_compat`: the Linux version whose zoned null_blk (and zoned block
 /// layer) the device follows (see the module doc for what differs).
