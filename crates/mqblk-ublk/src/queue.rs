@@ -478,9 +478,10 @@ impl Queue {
 /// which needs SINGLE_ISSUER: the ring is made and used by this thread
 /// alone) the work waits on the ring until the thread enters the kernel to
 /// wait, which it does anyway, as the ublk selftests' server does. Measured
-/// in the 6.12 guest (docs/results/ublk-compare-taskrun.txt): server CPU per
-/// 4k read at QD32 from 11.4 to 8.4 us. COOP_TASKRUN (5.19, what libublk
-/// sets) is the fallback, then no flag.
+/// in the 6.12 guest: server CPU per 4k read 39.6 -> 31.8 us at QD1 and
+/// 11.4 -> 8.8 us at QD32 (docs/results/ublk-compare-disarm.txt, then
+/// ublk-compare-taskrun.txt). COOP_TASKRUN (5.19, what libublk sets) is
+/// the fallback, then no flag.
 fn build_ring(entries: u32) -> io::Result<IoUring<squeue::Entry>> {
     let cq_entries = entries * 2;
     let deferred = IoUring::builder()
