@@ -101,6 +101,8 @@ pub struct Queue {
     /// until the next `do_io`).
     messages: Vec<CString>,
     bounce_pool: Vec<Buf>,
+    /// buf-alignment (the logical block size, a power of two) minus one.
+    buf_align_mask: usize,
     completion_fd: c_int,
     completion_fd_enabled: bool,
 }
@@ -126,6 +128,7 @@ impl Queue {
             staged: Vec::with_capacity(capacity),
             messages: Vec::new(),
             bounce_pool: Vec::new(),
+            buf_align_mask: device.limits().logical_block_size as usize - 1,
             completion_fd: -1,
             completion_fd_enabled: false,
         }
@@ -205,19 +208,15 @@ impl Queue {
         }
     }
 
-    fn buf_alignment(&self) -> usize {
-        self.device.limits().logical_block_size as usize
-    }
-
     /// Checks a caller buffer: non-null and aligned to buf-alignment.
     fn check_buf(&self, addr: usize, len: usize, what: &str) -> Result<(), String> {
-        let align = self.buf_alignment();
         if addr == 0 && len > 0 {
             return Err(format!("{what}: buffer is NULL"));
         }
-        if addr % align != 0 || len % align != 0 {
+        if (addr | len) & self.buf_align_mask != 0 {
             return Err(format!(
-                "{what}: buffer address {addr:#x} and length {len} must be multiples of buf-alignment={align}"
+                "{what}: buffer address {addr:#x} and length {len} must be multiples of buf-alignment={}",
+                self.buf_align_mask + 1
             ));
         }
         Ok(())
@@ -471,9 +470,10 @@ impl Queue {
         self.complete_now(user_data, report.len() as c_int, None);
     }
 
-    /// Turns a reaped completion into the caller's: recycles its slot,
-    /// scatters a bounced read, recycles the bounce buffer.
-    fn finish(&mut self, c: mqblk::Completion) -> Ready {
+    /// Settles a reaped completion: recycles its slot, scatters a bounced
+    /// read, recycles the bounce buffer. Returns the caller's cookie, ret
+    /// and, for a failure, the message.
+    fn settle(&mut self, c: &mut mqblk::Completion) -> (*mut c_void, c_int, Option<CString>) {
         let slot = std::mem::replace(&mut self.slots[c.user_data as usize], EMPTY_SLOT);
         self.free_slots.push(c.user_data as u32);
         if let (Some((iov, iovcnt)), Some(buf), true) = (slot.scatter, c.buf.as_ref(), c.status.is_ok()) {
@@ -486,36 +486,48 @@ impl Queue {
                 at += v.iov_len;
             }
         }
-        self.recycle(c.buf);
-        let (ret, msg) = match c.status.errno() {
-            0 => (0, None),
-            errno => (-errno, Some(CString::new(format!("I/O failed: {}", c.status.name())).unwrap_or_default())),
-        };
-        Ready { user_data: slot.user_data, ret, msg }
+        self.recycle(c.buf.take());
+        match c.status.errno() {
+            0 => (slot.user_data, 0, None),
+            errno => {
+                let msg = CString::new(format!("I/O failed: {}", c.status.name())).unwrap_or_default();
+                (slot.user_data, -errno, Some(msg))
+            }
+        }
     }
 
     fn outstanding(&self) -> usize {
         self.client.in_flight() + self.ready.len()
     }
 
-    /// Stages up to `max` completions (at least `min` unless `deadline`
-    /// passes) in `self.staged`.
+    /// Collects up to `max` completions, at least `min` unless `deadline`
+    /// passes: first those waiting in `ready` (moved to `staged`), then
+    /// the client's (appended to `reaped`, settled only when handed out,
+    /// so the common case, nothing in `ready`, copies each completion
+    /// once: from the client's ring to the caller's array).
     fn gather(&mut self, min: usize, max: usize, deadline: Option<Instant>) -> Result<(), Failure> {
-        while self.staged.len() < max {
+        while self.staged.len() + self.reaped.len() < max {
             let Some(r) = self.ready.pop_front() else { break };
             self.staged.push(r);
         }
-        let have = self.staged.len();
+        let have = self.staged.len() + self.reaped.len();
         let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        self.reaped.clear();
+        let result = self.client.do_io(&mut self.reaped, min.saturating_sub(have), max - have, timeout);
+        result.map(drop).or_else(|e| fail(e.errno(), format!("blkioq_do_io: {e}")))
+    }
+
+    /// Puts everything gathered back at the head of `ready`, in order, for
+    /// the next `do_io` (nothing is lost when a call fails or times out).
+    fn unstage(&mut self) {
         let mut reaped = std::mem::take(&mut self.reaped);
-        let result = self.client.do_io(&mut reaped, min.saturating_sub(have), max - have, timeout);
-        for c in reaped.drain(..) {
-            let r = self.finish(c);
-            self.staged.push(r);
+        for mut c in reaped.drain(..).rev() {
+            let (user_data, ret, msg) = self.settle(&mut c);
+            self.ready.push_front(Ready { user_data, ret, msg });
         }
         self.reaped = reaped;
-        result.map(drop).or_else(|e| fail(e.errno(), format!("blkioq_do_io: {e}")))
+        while let Some(r) = self.staged.pop() {
+            self.ready.push_front(r);
+        }
     }
 
     fn do_io(
@@ -548,9 +560,13 @@ impl Queue {
             Some(t) => Some(Instant::now() + Duration::new(t.tv_sec as u64, t.tv_nsec as u32)),
             None => None,
         };
-        self.messages.clear();
-        self.staged.clear();
+        if !self.messages.is_empty() {
+            self.messages.clear();
+        }
         let (min, max) = (min as usize, max as usize);
+        if deadline.is_none() && sig.is_none() && self.ready.is_empty() {
+            return self.do_io_direct(out, min, max);
+        }
         let result = match sig {
             None => self.gather(min, max, deadline),
             Some(sig) => self.gather_interruptible(min, max, deadline, sig),
@@ -560,29 +576,67 @@ impl Queue {
             t.tv_sec = left.as_secs() as libc::time_t;
             t.tv_nsec = libc::c_long::from(left.subsec_nanos() as i32);
         }
-        let short = self.staged.len() < min;
-        if result.is_err() || short {
-            // Nothing is lost: what was gathered waits for the next call.
-            while let Some(r) = self.staged.pop() {
-                self.ready.push_front(r);
-            }
+        let n = self.staged.len() + self.reaped.len();
+        if result.is_err() || n < min {
+            self.unstage();
             result?;
             return fail(libc::ETIME, format!("blkioq_do_io: timed out with fewer than {min} completions"));
         }
-        let n = self.staged.len();
-        for (i, r) in self.staged.drain(..).enumerate() {
-            let error_msg = match r.msg {
-                Some(m) => {
-                    self.messages.push(m);
-                    self.messages.last().map_or(std::ptr::null(), |m| m.as_ptr())
-                }
-                None => std::ptr::null(),
-            };
-            let c = blkio_completion { user_data: r.user_data, error_msg, ret: r.ret, reserved_: [0; 12] };
+        let mut i = 0;
+        let mut staged = std::mem::take(&mut self.staged);
+        for r in staged.drain(..) {
+            let error_msg = self.keep_message(r.msg);
             // SAFETY: i < n <= max, and `out` holds max writable completions.
-            unsafe { out.add(i).write(c) };
+            unsafe { out.add(i).write(completion(r.user_data, r.ret, error_msg)) };
+            i += 1;
         }
+        self.staged = staged;
+        let mut reaped = std::mem::take(&mut self.reaped);
+        for mut c in reaped.drain(..) {
+            let (user_data, ret, msg) = self.settle(&mut c);
+            let error_msg = self.keep_message(msg);
+            // SAFETY: as above.
+            unsafe { out.add(i).write(completion(user_data, ret, error_msg)) };
+            i += 1;
+        }
+        self.reaped = reaped;
         Ok(n as c_int)
+    }
+
+    /// `do_io` without a timeout, a signal mask or requests completed at
+    /// submission (the common case): the client's completions go straight
+    /// to the caller's array, each settled as it is written.
+    fn do_io_direct(&mut self, out: *mut blkio_completion, min: usize, max: usize) -> Result<c_int, Failure> {
+        debug_assert!(self.reaped.is_empty() && self.staged.is_empty());
+        let n = match self.client.do_io(&mut self.reaped, min, max, None) {
+            Ok(n) => n,
+            Err(e) => {
+                self.unstage();
+                return fail(e.errno(), format!("blkioq_do_io: {e}"));
+            }
+        };
+        let mut reaped = std::mem::take(&mut self.reaped);
+        for (i, c) in reaped.iter_mut().enumerate() {
+            let (user_data, ret, msg) = self.settle(c);
+            let error_msg = if msg.is_some() { self.keep_message(msg) } else { std::ptr::null() };
+            // SAFETY: i < n <= max, and `out` holds max writable completions.
+            unsafe { out.add(i).write(completion(user_data, ret, error_msg)) };
+        }
+        reaped.clear();
+        self.reaped = reaped;
+        Ok(n as c_int)
+    }
+
+    /// Keeps a completion's message alive until the next `do_io`; returns
+    /// the pointer the caller sees (null for none).
+    fn keep_message(&mut self, msg: Option<CString>) -> *const libc::c_char {
+        match msg {
+            Some(m) => {
+                self.messages.push(m);
+                self.messages.last().map_or(std::ptr::null(), |m| m.as_ptr())
+            }
+            None => std::ptr::null(),
+        }
     }
 
     /// As `gather`, waiting in short slices and returning EINTR once a
@@ -601,7 +655,7 @@ impl Queue {
             let slice = Instant::now() + SIGNAL_CHECK_SLICE;
             let until = deadline.map_or(slice, |d| d.min(slice));
             self.gather(min, max, Some(until))?;
-            if self.staged.len() >= min || deadline.is_some_and(|d| Instant::now() >= d) {
+            if self.staged.len() + self.reaped.len() >= min || deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(());
             }
         }
@@ -629,6 +683,10 @@ fn signal_pending_under(sig: &libc::sigset_t) -> bool {
         }
         deliverable
     }
+}
+
+fn completion(user_data: *mut c_void, ret: c_int, error_msg: *const libc::c_char) -> blkio_completion {
+    blkio_completion { user_data, error_msg, ret, reserved_: [0; 12] }
 }
 
 fn fua(flags: u32) -> ReqFlags {
