@@ -85,6 +85,12 @@ struct Slot {
 
 const EMPTY_SLOT: Slot = Slot { user_data: std::ptr::null_mut(), scatter: None };
 
+/// An mqblk user_data with this bit set names a slot: a request with
+/// scatter state, or one whose cookie has the bit itself. Clear, it is the
+/// caller's cookie as given (user-space addresses on Linux never set it, so
+/// pointer cookies take the short path).
+const SLOT_BIT: u64 = 1 << 63;
+
 /// `struct blkioq`.
 pub struct Queue {
     client: Client,
@@ -175,14 +181,29 @@ impl Queue {
         if self.poll {
             bio = bio.with_flags(ReqFlags::HIPRI);
         }
+        let cookie = user_data as u64;
+        if scatter.is_none() && cookie & SLOT_BIT == 0 {
+            // The common case: nothing to remember but the cookie, which
+            // travels as mqblk's user_data (the client bounds what is in
+            // flight).
+            if let Err(rejected) = self.client.submit(bio, cookie) {
+                let rejected = *rejected;
+                self.recycle(rejected.bio.buf);
+                let msg = match rejected.error {
+                    mqblk::SubmitError::TooManyInFlight { max } => too_many_in_flight(max),
+                    ref e => e.to_string(),
+                };
+                self.refuse(user_data, rejected.error.errno(), msg);
+            }
+            return;
+        }
         let Some(slot) = self.free_slots.pop() else {
             let max = self.slots.len();
             self.recycle(bio.buf.take());
-            let msg = format!("the queue already has {max} requests in flight: reap some with blkioq_do_io");
-            return self.refuse(user_data, libc::EAGAIN, msg);
+            return self.refuse(user_data, libc::EAGAIN, too_many_in_flight(max));
         };
         self.slots[slot as usize] = Slot { user_data, scatter };
-        if let Err(rejected) = self.client.submit(bio, u64::from(slot)) {
+        if let Err(rejected) = self.client.submit(bio, u64::from(slot) | SLOT_BIT) {
             let rejected = *rejected;
             self.free_slots.push(slot);
             self.recycle(rejected.bio.buf);
@@ -474,8 +495,13 @@ impl Queue {
     /// read, recycles the bounce buffer. Returns the caller's cookie, ret
     /// and, for a failure, the message.
     fn settle(&mut self, c: &mut mqblk::Completion) -> (*mut c_void, c_int, Option<CString>) {
-        let slot = std::mem::replace(&mut self.slots[c.user_data as usize], EMPTY_SLOT);
-        self.free_slots.push(c.user_data as u32);
+        let slot = if c.user_data & SLOT_BIT == 0 {
+            Slot { user_data: c.user_data as *mut c_void, scatter: None }
+        } else {
+            let index = (c.user_data & !SLOT_BIT) as u32;
+            self.free_slots.push(index);
+            std::mem::replace(&mut self.slots[index as usize], EMPTY_SLOT)
+        };
         if let (Some((iov, iovcnt)), Some(buf), true) = (slot.scatter, c.buf.as_ref(), c.status.is_ok()) {
             let mut at = 0;
             // SAFETY: the caller keeps the iovec array and its buffers valid
@@ -683,6 +709,10 @@ fn signal_pending_under(sig: &libc::sigset_t) -> bool {
         }
         deliverable
     }
+}
+
+fn too_many_in_flight(max: usize) -> String {
+    format!("the queue already has {max} requests in flight: reap some with blkioq_do_io")
 }
 
 fn completion(user_data: *mut c_void, ret: c_int, error_msg: *const libc::c_char) -> blkio_completion {
