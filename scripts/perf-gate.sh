@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The performance gate: instructions per I/O of `mqblk bench` on an inline
+# null device for the reference jobs, counted by callgrind (exact on a
+# noisy machine: no wall clock), with fio's null engine on the same job
+# beside them, checked against the counts recorded in BENCHMARKS.md
+# ("perf-gate JOB COUNT" lines). Fails when a job costs more than 2% over
+# its record; says so when one is more than 2% under (then record the new
+# count). The test command (scripts/test-all.sh) runs it.
+#
+#   scripts/perf-gate.sh [--record]     --record prints the lines to paste
+#
+# Each count is the whole process (the bench loop included), from a run of
+# SHORT and one of LONG I/Os: (long - short) / (LONG - SHORT), so start-up
+# and shutdown cancel. Environment: PERF_GATE_SHORT (100000),
+# PERF_GATE_LONG (500000), PERF_GATE_TOLERANCE_PCT (2).
+#
+# SPDX-License-Identifier: MIT OR Apache-2.0
+set -euo pipefail
+cd "$(dirname "$0")/.."
+die() { echo "perf-gate: $*" >&2; exit 2; }
+
+record=0
+case "${1:-}" in
+  --record) record=1 ;;
+  "") ;;
+  *) die "usage: scripts/perf-gate.sh [--record]" ;;
+esac
+short=${PERF_GATE_SHORT:-100000} long=${PERF_GATE_LONG:-500000}
+tolerance=${PERF_GATE_TOLERANCE_PCT:-2}
+[ "$long" -gt "$short" ] || die "PERF_GATE_LONG must exceed PERF_GATE_SHORT"
+command -v valgrind > /dev/null || die "needs valgrind (apt-get install valgrind)"
+command -v fio > /dev/null || die "needs fio (apt-get install fio)"
+cargo build --release -q -p mqblk-cli
+mqblk=target/release/mqblk
+device=null:gb=1,irqmode=0,hw_queue_depth=128
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# The reference jobs (issue 20): the batched job, the same with full
+# latency accounting, and QD1.
+jobs=(qd128-batch32-gtod_reduce qd128-batch32-full-latency qd1-full-latency)
+declare -A opts=(
+  [qd128-batch32-gtod_reduce]="--iodepth=128 --iodepth_batch=32 --gtod_reduce=1"
+  [qd128-batch32-full-latency]="--iodepth=128 --iodepth_batch=32"
+  [qd1-full-latency]="--iodepth=1"
+)
+base=(--name=gate --rw=randread --bs=4k)
+
+# ir CMD...: the instructions of every thread of CMD (callgrind's total).
+ir() {
+  valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" "$@" > "$work/run.log" 2>&1 ||
+    { cat "$work/run.log" >&2; die "failed under callgrind: $*"; }
+  awk '/^(summary|totals):/ { print $2; exit }' "$work/cg.out"
+}
+
+# per_io KIND JOB: instructions per I/O of mqblk bench or fio's null engine.
+per_io() {
+  local kind=$1 job=$2 a b
+  for n in "$short" "$long"; do
+    # shellcheck disable=SC2086 # the job's options split on purpose
+    case $kind in
+      mqblk) v=$(ir "$mqblk" bench --device "$device" "${base[@]}" ${opts[$job]} --number_ios="$n") ;;
+      fio) v=$(ir fio --thread --ioengine=null --size=1g "${base[@]}" ${opts[$job]} --number_ios="$n" --output-format=terse) ;;
+    esac
+    if [ "$n" = "$short" ]; then a=$v; else b=$v; fi
+  done
+  awk -v a="$a" -v b="$b" -v n=$((long - short)) 'BEGIN { printf "%.1f\n", (b - a) / n }'
+}
+
+echo "perf-gate: $(git rev-parse --short HEAD)$(git diff --quiet || echo +dirty), device $device, ($long - $short) I/Os, tolerance ${tolerance}%"
+printf '%-28s %10s %10s %10s %8s  %s\n' job mqblk recorded "fio null" "fio/mq" verdict
+status=0
+lines=()
+for job in "${jobs[@]}"; do
+  m=$(per_io mqblk "$job")
+  f=$(per_io fio "$job")
+  rec=$(awk -v j="$job" '$1 == "perf-gate" && $2 == j { print $3 }' BENCHMARKS.md | tail -1)
+  verdict="no record"
+  if [ -n "$rec" ]; then
+    verdict=$(awk -v m="$m" -v r="$rec" -v t="$tolerance" 'BEGIN {
+      d = (m - r) / r * 100
+      if (d > t) printf "REGRESSED %+.1f%%", d
+      else if (d < -t) printf "improved %+.1f%%: record it", d
+      else printf "ok %+.1f%%", d }')
+    case $verdict in REGRESSED*) status=1 ;; esac
+  else
+    status=1
+  fi
+  printf '%-28s %10s %10s %10s %8s  %s\n' "$job" "$m" "${rec:--}" "$f" "$(awk -v f="$f" -v m="$m" 'BEGIN { printf "%.2f", f / m }')" "$verdict"
+  lines+=("perf-gate $job $m")
+done
+if [ "$record" = 1 ]; then
+  echo "lines for BENCHMARKS.md:"
+  printf '%s\n' "${lines[@]}"
+  exit 0
+fi
+[ "$status" = 0 ] || echo "perf-gate: FAILED (a job regressed by more than ${tolerance}%, or has no record in BENCHMARKS.md)" >&2
+exit "$status"
