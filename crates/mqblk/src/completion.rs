@@ -389,13 +389,24 @@ impl ClientShared {
     /// next client of this sink starts with a quiet fd (a completer of the
     /// previous client may still signal it late: a spurious wakeup, which
     /// eventfd users must tolerate anyway).
+    ///
+    /// The fd was handed out, and its user may have made it blocking (fio's
+    /// libblkio engine clears O_NONBLOCK on it), so it is read only when
+    /// poll(2) says it is readable: a read of an empty blocking eventfd
+    /// would hang this drop forever. Completers only add to the count and
+    /// this is the only reader left, so readable stays readable.
     pub(crate) fn quiet_eventfd(&self) {
         use std::os::fd::AsRawFd;
         self.notify_armed.store(false, Ordering::SeqCst);
         let Some(fd) = self.eventfd.get() else { return };
+        let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd; a timeout of 0 only looks.
+        if unsafe { libc::poll(&mut pfd, 1, 0) } != 1 {
+            return;
+        }
         let mut count: u64 = 0;
-        // SAFETY: reads 8 bytes into a live u64 from our non-blocking
-        // eventfd; EAGAIN (nothing pending) is fine.
+        // SAFETY: reads 8 bytes into a live u64 from our eventfd, which
+        // poll found readable, so the read does not block.
         unsafe {
             libc::read(fd.as_raw_fd(), (&mut count as *mut u64).cast(), 8);
         }

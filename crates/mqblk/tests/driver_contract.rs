@@ -227,6 +227,38 @@ fn the_completion_fd_outlives_its_client_and_is_quiet_for_the_next() {
     assert_eq!(unsafe { libc::poll(&mut pfd, 1, 10_000) }, 1, "and it signals the new client's completions");
 }
 
+/// The completion fd is the user's to configure: fio's libblkio engine
+/// makes it blocking. Dropping the client (which quiets the fd for the next
+/// one) must then not block on an empty eventfd, as it once did, hanging
+/// every fio job at its end.
+#[test]
+#[cfg_attr(miri, ignore = "Miri emulates neither poll(2) nor fcntl")]
+fn dropping_a_client_whose_completion_fd_was_made_blocking_does_not_hang() {
+    let dev = Device::open("null:gb=1,irqmode=1").unwrap();
+    let mut c = dev.client();
+    let fd = c.completion_fd().unwrap();
+    // SAFETY: F_GETFL/F_SETFL on our open eventfd.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        assert!(flags >= 0);
+        assert_eq!(libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK), 0);
+    }
+    c.submit(Bio::read(0, Buf::new(4096)), 1).unwrap();
+    let mut done = Vec::new();
+    assert_eq!(c.do_io(&mut done, 1, 1, None).unwrap(), 1);
+    let mut val = 0u64;
+    // SAFETY: reads 8 bytes into a u64; the completion signalled the fd.
+    assert_eq!(unsafe { libc::read(fd, (&mut val as *mut u64).cast(), 8) }, 8, "signalled, and now empty");
+    // The drop runs on another thread so that a hang fails the test (after
+    // a generous bound, for the failure case only) instead of the suite.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(c);
+        tx.send(()).unwrap();
+    });
+    assert!(rx.recv_timeout(Duration::from_secs(60)).is_ok(), "dropping the client blocked on its empty eventfd");
+}
+
 /// An awake event loop disarms the eventfd: inline completions then leave
 /// it quiet (no write, no wakeup), and the next `do_io` that drains the ring
 /// arms it again.
