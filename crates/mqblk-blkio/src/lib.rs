@@ -338,10 +338,12 @@ impl Blkio {
 
     fn map_mem_region(&mut self, r: &blkio_mem_region) -> Result<(), Failure> {
         self.require_started("blkio_map_mem_region")?;
-        if r.len == 0 {
-            // An empty region holds no buffer, so there is nothing to map:
-            // fio maps one for jobs that move no data (trim only), and
-            // libblkio accepts it.
+        if r.len == 0 || r.addr.is_null() {
+            // A region that is empty, or starts at address 0 (where Linux
+            // never maps user memory: mmap_min_addr), can hold no buffer,
+            // so there is nothing to map. fio maps one for jobs that move
+            // no data (trim only: no buffers, so its address is NULL and
+            // its length max-bs times iodepth), and libblkio accepts it.
             return Ok(());
         }
         self.check_region(r, "blkio_map_mem_region")?;

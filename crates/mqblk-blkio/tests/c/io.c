@@ -235,6 +235,11 @@ static void mem_regions(struct blkio *b, struct blkioq *q)
     struct blkio_mem_region empty = {.addr = NULL, .len = 0, .fd = -1};
     OK(blkio_map_mem_region(b, &empty));
     blkio_unmap_mem_region(b, &empty);
+    /* So does one at address NULL with a length: fio's trim-only jobs have
+     * no buffers, and map max-bs x iodepth bytes at td->orig_buffer, NULL. */
+    struct blkio_mem_region unbacked = {.addr = NULL, .len = 16 * BS, .fd = -1};
+    OK(blkio_map_mem_region(b, &unbacked));
+    blkio_unmap_mem_region(b, &unbacked);
 
     /* A region left allocated is freed by blkio_destroy (ASan/valgrind). */
     OK(blkio_alloc_mem_region(b, &r, BS));
