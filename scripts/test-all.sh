@@ -14,10 +14,11 @@ if ! cargo nextest --version >/dev/null 2>&1; then
 fi
 
 # Real clients for the NBD server tests, fio for its nbd engine, and
-# btrfs-progs for the zoned btrfs on /dev/ublkb0 (guest_ublk_zoned), and
-# nbd-client for the kernel nbd client in the guest (guest_nbd).
+# btrfs-progs for the zoned btrfs on /dev/ublkb0 (guest_ublk_zoned),
+# nbd-client for the kernel nbd client in the guest (guest_nbd), and
+# valgrind for the performance gate's instruction counts.
 need=()
-for tool in nbdinfo:libnbd-bin nbdcopy:libnbd-bin qemu-img:qemu-utils qemu-io:qemu-utils fio:fio losetup:mount mkfs.btrfs:btrfs-progs nbd-client:nbd-client; do
+for tool in nbdinfo:libnbd-bin nbdcopy:libnbd-bin qemu-img:qemu-utils qemu-io:qemu-utils fio:fio losetup:mount mkfs.btrfs:btrfs-progs nbd-client:nbd-client valgrind:valgrind; do
   command -v "${tool%%:*}" >/dev/null || need+=("${tool#*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -47,6 +48,19 @@ fi
 
 echo "== doc tests"
 cargo test --doc --workspace
+
+# A client we did not write: stock fio's libblkio engine on our
+# libblkio.so.1. fio 3.41 comes from Debian's source (sid), built once and
+# cached in ~/.cache/mqblk (scripts/fio-libblkio.sh); every fio run is
+# killed after 120 s, so a hang fails a case instead of the suite.
+echo "== fio's libblkio engine on libblkio.so.1 (tests/blkio/fio.sh)"
+cargo build --release -p mqblk-blkio
+tests/blkio/fio.sh target/release
+
+# Instructions per I/O against the counts recorded in BENCHMARKS.md
+# (callgrind: exact, so a 2% regression fails here and not by chance).
+echo "== performance gate (scripts/perf-gate.sh)"
+scripts/perf-gate.sh
 
 echo "== loom models"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
