@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The whole mqblk test suite, from a fresh Debian machine: installs what the
 # tests need, then runs unit, integration, CLI and doc tests (debug build, so
-# lifecycle assertions are on), the loom models (bounded preemptions), Miri
-# (scripts/miri.sh) and cargo-fuzz on the NBD server (bounded) and the zoned kernel oracle
-# (installs qemu, a Debian kernel and busybox).
+# lifecycle assertions are on; the guest tests boot Linux 6.12 under qemu),
+# stock fio's libblkio engine on libblkio.so.1 (tests/blkio/fio.sh), the
+# performance gate (scripts/perf-gate.sh), the loom models (bounded
+# preemptions), Miri (scripts/miri.sh), cargo-fuzz on the NBD server
+# (bounded) and the zoned kernel oracle (installs qemu, a Debian kernel and
+# busybox).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
