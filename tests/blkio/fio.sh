@@ -36,7 +36,11 @@
 #   randwrite-flush-verify                fsync=16: a blkioq_flush every 16
 #   randtrim-discard                      mem,discard=1: blkioq_discard
 #   randtrim-write-zeroes                 libblkio_write_zeroes_on_trim=1
-#   file-randwrite-verify, file-randread  file:path=<tmpfs file>
+#   file-randwrite-verify, file-randread  file:path=<tmpfs file> (reap=client
+#                                         by default: a ring per queue)
+#   file-threads2-eventfd-verify          two queues, each waiting on its
+#                                         completion fd (eventfd mode)
+#   file-reap-thread-randread             reap=thread named, eventfd mode
 #   control-verify-without-memory         null without memory_backed: verify
 #                                         must fail (mqblk driver only)
 # Every job must end with error 0, the fio run with status 0, and move
@@ -231,6 +235,14 @@ run_case randtrim-write-zeroes - $mem "trim=$((64 * M))" \
 run_case file-randwrite-verify - "file:path=$file" "$RW64" \
   --name=w --rw=randwrite "${common[@]}" "${verify[@]}"
 run_case file-randread - "file:path=$file" "$R64" \
+  --name=r --rw=randread "${common[@]}" --libblkio_wait_mode=eventfd
+# A plain file spec gets reap=client with a ring per queue (lib.rs
+# fast_file_spec): two queues of one blkio, each waiting on its completion
+# fd (registered with its own ring). And the completion-thread mode, named.
+run_case file-threads2-eventfd-verify - "file:path=$file" "$RW32" \
+  --name=w --thread --numjobs=2 --rw=randwrite --bs=4k --iodepth=16 --size=32m \
+  --offset_increment=32m "${verify[@]}" --libblkio_wait_mode=eventfd
+run_case file-reap-thread-randread - "file:path=$file,reap=thread" "$R64" \
   --name=r --rw=randread "${common[@]}" --libblkio_wait_mode=eventfd
 
 # The control: on a null device without memory_backed written data is gone,

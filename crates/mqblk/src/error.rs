@@ -69,6 +69,9 @@ pub enum Error {
     Config(#[from] crate::config::ConfigError),
     #[error("device set-up: {0}")]
     Setup(String),
+    /// A resource is taken by another client (errno EBUSY).
+    #[error("busy: {0}")]
+    Busy(String),
     #[error(transparent)]
     Io(#[from] std::io::Error),
 }
@@ -80,6 +83,7 @@ impl Error {
             Error::Submit(e) => e.errno(),
             Error::Status(s) => s.errno(),
             Error::Config(_) | Error::Setup(_) => libc::EINVAL,
+            Error::Busy(_) => libc::EBUSY,
             Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
         }
     }

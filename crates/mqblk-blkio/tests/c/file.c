@@ -41,7 +41,7 @@ int main(void)
     OK(blkio_get_int(b, "buf-alignment", &iv));
     CHECK(iv == 4096);
     OK(blkio_get_bool(b, "supports-poll-queues", &bv));
-    CHECK(!bv); /* file: poll_queues=0 by default */
+    CHECK(bv); /* a plain file spec: each queue's client reaps its own ring */
     OK(blkio_get_bool(b, "flush-needed", &bv));
 
     /* Written through the library, read with pread(2). */
@@ -93,6 +93,24 @@ int main(void)
         got = blkioq_do_io(q, &c, 0, 1, NULL);
         CHECK(got == 0 || (got == 1 && c.user_data == (void *)8 && c.ret == 0));
     }
+    blkio_destroy(&b);
+
+    /* Two queues: a ring each (submit_queues=2 at start), so each queue
+     * has a completion fd of its own registered with its ring. */
+    snprintf(spec, sizeof(spec), "file:path=%s", path);
+    b = start_instance(spec, 2, 0);
+    int fd0 = blkioq_get_completion_fd(blkio_get_queue(b, 0));
+    int fd1 = blkioq_get_completion_fd(blkio_get_queue(b, 1));
+    CHECK(fd0 >= 0 && fd1 >= 0 && fd0 != fd1);
+    blkio_destroy(&b);
+
+    /* Naming reap=thread keeps the completion threads: no poll queues. */
+    snprintf(spec, sizeof(spec), "file:path=%s,reap=thread", path);
+    OK(blkio_create("mqblk", &b));
+    OK(blkio_set_str(b, "path", spec));
+    OK(blkio_connect(b));
+    OK(blkio_get_bool(b, "supports-poll-queues", &bv));
+    CHECK(!bv);
     blkio_destroy(&b);
     close(tmp);
     unlink(path);

@@ -241,6 +241,10 @@ impl Drop for Client {
         self.drain();
         self.release_granted();
         self.shared.quiet_eventfd();
+        if let Some(poll) = self.poll_hctx.filter(|_| self.notify && self.q.submitter_reaps()) {
+            // The ring may serve another client's completion fd next.
+            let _ = self.q.hctx(poll).set_notify_fd(None);
+        }
         self.q.release_client(self.shared.clone());
     }
 }

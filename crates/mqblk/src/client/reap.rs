@@ -157,17 +157,26 @@ impl Client {
 
     /// An eventfd that becomes readable when completions are ready. After it
     /// fires, read it and call `do_io` (min 0) until it returns fewer than
-    /// asked: draining the ring re-arms the notification. Polled I/O (hipri
-    /// on poll queues, or any I/O on a device whose submitters reap, such as
-    /// file `reap=client`) completes only inside `do_io`, so it makes the
-    /// eventfd fire only when another client reaped it; wait on `poll_fd`
-    /// as well.
+    /// asked: draining the ring re-arms the notification. Hipri I/O on
+    /// poll queues completes only inside `do_io` (somebody must poll), so
+    /// it makes the eventfd fire only when another client reaped it.
+    ///
+    /// A device whose submitters reap (file `reap=client`) also completes
+    /// I/O only inside `do_io`, but there the fd is registered with the
+    /// ring this client reaps (the file driver's IORING_REGISTER_EVENTFD): the
+    /// kernel signals it for every completion there and an event loop may
+    /// wait on it alone (libblkio's completion fd). A ring signals one fd:
+    /// a second client asking on the same ring gets `Error::Busy` (give
+    /// each client its own ring: file `submit_queues`).
     ///
     /// The fd belongs to the device (it stays open until the device is
     /// dropped, and a later client may be given it): do not close it.
     pub fn completion_fd(&mut self) -> Result<RawFd, Error> {
         let fd = self.shared.eventfd().map_err(Error::Io)?;
         if !self.notify {
+            if let Some(poll) = self.poll_hctx.filter(|_| self.q.submitter_reaps()) {
+                self.q.hctx(poll).set_notify_fd(Some(fd))?;
+            }
             self.notify = true;
             self.shared.notify_armed.store(true, Ordering::SeqCst);
             // Completions already queued must be signalled too.

@@ -156,6 +156,16 @@ pub trait Driver: Send + Sync + 'static {
         None
     }
 
+    /// Has the eventfd `fd` signalled whenever completions arrive on `hctx`
+    /// that only a `reap` would collect (the file driver's `reap=client`
+    /// rings register it with io_uring), or stops that (None). A client
+    /// whose submitters reap calls it when it is given a completion fd, so
+    /// an event loop can wait on that fd alone. Drivers that deliver
+    /// completions themselves keep the default (nothing to do).
+    fn set_notify_fd(&self, _hctx: &Hctx, _fd: Option<std::os::fd::RawFd>) -> Result<(), crate::Error> {
+        Ok(())
+    }
+
     /// A request has been in flight longer than `rq_timeout`.
     fn timeout(&self, _hctx: &Hctx, _rq: TimedOutRq) -> TimeoutAction {
         TimeoutAction::ResetTimer

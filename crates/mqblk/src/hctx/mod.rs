@@ -160,6 +160,11 @@ impl Hctx {
         self.driver.poll_fd(self)
     }
 
+    /// The driver's `set_notify_fd` for this queue.
+    pub(crate) fn set_notify_fd(&self, fd: Option<std::os::fd::RawFd>) -> Result<(), crate::Error> {
+        self.driver.set_notify_fd(self, fd)
+    }
+
     /// This queue's index (`hctx->queue_num`).
     pub fn index(&self) -> usize {
         self.index

@@ -496,6 +496,26 @@ impl Driver for FileDriver {
         (ring.polled && !ring.is_iopoll()).then(|| ring.fd())
     }
 
+    fn set_notify_fd(&self, hctx: &Hctx, fd: Option<RawFd>) -> Result<(), Error> {
+        let ring = &self.rings[hctx.index()];
+        // Rings with a completion thread signal clients through mqblk's own
+        // eventfd path; IOPOLL rings post nothing until polled.
+        if !ring.polled || ring.is_iopoll() {
+            return Ok(());
+        }
+        ring.set_eventfd(fd).map_err(|e| match e.raw_os_error() {
+            Some(libc::EBUSY) => Error::Busy(format!(
+                "file: hardware queue {}'s ring already signals another client's completion fd: give each client \
+                 its own ring (submit_queues=N for N clients)",
+                hctx.index()
+            )),
+            _ => Error::Setup(format!(
+                "file: registering a completion eventfd with hardware queue {}'s ring: {e}",
+                hctx.index()
+            )),
+        })
+    }
+
     fn shutdown(&self) {
         for r in self.rings.iter().filter(|r| !r.polled) {
             r.stop();

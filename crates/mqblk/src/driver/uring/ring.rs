@@ -88,6 +88,9 @@ pub(crate) struct Ring {
     /// The registered buffer region (buffer index 0), once registered;
     /// the ring keeps it alive while it may use it.
     fixed: std::sync::OnceLock<std::sync::Arc<Region>>,
+    /// The eventfd registered with the ring (IORING_REGISTER_EVENTFD), if
+    /// a client asked for one (`set_eventfd`).
+    eventfd: Mutex<Option<RawFd>>,
 }
 
 // SAFETY: a slot is touched by the thread that owns its tag: the submitter
@@ -146,6 +149,7 @@ impl Ring {
             single_issuer,
             dead: std::sync::atomic::AtomicBool::new(false),
             fixed: std::sync::OnceLock::new(),
+            eventfd: Mutex::new(None),
         })
     }
 
@@ -382,6 +386,28 @@ impl Ring {
 
     pub(crate) fn is_iopoll(&self) -> bool {
         self.iopoll
+    }
+
+    /// Has the kernel signal `fd` (an eventfd) for every CQE this ring
+    /// posts (IORING_REGISTER_EVENTFD), or stops that (None): so a client
+    /// of a polled ring can sleep on its eventfd alone, as libblkio's
+    /// completion fd wants, and still learn of completions only a reap
+    /// would collect. Completion task work that io_uring defers to the
+    /// submitter (COOP_TASKRUN) still wakes a submitter asleep in a read of
+    /// the eventfd: the kernel's TWA_SIGNAL_NO_IPI skips only the IPI to a
+    /// running task, not the wakeup of a sleeping one. A ring has one such
+    /// fd: registering a second fails with EBUSY.
+    pub(crate) fn set_eventfd(&self, fd: Option<RawFd>) -> std::io::Result<()> {
+        let mut current = self.eventfd.lock();
+        match (*current, fd) {
+            (a, b) if a == b => return Ok(()),
+            (Some(_), Some(_)) => return Err(std::io::Error::from_raw_os_error(libc::EBUSY)),
+            (None, Some(fd)) => self.ring.submitter().register_eventfd(fd)?,
+            (Some(_), None) => self.ring.submitter().unregister_eventfd()?,
+            (None, None) => unreachable!("equal, handled above"),
+        }
+        *current = fd;
+        Ok(())
     }
 
     /// The ring's fd: readable when completions wait in the CQ (for
