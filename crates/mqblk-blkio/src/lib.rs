@@ -29,23 +29,14 @@ use mqblk::Device;
 
 pub use queue::{blkio_completion, blkio_zone, Queue};
 
-/// The fast configuration of a `file:` spec that leaves the reaping to
-/// us, for `nr_queues` queues: each queue's client reaps its own io_uring
-/// (`reap=client`, one ring per queue), as fio's io_uring engine does. The
-/// file driver's default (a completion thread per ring, waking the
-/// client) is right for clients that cannot reap, but costs half the IOPS
-/// here (BENCHMARKS.md, issue 20: 4k randread QD32 on a tmpfs file through
-/// fio's libblkio engine, 277k against 467-528k). A queue's completion fd
-/// still works: it is registered with its ring. None when the spec is not
-/// a file or already names `reap`, `submit_queues` or `poll_queues` (the
-/// caller chose).
+/// A plain `file:` spec, opened for `nr_queues` queues whose clients
+/// reap their own rings (mqblk's `reaped_file_spec`): the file driver's
+/// default, a completion thread per ring waking the client, suits clients
+/// that cannot reap, but costs half the IOPS here (BENCHMARKS.md, "The C
+/// library's file default"). A queue's completion fd still works: it is
+/// registered with its ring.
 fn fast_file_spec(spec: &str, nr_queues: c_int) -> Option<String> {
-    let params = spec.strip_prefix("file:")?;
-    let named = |key: &str| params.split(',').any(|kv| kv.split('=').next() == Some(key));
-    if named("reap") || named("submit_queues") || named("poll_queues") {
-        return None;
-    }
-    Some(format!("{spec},reap=client,submit_queues={}", nr_queues.clamp(1, 64)))
+    mqblk::reaped_file_spec(spec, usize::try_from(nr_queues).unwrap_or(1))
 }
 
 /// Most queues (regular plus poll) one instance may have: mqblk clients
@@ -670,24 +661,5 @@ mod tests {
         .join()
         .unwrap();
         assert_eq!(message(), "main thread");
-    }
-
-    #[test]
-    fn a_plain_file_spec_gets_a_reaped_ring_per_queue() {
-        assert_eq!(fast_file_spec("file:path=/x", 2).as_deref(), Some("file:path=/x,reap=client,submit_queues=2"));
-        let direct = fast_file_spec("file:path=/x,direct=1", 0);
-        assert_eq!(direct.as_deref(), Some("file:path=/x,direct=1,reap=client,submit_queues=1"));
-        assert_eq!(fast_file_spec("file:path=/x", 500).as_deref(), Some("file:path=/x,reap=client,submit_queues=64"));
-        // A path that merely contains a key's name names no key.
-        assert!(fast_file_spec("file:path=/reap=thread", 1).is_some());
-    }
-
-    #[test]
-    fn a_spec_that_chose_is_left_alone() {
-        for spec in
-            ["file:path=/x,reap=thread", "file:path=/x,submit_queues=3", "file:path=/x,poll_queues=1", "null:gb=1"]
-        {
-            assert_eq!(fast_file_spec(spec, 1), None, "{spec}");
-        }
     }
 }

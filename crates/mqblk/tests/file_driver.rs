@@ -341,18 +341,20 @@ fn poll_fd_becomes_readable_when_reaped_io_completes() {
     assert_eq!(Device::open("null:size=1").unwrap().client().poll_fd(), None);
 }
 
-/// A reap=client client's completion fd alone is enough to wait on: it is
-/// registered with the client's ring, so the kernel signals it for each
-/// CQE (libblkio's completion fd, which fio reads in eventfd mode). A ring
-/// signals one client's fd: a second client on it is told to use
-/// submit_queues, and may have it once the first is gone.
+/// A reap=client client's standalone completion fd is enough to wait on:
+/// it is registered with the client's ring, so the kernel signals it for
+/// each CQE (libblkio's completion fd, which fio reads in eventfd mode). A
+/// ring signals one client's fd: a second client on it is told to use
+/// submit_queues, and may have it once the first is gone; plain
+/// completion fds (the NBD server's, beside the poll fd) are never refused.
 #[test]
 fn completion_fd_of_a_reaping_client_fires_for_its_own_io() {
     let f = TmpFile::new("complfd");
     let dev = Device::open(&format!("file:path={},size=1m,create=1,reap=client", f.path())).unwrap();
     let mut a = dev.client_with_capacity(8);
     let mut b = dev.client_with_capacity(8);
-    let fd = a.completion_fd().unwrap();
+    let fd = a.standalone_completion_fd().unwrap();
+    assert_eq!(b.completion_fd().unwrap(), b.completion_fd().unwrap(), "a plain completion fd is never refused");
     for i in 0..8u64 {
         a.submit(Bio::read(i * 4096, Buf::new(4096)), i).unwrap();
     }
@@ -371,7 +373,7 @@ fn completion_fd_of_a_reaping_client_fires_for_its_own_io() {
         assert!(wakeups <= 8, "each wakeup finds at least one completion");
     }
     assert!(done.iter().all(|d| d.status.is_ok()));
-    match b.completion_fd() {
+    match b.standalone_completion_fd() {
         Err(e @ Error::Busy(_)) => {
             assert_eq!(e.errno(), libc::EBUSY);
             assert!(e.to_string().contains("submit_queues"), "{e}");
@@ -379,10 +381,11 @@ fn completion_fd_of_a_reaping_client_fires_for_its_own_io() {
         other => panic!("a second completion fd on one ring: {other:?}"),
     }
     drop(a);
-    b.completion_fd().expect("the ring is free again once its client is gone");
+    b.standalone_completion_fd().expect("the ring is free again once its client is gone");
     let two = Device::open(&format!("file:path={},reap=client,submit_queues=2", f.path())).unwrap();
     let (mut c, mut d) = (two.client(), two.client());
-    assert_ne!(c.completion_fd().unwrap(), d.completion_fd().unwrap(), "a ring each, an fd each");
+    let (fc, fd2) = (c.standalone_completion_fd().unwrap(), d.standalone_completion_fd().unwrap());
+    assert_ne!(fc, fd2, "a ring each, an fd each");
 }
 
 /// fio's fixedbufs: I/O into slots of a registered region goes out with

@@ -230,7 +230,8 @@ pub unsafe extern "C" fn blkioq_get_completion_fd(q: *mut Queue) -> c_int {
             return Ok(-1);
         }
         if q.completion_fd < 0 {
-            q.completion_fd = q.client.completion_fd().or_else(|e| fail(e.errno(), format!("completion fd: {e}")))?;
+            q.completion_fd =
+                q.client.standalone_completion_fd().or_else(|e| fail(e.errno(), format!("completion fd: {e}")))?;
         }
         Ok(q.completion_fd)
     })

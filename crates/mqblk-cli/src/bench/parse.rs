@@ -98,7 +98,12 @@ impl Collector {
 /// The device of jobs that name a `filename` (fio's way): the io_uring
 /// file driver, one for all jobs, so they must agree on it.
 fn file_device(jobs: &[JobOptions], device: Option<String>) -> Result<Option<String>, OptionError> {
-    let Some(first) = jobs.iter().find(|j| j.filename.is_some()) else { return Ok(device) };
+    let nr_jobs: usize = jobs.iter().map(|j| j.numjobs).sum();
+    let Some(first) = jobs.iter().find(|j| j.filename.is_some()) else {
+        // The bench's job threads reap: a plain file spec gets its fast
+        // configuration, a reaped ring per job (mqblk::reaped_file_spec).
+        return Ok(device.map(|d| mqblk::reaped_file_spec(&d, nr_jobs).unwrap_or(d)));
+    };
     if device.is_some() {
         return err("--filename and --device both name the device: give one");
     }
@@ -112,7 +117,6 @@ fn file_device(jobs: &[JobOptions], device: Option<String>) -> Result<Option<Str
     }
     // As fio's io_uring engine, each job reaps its own ring: one ring per
     // job thread, and no completion threads.
-    let nr_jobs: usize = jobs.iter().map(|j| j.numjobs).sum();
     let mut spec = format!(
         "file:path={path},direct={},registerfiles={},reap=client,submit_queues={}",
         u8::from(first.direct),

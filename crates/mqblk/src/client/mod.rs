@@ -70,6 +70,9 @@ pub struct Client {
     bounce: Option<Buf>,
     /// This client asked for the completion eventfd (`completion_fd`).
     notify: bool,
+    /// Its eventfd is registered with the ring of `poll_hctx`
+    /// (`standalone_completion_fd`), to be unregistered on drop.
+    notify_registered: bool,
     /// Free bio slots of `shared` (only this client touches the list).
     free_slots: Vec<u32>,
     /// Identity for schedulers (the kernel's process).
@@ -116,6 +119,7 @@ impl Client {
             blocking_done: None,
             bounce: None,
             notify: false,
+            notify_registered: false,
             plug: PlugState::new(q.plug_nesting(), q.plug_sync),
             q,
             free_slots: (0..capacity as u32).rev().collect(),
@@ -241,7 +245,7 @@ impl Drop for Client {
         self.drain();
         self.release_granted();
         self.shared.quiet_eventfd();
-        if let Some(poll) = self.poll_hctx.filter(|_| self.notify && self.q.submitter_reaps()) {
+        if let Some(poll) = self.poll_hctx.filter(|_| self.notify_registered) {
             // The ring may serve another client's completion fd next.
             let _ = self.q.hctx(poll).set_notify_fd(None);
         }

@@ -162,21 +162,36 @@ impl Client {
     /// it makes the eventfd fire only when another client reaped it.
     ///
     /// A device whose submitters reap (file `reap=client`) also completes
-    /// I/O only inside `do_io`, but there the fd is registered with the
-    /// ring this client reaps (the file driver's IORING_REGISTER_EVENTFD): the
-    /// kernel signals it for every completion there and an event loop may
-    /// wait on it alone (libblkio's completion fd). A ring signals one fd:
-    /// a second client asking on the same ring gets `Error::Busy` (give
-    /// each client its own ring: file `submit_queues`).
+    /// I/O only inside `do_io`: wait on `poll_fd` as well (the NBD server
+    /// does), or ask for `standalone_completion_fd` instead.
     ///
     /// The fd belongs to the device (it stays open until the device is
     /// dropped, and a later client may be given it): do not close it.
     pub fn completion_fd(&mut self) -> Result<RawFd, Error> {
+        self.completion_fd_inner(false)
+    }
+
+    /// As `completion_fd`, but an fd that is enough to wait on alone, even
+    /// on a device whose submitters reap (libblkio's completion fd): there
+    /// it is registered with the ring this client reaps (the file driver's
+    /// IORING_REGISTER_EVENTFD), so the kernel signals it for every
+    /// completion on that ring. A ring signals one fd: a second client on
+    /// the same ring gets `Error::Busy` (give each client its own ring:
+    /// file `submit_queues`). Elsewhere it is the same fd as
+    /// `completion_fd`'s.
+    pub fn standalone_completion_fd(&mut self) -> Result<RawFd, Error> {
+        self.completion_fd_inner(true)
+    }
+
+    fn completion_fd_inner(&mut self, standalone: bool) -> Result<RawFd, Error> {
         let fd = self.shared.eventfd().map_err(Error::Io)?;
-        if !self.notify {
+        if standalone && !self.notify_registered {
             if let Some(poll) = self.poll_hctx.filter(|_| self.q.submitter_reaps()) {
                 self.q.hctx(poll).set_notify_fd(Some(fd))?;
+                self.notify_registered = true;
             }
+        }
+        if !self.notify {
             self.notify = true;
             self.shared.notify_armed.store(true, Ordering::SeqCst);
             // Completions already queued must be signalled too.

@@ -14,7 +14,7 @@
 //! | registerfiles | 1 | register the file with each ring (fio's registerfiles) |
 //! | readonly | 0 | open read-only (writes fail with EBADF from the kernel) |
 //! | single_issuer | 0 | with reap=client: each ring is used by one thread only (one client per ring, sched=none), so rings get IORING_SETUP_SINGLE_ISSUER and DEFER_TASKRUN as fio sets them; I/O from another thread fails |
-//! | reap | thread | `thread`: each ring's completion thread reaps it and wakes clients (interrupt style); `client`: no completion thread, a client waiting for its I/O reaps its ring itself, sleeping in io_uring_enter (fio's io_uring engine's way; give each client its own ring with submit_queues) |
+//! | reap | thread | `thread`: each ring's completion thread reaps it and wakes clients (interrupt style); `client`: no completion thread, a client waiting for its I/O reaps its ring itself, sleeping in io_uring_enter (fio's io_uring engine's way; give each client its own ring with submit_queues; a client's completion fd is registered with its ring). `mqblk bench` and the C library use `client` for a spec that names none of reap, submit_queues, poll_queues (`reaped_file_spec`) |
 //!
 //! Ops: read and write (readv/writev of a request's segments), flush
 //! (fdatasync), FUA (RWF_DSYNC), discard and write zeroes (files: a punched
@@ -45,6 +45,49 @@ use crate::status::Status;
 use crate::tag::TagSetConfig;
 
 use ring::Ring;
+
+/// The fast configuration of a `file:` spec for `nr_clients` clients that
+/// can reap (they wait in `do_io`, or on a completion fd, which is then
+/// registered with their ring): `reap=client` and a ring per client, as
+/// fio's io_uring engine runs. The driver's own default (`reap=thread`, a
+/// completion thread per ring waking the clients) suits any client, but
+/// costs about half the IOPS of a tmpfs file at QD32 (BENCHMARKS.md, issue
+/// 20, "fast by default"); `mqblk bench` and the C library, whose clients
+/// reap, open plain file specs through this. None when `spec` is not a
+/// file spec or already names `reap`, `submit_queues` or `poll_queues`
+/// (its author chose).
+pub fn reaped_file_spec(spec: &str, nr_clients: usize) -> Option<String> {
+    let params = spec.strip_prefix("file:")?;
+    let named = |key: &str| params.split(',').any(|kv| kv.split('=').next() == Some(key));
+    if named("reap") || named("submit_queues") || named("poll_queues") {
+        return None;
+    }
+    Some(format!("{spec},reap=client,submit_queues={}", nr_clients.clamp(1, 64)))
+}
+
+#[cfg(test)]
+mod spec_tests {
+    use super::reaped_file_spec;
+
+    #[test]
+    fn a_plain_file_spec_gets_a_reaped_ring_per_client() {
+        assert_eq!(reaped_file_spec("file:path=/x", 2).as_deref(), Some("file:path=/x,reap=client,submit_queues=2"));
+        let direct = reaped_file_spec("file:path=/x,direct=1", 0);
+        assert_eq!(direct.as_deref(), Some("file:path=/x,direct=1,reap=client,submit_queues=1"));
+        assert_eq!(reaped_file_spec("file:path=/x", 500).as_deref(), Some("file:path=/x,reap=client,submit_queues=64"));
+        // A path that merely contains a key's name names no key.
+        assert!(reaped_file_spec("file:path=/reap=thread", 1).is_some());
+    }
+
+    #[test]
+    fn a_spec_that_chose_is_left_alone() {
+        for spec in
+            ["file:path=/x,reap=thread", "file:path=/x,submit_queues=3", "file:path=/x,poll_queues=1", "null:gb=1"]
+        {
+            assert_eq!(reaped_file_spec(spec, 1), None, "{spec}");
+        }
+    }
+}
 
 pub const FILE_KEYS: &[&str] = &[
     "path",
