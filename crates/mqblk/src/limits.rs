@@ -93,8 +93,36 @@ impl QueueLimits {
     }
 
     /// Checks a bio against the limits (bounds, alignment, size, support).
+    #[inline(always)]
     pub fn check_bio(&self, bio: &Bio) -> Result<(), SubmitError> {
+        if self.plain_rw_ok(bio) {
+            return Ok(());
+        }
+        self.check_bio_fully(bio)
+    }
+
+    /// The common case in one pass and without a division (the block size
+    /// is a power of two, `validate`): a read or write whose buffer has its
+    /// length, aligned, inside the device. False sends the bio through the
+    /// full checks, which name what is wrong.
+    #[inline(always)]
+    fn plain_rw_ok(&self, bio: &Bio) -> bool {
+        let (offset, len) = (bio.offset, bio.len);
+        let lbs_mask = u64::from(self.logical_block_size) - 1;
+        let end = offset.wrapping_add(len);
+        matches!(bio.op, Op::Read | Op::Write)
+            && bio.buf.as_ref().is_some_and(|b| b.len() as u64 == len)
+            && len != 0
+            && (offset | len) & lbs_mask == 0
+            && len <= MAX_BIO_BYTES
+            && end >= offset
+            && end <= self.capacity_bytes
+    }
+
+    #[inline(never)]
+    fn check_bio_fully(&self, bio: &Bio) -> Result<(), SubmitError> {
         let (op, offset, len) = (bio.op, bio.offset, bio.len);
+        let lbs_mask = u64::from(self.logical_block_size) - 1;
         let supported = match op {
             Op::Read | Op::Write | Op::Flush => true,
             Op::Discard => self.max_discard_sectors > 0,
@@ -119,8 +147,7 @@ impl QueueLimits {
         if len == 0 {
             return Err(SubmitError::ZeroLength { op });
         }
-        let lbs = u64::from(self.logical_block_size);
-        if offset % lbs != 0 || len % lbs != 0 {
+        if (offset | len) & lbs_mask != 0 {
             return Err(SubmitError::Misaligned { offset, len, logical_block_size: self.logical_block_size });
         }
         match offset.checked_add(len) {
@@ -129,7 +156,7 @@ impl QueueLimits {
         }
         // Larger than a request may be: split (client/submit.rs). A bio itself is
         // limited like the kernel's (bi_size is 32 bits).
-        let max = MAX_BIO_BYTES / lbs * lbs;
+        let max = MAX_BIO_BYTES & !lbs_mask;
         if len > max {
             return Err(SubmitError::TooLarge { len, max });
         }
@@ -175,8 +202,9 @@ impl QueueLimits {
     pub fn bytes_to_zone_end(&self, offset: u64) -> u64 {
         match &self.zoned {
             Some(z) => {
+                // zone_sectors is a power of two (`validate`).
                 let zone_bytes = z.zone_sectors << SECTOR_SHIFT;
-                zone_bytes - offset % zone_bytes
+                zone_bytes - (offset & (zone_bytes - 1))
             }
             None => u64::MAX,
         }

@@ -131,6 +131,7 @@ pub fn run_job(
             region_start: offset,
             region_len,
             pos: 0,
+            blocks: (0, 0),
             rng: opts.randseed.wrapping_add((job_index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1,
         },
         issued_bytes: 0,

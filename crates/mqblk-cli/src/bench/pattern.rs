@@ -11,6 +11,9 @@ pub(super) struct Pattern {
     pub(super) region_start: u64,
     pub(super) region_len: u64,
     pub(super) pos: u64,
+    /// (block size, blocks of that size in the region): the last random
+    /// I/O's, so a fixed block size divides once per job, not per I/O.
+    pub(super) blocks: (u64, u64),
     pub(super) rng: u64,
 }
 
@@ -36,7 +39,10 @@ impl Pattern {
     #[inline]
     pub(super) fn next_offset(&mut self, bs: u64) -> u64 {
         if self.random {
-            let blocks = self.region_len / bs;
+            if self.blocks.0 != bs {
+                self.blocks = (bs, self.region_len / bs);
+            }
+            let blocks = self.blocks.1;
             // Multiply-high maps the random word onto 0..blocks without a
             // 64-bit division (Lemire's reduction; bias below 2^-40 here).
             let block = ((u128::from(self.next_rand()) * u128::from(blocks)) >> 64) as u64;
