@@ -16,6 +16,25 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install cargo-nextest --locked
 fi
 
+# The guests first (qemu, a static busybox, cpio and kmod's modinfo for the
+# initramfs, libc.a for the static oracle program), in one transaction before
+# anything runs: on a machine whose qemu-utils came from bookworm-backports,
+# installing bookworm's qemu-system-x86 removes it, so qemu-img is checked
+# (and reinstalled, matching qemu-system) only after this.
+need=()
+command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
+dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' || need+=(busybox-static)
+command -v cpio >/dev/null || need+=(cpio)
+command -v modinfo >/dev/null || need+=(kmod)
+command -v xz >/dev/null || need+=(xz-utils)
+[ -e /usr/lib/x86_64-linux-gnu/libc.a ] || need+=(libc6-dev)
+ls /boot/vmlinuz-* >/dev/null 2>&1 || need+=(linux-image-amd64)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "== installing ${need[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
 # Real clients for the NBD server tests, fio for its nbd engine, and
 # btrfs-progs for the zoned btrfs on /dev/ublkb0 (guest_ublk_zoned),
 # nbd-client for the kernel nbd client in the guest (guest_nbd), and
@@ -79,17 +98,7 @@ echo "== fuzzing the NBD server (cargo-fuzz, bounded: 60 s + 20 s)"
 scripts/fuzz.sh 60
 
 echo "== zoned kernel oracle (Linux 6.1 and 6.12 null_blk under qemu vs mqblk: 5 configurations x 300 ops, one boot per kernel)"
-need=()
-command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
-ls /boot/vmlinuz-* >/dev/null 2>&1 || need+=(linux-image-amd64)
-command -v busybox >/dev/null || need+=(busybox-static)
-command -v cpio >/dev/null || need+=(cpio)
-[ -e /usr/lib/x86_64-linux-gnu/libc.a ] || need+=(libc6-dev)
-if [ ${#need[@]} -gt 0 ]; then
-  echo "   installing ${need[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-fi
+# (qemu, busybox, cpio and libc.a were installed at the start.)
 # Fixed seeds keep CI reproducible; explore with tests/oracle/ci.sh 300 $(date +%s) 4.
 # The 6.12 kernel comes through tests/guest/run.sh (fetched once, cached).
 tests/oracle/ci.sh 300 100

@@ -104,6 +104,9 @@ need=()
 command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
 # The initramfs needs a static busybox: the Debian "busybox" package is dynamic.
 dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' || need+=(busybox-static)
+# modinfo orders the modules' dependencies; cpio packs the initramfs.
+command -v modinfo >/dev/null || need+=(kmod)
+command -v cpio >/dev/null || need+=(cpio)
 if [ ${#need[@]} -gt 0 ]; then
   echo "guest: installing ${need[*]}" >&2
   apt-get install -y -qq --no-install-recommends "${need[@]}" >&2 ||
@@ -194,7 +197,9 @@ visit() {
     module_builtin "$name" || die "module $name: neither in $moddir/kernel nor built in"
     return 0
   fi
-  for dep in $(modinfo -F depends "$file" | tr ',' ' '); do visit "$dep"; done
+  local deps
+  deps=$(modinfo -F depends "$file") || die "modinfo -F depends $file failed"
+  for dep in ${deps//,/ }; do visit "$dep"; done
   order+=("$name")
 }
 for m in "${load_modules[@]}"; do visit "$m"; done

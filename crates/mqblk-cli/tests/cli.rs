@@ -41,6 +41,25 @@ fn number_ios_runs_exactly_that_many() {
 }
 
 #[test]
+fn io_size_loops_over_a_smaller_region_and_number_ios_still_stops_it() {
+    // 1 MiB region of 4k blocks (256), io_size 4 MiB: fio loops over the
+    // region until 1024 I/Os are done; number_ios ends it earlier.
+    let base = ["--device", "null:gb=1,irqmode=0", "--name=l", "--rw=randread", "--size=1m", "--iodepth=8"];
+    let mut args = base.to_vec();
+    args.push("--io_size=4m");
+    assert_eq!(bench_json(&args)["jobs"][0]["read"]["total_ios"], 1024);
+    args.push("--number_ios=700");
+    assert_eq!(bench_json(&args)["jobs"][0]["read"]["total_ios"], 700);
+    let mut args = base.to_vec();
+    args.push("--io_limit=8k");
+    assert_eq!(bench_json(&args)["jobs"][0]["read"]["total_ios"], 2);
+    assert_eq!(bench_json(&base)["jobs"][0]["read"]["total_ios"], 256);
+    let out = mqblk(&["bench", "--device", "null:gb=1", "--name=z", "--io_size=0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("io_size: must be positive"));
+}
+
+#[test]
 fn size_limits_a_sequential_job() {
     let v = bench_json(&[
         "--device",

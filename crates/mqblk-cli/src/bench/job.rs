@@ -245,7 +245,7 @@ impl<'a> JobLoop<'a> {
             complete_min: opts.iodepth_batch_complete_min.max(1),
             complete_max: opts.complete_max(),
             timed: !opts.gtod_reduce,
-            io_limit_bytes: if opts.time_based { u64::MAX } else { region_len },
+            io_limit_bytes: if opts.time_based { u64::MAX } else { opts.io_size.unwrap_or(region_len) },
             io_limit_count: if opts.number_ios == 0 { u64::MAX } else { opts.number_ios },
             hipri,
             write_flags,

@@ -32,6 +32,8 @@ pub const JOB_OPTIONS: &[&str] = &[
     "bs",
     "blocksize",
     "size",
+    "io_size",
+    "io_limit",
     "offset",
     "offset_increment",
     "zonemode",
@@ -140,6 +142,9 @@ pub struct JobOptions {
     pub bs_write: u64,
     /// Bytes of I/O per job (None: the device size minus offset).
     pub size: Option<u64>,
+    /// fio's `io_size` (alias `io_limit`): bytes to transfer before the
+    /// job ends (None: `size`); beyond the region, the job loops over it.
+    pub io_size: Option<u64>,
     pub offset: u64,
     /// fio's `offset_increment`: job N starts at offset + N x this.
     pub offset_increment: u64,
@@ -219,6 +224,7 @@ impl JobOptions {
             bs_read: 4096,
             bs_write: 4096,
             size: None,
+            io_size: None,
             offset: 0,
             offset_increment: 0,
             zonemode_zbd: false,

@@ -57,6 +57,13 @@ impl JobOptions {
                 }
             }
             "size" => self.size = Some(parse_size(key, v()?)?),
+            "io_size" | "io_limit" => {
+                let bytes = parse_size(key, v()?)?;
+                if bytes == 0 {
+                    return err(format!("{key}: must be positive, got '{}'", v()?));
+                }
+                self.io_size = Some(bytes);
+            }
             "offset" => self.offset = parse_size(key, v()?)?,
             "offset_increment" => self.offset_increment = parse_size(key, v()?)?,
             "zonemode" => {
