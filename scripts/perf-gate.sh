@@ -46,10 +46,21 @@ declare -A opts=(
 )
 base=(--name=gate --rw=randread --bs=4k)
 
-# ir CMD...: the instructions of every thread of CMD (callgrind's total).
+# A 1 GiB region holds 262,144 4k blocks: without io_size both programs stop
+# there, whatever number_ios says (the records before this check divided
+# 162,144 I/Os' instructions by 400,000). io_size lets them loop over the
+# region; number_ios ends the run, and ir checks that it did.
+base+=(--size=1g --io_size=1t --output-format=json)
+
+# ir N CMD...: the instructions of every thread of CMD (callgrind's total),
+# after checking that CMD did exactly N I/Os.
 ir() {
-  valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" "$@" > "$work/run.log" 2>&1 ||
-    { cat "$work/run.log" >&2; die "failed under callgrind: $*"; }
+  local n=$1 done_ios
+  shift
+  valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" "$@" > "$work/run.log" 2> "$work/run.err" ||
+    { cat "$work/run.err" "$work/run.log" >&2; die "failed under callgrind: $*"; }
+  done_ios=$(grep -o '"total_ios" *: *[0-9]*' "$work/run.log" | head -n 1 | grep -o '[0-9]*$')
+  [ "$done_ios" = "$n" ] || die "$1 did ${done_ios:-no} I/Os, not $n: the count per I/O would be wrong"
   awk '/^(summary|totals):/ { print $2; exit }' "$work/cg.out"
 }
 
@@ -59,8 +70,8 @@ per_io() {
   for n in "$short" "$long"; do
     # shellcheck disable=SC2086 # the job's options split on purpose
     case $kind in
-      mqblk) v=$(ir "$mqblk" bench --device "$device" "${base[@]}" ${opts[$job]} --number_ios="$n") ;;
-      fio) v=$(ir fio --thread --ioengine=null --size=1g "${base[@]}" ${opts[$job]} --number_ios="$n" --output-format=terse) ;;
+      mqblk) v=$(ir "$n" "$mqblk" bench --device "$device" "${base[@]}" ${opts[$job]} --number_ios="$n") ;;
+      fio) v=$(ir "$n" fio --thread --ioengine=null "${base[@]}" ${opts[$job]} --number_ios="$n") ;;
     esac
     if [ "$n" = "$short" ]; then a=$v; else b=$v; fi
   done
