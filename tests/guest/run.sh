@@ -219,6 +219,7 @@ mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
 ctl=/dev/ttyS3
+echo "MQBLK-GUEST-INIT" > $ctl
 fail() { echo "mqblk-guest: $*" > /dev/console; echo "MQBLK-GUEST-FAIL: $*" > $ctl; poweroff -f; }
 for m in $(cat /modules/load); do
   insmod "/modules/$m.ko" || fail "insmod $m"
@@ -288,27 +289,42 @@ cp "$script" "$work/job/job/script.sh"
 (cd "$work/job" && find job | cpio -o -H newc --quiet | gzip -1) > "$work/job.cpio.gz"
 cat "$initrd" "$work/job.cpio.gz" > "$work/initrd.gz"
 
-: > "$work/console.txt"; : > "$work/stdout.txt"; : > "$work/stderr.txt"; : > "$work/ctl.txt"
-timeout --kill-after=10 "$timeout_s" qemu-system-x86_64 \
-  -accel tcg -cpu max -m "$mem_mib" -smp "$cpus" \
-  -display none -monitor none -no-reboot -nic none \
-  -kernel "$kernel" -initrd "$work/initrd.gz" \
-  -append "console=ttyS0 quiet panic=-1" \
-  -serial "file:$work/console.txt" -serial "file:$work/stdout.txt" \
-  -serial "file:$work/stderr.txt" -serial "file:$work/ctl.txt" \
-  -virtfs local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap \
-  < /dev/null > "$work/qemu.txt" 2>&1 &
-qemu_pid=$!
-# Stream the script's output as the guest writes it.
-tail -q -f -n +1 --pid="$qemu_pid" "$work/stdout.txt" | sed -u 's/\r//g' &
-tail_pids+=($!)
-tail -q -f -n +1 --pid="$qemu_pid" "$work/stderr.txt" | sed -u 's/\r//g' >&2 &
-tail_pids+=($!)
-qemu_status=0
-wait "$qemu_pid" || qemu_status=$?
-qemu_pid=""
-wait "${tail_pids[@]}" 2>/dev/null || true
-tail_pids=()
+# boot: one run of the guest; sets qemu_status.
+boot() {
+  : > "$work/console.txt"; : > "$work/stdout.txt"; : > "$work/stderr.txt"; : > "$work/ctl.txt"
+  timeout --kill-after=10 "$timeout_s" qemu-system-x86_64 \
+    -accel tcg -cpu max -m "$mem_mib" -smp "$cpus" \
+    -display none -monitor none -no-reboot -nic none \
+    -kernel "$kernel" -initrd "$work/initrd.gz" \
+    -append "console=ttyS0 quiet panic=-1" \
+    -serial "file:$work/console.txt" -serial "file:$work/stdout.txt" \
+    -serial "file:$work/stderr.txt" -serial "file:$work/ctl.txt" \
+    -virtfs local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap \
+    < /dev/null > "$work/qemu.txt" 2>&1 &
+  qemu_pid=$!
+  # Stream the script's output as the guest writes it.
+  tail -q -f -n +1 --pid="$qemu_pid" "$work/stdout.txt" | sed -u 's/\r//g' &
+  tail_pids+=($!)
+  tail -q -f -n +1 --pid="$qemu_pid" "$work/stderr.txt" | sed -u 's/\r//g' >&2 &
+  tail_pids+=($!)
+  qemu_status=0
+  wait "$qemu_pid" || qemu_status=$?
+  qemu_pid=""
+  wait "${tail_pids[@]}" 2>/dev/null || true
+  tail_pids=()
+}
+# A guest that stops before /init has written its first line (qemu exits 0,
+# the console is empty: seen once in CI-like runs with two TCG guests
+# booting side by side) never ran the script: boot it once more, and say so.
+# A guest that reached /init is never retried.
+for attempt in 1 2; do
+  boot
+  if [ "$qemu_status" != 0 ] || grep -q 'MQBLK-GUEST-INIT' "$work/ctl.txt"; then
+    break
+  fi
+  echo "guest: the guest stopped before /init started (attempt $attempt, console: $(wc -c < "$work/console.txt") bytes)" >&2
+  [ "$attempt" = 2 ] || echo "guest: booting once more" >&2
+done
 
 ctl=$(tr -d '\r' < "$work/ctl.txt")
 marker=$(grep -o 'MQBLK-GUEST-EXIT=[0-9]*' <<< "$ctl" | tail -n 1 || true)
