@@ -184,6 +184,25 @@ pub trait Driver: Send + Sync + 'static {
     /// Driver lines for the debugfs-like stats dump.
     fn show(&self, _out: &mut String) {}
 
+    /// Changes attribute `key` of the live device (null_blk's configfs
+    /// attributes, e.g. `badblocks`). Drivers without any refuse.
+    fn set_attr(&self, key: &str, _value: &str) -> Result<(), crate::Error> {
+        Err(crate::config::ConfigError::Conflict {
+            driver: self.name().into(),
+            message: format!("no attribute '{key}' to set on a live device (this driver has none)"),
+        }
+        .into())
+    }
+
+    /// The value of attribute `key` (as `set_attr` would take it back).
+    fn attr(&self, key: &str) -> Result<String, crate::Error> {
+        Err(crate::config::ConfigError::Conflict {
+            driver: self.name().into(),
+            message: format!("no attribute '{key}' (this driver has none)"),
+        }
+        .into())
+    }
+
     /// Which parts of `[offset, offset + len)` hold data: extents appended
     /// to `out` as (bytes, hole), in order, covering a prefix of the range
     /// (a hole reads as zeros). False: the driver cannot tell (all data).

@@ -323,6 +323,20 @@ impl Device {
         in_bounds && len > 0 && self.q.driver.block_status(offset, len, out) && !out.is_empty()
     }
 
+    /// Changes an attribute of the live device, as null_blk's configfs
+    /// does: `set_attr("badblocks", "+2048-2055")` makes those sectors fail
+    /// with EIO, `"-2048-2055"` heals them. Errors name the key and what is
+    /// wrong; a refused write changes nothing.
+    pub fn set_attr(&self, key: &str, value: &str) -> Result<(), Error> {
+        self.q.driver.set_attr(key, value)
+    }
+
+    /// The value of a live attribute (`badblocks`: `START-END` ranges,
+    /// `:`-separated).
+    pub fn attr(&self, key: &str) -> Result<String, Error> {
+        self.q.driver.attr(key)
+    }
+
     /// Up to `nr` zones from the one holding byte `offset`
     /// (`blkdev_report_zones`). Errors: `Error::Status` with NotSupp (the
     /// device is not zoned) or Invalid (`offset` lies past its end).

@@ -33,6 +33,9 @@
 //! | zone_offline | 0 | the last sequential zones start OFFLINE |
 //! | zone_full | 0 | the other sequential zones start FULL, write pointer at the capacity (Linux 6.12; refused with zoned_compat=6.1) |
 //! | zoned_compat | 6.12 | the Linux whose zoned null_blk to follow: `6.12`, or `6.1` (Debian 12's, the first kernel oracle's): no zone write plugs, so after a failed write a write at the write pointer succeeds without a zone report first; no zone_full; zone appends up to the zone size (zoned.rs lists what differs) |
+//! | badblocks | (none) | sectors whose I/O fails with EIO: inclusive `START-END` ranges of 512-byte sectors, `:`-separated; on a live device the `badblocks` attribute takes `+START-END` and `-START-END` (badblocks.rs) |
+//! | badblocks_once | 0 | a bad range is cleared by the first I/O that fails on it |
+//! | badblocks_partial_io | 0 | an I/O on a bad range transfers the blocks before the first bad sector, then fails |
 //! | zone_lock | per-zone | a lock per zone or one `global` device lock (the design before "null_blk: improve zone locking"); either spins without memory_backed and sleeps with it (zoned.rs) |
 //!
 //! Relies on: config.rs (SpecParams, ConfigError) for the spec; zoned.rs
@@ -79,6 +82,9 @@ pub const NULL_KEYS: &[&str] = &[
     "zone_full",
     "zone_lock",
     "zoned_compat",
+    "badblocks",
+    "badblocks_once",
+    "badblocks_partial_io",
 ];
 
 /// How requests complete (`irqmode`).
@@ -130,6 +136,10 @@ pub struct NullConfig {
     pub channels: usize,
     /// `zoned=1` and its parameters.
     pub zoned: Option<ZonedConfig>,
+    /// `badblocks`: bad sector ranges, (first, last) inclusive.
+    pub badblocks: Vec<(u64, u64)>,
+    pub badblocks_once: bool,
+    pub badblocks_partial_io: bool,
 }
 
 impl Default for NullConfig {
@@ -153,6 +163,9 @@ impl Default for NullConfig {
             seek_nsec: 8_000_000,
             channels: 0,
             zoned: None,
+            badblocks: Vec::new(),
+            badblocks_once: false,
+            badblocks_partial_io: false,
         }
     }
 }
@@ -193,6 +206,9 @@ impl NullConfig {
         seek_nsec: u64,
         channels: usize,
         zoned: Option<ZonedConfig>,
+        badblocks: Vec<(u64, u64)>,
+        badblocks_once: bool,
+        badblocks_partial_io: bool,
     }
 
     /// The config as a `null:` spec's key=value pairs.
@@ -230,6 +246,12 @@ impl NullConfig {
         if self.channels > 0 {
             pairs.push(("channels", self.channels.to_string()));
         }
+        if !self.badblocks.is_empty() {
+            let list: Vec<String> = self.badblocks.iter().map(|(s, l)| format!("{s}-{l}")).collect();
+            pairs.push(("badblocks", list.join(":")));
+        }
+        pairs.push(("badblocks_once", b(self.badblocks_once)));
+        pairs.push(("badblocks_partial_io", b(self.badblocks_partial_io)));
         if let Some(z) = &self.zoned {
             pairs.extend([
                 ("zoned", "1".to_string()),
@@ -296,8 +318,29 @@ impl NullConfig {
             rotational: p.bool("rotational", false)?,
             seek_nsec: p.u64_in("seek_nsec", 8_000_000, 0, 10_000_000_000)?,
             channels: p.u64_in("channels", 0, 0, 4096)? as usize,
+            badblocks: Self::badblocks_from_params(p, size_bytes, zoned.is_some())?,
+            badblocks_once: p.bool("badblocks_once", false)?,
+            badblocks_partial_io: p.bool("badblocks_partial_io", false)?,
             zoned,
         })
+    }
+
+    /// `badblocks`: ranges of sectors on the device; not on zoned devices
+    /// (the zoned write path does not apply them yet).
+    fn badblocks_from_params(p: &SpecParams, size_bytes: u64, zoned: bool) -> Result<Vec<(u64, u64)>, ConfigError> {
+        let Some(value) = p.raw("badblocks") else { return Ok(Vec::new()) };
+        if zoned {
+            return Err(p.conflict("badblocks on a zoned device is not supported (zoned=1)"));
+        }
+        let ranges = super::badblocks::parse_list(value, size_bytes >> crate::request::SECTOR_SHIFT).map_err(|e| {
+            ConfigError::BadValue {
+                driver: p.driver.clone(),
+                key: "badblocks".into(),
+                value: value.into(),
+                expected: format!("START-END ranges of sectors joined by ':' ({e})"),
+            }
+        })?;
+        Ok(ranges.into_iter().map(|(s, e)| (s, e - 1)).collect())
     }
 
     /// `bs`: a power of two from 512 to 4096.

@@ -252,7 +252,7 @@ impl HybridQueue {
         let now = now_ns();
         let mut done = 0;
         while let Some((rq, status)) = self.cq.poll_one(now) {
-            rq.complete(status);
+            super::end_rq(rq, status);
             done += 1;
         }
         done
@@ -290,7 +290,7 @@ fn hybrid_loop(cq: &HybridCq<(Rq, Status)>, stop: &AtomicBool, idle_spin: bool) 
         let stopping = stop.load(Ordering::SeqCst);
         match cq.irq_one(now_ns(), stopping) {
             IrqReap::Done((rq, status)) => {
-                rq.complete(status);
+                super::end_rq(rq, status);
                 idle_since = None;
                 continue;
             }

@@ -148,7 +148,7 @@ fn completion_loop(shared: &Shared, idle_spin: bool) {
                     st.late_ns_max.store(late_ns, Ordering::Relaxed);
                 }
             }
-            p.rq.complete(p.status);
+            super::end_rq(p.rq, p.status);
             shared.completed.fetch_add(1, Ordering::Relaxed);
             idle_since = None;
             continue;

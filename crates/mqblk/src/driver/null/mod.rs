@@ -9,6 +9,7 @@
 //! interrupt-style requests, mem.rs for memory backing, service.rs for the
 //! service models, zoned.rs for zones.
 
+mod badblocks;
 mod config;
 pub(crate) mod hybrid;
 mod irq;
@@ -29,6 +30,7 @@ use crate::status::Status;
 use crate::sync::{AtomicU64, Mutex, Ordering};
 use crate::tag::TagSetConfig;
 
+use badblocks::BadBlocks;
 pub use config::{IrqMode, NullConfig, PollMode};
 use hybrid::HybridQueue;
 use irq::{IrqQueue, Pending, SPIN_NS};
@@ -59,6 +61,20 @@ impl Throttle {
     }
 }
 
+/// Ends a request with the status `handle` decided. A failure after a
+/// partial transfer (`badblocks_partial_io`) completes the first
+/// `driver_data` bytes, which `handle` set (0 otherwise: the kernel's
+/// `blk_mq_end_request` with an error).
+#[inline]
+fn end_rq(mut rq: Rq, status: Status) {
+    if status == Status::Ok {
+        rq.complete(status);
+    } else {
+        let ok_bytes = *rq.driver_data();
+        rq.complete_bytes(ok_bytes, status);
+    }
+}
+
 /// `null:` specs (registered in `driver::BUILTIN`).
 pub(crate) fn open(p: &SpecParams) -> Result<Box<dyn Driver>, crate::error::Error> {
     Ok(Box::new(NullDriver::from_params(p)?))
@@ -82,6 +98,8 @@ pub struct NullDriver {
     poll_lists: Box<[Mutex<VecDeque<Pending>>]>,
     /// `zoned=1`: the zones.
     zoned: Option<NullZoned>,
+    /// `badblocks`: sectors whose I/O fails (settable while live).
+    badblocks: BadBlocks,
     /// Nothing to model, store or defer: a request on a submit queue
     /// completes at once with Ok (the default device's whole job, so it
     /// skips the feature checks one by one).
@@ -120,6 +138,15 @@ impl NullDriver {
             ),
             None => None,
         };
+        let badblocks = BadBlocks::new(
+            cfg.badblocks_once,
+            cfg.badblocks_partial_io,
+            u64::from(cfg.bs) >> crate::request::SECTOR_SHIFT,
+            cfg.size_bytes >> crate::request::SECTOR_SHIFT,
+        );
+        for &(first, last) in &cfg.badblocks {
+            badblocks.set(first, last + 1);
+        }
         let plain_inline = irq.is_empty() && hybrid.is_empty() && !modelled && zoned.is_none() && !cfg.memory_backed;
         Ok(Self {
             mem: cfg.memory_backed.then(MemStore::new),
@@ -135,6 +162,7 @@ impl NullDriver {
                 .collect(),
             cfg,
             plain_inline,
+            badblocks,
             irq: irq.into_boxed_slice(),
             hybrid: hybrid.into_boxed_slice(),
             zoned,
@@ -151,6 +179,11 @@ impl NullDriver {
         if let Some(z) = &self.zoned {
             return z.process(rq, self.mem.as_ref());
         }
+        if !self.badblocks.is_empty() {
+            if let Some(ok_bytes) = self.bad_prefix(rq) {
+                return self.handle_partial(rq, ok_bytes);
+            }
+        }
         let Some(mem) = &self.mem else { return Status::Ok };
         let pos = rq.pos_bytes();
         match rq.op() {
@@ -162,6 +195,42 @@ impl NullDriver {
             _ => return Status::NotSupp,
         }
         Status::Ok
+    }
+
+    /// A request on a bad range: how many of its leading bytes still
+    /// transfer (None: it touches no bad sector).
+    #[cold]
+    fn bad_prefix(&self, rq: &Rq) -> Option<u64> {
+        match rq.op() {
+            Op::Read | Op::Write | Op::Discard | Op::WriteZeroes => {}
+            _ => return None,
+        }
+        let ok_sectors = self.badblocks.check(rq.sector(), u64::from(rq.nr_sectors()))?;
+        Some(ok_sectors << crate::request::SECTOR_SHIFT)
+    }
+
+    /// Transfers the first `ok_bytes` of a request that hit a bad range
+    /// and fails it: `end_rq` completes those bytes, the rest ends with
+    /// EIO (the kernel's partial `blk_update_request`).
+    #[cold]
+    fn handle_partial(&self, rq: &mut Rq, ok_bytes: u64) -> Status {
+        let start = rq.pos_bytes();
+        let limit = start + ok_bytes;
+        if let Some(mem) = &self.mem {
+            match rq.op() {
+                Op::Read => rq.for_each_segment_mut(|pos, seg| {
+                    let n = (limit.saturating_sub(pos) as usize).min(seg.len());
+                    mem.read(pos, &mut seg[..n]);
+                }),
+                Op::Write => rq.for_each_segment(|pos, seg| {
+                    let n = (limit.saturating_sub(pos) as usize).min(seg.len());
+                    mem.write(pos, &seg[..n]);
+                }),
+                _ => mem.zero(start, ok_bytes),
+            }
+        }
+        *rq.driver_data() = ok_bytes;
+        Status::IoErr
     }
 
     /// When the request is due (0: now): the service model's answer, else
@@ -238,7 +307,7 @@ impl Driver for NullDriver {
 
     #[inline]
     fn queue_rq(&self, hctx: &Hctx, mut rq: Rq, _last: bool) -> QueueRqResult {
-        if self.plain_inline && !hctx.is_poll() {
+        if self.plain_inline && !hctx.is_poll() && self.badblocks.is_empty() {
             rq.complete(Status::Ok);
             return QueueRqResult::Queued;
         }
@@ -256,13 +325,13 @@ impl Driver for NullDriver {
             return QueueRqResult::Queued;
         }
         if self.cfg.irqmode == IrqMode::None && due_ns == 0 {
-            rq.complete(status);
+            end_rq(rq, status);
             return QueueRqResult::Queued;
         }
         if self.cfg.irqmode == IrqMode::None {
             // Throttled inline completion: the submitter waits its turn.
             wait_until(due_ns, SPIN_NS);
-            rq.complete(status);
+            end_rq(rq, status);
             return QueueRqResult::Queued;
         }
         self.irq[hctx.index()].push(Pending { rq, due_ns, status });
@@ -290,13 +359,37 @@ impl Driver for NullDriver {
                 }
             };
             let Some(p) = due else { return done };
-            p.rq.complete(p.status);
+            end_rq(p.rq, p.status);
             done += 1;
         }
     }
 
     fn rq_timeout(&self) -> Option<std::time::Duration> {
         Some(std::time::Duration::from_secs(30))
+    }
+
+    /// null_blk's configfs attributes that change a live device:
+    /// `badblocks` (`+START-END`, `-START-END`).
+    fn set_attr(&self, key: &str, value: &str) -> Result<(), crate::error::Error> {
+        let conflict = |message: String| crate::config::ConfigError::Conflict { driver: "null".into(), message };
+        match key {
+            "badblocks" if self.zoned.is_some() => {
+                Err(conflict("badblocks on a zoned device is not supported (zoned=1)".into()).into())
+            }
+            "badblocks" => self.badblocks.store(value).map_err(|e| conflict(e).into()),
+            _ => Err(conflict(format!("no attribute '{key}' to set on a live device (accepted: badblocks)")).into()),
+        }
+    }
+
+    fn attr(&self, key: &str) -> Result<String, crate::error::Error> {
+        match key {
+            "badblocks" => Ok(self.badblocks.list()),
+            _ => Err(crate::config::ConfigError::Conflict {
+                driver: "null".into(),
+                message: format!("no attribute '{key}' (accepted: badblocks)"),
+            }
+            .into()),
+        }
     }
 
     fn shutdown(&self) {
@@ -325,6 +418,9 @@ impl Driver for NullDriver {
         }
         if let Some(mem) = &self.mem {
             let _ = writeln!(out, "null/pages={}", mem.nr_pages());
+        }
+        if !self.badblocks.is_empty() {
+            let _ = writeln!(out, "null/badblocks={}", self.badblocks.list());
         }
         if let Some(z) = &self.zoned {
             let _ = writeln!(out, "null/zone_lock={}", z.lock_name());
