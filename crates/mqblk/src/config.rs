@@ -24,7 +24,8 @@ macro_rules! setters {
 pub(crate) use setters;
 
 /// Keys of the block layer itself, accepted in any driver's spec.
-pub const BLOCK_KEYS: &[&str] = &["wake", "plug_nesting", "plug_sync", "sched", "nr_requests", "hybrid_poll_delay"];
+pub const BLOCK_KEYS: &[&str] =
+    &["wake", "plug_nesting", "plug_sync", "sched", "nr_requests", "hybrid_poll_delay", "io_timeout"];
 
 /// Block-layer options of a device (the block-layer keys of a spec).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +48,10 @@ pub struct QueueOptions {
     /// the kernel's io_poll_delay): a client waiting for polled I/O sleeps
     /// this long before it starts spinning. 0: spin at once (classic).
     pub hybrid_poll_delay_us: u32,
+    /// How long a request may be with the driver before its timeout
+    /// handler runs (`io_timeout=` in ms, the queue's sysfs io_timeout);
+    /// None: the driver's `rq_timeout` (30 s for most).
+    pub io_timeout_ms: Option<u64>,
 }
 
 impl Default for QueueOptions {
@@ -58,6 +63,7 @@ impl Default for QueueOptions {
             sched: Sched::default(),
             nr_requests: None,
             hybrid_poll_delay_us: 0,
+            io_timeout_ms: None,
         }
     }
 }
@@ -248,7 +254,11 @@ impl SpecParams {
             false => None,
         };
         let hybrid_poll_delay_us = self.u64_in("hybrid_poll_delay", 0, 0, 1_000_000)? as u32;
-        Ok(QueueOptions { wake, plug_nesting, plug_sync, sched, nr_requests, hybrid_poll_delay_us })
+        let io_timeout_ms = match self.is_set("io_timeout") {
+            true => Some(self.u64_in("io_timeout", 0, 1, 3_600_000)?),
+            false => None,
+        };
+        Ok(QueueOptions { wake, plug_nesting, plug_sync, sched, nr_requests, hybrid_poll_delay_us, io_timeout_ms })
     }
 
     /// The key=value pairs, in order.

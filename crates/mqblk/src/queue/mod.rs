@@ -84,7 +84,11 @@ impl RequestQueue {
         tag_set.validate()?;
         let limits = driver.limits();
         limits.validate().map_err(Error::Setup)?;
-        let clock = Arc::new(TimeoutClock::new(driver.rq_timeout()));
+        let rq_timeout = match opts.io_timeout_ms {
+            Some(ms) => Some(std::time::Duration::from_millis(ms)),
+            None => driver.rq_timeout(),
+        };
+        let clock = Arc::new(TimeoutClock::new(rq_timeout));
         let kblockd = Arc::new(Kblockd::new());
         let hctxs: Box<[Hctx]> = (0..tag_set.nr_hw_queues)
             .map(|i| {

@@ -36,6 +36,8 @@
 //! | badblocks | (none) | sectors whose I/O fails with EIO: inclusive `START-END` ranges of 512-byte sectors, `:`-separated; on a live device the `badblocks` attribute takes `+START-END` and `-START-END` (badblocks.rs) |
 //! | badblocks_once | 0 | a bad range is cleared by the first I/O that fails on it |
 //! | badblocks_partial_io | 0 | an I/O on a bad range transfers the blocks before the first bad sector, then fails |
+//! | timeout | (none) | fault injection: requests lost until the block layer's timeout handler ends them with ETIMEDOUT, as the kernel's fault_attr `interval:probability:space:times` (`,` written `:`; fault.rs); with the block-layer key `io_timeout` (ms) to wait less than 30 s |
+//! | requeue | (none) | fault injection: requests handed back busy and dispatched again (same syntax) |
 //! | zone_lock | per-zone | a lock per zone or one `global` device lock (the design before "null_blk: improve zone locking"); either spins without memory_backed and sleeps with it (zoned.rs) |
 //!
 //! Relies on: config.rs (SpecParams, ConfigError) for the spec; zoned.rs
@@ -44,6 +46,7 @@
 use crate::config::{ConfigError, SpecParams};
 use crate::request::SECTOR_SIZE;
 
+pub use super::fault::FaultSpec;
 use super::zoned::{ZoneLock, ZonedCompat, ZonedConfig};
 
 /// CPUs `irq_cpus` may name: those of a cpu_set_t (the C library's
@@ -85,6 +88,8 @@ pub const NULL_KEYS: &[&str] = &[
     "badblocks",
     "badblocks_once",
     "badblocks_partial_io",
+    "timeout",
+    "requeue",
 ];
 
 /// How requests complete (`irqmode`).
@@ -140,6 +145,10 @@ pub struct NullConfig {
     pub badblocks: Vec<(u64, u64)>,
     pub badblocks_once: bool,
     pub badblocks_partial_io: bool,
+    /// `timeout` fault injection (fault.rs).
+    pub timeout: Option<FaultSpec>,
+    /// `requeue` fault injection (fault.rs).
+    pub requeue: Option<FaultSpec>,
 }
 
 impl Default for NullConfig {
@@ -166,6 +175,8 @@ impl Default for NullConfig {
             badblocks: Vec::new(),
             badblocks_once: false,
             badblocks_partial_io: false,
+            timeout: None,
+            requeue: None,
         }
     }
 }
@@ -209,6 +220,8 @@ impl NullConfig {
         badblocks: Vec<(u64, u64)>,
         badblocks_once: bool,
         badblocks_partial_io: bool,
+        timeout: Option<FaultSpec>,
+        requeue: Option<FaultSpec>,
     }
 
     /// The config as a `null:` spec's key=value pairs.
@@ -249,6 +262,11 @@ impl NullConfig {
         if !self.badblocks.is_empty() {
             let list: Vec<String> = self.badblocks.iter().map(|(s, l)| format!("{s}-{l}")).collect();
             pairs.push(("badblocks", list.join(":")));
+        }
+        for (key, fault) in [("timeout", self.timeout), ("requeue", self.requeue)] {
+            if let Some(f) = fault {
+                pairs.push((key, f.to_spec()));
+            }
         }
         pairs.push(("badblocks_once", b(self.badblocks_once)));
         pairs.push(("badblocks_partial_io", b(self.badblocks_partial_io)));
@@ -321,7 +339,20 @@ impl NullConfig {
             badblocks: Self::badblocks_from_params(p, size_bytes, zoned.is_some())?,
             badblocks_once: p.bool("badblocks_once", false)?,
             badblocks_partial_io: p.bool("badblocks_partial_io", false)?,
+            timeout: Self::fault_from_params(p, "timeout")?,
+            requeue: Self::fault_from_params(p, "requeue")?,
             zoned,
+        })
+    }
+
+    /// A fault injection key: `interval:probability:space:times`.
+    fn fault_from_params(p: &SpecParams, key: &str) -> Result<Option<FaultSpec>, ConfigError> {
+        let Some(value) = p.raw(key) else { return Ok(None) };
+        FaultSpec::parse(value).map(Some).map_err(|e| ConfigError::BadValue {
+            driver: p.driver.clone(),
+            key: key.into(),
+            value: value.into(),
+            expected: format!("interval:probability:space:times ({e})"),
         })
     }
 

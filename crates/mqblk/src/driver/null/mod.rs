@@ -11,6 +11,7 @@
 
 mod badblocks;
 mod config;
+mod fault;
 pub(crate) mod hybrid;
 mod irq;
 mod mem;
@@ -31,7 +32,8 @@ use crate::sync::{AtomicU64, Mutex, Ordering};
 use crate::tag::TagSetConfig;
 
 use badblocks::BadBlocks;
-pub use config::{IrqMode, NullConfig, PollMode};
+pub use config::{FaultSpec, IrqMode, NullConfig, PollMode};
+use fault::FaultAttr;
 use hybrid::HybridQueue;
 use irq::{IrqQueue, Pending, SPIN_NS};
 use mem::MemStore;
@@ -67,10 +69,12 @@ impl Throttle {
 /// `blk_mq_end_request` with an error).
 #[inline]
 fn end_rq(mut rq: Rq, status: Status) {
-    if status == Status::Ok {
+    let ok_bytes = *rq.driver_data();
+    // Not complete_bytes(0, ..) for the rest: it counts a zero-length
+    // request (a zone management op) as wholly transferred, hence Ok.
+    if status == Status::Ok || ok_bytes == 0 {
         rq.complete(status);
     } else {
-        let ok_bytes = *rq.driver_data();
         rq.complete_bytes(ok_bytes, status);
     }
 }
@@ -78,6 +82,39 @@ fn end_rq(mut rq: Rq, status: Status) {
 /// `null:` specs (registered in `driver::BUILTIN`).
 pub(crate) fn open(p: &SpecParams) -> Result<Box<dyn Driver>, crate::error::Error> {
     Ok(Box::new(NullDriver::from_params(p)?))
+}
+
+/// Fault injection in use, and the requests `timeout` lost: per hardware
+/// queue, by driver tag, until the timeout handler (or shutdown) ends them.
+struct Faults {
+    timeout: Option<FaultAttr>,
+    requeue: Option<FaultAttr>,
+    lost: Box<[Mutex<LostRqs>]>,
+}
+
+/// One hardware queue's lost requests, by driver tag.
+type LostRqs = Box<[Option<Rq>]>;
+
+impl Faults {
+    fn new(cfg: &NullConfig) -> Option<Self> {
+        if cfg.timeout.is_none() && cfg.requeue.is_none() {
+            return None;
+        }
+        let nr_queues = cfg.submit_queues + cfg.poll_queues;
+        let depth = cfg.hw_queue_depth as usize;
+        Some(Self {
+            timeout: cfg.timeout.map(|f| FaultAttr::new(f, 0x7469_6d65)),
+            requeue: cfg.requeue.map(|f| FaultAttr::new(f, 0x7265_7175)),
+            lost: (0..nr_queues).map(|_| Mutex::new((0..depth).map(|_| None).collect())).collect(),
+        })
+    }
+
+    /// Keeps `rq` without handling it: null_blk's fake timeout.
+    fn lose(&self, hctx: &Hctx, rq: Rq) {
+        let tag = rq.tag() as usize;
+        let old = self.lost[hctx.index()].lock()[tag].replace(rq);
+        assert!(old.is_none(), "driver tag {tag} of hctx {} lost twice", hctx.index());
+    }
 }
 
 /// The null block device driver.
@@ -100,6 +137,8 @@ pub struct NullDriver {
     zoned: Option<NullZoned>,
     /// `badblocks`: sectors whose I/O fails (settable while live).
     badblocks: BadBlocks,
+    /// `timeout` and `requeue` fault injection (fault.rs).
+    faults: Option<Faults>,
     /// Nothing to model, store or defer: a request on a submit queue
     /// completes at once with Ok (the default device's whole job, so it
     /// skips the feature checks one by one).
@@ -147,7 +186,13 @@ impl NullDriver {
         for &(first, last) in &cfg.badblocks {
             badblocks.set(first, last + 1);
         }
-        let plain_inline = irq.is_empty() && hybrid.is_empty() && !modelled && zoned.is_none() && !cfg.memory_backed;
+        let faults = Faults::new(&cfg);
+        let plain_inline = faults.is_none()
+            && irq.is_empty()
+            && hybrid.is_empty()
+            && !modelled
+            && zoned.is_none()
+            && !cfg.memory_backed;
         Ok(Self {
             mem: cfg.memory_backed.then(MemStore::new),
             // Rotational media transfer at mbps within their own timeline.
@@ -163,6 +208,7 @@ impl NullDriver {
             cfg,
             plain_inline,
             badblocks,
+            faults,
             irq: irq.into_boxed_slice(),
             hybrid: hybrid.into_boxed_slice(),
             zoned,
@@ -311,6 +357,15 @@ impl Driver for NullDriver {
             rq.complete(Status::Ok);
             return QueueRqResult::Queued;
         }
+        if let Some(f) = &self.faults {
+            if f.requeue.as_ref().is_some_and(FaultAttr::should_fail) {
+                return QueueRqResult::Busy(rq);
+            }
+            if f.timeout.as_ref().is_some_and(FaultAttr::should_fail) {
+                f.lose(hctx, rq);
+                return QueueRqResult::Queued;
+            }
+        }
         let status = self.handle(&mut rq);
         let due_ns = self.due_ns(&rq);
         let rq_is_hipri = rq.flags().contains(ReqFlags::HIPRI);
@@ -368,6 +423,19 @@ impl Driver for NullDriver {
         Some(std::time::Duration::from_secs(30))
     }
 
+    /// A request `timeout` lost ends with ETIMEDOUT (null_blk's
+    /// `null_timeout_rq` for a fake timeout); any other keeps waiting.
+    fn timeout(&self, _hctx: &Hctx, t: crate::driver::TimedOutRq) -> crate::driver::TimeoutAction {
+        let lost = self.faults.as_ref().and_then(|f| f.lost[t.hctx_index].lock()[t.tag as usize].take());
+        match lost {
+            Some(rq) => {
+                rq.complete(Status::Timeout);
+                crate::driver::TimeoutAction::Done
+            }
+            None => crate::driver::TimeoutAction::ResetTimer,
+        }
+    }
+
     /// null_blk's configfs attributes that change a live device:
     /// `badblocks` (`+START-END`, `-START-END`).
     fn set_attr(&self, key: &str, value: &str) -> Result<(), crate::error::Error> {
@@ -399,9 +467,14 @@ impl Driver for NullDriver {
         for q in self.hybrid.iter() {
             q.stop();
         }
-        // Requests nobody polled end with an error (dropping a token does).
+        // Requests nobody polled end with an error (dropping a token does),
+        // and so do requests lost to `timeout` that did not time out yet.
         for list in self.poll_lists.iter() {
             let left: Vec<Pending> = list.lock().drain(..).collect();
+            drop(left);
+        }
+        for lost in self.faults.iter().flat_map(|f| f.lost.iter()) {
+            let left: Vec<Rq> = lost.lock().iter_mut().filter_map(Option::take).collect();
             drop(left);
         }
     }
@@ -421,6 +494,13 @@ impl Driver for NullDriver {
         }
         if !self.badblocks.is_empty() {
             let _ = writeln!(out, "null/badblocks={}", self.badblocks.list());
+        }
+        if let Some(f) = &self.faults {
+            for (name, attr) in [("timeout", &f.timeout), ("requeue", &f.requeue)] {
+                if let Some(a) = attr {
+                    let _ = writeln!(out, "null/fault_{name}_injected={}", a.failed());
+                }
+            }
         }
         if let Some(z) = &self.zoned {
             let _ = writeln!(out, "null/zone_lock={}", z.lock_name());
