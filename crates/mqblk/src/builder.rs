@@ -29,7 +29,7 @@ use crate::sched::Sched;
 
 /// The driver a builder will make.
 enum DriverChoice {
-    Null(NullConfig),
+    Null(Box<NullConfig>),
     File(FileConfig),
     Other(Box<dyn Driver>),
 }
@@ -52,7 +52,7 @@ impl Device {
 impl DeviceBuilder {
     /// The null driver (`null:`).
     pub fn null(mut self, config: NullConfig) -> Self {
-        self.driver = Some(DriverChoice::Null(config));
+        self.driver = Some(DriverChoice::Null(Box::new(config)));
         self
     }
 
@@ -115,7 +115,7 @@ impl DeviceBuilder {
     /// its spec key), on a driver that cannot start, or with no driver.
     pub fn build(self) -> Result<Device, Error> {
         let driver: Box<dyn Driver> = match self.driver {
-            Some(DriverChoice::Null(cfg)) => Box::new(NullDriver::new(cfg)?),
+            Some(DriverChoice::Null(cfg)) => Box::new(NullDriver::new(*cfg)?),
             Some(DriverChoice::File(cfg)) => Box::new(FileDriver::new(cfg)?),
             Some(DriverChoice::Other(driver)) => driver,
             None => return Err(Error::Setup("no driver: call null(), file() or driver() before build()".into())),

@@ -53,12 +53,38 @@ fn a_requeue_fault_dispatches_again_and_the_data_arrives() {
 }
 
 #[test]
+fn transient_errors_fail_their_op_only_and_a_retry_succeeds() {
+    // Every 2nd write fails (twice in all); reads, flushes and discards are
+    // untouched.
+    let dev = Device::open("null:size=1,memory_backed=1,discard=1,irqmode=1,error_write=2:100:0:2").unwrap();
+    let mut c = dev.client();
+    let mut failed = 0;
+    for i in 0..8u8 {
+        match c.write_at(&[i; 4096], 0) {
+            Ok(()) => {
+                let mut out = vec![0u8; 4096];
+                c.read_at(&mut out, 0).unwrap();
+                assert!(out.iter().all(|&b| b == i), "write {i} read back");
+            }
+            Err(mqblk::Error::Status(Status::IoErr)) => failed += 1,
+            Err(e) => panic!("write {i}: {e}"),
+        }
+        c.submit_and_wait(Bio::flush()).unwrap();
+        c.submit_and_wait(Bio::discard(4096, 4096)).unwrap();
+    }
+    assert_eq!(failed, 2);
+    assert_eq!(stat(&dev, "fault_error_write_injected"), 2);
+    assert!(!dev.show_stats().contains("fault_error_read"), "no read fault was set");
+}
+
+#[test]
 fn bad_fault_specs_name_the_key_and_field() {
     for (spec, says) in [
         ("null:size=1,timeout=1:100:0", "'timeout'"),
         ("null:size=1,requeue=1:200:0:-1", "over 100"),
         ("null:size=1,timeout=a:1:0:-1", "interval 'a'"),
         ("null:size=1,io_timeout=0", "'io_timeout'"),
+        ("null:size=1,error_flush=1:100", "'error_flush'"),
     ] {
         let e = Device::open(spec).unwrap_err().to_string();
         assert!(e.contains(says), "{spec}: {e}");

@@ -38,6 +38,7 @@
 //! | badblocks_partial_io | 0 | an I/O on a bad range transfers the blocks before the first bad sector, then fails |
 //! | timeout | (none) | fault injection: requests lost until the block layer's timeout handler ends them with ETIMEDOUT, as the kernel's fault_attr `interval:probability:space:times` (`,` written `:`; fault.rs); with the block-layer key `io_timeout` (ms) to wait less than 30 s |
 //! | requeue | (none) | fault injection: requests handed back busy and dispatched again (same syntax) |
+//! | error_read, error_write, error_flush, error_discard | (none) | transient errors (mqblk's): requests of that op (discard: discard and write zeroes) fail with EIO without being handled, same syntax; a retry may succeed |
 //! | zone_lock | per-zone | a lock per zone or one `global` device lock (the design before "null_blk: improve zone locking"); either spins without memory_backed and sleeps with it (zoned.rs) |
 //!
 //! Relies on: config.rs (SpecParams, ConfigError) for the spec; zoned.rs
@@ -90,6 +91,10 @@ pub const NULL_KEYS: &[&str] = &[
     "badblocks_partial_io",
     "timeout",
     "requeue",
+    "error_read",
+    "error_write",
+    "error_flush",
+    "error_discard",
 ];
 
 /// How requests complete (`irqmode`).
@@ -149,6 +154,9 @@ pub struct NullConfig {
     pub timeout: Option<FaultSpec>,
     /// `requeue` fault injection (fault.rs).
     pub requeue: Option<FaultSpec>,
+    /// Transient EIO per op: read, write, flush, discard (and write
+    /// zeroes), as `error_read` ... `error_discard` (fault.rs).
+    pub error: [Option<FaultSpec>; 4],
 }
 
 impl Default for NullConfig {
@@ -177,6 +185,7 @@ impl Default for NullConfig {
             badblocks_partial_io: false,
             timeout: None,
             requeue: None,
+            error: [None; 4],
         }
     }
 }
@@ -222,6 +231,7 @@ impl NullConfig {
         badblocks_partial_io: bool,
         timeout: Option<FaultSpec>,
         requeue: Option<FaultSpec>,
+        error: [Option<FaultSpec>; 4],
     }
 
     /// The config as a `null:` spec's key=value pairs.
@@ -263,7 +273,15 @@ impl NullConfig {
             let list: Vec<String> = self.badblocks.iter().map(|(s, l)| format!("{s}-{l}")).collect();
             pairs.push(("badblocks", list.join(":")));
         }
-        for (key, fault) in [("timeout", self.timeout), ("requeue", self.requeue)] {
+        let [read, write, flush, discard] = self.error;
+        for (key, fault) in [
+            ("timeout", self.timeout),
+            ("requeue", self.requeue),
+            ("error_read", read),
+            ("error_write", write),
+            ("error_flush", flush),
+            ("error_discard", discard),
+        ] {
             if let Some(f) = fault {
                 pairs.push((key, f.to_spec()));
             }
@@ -341,6 +359,12 @@ impl NullConfig {
             badblocks_partial_io: p.bool("badblocks_partial_io", false)?,
             timeout: Self::fault_from_params(p, "timeout")?,
             requeue: Self::fault_from_params(p, "requeue")?,
+            error: [
+                Self::fault_from_params(p, "error_read")?,
+                Self::fault_from_params(p, "error_write")?,
+                Self::fault_from_params(p, "error_flush")?,
+                Self::fault_from_params(p, "error_discard")?,
+            ],
             zoned,
         })
     }

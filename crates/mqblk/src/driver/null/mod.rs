@@ -89,6 +89,8 @@ pub(crate) fn open(p: &SpecParams) -> Result<Box<dyn Driver>, crate::error::Erro
 struct Faults {
     timeout: Option<FaultAttr>,
     requeue: Option<FaultAttr>,
+    /// Transient EIO by op: read, write, flush, discard and write zeroes.
+    error: [Option<FaultAttr>; 4],
     lost: Box<[Mutex<LostRqs>]>,
 }
 
@@ -97,7 +99,7 @@ type LostRqs = Box<[Option<Rq>]>;
 
 impl Faults {
     fn new(cfg: &NullConfig) -> Option<Self> {
-        if cfg.timeout.is_none() && cfg.requeue.is_none() {
+        if cfg.timeout.is_none() && cfg.requeue.is_none() && cfg.error.iter().all(Option::is_none) {
             return None;
         }
         let nr_queues = cfg.submit_queues + cfg.poll_queues;
@@ -105,8 +107,21 @@ impl Faults {
         Some(Self {
             timeout: cfg.timeout.map(|f| FaultAttr::new(f, 0x7469_6d65)),
             requeue: cfg.requeue.map(|f| FaultAttr::new(f, 0x7265_7175)),
+            error: std::array::from_fn(|i| cfg.error[i].map(|f| FaultAttr::new(f, 0x6572_7230 + i as u64))),
             lost: (0..nr_queues).map(|_| Mutex::new((0..depth).map(|_| None).collect())).collect(),
         })
+    }
+
+    /// The transient-error fault for `op`, if one is set.
+    fn error_for(&self, op: Op) -> Option<&FaultAttr> {
+        let i = match op {
+            Op::Read => 0,
+            Op::Write => 1,
+            Op::Flush => 2,
+            Op::Discard | Op::WriteZeroes => 3,
+            _ => return None,
+        };
+        self.error[i].as_ref()
     }
 
     /// Keeps `rq` without handling it: null_blk's fake timeout.
@@ -365,6 +380,10 @@ impl Driver for NullDriver {
                 f.lose(hctx, rq);
                 return QueueRqResult::Queued;
             }
+            if f.error_for(rq.op()).is_some_and(FaultAttr::should_fail) {
+                rq.complete(Status::IoErr);
+                return QueueRqResult::Queued;
+            }
         }
         let status = self.handle(&mut rq);
         let due_ns = self.due_ns(&rq);
@@ -496,7 +515,15 @@ impl Driver for NullDriver {
             let _ = writeln!(out, "null/badblocks={}", self.badblocks.list());
         }
         if let Some(f) = &self.faults {
-            for (name, attr) in [("timeout", &f.timeout), ("requeue", &f.requeue)] {
+            let [read, write, flush, discard] = &f.error;
+            for (name, attr) in [
+                ("timeout", &f.timeout),
+                ("requeue", &f.requeue),
+                ("error_read", read),
+                ("error_write", write),
+                ("error_flush", flush),
+                ("error_discard", discard),
+            ] {
                 if let Some(a) = attr {
                     let _ = writeln!(out, "null/fault_{name}_injected={}", a.failed());
                 }
