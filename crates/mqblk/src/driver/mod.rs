@@ -194,6 +194,18 @@ pub trait Driver: Send + Sync + 'static {
         .into())
     }
 
+    /// A power cut: whatever a volatile write cache holds that no FLUSH or
+    /// FUA made durable is lost, and the device goes on with the durable
+    /// state. Returns the cache pages lost. Drivers without such a cache
+    /// refuse.
+    fn power_cut(&self) -> Result<u64, crate::Error> {
+        Err(crate::config::ConfigError::Conflict {
+            driver: self.name().into(),
+            message: "a power cut needs a volatile write cache, and this driver has none".into(),
+        }
+        .into())
+    }
+
     /// The value of attribute `key` (as `set_attr` would take it back).
     fn attr(&self, key: &str) -> Result<String, crate::Error> {
         Err(crate::config::ConfigError::Conflict {

@@ -335,6 +335,14 @@ impl Device {
         self.q.driver.set_attr(key, value)
     }
 
+    /// Cuts the power of a device with a volatile write cache (null
+    /// `cache_size`): writes no FLUSH or FUA made durable are lost, and the
+    /// device goes on at once with the durable state. Returns the cache
+    /// pages lost; an error if the device has no such cache.
+    pub fn power_cut(&self) -> Result<u64, Error> {
+        self.q.driver.power_cut()
+    }
+
     /// The value of a live attribute (`badblocks`: `START-END` ranges,
     /// `:`-separated).
     pub fn attr(&self, key: &str) -> Result<String, Error> {

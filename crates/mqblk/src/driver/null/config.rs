@@ -16,6 +16,8 @@
 //! | irq_cpus | (any) | CPUs the completion threads run on, as ranges and `:`-separated lists (`2-3`, `0:2`; `,` separates spec keys): queue i's thread on the i-th CPU of the list, round-robin, as managed interrupts are spread over CPUs |
 //! | memory_backed | 0 | keep written data (never-written blocks read zeros) |
 //! | discard | 0 | support discard (needs memory_backed) |
+//! | cache_size | 0 | a volatile write cache of this many MiB (needs memory_backed; not zoned): writes are acknowledged from it, FLUSH and FUA make them durable, `Device::power_cut` loses the rest (cache.rs) |
+//! | powercut_tear | 0 | a power cut first writes each cached page's sectors to the medium at random (torn multi-sector writes) |
 //! | mbps | 0 | bandwidth limit in MiB/s (0: none); with rotational or channels, the transfer rate of the head or of each channel |
 //! | max_sectors | 255 | largest request in sectors (aligned down to bs) |
 //! | max_segments | 128 | most bios one merged request may carry (the kernel's BLK_MAX_SEGMENTS) |
@@ -68,6 +70,8 @@ pub const NULL_KEYS: &[&str] = &[
     "irq_cpus",
     "memory_backed",
     "discard",
+    "cache_size",
+    "powercut_tear",
     "mbps",
     "max_sectors",
     "max_segments",
@@ -138,6 +142,9 @@ pub struct NullConfig {
     pub irq_cpus: Vec<usize>,
     pub memory_backed: bool,
     pub discard: bool,
+    /// `cache_size`: the volatile write cache in MiB (0: none).
+    pub cache_size_mb: u64,
+    pub powercut_tear: bool,
     pub mbps: u64,
     pub max_sectors: u32,
     pub max_segments: u32,
@@ -173,6 +180,8 @@ impl Default for NullConfig {
             irq_cpus: Vec::new(),
             memory_backed: false,
             discard: false,
+            cache_size_mb: 0,
+            powercut_tear: false,
             mbps: 0,
             max_sectors: 255,
             max_segments: crate::queue::DEFAULT_MAX_SEGMENTS,
@@ -219,6 +228,8 @@ impl NullConfig {
         irq_cpus: Vec<usize>,
         memory_backed: bool,
         discard: bool,
+        cache_size_mb: u64,
+        powercut_tear: bool,
         mbps: u64,
         max_sectors: u32,
         max_segments: u32,
@@ -256,6 +267,7 @@ impl NullConfig {
             ("completion_nsec", self.completion_nsec.to_string()),
             ("memory_backed", b(self.memory_backed)),
             ("discard", b(self.discard)),
+            ("cache_size", self.cache_size_mb.to_string()),
             ("mbps", self.mbps.to_string()),
             ("max_sectors", self.max_sectors.to_string()),
             ("max_segments", self.max_segments.to_string()),
@@ -285,6 +297,9 @@ impl NullConfig {
             if let Some(f) = fault {
                 pairs.push((key, f.to_spec()));
             }
+        }
+        if self.powercut_tear {
+            pairs.push(("powercut_tear", "1".into()));
         }
         pairs.push(("badblocks_once", b(self.badblocks_once)));
         pairs.push(("badblocks_partial_io", b(self.badblocks_partial_io)));
@@ -348,6 +363,8 @@ impl NullConfig {
             irq_cpus: Self::irq_cpus_from_params(p)?,
             memory_backed,
             discard,
+            cache_size_mb: Self::cache_from_params(p, memory_backed, zoned.is_some())?,
+            powercut_tear: p.bool("powercut_tear", false)?,
             mbps: p.u64_in("mbps", 0, 0, 1 << 30)?,
             max_sectors,
             max_segments: p.u64_in("max_segments", u64::from(crate::queue::DEFAULT_MAX_SEGMENTS), 1, 65535)? as u32,
@@ -471,6 +488,22 @@ impl NullConfig {
             );
         }
         Ok((memory_backed, discard, zoned))
+    }
+
+    /// `cache_size` (MiB): needs the memory backing it caches, and a device
+    /// that is not zoned (zoned writes go to the medium directly).
+    fn cache_from_params(p: &SpecParams, memory_backed: bool, zoned: bool) -> Result<u64, ConfigError> {
+        let mb = p.u64_in("cache_size", 0, 0, 1 << 20)?;
+        if mb > 0 && !memory_backed {
+            return Err(p.conflict("cache_size needs memory_backed=1 (the cache holds data the medium would)"));
+        }
+        if mb > 0 && zoned {
+            return Err(p.conflict("cache_size on a zoned device is not supported (zoned=1)"));
+        }
+        if p.bool("powercut_tear", false)? && mb == 0 {
+            return Err(p.conflict("powercut_tear needs a write cache to tear (cache_size=MiB)"));
+        }
+        Ok(mb)
     }
 
     /// `max_sectors`, aligned down to the block size.

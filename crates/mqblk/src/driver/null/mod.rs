@@ -10,6 +10,7 @@
 //! service models, zoned.rs for zones.
 
 mod badblocks;
+mod cache;
 mod config;
 mod fault;
 pub(crate) mod hybrid;
@@ -32,6 +33,7 @@ use crate::sync::{AtomicU64, Mutex, Ordering};
 use crate::tag::TagSetConfig;
 
 use badblocks::BadBlocks;
+use cache::WriteCache;
 pub use config::{FaultSpec, IrqMode, NullConfig, PollMode};
 use fault::FaultAttr;
 use hybrid::HybridQueue;
@@ -136,6 +138,8 @@ impl Faults {
 pub struct NullDriver {
     cfg: NullConfig,
     mem: Option<MemStore>,
+    /// `cache_size`: the volatile write cache in front of `mem`.
+    cache: Option<WriteCache>,
     throttle: Option<Throttle>,
     rotational: Option<Rotational>,
     channels: Option<Channels>,
@@ -210,6 +214,7 @@ impl NullDriver {
             && !cfg.memory_backed;
         Ok(Self {
             mem: cfg.memory_backed.then(MemStore::new),
+            cache: (cfg.cache_size_mb > 0).then(|| WriteCache::new(cfg.cache_size_mb << 20, cfg.powercut_tear)),
             // Rotational media transfer at mbps within their own timeline.
             throttle: (cfg.mbps > 0 && !cfg.rotational && cfg.channels == 0)
                 .then(|| Throttle { bytes_per_sec: cfg.mbps << 20, next_free_ns: AtomicU64::new(0) }),
@@ -247,15 +252,45 @@ impl NullDriver {
         }
         let Some(mem) = &self.mem else { return Status::Ok };
         let pos = rq.pos_bytes();
+        let fua = rq.flags().contains(ReqFlags::FUA);
         match rq.op() {
-            Op::Read => rq.for_each_segment_mut(|pos, seg| mem.read(pos, seg)),
-            Op::Write => rq.for_each_segment(|pos, seg| mem.write(pos, seg)),
-            Op::Discard | Op::WriteZeroes => mem.zero(pos, rq.len_bytes()),
-            Op::Flush => {}
+            Op::Read => rq.for_each_segment_mut(|pos, seg| self.read_data(mem, pos, seg)),
+            Op::Write => rq.for_each_segment(|pos, seg| self.write_data(mem, pos, seg, fua)),
+            Op::Discard | Op::WriteZeroes => self.zero_data(mem, pos, rq.len_bytes()),
+            Op::Flush => {
+                if let Some(c) = &self.cache {
+                    c.flush(mem);
+                }
+            }
             // Zone ops reach only zoned devices (check_bio).
             _ => return Status::NotSupp,
         }
         Status::Ok
+    }
+
+    /// Data moves through the write cache when there is one.
+    #[inline]
+    fn read_data(&self, mem: &MemStore, pos: u64, out: &mut [u8]) {
+        match &self.cache {
+            Some(c) => c.read(mem, pos, out),
+            None => mem.read(pos, out),
+        }
+    }
+
+    #[inline]
+    fn write_data(&self, mem: &MemStore, pos: u64, data: &[u8], fua: bool) {
+        match &self.cache {
+            Some(c) => c.write(mem, pos, data, fua),
+            None => mem.write(pos, data),
+        }
+    }
+
+    #[inline]
+    fn zero_data(&self, mem: &MemStore, pos: u64, len: u64) {
+        match &self.cache {
+            Some(c) => c.zero(mem, pos, len),
+            None => mem.zero(pos, len),
+        }
     }
 
     /// A request on a bad range: how many of its leading bytes still
@@ -278,16 +313,17 @@ impl NullDriver {
         let start = rq.pos_bytes();
         let limit = start + ok_bytes;
         if let Some(mem) = &self.mem {
+            let fua = rq.flags().contains(ReqFlags::FUA);
             match rq.op() {
                 Op::Read => rq.for_each_segment_mut(|pos, seg| {
                     let n = (limit.saturating_sub(pos) as usize).min(seg.len());
-                    mem.read(pos, &mut seg[..n]);
+                    self.read_data(mem, pos, &mut seg[..n]);
                 }),
                 Op::Write => rq.for_each_segment(|pos, seg| {
                     let n = (limit.saturating_sub(pos) as usize).min(seg.len());
-                    mem.write(pos, &seg[..n]);
+                    self.write_data(mem, pos, &seg[..n], fua);
                 }),
-                _ => mem.zero(start, ok_bytes),
+                _ => self.zero_data(mem, start, ok_bytes),
             }
         }
         *rq.driver_data() = ok_bytes;
@@ -339,6 +375,9 @@ impl Driver for NullDriver {
             l.max_discard_sectors = u32::MAX >> 9;
         }
         l.max_write_zeroes_sectors = u32::MAX >> 9;
+        // A volatile cache: FLUSH and FUA mean something.
+        l.write_cache = self.cache.is_some();
+        l.fua = self.cache.is_some();
         l.zoned = self.zoned.as_ref().map(NullZoned::limits);
         l
     }
@@ -442,6 +481,20 @@ impl Driver for NullDriver {
         Some(std::time::Duration::from_secs(30))
     }
 
+    /// Drops the write cache: unflushed writes are lost (torn into the
+    /// medium with `powercut_tear`); the device goes on with the durable
+    /// state.
+    fn power_cut(&self) -> Result<u64, crate::error::Error> {
+        match (&self.cache, &self.mem) {
+            (Some(c), Some(mem)) => Ok(c.power_cut(mem)),
+            _ => Err(crate::config::ConfigError::Conflict {
+                driver: "null".into(),
+                message: "a power cut needs a volatile write cache (cache_size=MiB with memory_backed=1)".into(),
+            }
+            .into()),
+        }
+    }
+
     /// A request `timeout` lost ends with ETIMEDOUT (null_blk's
     /// `null_timeout_rq` for a fake timeout); any other keeps waiting.
     fn timeout(&self, _hctx: &Hctx, t: crate::driver::TimedOutRq) -> crate::driver::TimeoutAction {
@@ -513,6 +566,13 @@ impl Driver for NullDriver {
         }
         if !self.badblocks.is_empty() {
             let _ = writeln!(out, "null/badblocks={}", self.badblocks.list());
+        }
+        if let Some(c) = &self.cache {
+            let (cached, lost, torn) = c.counts();
+            let _ = writeln!(
+                out,
+                "null/cache_pages={cached}\nnull/powercut_lost_pages={lost}\nnull/powercut_torn_sectors={torn}"
+            );
         }
         if let Some(f) = &self.faults {
             let [read, write, flush, discard] = &f.error;

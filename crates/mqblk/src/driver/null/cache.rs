@@ -1,0 +1,273 @@
+//! The null device's volatile write cache (null_blk's `cache_size`, MiB)
+//! and the power cut it makes meaningful.
+//!
+//! With a cache, a write is acknowledged once its pages sit in the cache;
+//! the memory store behind it (mem/) is the medium, the durable state.
+//! FLUSH writes every cached page back; a FUA write goes to the medium
+//! directly (and into a cached copy of its pages, so reads stay coherent);
+//! discard and write zeroes reach the medium at once (stronger than a disk
+//! need be, never weaker). A full cache is written back whole before the
+//! next page is taken (null_blk writes back part of it), so it holds at
+//! most `cache_size` of unflushed data.
+//!
+//! A power cut drops every cached page: what no FLUSH or FUA made durable
+//! is lost, and the device goes on at once with exactly the durable state.
+//! With `powercut_tear=1` each cached page first reaches the medium
+//! sector by sector at random, as a multi-sector write interrupted by a
+//! power loss may leave some sectors new and some old.
+//!
+//! Every request holds the cache's lock while it moves its data, so a power
+//! cut falls between requests, never inside one. Pages are recycled
+//! through a free list and the map is sized once: after warm-up no request
+//! allocates.
+//!
+//! Relies on: mem/ (`MemStore`: read, write, zero at byte positions) for
+//! the medium; parking_lot for the lock.
+
+use std::collections::HashMap;
+
+use parking_lot::Mutex;
+
+use super::mem::MemStore;
+use crate::request::SECTOR_SIZE;
+
+const PAGE: usize = 4096;
+type Page = Box<[u8; PAGE]>;
+
+pub(crate) struct WriteCache {
+    inner: Mutex<Inner>,
+    capacity_pages: usize,
+    tear: bool,
+}
+
+struct Inner {
+    /// Cached pages by page number: whole pages, the medium's bytes with
+    /// the unflushed writes applied.
+    pages: HashMap<u64, Page>,
+    free: Vec<Page>,
+    rng: u64,
+    /// Pages dropped by power cuts, and their sectors that reached the
+    /// medium anyway (`powercut_tear`).
+    lost_pages: u64,
+    torn_sectors: u64,
+}
+
+impl WriteCache {
+    pub(crate) fn new(cache_bytes: u64, tear: bool) -> Self {
+        let capacity_pages = (cache_bytes / PAGE as u64).max(1) as usize;
+        Self {
+            inner: Mutex::new(Inner {
+                pages: HashMap::with_capacity(capacity_pages),
+                free: Vec::with_capacity(capacity_pages),
+                rng: 0x706f_7765_7263_7574,
+                lost_pages: 0,
+                torn_sectors: 0,
+            }),
+            capacity_pages,
+            tear,
+        }
+    }
+
+    /// Reads `out` at byte `pos`: cached pages from the cache, the rest
+    /// from the medium.
+    pub(crate) fn read(&self, mem: &MemStore, pos: u64, out: &mut [u8]) {
+        let inner = self.inner.lock();
+        for_pages(pos, out.len(), |page, offset, at, n| match inner.pages.get(&page) {
+            Some(p) => out[at..at + n].copy_from_slice(&p[offset..offset + n]),
+            None => mem.read(pos + at as u64, &mut out[at..at + n]),
+        });
+    }
+
+    /// A write: into the cache (acknowledged from there), or with `fua`
+    /// to the medium as well.
+    pub(crate) fn write(&self, mem: &MemStore, pos: u64, data: &[u8], fua: bool) {
+        let mut inner = self.inner.lock();
+        if fua {
+            mem.write(pos, data);
+            for_pages(pos, data.len(), |page, offset, at, n| {
+                if let Some(p) = inner.pages.get_mut(&page) {
+                    p[offset..offset + n].copy_from_slice(&data[at..at + n]);
+                }
+            });
+            return;
+        }
+        for_pages(pos, data.len(), |page, offset, at, n| {
+            if !inner.pages.contains_key(&page) && inner.pages.len() >= self.capacity_pages {
+                inner.write_back(mem);
+            }
+            let p = inner.page(mem, page);
+            p[offset..offset + n].copy_from_slice(&data[at..at + n]);
+        });
+    }
+
+    /// Discard or write zeroes: the medium is zeroed at once, and so are
+    /// cached copies.
+    pub(crate) fn zero(&self, mem: &MemStore, pos: u64, len: u64) {
+        let mut inner = self.inner.lock();
+        mem.zero(pos, len);
+        for_pages(pos, len as usize, |page, offset, _, n| {
+            if let Some(p) = inner.pages.get_mut(&page) {
+                p[offset..offset + n].fill(0);
+            }
+        });
+    }
+
+    /// FLUSH: every cached page to the medium.
+    pub(crate) fn flush(&self, mem: &MemStore) {
+        self.inner.lock().write_back(mem);
+    }
+
+    /// Power cut: drops the cache (tearing its pages into the medium
+    /// first with `powercut_tear`). Returns the pages lost.
+    pub(crate) fn power_cut(&self, mem: &MemStore) -> u64 {
+        let mut inner = self.inner.lock();
+        let nr = inner.pages.len() as u64;
+        let Inner { pages, free, rng, lost_pages, torn_sectors } = &mut *inner;
+        for (page, p) in pages.drain() {
+            if self.tear {
+                for s in 0..PAGE / SECTOR_SIZE as usize {
+                    *rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    if *rng >> 63 == 1 {
+                        let at = s * SECTOR_SIZE as usize;
+                        mem.write(page * PAGE as u64 + at as u64, &p[at..at + SECTOR_SIZE as usize]);
+                        *torn_sectors += 1;
+                    }
+                }
+            }
+            free.push(p);
+        }
+        *lost_pages += nr;
+        nr
+    }
+
+    /// (cached pages, pages lost to power cuts, sectors torn into the
+    /// medium by them).
+    pub(crate) fn counts(&self) -> (usize, u64, u64) {
+        let inner = self.inner.lock();
+        (inner.pages.len(), inner.lost_pages, inner.torn_sectors)
+    }
+}
+
+impl Inner {
+    /// The cached copy of `page`, made from the medium's bytes if absent.
+    fn page(&mut self, mem: &MemStore, page: u64) -> &mut Page {
+        let free = &mut self.free;
+        self.pages.entry(page).or_insert_with(|| {
+            let mut p = free.pop().unwrap_or_else(|| Box::new([0; PAGE]));
+            mem.read(page * PAGE as u64, &mut p[..]);
+            p
+        })
+    }
+
+    fn write_back(&mut self, mem: &MemStore) {
+        for (page, p) in self.pages.drain() {
+            mem.write(page * PAGE as u64, &p[..]);
+            self.free.push(p);
+        }
+    }
+}
+
+/// Calls `f(page, offset in page, offset in the buffer, length)` for each
+/// page piece of `[pos, pos + len)`.
+fn for_pages(pos: u64, len: usize, mut f: impl FnMut(u64, usize, usize, usize)) {
+    let mut at = 0;
+    while at < len {
+        let abs = pos + at as u64;
+        let offset = (abs % PAGE as u64) as usize;
+        let n = (PAGE - offset).min(len - at);
+        f(abs / PAGE as u64, offset, at, n);
+        at += n;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(c: &WriteCache, m: &MemStore, pos: u64, len: usize) -> Vec<u8> {
+        let mut out = vec![0xee; len];
+        c.read(m, pos, &mut out);
+        out
+    }
+
+    fn medium(m: &MemStore, pos: u64, len: usize) -> Vec<u8> {
+        let mut out = vec![0xee; len];
+        m.read(pos, &mut out);
+        out
+    }
+
+    #[test]
+    fn writes_are_cached_until_flush_and_lost_at_a_power_cut() {
+        let m = MemStore::new();
+        let c = WriteCache::new(1 << 20, false);
+        c.write(&m, 1000, &[1; 5000], false);
+        assert_eq!(read(&c, &m, 1000, 5000), vec![1; 5000]);
+        assert_eq!(medium(&m, 1000, 5000), vec![0; 5000], "nothing durable yet");
+        c.flush(&m);
+        assert_eq!(medium(&m, 1000, 5000), vec![1; 5000]);
+        c.write(&m, 1000, &[2; 100], false);
+        assert_eq!(c.power_cut(&m), 1);
+        assert_eq!(read(&c, &m, 1000, 5000), vec![1; 5000], "the flushed state came back");
+        assert_eq!(c.counts(), (0, 1, 0));
+    }
+
+    #[test]
+    fn fua_is_durable_and_coherent_with_cached_neighbours() {
+        let m = MemStore::new();
+        let c = WriteCache::new(1 << 20, false);
+        c.write(&m, 0, &[1; 4096], false);
+        c.write(&m, 512, &[2; 512], true);
+        let mut want = vec![1u8; 4096];
+        want[512..1024].fill(2);
+        assert_eq!(read(&c, &m, 0, 4096), want);
+        c.power_cut(&m);
+        let mut durable = vec![0u8; 4096];
+        durable[512..1024].fill(2);
+        assert_eq!(read(&c, &m, 0, 4096), durable, "only the FUA sector survived");
+    }
+
+    #[test]
+    fn a_full_cache_is_written_back_before_it_takes_another_page() {
+        let m = MemStore::new();
+        let c = WriteCache::new(2 * 4096, false);
+        c.write(&m, 0, &[1; 8192], false);
+        assert_eq!(c.counts().0, 2);
+        c.write(&m, 8192, &[2; 10], false);
+        assert_eq!(c.counts().0, 1, "written back whole, then the new page");
+        assert_eq!(medium(&m, 0, 8192), vec![1; 8192]);
+        c.power_cut(&m);
+        assert_eq!(read(&c, &m, 8192, 10), vec![0; 10]);
+    }
+
+    #[test]
+    fn zeroes_reach_the_medium_and_the_cached_copy() {
+        let m = MemStore::new();
+        let c = WriteCache::new(1 << 20, false);
+        m.write(0, &[9; 8192]);
+        c.write(&m, 0, &[1; 100], false);
+        c.zero(&m, 0, 8192);
+        assert_eq!(read(&c, &m, 0, 8192), vec![0; 8192]);
+        c.power_cut(&m);
+        assert_eq!(read(&c, &m, 0, 8192), vec![0; 8192]);
+    }
+
+    #[test]
+    fn a_torn_power_cut_leaves_each_sector_old_or_new() {
+        let m = MemStore::new();
+        let c = WriteCache::new(1 << 20, true);
+        m.write(0, &[1; 65536]);
+        c.write(&m, 0, &[2; 65536], false);
+        c.power_cut(&m);
+        let after = medium(&m, 0, 65536);
+        let mut new = 0;
+        for sector in after.chunks(512) {
+            assert!(sector.iter().all(|&b| b == sector[0]), "a sector is never torn inside");
+            assert!(sector[0] == 1 || sector[0] == 2);
+            new += usize::from(sector[0] == 2);
+        }
+        let (cached, lost, torn) = c.counts();
+        assert_eq!((cached, lost), (0, 16));
+        assert_eq!(torn, new as u64);
+        assert!(new > 0 && new < 128, "some sectors new, some old: {new} of 128");
+    }
+}
