@@ -6,6 +6,7 @@
 //! command line.
 //!
 //! Commands: `bench` (fio-compatible benchmark), `serve` (NBD server),
+//! `control` (faults and power cuts on a running server's devices),
 //! `ublk` (a Linux /dev/ublkbN served by an mqblk device), `zone` (zone reports, management and op scripts), `experiment`
 //! (reproduces a source experiment). The command line stands on clap,
 //! except bench's options, which are fio's and parsed as fio parses them
@@ -15,6 +16,7 @@
 //! 2 bad input (options, job files, device specs).
 
 mod bench;
+mod control;
 mod experiment;
 mod serve;
 mod ublk;
@@ -52,6 +54,17 @@ enum Command {
         args: Vec<String>,
     },
     Serve(serve::ServeArgs),
+    /// Sends a command to a running server's control socket (mqblk serve
+    /// --control PATH) and prints the reply: power_cut [EXPORT] (a
+    /// device's volatile write cache is lost), set KEY VALUE [EXPORT] (a
+    /// live attribute, e.g. set badblocks +2048-2055), get KEY [EXPORT].
+    Control {
+        /// The control socket.
+        path: std::path::PathBuf,
+        /// The command and its arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "COMMAND")]
+        words: Vec<String>,
+    },
     /// Linux ublk devices: any mqblk device as /dev/ublkbN (add, list, del).
     Ublk {
         #[command(subcommand)]
@@ -85,6 +98,7 @@ pub fn run<I: IntoIterator<Item = String>>(args: I) -> ExitCode {
         Command::Experiment(opts) => run_experiment(&opts),
         Command::Zone { command } => finish("zone", zone::run(command)),
         Command::Ublk { command } => finish("ublk", ublk::run(command)),
+        Command::Control { path, words } => finish("control", control::request(&path, &words)),
         Command::Serve(opts) => {
             let sub: &ArgMatches = matches.subcommand_matches("serve").expect("the serve subcommand matched");
             finish("serve", serve::run(opts, sub))

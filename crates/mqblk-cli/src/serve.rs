@@ -33,6 +33,10 @@ pub struct ServeArgs {
     /// Refuse writes on every export.
     #[arg(long)]
     read_only: bool,
+    /// A control socket at PATH for `mqblk control PATH ...`: power cuts
+    /// and live attributes (bad blocks) of the exports' devices.
+    #[arg(long, value_name = "PATH")]
+    control: Option<std::path::PathBuf>,
     /// Connections served at once.
     #[arg(long, value_name = "N", default_value_t = 16)]
     max_connections: usize,
@@ -57,7 +61,7 @@ pub fn run(args: ServeArgs, matches: &clap::ArgMatches) -> Result<String, (u8, S
     init_logger("serve");
     let bad = |e: String| (2u8, e);
     let exports = exports(&args, matches).map_err(bad)?;
-    let ServeArgs { listen, unix, read_only, max_connections: max_conn, .. } = args;
+    let ServeArgs { listen, unix, read_only, max_connections: max_conn, control, .. } = args;
     if exports.is_empty() {
         return Err(bad("serve needs --device SPEC (see mqblk serve --help)".into()));
     }
@@ -73,11 +77,21 @@ pub fn run(args: ServeArgs, matches: &clap::ArgMatches) -> Result<String, (u8, S
     };
     // Devices to flush once stopped (the server owns the exports).
     let writable: Vec<Export> = list.iter().filter(|e| !e.read_only).cloned().collect();
+    let control = match control {
+        Some(path) => {
+            let devices = list.iter().map(|e| (e.name.clone(), e.device.clone())).collect();
+            Some(crate::control::Control::start(&path, devices).map_err(bad)?)
+        }
+        None => None,
+    };
     let server = Server::new(listener, list).map_err(nbd_error)?.max_connections(max_conn);
     let stop = server.stop_handle();
     let signals = stop_on_signals(move || stop.stop())?;
     let served = server.run();
     signals.close();
+    if let Some(c) = control {
+        c.close();
+    }
     served.map_err(nbd_error)?;
     for e in &writable {
         e.device.client().submit_and_wait(Bio::flush()).map_err(|err| (1, format!("flush of '{}': {err}", e.name)))?;
