@@ -39,6 +39,10 @@ pub struct AddArgs {
     /// The device id to ask for [default: the first free one].
     #[arg(long, value_name = "N")]
     id: Option<u32>,
+    /// A control socket at PATH for `mqblk control PATH ...`: power cuts
+    /// and live attributes (bad blocks) of the device.
+    #[arg(long, value_name = "PATH")]
+    control: Option<std::path::PathBuf>,
 }
 
 /// Runs `mqblk ublk ...`. Err((exit code, message)).
@@ -66,6 +70,12 @@ fn add(args: AddArgs) -> Result<String, (u8, String)> {
     let device = Device::open(&args.device).map_err(|e| (2, format!("--device {}: {e}", args.device)))?;
     let opts = Options { queues: args.queues, depth: args.depth, id: args.id };
     let zoned = device.limits().zoned.is_some();
+    let control = match &args.control {
+        Some(path) => {
+            Some(crate::control::Control::start(path, vec![(String::new(), device.clone())]).map_err(|e| (2, e))?)
+        }
+        None => None,
+    };
     let server = Server::new(device, opts).map_err(failed)?;
     let signals = crate::serve::stop_on_signals({
         let stopper = server.stopper();
@@ -85,6 +95,9 @@ fn add(args: AddArgs) -> Result<String, (u8, String)> {
         let _ = out.flush();
     });
     signals.close();
+    if let Some(c) = control {
+        c.close();
+    }
     let summary = summary.map_err(failed)?;
     let appends = if zoned { format!(", {} zone appends", summary.zone_appends) } else { String::new() };
     Ok(format!(
