@@ -6,6 +6,9 @@
 //! `ok[ VALUE]` or `error: WHAT`. Commands:
 //! - `power_cut [EXPORT]`: the device's volatile write cache is lost
 //!   (`Device::power_cut`); answers `ok lost_pages=N`.
+//! - `power_off [EXPORT]`: the same, and every later change is dropped
+//!   until `power_on [EXPORT]` (answers `ok dropped=N`), so a file system
+//!   mounted on it can be unmounted without writing past the cut.
 //! - `set KEY VALUE [EXPORT]`: a live attribute (`Device::set_attr`, e.g.
 //!   `set badblocks +2048-2055`).
 //! - `get KEY [EXPORT]`: its value (`Device::attr`).
@@ -24,6 +27,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mqblk::Device;
+
+/// The commands, for messages.
+const COMMANDS: &str = "power_cut, power_off, power_on, set, get";
 
 /// Longest request line accepted.
 const MAX_LINE: usize = 4096;
@@ -116,6 +122,14 @@ fn execute(line: &str, exports: &[(String, Device)]) -> Result<Option<String>, S
             let lost = device(rest.first())?.power_cut().map_err(|e| e.to_string())?;
             Ok(Some(format!("lost_pages={lost}")))
         }
+        ["power_off", rest @ ..] if rest.len() <= 1 => {
+            let lost = device(rest.first())?.power_off().map_err(|e| e.to_string())?;
+            Ok(Some(format!("lost_pages={lost}")))
+        }
+        ["power_on", rest @ ..] if rest.len() <= 1 => {
+            let dropped = device(rest.first())?.power_on().map_err(|e| e.to_string())?;
+            Ok(Some(format!("dropped={dropped}")))
+        }
         ["set", key, value, rest @ ..] if rest.len() <= 1 => {
             device(rest.first())?.set_attr(key, value).map_err(|e| e.to_string())?;
             Ok(None)
@@ -123,11 +137,12 @@ fn execute(line: &str, exports: &[(String, Device)]) -> Result<Option<String>, S
         ["get", key, rest @ ..] if rest.len() <= 1 => {
             Ok(Some(device(rest.first())?.attr(key).map_err(|e| e.to_string())?))
         }
-        [cmd @ ("power_cut" | "set" | "get"), ..] => Err(format!(
-            "usage: power_cut [EXPORT] | set KEY VALUE [EXPORT] | get KEY [EXPORT] (bad arguments to '{cmd}')"
+        [cmd @ ("power_cut" | "power_off" | "power_on" | "set" | "get"), ..] => Err(format!(
+            "usage: power_cut|power_off|power_on [EXPORT] | set KEY VALUE [EXPORT] | get KEY [EXPORT] \
+             (bad arguments to '{cmd}')"
         )),
-        [] => Err("empty request (commands: power_cut, set, get)".into()),
-        [other, ..] => Err(format!("unknown command '{other}' (commands: power_cut, set, get)")),
+        [] => Err(format!("empty request (commands: {COMMANDS})")),
+        [other, ..] => Err(format!("unknown command '{other}' (commands: {COMMANDS})")),
     }
 }
 
@@ -168,6 +183,10 @@ mod tests {
         e[0].1.client().write_at(&[1; 4096], 0).unwrap();
         assert_eq!(execute("power_cut", &e).unwrap().unwrap(), "lost_pages=1");
         assert!(execute("power_cut plain", &e).unwrap_err().contains("needs a volatile write cache"));
+        assert!(execute("power_on", &e).unwrap_err().contains("the power is on"));
+        assert_eq!(execute("power_off", &e).unwrap().unwrap(), "lost_pages=0");
+        e[0].1.client().write_at(&[2; 4096], 0).unwrap();
+        assert_eq!(execute("power_on", &e).unwrap().unwrap(), "dropped=1");
         execute("set badblocks +8-15 plain", &e).unwrap();
         assert_eq!(execute("get badblocks plain", &e).unwrap().unwrap(), "8-15");
         assert_eq!(execute("get badblocks", &e).unwrap().unwrap(), "", "the first export is untouched");
@@ -196,7 +215,10 @@ mod tests {
         assert_eq!(ok, "ok\n");
         assert_eq!(request(&path, &["get".into(), "badblocks".into()]).unwrap(), "ok 0-7\n");
         let (code, e) = request(&path, &["bogus".into()]).unwrap_err();
-        assert_eq!((code, e.as_str()), (1, "unknown command 'bogus' (commands: power_cut, set, get)"));
+        assert_eq!(
+            (code, e.as_str()),
+            (1, "unknown command 'bogus' (commands: power_cut, power_off, power_on, set, get)")
+        );
         // An over-long line is refused, not buffered without bound.
         let mut conn = UnixStream::connect(&path).unwrap();
         conn.write_all(&vec![b'x'; MAX_LINE + 10]).unwrap();

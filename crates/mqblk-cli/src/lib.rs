@@ -56,8 +56,10 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Sends a command to a running server's control socket (mqblk serve
     /// --control PATH) and prints the reply: power_cut [EXPORT] (a
-    /// device's volatile write cache is lost), set KEY VALUE [EXPORT] (a
-    /// live attribute, e.g. set badblocks +2048-2055), get KEY [EXPORT].
+    /// device's volatile write cache is lost), power_off [EXPORT] (the same,
+    /// and later changes dropped until power_on [EXPORT]), set KEY VALUE
+    /// [EXPORT] (a live attribute, e.g. set badblocks +2048-2055), get KEY
+    /// [EXPORT].
     Control {
         /// The control socket.
         path: std::path::PathBuf,

@@ -196,12 +196,23 @@ pub trait Driver: Send + Sync + 'static {
 
     /// A power cut: whatever a volatile write cache holds that no FLUSH or
     /// FUA made durable is lost, and the device goes on with the durable
-    /// state. Returns the cache pages lost. Drivers without such a cache
-    /// refuse.
-    fn power_cut(&self) -> Result<u64, crate::Error> {
+    /// state, or with `hold_off` drops every later change until
+    /// `power_on`. Returns the cache pages lost. Drivers without such a
+    /// cache refuse.
+    fn power_cut(&self, _hold_off: bool) -> Result<u64, crate::Error> {
         Err(crate::config::ConfigError::Conflict {
             driver: self.name().into(),
             message: "a power cut needs a volatile write cache, and this driver has none".into(),
+        }
+        .into())
+    }
+
+    /// Ends a `power_cut` that held the power off. Returns the requests
+    /// dropped meanwhile.
+    fn power_on(&self) -> Result<u64, crate::Error> {
+        Err(crate::config::ConfigError::Conflict {
+            driver: self.name().into(),
+            message: "power_on: this driver has no power to cut".into(),
         }
         .into())
     }

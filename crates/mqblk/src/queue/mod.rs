@@ -340,7 +340,21 @@ impl Device {
     /// device goes on at once with the durable state. Returns the cache
     /// pages lost; an error if the device has no such cache.
     pub fn power_cut(&self) -> Result<u64, Error> {
-        self.q.driver.power_cut()
+        self.q.driver.power_cut(false)
+    }
+
+    /// A power cut that keeps the power off: as `power_cut`, and every
+    /// write, discard, write zeroes and flush after it is dropped (though
+    /// acknowledged, as dm-flakey's drop_writes) until `power_on`, so a
+    /// file system still mounted cannot write past the cut.
+    pub fn power_off(&self) -> Result<u64, Error> {
+        self.q.driver.power_cut(true)
+    }
+
+    /// Ends `power_off`: the device takes writes again. Returns the
+    /// requests dropped while it was off.
+    pub fn power_on(&self) -> Result<u64, Error> {
+        self.q.driver.power_on()
     }
 
     /// The value of a live attribute (`badblocks`: `START-END` ranges,

@@ -16,6 +16,13 @@
 //! sector by sector at random, as a multi-sector write interrupted by a
 //! power loss may leave some sectors new and some old.
 //!
+//! A cut that holds the power off (`power_off`, until `power_on`) also
+//! drops every write, write zeroes, discard and flush that comes after it,
+//! acknowledged as done (dm-flakey's drop_writes): a file system still
+//! mounted on the device cannot write anything after the cut, however it
+//! is unmounted, and comes back with the durable state, as from a real
+//! power loss. Reads are served meanwhile.
+//!
 //! Every request holds the cache's lock while it moves its data, so a power
 //! cut falls between requests, never inside one. Pages are recycled
 //! through a free list and the map is sized once: after warm-up no request
@@ -50,6 +57,10 @@ struct Inner {
     /// medium anyway (`powercut_tear`).
     lost_pages: u64,
     torn_sectors: u64,
+    /// Powered off: writes, zeroes and flushes are dropped.
+    off: bool,
+    /// Requests dropped while off.
+    dropped: u64,
 }
 
 impl WriteCache {
@@ -62,6 +73,8 @@ impl WriteCache {
                 rng: 0x706f_7765_7263_7574,
                 lost_pages: 0,
                 torn_sectors: 0,
+                off: false,
+                dropped: 0,
             }),
             capacity_pages,
             tear,
@@ -82,6 +95,9 @@ impl WriteCache {
     /// to the medium as well.
     pub(crate) fn write(&self, mem: &MemStore, pos: u64, data: &[u8], fua: bool) {
         let mut inner = self.inner.lock();
+        if inner.drop_while_off() {
+            return;
+        }
         if fua {
             mem.write(pos, data);
             for_pages(pos, data.len(), |page, offset, at, n| {
@@ -104,6 +120,9 @@ impl WriteCache {
     /// cached copies.
     pub(crate) fn zero(&self, mem: &MemStore, pos: u64, len: u64) {
         let mut inner = self.inner.lock();
+        if inner.drop_while_off() {
+            return;
+        }
         mem.zero(pos, len);
         for_pages(pos, len as usize, |page, offset, _, n| {
             if let Some(p) = inner.pages.get_mut(&page) {
@@ -114,15 +133,20 @@ impl WriteCache {
 
     /// FLUSH: every cached page to the medium.
     pub(crate) fn flush(&self, mem: &MemStore) {
-        self.inner.lock().write_back(mem);
+        let mut inner = self.inner.lock();
+        if inner.drop_while_off() {
+            return;
+        }
+        inner.write_back(mem);
     }
 
     /// Power cut: drops the cache (tearing its pages into the medium
     /// first with `powercut_tear`). Returns the pages lost.
-    pub(crate) fn power_cut(&self, mem: &MemStore) -> u64 {
+    pub(crate) fn power_cut(&self, mem: &MemStore, hold_off: bool) -> u64 {
         let mut inner = self.inner.lock();
+        inner.off |= hold_off;
         let nr = inner.pages.len() as u64;
-        let Inner { pages, free, rng, lost_pages, torn_sectors } = &mut *inner;
+        let Inner { pages, free, rng, lost_pages, torn_sectors, .. } = &mut *inner;
         for (page, p) in pages.drain() {
             if self.tear {
                 for s in 0..PAGE / SECTOR_SIZE as usize {
@@ -140,15 +164,32 @@ impl WriteCache {
         nr
     }
 
+    /// Powers a device held off by `power_cut` on again. Returns the
+    /// requests dropped while it was off; false if it was on.
+    pub(crate) fn power_on(&self) -> Option<u64> {
+        let mut inner = self.inner.lock();
+        if !inner.off {
+            return None;
+        }
+        inner.off = false;
+        Some(std::mem::take(&mut inner.dropped))
+    }
+
     /// (cached pages, pages lost to power cuts, sectors torn into the
-    /// medium by them).
-    pub(crate) fn counts(&self) -> (usize, u64, u64) {
+    /// medium by them, powered off).
+    pub(crate) fn counts(&self) -> (usize, u64, u64, bool) {
         let inner = self.inner.lock();
-        (inner.pages.len(), inner.lost_pages, inner.torn_sectors)
+        (inner.pages.len(), inner.lost_pages, inner.torn_sectors, inner.off)
     }
 }
 
 impl Inner {
+    /// While off, a request that would change the medium is dropped.
+    fn drop_while_off(&mut self) -> bool {
+        self.dropped += u64::from(self.off);
+        self.off
+    }
+
     /// The cached copy of `page`, made from the medium's bytes if absent.
     fn page(&mut self, mem: &MemStore, page: u64) -> &mut Page {
         let free = &mut self.free;
@@ -206,9 +247,9 @@ mod tests {
         c.flush(&m);
         assert_eq!(medium(&m, 1000, 5000), vec![1; 5000]);
         c.write(&m, 1000, &[2; 100], false);
-        assert_eq!(c.power_cut(&m), 1);
+        assert_eq!(c.power_cut(&m, false), 1);
         assert_eq!(read(&c, &m, 1000, 5000), vec![1; 5000], "the flushed state came back");
-        assert_eq!(c.counts(), (0, 1, 0));
+        assert_eq!(c.counts(), (0, 1, 0, false));
     }
 
     #[test]
@@ -220,7 +261,7 @@ mod tests {
         let mut want = vec![1u8; 4096];
         want[512..1024].fill(2);
         assert_eq!(read(&c, &m, 0, 4096), want);
-        c.power_cut(&m);
+        c.power_cut(&m, false);
         let mut durable = vec![0u8; 4096];
         durable[512..1024].fill(2);
         assert_eq!(read(&c, &m, 0, 4096), durable, "only the FUA sector survived");
@@ -235,7 +276,7 @@ mod tests {
         c.write(&m, 8192, &[2; 10], false);
         assert_eq!(c.counts().0, 1, "written back whole, then the new page");
         assert_eq!(medium(&m, 0, 8192), vec![1; 8192]);
-        c.power_cut(&m);
+        c.power_cut(&m, false);
         assert_eq!(read(&c, &m, 8192, 10), vec![0; 10]);
     }
 
@@ -247,8 +288,29 @@ mod tests {
         c.write(&m, 0, &[1; 100], false);
         c.zero(&m, 0, 8192);
         assert_eq!(read(&c, &m, 0, 8192), vec![0; 8192]);
-        c.power_cut(&m);
+        c.power_cut(&m, false);
         assert_eq!(read(&c, &m, 0, 8192), vec![0; 8192]);
+    }
+
+    #[test]
+    fn held_off_it_drops_every_change_until_power_on() {
+        let m = MemStore::new();
+        let c = WriteCache::new(1 << 20, false);
+        c.write(&m, 0, &[1; 4096], false);
+        c.flush(&m);
+        c.write(&m, 0, &[2; 4096], false);
+        assert_eq!(c.power_cut(&m, true), 1);
+        c.write(&m, 0, &[3; 4096], false);
+        c.write(&m, 4096, &[3; 4096], true);
+        c.zero(&m, 0, 4096);
+        c.flush(&m);
+        assert_eq!(read(&c, &m, 0, 8192)[..4096], [1; 4096], "the durable state, untouched");
+        assert_eq!(read(&c, &m, 4096, 4096), vec![0; 4096]);
+        assert!(c.counts().3);
+        assert_eq!(c.power_on(), Some(4), "four requests dropped");
+        assert_eq!(c.power_on(), None, "already on");
+        c.write(&m, 0, &[4; 4096], true);
+        assert_eq!(medium(&m, 0, 4096), vec![4; 4096]);
     }
 
     #[test]
@@ -257,7 +319,7 @@ mod tests {
         let c = WriteCache::new(1 << 20, true);
         m.write(0, &[1; 65536]);
         c.write(&m, 0, &[2; 65536], false);
-        c.power_cut(&m);
+        c.power_cut(&m, false);
         let after = medium(&m, 0, 65536);
         let mut new = 0;
         for sector in after.chunks(512) {
@@ -265,7 +327,7 @@ mod tests {
             assert!(sector[0] == 1 || sector[0] == 2);
             new += usize::from(sector[0] == 2);
         }
-        let (cached, lost, torn) = c.counts();
+        let (cached, lost, torn, _) = c.counts();
         assert_eq!((cached, lost), (0, 16));
         assert_eq!(torn, new as u64);
         assert!(new > 0 && new < 128, "some sectors new, some old: {new} of 128");

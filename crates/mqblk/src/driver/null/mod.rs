@@ -484,14 +484,23 @@ impl Driver for NullDriver {
     /// Drops the write cache: unflushed writes are lost (torn into the
     /// medium with `powercut_tear`); the device goes on with the durable
     /// state.
-    fn power_cut(&self) -> Result<u64, crate::error::Error> {
+    fn power_cut(&self, hold_off: bool) -> Result<u64, crate::error::Error> {
         match (&self.cache, &self.mem) {
-            (Some(c), Some(mem)) => Ok(c.power_cut(mem)),
+            (Some(c), Some(mem)) => Ok(c.power_cut(mem, hold_off)),
             _ => Err(crate::config::ConfigError::Conflict {
                 driver: "null".into(),
                 message: "a power cut needs a volatile write cache (cache_size=MiB with memory_backed=1)".into(),
             }
             .into()),
+        }
+    }
+
+    fn power_on(&self) -> Result<u64, crate::error::Error> {
+        let conflict =
+            |message: &str| crate::config::ConfigError::Conflict { driver: "null".into(), message: message.into() };
+        match &self.cache {
+            Some(c) => c.power_on().ok_or_else(|| conflict("power_on: the power is on (power_off first)").into()),
+            None => Err(conflict("power_on: no volatile write cache, so no power to cut (cache_size=MiB)").into()),
         }
     }
 
@@ -568,10 +577,11 @@ impl Driver for NullDriver {
             let _ = writeln!(out, "null/badblocks={}", self.badblocks.list());
         }
         if let Some(c) = &self.cache {
-            let (cached, lost, torn) = c.counts();
+            let (cached, lost, torn, off) = c.counts();
             let _ = writeln!(
                 out,
-                "null/cache_pages={cached}\nnull/powercut_lost_pages={lost}\nnull/powercut_torn_sectors={torn}"
+                "null/cache_pages={cached}\nnull/powercut_lost_pages={lost}\nnull/powercut_torn_sectors={torn}\nnull/power={}",
+                if off { "off" } else { "on" }
             );
         }
         if let Some(f) = &self.faults {
