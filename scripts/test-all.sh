@@ -37,10 +37,11 @@ fi
 
 # Real clients for the NBD server tests, fio for its nbd engine, and
 # btrfs-progs for the zoned btrfs on /dev/ublkb0 (guest_ublk_zoned),
-# nbd-client for the kernel nbd client in the guest (guest_nbd), and
-# valgrind for the performance gate's instruction counts.
+# nbd-client for the kernel nbd client in the guest (guest_nbd),
+# valgrind for the performance gate's instruction counts, and sqlite3 for
+# the power-cut test in the guest (guest_crash).
 need=()
-for tool in nbdinfo:libnbd-bin nbdcopy:libnbd-bin qemu-img:qemu-utils qemu-io:qemu-utils fio:fio losetup:mount mkfs.btrfs:btrfs-progs nbd-client:nbd-client valgrind:valgrind; do
+for tool in nbdinfo:libnbd-bin nbdcopy:libnbd-bin qemu-img:qemu-utils qemu-io:qemu-utils fio:fio losetup:mount mkfs.btrfs:btrfs-progs nbd-client:nbd-client valgrind:valgrind sqlite3:sqlite3 mkfs.ext4:e2fsprogs; do
   command -v "${tool%%:*}" >/dev/null || need+=("${tool#*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then

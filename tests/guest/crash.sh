@@ -18,7 +18,9 @@
 # mounted (journal replay) and unmounted, `fsck.ext4 -fn` must find it
 # clean, and after a remount every file whose fsync returned must be intact,
 # byte for byte. One cut tears the cache into the medium sector by sector
-# (powercut_tear=1). Prints "crash: all N cuts survived" when all pass.
+# (powercut_tear=1). A last cut does the same to sqlite3 (WAL,
+# synchronous=FULL): `PRAGMA integrity_check` ok and every committed row
+# there. Prints "crash: all N cuts survived" when all pass.
 #
 # SPDX-License-Identifier: MIT OR Apache-2.0
 set -uo pipefail
@@ -34,6 +36,17 @@ fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 ctl=/run/crash-ctl
 mnt=/tmp/crash-mnt
 mkdir -p "$mnt"
+
+# Writes FILE's dirty pages to the device without a FLUSH:
+# sync_file_range(SYNC_FILE_RANGE_WAIT_BEFORE | WRITE | WAIT_AFTER = 7).
+# Python's os has no sync_file_range: libc's, through ctypes.
+push_to_device() {
+  python3 -c 'import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open(sys.argv[1], os.O_RDONLY)
+if libc.sync_file_range(fd, ctypes.c_longlong(0), ctypes.c_longlong(0), 7) != 0:
+    sys.exit("sync_file_range: " + os.strerror(ctypes.get_errno()))' "$1"
+}
 
 # Starts the server over SPEC ($1); waits (at most 60 s) for /dev/ublkb0.
 server_pid=""
@@ -82,13 +95,7 @@ one_cut() {
   # included.)
   for i in $(seq "$unsynced"); do
     head -c $((1024 * (1 + RANDOM % 64))) /dev/urandom > "$mnt/d/u$i"
-    # SYNC_FILE_RANGE_WAIT_BEFORE | WRITE | WAIT_AFTER = 7 (Python's os has
-    # no sync_file_range: libc's, through ctypes).
-    python3 -c 'import ctypes, os, sys
-libc = ctypes.CDLL(None, use_errno=True)
-fd = os.open(sys.argv[1], os.O_RDONLY)
-if libc.sync_file_range(fd, ctypes.c_longlong(0), ctypes.c_longlong(0), 7) != 0:
-    sys.exit("sync_file_range: " + os.strerror(ctypes.get_errno()))' "$mnt/d/u$i" ||
+    push_to_device "$mnt/d/u$i" ||
       fail "$label: sync_file_range u$i"
   done
   lost=$("$mqblk" control "$ctl" power_off 2>&1)
@@ -121,6 +128,47 @@ for seed in 11 22 33; do
   cuts=$((cuts + 1))
 done
 one_cut 44 ",powercut_tear=1" "seed 44, torn"
+cuts=$((cuts + 1))
+
+# sqlite3 on the same ext4: transactions with synchronous=FULL (each
+# COMMIT fsyncs), the count of those that returned recorded, then more
+# rows pushed out without a commit, and the cut. After journal replay
+# `PRAGMA integrity_check` must say ok and every committed row be there.
+sqlite_cut() {
+  local label="sqlite, seed 55" committed=0 i lost out check rows
+  RANDOM=55
+  start_server "null:size=256,memory_backed=1,cache_size=16" || return 1
+  mkfs.ext4 -q -F /dev/ublkb0 > /dev/null 2>&1 && mount /dev/ublkb0 "$mnt" || { fail "$label: mkfs or mount"; stop_server; return 1; }
+  sqlite3 "$mnt/db" 'PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);' > /dev/null ||
+    fail "$label: create"
+  for i in $(seq $((10 + RANDOM % 20))); do
+    sqlite3 "$mnt/db" "PRAGMA synchronous=FULL; INSERT INTO t(v) SELECT randomblob(2000) FROM generate_series(1, 50);" 2> /dev/null ||
+      sqlite3 "$mnt/db" "PRAGMA synchronous=FULL; WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < 50) INSERT INTO t(v) SELECT randomblob(2000) FROM n;" ||
+      { fail "$label: insert $i"; break; }
+    committed=$((committed + 50))
+  done
+  # An open transaction's pages reach the file (and the device) but never
+  # commit: sqlite3 is killed before COMMIT.
+  sqlite3 "$mnt/db" "PRAGMA cache_size=1; BEGIN; WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < 500) INSERT INTO t(v) SELECT randomblob(4000) FROM n; SELECT 1;" > /dev/null &
+  sleep 1
+  kill -KILL $! 2> /dev/null
+  wait $! 2> /dev/null
+  for f in "$mnt"/db*; do push_to_device "$f" || fail "$label: sync_file_range $f"; done
+  lost=$("$mqblk" control "$ctl" power_off 2>&1)
+  umount "$mnt" 2> /dev/null || umount -l "$mnt"
+  out=$("$mqblk" control "$ctl" power_on 2>&1)
+  mount /dev/ublkb0 "$mnt" || { fail "$label: mount after the cut"; stop_server; return 1; }
+  check=$(sqlite3 "$mnt/db" 'PRAGMA integrity_check;' 2>&1)
+  rows=$(sqlite3 "$mnt/db" 'SELECT count(*) FROM t;' 2>&1)
+  umount "$mnt"
+  if [ "$check" = ok ] && [ "$rows" = "$committed" ]; then
+    pass "$label: cut after $committed committed rows (power_off: $lost; power_on: $out): integrity_check ok, all $rows rows there"
+  else
+    fail "$label: integrity_check '$check', $rows rows of $committed committed"
+  fi
+  stop_server
+}
+sqlite_cut
 cuts=$((cuts + 1))
 
 if [ "$failures" -ne 0 ]; then
