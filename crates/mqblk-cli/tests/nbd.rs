@@ -4,59 +4,11 @@
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-struct Server {
-    child: Child,
-    dir: PathBuf,
-}
-
-impl Server {
-    /// Starts `mqblk serve ARGS --unix SOCK` and waits for the socket.
-    fn start(name: &str, args: &[&str]) -> Self {
-        let dir = std::env::temp_dir().join(format!("mqblk-nbd-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let sock = dir.join("sock");
-        let mut all: Vec<String> = vec!["serve".into()];
-        all.extend(args.iter().map(|s| s.to_string()));
-        all.extend(["--unix".into(), sock.to_str().unwrap().into()]);
-        let child = Command::new(env!("CARGO_BIN_EXE_mqblk")).args(&all).stderr(Stdio::piped()).spawn().unwrap();
-        let t = Instant::now();
-        while UnixStream::connect(&sock).is_err() {
-            assert!(t.elapsed() < Duration::from_secs(20), "server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Server { child, dir }
-    }
-    fn sock(&self) -> String {
-        self.dir.join("sock").to_str().unwrap().to_string()
-    }
-    fn uri(&self) -> String {
-        format!("nbd+unix:///?socket={}", self.sock())
-    }
-    fn uri_export(&self, name: &str) -> String {
-        format!("nbd+unix:///{name}?socket={}", self.sock())
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn run(cmd: &str, args: &[&str]) -> String {
-    let out = Command::new(cmd)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{cmd}: {e} (scripts/test-all.sh installs it)"));
-    assert!(out.status.success(), "{cmd} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+mod common;
+use common::nbd::{run, Server};
 
 #[test]
 fn nbdinfo_shows_size_flags_block_sizes_and_the_allocation_map() {
@@ -541,50 +493,5 @@ fn a_sparse_file_export_maps_its_holes() {
     assert_eq!(data.len(), 1, "{map}");
     let f: Vec<&str> = data[0].split_whitespace().collect();
     assert_eq!(f[..2], ["1638400", "8192"], "the one written range:\n{map}");
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// `mqblk control`: one request to a server's control socket.
-fn control(path: &str, words: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_mqblk")).arg("control").arg(path).args(words).output().unwrap()
-}
-
-#[test]
-fn a_power_cut_through_the_control_socket_loses_exactly_the_unflushed_writes() {
-    let dir = std::env::temp_dir().join(format!("mqblk-ctl-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let ctl = dir.join("ctl");
-    let ctl = ctl.to_str().unwrap();
-    let s = Server::start("powercut", &["--device", "null:size=16,memory_backed=1,cache_size=4", "--control", ctl]);
-    let info = run("nbdinfo", &[&s.uri()]);
-    assert!(info.contains("can_flush: true") && info.contains("can_fua: true"), "{info}");
-    let data: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 251) as u8 + 1).collect();
-    let src = dir.join("src");
-    std::fs::write(&src, &data).unwrap();
-    // nbdcopy flushes only with --flush: these writes sit in the cache.
-    run("nbdcopy", &[src.to_str().unwrap(), &s.uri()]);
-    let out = control(ctl, &["power_cut"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok lost_pages=256\n");
-    let back = dir.join("back");
-    run("nbdcopy", &[&s.uri(), back.to_str().unwrap()]);
-    assert!(std::fs::read(&back).unwrap()[..1 << 20].iter().all(|&b| b == 0), "the unflushed MiB is gone");
-    // With --flush the same copy survives the next cut.
-    run("nbdcopy", &["--flush", src.to_str().unwrap(), &s.uri()]);
-    let out = control(ctl, &["power_cut"]);
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok lost_pages=0\n");
-    run("nbdcopy", &[&s.uri(), back.to_str().unwrap()]);
-    assert!(std::fs::read(&back).unwrap()[..1 << 20] == data[..], "the flushed MiB survived");
-    // Bad blocks on the live export, then a refused request changes nothing.
-    let out = control(ctl, &["set", "badblocks", "+0-7"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let failed = Command::new("nbdcopy").args([&s.uri(), back.to_str().unwrap()]).output().unwrap();
-    assert!(!failed.status.success(), "reading a bad sector over NBD fails");
-    let out = control(ctl, &["set", "badblocks", "+5-1"]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("ends before it starts"));
-    let out = control(ctl, &["get", "badblocks"]);
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok 0-7\n");
-    drop(s);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,8 +1,11 @@
 //! What the experiment and guest tests share: running `mqblk experiment
 //! NAME --quick` into a fresh folder and reading what it wrote, and
-//! running a script in the Linux 6.12 guest (tests/guest/run.sh).
+//! running a script in the Linux 6.12 guest (tests/guest/run.sh), and
+//! `mqblk serve` for the NBD tests (nbd.rs).
 
 #![allow(dead_code)] // each test binary uses its own part
+
+pub mod nbd;
 
 use std::path::PathBuf;
 use std::process::Command;

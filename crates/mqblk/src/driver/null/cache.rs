@@ -28,14 +28,23 @@
 //! through a free list and the map is sized once: after warm-up no request
 //! allocates.
 //!
-//! Relies on: mem/ (`MemStore`: read, write, zero at byte positions) for
-//! the medium; parking_lot for the lock.
+//! With `cache_mode=writethrough` every write goes to the medium as well
+//! (a FUA write, always): the cache then loses nothing at a power cut and
+//! the device advertises none.
+//!
+//! The medium may fail (a file-backed one, store.rs): a write-back that
+//! fails keeps every page in the cache and fails the request that asked
+//! for it, so nothing acknowledged is dropped.
+//!
+//! Relies on: store.rs (`Store`: read, write, zero at byte positions,
+//! sync) for the medium; parking_lot for the lock.
 
 use std::collections::HashMap;
+use std::io;
 
 use parking_lot::Mutex;
 
-use super::mem::MemStore;
+use super::store::Store;
 use crate::request::SECTOR_SIZE;
 
 const PAGE: usize = 4096;
@@ -45,6 +54,7 @@ pub(crate) struct WriteCache {
     inner: Mutex<Inner>,
     capacity_pages: usize,
     tear: bool,
+    writethrough: bool,
 }
 
 struct Inner {
@@ -64,7 +74,7 @@ struct Inner {
 }
 
 impl WriteCache {
-    pub(crate) fn new(cache_bytes: u64, tear: bool) -> Self {
+    pub(crate) fn new(cache_bytes: u64, tear: bool, writethrough: bool) -> Self {
         let capacity_pages = (cache_bytes / PAGE as u64).max(1) as usize;
         Self {
             inner: Mutex::new(Inner {
@@ -78,71 +88,88 @@ impl WriteCache {
             }),
             capacity_pages,
             tear,
+            writethrough,
         }
     }
 
     /// Reads `out` at byte `pos`: cached pages from the cache, the rest
     /// from the medium.
-    pub(crate) fn read(&self, mem: &MemStore, pos: u64, out: &mut [u8]) {
+    pub(crate) fn read(&self, mem: &Store, pos: u64, out: &mut [u8]) -> io::Result<()> {
         let inner = self.inner.lock();
+        let mut res = Ok(());
         for_pages(pos, out.len(), |page, offset, at, n| match inner.pages.get(&page) {
             Some(p) => out[at..at + n].copy_from_slice(&p[offset..offset + n]),
-            None => mem.read(pos + at as u64, &mut out[at..at + n]),
+            None if res.is_ok() => res = mem.read(pos + at as u64, &mut out[at..at + n]),
+            None => {}
         });
+        res
     }
 
     /// A write: into the cache (acknowledged from there), or with `fua`
-    /// to the medium as well.
-    pub(crate) fn write(&self, mem: &MemStore, pos: u64, data: &[u8], fua: bool) {
+    /// (or write-through) to the medium, made durable, as well.
+    pub(crate) fn write(&self, mem: &Store, pos: u64, data: &[u8], fua: bool) -> io::Result<()> {
         let mut inner = self.inner.lock();
         if inner.drop_while_off() {
-            return;
+            return Ok(());
         }
-        if fua {
-            mem.write(pos, data);
+        if fua || self.writethrough {
+            mem.write(pos, data)?;
+            mem.sync()?;
             for_pages(pos, data.len(), |page, offset, at, n| {
                 if let Some(p) = inner.pages.get_mut(&page) {
                     p[offset..offset + n].copy_from_slice(&data[at..at + n]);
                 }
             });
-            return;
+            return Ok(());
         }
+        let mut res = Ok(());
         for_pages(pos, data.len(), |page, offset, at, n| {
-            if !inner.pages.contains_key(&page) && inner.pages.len() >= self.capacity_pages {
-                inner.write_back(mem);
+            if res.is_err() {
+                return;
             }
-            let p = inner.page(mem, page);
-            p[offset..offset + n].copy_from_slice(&data[at..at + n]);
+            if !inner.pages.contains_key(&page) && inner.pages.len() >= self.capacity_pages {
+                res = inner.write_back(mem);
+                if res.is_err() {
+                    return;
+                }
+            }
+            match inner.page(mem, page) {
+                Ok(p) => p[offset..offset + n].copy_from_slice(&data[at..at + n]),
+                Err(e) => res = Err(e),
+            }
         });
+        res
     }
 
     /// Discard or write zeroes: the medium is zeroed at once, and so are
     /// cached copies.
-    pub(crate) fn zero(&self, mem: &MemStore, pos: u64, len: u64) {
+    pub(crate) fn zero(&self, mem: &Store, pos: u64, len: u64) -> io::Result<()> {
         let mut inner = self.inner.lock();
         if inner.drop_while_off() {
-            return;
+            return Ok(());
         }
-        mem.zero(pos, len);
+        mem.zero(pos, len)?;
         for_pages(pos, len as usize, |page, offset, _, n| {
             if let Some(p) = inner.pages.get_mut(&page) {
                 p[offset..offset + n].fill(0);
             }
         });
+        Ok(())
     }
 
-    /// FLUSH: every cached page to the medium.
-    pub(crate) fn flush(&self, mem: &MemStore) {
+    /// FLUSH: every cached page to the medium, made durable there.
+    pub(crate) fn flush(&self, mem: &Store) -> io::Result<()> {
         let mut inner = self.inner.lock();
         if inner.drop_while_off() {
-            return;
+            return Ok(());
         }
-        inner.write_back(mem);
+        inner.write_back(mem)?;
+        mem.sync()
     }
 
     /// Power cut: drops the cache (tearing its pages into the medium
     /// first with `powercut_tear`). Returns the pages lost.
-    pub(crate) fn power_cut(&self, mem: &MemStore, hold_off: bool) -> u64 {
+    pub(crate) fn power_cut(&self, mem: &Store, hold_off: bool) -> u64 {
         let mut inner = self.inner.lock();
         inner.off |= hold_off;
         let nr = inner.pages.len() as u64;
@@ -153,8 +180,9 @@ impl WriteCache {
                     *rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                     if *rng >> 63 == 1 {
                         let at = s * SECTOR_SIZE as usize;
-                        mem.write(page * PAGE as u64 + at as u64, &p[at..at + SECTOR_SIZE as usize]);
-                        *torn_sectors += 1;
+                        // A sector the medium refuses is simply not torn.
+                        let sector = &p[at..at + SECTOR_SIZE as usize];
+                        *torn_sectors += u64::from(mem.write(page * PAGE as u64 + at as u64, sector).is_ok());
                     }
                 }
             }
@@ -191,20 +219,29 @@ impl Inner {
     }
 
     /// The cached copy of `page`, made from the medium's bytes if absent.
-    fn page(&mut self, mem: &MemStore, page: u64) -> &mut Page {
-        let free = &mut self.free;
-        self.pages.entry(page).or_insert_with(|| {
-            let mut p = free.pop().unwrap_or_else(|| Box::new([0; PAGE]));
-            mem.read(page * PAGE as u64, &mut p[..]);
-            p
-        })
+    fn page(&mut self, mem: &Store, page: u64) -> io::Result<&mut Page> {
+        use std::collections::hash_map::Entry;
+        match self.pages.entry(page) {
+            Entry::Occupied(e) => Ok(e.into_mut()),
+            Entry::Vacant(e) => {
+                let mut p = self.free.pop().unwrap_or_else(|| Box::new([0; PAGE]));
+                if let Err(err) = mem.read(page * PAGE as u64, &mut p[..]) {
+                    self.free.push(p);
+                    return Err(err);
+                }
+                Ok(e.insert(p))
+            }
+        }
     }
 
-    fn write_back(&mut self, mem: &MemStore) {
-        for (page, p) in self.pages.drain() {
-            mem.write(page * PAGE as u64, &p[..]);
-            self.free.push(p);
+    /// Every cached page to the medium; on an error every page stays
+    /// cached (those written already are written again next time).
+    fn write_back(&mut self, mem: &Store) -> io::Result<()> {
+        for (&page, p) in &self.pages {
+            mem.write(page * PAGE as u64, &p[..])?;
         }
+        self.free.extend(self.pages.drain().map(|(_, p)| p));
+        Ok(())
     }
 }
 
@@ -224,29 +261,30 @@ fn for_pages(pos: u64, len: usize, mut f: impl FnMut(u64, usize, usize, usize)) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::driver::null::mem::MemStore;
 
-    fn read(c: &WriteCache, m: &MemStore, pos: u64, len: usize) -> Vec<u8> {
+    fn read(c: &WriteCache, m: &Store, pos: u64, len: usize) -> Vec<u8> {
         let mut out = vec![0xee; len];
-        c.read(m, pos, &mut out);
+        c.read(m, pos, &mut out).unwrap();
         out
     }
 
-    fn medium(m: &MemStore, pos: u64, len: usize) -> Vec<u8> {
+    fn medium(m: &Store, pos: u64, len: usize) -> Vec<u8> {
         let mut out = vec![0xee; len];
-        m.read(pos, &mut out);
+        m.read(pos, &mut out).unwrap();
         out
     }
 
     #[test]
     fn writes_are_cached_until_flush_and_lost_at_a_power_cut() {
-        let m = MemStore::new();
-        let c = WriteCache::new(1 << 20, false);
-        c.write(&m, 1000, &[1; 5000], false);
+        let m = Store::Memory(MemStore::new());
+        let c = WriteCache::new(1 << 20, false, false);
+        c.write(&m, 1000, &[1; 5000], false).unwrap();
         assert_eq!(read(&c, &m, 1000, 5000), vec![1; 5000]);
         assert_eq!(medium(&m, 1000, 5000), vec![0; 5000], "nothing durable yet");
-        c.flush(&m);
+        c.flush(&m).unwrap();
         assert_eq!(medium(&m, 1000, 5000), vec![1; 5000]);
-        c.write(&m, 1000, &[2; 100], false);
+        c.write(&m, 1000, &[2; 100], false).unwrap();
         assert_eq!(c.power_cut(&m, false), 1);
         assert_eq!(read(&c, &m, 1000, 5000), vec![1; 5000], "the flushed state came back");
         assert_eq!(c.counts(), (0, 1, 0, false));
@@ -254,10 +292,10 @@ mod tests {
 
     #[test]
     fn fua_is_durable_and_coherent_with_cached_neighbours() {
-        let m = MemStore::new();
-        let c = WriteCache::new(1 << 20, false);
-        c.write(&m, 0, &[1; 4096], false);
-        c.write(&m, 512, &[2; 512], true);
+        let m = Store::Memory(MemStore::new());
+        let c = WriteCache::new(1 << 20, false, false);
+        c.write(&m, 0, &[1; 4096], false).unwrap();
+        c.write(&m, 512, &[2; 512], true).unwrap();
         let mut want = vec![1u8; 4096];
         want[512..1024].fill(2);
         assert_eq!(read(&c, &m, 0, 4096), want);
@@ -269,11 +307,11 @@ mod tests {
 
     #[test]
     fn a_full_cache_is_written_back_before_it_takes_another_page() {
-        let m = MemStore::new();
-        let c = WriteCache::new(2 * 4096, false);
-        c.write(&m, 0, &[1; 8192], false);
+        let m = Store::Memory(MemStore::new());
+        let c = WriteCache::new(2 * 4096, false, false);
+        c.write(&m, 0, &[1; 8192], false).unwrap();
         assert_eq!(c.counts().0, 2);
-        c.write(&m, 8192, &[2; 10], false);
+        c.write(&m, 8192, &[2; 10], false).unwrap();
         assert_eq!(c.counts().0, 1, "written back whole, then the new page");
         assert_eq!(medium(&m, 0, 8192), vec![1; 8192]);
         c.power_cut(&m, false);
@@ -282,11 +320,11 @@ mod tests {
 
     #[test]
     fn zeroes_reach_the_medium_and_the_cached_copy() {
-        let m = MemStore::new();
-        let c = WriteCache::new(1 << 20, false);
-        m.write(0, &[9; 8192]);
-        c.write(&m, 0, &[1; 100], false);
-        c.zero(&m, 0, 8192);
+        let m = Store::Memory(MemStore::new());
+        let c = WriteCache::new(1 << 20, false, false);
+        m.write(0, &[9; 8192]).unwrap();
+        c.write(&m, 0, &[1; 100], false).unwrap();
+        c.zero(&m, 0, 8192).unwrap();
         assert_eq!(read(&c, &m, 0, 8192), vec![0; 8192]);
         c.power_cut(&m, false);
         assert_eq!(read(&c, &m, 0, 8192), vec![0; 8192]);
@@ -294,31 +332,31 @@ mod tests {
 
     #[test]
     fn held_off_it_drops_every_change_until_power_on() {
-        let m = MemStore::new();
-        let c = WriteCache::new(1 << 20, false);
-        c.write(&m, 0, &[1; 4096], false);
-        c.flush(&m);
-        c.write(&m, 0, &[2; 4096], false);
+        let m = Store::Memory(MemStore::new());
+        let c = WriteCache::new(1 << 20, false, false);
+        c.write(&m, 0, &[1; 4096], false).unwrap();
+        c.flush(&m).unwrap();
+        c.write(&m, 0, &[2; 4096], false).unwrap();
         assert_eq!(c.power_cut(&m, true), 1);
-        c.write(&m, 0, &[3; 4096], false);
-        c.write(&m, 4096, &[3; 4096], true);
-        c.zero(&m, 0, 4096);
-        c.flush(&m);
+        c.write(&m, 0, &[3; 4096], false).unwrap();
+        c.write(&m, 4096, &[3; 4096], true).unwrap();
+        c.zero(&m, 0, 4096).unwrap();
+        c.flush(&m).unwrap();
         assert_eq!(read(&c, &m, 0, 8192)[..4096], [1; 4096], "the durable state, untouched");
         assert_eq!(read(&c, &m, 4096, 4096), vec![0; 4096]);
         assert!(c.counts().3);
         assert_eq!(c.power_on(), Some(4), "four requests dropped");
         assert_eq!(c.power_on(), None, "already on");
-        c.write(&m, 0, &[4; 4096], true);
+        c.write(&m, 0, &[4; 4096], true).unwrap();
         assert_eq!(medium(&m, 0, 4096), vec![4; 4096]);
     }
 
     #[test]
     fn a_torn_power_cut_leaves_each_sector_old_or_new() {
-        let m = MemStore::new();
-        let c = WriteCache::new(1 << 20, true);
-        m.write(0, &[1; 65536]);
-        c.write(&m, 0, &[2; 65536], false);
+        let m = Store::Memory(MemStore::new());
+        let c = WriteCache::new(1 << 20, true, false);
+        m.write(0, &[1; 65536]).unwrap();
+        c.write(&m, 0, &[2; 65536], false).unwrap();
         c.power_cut(&m, false);
         let after = medium(&m, 0, 65536);
         let mut new = 0;

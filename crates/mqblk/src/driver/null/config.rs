@@ -17,6 +17,8 @@
 //! | memory_backed | 0 | keep written data (never-written blocks read zeros) |
 //! | discard | 0 | support discard (needs memory_backed) |
 //! | cache_size | 0 | a volatile write cache of this many MiB (needs memory_backed; not zoned): writes are acknowledged from it, FLUSH and FUA make them durable, `Device::power_cut` loses the rest (cache.rs) |
+//! | cache_mode | writeback | `writeback`: as above; `writethrough`: every write also reaches the medium before it completes (a power cut loses nothing; no volatile cache is advertised) |
+//! | backing_file | (none) | memory_backed's data in this file instead of memory (mqblk's; not zoned): created sparse at the device's size, or reopened if it has exactly that size, so the durable state outlives the process; FLUSH and FUA `fdatasync` it (store.rs) |
 //! | powercut_tear | 0 | a power cut first writes each cached page's sectors to the medium at random (torn multi-sector writes) |
 //! | mbps | 0 | bandwidth limit in MiB/s (0: none); with rotational or channels, the transfer rate of the head or of each channel |
 //! | max_sectors | 255 | largest request in sectors (aligned down to bs) |
@@ -72,6 +74,8 @@ pub const NULL_KEYS: &[&str] = &[
     "discard",
     "cache_size",
     "powercut_tear",
+    "cache_mode",
+    "backing_file",
     "mbps",
     "max_sectors",
     "max_segments",
@@ -112,6 +116,15 @@ pub enum IrqMode {
     Timer = 2,
 }
 
+/// What the write cache does with a write (`cache_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheMode {
+    /// Acknowledged from the cache; FLUSH and FUA make it durable.
+    Writeback,
+    /// Written to the medium before it completes (and cached for reads).
+    Writethrough,
+}
+
 /// How hipri requests are completed by polling (`poll_mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PollMode {
@@ -144,7 +157,10 @@ pub struct NullConfig {
     pub discard: bool,
     /// `cache_size`: the volatile write cache in MiB (0: none).
     pub cache_size_mb: u64,
+    pub cache_mode: CacheMode,
     pub powercut_tear: bool,
+    /// `backing_file`: the medium in this file (memory_backed=1).
+    pub backing_file: Option<std::path::PathBuf>,
     pub mbps: u64,
     pub max_sectors: u32,
     pub max_segments: u32,
@@ -181,7 +197,9 @@ impl Default for NullConfig {
             memory_backed: false,
             discard: false,
             cache_size_mb: 0,
+            cache_mode: CacheMode::Writeback,
             powercut_tear: false,
+            backing_file: None,
             mbps: 0,
             max_sectors: 255,
             max_segments: crate::queue::DEFAULT_MAX_SEGMENTS,
@@ -229,7 +247,9 @@ impl NullConfig {
         memory_backed: bool,
         discard: bool,
         cache_size_mb: u64,
+        cache_mode: CacheMode,
         powercut_tear: bool,
+        backing_file: Option<std::path::PathBuf>,
         mbps: u64,
         max_sectors: u32,
         max_segments: u32,
@@ -301,6 +321,18 @@ impl NullConfig {
         if self.powercut_tear {
             pairs.push(("powercut_tear", "1".into()));
         }
+        if self.cache_mode == CacheMode::Writethrough {
+            pairs.push(("cache_mode", "writethrough".into()));
+        }
+        if let Some(path) = &self.backing_file {
+            let path = path.to_str().filter(|p| !p.contains(',')).ok_or_else(|| ConfigError::BadValue {
+                driver: "null".into(),
+                key: "backing_file".into(),
+                value: path.display().to_string(),
+                expected: "a UTF-8 path without ','".into(),
+            })?;
+            pairs.push(("backing_file", path.into()));
+        }
         pairs.push(("badblocks_once", b(self.badblocks_once)));
         pairs.push(("badblocks_partial_io", b(self.badblocks_partial_io)));
         if let Some(z) = &self.zoned {
@@ -364,7 +396,12 @@ impl NullConfig {
             memory_backed,
             discard,
             cache_size_mb: Self::cache_from_params(p, memory_backed, zoned.is_some())?,
+            cache_mode: match p.choice("cache_mode", "writeback", &["writeback", "writethrough"])? {
+                "writethrough" => CacheMode::Writethrough,
+                _ => CacheMode::Writeback,
+            },
             powercut_tear: p.bool("powercut_tear", false)?,
+            backing_file: Self::backing_file_from_params(p, memory_backed, zoned.is_some())?,
             mbps: p.u64_in("mbps", 0, 0, 1 << 30)?,
             max_sectors,
             max_segments: p.u64_in("max_segments", u64::from(crate::queue::DEFAULT_MAX_SEGMENTS), 1, 65535)? as u32,
@@ -500,10 +537,38 @@ impl NullConfig {
         if mb > 0 && zoned {
             return Err(p.conflict("cache_size on a zoned device is not supported (zoned=1)"));
         }
+        if p.is_set("cache_mode") && mb == 0 {
+            return Err(p.conflict("cache_mode needs a write cache (cache_size=MiB)"));
+        }
         if p.bool("powercut_tear", false)? && mb == 0 {
             return Err(p.conflict("powercut_tear needs a write cache to tear (cache_size=MiB)"));
         }
         Ok(mb)
+    }
+
+    /// `backing_file`: memory_backed's data in a file; not zoned (zone
+    /// states are not kept in it).
+    fn backing_file_from_params(
+        p: &SpecParams,
+        memory_backed: bool,
+        zoned: bool,
+    ) -> Result<Option<std::path::PathBuf>, ConfigError> {
+        let Some(path) = p.raw("backing_file") else { return Ok(None) };
+        if path.is_empty() {
+            return Err(ConfigError::BadValue {
+                driver: p.driver.clone(),
+                key: "backing_file".into(),
+                value: String::new(),
+                expected: "the path of a file".into(),
+            });
+        }
+        if !memory_backed {
+            return Err(p.conflict("backing_file needs memory_backed=1 (it holds the data memory would)"));
+        }
+        if zoned {
+            return Err(p.conflict("backing_file on a zoned device is not supported (zone states live in memory)"));
+        }
+        Ok(Some(path.into()))
     }
 
     /// `max_sectors`, aligned down to the block size.

@@ -6,8 +6,9 @@
 //!
 //! Relies on: the Driver trait, config.rs for the parameters, irq.rs for
 //! completion threads, hybrid.rs for queues shared by polled and
-//! interrupt-style requests, mem.rs for memory backing, service.rs for the
-//! service models, zoned.rs for zones.
+//! interrupt-style requests, store.rs (mem.rs, or a file with
+//! `backing_file`) for the data, cache.rs for the volatile write cache,
+//! service.rs for the service models, zoned.rs for zones.
 
 mod badblocks;
 mod cache;
@@ -17,6 +18,7 @@ pub(crate) mod hybrid;
 mod irq;
 mod mem;
 mod service;
+mod store;
 pub mod zoned;
 
 use std::collections::VecDeque;
@@ -34,12 +36,13 @@ use crate::tag::TagSetConfig;
 
 use badblocks::BadBlocks;
 use cache::WriteCache;
-pub use config::{FaultSpec, IrqMode, NullConfig, PollMode};
+pub use config::{CacheMode, FaultSpec, IrqMode, NullConfig, PollMode};
 use fault::FaultAttr;
 use hybrid::HybridQueue;
 use irq::{IrqQueue, Pending, SPIN_NS};
 use mem::MemStore;
 use service::{Channels, Rotational};
+use store::{FileStore, Store};
 use zoned::NullZoned;
 
 /// A device-wide bandwidth limit (`mbps`): transfers are laid end to end on
@@ -137,9 +140,14 @@ impl Faults {
 /// The null block device driver.
 pub struct NullDriver {
     cfg: NullConfig,
-    mem: Option<MemStore>,
+    /// memory_backed=1: the medium (in memory, or `backing_file`).
+    mem: Option<Store>,
     /// `cache_size`: the volatile write cache in front of `mem`.
     cache: Option<WriteCache>,
+    /// Requests failed by the medium (a `backing_file`'s I/O errors),
+    /// and the last one's description, for the stats.
+    medium_errors: AtomicU64,
+    last_medium_error: Mutex<String>,
     throttle: Option<Throttle>,
     rotational: Option<Rotational>,
     channels: Option<Channels>,
@@ -206,6 +214,13 @@ impl NullDriver {
             badblocks.set(first, last + 1);
         }
         let faults = Faults::new(&cfg);
+        let mem = match (&cfg.backing_file, cfg.memory_backed) {
+            (Some(path), _) => Some(Store::File(
+                FileStore::open(path, cfg.size_bytes).map_err(|e| crate::error::Error::Setup(format!("null: {e}")))?,
+            )),
+            (None, true) => Some(Store::Memory(MemStore::new())),
+            (None, false) => None,
+        };
         let plain_inline = faults.is_none()
             && irq.is_empty()
             && hybrid.is_empty()
@@ -213,8 +228,12 @@ impl NullDriver {
             && zoned.is_none()
             && !cfg.memory_backed;
         Ok(Self {
-            mem: cfg.memory_backed.then(MemStore::new),
-            cache: (cfg.cache_size_mb > 0).then(|| WriteCache::new(cfg.cache_size_mb << 20, cfg.powercut_tear)),
+            mem,
+            medium_errors: AtomicU64::new(0),
+            last_medium_error: Mutex::new(String::new()),
+            cache: (cfg.cache_size_mb > 0).then(|| {
+                WriteCache::new(cfg.cache_size_mb << 20, cfg.powercut_tear, cfg.cache_mode == CacheMode::Writethrough)
+            }),
             // Rotational media transfer at mbps within their own timeline.
             throttle: (cfg.mbps > 0 && !cfg.rotational && cfg.channels == 0)
                 .then(|| Throttle { bytes_per_sec: cfg.mbps << 20, next_free_ns: AtomicU64::new(0) }),
@@ -243,7 +262,7 @@ impl NullDriver {
     #[inline]
     fn handle(&self, rq: &mut Rq) -> Status {
         if let Some(z) = &self.zoned {
-            return z.process(rq, self.mem.as_ref());
+            return z.process(rq, self.mem.as_ref().map(Store::memory));
         }
         if !self.badblocks.is_empty() {
             if let Some(ok_bytes) = self.bad_prefix(rq) {
@@ -253,40 +272,65 @@ impl NullDriver {
         let Some(mem) = &self.mem else { return Status::Ok };
         let pos = rq.pos_bytes();
         let fua = rq.flags().contains(ReqFlags::FUA);
+        let mut res = Ok(());
         match rq.op() {
-            Op::Read => rq.for_each_segment_mut(|pos, seg| self.read_data(mem, pos, seg)),
-            Op::Write => rq.for_each_segment(|pos, seg| self.write_data(mem, pos, seg, fua)),
-            Op::Discard | Op::WriteZeroes => self.zero_data(mem, pos, rq.len_bytes()),
+            Op::Read => rq.for_each_segment_mut(|pos, seg| keep_first_err(&mut res, || self.read_data(mem, pos, seg))),
+            Op::Write => {
+                rq.for_each_segment(|pos, seg| keep_first_err(&mut res, || self.write_data(mem, pos, seg, fua)))
+            }
+            Op::Discard | Op::WriteZeroes => res = self.zero_data(mem, pos, rq.len_bytes()),
             Op::Flush => {
-                if let Some(c) = &self.cache {
-                    c.flush(mem);
+                res = match &self.cache {
+                    Some(c) => c.flush(mem),
+                    None => mem.sync(),
                 }
             }
             // Zone ops reach only zoned devices (check_bio).
             _ => return Status::NotSupp,
         }
-        Status::Ok
+        match res {
+            Ok(()) => Status::Ok,
+            Err(e) => self.medium_error(rq, e),
+        }
+    }
+
+    /// The file under a `backing_file` device failed: the request fails
+    /// with EIO (never acknowledged); the stats count it and keep the
+    /// last error's text.
+    #[cold]
+    fn medium_error(&self, rq: &Rq, e: std::io::Error) -> Status {
+        self.medium_errors.fetch_add(1, Ordering::Relaxed);
+        *self.last_medium_error.lock() =
+            format!("{:?} of {} bytes at byte {}: {e}", rq.op(), rq.len_bytes(), rq.pos_bytes());
+        Status::IoErr
     }
 
     /// Data moves through the write cache when there is one.
     #[inline]
-    fn read_data(&self, mem: &MemStore, pos: u64, out: &mut [u8]) {
+    fn read_data(&self, mem: &Store, pos: u64, out: &mut [u8]) -> std::io::Result<()> {
         match &self.cache {
             Some(c) => c.read(mem, pos, out),
             None => mem.read(pos, out),
         }
     }
 
+    /// Without a cache a FUA write still syncs a file medium.
     #[inline]
-    fn write_data(&self, mem: &MemStore, pos: u64, data: &[u8], fua: bool) {
+    fn write_data(&self, mem: &Store, pos: u64, data: &[u8], fua: bool) -> std::io::Result<()> {
         match &self.cache {
             Some(c) => c.write(mem, pos, data, fua),
-            None => mem.write(pos, data),
+            None => {
+                mem.write(pos, data)?;
+                if fua {
+                    mem.sync()?;
+                }
+                Ok(())
+            }
         }
     }
 
     #[inline]
-    fn zero_data(&self, mem: &MemStore, pos: u64, len: u64) {
+    fn zero_data(&self, mem: &Store, pos: u64, len: u64) -> std::io::Result<()> {
         match &self.cache {
             Some(c) => c.zero(mem, pos, len),
             None => mem.zero(pos, len),
@@ -312,19 +356,24 @@ impl NullDriver {
     fn handle_partial(&self, rq: &mut Rq, ok_bytes: u64) -> Status {
         let start = rq.pos_bytes();
         let limit = start + ok_bytes;
+        let mut res = Ok(());
         if let Some(mem) = &self.mem {
             let fua = rq.flags().contains(ReqFlags::FUA);
             match rq.op() {
                 Op::Read => rq.for_each_segment_mut(|pos, seg| {
                     let n = (limit.saturating_sub(pos) as usize).min(seg.len());
-                    self.read_data(mem, pos, &mut seg[..n]);
+                    keep_first_err(&mut res, || self.read_data(mem, pos, &mut seg[..n]));
                 }),
                 Op::Write => rq.for_each_segment(|pos, seg| {
                     let n = (limit.saturating_sub(pos) as usize).min(seg.len());
-                    self.write_data(mem, pos, &seg[..n], fua);
+                    keep_first_err(&mut res, || self.write_data(mem, pos, &seg[..n], fua));
                 }),
-                _ => self.zero_data(mem, start, ok_bytes),
+                _ => res = self.zero_data(mem, start, ok_bytes),
             }
+        }
+        if let Err(e) = res {
+            // Nothing is known to have transferred.
+            return self.medium_error(rq, e);
         }
         *rq.driver_data() = ok_bytes;
         Status::IoErr
@@ -375,9 +424,11 @@ impl Driver for NullDriver {
             l.max_discard_sectors = u32::MAX >> 9;
         }
         l.max_write_zeroes_sectors = u32::MAX >> 9;
-        // A volatile cache: FLUSH and FUA mean something.
-        l.write_cache = self.cache.is_some();
-        l.fua = self.cache.is_some();
+        // A volatile cache: FLUSH and FUA mean something. A file medium
+        // has one too, the host's page cache (store.rs).
+        let writeback = self.cfg.cache_size_mb > 0 && self.cfg.cache_mode == CacheMode::Writeback;
+        l.write_cache = writeback || self.cfg.backing_file.is_some();
+        l.fua = l.write_cache;
         l.zoned = self.zoned.as_ref().map(NullZoned::limits);
         l
     }
@@ -390,9 +441,10 @@ impl Driver for NullDriver {
         true
     }
 
-    /// Memory-backed: a page-table lookup per page.
+    /// Memory-backed: a page-table lookup per page (a file asks the
+    /// kernel, SEEK_DATA, per page: not cheap).
     fn block_status_is_cheap(&self) -> bool {
-        self.mem.is_some()
+        matches!(self.mem, Some(Store::Memory(_)))
     }
 
     fn report_zones(&self, sector: u64, nr: usize, out: &mut Vec<crate::zoned::Zone>) -> Result<(), Status> {
@@ -571,7 +623,11 @@ impl Driver for NullDriver {
             let _ = writeln!(out, "null/irq_cpus={:?}", c.irq_cpus);
         }
         if let Some(mem) = &self.mem {
-            let _ = writeln!(out, "null/pages={}", mem.nr_pages());
+            let _ = writeln!(out, "{}", mem.describe());
+            let errors = self.medium_errors.load(Ordering::Relaxed);
+            if errors > 0 {
+                let _ = writeln!(out, "null/medium_errors={errors} last: {}", self.last_medium_error.lock());
+            }
         }
         if !self.badblocks.is_empty() {
             let _ = writeln!(out, "null/badblocks={}", self.badblocks.list());
@@ -632,5 +688,13 @@ impl Driver for NullDriver {
                 q.pending()
             );
         }
+    }
+}
+
+/// Runs `f` unless an earlier segment failed, keeping the first error.
+#[inline]
+fn keep_first_err(res: &mut std::io::Result<()>, f: impl FnOnce() -> std::io::Result<()>) {
+    if res.is_ok() {
+        *res = f();
     }
 }
