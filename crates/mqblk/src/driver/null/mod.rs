@@ -1,10 +1,11 @@
 //! null_blk in user space: a device that stores nothing (or, with
-//! `memory_backed=1`, sparse pages in memory) and completes requests inline,
+//! `memory_backed=1`, sparse pages in memory or a file) and completes requests inline,
 //! on a completion thread, or after a timer, with the kernel module's
 //! parameter names, defaults and meanings (the table of keys is in
 //! config.rs, with `NullConfig` and the spec parsing).
 //!
-//! Relies on: the Driver trait, config.rs for the parameters, irq.rs for
+//! Relies on: the Driver trait, config.rs for the parameters (spec.rs
+//! writes them back as a spec), data.rs for the data path, irq.rs for
 //! completion threads, hybrid.rs for queues shared by polled and
 //! interrupt-style requests, store.rs (mem.rs, or a file with
 //! `backing_file`) for the data, cache.rs for the volatile write cache,
@@ -13,11 +14,13 @@
 mod badblocks;
 mod cache;
 mod config;
+mod data;
 mod fault;
 pub(crate) mod hybrid;
 mod irq;
 mod mem;
 mod service;
+mod spec;
 mod store;
 pub mod zoned;
 
@@ -256,127 +259,6 @@ impl NullDriver {
 
     pub fn from_params(p: &SpecParams) -> Result<Self, crate::error::Error> {
         Self::new(NullConfig::from_params(p)?)
-    }
-
-    /// Moves the data (memory backing) and decides the status.
-    #[inline]
-    fn handle(&self, rq: &mut Rq) -> Status {
-        if let Some(z) = &self.zoned {
-            return z.process(rq, self.mem.as_ref().map(Store::memory));
-        }
-        if !self.badblocks.is_empty() {
-            if let Some(ok_bytes) = self.bad_prefix(rq) {
-                return self.handle_partial(rq, ok_bytes);
-            }
-        }
-        let Some(mem) = &self.mem else { return Status::Ok };
-        let pos = rq.pos_bytes();
-        let fua = rq.flags().contains(ReqFlags::FUA);
-        let mut res = Ok(());
-        match rq.op() {
-            Op::Read => rq.for_each_segment_mut(|pos, seg| keep_first_err(&mut res, || self.read_data(mem, pos, seg))),
-            Op::Write => {
-                rq.for_each_segment(|pos, seg| keep_first_err(&mut res, || self.write_data(mem, pos, seg, fua)))
-            }
-            Op::Discard | Op::WriteZeroes => res = self.zero_data(mem, pos, rq.len_bytes()),
-            Op::Flush => {
-                res = match &self.cache {
-                    Some(c) => c.flush(mem),
-                    None => mem.sync(),
-                }
-            }
-            // Zone ops reach only zoned devices (check_bio).
-            _ => return Status::NotSupp,
-        }
-        match res {
-            Ok(()) => Status::Ok,
-            Err(e) => self.medium_error(rq, e),
-        }
-    }
-
-    /// The file under a `backing_file` device failed: the request fails
-    /// with EIO (never acknowledged); the stats count it and keep the
-    /// last error's text.
-    #[cold]
-    fn medium_error(&self, rq: &Rq, e: std::io::Error) -> Status {
-        self.medium_errors.fetch_add(1, Ordering::Relaxed);
-        *self.last_medium_error.lock() =
-            format!("{:?} of {} bytes at byte {}: {e}", rq.op(), rq.len_bytes(), rq.pos_bytes());
-        Status::IoErr
-    }
-
-    /// Data moves through the write cache when there is one.
-    #[inline]
-    fn read_data(&self, mem: &Store, pos: u64, out: &mut [u8]) -> std::io::Result<()> {
-        match &self.cache {
-            Some(c) => c.read(mem, pos, out),
-            None => mem.read(pos, out),
-        }
-    }
-
-    /// Without a cache a FUA write still syncs a file medium.
-    #[inline]
-    fn write_data(&self, mem: &Store, pos: u64, data: &[u8], fua: bool) -> std::io::Result<()> {
-        match &self.cache {
-            Some(c) => c.write(mem, pos, data, fua),
-            None => {
-                mem.write(pos, data)?;
-                if fua {
-                    mem.sync()?;
-                }
-                Ok(())
-            }
-        }
-    }
-
-    #[inline]
-    fn zero_data(&self, mem: &Store, pos: u64, len: u64) -> std::io::Result<()> {
-        match &self.cache {
-            Some(c) => c.zero(mem, pos, len),
-            None => mem.zero(pos, len),
-        }
-    }
-
-    /// A request on a bad range: how many of its leading bytes still
-    /// transfer (None: it touches no bad sector).
-    #[cold]
-    fn bad_prefix(&self, rq: &Rq) -> Option<u64> {
-        match rq.op() {
-            Op::Read | Op::Write | Op::Discard | Op::WriteZeroes => {}
-            _ => return None,
-        }
-        let ok_sectors = self.badblocks.check(rq.sector(), u64::from(rq.nr_sectors()))?;
-        Some(ok_sectors << crate::request::SECTOR_SHIFT)
-    }
-
-    /// Transfers the first `ok_bytes` of a request that hit a bad range
-    /// and fails it: `end_rq` completes those bytes, the rest ends with
-    /// EIO (the kernel's partial `blk_update_request`).
-    #[cold]
-    fn handle_partial(&self, rq: &mut Rq, ok_bytes: u64) -> Status {
-        let start = rq.pos_bytes();
-        let limit = start + ok_bytes;
-        let mut res = Ok(());
-        if let Some(mem) = &self.mem {
-            let fua = rq.flags().contains(ReqFlags::FUA);
-            match rq.op() {
-                Op::Read => rq.for_each_segment_mut(|pos, seg| {
-                    let n = (limit.saturating_sub(pos) as usize).min(seg.len());
-                    keep_first_err(&mut res, || self.read_data(mem, pos, &mut seg[..n]));
-                }),
-                Op::Write => rq.for_each_segment(|pos, seg| {
-                    let n = (limit.saturating_sub(pos) as usize).min(seg.len());
-                    keep_first_err(&mut res, || self.write_data(mem, pos, &seg[..n], fua));
-                }),
-                _ => res = self.zero_data(mem, start, ok_bytes),
-            }
-        }
-        if let Err(e) = res {
-            // Nothing is known to have transferred.
-            return self.medium_error(rq, e);
-        }
-        *rq.driver_data() = ok_bytes;
-        Status::IoErr
     }
 
     /// When the request is due (0: now): the service model's answer, else
@@ -688,13 +570,5 @@ impl Driver for NullDriver {
                 q.pending()
             );
         }
-    }
-}
-
-/// Runs `f` unless an earlier segment failed, keeping the first error.
-#[inline]
-fn keep_first_err(res: &mut std::io::Result<()>, f: impl FnOnce() -> std::io::Result<()>) {
-    if res.is_ok() {
-        *res = f();
     }
 }
