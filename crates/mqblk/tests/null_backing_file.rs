@@ -203,3 +203,27 @@ fn restore_fsize_limit(old: libc::rlimit) {
     // SAFETY: as in set_fsize_limit.
     assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &old) }, 0);
 }
+
+#[test]
+fn the_typed_config_reaches_the_same_file_and_checks() {
+    let path = temp_file("typed");
+    let cfg = mqblk::NullConfig::new()
+        .size_mb(1)
+        .irqmode(mqblk::IrqMode::None)
+        .memory_backed(true)
+        .cache_size_mb(1)
+        .cache_mode(mqblk::CacheMode::Writethrough)
+        .backing_file(Some(path.clone()));
+    let dev = Device::builder().null(cfg.clone()).build().unwrap();
+    dev.client().write_at(&[3; 4096], 8192).unwrap();
+    assert_eq!(dev.power_cut().unwrap(), 0, "write-through: nothing only cached");
+    drop(dev);
+    let spec = format!("null:size=1,memory_backed=1,irqmode=0,backing_file={}", path.display());
+    let dev = Device::open(&spec).unwrap();
+    assert_eq!(read(&mut dev.client(), 8192, 4096), vec![3; 4096], "the spec device reads the typed one's file");
+    drop(dev);
+    let no_memory = cfg.memory_backed(false).cache_size_mb(0).cache_mode(mqblk::CacheMode::Writeback);
+    let e = Device::builder().null(no_memory).build().unwrap_err().to_string();
+    assert!(e.contains("backing_file needs memory_backed=1"), "{e}");
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
