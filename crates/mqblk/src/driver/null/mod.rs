@@ -508,7 +508,7 @@ impl Driver for NullDriver {
             let _ = writeln!(out, "{}", mem.describe());
             let errors = self.medium_errors.load(Ordering::Relaxed);
             if errors > 0 {
-                let _ = writeln!(out, "null/medium_errors={errors} last: {}", self.last_medium_error.lock());
+                let _ = writeln!(out, "null/medium_errors={errors} last: {}", self.last_medium_error.lock().as_str());
             }
         }
         if !self.badblocks.is_empty() {
