@@ -1,11 +1,13 @@
-//! `struct blkioq`: one mqblk client, the requests queued on it and
-//! `blkioq_do_io`.
+//! `struct blkioq`: one mqblk client and the requests queued on it. The
+//! zone requests are in zone.rs, what is remembered of a request in flight
+//! in inflight.rs, `blkioq_do_io` in reap.rs, the exported functions in
+//! ffi.rs.
 //!
 //! Buffers: a plain buffer (and a readv/writev whose iovecs are one
 //! contiguous range) goes to mqblk as `Buf::borrowed` over the caller's
 //! memory: no copy, no allocation. Scattered iovecs go through a bounce
 //! buffer from the queue's pool (gathered before a write, scattered after a
-//! read); the pool grows to the largest such I/O once and is reused.
+//! read).
 //!
 //! Requests that fail before reaching mqblk (bad arguments, read-only
 //! instance) and requests served at once (zone reports, the zone "all"
@@ -16,15 +18,19 @@
 
 use std::collections::VecDeque;
 use std::ffi::{c_int, c_void, CString};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use mqblk::zoned::{ZoneCond, ZoneMgmt, ZoneType};
-use mqblk::{Bio, Buf, Client, Device, ReqFlags, SECTOR_SIZE};
+use mqblk::{Bio, Buf, Client, Device, ReqFlags};
 
 use crate::props::MAX_SEGMENTS;
-use crate::{fail, Failure};
 
 mod ffi;
+mod inflight;
+mod reap;
+mod zone;
+
+use inflight::{Inflight, Scatter, SLOT_BIT};
+use reap::Ready;
 
 const BLKIO_REQ_FUA: u32 = 1 << 0;
 const BLKIO_REQ_NO_UNMAP: u32 = 1 << 1;
@@ -67,38 +73,13 @@ const _: () = assert!(std::mem::offset_of!(blkio_completion, ret) == 16);
 const _: () = assert!(std::mem::size_of::<blkio_zone>() == 64);
 const _: () = assert!(std::mem::offset_of!(blkio_zone, zone_type) == 32);
 
-/// A finished request waiting for `do_io`.
-struct Ready {
-    user_data: *mut c_void,
-    ret: c_int,
-    msg: Option<CString>,
-}
-
-/// What the queue remembers of a request in flight (indexed by the
-/// mqblk `user_data`).
-#[derive(Clone, Copy)]
-struct Slot {
-    user_data: *mut c_void,
-    /// A bounced read: the iovecs to scatter the data into.
-    scatter: Option<(*const libc::iovec, usize)>,
-}
-
-const EMPTY_SLOT: Slot = Slot { user_data: std::ptr::null_mut(), scatter: None };
-
-/// An mqblk user_data with this bit set names a slot: a request with
-/// scatter state, or one whose cookie has the bit itself. Clear, it is the
-/// caller's cookie as given (user-space addresses on Linux never set it, so
-/// pointer cookies take the short path).
-const SLOT_BIT: u64 = 1 << 63;
-
 /// `struct blkioq`.
 pub struct Queue {
     client: Client,
     device: Device,
     poll: bool,
     read_only: bool,
-    slots: Vec<Slot>,
-    free_slots: Vec<u32>,
+    inflight: Inflight,
     ready: VecDeque<Ready>,
     /// `do_io` scratch: reaped from the client, then staged for the caller.
     reaped: Vec<mqblk::Completion>,
@@ -106,7 +87,6 @@ pub struct Queue {
     /// Messages of the completions the last `do_io` returned (they live
     /// until the next `do_io`).
     messages: Vec<CString>,
-    bounce_pool: Vec<Buf>,
     /// buf-alignment (the logical block size, a power of two) minus one.
     buf_align_mask: usize,
     completion_fd: c_int,
@@ -127,13 +107,11 @@ impl Queue {
             device: device.clone(),
             poll,
             read_only,
-            slots: vec![EMPTY_SLOT; capacity],
-            free_slots: (0..capacity as u32).rev().collect(),
+            inflight: Inflight::new(capacity),
             ready: VecDeque::with_capacity(capacity),
             reaped: Vec::with_capacity(capacity),
             staged: Vec::with_capacity(capacity),
             messages: Vec::new(),
-            bounce_pool: Vec::new(),
             buf_align_mask: device.limits().logical_block_size as usize - 1,
             completion_fd: -1,
             completion_fd_enabled: false,
@@ -156,16 +134,21 @@ impl Queue {
         self.complete_now(user_data, -errno, Some(msg));
     }
 
+    #[inline]
     fn check_flags(&mut self, user_data: *mut c_void, flags: u32, allowed: u32, what: &str) -> bool {
         if flags & !allowed != 0 {
-            self.refuse(
-                user_data,
-                libc::EINVAL,
-                format!("{what}: flags {flags:#x} not accepted (allowed: {allowed:#x})"),
-            );
+            self.refuse_flags(user_data, flags, allowed, what);
             return false;
         }
         true
+    }
+
+    // Out of line, so that the checks that pass cost only their compare.
+    #[cold]
+    #[inline(never)]
+    fn refuse_flags(&mut self, user_data: *mut c_void, flags: u32, allowed: u32, what: &str) {
+        let msg = format!("{what}: flags {flags:#x} not accepted (allowed: {allowed:#x})");
+        self.refuse(user_data, libc::EINVAL, msg);
     }
 
     fn check_writable(&mut self, user_data: *mut c_void, what: &str) -> bool {
@@ -177,7 +160,8 @@ impl Queue {
     }
 
     /// Hands a bio to mqblk; a refusal completes the request with its errno.
-    fn submit(&mut self, mut bio: Bio, user_data: *mut c_void, scatter: Option<(*const libc::iovec, usize)>) {
+    #[inline(always)]
+    fn submit(&mut self, mut bio: Bio, user_data: *mut c_void, scatter: Option<Scatter>) {
         if self.poll {
             bio = bio.with_flags(ReqFlags::HIPRI);
         }
@@ -188,7 +172,7 @@ impl Queue {
             // flight).
             if let Err(rejected) = self.client.submit(bio, cookie) {
                 let rejected = *rejected;
-                self.recycle(rejected.bio.buf);
+                self.inflight.recycle(rejected.bio.buf);
                 let msg = match rejected.error {
                     mqblk::SubmitError::TooManyInFlight { max } => too_many_in_flight(max),
                     ref e => e.to_string(),
@@ -197,52 +181,41 @@ impl Queue {
             }
             return;
         }
-        let Some(slot) = self.free_slots.pop() else {
-            let max = self.slots.len();
-            self.recycle(bio.buf.take());
+        let Some(slot) = self.inflight.take_slot(user_data, scatter) else {
+            let max = self.inflight.capacity();
+            self.inflight.recycle(bio.buf.take());
             return self.refuse(user_data, libc::EAGAIN, too_many_in_flight(max));
         };
-        self.slots[slot as usize] = Slot { user_data, scatter };
-        if let Err(rejected) = self.client.submit(bio, u64::from(slot) | SLOT_BIT) {
+        if let Err(rejected) = self.client.submit(bio, slot) {
             let rejected = *rejected;
-            self.free_slots.push(slot);
-            self.recycle(rejected.bio.buf);
+            self.inflight.put_slot(slot);
+            self.inflight.recycle(rejected.bio.buf);
             self.refuse(user_data, rejected.error.errno(), rejected.error.to_string());
         }
     }
 
-    /// Returns a bounce buffer to the pool (borrowed buffers just drop).
-    fn recycle(&mut self, buf: Option<Buf>) {
-        if let Some(buf) = buf.filter(|b| !b.is_borrowed()) {
-            self.bounce_pool.push(buf);
-        }
-    }
-
-    fn take_bounce(&mut self, len: usize) -> Buf {
-        match self.bounce_pool.iter().position(|b| b.capacity() >= len) {
-            Some(i) => {
-                let mut buf = self.bounce_pool.swap_remove(i);
-                buf.set_len(len);
-                buf
-            }
-            None => Buf::new(len),
-        }
-    }
-
     /// Checks a caller buffer: non-null and aligned to buf-alignment.
+    #[inline]
     fn check_buf(&self, addr: usize, len: usize, what: &str) -> Result<(), String> {
-        if addr == 0 && len > 0 {
-            return Err(format!("{what}: buffer is NULL"));
-        }
-        if (addr | len) & self.buf_align_mask != 0 {
-            return Err(format!(
-                "{what}: buffer address {addr:#x} and length {len} must be multiples of buf-alignment={}",
-                self.buf_align_mask + 1
-            ));
+        if (addr == 0 && len > 0) || (addr | len) & self.buf_align_mask != 0 {
+            return Err(self.bad_buf(addr, len, what));
         }
         Ok(())
     }
 
+    #[cold]
+    #[inline(never)]
+    fn bad_buf(&self, addr: usize, len: usize, what: &str) -> String {
+        if addr == 0 {
+            return format!("{what}: buffer is NULL");
+        }
+        format!(
+            "{what}: buffer address {addr:#x} and length {len} must be multiples of buf-alignment={}",
+            self.buf_align_mask + 1
+        )
+    }
+
+    #[inline(always)]
     fn read(&mut self, start: u64, buf: *mut u8, len: usize, user_data: *mut c_void, flags: u32) {
         if !self.check_flags(user_data, flags, 0, "blkioq_read") {
             return;
@@ -314,7 +287,7 @@ impl Queue {
             // SAFETY: one contiguous caller range, valid until completion.
             Some(base) => self.submit(Bio::read(start, unsafe { Buf::borrowed(base, total) }), user_data, None),
             None => {
-                let buf = self.take_bounce(total);
+                let buf = self.inflight.take_bounce(total);
                 self.submit(Bio::read(start, buf), user_data, Some((iov, iovcnt as usize)));
             }
         }
@@ -345,7 +318,7 @@ impl Queue {
             // a write only reads it.
             Some(base) => unsafe { Buf::borrowed(base, total) },
             None => {
-                let mut buf = self.take_bounce(total);
+                let mut buf = self.inflight.take_bounce(total);
                 let mut at = 0;
                 // SAFETY: checked above: `iovcnt` readable iovecs.
                 for v in unsafe { std::slice::from_raw_parts(iov, iovcnt as usize) } {
@@ -385,7 +358,7 @@ impl Queue {
                 format!("blkioq_write_zeroes: {len} bytes exceed the largest request ({} bytes)", mqblk::MAX_BIO_BYTES);
             return self.refuse(user_data, libc::EINVAL, msg);
         };
-        let mut buf = self.take_bounce(len);
+        let mut buf = self.inflight.take_bounce(len);
         buf.fill(0);
         self.submit(Bio::write(start, buf).with_flags(fua(flags)), user_data, None);
     }
@@ -401,322 +374,10 @@ impl Queue {
             self.submit(Bio::flush(), user_data, None);
         }
     }
-
-    fn zone_mgmt(&mut self, mgmt: ZoneMgmt, offset: u64, user_data: *mut c_void, flags: u32) {
-        let what = format!("blkioq_{}_zone", mgmt.name().to_lowercase());
-        if self.check_flags(user_data, flags, 0, &what) && self.check_writable(user_data, &what) {
-            self.submit(Bio::zone_mgmt(mgmt, offset), user_data, None);
-        }
-    }
-
-    /// Open, close or finish every zone in a condition `mgmt` applies to
-    /// (mqblk has only reset-all as one op): one op per zone, waited for
-    /// here, the request completing once all are done.
-    fn zone_mgmt_all(&mut self, mgmt: ZoneMgmt, user_data: *mut c_void, flags: u32) {
-        let what = format!("blkioq_{}_all_zones", mgmt.name().to_lowercase());
-        if !self.check_flags(user_data, flags, 0, &what) || !self.check_writable(user_data, &what) {
-            return;
-        }
-        if mgmt == ZoneMgmt::Reset {
-            return self.submit(Bio::zone_reset_all(), user_data, None);
-        }
-        let zones = match self.device.limits().zoned {
-            Some(z) => self.device.report_zones(0, z.nr_zones as usize),
-            None => return self.refuse(user_data, libc::ENOTSUP, format!("{what}: the device is not zoned")),
-        };
-        let zones = match zones {
-            Ok(zones) => zones,
-            Err(e) => return self.refuse(user_data, e.errno(), format!("{what}: {e}")),
-        };
-        let applies = |c: ZoneCond| match mgmt {
-            ZoneMgmt::Close => c.is_open(),
-            ZoneMgmt::Finish => c.is_active(),
-            ZoneMgmt::Open => c == ZoneCond::Closed,
-            ZoneMgmt::Reset => unreachable!("handled above"),
-        };
-        for z in zones.iter().filter(|z| z.ztype != ZoneType::Conventional && applies(z.cond)) {
-            let offset = z.start * SECTOR_SIZE;
-            match self.client.submit_and_wait_completion(Bio::zone_mgmt(mgmt, offset)) {
-                Ok(c) if c.status.is_ok() => {}
-                Ok(c) => {
-                    return self.refuse(
-                        user_data,
-                        c.status.errno(),
-                        format!("{what}: zone at {offset}: {}", c.status.name()),
-                    )
-                }
-                Err(e) => return self.refuse(user_data, e.errno(), format!("{what}: zone at {offset}: {e}")),
-            }
-        }
-        self.complete_now(user_data, 0, None);
-    }
-
-    /// # Safety
-    /// `zones` is null or points to `nr_zones` writable zones.
-    unsafe fn report_zones(
-        &mut self,
-        offset: u64,
-        zones: *mut blkio_zone,
-        nr_zones: u32,
-        user_data: *mut c_void,
-        flags: u32,
-    ) {
-        if !self.check_flags(user_data, flags, 0, "blkioq_report_zones") {
-            return;
-        }
-        if zones.is_null() && nr_zones > 0 {
-            return self.refuse(user_data, libc::EINVAL, "blkioq_report_zones: zones is NULL".into());
-        }
-        let report = match self.device.report_zones(offset, nr_zones as usize) {
-            Ok(report) => report,
-            Err(e) => return self.refuse(user_data, e.errno(), format!("blkioq_report_zones at {offset}: {e}")),
-        };
-        for (i, z) in report.iter().enumerate() {
-            let out = blkio_zone {
-                start: z.start * SECTOR_SIZE,
-                len: z.len * SECTOR_SIZE,
-                capacity: z.capacity * SECTOR_SIZE,
-                write_pointer: z.wp * SECTOR_SIZE,
-                zone_type: match z.ztype {
-                    ZoneType::Conventional => 0x1,
-                    ZoneType::SeqWriteRequired => 0x2,
-                },
-                zone_state: z.cond as u8,
-                reset: 0,
-                reserved_: [0; 29],
-            };
-            // SAFETY: i < report.len() <= nr_zones, writable by the contract.
-            unsafe { zones.add(i).write(out) };
-        }
-        self.complete_now(user_data, report.len() as c_int, None);
-    }
-
-    /// Settles a reaped completion: recycles its slot, scatters a bounced
-    /// read, recycles the bounce buffer. Returns the caller's cookie, ret
-    /// and, for a failure, the message.
-    fn settle(&mut self, c: &mut mqblk::Completion) -> (*mut c_void, c_int, Option<CString>) {
-        let slot = if c.user_data & SLOT_BIT == 0 {
-            Slot { user_data: c.user_data as *mut c_void, scatter: None }
-        } else {
-            let index = (c.user_data & !SLOT_BIT) as u32;
-            self.free_slots.push(index);
-            std::mem::replace(&mut self.slots[index as usize], EMPTY_SLOT)
-        };
-        if let (Some((iov, iovcnt)), Some(buf), true) = (slot.scatter, c.buf.as_ref(), c.status.is_ok()) {
-            let mut at = 0;
-            // SAFETY: the caller keeps the iovec array and its buffers valid
-            // until this completion is returned (checked at submission).
-            for v in unsafe { std::slice::from_raw_parts(iov, iovcnt) } {
-                // SAFETY: each segment is writable for its length.
-                unsafe { std::ptr::copy_nonoverlapping(buf[at..].as_ptr(), v.iov_base.cast::<u8>(), v.iov_len) };
-                at += v.iov_len;
-            }
-        }
-        self.recycle(c.buf.take());
-        match c.status.errno() {
-            0 => (slot.user_data, 0, None),
-            errno => {
-                let msg = CString::new(format!("I/O failed: {}", c.status.name())).unwrap_or_default();
-                (slot.user_data, -errno, Some(msg))
-            }
-        }
-    }
-
-    fn outstanding(&self) -> usize {
-        self.client.in_flight() + self.ready.len()
-    }
-
-    /// Collects up to `max` completions, at least `min` unless `deadline`
-    /// passes: first those waiting in `ready` (moved to `staged`), then
-    /// the client's (appended to `reaped`, settled only when handed out,
-    /// so the common case, nothing in `ready`, copies each completion
-    /// once: from the client's ring to the caller's array).
-    fn gather(&mut self, min: usize, max: usize, deadline: Option<Instant>) -> Result<(), Failure> {
-        while self.staged.len() + self.reaped.len() < max {
-            let Some(r) = self.ready.pop_front() else { break };
-            self.staged.push(r);
-        }
-        let have = self.staged.len() + self.reaped.len();
-        let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        let result = self.client.do_io(&mut self.reaped, min.saturating_sub(have), max - have, timeout);
-        result.map(drop).or_else(|e| fail(e.errno(), format!("blkioq_do_io: {e}")))
-    }
-
-    /// Puts everything gathered back at the head of `ready`, in order, for
-    /// the next `do_io` (nothing is lost when a call fails or times out).
-    fn unstage(&mut self) {
-        let mut reaped = std::mem::take(&mut self.reaped);
-        for mut c in reaped.drain(..).rev() {
-            let (user_data, ret, msg) = self.settle(&mut c);
-            self.ready.push_front(Ready { user_data, ret, msg });
-        }
-        self.reaped = reaped;
-        while let Some(r) = self.staged.pop() {
-            self.ready.push_front(r);
-        }
-    }
-
-    fn do_io(
-        &mut self,
-        out: *mut blkio_completion,
-        min: c_int,
-        max: c_int,
-        timeout: *mut libc::timespec,
-        sig: Option<&libc::sigset_t>,
-    ) -> Result<c_int, Failure> {
-        if min < 0 || max < min {
-            return fail(libc::EINVAL, format!("blkioq_do_io: min_completions={min}, max_completions={max}"));
-        }
-        if out.is_null() && max > 0 {
-            return fail(libc::EINVAL, "blkioq_do_io: completions is NULL but max_completions > 0");
-        }
-        if min as usize > self.outstanding() {
-            return fail(
-                libc::EINVAL,
-                format!("blkioq_do_io: min_completions={min} exceeds the {} requests outstanding", self.outstanding()),
-            );
-        }
-        // SAFETY: null or a timespec the caller lets us read and update.
-        let timeout = unsafe { timeout.as_mut() };
-        let deadline = match &timeout {
-            Some(t) if t.tv_sec < 0 || !(0..1_000_000_000).contains(&t.tv_nsec) => {
-                return fail(libc::EINVAL, "blkioq_do_io: timeout is not a valid timespec");
-            }
-            // The clock is read only when there is a timeout to keep.
-            Some(t) => Some(Instant::now() + Duration::new(t.tv_sec as u64, t.tv_nsec as u32)),
-            None => None,
-        };
-        if !self.messages.is_empty() {
-            self.messages.clear();
-        }
-        let (min, max) = (min as usize, max as usize);
-        if deadline.is_none() && sig.is_none() && self.ready.is_empty() {
-            return self.do_io_direct(out, min, max);
-        }
-        let result = match sig {
-            None => self.gather(min, max, deadline),
-            Some(sig) => self.gather_interruptible(min, max, deadline, sig),
-        };
-        if let Some(t) = timeout {
-            let left = deadline.map_or(Duration::ZERO, |d| d.saturating_duration_since(Instant::now()));
-            t.tv_sec = left.as_secs() as libc::time_t;
-            t.tv_nsec = libc::c_long::from(left.subsec_nanos() as i32);
-        }
-        let n = self.staged.len() + self.reaped.len();
-        if result.is_err() || n < min {
-            self.unstage();
-            result?;
-            return fail(libc::ETIME, format!("blkioq_do_io: timed out with fewer than {min} completions"));
-        }
-        let mut i = 0;
-        let mut staged = std::mem::take(&mut self.staged);
-        for r in staged.drain(..) {
-            let error_msg = self.keep_message(r.msg);
-            // SAFETY: i < n <= max, and `out` holds max writable completions.
-            unsafe { out.add(i).write(completion(r.user_data, r.ret, error_msg)) };
-            i += 1;
-        }
-        self.staged = staged;
-        let mut reaped = std::mem::take(&mut self.reaped);
-        for mut c in reaped.drain(..) {
-            let (user_data, ret, msg) = self.settle(&mut c);
-            let error_msg = self.keep_message(msg);
-            // SAFETY: as above.
-            unsafe { out.add(i).write(completion(user_data, ret, error_msg)) };
-            i += 1;
-        }
-        self.reaped = reaped;
-        Ok(n as c_int)
-    }
-
-    /// `do_io` without a timeout, a signal mask or requests completed at
-    /// submission (the common case): the client's completions go straight
-    /// to the caller's array, each settled as it is written.
-    fn do_io_direct(&mut self, out: *mut blkio_completion, min: usize, max: usize) -> Result<c_int, Failure> {
-        debug_assert!(self.reaped.is_empty() && self.staged.is_empty());
-        let n = match self.client.do_io(&mut self.reaped, min, max, None) {
-            Ok(n) => n,
-            Err(e) => {
-                self.unstage();
-                return fail(e.errno(), format!("blkioq_do_io: {e}"));
-            }
-        };
-        let mut reaped = std::mem::take(&mut self.reaped);
-        for (i, c) in reaped.iter_mut().enumerate() {
-            let (user_data, ret, msg) = self.settle(c);
-            let error_msg = if msg.is_some() { self.keep_message(msg) } else { std::ptr::null() };
-            // SAFETY: i < n <= max, and `out` holds max writable completions.
-            unsafe { out.add(i).write(completion(user_data, ret, error_msg)) };
-        }
-        reaped.clear();
-        self.reaped = reaped;
-        Ok(n as c_int)
-    }
-
-    /// Keeps a completion's message alive until the next `do_io`; returns
-    /// the pointer the caller sees (null for none).
-    fn keep_message(&mut self, msg: Option<CString>) -> *const libc::c_char {
-        match msg {
-            Some(m) => {
-                self.messages.push(m);
-                self.messages.last().map_or(std::ptr::null(), |m| m.as_ptr())
-            }
-            None => std::ptr::null(),
-        }
-    }
-
-    /// As `gather`, waiting in short slices and returning EINTR once a
-    /// signal that `sig` unblocks is pending (delivering it under `sig`).
-    fn gather_interruptible(
-        &mut self,
-        min: usize,
-        max: usize,
-        deadline: Option<Instant>,
-        sig: &libc::sigset_t,
-    ) -> Result<(), Failure> {
-        loop {
-            if signal_pending_under(sig) {
-                return fail(libc::EINTR, "blkioq_do_io_interruptible: interrupted by a signal");
-            }
-            let slice = Instant::now() + SIGNAL_CHECK_SLICE;
-            let until = deadline.map_or(slice, |d| d.min(slice));
-            self.gather(min, max, Some(until))?;
-            if self.staged.len() + self.reaped.len() >= min || deadline.is_some_and(|d| Instant::now() >= d) {
-                return Ok(());
-            }
-        }
-    }
-}
-
-/// Is a signal pending that the mask `sig` would let through? If so,
-/// install `sig` for a moment so the signal is delivered (its handler
-/// runs), as ppoll would, then restore the thread's mask.
-fn signal_pending_under(sig: &libc::sigset_t) -> bool {
-    // SAFETY: sigset_t is plain data; sigpending and sigismember only read
-    // and write these local sets.
-    unsafe {
-        let mut pending: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut pending);
-        if libc::sigpending(&mut pending) != 0 {
-            return false;
-        }
-        let deliverable =
-            (1..libc::SIGRTMAX()).any(|s| libc::sigismember(&pending, s) == 1 && libc::sigismember(sig, s) == 0);
-        if deliverable {
-            let mut old: libc::sigset_t = std::mem::zeroed();
-            libc::pthread_sigmask(libc::SIG_SETMASK, sig, &mut old);
-            libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-        }
-        deliverable
-    }
 }
 
 fn too_many_in_flight(max: usize) -> String {
     format!("the queue already has {max} requests in flight: reap some with blkioq_do_io")
-}
-
-fn completion(user_data: *mut c_void, ret: c_int, error_msg: *const libc::c_char) -> blkio_completion {
-    blkio_completion { user_data, error_msg, ret, reserved_: [0; 12] }
 }
 
 fn fua(flags: u32) -> ReqFlags {

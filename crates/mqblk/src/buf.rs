@@ -67,6 +67,7 @@ impl Buf {
     /// not accessed through any other pointer: the block layer reads it
     /// (writes) or fills it (reads) from whichever thread completes the I/O.
     /// `ptr` may be null only if `len` is 0.
+    #[inline]
     pub unsafe fn borrowed(ptr: *mut u8, len: usize) -> Self {
         let ptr =
             if len == 0 { NonNull::dangling() } else { NonNull::new(ptr).expect("Buf::borrowed of a null pointer") };
@@ -74,8 +75,22 @@ impl Buf {
     }
 
     /// Does this buffer borrow the caller's memory (`Buf::borrowed`)?
+    #[inline]
     pub fn is_borrowed(&self) -> bool {
         self.borrowed
+    }
+
+    /// Ends a buffer made by [`Buf::borrowed`] without running its drop
+    /// glue (there is nothing to free; on a hot path the glue is a call);
+    /// any other buffer comes back as `Err`.
+    #[inline]
+    pub fn end_borrow(self) -> Result<(), Buf> {
+        if self.borrowed {
+            debug_assert!(self.fixed.is_none());
+            std::mem::forget(self);
+            return Ok(());
+        }
+        Err(self)
     }
 
     /// A slot of a registered region (fixed.rs hands each slot out once).
@@ -119,7 +134,11 @@ impl Buf {
 }
 
 impl Drop for Buf {
+    #[inline]
     fn drop(&mut self) {
+        if self.borrowed {
+            return; // the caller's memory: nothing to give back
+        }
         if let Some(region) = self.fixed.take() {
             return region.give_back(self.ptr);
         }

@@ -58,7 +58,7 @@ impl Client {
         self.submit_inner(bio, 0, ORIGIN_BLOCKING, false).map_err(|r| Error::Submit(r.error))?;
         let mut scratch = Vec::new();
         loop {
-            let n = self.reap_ring(&mut scratch, usize::MAX);
+            let n = self.reap_ring(&mut |c| scratch.push(c), usize::MAX);
             self.backlog.extend(scratch.drain(..n));
             if let Some(done) = self.blocking_done.take() {
                 self.in_flight -= 1;

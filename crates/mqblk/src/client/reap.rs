@@ -34,6 +34,22 @@ impl Client {
         max: usize,
         timeout: Option<Duration>,
     ) -> Result<usize, Error> {
+        self.do_io_each(min, max, timeout, |c| out.push(c))
+    }
+
+    /// As [`do_io`](Self::do_io), handing each completion to `each` as it
+    /// is reaped instead of collecting them: for a caller that keeps its
+    /// own array (the C library writes straight into the caller's
+    /// `struct blkio_completion` array, with no vector in between). On an
+    /// error nothing has been reaped.
+    #[inline]
+    pub fn do_io_each(
+        &mut self,
+        min: usize,
+        max: usize,
+        timeout: Option<Duration>,
+        mut each: impl FnMut(Completion),
+    ) -> Result<usize, Error> {
         if min > max || min > self.in_flight {
             return Err(Error::Io(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
@@ -49,13 +65,13 @@ impl Client {
             }
         }
         let mut got = 0;
-        while got < max {
-            let Some(c) = self.backlog.pop_front() else { break };
-            out.push(c);
-            got += 1;
+        if !self.backlog.is_empty() {
+            // Through `dyn`, so that `each` has one static call site (in
+            // reap_ring) and can be inlined there.
+            got = self.drain_backlog(&mut each, max);
         }
         loop {
-            got += self.reap_ring(out, max - got);
+            got += self.reap_ring(&mut each, max - got);
             if got >= min || got == max {
                 break; // min == 0 makes this a pure poll
             }
@@ -73,9 +89,21 @@ impl Client {
         Ok(got)
     }
 
-    /// Moves up to `max` user completions from the ring into `out`.
+    /// Hands up to `max` completions of blocking calls' backlog to `each`.
+    #[cold]
+    fn drain_backlog(&mut self, each: &mut dyn FnMut(Completion), max: usize) -> usize {
+        let mut got = 0;
+        while got < max {
+            let Some(c) = self.backlog.pop_front() else { break };
+            each(c);
+            got += 1;
+        }
+        got
+    }
+
+    /// Hands up to `max` user completions from the ring to `each`.
     #[inline]
-    pub(super) fn reap_ring(&mut self, out: &mut Vec<Completion>, max: usize) -> usize {
+    pub(super) fn reap_ring(&mut self, each: &mut impl FnMut(Completion), max: usize) -> usize {
         let mut got = 0;
         while got < max {
             // SAFETY: `&mut self`: this client is the ring's only consumer.
@@ -96,7 +124,7 @@ impl Client {
                 self.blocking_done = Some(c);
                 continue;
             }
-            out.push(c);
+            each(c);
             got += 1;
         }
         got
