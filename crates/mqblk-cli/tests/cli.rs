@@ -41,6 +41,34 @@ fn number_ios_runs_exactly_that_many() {
 }
 
 #[test]
+fn total_latency_percentiles_only_with_lat_percentiles_as_in_fio() {
+    let run = |extra: &str| {
+        let mut args = vec!["--device", "null:gb=1,irqmode=0", "--name=l", "--rw=randread", "--number_ios=2000"];
+        args.extend(extra.split_whitespace());
+        bench_json(&args)["jobs"][0]["read"].clone()
+    };
+    let plain = run("");
+    assert!(plain["clat_ns"]["percentile"]["50.000000"].as_u64().is_some(), "clat percentiles by default");
+    assert!(
+        plain["lat_ns"].get("percentile").is_none(),
+        "no total-latency percentiles by default: {}",
+        plain["lat_ns"]
+    );
+    assert_eq!(plain["lat_ns"]["N"], 2000, "the total latency's summary is kept");
+    let with = run("--lat_percentiles=1");
+    let lat = &with["lat_ns"];
+    let p99 = lat["percentile"]["99.000000"].as_u64().expect("lat percentiles with lat_percentiles=1");
+    assert!(p99 >= lat["min"].as_u64().unwrap() && p99 <= lat["max"].as_u64().unwrap() * 2, "{lat}");
+    let bad = mqblk(&["bench", "--device", "null:gb=1", "--name=x", "--lat_percentiles=maybe", "--number_ios=1"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("lat_percentiles"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+}
+
+#[test]
 fn io_size_loops_over_a_smaller_region_and_number_ios_still_stops_it() {
     // 1 MiB region of 4k blocks (256), io_size 4 MiB: fio loops over the
     // region until 1024 I/Os are done; number_ios ends it earlier.

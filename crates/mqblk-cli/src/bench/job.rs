@@ -164,6 +164,8 @@ struct JobLoop<'a> {
     complete_max: usize,
     /// Clock reads per I/O (not `gtod_reduce`).
     timed: bool,
+    /// Total-latency histogram (`lat_percentiles`).
+    lat_hist: bool,
     io_limit_bytes: u64,
     io_limit_count: u64,
     hipri: ReqFlags,
@@ -245,6 +247,7 @@ impl<'a> JobLoop<'a> {
             complete_min: opts.iodepth_batch_complete_min.max(1),
             complete_max: opts.complete_max(),
             timed: !opts.gtod_reduce,
+            lat_hist: opts.lat_percentiles,
             io_limit_bytes: if opts.time_based { u64::MAX } else { opts.io_size.unwrap_or(region_len) },
             io_limit_count: if opts.number_ios == 0 { u64::MAX } else { opts.number_ios },
             hipri,
@@ -268,8 +271,6 @@ impl<'a> JobLoop<'a> {
     /// function) rather than behind pointers.
     #[inline(always)]
     fn run(&self, client: &mut Client, ctrl: &Control, io: &mut IoState, p: &mut Progress) -> Result<(), String> {
-        // One reap's completions.
-        let mut done: Vec<Completion> = Vec::with_capacity(self.depth);
         loop {
             let phase = ctrl.phase.load(Ordering::Acquire);
             if !p.measuring && phase != PHASE_RAMP {
@@ -286,7 +287,7 @@ impl<'a> JobLoop<'a> {
                 }
                 break;
             }
-            self.reap(client, &mut done, in_flight, io, p)?;
+            self.reap(client, in_flight, io, p)?;
             self.publish(io, p);
         }
         Ok(())
@@ -430,26 +431,19 @@ impl<'a> JobLoop<'a> {
     }
 
     /// Reaps at least `iodepth_batch_complete_min` (at most what is in
-    /// flight) and at most `iodepth_batch_complete_max` completions; one
-    /// clock read stamps them all.
+    /// flight) and at most `iodepth_batch_complete_max` completions,
+    /// accounting each as it is reaped (no vector in between); one clock
+    /// read, at the first completion, stamps them all.
     #[inline(always)]
-    fn reap(
-        &self,
-        client: &mut Client,
-        done: &mut Vec<Completion>,
-        in_flight: usize,
-        io: &mut IoState,
-        p: &mut Progress,
-    ) -> Result<(), String> {
+    fn reap(&self, client: &mut Client, in_flight: usize, io: &mut IoState, p: &mut Progress) -> Result<(), String> {
         let min = self.complete_min.min(in_flight);
-        done.clear();
+        let mut now = None;
         client
-            .do_io(done, min, self.complete_max, None)
+            .do_io_each(min, self.complete_max, None, |c| {
+                let t = if self.timed { *now.get_or_insert_with(|| self.clock.now_ns()) } else { 0 };
+                self.account(c, t, io, p);
+            })
             .map_err(|e| format!("job '{}': do_io: {e}", self.opts.name))?;
-        let now = if self.timed { self.clock.now_ns() } else { 0 };
-        for c in done.drain(..) {
-            self.account(c, now, io, p);
-        }
         Ok(())
     }
 
@@ -470,7 +464,7 @@ impl<'a> JobLoop<'a> {
             stats.bytes += bs;
             if self.timed {
                 let clat = now.saturating_sub(slot.issue_ns + slot.slat_ns);
-                stats.record_latency(slot.slat_ns, clat);
+                stats.record_latency(slot.slat_ns, clat, self.lat_hist);
             }
         } else {
             stats.errors += 1;

@@ -52,6 +52,7 @@ pub const JOB_OPTIONS: &[&str] = &[
     "group_reporting",
     "randseed",
     "gtod_reduce",
+    "lat_percentiles",
     "clocksource",
     "plug",
     "plug_per_io",
@@ -166,6 +167,9 @@ pub struct JobOptions {
     pub group_reporting: bool,
     pub randseed: u64,
     pub gtod_reduce: bool,
+    /// fio's `lat_percentiles`: total-latency percentiles too (default 0,
+    /// as fio: completion-latency percentiles only).
+    pub lat_percentiles: bool,
     /// Timestamps from the TSC (fio's clocksource=cpu) or clock_gettime;
     /// None: fio's default (the TSC when reliable).
     pub clocksource: Option<mqblk::ClockSource>,
@@ -240,6 +244,7 @@ impl JobOptions {
             group_reporting: false,
             randseed: 0x89,
             gtod_reduce: false,
+            lat_percentiles: false,
             clocksource: None,
             plug: true,
             plug_per_io: true,

@@ -106,7 +106,9 @@ fn dir_json(e: &Entry, d: &DirStats, samples: &Samples, timed: bool) -> Value {
         let pct: Map<String, Value> =
             PERCENTILES.iter().map(|p| (format!("{p:.6}"), json!(d.percentile(*p)))).collect();
         clat.insert("percentile".into(), Value::Object(pct));
-        // As fio with lat_percentiles=1: total latency, tag waits included.
+    }
+    if timed && d.ios > 0 && e.opts.lat_percentiles {
+        // Total latency, tag waits included.
         let pct: Map<String, Value> =
             PERCENTILES.iter().map(|p| (format!("{p:.6}"), json!(d.lat_percentile(*p)))).collect();
         lat.insert("percentile".into(), Value::Object(pct));

@@ -131,6 +131,7 @@ impl JobOptions {
             "group_reporting" => self.group_reporting = parse_flag(key, value)?,
             "randseed" => self.randseed = parse_int(key, v()?, 0, u64::MAX)?,
             "gtod_reduce" => self.gtod_reduce = parse_flag(key, value)?,
+            "lat_percentiles" => self.lat_percentiles = parse_flag(key, value)?,
             "clocksource" => {
                 use mqblk::ClockSource;
                 let accepted = [

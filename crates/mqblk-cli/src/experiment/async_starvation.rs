@@ -166,7 +166,9 @@ fn case_args(case: &Case, shape: &Shape) -> Vec<String> {
         }
         args.push(format!("--numjobs={}", shape.writers));
     }
-    args.extend(["--name=app", "--rw=randread", "--bs=4k", "--iodepth=1", "--exitall"].map(String::from));
+    args.extend(
+        ["--name=app", "--rw=randread", "--bs=4k", "--iodepth=1", "--exitall", "--lat_percentiles=1"].map(String::from),
+    );
     args.push(format!("--number_ios={}", shape.reads));
     args.push(format!("--startdelay={}", shape.delay));
     args

@@ -225,7 +225,15 @@ fn grid_cells(
         let (design, keys, hipri) = variants[v];
         let mut args: Vec<String> = vec!["--device".into(), place.device(keys, place.jobs)];
         args.extend(
-            ["--name=poll", "--ioengine=pvsync2", "--iodepth=1", "--time_based", "--group_reporting"].map(String::from),
+            [
+                "--name=poll",
+                "--ioengine=pvsync2",
+                "--iodepth=1",
+                "--time_based",
+                "--group_reporting",
+                "--lat_percentiles=1",
+            ]
+            .map(String::from),
         );
         args.extend([
             format!("--rw={rw}"),
@@ -258,7 +266,8 @@ fn mixed_cells(opts: &Options, place: &Placement, runtime: &str) -> Result<Vec<C
         let (design, keys) = DESIGNS[v];
         let mut args: Vec<String> = vec!["--device".into(), place.device(keys, 1)];
         args.extend(
-            ["--ioengine=pvsync2", "--iodepth=1", "--time_based", "--rw=randread", "--bs=4k"].map(String::from),
+            ["--ioengine=pvsync2", "--iodepth=1", "--time_based", "--rw=randread", "--bs=4k", "--lat_percentiles=1"]
+                .map(String::from),
         );
         args.push(format!("--runtime={runtime}"));
         args.extend(["--name=hipri", "--hipri=1", "--name=plain", "--hipri=0"].map(String::from));
