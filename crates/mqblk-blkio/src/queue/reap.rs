@@ -145,14 +145,20 @@ impl Queue {
         debug_assert!(self.reaped.is_empty() && self.staged.is_empty());
         let Self { client, inflight, messages, .. } = self;
         let mut i = 0;
-        let result = client.do_io_each(min, max, None, |mut c| {
-            let (user_data, ret, msg) = inflight.settle(&mut c);
-            let error_msg = keep_message(messages, msg);
-            assert!(i < max, "the client handed out more than max completions");
-            // SAFETY: i < max, and `out` holds max writable completions.
-            unsafe { out.add(i).write(completion(user_data, ret, error_msg)) };
-            i += 1;
-        });
+        let result = client.do_io_each(
+            min,
+            max,
+            None,
+            #[inline(always)]
+            |mut c| {
+                let (user_data, ret, msg) = inflight.settle(&mut c);
+                let error_msg = keep_message(messages, msg);
+                assert!(i < max, "the client handed out more than max completions");
+                // SAFETY: i < max, and `out` holds max writable completions.
+                unsafe { out.add(i).write(completion(user_data, ret, error_msg)) };
+                i += 1;
+            },
+        );
         match result {
             Ok(n) => {
                 debug_assert_eq!(n, i);
