@@ -5,7 +5,10 @@
 # beside them, checked against the counts recorded in BENCHMARKS.md
 # ("perf-gate JOB COUNT" lines). Fails when a job costs more than 2% over
 # its record; says so when one is more than 2% under (then record the new
-# count). The test command (scripts/test-all.sh) runs it.
+# count). The same for the C library (issue 19): 4 KiB reads at QD1
+# through libblkio's API (crates/mqblk-blkio/bench/qd1.c) against the same
+# loop on a Rust `Client` (examples/qd1_native.rs), which must cost at most
+# 10% more. The test command (scripts/test-all.sh) runs it.
 #
 #   scripts/perf-gate.sh [--record]     --record prints the lines to paste
 #
@@ -29,8 +32,10 @@ short=${PERF_GATE_SHORT:-100000} long=${PERF_GATE_LONG:-500000}
 tolerance=${PERF_GATE_TOLERANCE_PCT:-2}
 [ "$long" -gt "$short" ] || die "PERF_GATE_LONG must exceed PERF_GATE_SHORT"
 command -v valgrind > /dev/null || die "needs valgrind (apt-get install valgrind)"
+command -v cc > /dev/null || die "needs a C compiler (apt-get install gcc)"
 command -v fio > /dev/null || die "needs fio (apt-get install fio)"
 cargo build --release -q -p mqblk-cli
+cargo build --release -q -p mqblk-blkio --lib --example qd1_native
 mqblk=target/release/mqblk
 device=null:gb=1,irqmode=0,hw_queue_depth=128
 work=$(mktemp -d)
@@ -78,6 +83,21 @@ per_io() {
   awk -v a="$a" -v b="$b" -v n=$((long - short)) 'BEGIN { printf "%.1f\n", (b - a) / n }'
 }
 
+# check JOB COUNT: the verdict against JOB's record (status 1 if it regressed
+# or has none).
+check() {
+  local rec verdict="no record"
+  rec=$(awk -v j="$1" '$1 == "perf-gate" && $2 == j { print $3 }' BENCHMARKS.md | tail -1)
+  if [ -n "$rec" ]; then
+    verdict=$(awk -v m="$2" -v r="$rec" -v t="$tolerance" 'BEGIN {
+      d = (m - r) / r * 100
+      if (d > t) printf "REGRESSED %+.1f%%", d
+      else if (d < -t) printf "improved %+.1f%%: record it", d
+      else printf "ok %+.1f%%", d }')
+  fi
+  echo "${rec:--}|$verdict"
+}
+
 echo "perf-gate: $(git rev-parse --short HEAD)$(git diff --quiet || echo +dirty), device $device, ($long - $short) I/Os, tolerance ${tolerance}%"
 printf '%-28s %10s %10s %10s %8s  %s\n' job mqblk recorded "fio null" "fio/mq" verdict
 status=0
@@ -85,25 +105,47 @@ lines=()
 for job in "${jobs[@]}"; do
   m=$(per_io mqblk "$job")
   f=$(per_io fio "$job")
-  rec=$(awk -v j="$job" '$1 == "perf-gate" && $2 == j { print $3 }' BENCHMARKS.md | tail -1)
-  verdict="no record"
-  if [ -n "$rec" ]; then
-    verdict=$(awk -v m="$m" -v r="$rec" -v t="$tolerance" 'BEGIN {
-      d = (m - r) / r * 100
-      if (d > t) printf "REGRESSED %+.1f%%", d
-      else if (d < -t) printf "improved %+.1f%%: record it", d
-      else printf "ok %+.1f%%", d }')
-    case $verdict in REGRESSED*) status=1 ;; esac
-  else
-    status=1
-  fi
-  printf '%-28s %10s %10s %10s %8s  %s\n' "$job" "$m" "${rec:--}" "$f" "$(awk -v f="$f" -v m="$m" 'BEGIN { printf "%.2f", f / m }')" "$verdict"
+  IFS='|' read -r rec verdict <<< "$(check "$job" "$m")"
+  case $verdict in REGRESSED* | "no record") status=1 ;; esac
+  printf '%-28s %10s %10s %10s %8s  %s\n' "$job" "$m" "$rec" "$f" "$(awk -v f="$f" -v m="$m" 'BEGIN { printf "%.2f", f / m }')" "$verdict"
   lines+=("perf-gate $job $m")
 done
+
+# The C layer: (60,000 - 20,000) reads at QD1 of each program (both check
+# every completion and exit non-zero on a failure, which fails the gate).
+# qd1_per_io CMD...: instructions per I/O, @N@ in CMD standing for the count.
+qd1_per_io() {
+  local n a b
+  for n in 20000 60000; do
+    valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" "${@//@N@/$n}" > /dev/null 2> "$work/run.err" ||
+      { cat "$work/run.err" >&2; die "failed under callgrind: ${*//@N@/$n}"; }
+    if [ "$n" = 20000 ]; then a=$(awk '/^(summary|totals):/ { print $2; exit }' "$work/cg.out");
+    else b=$(awk '/^(summary|totals):/ { print $2; exit }' "$work/cg.out"); fi
+  done
+  awk -v a="$a" -v b="$b" 'BEGIN { printf "%.1f\n", (b - a) / 40000 }'
+}
+cc -O2 crates/mqblk-blkio/bench/qd1.c -o "$work/qd1" -I"$PWD/crates/mqblk-blkio/include" \
+  -L"$PWD/target/release" -lblkio -Wl,-rpath,"$PWD/target/release"
+rust=$(qd1_per_io target/release/examples/qd1_native null:gb=1,irqmode=0 @N@)
+capi=$(qd1_per_io "$work/qd1" null:gb=1,irqmode=0 @N@ buf)
+for row in "c-api-qd1 $capi" "rust-client-qd1 $rust"; do
+  read -r job m <<< "$row"
+  IFS='|' read -r rec verdict <<< "$(check "$job" "$m")"
+  case $verdict in REGRESSED* | "no record") status=1 ;; esac
+  printf '%-28s %10s %10s %10s %8s  %s\n' "$job" "$m" "$rec" - - "$verdict"
+  lines+=("perf-gate $job $m")
+done
+ratio=$(awk -v c="$capi" -v r="$rust" 'BEGIN { printf "%.3f", c / r }')
+if awk -v x="$ratio" 'BEGIN { exit !(x <= 1.10) }'; then
+  echo "C layer: $capi / $rust = $ratio of the Rust client's instructions (bound 1.10): ok"
+else
+  echo "C layer: $capi / $rust = $ratio of the Rust client's instructions: OVER the 1.10 bound" >&2
+  status=1
+fi
 if [ "$record" = 1 ]; then
   echo "lines for BENCHMARKS.md:"
   printf '%s\n' "${lines[@]}"
   exit 0
 fi
-[ "$status" = 0 ] || echo "perf-gate: FAILED (a job regressed by more than ${tolerance}%, or has no record in BENCHMARKS.md)" >&2
+[ "$status" = 0 ] || echo "perf-gate: FAILED (a job regressed by more than ${tolerance}%, has no record in BENCHMARKS.md, or the C layer is over its bound)" >&2
 exit "$status"
