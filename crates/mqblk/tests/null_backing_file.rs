@@ -98,6 +98,36 @@ fn a_new_device_on_the_file_gets_exactly_the_durable_state() {
 }
 
 #[test]
+fn the_last_handle_to_go_releases_the_file_before_its_drop_returns() {
+    // A 1 ms timeout tick keeps the queue's worker thread taking the queue
+    // for a moment over and over. Before the last user shut the queue down
+    // itself, the worker could be left holding the last reference, and the
+    // file would still be locked when the user's drop returned. That window
+    // is too narrow to hit here reliably (this test passed without the fix
+    // too); Miri's scheduler hit it deterministically (tests/zoned.rs
+    // `zone_append_from_several_clients...` under Tree Borrows: "the main
+    // thread terminated without waiting for all remaining threads"). This
+    // test keeps the behaviour the fix promises: reopen right after drop.
+    let path = temp_file("last-handle");
+    let spec = format!("null:size=1,memory_backed=1,io_timeout=1,backing_file={}", path.display());
+    for round in 0..30u8 {
+        let dev = Device::open(&spec).unwrap_or_else(|e| panic!("round {round}: reopen: {e}"));
+        let mut c = dev.client();
+        c.write_at(&[round; 4096], 0).unwrap();
+        assert_eq!(read(&mut c, 0, 4096), vec![round; 4096]);
+        // The handle goes on another thread, the client last, here.
+        let other = dev.clone();
+        std::thread::spawn(move || drop(other)).join().unwrap();
+        drop(dev);
+        drop(c);
+    }
+    let dev = Device::open(&spec).unwrap();
+    assert_eq!(read(&mut dev.client(), 0, 4096), vec![29u8; 4096], "the last round's write, flushed at shutdown");
+    drop(dev);
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
+
+#[test]
 fn without_a_cache_every_completed_write_outlives_the_device_and_discard_makes_holes() {
     let path = temp_file("nocache");
     let spec = format!("null:size=1,memory_backed=1,discard=1,irqmode=0,backing_file={}", path.display());

@@ -250,5 +250,6 @@ impl Drop for Client {
             let _ = self.q.hctx(poll).set_notify_fd(None);
         }
         self.q.release_client(self.shared.clone());
+        self.q.put_user();
     }
 }

@@ -75,6 +75,14 @@ pub(crate) struct RequestQueue {
     /// Wakes the worker (delayed runs, timeout ticks).
     kblockd: Arc<Kblockd>,
     worker: Mutex<Option<Worker>>,
+    /// Device handles and clients alive. The last one to go shuts the
+    /// queue down on its own thread (`put_user`): the worker thread holds
+    /// the queue for a moment on each run, and were it left to drop the
+    /// last reference, the shutdown (the driver's threads, a backing
+    /// file's flush and lock) would finish on the worker, after the user's
+    /// drop had returned.
+    users: AtomicUsize,
+    shut_down: AtomicBool,
 }
 
 impl RequestQueue {
@@ -125,6 +133,9 @@ impl RequestQueue {
             clock,
             kblockd,
             worker: Mutex::new(None),
+            // The Device that `Device::with_driver_options` makes of it.
+            users: AtomicUsize::new(1),
+            shut_down: AtomicBool::new(false),
         });
         // Bind each hctx's request slots to it only now, through the queue's
         // final shared reference: a pointer taken before the hctxs moved
@@ -231,10 +242,25 @@ impl RequestQueue {
     pub(crate) fn release_client(&self, shared: Arc<ClientShared>) {
         self.free_clients.lock().push(shared);
     }
-}
 
-impl Drop for RequestQueue {
-    fn drop(&mut self) {
+    /// A new device handle or client.
+    pub(crate) fn get_user(&self) {
+        self.users.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A device handle or client is gone; the last one shuts the queue
+    /// down here, before its drop returns.
+    pub(crate) fn put_user(&self) {
+        if self.users.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.shutdown();
+        }
+    }
+
+    /// Stops the driver, then the worker (joining both), once.
+    fn shutdown(&self) {
+        if self.shut_down.swap(true, Ordering::AcqRel) {
+            return;
+        }
         // Stop the driver first: its threads complete every request they
         // hold while the hctxs and client sinks are still alive.
         self.driver.shutdown();
@@ -242,10 +268,32 @@ impl Drop for RequestQueue {
     }
 }
 
-/// A block device: a cheap, cloneable handle on a request queue.
-#[derive(Clone)]
+impl Drop for RequestQueue {
+    fn drop(&mut self) {
+        // Normally done by the last user already (`put_user`).
+        self.shutdown();
+    }
+}
+
+/// A block device: a cheap, cloneable handle on a request queue. When the
+/// last handle and the last client are gone, the device is shut down
+/// (its threads joined, a backing file flushed and unlocked) before that
+/// drop returns.
 pub struct Device {
     q: Arc<RequestQueue>,
+}
+
+impl Clone for Device {
+    fn clone(&self) -> Self {
+        self.q.get_user();
+        Self { q: self.q.clone() }
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        self.q.put_user();
+    }
 }
 
 impl std::fmt::Debug for Device {
@@ -290,6 +338,7 @@ impl Device {
         assert!(capacity > 0, "client capacity must be positive");
         let shared = self.q.acquire_client(capacity);
         let seq = self.q.client_seq.fetch_add(1, Ordering::Relaxed);
+        self.q.get_user();
         Client::new(self.q.clone(), shared, seq)
     }
 
