@@ -264,7 +264,9 @@ impl Queue {
         let mut total = 0usize;
         let mut contiguous = true;
         for (i, v) in iovecs.iter().enumerate() {
-            self.check_buf(v.iov_base as usize, v.iov_len, &format!("{what}: iovec[{i}]"))?;
+            let (addr, len) = (v.iov_base as usize, v.iov_len);
+            // The label is formatted only for a refusal: no allocation per I/O.
+            self.check_buf(addr, len, what).map_err(|_| self.bad_buf(addr, len, &format!("{what}: iovec[{i}]")))?;
             contiguous &= i == 0 || iovecs[i - 1].iov_base as usize + iovecs[i - 1].iov_len == v.iov_base as usize;
             total = total.checked_add(v.iov_len).ok_or_else(|| format!("{what}: total length overflows"))?;
         }
