@@ -122,7 +122,7 @@ impl NullDriver {
         };
         let plain_inline = irq.is_empty() && hybrid.is_empty() && !modelled && zoned.is_none() && !cfg.memory_backed;
         Ok(Self {
-            mem: cfg.memory_backed.then(MemStore::new),
+            mem: cfg.memory_backed.then(|| MemStore::new(cfg.size_bytes)),
             // Rotational media transfer at mbps within their own timeline.
             throttle: (cfg.mbps > 0 && !cfg.rotational && cfg.channels == 0)
                 .then(|| Throttle { bytes_per_sec: cfg.mbps << 20, next_free_ns: AtomicU64::new(0) }),
