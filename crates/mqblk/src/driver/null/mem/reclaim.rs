@@ -63,6 +63,10 @@ impl Pool {
 pub(crate) struct Guard {
     #[cfg(not(loom))]
     epoch: crossbeam_epoch::Guard,
+    /// Under Miri: the registration with the store's collector, for this
+    /// pin only (declared after `epoch`, so dropped after it).
+    #[cfg(all(miri, not(loom)))]
+    _handle: crossbeam_epoch::LocalHandle,
 }
 
 /// The pool plus the grace period.
@@ -76,6 +80,13 @@ pub(crate) struct Reclaim {
     /// only add interleavings that say nothing about the protocol.
     #[cfg(loom)]
     kept: parking_lot::Mutex<Vec<OwnedPage>>,
+    /// Under Miri, a collector of the store's own instead of the global
+    /// one: the same epochs and deferred functions, but everything still
+    /// retired runs when the store is dropped (the global collector keeps
+    /// garbage and thread registrations past the end of a test, which Miri
+    /// reports as leaks). Each pin registers anew, slow but Miri-only.
+    #[cfg(all(miri, not(loom)))]
+    collector: crossbeam_epoch::Collector,
 }
 
 impl Reclaim {
@@ -87,14 +98,33 @@ impl Reclaim {
             pool: Pool::new(),
             #[cfg(loom)]
             kept: parking_lot::Mutex::new(Vec::new()),
+            #[cfg(all(miri, not(loom)))]
+            collector: crossbeam_epoch::Collector::new(),
         }
     }
 
+    #[cfg(not(any(miri, loom)))]
     pub(crate) fn pin(&self) -> Guard {
-        Guard {
-            #[cfg(not(loom))]
-            epoch: crossbeam_epoch::pin(),
-        }
+        Guard { epoch: crossbeam_epoch::pin() }
+    }
+
+    #[cfg(all(miri, not(loom)))]
+    pub(crate) fn pin(&self) -> Guard {
+        let handle = self.collector.register();
+        Guard { epoch: handle.pin(), _handle: handle }
+    }
+
+    #[cfg(loom)]
+    pub(crate) fn pin(&self) -> Guard {
+        Guard {}
+    }
+
+    /// Moves this thread's retired pages on and runs those whose grace
+    /// period is over (tests: waiting for the pool to fill).
+    #[cfg(test)]
+    pub(crate) fn flush(&self) {
+        #[cfg(not(loom))]
+        self.pin().epoch.flush();
     }
 
     pub(crate) fn take(&self) -> OwnedPage {

@@ -23,19 +23,18 @@ const LEAF_PAGES: usize = 1 << LEAF_SHIFT;
 /// One page's slot: null (never written, or discarded) or a published page.
 pub(crate) type Slot = AtomicPtr<Page>;
 
-struct Leaf {
-    slots: [Slot; LEAF_PAGES],
-}
+type Leaf = [Slot; LEAF_PAGES];
 
 pub(crate) struct Table {
     top: Box<[AtomicPtr<Leaf>]>,
     capacity_pages: u64,
 }
 
-impl Leaf {
-    fn new() -> Box<Self> {
-        Box::new(Leaf { slots: std::array::from_fn(|_| AtomicPtr::new(null_mut())) })
-    }
+/// A leaf of empty slots, built in place on the heap: a 16 KiB array made
+/// on the stack and moved into a box costs Miri half a minute.
+fn new_leaf() -> Box<Leaf> {
+    let slots: Box<[Slot]> = (0..LEAF_PAGES).map(|_| AtomicPtr::new(null_mut())).collect();
+    slots.try_into().unwrap_or_else(|_| unreachable!("LEAF_PAGES slots"))
 }
 
 impl Table {
@@ -62,10 +61,10 @@ impl Table {
         // Acquire: pairs with the Release install, so the leaf's
         // initialised slots are visible.
         let leaf = top.load(Ordering::Acquire);
-        // SAFETY: a non-null top entry is a leaf from `Leaf::new`, installed
+        // SAFETY: a non-null top entry is a leaf from `new_leaf`, installed
         // once and freed only by `drop` (which has `&mut self`), so it
         // outlives this `&self` borrow.
-        (!leaf.is_null()).then(|| unsafe { &(*leaf).slots[index] })
+        (!leaf.is_null()).then(|| unsafe { &(*leaf)[index] })
     }
 
     /// The slot of `page`, making its leaf if needed.
@@ -82,14 +81,14 @@ impl Table {
             leaf = Self::install(top);
         }
         // SAFETY: as in `slot`: installed leaves live as long as the table.
-        unsafe { &(*leaf).slots[index] }
+        unsafe { &(*leaf)[index] }
     }
 
     /// Installs a fresh leaf in an empty top entry; a racing thread may win,
     /// then ours is dropped and the winner's returned: exactly one leaf per
     /// entry (loom: `loom_mem_leaf_install_race_installs_one_leaf`).
     fn install(top: &AtomicPtr<Leaf>) -> *mut Leaf {
-        let fresh = Box::into_raw(Leaf::new());
+        let fresh = Box::into_raw(new_leaf());
         // Release publishes the leaf's initialised slots; Acquire on failure
         // makes the winner's visible to us.
         match top.compare_exchange(null_mut(), fresh, Ordering::Release, Ordering::Acquire) {
@@ -128,7 +127,7 @@ impl Drop for Table {
             // SAFETY: a non-null entry is a leaf we installed from a box and
             // nothing else frees; no one can reach it any more.
             let leaf = unsafe { Box::from_raw(leaf) };
-            for slot in leaf.slots.iter() {
+            for slot in leaf.iter() {
                 let page = slot.load(Ordering::Acquire);
                 if !page.is_null() {
                     // SAFETY: a published page is a box owned by the table

@@ -87,7 +87,7 @@ fn wait_for_pool(m: &MemStore, want: usize) -> bool {
         if m.reclaim.nr_pooled() >= want {
             return true;
         }
-        crossbeam_epoch::pin().flush();
+        m.reclaim.flush();
         thread::yield_now();
     }
     false
