@@ -32,6 +32,10 @@ pub(crate) struct Pool {
     /// a statistic, not part of any protocol.
     #[cfg(test)]
     allocated: std::sync::atomic::AtomicUsize,
+    /// Pages handed back to the allocator because the pool was full
+    /// (tests): with `allocated`, what makes the accounting exact.
+    #[cfg(all(test, not(loom)))]
+    freed: std::sync::atomic::AtomicUsize,
 }
 
 impl Pool {
@@ -40,6 +44,8 @@ impl Pool {
             free: ArrayQueue::new(POOL_PAGES),
             #[cfg(test)]
             allocated: std::sync::atomic::AtomicUsize::new(0),
+            #[cfg(all(test, not(loom)))]
+            freed: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -52,10 +58,15 @@ impl Pool {
         })
     }
 
-    /// Keeps `page` for reuse, or frees it if the pool is full.
+    /// Keeps `page` for reuse, or frees it if the pool is full. Not under
+    /// loom, where pages are dropped or kept instead (`give_back`, `retire`).
+    #[cfg(not(loom))]
     fn give(&self, page: OwnedPage) {
         // A full pool hands the page back: dropping it frees it.
-        let _ = self.free.push(page);
+        if let Err(_page) = self.free.push(page) {
+            #[cfg(test)]
+            self.freed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 }
 
@@ -121,9 +132,8 @@ impl Reclaim {
 
     /// Moves this thread's retired pages on and runs those whose grace
     /// period is over (tests: waiting for the pool to fill).
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn flush(&self) {
-        #[cfg(not(loom))]
         self.pin().epoch.flush();
     }
 
@@ -143,13 +153,19 @@ impl Reclaim {
     }
 
     /// Pages taken from the allocator so far.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn nr_allocated(&self) -> usize {
         self.pool.allocated.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Pages freed to the allocator because the pool was full.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn nr_freed(&self) -> usize {
+        self.pool.freed.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Free pages waiting in the pool.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn nr_pooled(&self) -> usize {
         self.pool.free.len()
     }

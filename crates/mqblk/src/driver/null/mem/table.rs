@@ -109,7 +109,7 @@ impl Table {
     }
 
     /// Bytes of table (top array and leaves), pages not counted.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn table_bytes(&self) -> usize {
         std::mem::size_of_val(&*self.top) + self.nr_leaves() * std::mem::size_of::<Leaf>()
     }

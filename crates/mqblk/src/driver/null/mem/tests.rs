@@ -93,6 +93,25 @@ fn wait_for_pool(m: &MemStore, want: usize) -> bool {
     false
 }
 
+/// Once every grace period is over, each page ever taken from the
+/// allocator is exactly one of: published in the table, free in the pool,
+/// or handed back to the allocator (pool full). Pins and flushes until
+/// the retired pages have all come back (bounded by a count, not a clock).
+fn assert_pages_accounted(m: &MemStore) {
+    let counts = || (m.reclaim.nr_allocated(), m.nr_pages() + m.reclaim.nr_pooled() + m.reclaim.nr_freed());
+    for _ in 0..1_000_000 {
+        let (allocated, accounted) = counts();
+        assert!(accounted <= allocated, "more pages accounted ({accounted}) than allocated ({allocated})");
+        if accounted == allocated {
+            return;
+        }
+        m.reclaim.flush();
+        thread::yield_now();
+    }
+    let (allocated, accounted) = counts();
+    panic!("{allocated} pages allocated, {accounted} live, pooled or freed: retired pages never came back");
+}
+
 /// Overwriting retires pages into the pool; once they are back, as many
 /// overwrites again allocate nothing.
 #[test]
@@ -107,6 +126,7 @@ fn overwrites_reuse_pages() {
     let before = m.reclaim.nr_allocated();
     overwrite(&m, retired / 2);
     assert_eq!(m.reclaim.nr_allocated(), before, "steady overwrites reuse pooled pages");
+    assert_pages_accounted(&m);
 }
 
 #[test]
@@ -119,6 +139,8 @@ fn discard_returns_memory_beyond_the_pool() {
     assert_eq!(m.nr_pages(), 0);
     assert!(wait_for_pool(&m, (pages as usize).min(POOL_PAGES)), "retired pages come back");
     assert!(m.reclaim.nr_pooled() <= POOL_PAGES, "the rest went back to the allocator");
+    assert_pages_accounted(&m);
+    assert_eq!(m.reclaim.nr_freed(), (pages as usize).saturating_sub(POOL_PAGES));
 }
 
 /// A tiny deterministic generator (xorshift64*).
@@ -213,6 +235,7 @@ fn stress_pages_stay_whole_and_page_count_is_exact() {
         assert_eq!(m.is_present(page as u64 * PAGE_SIZE), *tag != 0, "page {page}");
     }
     assert_eq!(m.nr_pages(), all.iter().filter(|&&t| t != 0).count());
+    assert_pages_accounted(&m);
 }
 
 /// Threads each rewrite their own quarter of one page: every partial write
@@ -245,4 +268,6 @@ fn partial_writes_to_one_page_lose_nothing() {
         assert_eq!(quarter, (((t as u32) << 24) | rounds).to_ne_bytes().repeat(QUARTER / 4));
     }
     assert_eq!(m.nr_pages(), 1);
+    // Pages built for a lost race went straight back to the pool.
+    assert_pages_accounted(&m);
 }
