@@ -275,3 +275,99 @@ fn partial_writes_to_one_page_lose_nothing() {
     // Pages built for a lost race went straight back to the pool.
     assert_pages_accounted(&m);
 }
+
+/// Counts the heap allocations of one chosen thread (the test's own), so a
+/// test can check that a steady workload does not allocate; every other
+/// thread, and every thread while no test counts, passes straight through
+/// to the system allocator. Not under Miri (each pin registers with the
+/// store's collector there, which allocates by design: reclaim.rs).
+#[cfg(not(miri))]
+mod counting {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+
+    pub(super) struct CountingAlloc;
+
+    /// The counted thread's id, 0 when nothing is counted.
+    static COUNTED_TID: AtomicI32 = AtomicI32::new(0);
+    static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+    fn count() {
+        let tid = COUNTED_TID.load(Ordering::Relaxed);
+        // SAFETY: gettid has no preconditions and cannot fail.
+        if tid != 0 && tid == unsafe { libc::gettid() } {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    // SAFETY: every method forwards to `System` with the caller's own
+    // arguments, so `System`'s guarantees are ours; counting touches only
+    // two atomics and never allocates.
+    unsafe impl GlobalAlloc for CountingAlloc {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            count();
+            // SAFETY: forwarded unchanged (impl comment).
+            unsafe { System.alloc(layout) }
+        }
+        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+            count();
+            // SAFETY: forwarded unchanged (impl comment).
+            unsafe { System.alloc_zeroed(layout) }
+        }
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            count();
+            // SAFETY: forwarded unchanged (impl comment).
+            unsafe { System.realloc(ptr, layout, new_size) }
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            // SAFETY: forwarded unchanged (impl comment).
+            unsafe { System.dealloc(ptr, layout) }
+        }
+    }
+
+    /// Allocations made by the calling thread while `f` runs.
+    pub(super) fn allocations_in(f: impl FnOnce()) -> usize {
+        // One counted thread at a time (tests may share the process).
+        static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+        ALLOCATIONS.store(0, Ordering::Relaxed);
+        // SAFETY: as in `count`.
+        COUNTED_TID.store(unsafe { libc::gettid() }, Ordering::Relaxed);
+        f();
+        COUNTED_TID.store(0, Ordering::Relaxed);
+        ALLOCATIONS.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(not(miri))]
+#[global_allocator]
+static ALLOCATOR: counting::CountingAlloc = counting::CountingAlloc;
+
+/// Once the pool is warm, overwrites and reads allocate nothing per I/O:
+/// pages come from the pool. What remains is crossbeam-epoch's: a full bag
+/// of 64 deferred functions moves to its global queue in one allocated
+/// node, so at most one allocation per 64 retirements (plus the queue's own
+/// node frees, which take bag entries too): asserted as one per 32 writes.
+#[cfg(not(miri))]
+#[test]
+fn steady_overwrites_and_reads_do_not_allocate_per_io() {
+    let m = store_pages(8);
+    overwrite(&m, 2000);
+    // Every retired page back in the pool (or freed): the next
+    // `pooled / 2` rounds (two writes each) find a page there every time.
+    assert_pages_accounted(&m);
+    let rounds = m.reclaim.nr_pooled() / 2;
+    assert!(rounds >= 64, "a warm pool: {} pages", m.reclaim.nr_pooled());
+    let pages_before = m.reclaim.nr_allocated();
+    let writes = 2 * rounds;
+    let allocations = counting::allocations_in(|| overwrite(&m, rounds));
+    assert_eq!(m.reclaim.nr_allocated(), pages_before, "no new page: all from the pool");
+    assert!(allocations * 32 <= writes, "{allocations} allocations for {writes} overwrites");
+    let mut out = [0u8; PAGE];
+    let allocations = counting::allocations_in(|| {
+        for i in 0..writes {
+            m.read((i % 8) as u64 * PAGE_SIZE, &mut out);
+        }
+    });
+    assert_eq!(allocations, 0, "reads allocate nothing");
+}
