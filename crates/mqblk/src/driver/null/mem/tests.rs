@@ -42,9 +42,9 @@ fn zero_frees_whole_pages_and_clears_partial() {
     assert!(!m.is_present(8 * PAGE_SIZE), "zeroing part of an absent page makes no page");
 }
 
-/// The device of the test below: 250 GB, or 1 GB under Miri (whose
+/// The device of the test below: 250 GB, or 100 MB under Miri (whose
 /// smaller leaves would make a 250 GB top array 3.8 million entries).
-const SPARSE_BYTES: u64 = if cfg!(miri) { 1_000_000_000 } else { 250_000_000_000 };
+const SPARSE_BYTES: u64 = if cfg!(miri) { 100_000_000 } else { 250_000_000_000 };
 
 #[test]
 fn a_never_written_250_gb_device_costs_only_the_top_array() {
