@@ -67,6 +67,33 @@ flags_for() {
   esac
 }
 
+# crossbeam-epoch (the memory store's grace periods, driver/null/mem/)
+# does not satisfy Stacked Borrows: every pin reports a retag in its own
+# internal.rs before any of our code runs past it (crossbeam-rs/crossbeam
+# #545, open; crossbeam's CI checks epoch under Tree Borrows since #996,
+# and Miri's README holds Tree Borrows sound for what the compiler
+# exploits). Under Stacked Borrows a test that fails with exactly that
+# report, and nothing else, is counted as stopped, not failed: those tests
+# run to the end under Tree Borrows above, and any other failure, in the
+# same binary or the same test, still fails the run.
+#
+# known_upstream LOG: prints how many failed tests failed only that way,
+# or 0 when any failure (a panic, a timeout, a report elsewhere) is other.
+known_upstream() {
+  awk '/^ +(FAIL|SIGSEGV|SIGABRT|SIGKILL|TIMEOUT) \[/ {
+         cur = $NF; if (!(cur in seen)) seen[cur] = $1; want = 0; next }
+       cur != "" && /^ +error: / && !/aborting due to/ && !(cur in class) {
+         msg = $0; want = 1; next }
+       want && /-->/ {
+         class[cur] = (msg ~ /borrow stack/ && $2 ~ /crossbeam-epoch-[0-9.]+\/src\//) ? "known" : "other"
+         want = 0 }
+       END { n = 0
+             for (t in seen) {
+               if (seen[t] != "FAIL" || class[t] != "known") { print 0; exit }
+               n++ }
+             print n }' "$1"
+}
+
 failed=()
 summary=()
 total_start=$SECONDS
@@ -87,7 +114,14 @@ for model in "${models[@]}"; do
          /^ +(FAIL|SIGSEGV|SIGABRT|SIGKILL|TIMEOUT) \[/ { print }
          /^ +PASS \[/ { t = $0; sub(/^ +PASS \[ */, "", t); sub(/s\].*/, "", t); if (t + 0 >= 30) print }' \
       "$logs/$model-$name.log"
-    if [ $rc -ne 0 ]; then
+    known=0
+    if [ $rc -ne 0 ] && [ "$model" = stacked ]; then
+      known=$(known_upstream "$logs/$model-$name.log")
+    fi
+    if [ "$known" -gt 0 ]; then
+      echo "   $known tests stopped at crossbeam-epoch's own Stacked Borrows report (crossbeam-rs/crossbeam#545); every other test passed"
+      summary+=("$(printf '%-8s %-16s %5ss  ok (%s stopped in crossbeam-epoch, #545)' "$model" "$name" "$secs" "$known")")
+    elif [ $rc -ne 0 ]; then
       failed+=("$model/$name")
       # Miri's own words for each failure (and each panic's first line), one
       # line per distinct report: how often it came, the error, where,

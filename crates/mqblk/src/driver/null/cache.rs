@@ -277,7 +277,7 @@ mod tests {
 
     #[test]
     fn writes_are_cached_until_flush_and_lost_at_a_power_cut() {
-        let m = Store::Memory(MemStore::new());
+        let m = Store::Memory(MemStore::new(1 << 30));
         let c = WriteCache::new(1 << 20, false, false);
         c.write(&m, 1000, &[1; 5000], false).unwrap();
         assert_eq!(read(&c, &m, 1000, 5000), vec![1; 5000]);
@@ -292,7 +292,7 @@ mod tests {
 
     #[test]
     fn fua_is_durable_and_coherent_with_cached_neighbours() {
-        let m = Store::Memory(MemStore::new());
+        let m = Store::Memory(MemStore::new(1 << 30));
         let c = WriteCache::new(1 << 20, false, false);
         c.write(&m, 0, &[1; 4096], false).unwrap();
         c.write(&m, 512, &[2; 512], true).unwrap();
@@ -307,7 +307,7 @@ mod tests {
 
     #[test]
     fn a_full_cache_is_written_back_before_it_takes_another_page() {
-        let m = Store::Memory(MemStore::new());
+        let m = Store::Memory(MemStore::new(1 << 30));
         let c = WriteCache::new(2 * 4096, false, false);
         c.write(&m, 0, &[1; 8192], false).unwrap();
         assert_eq!(c.counts().0, 2);
@@ -320,7 +320,7 @@ mod tests {
 
     #[test]
     fn zeroes_reach_the_medium_and_the_cached_copy() {
-        let m = Store::Memory(MemStore::new());
+        let m = Store::Memory(MemStore::new(1 << 30));
         let c = WriteCache::new(1 << 20, false, false);
         m.write(0, &[9; 8192]).unwrap();
         c.write(&m, 0, &[1; 100], false).unwrap();
@@ -332,7 +332,7 @@ mod tests {
 
     #[test]
     fn held_off_it_drops_every_change_until_power_on() {
-        let m = Store::Memory(MemStore::new());
+        let m = Store::Memory(MemStore::new(1 << 30));
         let c = WriteCache::new(1 << 20, false, false);
         c.write(&m, 0, &[1; 4096], false).unwrap();
         c.flush(&m).unwrap();
@@ -353,7 +353,7 @@ mod tests {
 
     #[test]
     fn a_torn_power_cut_leaves_each_sector_old_or_new() {
-        let m = Store::Memory(MemStore::new());
+        let m = Store::Memory(MemStore::new(1 << 30));
         let c = WriteCache::new(1 << 20, true, false);
         m.write(0, &[1; 65536]).unwrap();
         c.write(&m, 0, &[2; 65536], false).unwrap();

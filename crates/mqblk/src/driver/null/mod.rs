@@ -7,7 +7,7 @@
 //! Relies on: the Driver trait, config.rs for the parameters (spec.rs
 //! writes them back as a spec), data.rs for the data path, irq.rs for
 //! completion threads, hybrid.rs for queues shared by polled and
-//! interrupt-style requests, store.rs (mem.rs, or a file with
+//! interrupt-style requests, store.rs (mem/, or a file with
 //! `backing_file`) for the data, cache.rs for the volatile write cache,
 //! service.rs for the service models, zoned.rs for zones.
 
@@ -221,7 +221,7 @@ impl NullDriver {
             (Some(path), _) => Some(Store::File(
                 FileStore::open(path, cfg.size_bytes).map_err(|e| crate::error::Error::Setup(format!("null: {e}")))?,
             )),
-            (None, true) => Some(Store::Memory(MemStore::new())),
+            (None, true) => Some(Store::Memory(MemStore::new(cfg.size_bytes))),
             (None, false) => None,
         };
         let plain_inline = faults.is_none()

@@ -1,5 +1,5 @@
 //! The null device's medium when it keeps data: sparse pages in memory
-//! (mem.rs), or a file (`backing_file=PATH`) so that the durable state
+//! (mem/), or a file (`backing_file=PATH`) so that the durable state
 //! outlives the process.
 //!
 //! A file-backed medium is the device's durable state: what reached the
@@ -17,7 +17,7 @@
 //! size must equal the device's, so a file is never reinterpreted at
 //! another size.
 //!
-//! Relies on: mem.rs for the memory medium; libc for `flock`, `fallocate`,
+//! Relies on: mem/ for the memory medium; libc for `flock`, `fallocate`,
 //! `lseek(SEEK_DATA)` and `fdatasync`.
 
 use std::fs::File;

@@ -1,0 +1,131 @@
+//! One page of the store and the copies into and out of it.
+//!
+//! A page is written only while one owner holds it (fresh, from the pool,
+//! or reclaimed); once published in the table it is read-only until it is
+//! unpublished and every reader that could see it has left (mod.rs). The
+//! bytes sit in `sync::UnsafeCell`, so under loom every copy is an access
+//! the race detector checks against the publish protocol.
+
+use std::ptr;
+
+use crate::sync::UnsafeCell;
+
+pub(crate) const PAGE_SIZE: u64 = 4096;
+const PAGE_BYTES: usize = PAGE_SIZE as usize;
+
+/// A page's bytes, cache-line aligned so whole-page copies run on aligned
+/// lines.
+#[repr(align(64))]
+pub(crate) struct Page {
+    bytes: UnsafeCell<[u8; PAGE_BYTES]>,
+}
+
+/// A page no other thread can reach: only its owner reads or writes it.
+pub(crate) type OwnedPage = Box<Page>;
+
+/// What a write puts into its piece of a page.
+#[derive(Clone, Copy)]
+pub(crate) enum Piece<'a> {
+    Bytes(&'a [u8]),
+    Zeros(usize),
+}
+
+impl Piece<'_> {
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Piece::Bytes(b) => b.len(),
+            Piece::Zeros(n) => *n,
+        }
+    }
+}
+
+impl Page {
+    /// A fresh zeroed page (release builds turn this into a zeroing
+    /// allocation, no 4 KiB stack copy).
+    pub(crate) fn new_zeroed() -> OwnedPage {
+        Box::new(Page { bytes: UnsafeCell::new([0; PAGE_BYTES]) })
+    }
+
+    /// Makes this owned page `base` with `piece` at `offset`: the piece is
+    /// copied once, only the bytes around it come from `base` (zeros if
+    /// `base` is null), so a full-page piece never touches `base`.
+    ///
+    /// # Safety
+    /// `base` is null or points to a published page that stays allocated
+    /// and unwritten for the call (the caller is pinned, mod.rs);
+    /// `offset + piece.len() <= PAGE_SIZE`.
+    pub(crate) unsafe fn compose(&mut self, base: *const Page, offset: usize, piece: Piece<'_>) {
+        let end = offset + piece.len();
+        debug_assert!(end <= PAGE_BYTES);
+        self.bytes.with_mut(|dst| {
+            let dst = dst.cast::<u8>();
+            // SAFETY: `dst` is this page, which `&mut self` owns alone;
+            // every range written is inside it (`end <= PAGE_BYTES`). The
+            // caller guarantees `base` is null or a live page no one writes,
+            // and an owned page is never published, so the two never overlap.
+            unsafe {
+                if base.is_null() {
+                    ptr::write_bytes(dst, 0, offset);
+                    ptr::write_bytes(dst.add(end), 0, PAGE_BYTES - end);
+                } else {
+                    (*base).bytes.with(|src| {
+                        let src = src.cast::<u8>();
+                        ptr::copy_nonoverlapping(src, dst, offset);
+                        ptr::copy_nonoverlapping(src.add(end), dst.add(end), PAGE_BYTES - end);
+                    });
+                }
+                match piece {
+                    Piece::Bytes(b) => ptr::copy_nonoverlapping(b.as_ptr(), dst.add(offset), b.len()),
+                    Piece::Zeros(n) => ptr::write_bytes(dst.add(offset), 0, n),
+                }
+            }
+        });
+    }
+}
+
+/// Copies `out.len()` bytes at `offset` of a published page into `out`.
+///
+/// # Safety
+/// `page` points to a published page that stays allocated and unwritten
+/// for the call (the caller is pinned); `offset + out.len() <= PAGE_SIZE`.
+pub(crate) unsafe fn read_shared(page: *const Page, offset: usize, out: &mut [u8]) {
+    debug_assert!(offset + out.len() <= PAGE_BYTES);
+    // SAFETY: the caller keeps `page` alive and read-only for the call, and
+    // the range is inside it; `out` is a distinct buffer the caller lends us
+    // mutably, so the copy neither races nor overlaps.
+    unsafe {
+        (*page).bytes.with(|src| {
+            ptr::copy_nonoverlapping(src.cast::<u8>().add(offset), out.as_mut_ptr(), out.len());
+        });
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn bytes_of(page: &Page) -> Vec<u8> {
+        let mut out = vec![0u8; PAGE_BYTES];
+        // SAFETY: the test owns `page`; nothing writes it during the copy.
+        unsafe { read_shared(page, 0, &mut out) };
+        out
+    }
+
+    #[test]
+    fn compose_keeps_the_base_around_the_piece() {
+        let mut base = Page::new_zeroed();
+        // SAFETY: a null base; the piece fits the page.
+        unsafe { base.compose(ptr::null(), 0, Piece::Bytes(&[7; PAGE_BYTES])) };
+        let mut page = Page::new_zeroed();
+        // SAFETY: `base` is alive and unwritten during the call.
+        unsafe { page.compose(&*base, 100, Piece::Bytes(&[9; 50])) };
+        let got = bytes_of(&page);
+        assert!(got[..100].iter().all(|&b| b == 7));
+        assert!(got[100..150].iter().all(|&b| b == 9));
+        assert!(got[150..].iter().all(|&b| b == 7));
+        // SAFETY: as above; zeros in the middle of the base.
+        unsafe { page.compose(&*base, 4000, Piece::Zeros(96)) };
+        let got = bytes_of(&page);
+        assert!(got[..4000].iter().all(|&b| b == 7) && got[4000..].iter().all(|&b| b == 0));
+    }
+}
