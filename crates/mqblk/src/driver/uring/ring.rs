@@ -44,10 +44,17 @@ pub(crate) enum FileRef {
 /// A request's iovec array (max_segments entries, reused per tag).
 type Iovecs = Box<[libc::iovec]>;
 
-/// A request in flight: the token, its iovecs and how far it got.
+/// A driver tag's slot: its iovec array (max_segments entries, kept for
+/// the tag's next request, so nothing moves or is allocated per I/O) and
+/// the request in flight, if any.
+struct Slot {
+    iov: Iovecs,
+    io: Option<Inflight>,
+}
+
+/// A request in flight: the token and how far it got.
 struct Inflight {
     rq: Rq,
-    iov: Iovecs,
     /// First iovec not fully transferred, and the iovec count.
     first: usize,
     nr: usize,
@@ -64,10 +71,8 @@ pub(crate) struct Ring {
     sq_lock: Mutex<()>,
     /// Reaping the CQ on poll rings (several clients may poll).
     cq_lock: Mutex<()>,
-    /// Per driver tag: the request in flight, or None (with its iovec
-    /// array kept for reuse).
-    slots: Box<[UnsafeCell<Option<Inflight>>]>,
-    spare_iovs: Box<[UnsafeCell<Option<Iovecs>>]>,
+    /// Per driver tag: its iovecs and the request in flight.
+    slots: Box<[UnsafeCell<Slot>]>,
     /// Requests queued and not yet ended (a stop waits for them).
     inflight: AtomicUsize,
     /// SQEs issued with the fixed opcodes (shown by `show`).
@@ -139,8 +144,7 @@ impl Ring {
             file: file_ref,
             sq_lock: Mutex::new(()),
             cq_lock: Mutex::new(()),
-            slots: (0..depth).map(|_| UnsafeCell::new(None)).collect(),
-            spare_iovs: (0..depth).map(|_| UnsafeCell::new(Some(empty_iov()))).collect(),
+            slots: (0..depth).map(|_| UnsafeCell::new(Slot { iov: empty_iov(), io: None })).collect(),
             inflight: AtomicUsize::new(0),
             fixed_ios: AtomicUsize::new(0),
             polled: polled || iopoll,
@@ -171,11 +175,13 @@ impl Ring {
             }
         }
         let tag = rq.tag() as usize;
-        // SAFETY: the tag is ours until its CQE (see the Sync impl).
-        let mut iov =
-            unsafe { (*self.spare_iovs[tag].get()).take() }.expect("a tag's iovecs are free when it is issued");
+        // SAFETY: the tag is ours until its CQE (see the Sync impl); the
+        // reference is last used before the SQE is pushed.
+        let slot = unsafe { &mut *self.slots[tag].get() };
+        debug_assert!(slot.io.is_none(), "a tag is in flight at most once");
         let mut nr = 0;
         if rq.op().has_data() {
+            let iov = &mut slot.iov;
             rq.for_each_segment_mut(|_, seg| {
                 iov[nr] = libc::iovec { iov_base: seg.as_mut_ptr().cast(), iov_len: seg.len() };
                 nr += 1;
@@ -188,22 +194,19 @@ impl Ring {
         self.inflight.fetch_add(1, Ordering::SeqCst);
         if self.dead.load(Ordering::SeqCst) {
             self.inflight.fetch_sub(1, Ordering::SeqCst);
-            // SAFETY: as above.
-            unsafe { *self.spare_iovs[tag].get() = Some(iov) };
             return rq.complete(Status::IoErr);
         }
-        let inflight = Inflight { rq, iov, first: 0, nr, offset, len, done: 0 };
-        let entry = self.entry(&inflight, tag as u64);
-        // SAFETY: as above.
-        unsafe { *self.slots[tag].get() = Some(inflight) };
+        slot.io = Some(Inflight { rq, first: 0, nr, offset, len, done: 0 });
+        let entry = self.entry(slot, tag as u64);
         self.push(&entry);
         if submit {
             self.submit();
         }
     }
 
-    /// The SQE for what is left of `inf`.
-    fn entry(&self, inf: &Inflight, user_data: u64) -> squeue::Entry {
+    /// The SQE for what is left of the slot's request.
+    fn entry(&self, slot: &Slot, user_data: u64) -> squeue::Entry {
+        let inf = slot.io.as_ref().expect("a request in the slot");
         let off = inf.offset + inf.done;
         let left = inf.len - inf.done;
         macro_rules! with_fd {
@@ -214,11 +217,11 @@ impl Ring {
                 }
             };
         }
-        let iov = inf.iov[inf.first..].as_ptr();
+        let iov = slot.iov[inf.first..].as_ptr();
         let nr = (inf.nr - inf.first) as u32;
         // One segment (most requests): IORING_OP_READ/WRITE, as fio issues
         // them; the kernel then has no iovec array to import.
-        let single = (nr == 1 && inf.iov[inf.first].iov_len <= u32::MAX as usize).then(|| inf.iov[inf.first]);
+        let single = (nr == 1 && slot.iov[inf.first].iov_len <= u32::MAX as usize).then(|| slot.iov[inf.first]);
         let fua = if inf.rq.flags().contains(ReqFlags::FUA) { libc::RWF_DSYNC } else { 0 };
         // A segment inside the registered region: the fixed opcodes (no
         // page pinning per I/O).
@@ -298,7 +301,7 @@ impl Ring {
     fn complete(&self, tag: usize, res: i32) {
         // SAFETY: this CQE makes us the tag's owner (see the Sync impl).
         let slot = unsafe { &mut *self.slots[tag].get() };
-        let inf = slot.as_mut().expect("a CQE for a tag in flight");
+        let inf = slot.io.as_mut().expect("a CQE for a tag in flight");
         let status = if res == -libc::EAGAIN || res == -libc::EINTR {
             None // retry as is
         } else if res < 0 {
@@ -309,7 +312,7 @@ impl Ring {
                 Some(Status::IoErr) // end of file: the file shrank under the device
             } else {
                 inf.done += n;
-                advance(inf, n);
+                advance(&mut slot.iov, inf, n);
                 (inf.done >= inf.len).then_some(Status::Ok)
             }
         } else {
@@ -317,14 +320,12 @@ impl Ring {
         };
         match status {
             None => {
-                let entry = self.entry(inf, tag as u64);
+                let entry = self.entry(slot, tag as u64);
                 self.push(&entry);
                 self.submit();
             }
             Some(status) => {
-                let inf = slot.take().expect("checked above");
-                // SAFETY: as above.
-                unsafe { *self.spare_iovs[tag].get() = Some(inf.iov) };
+                let inf = slot.io.take().expect("checked above");
                 self.inflight.fetch_sub(1, Ordering::Relaxed);
                 inf.rq.complete(status);
             }
@@ -451,10 +452,10 @@ impl Ring {
     }
 }
 
-/// Moves `inf`'s iovecs past `n` more transferred bytes.
-fn advance(inf: &mut Inflight, mut n: u64) {
+/// Moves `inf`'s iovecs (`iov`) past `n` more transferred bytes.
+fn advance(iov: &mut [libc::iovec], inf: &mut Inflight, mut n: u64) {
     while n > 0 && inf.first < inf.nr {
-        let v = &mut inf.iov[inf.first];
+        let v = &mut iov[inf.first];
         if n >= v.iov_len as u64 {
             n -= v.iov_len as u64;
             inf.first += 1;
@@ -568,7 +569,7 @@ impl Ring {
     /// with success only if the whole transfer is done, else an error.
     fn end_salvaged(&self, tag: usize, res: i32) {
         // SAFETY: this CQE makes us the tag's owner (see the Sync impl).
-        let Some(inf) = (unsafe { (*self.slots[tag].get()).take() }) else { return };
+        let Some(inf) = (unsafe { (*self.slots[tag].get()).io.take() }) else { return };
         let status = if res < 0 {
             Status::from_errno(-res)
         } else if inf.rq.op().has_data() && inf.done + u64::from(res.unsigned_abs()) < inf.len {
@@ -576,8 +577,6 @@ impl Ring {
         } else {
             Status::Ok
         };
-        // SAFETY: as above.
-        unsafe { *self.spare_iovs[tag].get() = Some(inf.iov) };
         self.inflight.fetch_sub(1, Ordering::Release);
         inf.rq.complete(status);
     }
@@ -593,7 +592,7 @@ pub(crate) mod tests {
 
     pub(super) fn maybe_inject_panic(ring: &Ring, tag: usize) {
         // SAFETY: the completion thread owns the tag of a CQE it reaped.
-        let offset = unsafe { (*ring.slots[tag].get()).as_ref().map(|inf| inf.offset) };
+        let offset = unsafe { (*ring.slots[tag].get()).io.as_ref().map(|inf| inf.offset) };
         if offset.is_some() && offset == Some(PANIC_AT_OFFSET.load(Ordering::Relaxed)) {
             panic!("injected: the completion thread dies on the CQE of offset {offset:?}");
         }
