@@ -106,7 +106,7 @@ impl QueueLimits {
     /// length, aligned, inside the device. False sends the bio through the
     /// full checks, which name what is wrong.
     #[inline(always)]
-    fn plain_rw_ok(&self, bio: &Bio) -> bool {
+    pub(crate) fn plain_rw_ok(&self, bio: &Bio) -> bool {
         let (offset, len) = (bio.offset, bio.len);
         let lbs_mask = u64::from(self.logical_block_size) - 1;
         let end = offset.wrapping_add(len);

@@ -73,6 +73,9 @@ pub struct Client {
     /// Its eventfd is registered with the ring of `poll_hctx`
     /// (`standalone_completion_fd`), to be unregistered on drop.
     notify_registered: bool,
+    /// `RequestQueue::plain_max_bytes`: bios up to this long may take the
+    /// plain submission path (submit.rs `is_plain`).
+    plain_max_bytes: u64,
     /// Free bio slots of `shared` (only this client touches the list).
     free_slots: Vec<u32>,
     /// Identity for schedulers (the kernel's process).
@@ -121,6 +124,7 @@ impl Client {
             notify: false,
             notify_registered: false,
             plug: PlugState::new(q.plug_nesting(), q.plug_sync),
+            plain_max_bytes: q.plain_max_bytes(),
             q,
             free_slots: (0..capacity as u32).rev().collect(),
             client_id: seq as u32,

@@ -16,7 +16,7 @@ use std::time::Duration;
 use crate::buf::Buf;
 use crate::error::{Rejected, SubmitError};
 use crate::merge::{self, BioPos, MergedBio};
-use crate::request::{Bio, ReqFlags, RqState, ORIGIN_POLLED, ORIGIN_USER, SECTOR_SHIFT, SPLIT_LAST};
+use crate::request::{Bio, ReqFlags, RequestSlot, RqState, ORIGIN_POLLED, ORIGIN_USER, SECTOR_SHIFT, SPLIT_LAST};
 use crate::sync::{door, Ordering};
 use crate::tag::TagGot;
 
@@ -59,7 +59,7 @@ impl Client {
     /// waits for submissions in progress and holds new ones back).
     pub(super) fn submit_inner(
         &mut self,
-        bio: Bio,
+        mut bio: Bio,
         user_data: u64,
         origin: u8,
         reserved: bool,
@@ -67,8 +67,66 @@ impl Client {
         if !door::enter(&self.shared.counters.entered, &self.q.frozen) {
             self.wait_at_door();
         }
-        // Queue map: hipri bios go to the poll queue when there is one;
-        // on a device whose submitters reap, every bio is polled.
+        let result = if !reserved && self.is_plain(&bio) && self.submit_plain(&mut bio, user_data, origin) {
+            Ok(())
+        } else {
+            self.submit_mapped(bio, user_data, origin, reserved)
+        };
+        door::leave(&self.shared.counters.entered);
+        result
+    }
+
+    /// The common case, which `submit_plain` serves in one straight line: a
+    /// read or write that passes the checks as it is, needs no split, goes
+    /// to this client's default queue (not polled), with no plug active and
+    /// room in the completion ring. Anything else (and a plain bio that
+    /// finds no tag at hand or a scheduler) takes the general path, which
+    /// would do the same with it.
+    #[inline(always)]
+    fn is_plain(&self, bio: &Bio) -> bool {
+        self.plug.depth == 0
+            && (self.poll_hctx.is_none() || !(self.q.submitter_reaps() || bio.flags.contains(ReqFlags::HIPRI)))
+            && self.in_flight < self.capacity()
+            && bio.len <= self.plain_max_bytes
+            && self.q.plain_rw_ok(bio)
+    }
+
+    /// Issues a plain bio (`is_plain`) to the driver on a tag at hand:
+    /// the general path's steps 6-9 without what cannot apply. Returns
+    /// false, leaving the bio untouched, if the queue has a scheduler or no
+    /// tag is free without waiting.
+    #[inline(always)]
+    fn submit_plain(&mut self, bio: &mut Bio, user_data: u64, origin: u8) -> bool {
+        let hctx = self.q.hctx(self.default_hctx);
+        if hctx.sched().is_some() {
+            return false;
+        }
+        self.alloc.shallow_depth = u32::MAX;
+        let Some(got) = hctx.tags.get(&mut self.alloc, false, true, || {}) else { return false };
+        let head = RqHead {
+            op: bio.op,
+            flags: bio.flags,
+            sector: bio.offset >> SECTOR_SHIFT,
+            nr_sectors: (bio.len >> SECTOR_SHIFT) as u32,
+            view: None,
+            split: 0,
+            user_data,
+            origin,
+            ioprio: bio.ioprio,
+        };
+        let ptr = hctx.tags.rq_ptr(got.tag);
+        self.init_request(ptr, &head, bio.buf.take(), false);
+        self.shared.counters.request(head.op);
+        // SAFETY: the slot is initialised and we give up access to it.
+        hctx.issue(unsafe { crate::request::Rq::from_raw(ptr) }, true);
+        self.note_submitted(head.op);
+        true
+    }
+
+    /// The general path: the queue map (hipri bios to the poll queue; on a
+    /// device whose submitters reap, every bio), then `submit_entered`.
+    #[inline(never)]
+    fn submit_mapped(&mut self, bio: Bio, user_data: u64, origin: u8, reserved: bool) -> Result<(), Box<Rejected>> {
         let polled = match self.poll_hctx {
             Some(poll) if self.q.submitter_reaps() || (bio.flags.contains(ReqFlags::HIPRI) && !reserved) => {
                 self.cur_hctx = poll;
@@ -82,7 +140,6 @@ impl Client {
             self.cur_hctx = self.default_hctx;
             self.polled_outstanding += usize::from(result.is_ok());
         }
-        door::leave(&self.shared.counters.entered);
         result
     }
 
@@ -322,32 +379,7 @@ impl Client {
         let sched = if use_sched { hctx.sched() } else { None };
         let pool = sched.map_or(&hctx.tags, |s| &s.tags);
         let ptr = pool.rq_ptr(got.tag);
-        {
-            // SAFETY: slots live as long as the queue.
-            let slot = unsafe { ptr.as_ref() };
-            debug_assert_eq!(slot.state(), RqState::Idle);
-            // SAFETY: holding the tag gives us the request exclusively until
-            // we hand it to the driver below.
-            let rq = unsafe { &mut *slot.rq.get() };
-            rq.op = head.op;
-            rq.flags = head.flags;
-            rq.sector = head.sector;
-            rq.nr_sectors = head.nr_sectors;
-            rq.buf = buf.take();
-            (rq.view, rq.view_len) = head.view.unwrap_or((std::ptr::null_mut(), 0));
-            rq.split = head.split;
-            rq.user_data = head.user_data;
-            rq.origin = head.origin;
-            rq.owner = Arc::as_ptr(&self.shared);
-            rq.driver_data = 0;
-            rq.client_id = self.client_id;
-            rq.ioprio = head.ioprio;
-            rq.in_sched = sched.is_some();
-            debug_assert_eq!(rq.nr_bios, 1, "a finished request leaves no merged bios behind");
-            rq.front = std::ptr::null();
-            rq.back = std::ptr::null();
-            slot.set_state(RqState::InFlight);
-        }
+        self.init_request(ptr, head, buf.take(), sched.is_some());
         self.shared.counters.request(head.op);
         // SAFETY: the slot is initialised and we give up access to it.
         let mut rq = unsafe { crate::request::Rq::from_raw(ptr) };
@@ -365,6 +397,36 @@ impl Client {
             hctx.issue(rq, true);
         }
         true
+    }
+
+    /// Fills the request slot `ptr` (whose tag the caller just took) from
+    /// `head` and `buf`, and marks it in flight.
+    #[inline(always)]
+    fn init_request(&self, ptr: std::ptr::NonNull<RequestSlot>, head: &RqHead, buf: Option<Buf>, in_sched: bool) {
+        // SAFETY: slots live as long as the queue.
+        let slot = unsafe { ptr.as_ref() };
+        debug_assert_eq!(slot.state(), RqState::Idle);
+        // SAFETY: holding the tag gives us the request exclusively until
+        // we hand it on (to the driver, the plug or the scheduler).
+        let rq = unsafe { &mut *slot.rq.get() };
+        rq.op = head.op;
+        rq.flags = head.flags;
+        rq.sector = head.sector;
+        rq.nr_sectors = head.nr_sectors;
+        rq.buf = buf;
+        (rq.view, rq.view_len) = head.view.unwrap_or((std::ptr::null_mut(), 0));
+        rq.split = head.split;
+        rq.user_data = head.user_data;
+        rq.origin = head.origin;
+        rq.owner = Arc::as_ptr(&self.shared);
+        rq.driver_data = 0;
+        rq.client_id = self.client_id;
+        rq.ioprio = head.ioprio;
+        rq.in_sched = in_sched;
+        debug_assert_eq!(rq.nr_bios, 1, "a finished request leaves no merged bios behind");
+        rq.front = std::ptr::null();
+        rq.back = std::ptr::null();
+        slot.set_state(RqState::InFlight);
     }
 
     /// A tag on this client's hardware queue: from the plug's cache, a

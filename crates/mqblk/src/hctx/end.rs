@@ -32,10 +32,42 @@ impl Hctx {
     /// # Safety
     /// `ptr` is the slot of an in-flight request and the caller owns it (it
     /// consumed the request's `Rq` token).
+    #[inline]
     pub(crate) unsafe fn end_request(ptr: NonNull<RequestSlot>, status: Status, ok_bytes: u64) {
         // SAFETY: slots live as long as the queue (see the Driver trait's
         // thread rules); the consumed token makes the request ours until
         // its tags go back, and this block ends every reference into it.
+        let slot = unsafe { ptr.as_ref() };
+        let (hctx, tag, owner, completion) = {
+            // SAFETY: as above.
+            let rq = unsafe { &*slot.rq.get() };
+            if rq.nr_bios > 1 || rq.split != 0 || rq.in_sched || rq.op == crate::request::Op::ZoneAppend {
+                // SAFETY: forwarded contract.
+                return unsafe { Self::end_request_general(ptr, status, ok_bytes) };
+            }
+            // SAFETY: as above; the shared borrow above has ended.
+            let rq = unsafe { &mut *slot.rq.get() };
+            // SAFETY: slots point at their hctx, which outlives them.
+            let hctx = unsafe { &*rq.hctx };
+            (hctx, rq.tag, rq.owner, Completion::new(rq.user_data, status, rq.buf.take(), rq.origin))
+        };
+        // One bio, no split, no scheduler: the tag is the slot's own and the
+        // only one to free, before telling the client (see below).
+        hctx.release_slot(slot, TagRelease { tag, driver_tag: tag, sched: None });
+        // SAFETY: owners are client completion sinks kept alive by the queue
+        // for its whole life; requests are only submitted with a valid one.
+        unsafe { &*owner }.deliver(completion);
+        hctx.restart_after_completion();
+    }
+
+    /// `end_request` for a request with merged bios, a piece of a split
+    /// bio, a scheduler's request or a zone append.
+    ///
+    /// # Safety
+    /// As `end_request`.
+    #[inline(never)]
+    unsafe fn end_request_general(ptr: NonNull<RequestSlot>, status: Status, ok_bytes: u64) {
+        // SAFETY: as in `end_request`.
         let slot = unsafe { ptr.as_ref() };
         let (hctx, release, owner, split, completion) = {
             // SAFETY: as above.

@@ -181,6 +181,22 @@ impl RequestQueue {
         self.limits.check_bio(bio)
     }
 
+    /// A read or write that passes `check_bio` as it is (limits.rs).
+    #[inline(always)]
+    pub(crate) fn plain_rw_ok(&self, bio: &Bio) -> bool {
+        self.limits.plain_rw_ok(bio)
+    }
+
+    /// The largest read or write that is one request as it is: no split at
+    /// `max_sectors` and, on zoned devices, none at a zone boundary (so 0:
+    /// every zoned bio takes the general path, which checks its zone).
+    pub(crate) fn plain_max_bytes(&self) -> u64 {
+        if self.limits.zoned.is_some() {
+            return 0;
+        }
+        self.max_request_bytes(Op::Read).min(self.max_request_bytes(Op::Write))
+    }
+
     /// Bytes from `offset` to the end of its zone (u64::MAX: not zoned).
     #[inline(always)]
     pub(crate) fn bytes_to_zone_end(&self, offset: u64) -> u64 {

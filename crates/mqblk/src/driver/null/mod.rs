@@ -285,6 +285,53 @@ impl NullDriver {
     }
 }
 
+impl NullDriver {
+    /// `queue_rq` for everything but a plain inline completion: faults,
+    /// data, service models, poll and hybrid queues, completion threads.
+    /// Out of line so that the plain case pays no frame for it.
+    #[inline(never)]
+    fn queue_rq_slow(&self, hctx: &Hctx, mut rq: Rq) -> QueueRqResult {
+        if let Some(f) = &self.faults {
+            if f.requeue.as_ref().is_some_and(FaultAttr::should_fail) {
+                return QueueRqResult::Busy(rq);
+            }
+            if f.timeout.as_ref().is_some_and(FaultAttr::should_fail) {
+                f.lose(hctx, rq);
+                return QueueRqResult::Queued;
+            }
+            if f.error_for(rq.op()).is_some_and(FaultAttr::should_fail) {
+                rq.complete(Status::IoErr);
+                return QueueRqResult::Queued;
+            }
+        }
+        let status = self.handle(&mut rq);
+        let due_ns = self.due_ns(&rq);
+        let rq_is_hipri = rq.flags().contains(ReqFlags::HIPRI);
+        if hctx.is_poll() {
+            // No completion thread: the submitter's poll completes it.
+            let list = &self.poll_lists[hctx.index() - self.cfg.submit_queues];
+            list.lock().push_back(Pending { rq, due_ns, status });
+            return QueueRqResult::Queued;
+        }
+        if let Some(q) = self.hybrid.get(hctx.index()) {
+            q.submit(rq, status, due_ns, rq_is_hipri);
+            return QueueRqResult::Queued;
+        }
+        if self.cfg.irqmode == IrqMode::None && due_ns == 0 {
+            end_rq(rq, status);
+            return QueueRqResult::Queued;
+        }
+        if self.cfg.irqmode == IrqMode::None {
+            // Throttled inline completion: the submitter waits its turn.
+            wait_until(due_ns, SPIN_NS);
+            end_rq(rq, status);
+            return QueueRqResult::Queued;
+        }
+        self.irq[hctx.index()].push(Pending { rq, due_ns, status });
+        QueueRqResult::Queued
+    }
+}
+
 impl Driver for NullDriver {
     fn name(&self) -> &str {
         "null"
@@ -340,49 +387,12 @@ impl Driver for NullDriver {
     }
 
     #[inline]
-    fn queue_rq(&self, hctx: &Hctx, mut rq: Rq, _last: bool) -> QueueRqResult {
+    fn queue_rq(&self, hctx: &Hctx, rq: Rq, _last: bool) -> QueueRqResult {
         if self.plain_inline && !hctx.is_poll() && self.badblocks.is_empty() {
             rq.complete(Status::Ok);
             return QueueRqResult::Queued;
         }
-        if let Some(f) = &self.faults {
-            if f.requeue.as_ref().is_some_and(FaultAttr::should_fail) {
-                return QueueRqResult::Busy(rq);
-            }
-            if f.timeout.as_ref().is_some_and(FaultAttr::should_fail) {
-                f.lose(hctx, rq);
-                return QueueRqResult::Queued;
-            }
-            if f.error_for(rq.op()).is_some_and(FaultAttr::should_fail) {
-                rq.complete(Status::IoErr);
-                return QueueRqResult::Queued;
-            }
-        }
-        let status = self.handle(&mut rq);
-        let due_ns = self.due_ns(&rq);
-        let rq_is_hipri = rq.flags().contains(ReqFlags::HIPRI);
-        if hctx.is_poll() {
-            // No completion thread: the submitter's poll completes it.
-            let list = &self.poll_lists[hctx.index() - self.cfg.submit_queues];
-            list.lock().push_back(Pending { rq, due_ns, status });
-            return QueueRqResult::Queued;
-        }
-        if let Some(q) = self.hybrid.get(hctx.index()) {
-            q.submit(rq, status, due_ns, rq_is_hipri);
-            return QueueRqResult::Queued;
-        }
-        if self.cfg.irqmode == IrqMode::None && due_ns == 0 {
-            end_rq(rq, status);
-            return QueueRqResult::Queued;
-        }
-        if self.cfg.irqmode == IrqMode::None {
-            // Throttled inline completion: the submitter waits its turn.
-            wait_until(due_ns, SPIN_NS);
-            end_rq(rq, status);
-            return QueueRqResult::Queued;
-        }
-        self.irq[hctx.index()].push(Pending { rq, due_ns, status });
-        QueueRqResult::Queued
+        self.queue_rq_slow(hctx, rq)
     }
 
     /// Completes the poll queue's requests that are due (in submission
