@@ -162,6 +162,74 @@ impl BioSlot {
     }
 }
 
+/// A sink's queue of inline completions: a plain ring (no atomics: one
+/// thread at a time) that never grows, since a client has at most the
+/// completion ring's capacity of completions outstanding.
+struct LocalRing {
+    slots: Box<[std::mem::MaybeUninit<Completion>]>,
+    head: usize,
+    len: usize,
+}
+
+impl LocalRing {
+    fn new(capacity: usize) -> Self {
+        assert!(capacity.is_power_of_two());
+        Self { slots: (0..capacity).map(|_| std::mem::MaybeUninit::uninit()).collect(), head: 0, len: 0 }
+    }
+
+    /// Appends `make()`'s completion, made in place.
+    #[inline(always)]
+    fn push(&mut self, make: impl FnOnce() -> Completion) {
+        assert!(self.len < self.slots.len(), "completion ring overflow: client in-flight accounting is broken");
+        let i = (self.head + self.len) & (self.slots.len() - 1);
+        self.slots[i].write(make());
+        self.len += 1;
+    }
+
+    #[inline(always)]
+    fn pop(&mut self) -> Option<Completion> {
+        if self.len == 0 {
+            return None;
+        }
+        let i = self.head;
+        self.head = (i + 1) & (self.slots.len() - 1);
+        self.len -= 1;
+        // SAFETY: slots from `head` for `len` hold values pushed and not
+        // yet popped; this one leaves the ring here.
+        Some(unsafe { self.slots[i].assume_init_read() })
+    }
+}
+
+impl Drop for LocalRing {
+    fn drop(&mut self) {
+        while self.pop().is_some() {}
+    }
+}
+
+#[cfg(not(loom))]
+std::thread_local! {
+    /// The sink whose owning client this thread is running a submission
+    /// for (its address; 0: none). See `ClientShared::mark_submitter`.
+    static SUBMITTER: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+#[cfg(loom)]
+loom::thread_local! {
+    static SUBMITTER: std::cell::Cell<usize> = std::cell::Cell::new(0);
+}
+
+/// A thread's mark as its client's submitter (`mark_submitter`); dropping
+/// it restores the previous mark, also when a panic unwinds.
+pub(crate) struct SubmitterMark {
+    prev: usize,
+}
+
+impl Drop for SubmitterMark {
+    #[inline(always)]
+    fn drop(&mut self) {
+        SUBMITTER.with(|s| s.set(self.prev));
+    }
+}
+
 /// Per-direction counts (fio's disk stats: read, and everything else).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct RwCount {
@@ -254,6 +322,13 @@ impl ClientCounters {
 /// between clients), so a completer can never touch a freed one.
 pub(crate) struct ClientShared {
     ring: MpscRing<Completion>,
+    /// Completions delivered on the owning client's own thread while it
+    /// submits (a driver that completes inline, inside `queue_rq`): no
+    /// other thread can be reaping then, so they need none of the ring's
+    /// atomics and no wakeup. Touched only by the thread of a call on the
+    /// owning client (see `SubmitterMark`); reaped before the ring. Bounded
+    /// by the ring's capacity like every completion, so it never grows.
+    local: UnsafeCell<LocalRing>,
     slots: Box<[BioSlot]>,
     gate: SleepGate,
     /// The completion eventfd, made when a client first asks for it. It
@@ -272,12 +347,20 @@ pub(crate) struct ClientShared {
     pub(crate) waiter: crate::sync::Mutex<Option<crate::sync::Arc<crate::sbitmap::SbqWaiter>>>,
 }
 
+// SAFETY: every field is Sync but `local`, which only the thread running a
+// call of the owning client touches (the client is `&mut` and belongs to
+// one thread at a time): `deliver` under that thread's `SubmitterMark`,
+// `take` and `has_ready` by their contracts.
+unsafe impl Sync for ClientShared {}
+
 impl ClientShared {
     pub(crate) fn new(capacity: usize) -> Self {
         let ring = MpscRing::new(capacity);
         let slots = (0..ring.capacity() as u32).map(BioSlot::new).collect();
+        let local = UnsafeCell::new(LocalRing::new(ring.capacity()));
         Self {
             ring,
+            local,
             slots,
             gate: SleepGate::default(),
             eventfd: std::sync::OnceLock::new(),
@@ -295,23 +378,43 @@ impl ClientShared {
         &self.slots[index as usize]
     }
 
-    pub(crate) fn has_ready(&self) -> bool {
-        self.ring.has_ready()
+    /// Consumer: is a completion ready?
+    ///
+    /// # Safety
+    /// Only the owning client (one thread at a time) may call this.
+    pub(crate) unsafe fn has_ready(&self) -> bool {
+        // SAFETY: forwarded contract: the owner's thread is the only one
+        // that touches `local` (see `deliver`).
+        !unsafe { self.local.with(|l| (*l).len == 0) } || self.ring.has_ready()
     }
 
     /// Consumer: sleeps until a completion is delivered (or `timeout`),
     /// unless one is already there. Returns true if it slept.
-    pub(crate) fn sleep_until_delivery(&self, timeout: Option<Duration>) -> bool {
-        self.gate.sleep_unless(|| self.ring.has_ready(), timeout)
-    }
-
-    /// Consumer: the next completion, if any.
     ///
     /// # Safety
     /// Only the owning client (one thread at a time) may call this.
+    pub(crate) unsafe fn sleep_until_delivery(&self, timeout: Option<Duration>) -> bool {
+        // SAFETY: forwarded contract (the check runs on the caller's thread).
+        self.gate.sleep_unless(|| unsafe { self.has_ready() }, timeout)
+    }
+
+    /// Consumer: the next completion, if any: inline ones first.
+    ///
+    /// # Safety
+    /// Only the owning client (one thread at a time) may call this.
+    #[inline(always)]
     pub(crate) unsafe fn take(&self) -> Option<Completion> {
-        // SAFETY: forwarded contract: single consumer.
-        unsafe { self.ring.pop() }
+        // SAFETY: forwarded contract: the owner's thread alone touches
+        // `local`, and it is the ring's single consumer.
+        unsafe { self.local.with_mut(|l| (*l).pop()).or_else(|| self.ring.pop()) }
+    }
+
+    /// Marks the calling thread as running a call of this sink's owning
+    /// client (a submission) until the mark drops: completions for this
+    /// sink delivered meanwhile on this thread go to `local`.
+    #[inline(always)]
+    pub(crate) fn mark_submitter(&self) -> SubmitterMark {
+        SubmitterMark { prev: SUBMITTER.with(|s| s.replace(self as *const Self as usize)) }
     }
 
     /// One piece of split bio `index` completed with `status`; the last one
@@ -344,11 +447,57 @@ impl ClientShared {
     /// Hands a completion to the client and wakes it if it sleeps.
     #[inline(always)]
     pub(crate) fn deliver(&self, completion: Completion) {
+        if self.marked() {
+            // SAFETY: `marked`: this thread runs a call of the owning client.
+            unsafe { self.push_local(|| completion) };
+            return;
+        }
         if self.ring.push(completion).is_err() {
             // The client never has more bios outstanding than the ring holds.
             panic!("completion ring overflow: client in-flight accounting is broken");
         }
         self.gate.notify();
+        self.notify_if_armed();
+    }
+
+    /// Does this thread run a submission of the owning client (its
+    /// `SubmitterMark`)?
+    #[inline(always)]
+    fn marked(&self) -> bool {
+        SUBMITTER.with(|s| s.get()) == self as *const Self as usize
+    }
+
+    /// Delivers to `local` (the client is awake: it is us).
+    ///
+    /// # Safety
+    /// `marked()`: the calling thread runs a call of the owning client,
+    /// which holds it `&mut`, so no other thread touches `local`.
+    #[inline(always)]
+    unsafe fn push_local(&self, make: impl FnOnce() -> Completion) {
+        // SAFETY: forwarded contract.
+        unsafe { self.local.with_mut(|l| (*l).push(make)) };
+        self.notify_if_armed();
+    }
+
+    /// If this thread runs a submission of the owning client (its
+    /// `SubmitterMark`), delivers `make()`'s completion to `local` and
+    /// returns true: the client is awake (it is us), so it needs no
+    /// wakeup, and no other thread reaps or delivers to `local` meanwhile.
+    /// The completion is made only then, so a caller can build it straight
+    /// in place.
+    #[inline(always)]
+    pub(crate) fn deliver_local(&self, make: impl FnOnce() -> Completion) -> bool {
+        if !self.marked() {
+            return false;
+        }
+        // SAFETY: `marked`: this thread runs a call of the owning client.
+        unsafe { self.push_local(make) };
+        true
+    }
+
+    /// Signals the completion eventfd if it is armed.
+    #[inline(always)]
+    fn notify_if_armed(&self) {
         // A load first: a client without an armed eventfd costs no RMW.
         if self.notify_armed.load(Ordering::SeqCst) && self.notify_armed.swap(false, Ordering::SeqCst) {
             self.signal();

@@ -20,7 +20,8 @@ fn reap(shared: &ClientShared, n: usize) -> Vec<u64> {
         match unsafe { shared.take() } {
             Some(c) => got.push(c.user_data),
             None => {
-                shared.sleep_until_delivery(None);
+                // SAFETY: this thread is the sink's owner.
+                unsafe { shared.sleep_until_delivery(None) };
             }
         }
     }
@@ -112,7 +113,8 @@ fn loom_merged_bios_complete_once_and_slots_reuse_without_races() {
                     got.push(c.user_data);
                 }
                 None => {
-                    shared.sleep_until_delivery(None);
+                    // SAFETY: this thread is the sink's owner.
+                    unsafe { shared.sleep_until_delivery(None) };
                 }
             }
         }

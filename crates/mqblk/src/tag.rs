@@ -224,15 +224,19 @@ impl Tags {
     }
 
     /// Frees `tag`, waking waiters per the wakeup policy.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn put(&self, tag: u32) {
         debug_assert!(tag < self.nr_tags, "tag {tag} beyond {}", self.nr_tags);
         if tag < self.nr_reserved_tags {
-            let sbq = self.breserved_tags.as_ref().expect("reserved tag without reserved bitmap");
-            sbq.clear(tag, None);
-        } else {
-            self.bitmap_tags.clear(tag - self.nr_reserved_tags, None);
+            return self.put_reserved(tag);
         }
+        self.bitmap_tags.clear(tag - self.nr_reserved_tags, None);
+    }
+
+    #[inline(never)]
+    fn put_reserved(&self, tag: u32) {
+        let sbq = self.breserved_tags.as_ref().expect("reserved tag without reserved bitmap");
+        sbq.clear(tag, None);
     }
 
     /// The request slot of `tag`. Only the holder of the tag may use it.

@@ -284,6 +284,70 @@ fn a_disarmed_completion_fd_stays_quiet_until_do_io_rearms_it() {
     assert!(readable(10_000), "do_io drained the ring and armed the eventfd again");
 }
 
+/// Holds every request whose sector is odd; an even one completes inline,
+/// after everything held (as a driver completing a batch from its
+/// submission path would).
+struct HoldOdd {
+    held: Mutex<Vec<Rq>>,
+}
+
+impl Driver for HoldOdd {
+    fn name(&self) -> &str {
+        "hold-odd"
+    }
+    fn tag_set(&self) -> TagSetConfig {
+        TagSetConfig::new(1, 16)
+    }
+    fn limits(&self) -> QueueLimits {
+        QueueLimits::new(1 << 20, 512)
+    }
+    fn queue_rq(&self, _hctx: &Hctx, rq: Rq, _last: bool) -> QueueRqResult {
+        if rq.sector() % 2 == 1 {
+            self.held.lock().unwrap().push(rq);
+            return QueueRqResult::Queued;
+        }
+        let held: Vec<Rq> = self.held.lock().unwrap().drain(..).collect();
+        for h in held {
+            h.complete(Status::Ok);
+        }
+        rq.complete(Status::Ok);
+        QueueRqResult::Queued
+    }
+}
+
+/// A request completed on the thread of a submission reaches its own
+/// client whoever submits: the submitter's own completions come back
+/// without the completion ring (completion.rs `deliver_local`), another
+/// client's, completed on the same thread, through that client's ring.
+#[test]
+fn completions_inside_a_submission_reach_their_own_clients() {
+    let dev = Device::with_driver(Box::new(HoldOdd { held: Mutex::new(Vec::new()) })).unwrap();
+    let (mut a, mut b) = (dev.client(), dev.client());
+    let mut done = Vec::new();
+    for round in 0..4u64 {
+        // a's odd sectors wait in the driver; b's even one ends them all.
+        a.submit(Bio::read(512, Buf::new(512)), 10 + round).unwrap();
+        b.submit(Bio::read(512, Buf::new(512)), 20 + round).unwrap();
+        b.submit(Bio::read(0, Buf::new(512)), 30 + round).unwrap();
+        done.clear();
+        assert_eq!(b.do_io(&mut done, 2, 8, Some(Duration::from_secs(10))).unwrap(), 2);
+        let mut got: Vec<u64> = done.iter().map(|c| c.user_data).collect();
+        got.sort_unstable();
+        assert_eq!(got, [20 + round, 30 + round], "b reaps its own two, not a's");
+        done.clear();
+        assert_eq!(a.do_io(&mut done, 1, 8, Some(Duration::from_secs(10))).unwrap(), 1);
+        assert_eq!(done[0].user_data, 10 + round, "a's completion, ended in b's submission");
+        // a's own even read ends inline in a's submission, in order.
+        a.submit(Bio::read(0, Buf::new(512)), 40 + round).unwrap();
+        a.submit(Bio::read(1024, Buf::new(512)), 50 + round).unwrap();
+        done.clear();
+        assert_eq!(a.do_io(&mut done, 2, 8, Some(Duration::from_secs(10))).unwrap(), 2);
+        assert_eq!(done.iter().map(|c| c.user_data).collect::<Vec<_>>(), [40 + round, 50 + round]);
+    }
+    assert_eq!(dev.stats().completed, 20);
+    assert_eq!(dev.busy_tags(), 0);
+}
+
 #[test]
 fn dropping_a_client_waits_for_its_io() {
     let dev = Device::open("null:gb=1,irqmode=2,completion_nsec=2000000").unwrap();

@@ -150,7 +150,8 @@ impl Client {
         }
         self.shared.notify_armed.store(true, Ordering::SeqCst);
         dekker_fence();
-        self.shared.has_ready()
+        // SAFETY: `&self` of the owning client, on its thread.
+        unsafe { self.shared.has_ready() }
     }
 
     pub(super) fn sleep_for_completions(&mut self, timeout: Option<Duration>) {
@@ -178,7 +179,8 @@ impl Client {
         }
         // Never sleep on tags granted to us (handoff policy) and not used.
         self.release_granted();
-        if self.shared.sleep_until_delivery(timeout) {
+        // SAFETY: the owning client, on its thread.
+        if unsafe { self.shared.sleep_until_delivery(timeout) } {
             self.stats.completion_sleeps += 1;
         }
     }
@@ -223,7 +225,8 @@ impl Client {
             self.notify = true;
             self.shared.notify_armed.store(true, Ordering::SeqCst);
             // Completions already queued must be signalled too.
-            if self.shared.has_ready() && self.shared.notify_armed.swap(false, Ordering::SeqCst) {
+            // SAFETY: the owning client, on its thread.
+            if unsafe { self.shared.has_ready() } && self.shared.notify_armed.swap(false, Ordering::SeqCst) {
                 self.shared.signal();
             }
         }

@@ -67,6 +67,9 @@ impl Client {
         if !door::enter(&self.shared.counters.entered, &self.q.frozen) {
             self.wait_at_door();
         }
+        // Requests that complete inline meanwhile come back to us without
+        // the ring's atomics (completion.rs `deliver`).
+        let _mark = self.shared.mark_submitter();
         let result = if !reserved && self.is_plain(&bio) && self.submit_plain(&mut bio, user_data, origin) {
             Ok(())
         } else {

@@ -49,14 +49,25 @@ impl Hctx {
             let rq = unsafe { &mut *slot.rq.get() };
             // SAFETY: slots point at their hctx, which outlives them.
             let hctx = unsafe { &*rq.hctx };
-            (hctx, rq.tag, rq.owner, Completion::new(rq.user_data, status, rq.buf.take(), rq.origin))
+            // SAFETY: owners are client completion sinks kept alive by the
+            // queue for its whole life; requests are only submitted with a
+            // valid one.
+            let owner = unsafe { &*rq.owner };
+            // Completed inline on the submitter's own thread: straight into
+            // its local queue (no one can take the tag and reuse the slot
+            // before we free it, so the order does not matter here).
+            if owner.deliver_local(|| Completion::new(rq.user_data, status, rq.buf.take(), rq.origin)) {
+                let tag = rq.tag;
+                hctx.release_slot(slot, TagRelease { tag, driver_tag: tag, sched: None });
+                hctx.restart_after_completion();
+                return;
+            }
+            (hctx, rq.tag, owner, Completion::new(rq.user_data, status, rq.buf.take(), rq.origin))
         };
         // One bio, no split, no scheduler: the tag is the slot's own and the
         // only one to free, before telling the client (see below).
         hctx.release_slot(slot, TagRelease { tag, driver_tag: tag, sched: None });
-        // SAFETY: owners are client completion sinks kept alive by the queue
-        // for its whole life; requests are only submitted with a valid one.
-        unsafe { &*owner }.deliver(completion);
+        owner.deliver(completion);
         hctx.restart_after_completion();
     }
 

@@ -378,11 +378,12 @@ impl Sbitmap {
 
     /// Frees `bit` (deferred: it becomes allocatable once an allocator finds
     /// its word full). Sets `hint` to the freed bit unless round robin.
-    #[inline]
+    #[inline(always)]
     pub fn clear(&self, bit: u32, hint: Option<&mut AllocHint>) {
         assert!(bit < self.depth, "clear of bit {bit} beyond depth {}", self.depth);
         let index = (bit >> self.shift) as usize;
-        let mask = 1usize << (bit & low_mask(self.shift) as u32);
+        // shift <= log2(BITS_PER_WORD) (`new`): the shifts stay in range.
+        let mask = 1usize << (bit & ((1 << self.shift) - 1));
         // SeqCst RMW: first half of the freer's side of the lost-wakeup
         // argument (the second is the ws_active load in SbitmapQueue::clear).
         // Release also publishes the previous owner's writes.

@@ -249,19 +249,29 @@ impl SbitmapQueue {
     }
 
     /// Frees `bit` and lets the wakeup policy wake waiters.
-    #[inline]
+    #[inline(always)]
     pub fn clear(&self, bit: u32, hint: Option<&mut AllocHint>) {
         // A handoff policy may give the bit straight to a waiter: it is then
         // never published in the bitmap, so no one else can take it.
-        if self.handoff && self.ws_active.load(Ordering::SeqCst) != 0 && self.policy.hand_off(self, bit) {
+        if self.handoff && self.ws_active.load(Ordering::SeqCst) != 0 && self.hand_off(bit) {
             return;
         }
         self.sb.clear(bit, hint);
         dekker_fence();
         // Fast path: nobody waits, no policy call (no cost without contention).
         if self.ws_active.load(Ordering::SeqCst) != 0 {
-            self.policy.bits_freed(self, 1);
+            self.bits_freed();
         }
+    }
+
+    #[inline(never)]
+    fn hand_off(&self, bit: u32) -> bool {
+        self.policy.hand_off(self, bit)
+    }
+
+    #[inline(never)]
+    fn bits_freed(&self) {
+        self.policy.bits_freed(self, 1);
     }
 
     /// Wakes up to `nr` waiters, walking the queues from `wake_index` and
