@@ -22,17 +22,29 @@ pub const BUF_ALIGN: usize = 4096;
 
 /// An owned, zero-initialised, page-aligned byte buffer: its own
 /// allocation, or a slot of a registered region (`FixedBufs::take`).
+///
+/// Three words, since buffers travel by value in every bio, request and
+/// completion (each move copies them): the pointer, the length, and
+/// `owner`, which says who frees the bytes in its low two bits.
 pub struct Buf {
     ptr: NonNull<u8>,
     len: usize,
-    /// Bytes allocated (or the fixed slot's size): `len` may shrink below
-    /// it and grow back (`set_len`), the allocation never changes.
-    capacity: usize,
-    /// The registered region this buffer is a slot of (kept alive by it).
-    fixed: Option<Arc<Region>>,
-    /// Memory of the caller's (`Buf::borrowed`): never freed here.
-    borrowed: bool,
+    /// `capacity << 2 | OWNER_HEAP`: our allocation of `capacity` bytes;
+    /// `capacity << 2 | OWNER_BORROWED`: the caller's memory, never freed
+    /// here; the address of a registered region (`Arc::into_raw`, whose
+    /// reference this buffer holds) `| OWNER_FIXED`: a slot of it, whose
+    /// capacity is the region's slot size. `len` may shrink below the
+    /// capacity and grow back (`set_len`); the allocation never changes.
+    owner: usize,
 }
+
+const OWNER_HEAP: usize = 0;
+const OWNER_BORROWED: usize = 1;
+const OWNER_FIXED: usize = 2;
+const OWNER_KIND: usize = 3;
+
+// Three words, and `None` costs nothing (the pointer's niche).
+const _: () = assert!(std::mem::size_of::<Option<Buf>>() == 3 * std::mem::size_of::<usize>());
 
 // SAFETY: `Buf` owns its allocation exclusively (like `Box<[u8]>`), so moving
 // it to another thread or sharing `&Buf` across threads is sound.
@@ -44,13 +56,20 @@ impl Buf {
     /// A zeroed buffer of `len` bytes (`len` may be 0).
     pub fn new(len: usize) -> Self {
         if len == 0 {
-            return Self { ptr: NonNull::dangling(), len: 0, capacity: 0, fixed: None, borrowed: false };
+            return Self { ptr: NonNull::dangling(), len: 0, owner: OWNER_HEAP };
         }
         let layout = Self::layout(len);
         // SAFETY: `layout` has a non-zero size (len > 0).
         let raw = unsafe { alloc_zeroed(layout) };
         let Some(ptr) = NonNull::new(raw) else { std::alloc::handle_alloc_error(layout) };
-        Self { ptr, len, capacity: len, fixed: None, borrowed: false }
+        Self { ptr, len, owner: Self::owned_capacity(len, OWNER_HEAP) }
+    }
+
+    /// `capacity` with `kind` in the low bits (a capacity above 2^62 bytes
+    /// is no allocation's).
+    fn owned_capacity(capacity: usize, kind: usize) -> usize {
+        assert!(capacity <= usize::MAX >> 2, "buffer of {capacity} bytes");
+        capacity << 2 | kind
     }
 
     /// A buffer over `len` bytes of the caller's memory at `ptr`, which it
@@ -71,13 +90,13 @@ impl Buf {
     pub unsafe fn borrowed(ptr: *mut u8, len: usize) -> Self {
         let ptr =
             if len == 0 { NonNull::dangling() } else { NonNull::new(ptr).expect("Buf::borrowed of a null pointer") };
-        Self { ptr, len, capacity: len, fixed: None, borrowed: true }
+        Self { ptr, len, owner: Self::owned_capacity(len, OWNER_BORROWED) }
     }
 
     /// Does this buffer borrow the caller's memory (`Buf::borrowed`)?
     #[inline]
     pub fn is_borrowed(&self) -> bool {
-        self.borrowed
+        self.owner & OWNER_KIND == OWNER_BORROWED
     }
 
     /// Ends a buffer made by [`Buf::borrowed`] without running its drop
@@ -85,8 +104,7 @@ impl Buf {
     /// any other buffer comes back as `Err`.
     #[inline]
     pub fn end_borrow(self) -> Result<(), Buf> {
-        if self.borrowed {
-            debug_assert!(self.fixed.is_none());
+        if self.is_borrowed() {
             std::mem::forget(self);
             return Ok(());
         }
@@ -95,7 +113,20 @@ impl Buf {
 
     /// A slot of a registered region (fixed.rs hands each slot out once).
     pub(crate) fn from_fixed(ptr: NonNull<u8>, len: usize, region: Arc<Region>) -> Self {
-        Self { ptr, len, capacity: len, fixed: Some(region), borrowed: false }
+        assert!(len <= region.slot_bytes());
+        let region = Arc::into_raw(region) as usize;
+        debug_assert_eq!(region & OWNER_KIND, 0, "a Region is word-aligned");
+        Self { ptr, len, owner: region | OWNER_FIXED }
+    }
+
+    /// The region of a fixed buffer.
+    fn region(&self) -> Option<&Region> {
+        if self.owner & OWNER_KIND != OWNER_FIXED {
+            return None;
+        }
+        // SAFETY: `owner` holds a reference of the region's `Arc` (taken in
+        // `from_fixed`, given back only in drop), so it is alive.
+        Some(unsafe { &*((self.owner & !OWNER_KIND) as *const Region) })
     }
 
     /// A buffer holding a copy of `data`.
@@ -119,7 +150,10 @@ impl Buf {
 
     /// The bytes allocated: the most `set_len` accepts.
     pub fn capacity(&self) -> usize {
-        self.capacity
+        match self.region() {
+            Some(region) => region.slot_bytes(),
+            None => self.owner >> 2,
+        }
     }
 
     /// Makes the buffer `len` bytes long, within its allocation: a server
@@ -128,7 +162,8 @@ impl Buf {
     /// what they held (zeroes or earlier data). Panics if `len` exceeds
     /// `capacity()`.
     pub fn set_len(&mut self, len: usize) {
-        assert!(len <= self.capacity, "Buf::set_len({len}) beyond its capacity of {} bytes", self.capacity);
+        let capacity = self.capacity();
+        assert!(len <= capacity, "Buf::set_len({len}) beyond its capacity of {capacity} bytes");
         self.len = len;
     }
 }
@@ -136,16 +171,23 @@ impl Buf {
 impl Drop for Buf {
     #[inline]
     fn drop(&mut self) {
-        if self.borrowed {
-            return; // the caller's memory: nothing to give back
-        }
-        if let Some(region) = self.fixed.take() {
-            return region.give_back(self.ptr);
-        }
-        if self.capacity != 0 && !self.borrowed {
-            // SAFETY: allocated in `new` with exactly this layout (its
-            // capacity is the length it was allocated with), not yet freed.
-            unsafe { dealloc(self.ptr.as_ptr(), Self::layout(self.capacity)) }
+        match self.owner & OWNER_KIND {
+            OWNER_BORROWED => {} // the caller's memory: nothing to give back
+            OWNER_FIXED => {
+                // SAFETY: the reference `from_fixed` took from the Arc, given
+                // back once, here.
+                let region = unsafe { Arc::from_raw((self.owner & !OWNER_KIND) as *const Region) };
+                region.give_back(self.ptr);
+            }
+            _ => {
+                let capacity = self.owner >> 2;
+                if capacity != 0 {
+                    // SAFETY: allocated in `new` with exactly this layout (its
+                    // capacity is the length it was allocated with), not yet
+                    // freed.
+                    unsafe { dealloc(self.ptr.as_ptr(), Self::layout(capacity)) }
+                }
+            }
         }
     }
 }

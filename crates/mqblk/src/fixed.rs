@@ -105,6 +105,11 @@ impl Region {
         addr >= base && addr.checked_add(len).is_some_and(|end| end <= base + total)
     }
 
+    /// Bytes per slot (a fixed `Buf`'s capacity).
+    pub(crate) fn slot_bytes(&self) -> usize {
+        self.slot_bytes
+    }
+
     /// A `Buf` taken at `ptr` was dropped: its slot is free again.
     pub(crate) fn give_back(&self, ptr: NonNull<u8>) {
         let slot = (ptr.as_ptr() as usize - self.ptr.as_ptr() as usize) / self.slot_bytes;
@@ -141,6 +146,20 @@ mod tests {
         assert_eq!(c.as_ptr() as usize, addr, "the freed slot is reused");
         assert_eq!(&c[..4], b"abcd", "a slot keeps what it last held");
         assert!(pool.region().contains(addr, 8192) && !pool.region().contains(addr, 8192 * 2 + 1));
+    }
+
+    /// A slot's buffer may grow to the slot (its capacity), no further.
+    #[test]
+    fn a_fixed_buffer_has_its_slot_as_capacity() {
+        let pool = FixedBufs::new(1, 8192);
+        let mut a = pool.take(512).unwrap();
+        assert_eq!((a.len(), a.capacity(), a.is_borrowed()), (512, 8192, false));
+        a.set_len(8192);
+        a[8191] = 1;
+        let grow = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| a.set_len(8193)));
+        assert!(grow.is_err(), "set_len past the slot panics");
+        drop(a);
+        assert_eq!(pool.free_slots(), 1, "and the slot came back after all");
     }
 
     /// Threads taking and dropping slots at once: a slot is never held by

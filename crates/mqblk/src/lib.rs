@@ -64,7 +64,7 @@ pub mod zoned;
 
 pub use buf::{Buf, BUF_ALIGN};
 pub use builder::DeviceBuilder;
-pub use client::{Client, ClientStats, Completion, RwCount};
+pub use client::{Client, ClientStats, Completion, CompletionSink, RwCount};
 pub use clock::{now_ns, Clock, ClockSource};
 pub use config::{ConfigError, QueueOptions, SpecParams, Wake};
 pub use driver::null::zoned::{ZoneLock, ZoneLockKind, ZonedCompat, ZonedConfig};

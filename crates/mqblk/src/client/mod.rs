@@ -21,6 +21,8 @@ mod blocking;
 mod reap;
 mod submit;
 
+pub use reap::CompletionSink;
+
 use std::collections::VecDeque;
 use std::sync::Arc;
 
