@@ -314,25 +314,34 @@ impl<'a> JobLoop<'a> {
     /// Fills the queue to `iodepth` in chunks of up to `batch` I/Os.
     #[inline(always)]
     fn fill_queue(&self, client: &mut Client, io: &mut IoState, p: &mut Progress) -> Result<(), String> {
-        while client.in_flight() < self.depth && self.below_limits(p) {
-            if self.submit_chunk(client, io, p)? == 0 {
-                break;
+        loop {
+            // Every I/O in flight holds a slot: the free ones are the room
+            // left below iodepth.
+            debug_assert_eq!(io.free.len(), self.depth - client.in_flight());
+            let ios_left = self.io_limit_count - p.issued_ios;
+            let chunk = self.batch.min(io.free.len()).min(usize::try_from(ios_left).unwrap_or(usize::MAX));
+            if chunk == 0 || self.submit_chunk(client, io, p, chunk)? < chunk {
+                return Ok(());
             }
         }
-        Ok(())
     }
 
-    /// One chunk (an io_submit call): under one plug, each I/O under its
-    /// own inner plug when `plug_per_io` (the kernel's direct-I/O path).
+    /// One chunk of `chunk` I/Os (an io_submit call; fewer if the job's
+    /// byte limit comes first): under one plug, each I/O under its own
+    /// inner plug when `plug_per_io` (the kernel's direct-I/O path).
     /// Returns how many I/Os it submitted.
     #[inline(always)]
-    fn submit_chunk(&self, client: &mut Client, io: &mut IoState, p: &mut Progress) -> Result<usize, String> {
-        // The plug's nr_ios hint is what this chunk will really submit
-        // (io_submit passes its own count), so no tags are batched that
-        // the chunk cannot use.
-        let chunk = self.batch.min(self.depth - client.in_flight()).min(io.free.len());
+    fn submit_chunk(
+        &self,
+        client: &mut Client,
+        io: &mut IoState,
+        p: &mut Progress,
+        chunk: usize,
+    ) -> Result<usize, String> {
         // Like io_submit and io_uring, plug only a chunk of more than
-        // AIO_PLUG_THRESHOLD I/Os: a plug cannot help one or two.
+        // AIO_PLUG_THRESHOLD I/Os: a plug cannot help one or two. Its
+        // nr_ios hint is what the chunk will submit (io_submit passes its
+        // own count), so no tags are batched that it cannot use.
         let plugged = self.opts.plug && chunk > AIO_PLUG_THRESHOLD;
         let mut outer;
         let c: &mut Client = if plugged {
@@ -343,8 +352,8 @@ impl<'a> JobLoop<'a> {
         };
         let mut prev: Option<u32> = None;
         let mut in_chunk = 0;
-        while in_chunk < self.batch && c.in_flight() < self.depth && self.below_limits(p) {
-            let Some(idx) = io.free.pop() else { break };
+        while in_chunk < chunk && p.issued_bytes < self.io_limit_bytes {
+            let idx = io.free.pop().expect("a free slot per I/O below iodepth");
             self.submit_one(c, idx, prev, plugged, io, p)?;
             prev = Some(idx);
             in_chunk += 1;

@@ -32,7 +32,7 @@ impl Hctx {
     /// # Safety
     /// `ptr` is the slot of an in-flight request and the caller owns it (it
     /// consumed the request's `Rq` token).
-    #[inline]
+    #[inline(always)]
     pub(crate) unsafe fn end_request(ptr: NonNull<RequestSlot>, status: Status, ok_bytes: u64) {
         // SAFETY: slots live as long as the queue (see the Driver trait's
         // thread rules); the consumed token makes the request ours until

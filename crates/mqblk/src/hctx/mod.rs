@@ -264,23 +264,34 @@ impl Hctx {
 
     /// Issues a freshly initialised request. Requests already bounced keep
     /// their place: a new one goes behind them.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn issue(&self, rq: Rq, last: bool) {
         if self.dispatch_nr.load(Ordering::Acquire) != 0 {
-            self.push_dispatch(rq);
-            self.run_dispatch_list();
-            return;
+            return self.issue_behind(rq);
         }
         self.stats.queued.fetch_add(1, Ordering::Relaxed);
         self.start_request(&rq);
         if let QueueRqResult::Busy(rq) = self.driver.queue_rq(self, rq, last) {
-            self.stats.busy.fetch_add(1, Ordering::Relaxed);
-            self.push_dispatch(rq);
-            if !last {
-                self.driver.commit_rqs(self);
-            }
-            self.restart_if_idle();
+            self.bounced(rq, last);
         }
+    }
+
+    /// `issue` with requests waiting on the dispatch list: behind them.
+    #[inline(never)]
+    fn issue_behind(&self, rq: Rq) {
+        self.push_dispatch(rq);
+        self.run_dispatch_list();
+    }
+
+    /// The driver answered Busy: the request waits on the dispatch list.
+    #[inline(never)]
+    fn bounced(&self, rq: Rq, last: bool) {
+        self.stats.busy.fetch_add(1, Ordering::Relaxed);
+        self.push_dispatch(rq);
+        if !last {
+            self.driver.commit_rqs(self);
+        }
+        self.restart_if_idle();
     }
 
     /// Issues a plug's batch of requests for this queue: through the
