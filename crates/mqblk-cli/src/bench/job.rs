@@ -122,7 +122,29 @@ pub fn run_job(
     if opts.startdelay_ns > 0 && !start_delay(opts.startdelay_ns, ctrl) {
         return Ok(JobResult::empty());
     }
-    let job = JobLoop::new(opts, clock, live, region_len);
+    // Two copies of the loop, with and without clock reads (gtod_reduce),
+    // so that neither tests the choice per I/O.
+    if opts.gtod_reduce {
+        run_loop::<false>(opts, dev, fixed, clock, job_index, ctrl, live, offset, region_len)
+    } else {
+        run_loop::<true>(opts, dev, fixed, clock, job_index, ctrl, live, offset, region_len)
+    }
+}
+
+/// `run_job` after the start delay, for `TIMED` (not `gtod_reduce`).
+#[allow(clippy::too_many_arguments)]
+fn run_loop<const TIMED: bool>(
+    opts: &JobOptions,
+    dev: &Device,
+    fixed: Option<&mqblk::FixedBufs>,
+    clock: Clock,
+    job_index: usize,
+    ctrl: &Control,
+    live: &Live,
+    offset: u64,
+    region_len: u64,
+) -> Result<JobResult, String> {
+    let job = JobLoop::<TIMED>::new(opts, clock, live, region_len);
     let read_pct = opts.rw.read_pct(opts.rwmixread);
     let mut progress = Progress {
         pattern: Pattern {
@@ -152,8 +174,8 @@ pub fn run_job(
 /// by `&mut`: `IoState` (slots, buffers, stats: handed to calls outside
 /// the loop) and `Progress` (the pattern and counters: touched only by
 /// the loop's inlined steps, so they stay in registers). Every step is
-/// inlined into `run`.
-struct JobLoop<'a> {
+/// inlined into `run`. `TIMED`: clock reads per I/O (not `gtod_reduce`).
+struct JobLoop<'a, const TIMED: bool> {
     opts: &'a JobOptions,
     clock: Clock,
     live: &'a Live,
@@ -162,8 +184,6 @@ struct JobLoop<'a> {
     batch: usize,
     complete_min: usize,
     complete_max: usize,
-    /// Clock reads per I/O (not `gtod_reduce`).
-    timed: bool,
     /// Total-latency histogram (`lat_percentiles`).
     lat_hist: bool,
     io_limit_bytes: u64,
@@ -231,7 +251,7 @@ impl IoState {
     }
 }
 
-impl<'a> JobLoop<'a> {
+impl<'a, const TIMED: bool> JobLoop<'a, TIMED> {
     fn new(opts: &'a JobOptions, clock: Clock, live: &'a Live, region_len: u64) -> Self {
         let depth = opts.effective_iodepth();
         // Writes are sync (O_DIRECT) unless the job is async (writeback).
@@ -246,7 +266,6 @@ impl<'a> JobLoop<'a> {
             batch: if opts.iodepth_batch_submit == 0 { depth } else { opts.iodepth_batch_submit },
             complete_min: opts.iodepth_batch_complete_min.max(1),
             complete_max: opts.complete_max(),
-            timed: !opts.gtod_reduce,
             lat_hist: opts.lat_percentiles,
             io_limit_bytes: if opts.time_based { u64::MAX } else { opts.io_size.unwrap_or(region_len) },
             io_limit_count: if opts.number_ios == 0 { u64::MAX } else { opts.number_ios },
@@ -358,7 +377,7 @@ impl<'a> JobLoop<'a> {
             prev = Some(idx);
             in_chunk += 1;
         }
-        if in_chunk > 0 && self.timed {
+        if in_chunk > 0 && TIMED {
             close_slat(&self.clock, &mut io.slots, prev);
         }
         Ok(in_chunk)
@@ -380,7 +399,7 @@ impl<'a> JobLoop<'a> {
         let bs = if is_write { self.opts.bs_write } else { self.opts.bs_read };
         let offset = self.next_offset(c, is_write, bs, io, p)?;
         let bio = self.prep_bio(idx, is_write, offset, io);
-        let t = if self.timed { self.clock.now_ns() } else { 0 };
+        let t = if TIMED { self.clock.now_ns() } else { 0 };
         if let Some(prev) = prev {
             io.slots[prev as usize].slat_ns = t - io.slots[prev as usize].issue_ns;
         }
@@ -467,7 +486,7 @@ impl<'a> JobLoop<'a> {
             }
             stats.ios += 1;
             stats.bytes += bs;
-            if self.timed {
+            if TIMED {
                 let clat = now.saturating_sub(slot.issue_ns + slot.slat_ns);
                 stats.record_latency(slot.slat_ns, clat, self.lat_hist);
             }
@@ -514,17 +533,17 @@ impl<'a> JobLoop<'a> {
 /// The reap's sink: accounts each completion where it is reaped (a
 /// `CompletionSink` rather than a closure, so that it is inlined into the
 /// reaping loop); one clock read, at the first completion, stamps them all.
-struct Reaped<'j, 'a> {
-    job: &'j JobLoop<'a>,
+struct Reaped<'j, 'a, const TIMED: bool> {
+    job: &'j JobLoop<'a, TIMED>,
     now: Option<u64>,
     io: &'j mut IoState,
     p: &'j mut Progress,
 }
 
-impl mqblk::CompletionSink for Reaped<'_, '_> {
+impl<const TIMED: bool> mqblk::CompletionSink for Reaped<'_, '_, TIMED> {
     #[inline(always)]
     fn complete(&mut self, c: Completion) {
-        let t = if self.job.timed { *self.now.get_or_insert_with(|| self.job.clock.now_ns()) } else { 0 };
+        let t = if TIMED { *self.now.get_or_insert_with(|| self.job.clock.now_ns()) } else { 0 };
         self.job.account(c, t, self.io, self.p);
     }
 }

@@ -68,6 +68,8 @@ struct SbitmapWord {
     /// it an allocator can see `cleared == 0` while another one holds the
     /// swapped mask and has not yet cleared it from `word`, and give up).
     swap_lock: Mutex<()>,
+    /// The word's usable bits (the last word may be short).
+    depth_mask: usize,
 }
 
 /// A caller's allocation hint: where its next search starts. One per thread
@@ -88,8 +90,6 @@ pub struct Sbitmap {
     depth: u32,
     shift: u32,
     round_robin: bool,
-    /// Usable bits of the last word (it may be short).
-    last_word_mask: usize,
     words: Box<[CachePadded<SbitmapWord>]>,
 }
 
@@ -125,9 +125,13 @@ impl Sbitmap {
         assert!(shift <= BITS_PER_WORD.trailing_zeros(), "sbitmap shift {shift} too large");
         let bits_per_word = 1u32 << shift;
         let map_nr = depth.div_ceil(bits_per_word) as usize;
-        let words = (0..map_nr).map(|_| CachePadded::new(SbitmapWord::default())).collect();
-        let last_word_mask = low_mask(depth - ((map_nr as u32 - 1) << shift));
-        Self { depth, shift, round_robin, last_word_mask, words }
+        let words = (0..map_nr)
+            .map(|i| {
+                let bits = (depth - ((i as u32) << shift)).min(bits_per_word);
+                CachePadded::new(SbitmapWord { depth_mask: low_mask(bits), ..SbitmapWord::default() })
+            })
+            .collect();
+        Self { depth, shift, round_robin, words }
     }
 
     pub fn depth(&self) -> u32 {
@@ -308,9 +312,8 @@ impl Sbitmap {
     fn get_fast(&self, hint: &mut AllocHint) -> Option<u32> {
         let index = (hint.0 >> self.shift) as usize;
         let w = self.words.get(index)?;
-        let limit_mask = if index + 1 == self.words.len() { self.last_word_mask } else { low_mask(1 << self.shift) };
         // SeqCst: see get_in_word (the waiter's retry ordering).
-        let free = !w.word.load(Ordering::SeqCst) & limit_mask;
+        let free = !w.word.load(Ordering::SeqCst) & w.depth_mask;
         if free == 0 {
             return None;
         }
