@@ -133,6 +133,7 @@ pub(crate) unsafe fn attach(rq: &mut Request, kind: MergeKind, slot: &BioSlot, o
     }
     rq.nr_sectors += bio.pos.nr_sectors;
     rq.nr_bios += 1;
+    rq.plain_end = false;
 }
 
 #[cfg(all(test, not(loom)))]

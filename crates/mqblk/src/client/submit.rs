@@ -42,7 +42,7 @@ impl Client {
     /// Submits `bio`; its completion comes back from `do_io` with
     /// `user_data`. Sleeps for a tag if all are busy (unless the bio has
     /// `NOWAIT`). A refused bio comes back in the error, untouched.
-    #[inline]
+    #[inline(always)]
     pub fn submit(&mut self, bio: Bio, user_data: u64) -> Result<(), Box<Rejected>> {
         self.submit_inner(bio, user_data, ORIGIN_USER, false)
     }
@@ -56,7 +56,9 @@ impl Client {
     }
 
     /// Submits inside the queue's door (`enter`/`exit`: a scheduler switch
-    /// waits for submissions in progress and holds new ones back).
+    /// waits for submissions in progress and holds new ones back). Inlined
+    /// into the caller with the plain path; the general path is a call.
+    #[inline(always)]
     pub(super) fn submit_inner(
         &mut self,
         mut bio: Bio,
@@ -426,6 +428,7 @@ impl Client {
         rq.client_id = self.client_id;
         rq.ioprio = head.ioprio;
         rq.in_sched = in_sched;
+        rq.plain_end = head.split == 0 && !in_sched && head.op != crate::request::Op::ZoneAppend;
         debug_assert_eq!(rq.nr_bios, 1, "a finished request leaves no merged bios behind");
         rq.front = std::ptr::null();
         rq.back = std::ptr::null();

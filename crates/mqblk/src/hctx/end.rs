@@ -41,10 +41,14 @@ impl Hctx {
         let (hctx, tag, owner, completion) = {
             // SAFETY: as above.
             let rq = unsafe { &*slot.rq.get() };
-            if rq.nr_bios > 1 || rq.split != 0 || rq.in_sched || rq.op == crate::request::Op::ZoneAppend {
+            if !rq.plain_end {
+                debug_assert!(
+                    rq.nr_bios > 1 || rq.split != 0 || rq.in_sched || rq.op == crate::request::Op::ZoneAppend
+                );
                 // SAFETY: forwarded contract.
                 return unsafe { Self::end_request_general(ptr, status, ok_bytes) };
             }
+            debug_assert!(rq.nr_bios == 1 && rq.split == 0 && !rq.in_sched);
             // SAFETY: as above; the shared borrow above has ended.
             let rq = unsafe { &mut *slot.rq.get() };
             // SAFETY: slots point at their hctx, which outlives them.

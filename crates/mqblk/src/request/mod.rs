@@ -124,6 +124,9 @@ pub(crate) struct Request {
     pub(crate) view_len: usize,
     /// Bios this request carries: its own (above) plus those merged in.
     pub(crate) nr_bios: u32,
+    /// One bio, not a split piece, not the scheduler's, not a zone append:
+    /// `end_request` takes its plain path (set at issue, cleared by a merge).
+    pub(crate) plain_end: bool,
     /// Bios front-merged (lower sectors, in order) and back-merged (higher
     /// sectors, in order, with the tail for appending); null when none.
     pub(crate) front: *const BioSlot,
@@ -212,6 +215,7 @@ impl RequestSlot {
             view: std::ptr::null_mut(),
             view_len: 0,
             nr_bios: 1,
+            plain_end: false,
             front: std::ptr::null(),
             back: std::ptr::null(),
             back_tail: std::ptr::null(),
