@@ -67,6 +67,7 @@ impl Buf {
 
     /// `capacity` with `kind` in the low bits (a capacity above 2^62 bytes
     /// is no allocation's).
+    #[inline(always)]
     fn owned_capacity(capacity: usize, kind: usize) -> usize {
         assert!(capacity <= usize::MAX >> 2, "buffer of {capacity} bytes");
         capacity << 2 | kind
@@ -140,15 +141,18 @@ impl Buf {
         Layout::from_size_align(len, BUF_ALIGN).expect("buffer length overflows a Layout")
     }
 
+    #[inline]
     pub fn len(&self) -> usize {
         self.len
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// The bytes allocated: the most `set_len` accepts.
+    #[inline]
     pub fn capacity(&self) -> usize {
         match self.region() {
             Some(region) => region.slot_bytes(),
@@ -194,6 +198,7 @@ impl Drop for Buf {
 
 impl Deref for Buf {
     type Target = [u8];
+    #[inline]
     fn deref(&self) -> &[u8] {
         // SAFETY: ptr is valid for len bytes (or dangling with len 0), the
         // bytes are initialised (zeroed at allocation), and we own them.
@@ -202,6 +207,7 @@ impl Deref for Buf {
 }
 
 impl DerefMut for Buf {
+    #[inline]
     fn deref_mut(&mut self) -> &mut [u8] {
         // SAFETY: as in `deref`, and `&mut self` makes the access exclusive.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }

@@ -18,7 +18,7 @@ use crate::buf::Buf;
 use crate::request::{Op, ORIGIN_USER};
 use crate::ring::MpscRing;
 use crate::status::Status;
-use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering, SleepGate, UnsafeCell};
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering, SleepGate, UnsafeCell};
 
 /// One finished I/O, as `do_io` returns it.
 #[derive(Debug)]
@@ -206,27 +206,56 @@ impl Drop for LocalRing {
     }
 }
 
-#[cfg(not(loom))]
-std::thread_local! {
-    /// The sink whose owning client this thread is running a submission
-    /// for (its address; 0: none). See `ClientShared::mark_submitter`.
-    static SUBMITTER: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-#[cfg(loom)]
-loom::thread_local! {
-    static SUBMITTER: std::cell::Cell<usize> = std::cell::Cell::new(0);
+/// The calling thread's identity, never 0: the thread pointer. On x86_64
+/// Linux one load: the x86-64 TLS ABI puts the thread control block's
+/// pointer to itself at %fs:0 (what `pthread_self` returns). Elsewhere
+/// (and under Miri) `pthread_self`, a libc call. A thread-local would do
+/// too, but in a shared library (the C layer) each access is a
+/// `__tls_get_addr` call. Under loom, whose threads share an OS thread, a
+/// loom thread-local id.
+#[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri), not(loom)))]
+#[inline(always)]
+fn current_thread() -> usize {
+    let tp: usize;
+    // SAFETY: reads the word at %fs:0, which the TLS ABI maps for every
+    // thread (the TCB's self-pointer); no memory is written.
+    unsafe {
+        std::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) tp, options(nostack, readonly, preserves_flags, pure))
+    };
+    tp
 }
 
-/// A thread's mark as its client's submitter (`mark_submitter`); dropping
-/// it restores the previous mark, also when a panic unwinds.
+#[cfg(all(not(all(target_arch = "x86_64", target_os = "linux", not(miri))), not(loom)))]
+#[inline(always)]
+fn current_thread() -> usize {
+    // SAFETY: pthread_self has no preconditions.
+    unsafe { libc::pthread_self() as usize }
+}
+
+#[cfg(loom)]
+fn current_thread() -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(1);
+    loom::thread_local! {
+        static ID: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    ID.with(|id| *id)
+}
+
+/// A sink's mark of the thread running a submission of its owning client
+/// (`mark_submitter`); dropping it restores the previous mark, also when
+/// a panic unwinds.
 pub(crate) struct SubmitterMark {
+    sink: *const ClientShared,
     prev: usize,
 }
 
 impl Drop for SubmitterMark {
     #[inline(always)]
     fn drop(&mut self) {
-        SUBMITTER.with(|s| s.set(self.prev));
+        // SAFETY: the marking client holds the sink (an Arc) for longer
+        // than the mark, a local of its submission.
+        unsafe { &*self.sink }.submitter.store(self.prev, Ordering::Relaxed);
     }
 }
 
@@ -329,6 +358,9 @@ pub(crate) struct ClientShared {
     /// owning client (see `SubmitterMark`); reaped before the ring. Bounded
     /// by the ring's capacity like every completion, so it never grows.
     local: UnsafeCell<LocalRing>,
+    /// The thread running a submission of the owning client (its
+    /// `current_thread`; 0: none): see `mark_submitter`.
+    submitter: AtomicUsize,
     slots: Box<[BioSlot]>,
     gate: SleepGate,
     /// The completion eventfd, made when a client first asks for it. It
@@ -349,7 +381,7 @@ pub(crate) struct ClientShared {
 
 // SAFETY: every field is Sync but `local`, which only the thread running a
 // call of the owning client touches (the client is `&mut` and belongs to
-// one thread at a time): `deliver` under that thread's `SubmitterMark`,
+// one thread at a time): `deliver` under that thread's mark (`submitter`),
 // `take` and `has_ready` by their contracts.
 unsafe impl Sync for ClientShared {}
 
@@ -361,6 +393,7 @@ impl ClientShared {
         Self {
             ring,
             local,
+            submitter: AtomicUsize::new(0),
             slots,
             gate: SleepGate::default(),
             eventfd: std::sync::OnceLock::new(),
@@ -414,7 +447,13 @@ impl ClientShared {
     /// sink delivered meanwhile on this thread go to `local`.
     #[inline(always)]
     pub(crate) fn mark_submitter(&self) -> SubmitterMark {
-        SubmitterMark { prev: SUBMITTER.with(|s| s.replace(self as *const Self as usize)) }
+        // Only the owning client's thread writes its own identity here, so
+        // a completer that reads its own is that thread, inside the
+        // submission (any other thread reads 0 or the owner's).
+        // (A plain load and store, no RMW: only the owning client writes.)
+        let prev = self.submitter.load(Ordering::Relaxed);
+        self.submitter.store(current_thread(), Ordering::Relaxed);
+        SubmitterMark { sink: self, prev }
     }
 
     /// One piece of split bio `index` completed with `status`; the last one
@@ -464,7 +503,7 @@ impl ClientShared {
     /// `SubmitterMark`)?
     #[inline(always)]
     fn marked(&self) -> bool {
-        SUBMITTER.with(|s| s.get()) == self as *const Self as usize
+        self.submitter.load(Ordering::Relaxed) == current_thread()
     }
 
     /// Delivers to `local` (the client is awake: it is us).
