@@ -46,6 +46,31 @@ pub struct ClientStats {
     pub completion_sleeps: u64,
 }
 
+/// The queue map for the plain submission path, fixed for a client's life:
+/// on a device whose submitters reap, every bio goes to the client's poll
+/// queue, polled; elsewhere plain bios go to its default queue, and hipri
+/// ones take the general path if the device polls.
+#[derive(Debug, Clone, Copy)]
+struct PlainMap {
+    hctx: usize,
+    /// ORIGIN_POLLED or 0.
+    origin: u8,
+    /// Hipri bios may take the plain path.
+    hipri: bool,
+}
+
+impl PlainMap {
+    fn new(q: &RequestQueue, default_hctx: usize, poll_hctx: Option<usize>) -> Self {
+        match poll_hctx {
+            Some(poll) if q.submitter_reaps() => {
+                Self { hctx: poll, origin: crate::request::ORIGIN_POLLED, hipri: true }
+            }
+            Some(_) => Self { hctx: default_hctx, origin: 0, hipri: false },
+            None => Self { hctx: default_hctx, origin: 0, hipri: true },
+        }
+    }
+}
+
 /// A per-thread handle on a device. See the module docs.
 pub struct Client {
     q: Arc<RequestQueue>,
@@ -78,6 +103,8 @@ pub struct Client {
     /// `RequestQueue::plain_max_bytes`: bios up to this long may take the
     /// plain submission path (submit.rs `is_plain`).
     plain_max_bytes: u64,
+    /// Where the plain path sends bios (the queue map, worked out once).
+    plain: PlainMap,
     /// Free bio slots of `shared` (only this client touches the list).
     free_slots: Vec<u32>,
     /// Identity for schedulers (the kernel's process).
@@ -127,6 +154,7 @@ impl Client {
             notify_registered: false,
             plug: PlugState::new(q.plug_nesting(), q.plug_sync),
             plain_max_bytes: q.plain_max_bytes(),
+            plain: PlainMap::new(&q, hctx_index, poll_hctx),
             q,
             free_slots: (0..capacity as u32).rev().collect(),
             client_id: seq as u32,

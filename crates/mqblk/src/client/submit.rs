@@ -82,18 +82,27 @@ impl Client {
     }
 
     /// The common case, which `submit_plain` serves in one straight line: a
-    /// read or write that passes the checks as it is, needs no split, goes
-    /// to this client's default queue (not polled), with no plug active and
-    /// room in the completion ring. Anything else (and a plain bio that
-    /// finds no tag at hand or a scheduler) takes the general path, which
-    /// would do the same with it.
+    /// read or write that passes the checks as it is and needs no split,
+    /// that the queue map sends to `plain.hctx` (not a hipri bio, unless
+    /// every bio is polled), with no plug active and room in the completion
+    /// ring. Anything else
+    /// (and a plain bio that finds no tag at hand or a scheduler) takes the
+    /// general path, which would do the same with it.
     #[inline(always)]
     fn is_plain(&self, bio: &Bio) -> bool {
         self.plug.depth == 0
-            && (self.poll_hctx.is_none() || !(self.q.submitter_reaps() || bio.flags.contains(ReqFlags::HIPRI)))
+            && (self.plain.hipri || !bio.flags.contains(ReqFlags::HIPRI))
             && self.in_flight < self.capacity()
             && bio.len <= self.plain_max_bytes
             && self.q.plain_rw_ok(bio)
+    }
+
+    /// The queue map (the kernel's HCTX_TYPE_POLL): the poll queue a bio
+    /// goes to, if any: every bio on a device whose submitters reap, hipri
+    /// bios (not reserved ones) where the device polls.
+    #[inline(always)]
+    fn poll_queue_for(&self, flags: ReqFlags, reserved: bool) -> Option<usize> {
+        self.poll_hctx.filter(|_| self.q.submitter_reaps() || (flags.contains(ReqFlags::HIPRI) && !reserved))
     }
 
     /// Issues a plain bio (`is_plain`) to the driver on a tag at hand:
@@ -102,7 +111,7 @@ impl Client {
     /// tag is free without waiting.
     #[inline(always)]
     fn submit_plain(&mut self, bio: &mut Bio, user_data: u64, origin: u8) -> bool {
-        let hctx = self.q.hctx(self.default_hctx);
+        let hctx = self.q.hctx(self.plain.hctx);
         if hctx.sched().is_some() {
             return false;
         }
@@ -116,32 +125,32 @@ impl Client {
             view: None,
             split: 0,
             user_data,
-            origin,
+            origin: origin | self.plain.origin,
             ioprio: bio.ioprio,
         };
         let ptr = hctx.tags.rq_ptr(got.tag);
         self.init_request(ptr, &head, bio.buf.take(), false);
         self.shared.counters.request(head.op);
+        // Counted before the issue: a request completed at once is reaped
+        // (and uncounted) only later, by do_io.
+        self.polled_outstanding += usize::from(self.plain.origin != 0);
         // SAFETY: the slot is initialised and we give up access to it.
         hctx.issue(unsafe { crate::request::Rq::from_raw(ptr) }, true);
         self.note_submitted(head.op);
         true
     }
 
-    /// The general path: the queue map (hipri bios to the poll queue; on a
-    /// device whose submitters reap, every bio), then `submit_entered`.
+    /// The general path: the queue map (`poll_queue_for`), then
+    /// `submit_entered`.
     #[inline(never)]
     fn submit_mapped(&mut self, bio: Bio, user_data: u64, origin: u8, reserved: bool) -> Result<(), Box<Rejected>> {
-        let polled = match self.poll_hctx {
-            Some(poll) if self.q.submitter_reaps() || (bio.flags.contains(ReqFlags::HIPRI) && !reserved) => {
-                self.cur_hctx = poll;
-                true
-            }
-            _ => false,
-        };
-        let origin = if polled { origin | ORIGIN_POLLED } else { origin };
+        let poll = self.poll_queue_for(bio.flags, reserved);
+        if let Some(poll) = poll {
+            self.cur_hctx = poll;
+        }
+        let origin = if poll.is_some() { origin | ORIGIN_POLLED } else { origin };
         let result = self.submit_entered(bio, user_data, origin, reserved);
-        if polled {
+        if poll.is_some() {
             self.cur_hctx = self.default_hctx;
             self.polled_outstanding += usize::from(result.is_ok());
         }
