@@ -243,14 +243,14 @@ fn current_thread() -> usize {
 }
 
 /// A sink's mark of the thread running a submission of its owning client
-/// (`mark_submitter`); dropping it restores the previous mark, also when
+/// (`mark_owner`); dropping it restores the previous mark, also when
 /// a panic unwinds.
-pub(crate) struct SubmitterMark {
+pub(crate) struct OwnerMark {
     sink: *const ClientShared,
     prev: usize,
 }
 
-impl Drop for SubmitterMark {
+impl Drop for OwnerMark {
     #[inline(always)]
     fn drop(&mut self) {
         // SAFETY: the marking client holds the sink (an Arc) for longer
@@ -352,14 +352,14 @@ impl ClientCounters {
 pub(crate) struct ClientShared {
     ring: MpscRing<Completion>,
     /// Completions delivered on the owning client's own thread while it
-    /// submits (a driver that completes inline, inside `queue_rq`): no
-    /// other thread can be reaping then, so they need none of the ring's
-    /// atomics and no wakeup. Touched only by the thread of a call on the
-    /// owning client (see `SubmitterMark`); reaped before the ring. Bounded
+    /// submits (a driver that completes inline, inside `queue_rq`) or polls
+    /// its queue in `do_io`: no other thread can be reaping then, so they
+    /// need none of the ring's atomics and no wakeup. Touched only by the thread of a call on the
+    /// owning client (see `OwnerMark`); reaped before the ring. Bounded
     /// by the ring's capacity like every completion, so it never grows.
     local: UnsafeCell<LocalRing>,
-    /// The thread running a submission of the owning client (its
-    /// `current_thread`; 0: none): see `mark_submitter`.
+    /// The thread running a call of the owning client (its
+    /// `current_thread`; 0: none): see `mark_owner`.
     submitter: AtomicUsize,
     slots: Box<[BioSlot]>,
     gate: SleepGate,
@@ -443,17 +443,18 @@ impl ClientShared {
     }
 
     /// Marks the calling thread as running a call of this sink's owning
-    /// client (a submission) until the mark drops: completions for this
-    /// sink delivered meanwhile on this thread go to `local`.
+    /// client (a submission, or a poll of its queue in `do_io`) until the
+    /// mark drops: completions for this sink delivered meanwhile on this
+    /// thread go to `local`.
     #[inline(always)]
-    pub(crate) fn mark_submitter(&self) -> SubmitterMark {
+    pub(crate) fn mark_owner(&self) -> OwnerMark {
         // Only the owning client's thread writes its own identity here, so
         // a completer that reads its own is that thread, inside the
         // submission (any other thread reads 0 or the owner's).
         // (A plain load and store, no RMW: only the owning client writes.)
         let prev = self.submitter.load(Ordering::Relaxed);
         self.submitter.store(current_thread(), Ordering::Relaxed);
-        SubmitterMark { sink: self, prev }
+        OwnerMark { sink: self, prev }
     }
 
     /// One piece of split bio `index` completed with `status`; the last one
@@ -499,8 +500,8 @@ impl ClientShared {
         self.notify_if_armed();
     }
 
-    /// Does this thread run a submission of the owning client (its
-    /// `SubmitterMark`)?
+    /// Does this thread run a call of the owning client (its
+    /// `OwnerMark`)?
     #[inline(always)]
     fn marked(&self) -> bool {
         self.submitter.load(Ordering::Relaxed) == current_thread()
@@ -518,8 +519,8 @@ impl ClientShared {
         self.notify_if_armed();
     }
 
-    /// If this thread runs a submission of the owning client (its
-    /// `SubmitterMark`), delivers `make()`'s completion to `local` and
+    /// If this thread runs a call of the owning client (its
+    /// `OwnerMark`), delivers `make()`'s completion to `local` and
     /// returns true: the client is awake (it is us), so it needs no
     /// wakeup, and no other thread reaps or delivers to `local` meanwhile.
     /// The completion is made only then, so a caller can build it straight

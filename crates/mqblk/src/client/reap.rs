@@ -79,6 +79,9 @@ impl Client {
             // A pure poll (e.g. after `poll_fd` fired) reaps the queue our
             // polled I/O waits on, without sleeping.
             if let Some(poll) = self.poll_hctx {
+                // Our own completions reaped here come back without the
+                // ring (completion.rs `deliver`).
+                let _mark = self.shared.mark_owner();
                 self.q.hctx(poll).reap();
             }
         }
@@ -190,6 +193,7 @@ impl Client {
                 crate::clock::set_precise_timer_slack();
                 std::thread::sleep(delay.min(timeout.unwrap_or(delay)));
             }
+            let _mark = self.shared.mark_owner();
             if self.q.hctx(poll).poll() == 0 {
                 std::hint::spin_loop();
             }

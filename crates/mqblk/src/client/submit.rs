@@ -71,7 +71,7 @@ impl Client {
         }
         // Requests that complete inline meanwhile come back to us without
         // the ring's atomics (completion.rs `deliver`).
-        let _mark = self.shared.mark_submitter();
+        let _mark = self.shared.mark_owner();
         let result = if !reserved && self.is_plain(&bio) && self.submit_plain(&mut bio, user_data, origin) {
             Ok(())
         } else {

@@ -593,10 +593,7 @@ impl FileDriver {
         if !ring.polled {
             return 0;
         }
-        thread_local! {
-            static SCRATCH: std::cell::RefCell<Vec<(u64, i32)>> = const { std::cell::RefCell::new(Vec::new()) };
-        }
-        SCRATCH.with(|s| ring.poll(&mut s.borrow_mut(), wait))
+        ring.poll(wait)
     }
 }
 

@@ -69,8 +69,9 @@ pub(crate) struct Ring {
     file: FileRef,
     /// Pushing to the SQ (any submitter; the completion thread resubmits).
     sq_lock: Mutex<()>,
-    /// Reaping the CQ on poll rings (several clients may poll).
-    cq_lock: Mutex<()>,
+    /// Reaping the CQ on poll rings (several clients may poll), with the
+    /// reaper's list of what it took (user_data, result), reused.
+    cq_lock: Mutex<Vec<(u64, i32)>>,
     /// Per driver tag: its iovecs and the request in flight.
     slots: Box<[UnsafeCell<Slot>]>,
     /// Requests queued and not yet ended (a stop waits for them).
@@ -143,7 +144,7 @@ impl Ring {
             ring,
             file: file_ref,
             sq_lock: Mutex::new(()),
-            cq_lock: Mutex::new(()),
+            cq_lock: Mutex::new(Vec::with_capacity(depth.next_power_of_two() as usize * 2)),
             slots: (0..depth).map(|_| UnsafeCell::new(Slot { iov: empty_iov(), io: None })).collect(),
             inflight: AtomicUsize::new(0),
             fixed_ios: AtomicUsize::new(0),
@@ -336,8 +337,8 @@ impl Ring {
     /// IOPOLL rings: io_uring_enter drives the device's polling. Other
     /// polled rings (`reap=client`): if nothing is there and `wait`, the
     /// poller sleeps in io_uring_enter until a completion arrives.
-    pub(crate) fn poll(&self, scratch: &mut Vec<(u64, i32)>, wait: bool) -> usize {
-        let Some(_g) = self.cq_lock.try_lock() else {
+    pub(crate) fn poll(&self, wait: bool) -> usize {
+        let Some(mut scratch) = self.cq_lock.try_lock() else {
             if wait && !self.iopoll {
                 // Another client reaps (perhaps asleep in the kernel until a
                 // completion arrives, ours included): sleep until it is
@@ -352,7 +353,7 @@ impl Ring {
             // SAFETY: GETEVENTS with min_complete 0 only reaps.
             let _ = unsafe { self.ring.submitter().enter::<libc::sigset_t>(0, 0, IORING_ENTER_GETEVENTS, None) };
         } else {
-            self.drain_cq(scratch);
+            self.drain_cq(&mut scratch);
             // Requests in flight all end with a CQE and only we reap
             // while holding cq_lock, so waiting for one cannot hang, even
             // if our own completion was reaped by another client already
@@ -361,7 +362,7 @@ impl Ring {
                 let _ = self.ring.submitter().submit_and_wait(1);
             }
         }
-        self.drain_cq(scratch);
+        self.drain_cq(&mut scratch);
         for &(tag, res) in scratch.iter() {
             self.complete(tag as usize, res);
         }
