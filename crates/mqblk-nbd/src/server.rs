@@ -71,16 +71,48 @@ impl Listen {
                 let (s, peer) = l.accept()?;
                 s.set_nonblocking(false)?;
                 let _ = s.set_nodelay(true);
+                grow_send_buffer(&s);
                 log::debug!("connection from {peer}");
                 Box::new(s)
             }
             Listen::Unix(l, path) => {
                 let (s, _) = l.accept()?;
                 s.set_nonblocking(false)?;
+                grow_send_buffer(&s);
                 log::debug!("connection on {}", path.display());
                 Box::new(s)
             }
         })
+    }
+}
+
+/// The send buffer asked for on each connection (the kernel doubles it for
+/// its bookkeeping and caps it at net.core.wmem_max): a 1 MiB read reply is
+/// then handed to the kernel without waiting for the client to read most
+/// of the one before, so the connection's thread goes on with the next
+/// request while the client copies. Measured with fio's nbd engine, 1 MiB
+/// reads at QD4 (docs/results/nbd-sndbuf.txt): 1.15x with one client,
+/// 1.05x with two; asking for 4 MiB did better with one (1.22x) but worse
+/// with two (0.85x).
+const SEND_BUFFER_BYTES: libc::c_int = 1 << 20;
+
+/// Asks for `SEND_BUFFER_BYTES` of socket send buffer (the kernel caps it
+/// at net.core.wmem_max; a refusal leaves the default, which only costs
+/// speed).
+fn grow_send_buffer(s: &impl std::os::fd::AsRawFd) {
+    let bytes = SEND_BUFFER_BYTES;
+    // SAFETY: setsockopt on our own socket with a live c_int of the size given.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&bytes as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        log::debug!("SO_SNDBUF {bytes}: {}", std::io::Error::last_os_error());
     }
 }
 
@@ -192,5 +224,44 @@ impl Server {
         }
         log::info!("stopped");
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn send_buffer_bytes(s: &impl std::os::fd::AsRawFd) -> libc::c_int {
+        let mut bytes: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: getsockopt into a live c_int whose size is passed.
+        let r = unsafe {
+            libc::getsockopt(
+                s.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_SNDBUF,
+                (&mut bytes as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(r, 0, "getsockopt: {}", std::io::Error::last_os_error());
+        bytes
+    }
+
+    /// A connection's send buffer grows to SEND_BUFFER_BYTES, or to what
+    /// net.core.wmem_max allows (the kernel reports twice the size asked
+    /// for: its bookkeeping overhead).
+    #[test]
+    fn connections_get_a_send_buffer_for_large_replies() {
+        let wmem_max: libc::c_int = std::fs::read_to_string("/proc/sys/net/core/wmem_max")
+            .expect("net.core.wmem_max")
+            .trim()
+            .parse()
+            .expect("a number");
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let before = send_buffer_bytes(&a);
+        grow_send_buffer(&a);
+        let want = 2 * SEND_BUFFER_BYTES.min(wmem_max);
+        assert_eq!(send_buffer_bytes(&a), want.max(before), "default was {before}");
     }
 }
