@@ -242,9 +242,9 @@ fn current_thread() -> usize {
     ID.with(|id| *id)
 }
 
-/// A sink's mark of the thread running a submission of its owning client
-/// (`mark_owner`); dropping it restores the previous mark, also when
-/// a panic unwinds.
+/// A sink's mark of the thread running a call of its owning client
+/// (`mark_owner`); dropping it restores the previous mark, also when a
+/// panic unwinds.
 pub(crate) struct OwnerMark {
     sink: *const ClientShared,
     prev: usize,
@@ -254,7 +254,7 @@ impl Drop for OwnerMark {
     #[inline(always)]
     fn drop(&mut self) {
         // SAFETY: the marking client holds the sink (an Arc) for longer
-        // than the mark, a local of its submission.
+        // than the mark, a local of its call.
         unsafe { &*self.sink }.submitter.store(self.prev, Ordering::Relaxed);
     }
 }
@@ -354,9 +354,10 @@ pub(crate) struct ClientShared {
     /// Completions delivered on the owning client's own thread while it
     /// submits (a driver that completes inline, inside `queue_rq`) or polls
     /// its queue in `do_io`: no other thread can be reaping then, so they
-    /// need none of the ring's atomics and no wakeup. Touched only by the thread of a call on the
-    /// owning client (see `OwnerMark`); reaped before the ring. Bounded
-    /// by the ring's capacity like every completion, so it never grows.
+    /// need none of the ring's atomics and no wakeup. Touched only by the
+    /// thread of a call on the owning client (see `OwnerMark`); reaped
+    /// before the ring. Bounded by the ring's capacity like every
+    /// completion, so it never grows.
     local: UnsafeCell<LocalRing>,
     /// The thread running a call of the owning client (its
     /// `current_thread`; 0: none): see `mark_owner`.
@@ -449,8 +450,8 @@ impl ClientShared {
     #[inline(always)]
     pub(crate) fn mark_owner(&self) -> OwnerMark {
         // Only the owning client's thread writes its own identity here, so
-        // a completer that reads its own is that thread, inside the
-        // submission (any other thread reads 0 or the owner's).
+        // a completer that reads its own is that thread, inside the call
+        // (any other thread reads 0 or the owner's).
         // (A plain load and store, no RMW: only the owning client writes.)
         let prev = self.submitter.load(Ordering::Relaxed);
         self.submitter.store(current_thread(), Ordering::Relaxed);

@@ -85,9 +85,8 @@ impl Client {
     /// read or write that passes the checks as it is and needs no split,
     /// that the queue map sends to `plain.hctx` (not a hipri bio, unless
     /// every bio is polled), with no plug active and room in the completion
-    /// ring. Anything else
-    /// (and a plain bio that finds no tag at hand or a scheduler) takes the
-    /// general path, which would do the same with it.
+    /// ring. Anything else (and a plain bio that finds no tag at hand or a
+    /// scheduler) takes the general path, which would do the same with it.
     #[inline(always)]
     fn is_plain(&self, bio: &Bio) -> bool {
         self.plug.depth == 0
