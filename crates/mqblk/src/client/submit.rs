@@ -38,6 +38,24 @@ struct RqHead {
     ioprio: crate::request::IoPrio,
 }
 
+impl RqHead {
+    /// The head of a request that carries all of `bio`.
+    #[inline(always)]
+    fn whole(bio: &Bio, user_data: u64, origin: u8) -> Self {
+        Self {
+            op: bio.op,
+            flags: bio.flags,
+            sector: bio.offset >> SECTOR_SHIFT,
+            nr_sectors: (bio.len >> SECTOR_SHIFT) as u32,
+            view: None,
+            split: 0,
+            user_data,
+            origin,
+            ioprio: bio.ioprio,
+        }
+    }
+}
+
 impl Client {
     /// Submits `bio`; its completion comes back from `do_io` with
     /// `user_data`. Sleeps for a tag if all are busy (unless the bio has
@@ -116,17 +134,7 @@ impl Client {
         }
         self.alloc.shallow_depth = u32::MAX;
         let Some(got) = hctx.tags.get(&mut self.alloc, false, true, || {}) else { return false };
-        let head = RqHead {
-            op: bio.op,
-            flags: bio.flags,
-            sector: bio.offset >> SECTOR_SHIFT,
-            nr_sectors: (bio.len >> SECTOR_SHIFT) as u32,
-            view: None,
-            split: 0,
-            user_data,
-            origin: origin | self.plain.origin,
-            ioprio: bio.ioprio,
-        };
+        let head = RqHead::whole(bio, user_data, origin | self.plain.origin);
         let ptr = hctx.tags.rq_ptr(got.tag);
         self.init_request(ptr, &head, bio.buf.take(), false);
         self.shared.counters.request(head.op);
@@ -197,17 +205,7 @@ impl Client {
         if bio.len > max || (bio.len > 0 && bio.len > self.q.bytes_to_zone_end(bio.offset)) {
             return self.submit_split(bio, user_data, origin, reserved, max);
         }
-        let head = RqHead {
-            op: bio.op,
-            flags: bio.flags,
-            sector: bio.offset >> SECTOR_SHIFT,
-            nr_sectors: (bio.len >> SECTOR_SHIFT) as u32,
-            view: None,
-            split: 0,
-            user_data,
-            origin,
-            ioprio: bio.ioprio,
-        };
+        let head = RqHead::whole(&bio, user_data, origin);
         if self.plug.takes(bio.op, bio.flags)
             && self.plug.touches_last(head.sector, head.nr_sectors)
             && merge::mergeable(bio.op, bio.flags)
