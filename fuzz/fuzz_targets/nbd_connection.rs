@@ -37,6 +37,7 @@ fn exports() -> &'static [Export] {
             description: "fuzz".into(),
             device: device.clone(),
             read_only,
+            direct_reads: true,
         };
         vec![export("", false), export("ro", true)]
     })

@@ -40,6 +40,11 @@ pub struct ServeArgs {
     /// Connections served at once.
     #[arg(long, value_name = "N", default_value_t = 16)]
     max_connections: usize,
+    /// Serve every read as a bio, even where the device offers direct
+    /// access (a memory-backed null device lends its pages to reads of
+    /// 64 KiB and more, written to the socket with one copy fewer).
+    #[arg(long)]
+    no_direct_reads: bool,
 }
 
 /// The (device spec, export name) pairs: each --export names the last
@@ -61,14 +66,16 @@ pub fn run(args: ServeArgs, matches: &clap::ArgMatches) -> Result<String, (u8, S
     init_logger("serve");
     let bad = |e: String| (2u8, e);
     let exports = exports(&args, matches).map_err(bad)?;
-    let ServeArgs { listen, unix, read_only, max_connections: max_conn, control, .. } = args;
+    let ServeArgs { listen, unix, read_only, max_connections: max_conn, control, no_direct_reads, .. } = args;
     if exports.is_empty() {
         return Err(bad("serve needs --device SPEC (see mqblk serve --help)".into()));
     }
     let mut list = Vec::new();
     for (i, (spec, name)) in exports.iter().enumerate() {
         let name = name.clone().unwrap_or_else(|| if i == 0 { String::new() } else { format!("export{i}") });
-        list.push(Export::open(&name, &fast_spec(spec), read_only).map_err(nbd_error)?);
+        let mut export = Export::open(&name, &fast_spec(spec), read_only).map_err(nbd_error)?;
+        export.direct_reads = !no_direct_reads;
+        list.push(export);
     }
     let listener = match (listen, unix) {
         (Some(_), Some(_)) => return Err(bad("--listen and --unix: choose one".into())),

@@ -21,6 +21,10 @@ pub struct Export {
     pub description: String,
     pub device: Device,
     pub read_only: bool,
+    /// Large reads by the device's direct access where it offers it
+    /// (`Device::read_direct`: a memory-backed null device lends its pages,
+    /// which go to the socket with one copy fewer); on by default.
+    pub direct_reads: bool,
 }
 
 impl Export {
@@ -28,7 +32,7 @@ impl Export {
     /// described by its spec.
     pub fn open(name: &str, spec: &str, read_only: bool) -> Result<Self, Error> {
         let device = Device::open(spec).map_err(|source| Error::Device { spec: spec.to_string(), source })?;
-        Ok(Self { name: name.to_string(), description: spec.to_string(), device, read_only })
+        Ok(Self { name: name.to_string(), description: spec.to_string(), device, read_only, direct_reads: true })
     }
 
     /// Transmission flags, true to the device's capabilities.

@@ -30,6 +30,11 @@ const QUEUE_DEPTH: usize = 64;
 const READ_CHUNK: usize = 16 << 10;
 /// Read replies at least this large are written from the request's buffer.
 const DIRECT_WRITE_BYTES: usize = 64 << 10;
+/// Reads at least this large go by the device's direct access where the
+/// export allows it and the device offers it: written to the socket from
+/// the device's own memory (a smaller read is cheaper as a bio, batched
+/// with the rest of its socket read).
+const DIRECT_READ_BYTES: u64 = 64 << 10;
 /// Structured reads at least this large (and without DF) send the
 /// device's holes as OFFSET_HOLE chunks, where the device's block status
 /// is cheap; smaller ones are not worth the query.
@@ -47,6 +52,40 @@ fn write_all_vectored(s: &mut dyn Stream, a: &[u8], b: &[u8]) -> std::io::Result
         match s.write_vectored(&[std::io::IoSlice::new(x), std::io::IoSlice::new(y)]) {
             Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
             Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Writes `head` then every slice, resuming after short writes (writev
+/// in pieces of at most IOV_MAX).
+fn write_all_slices(s: &mut dyn Stream, head: &[u8], slices: &[std::io::IoSlice<'_>]) -> std::io::Result<()> {
+    /// Slices per writev: the head and a lent megabyte of pages.
+    const IOV: usize = 257;
+    let total = head.len() + slices.iter().map(|x| x.len()).sum::<usize>();
+    let mut iov = [std::io::IoSlice::new(&[]); IOV];
+    let mut done = 0;
+    while done < total {
+        // What is left, from `done` on (a blocking socket takes it all in
+        // one call unless a signal cuts it short).
+        let (mut n, mut skip) = (0, done);
+        for part in std::iter::once(head).chain(slices.iter().map(|x| &**x)) {
+            if skip >= part.len() {
+                skip -= part.len();
+                continue;
+            }
+            iov[n] = std::io::IoSlice::new(&part[skip..]);
+            skip = 0;
+            n += 1;
+            if n == IOV {
+                break;
+            }
+        }
+        match s.write_vectored(&iov[..n]) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(k) => done += k,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
@@ -428,6 +467,9 @@ impl<'a> Transmission<'a> {
             self.flush_out()?;
             return Ok(true);
         }
+        if r.cmd == CMD_READ && len >= DIRECT_READ_BYTES && e.direct_reads && self.read_direct(&r)? {
+            return Ok(true);
+        }
         let fua = if r.flags & CMD_FLAG_FUA != 0 { ReqFlags::FUA } else { ReqFlags::NONE };
         let bio = match r.cmd {
             CMD_READ => Bio::read(r.offset, self.take_buf(r.length as usize)),
@@ -443,6 +485,45 @@ impl<'a> Transmission<'a> {
         self.bytes_in_flight += bytes;
         self.batch.push((bio, slot));
         Ok(true)
+    }
+
+    /// Answers a (checked) read by the device's direct access: the reply's
+    /// header, then the data written straight from the device's memory.
+    /// False, having sent nothing, where the device does not offer it or a
+    /// sparse reply is due (a structured read with a hole worth a chunk:
+    /// the bio path sends those). Requests read before it are submitted
+    /// first, so a write the client sent earlier is at least on its way.
+    fn read_direct(&mut self, r: &Request) -> Result<bool, Error> {
+        let (offset, len) = (r.offset, u64::from(r.length));
+        if self.sparse_reads
+            && r.flags & CMD_FLAG_DF == 0
+            && len >= SPARSE_READ_BYTES
+            && self.export.device.block_status_into(offset, len, &mut self.extents)
+            && crate::sparse::read_runs(&self.extents, len, &mut self.runs)
+        {
+            return Ok(false);
+        }
+        self.submit_batch()?;
+        self.reply_header(r.cookie, offset, 0, Some(len as usize));
+        let (s, out) = (&mut self.s, &mut self.out);
+        let mut header = Some(out);
+        let sent = self.export.device.read_direct(offset, len, &mut |slices| {
+            // The header goes out with the first slices, in one writev.
+            let head = header.take().map_or(&[][..], |o| &o[..]);
+            write_all_slices(&mut **s, head, slices)
+        });
+        match sent {
+            None => {
+                // Declined: nothing was written; the header is not sent.
+                self.out.clear();
+                Ok(false)
+            }
+            Some(result) => {
+                result.map_err(Error::Socket)?;
+                self.out.clear();
+                Ok(true)
+            }
+        }
     }
 
     /// NBD_CMD_BLOCK_STATUS for base:allocation: the device's holes

@@ -192,3 +192,67 @@ fn stop_ends_clients_idle_in_the_handshake_and_the_option_phase() {
         assert_eq!(c.read(&mut b).unwrap(), 0, "closed by the server");
     }
 }
+
+/// An NBD request: magic, flags 0, `cmd`, `cookie`, `offset`, `len`.
+fn request(cmd: u16, cookie: u64, offset: u64, len: u32) -> Vec<u8> {
+    let mut req = 0x2560_9513u32.to_be_bytes().to_vec();
+    req.extend_from_slice(&0u16.to_be_bytes());
+    req.extend_from_slice(&cmd.to_be_bytes());
+    req.extend_from_slice(&cookie.to_be_bytes());
+    req.extend_from_slice(&offset.to_be_bytes());
+    req.extend_from_slice(&len.to_be_bytes());
+    req
+}
+
+/// A simple reply's error, after checking its magic and cookie.
+fn simple_reply(c: &mut UnixStream, cookie: u64) -> u32 {
+    let mut reply = [0u8; 16];
+    c.read_exact(&mut reply).unwrap();
+    assert_eq!(u32::from_be_bytes(reply[..4].try_into().unwrap()), 0x6744_6698, "a simple reply");
+    assert_eq!(u64::from_be_bytes(reply[8..16].try_into().unwrap()), cookie);
+    u32::from_be_bytes(reply[4..8].try_into().unwrap())
+}
+
+/// Large reads of a memory-backed export go by direct access (the
+/// device's pages written to the socket): the same bytes as the bio path,
+/// holes as zeros, framed the same; an export with `direct_reads` off
+/// serves them as bios. Small reads, and reads out of range, stay on the
+/// bio path.
+#[test]
+fn large_reads_by_direct_access_send_what_bios_would() {
+    let pattern: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 253) as u8).collect();
+    let mut answers = Vec::new();
+    for direct in [true, false] {
+        let path = socket_path(if direct { "direct" } else { "bios" });
+        let mut e = Export::open("", "null:size=4,memory_backed=1,irqmode=0", false).expect("a null device");
+        e.direct_reads = direct;
+        let device = e.device.clone();
+        let server = Server::new(Listen::unix(&path).unwrap(), vec![e]).unwrap();
+        let (stop, done, t) = spawn(server);
+        let mut c = connect_and_go(&path);
+        // 1 MiB written at 64 KiB; the first 64 KiB stays a hole.
+        let mut w = request(1, 1, 64 << 10, pattern.len() as u32);
+        w.extend_from_slice(&pattern);
+        c.write_all(&w).unwrap();
+        assert_eq!(simple_reply(&mut c, 1), 0);
+        let mut got = Vec::new();
+        for (cookie, offset, len) in [(2u64, 0u64, (1u32 << 20) + (64 << 10)), (3, 4096, 8192), (4, 1 << 20, 65536)] {
+            c.write_all(&request(0, cookie, offset, len)).unwrap();
+            assert_eq!(simple_reply(&mut c, cookie), 0);
+            let mut data = vec![0u8; len as usize];
+            c.read_exact(&mut data).unwrap();
+            got.push(data);
+        }
+        c.write_all(&request(0, 5, (4 << 20) - 4096, 1 << 20)).unwrap();
+        assert_eq!(simple_reply(&mut c, 5), 22, "past the end: EINVAL, no data");
+        assert!(got[0][..64 << 10].iter().all(|&b| b == 0), "the hole reads as zeros");
+        assert!(got[0][64 << 10..] == pattern[..], "then the written MiB");
+        let direct_reads = device.stats().direct_reads;
+        assert_eq!(direct_reads, if direct { 2 } else { 0 }, "the two reads of 64 KiB and more");
+        answers.push(got);
+        stop.stop();
+        assert!(done.recv_timeout(HANG_GUARD).expect("run() returned").is_ok());
+        t.join().unwrap();
+    }
+    assert!(answers[0] == answers[1], "direct access and bios send the same bytes");
+}

@@ -77,6 +77,80 @@ fn bad_io_is_refused_and_device_unchanged() {
     assert_eq!(out, vec![0u8; 4096]);
 }
 
+/// `Device::read_direct`'s bytes, joined, and how many slices each call
+/// of the callee got.
+fn read_direct(dev: &Device, offset: u64, len: u64) -> Option<(Vec<u8>, Vec<usize>)> {
+    let (mut bytes, mut calls) = (Vec::new(), Vec::new());
+    let r = dev.read_direct(offset, len, &mut |slices| {
+        calls.push(slices.len());
+        for s in slices {
+            bytes.extend_from_slice(s);
+        }
+        Ok(())
+    })?;
+    r.unwrap();
+    Some((bytes, calls))
+}
+
+/// Direct access lends exactly what a read returns: written pages, holes
+/// as zeros, pieces of pages at both ends, and ranges of more than one
+/// callee's worth of slices (1 MiB each).
+#[test]
+fn direct_reads_lend_what_a_read_returns() {
+    let dev = Device::open("null:size=4,bs=512,irqmode=0,memory_backed=1").unwrap();
+    let mut c = dev.client();
+    let data: Vec<u8> = (0..20480u32).map(|i| (i * 7 % 251) as u8).collect();
+    c.write_at(&data, 4096 * 3 + 512).unwrap();
+    c.write_at(&data[..4096], (1 << 20) + 4096).unwrap();
+    for (offset, len) in
+        [(0, 4096), (4096 * 3, 8192), (4096 * 3 + 1024, 4096 * 5), (512, 512), (0, (1 << 20) + 3 * 4096)]
+    {
+        let mut want = vec![0u8; len as usize];
+        c.read_at(&mut want, offset).unwrap();
+        let (got, calls) = read_direct(&dev, offset, len).expect("a plain memory device lends");
+        assert!(got == want, "offset {offset} len {len}");
+        assert!(calls.iter().all(|&n| n <= 256), "at most 1 MiB of pages a call: {calls:?}");
+    }
+    let (_, calls) = read_direct(&dev, 0, (1 << 20) + 3 * 4096).unwrap();
+    assert_eq!(calls, [256, 3], "in order, 256 pages at a time");
+    assert_eq!(dev.stats().direct_reads, 6);
+    assert_eq!(dev.stats().bios.read, 5, "direct reads make no bios");
+}
+
+/// Where a read does more than copy (a cache in front, faults, bad blocks,
+/// zones, a completion thread), or is not a read a bio could make, direct
+/// access declines and the caller takes the bio path; an error from the
+/// callee ends the read.
+#[test]
+fn direct_reads_decline_where_a_read_does_more_than_copy() {
+    for spec in [
+        "null:size=4",
+        "null:size=4,memory_backed=1,irqmode=1",
+        "null:size=4,memory_backed=1,cache_size=1",
+        "null:size=4,memory_backed=1,zoned=1,zone_size=1",
+        "null:size=4,memory_backed=1,mbps=100",
+    ] {
+        let dev = Device::open(spec).unwrap();
+        assert!(read_direct(&dev, 0, 4096).is_none(), "{spec}");
+    }
+    let dev = Device::open("null:size=4,bs=512,irqmode=0,memory_backed=1").unwrap();
+    for (offset, len) in [(0, 0), (100, 512), (0, 100), (4 << 20, 512), ((4 << 20) - 512, 1024), (u64::MAX - 511, 512)]
+    {
+        assert!(read_direct(&dev, offset, len).is_none(), "offset {offset} len {len}");
+    }
+    dev.set_attr("badblocks", "+8-15").unwrap();
+    assert!(read_direct(&dev, 0, 4096).is_none(), "bad blocks fail reads: no direct access");
+    dev.set_attr("badblocks", "-8-15").unwrap();
+    assert!(read_direct(&dev, 0, 4096).is_some());
+    let mut calls = 0;
+    let r = dev.read_direct(0, 2 << 20, &mut |_| {
+        calls += 1;
+        Err(std::io::ErrorKind::BrokenPipe.into())
+    });
+    assert_eq!(r.unwrap().unwrap_err().kind(), std::io::ErrorKind::BrokenPipe);
+    assert_eq!(calls, 1, "the first error ends the read");
+}
+
 #[test]
 fn discard_unsupported_without_the_parameter() {
     let dev = Device::open("null:size=1,irqmode=0,memory_backed=1").unwrap();

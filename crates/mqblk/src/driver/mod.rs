@@ -242,6 +242,25 @@ pub trait Driver: Send + Sync + 'static {
         false
     }
 
+    /// Direct access for reads (the kernel's `dax_direct_access`, which
+    /// pmem offers): hands `f` the bytes of `[offset, offset + len)` as
+    /// slices of the driver's own memory, in order, in one or more calls,
+    /// without a request, and returns what `f` returned (its first error
+    /// ends the read). Only for a driver whose data sits in memory and
+    /// whose reads have no other effect (no faults, no cache in front, no
+    /// service time): None otherwise, and `f` is not called. The slices
+    /// live only during the call; a write completing meanwhile may or may
+    /// not show, as with any read racing it. `Device::read_direct` has
+    /// checked the range: inside the device, aligned, not empty.
+    fn read_direct(
+        &self,
+        _offset: u64,
+        _len: u64,
+        _f: &mut dyn FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<()>,
+    ) -> Option<std::io::Result<()>> {
+        None
+    }
+
     /// Zoned devices: appends up to `nr` zones, from the one holding
     /// `sector`, to `out` (`report_zones`). Others: NotSupp.
     fn report_zones(&self, _sector: u64, _nr: usize, _out: &mut Vec<crate::zoned::Zone>) -> Result<(), Status> {

@@ -71,6 +71,8 @@ pub(crate) struct RequestQueue {
     tag_wait_ns: AtomicU64,
     timeouts: AtomicU64,
     splits: AtomicU64,
+    /// Reads served by the driver's direct access (`Device::read_direct`).
+    direct_reads: AtomicU64,
     clock: Arc<TimeoutClock>,
     /// Wakes the worker (delayed runs, timeout ticks).
     kblockd: Arc<Kblockd>,
@@ -130,6 +132,7 @@ impl RequestQueue {
             tag_wait_ns: AtomicU64::new(0),
             timeouts: AtomicU64::new(0),
             splits: AtomicU64::new(0),
+            direct_reads: AtomicU64::new(0),
             clock,
             kblockd,
             worker: Mutex::new(None),
@@ -390,6 +393,32 @@ impl Device {
         out.clear();
         let in_bounds = offset.checked_add(len).is_some_and(|end| end <= self.q.limits.capacity_bytes);
         in_bounds && len > 0 && self.q.driver.block_status(offset, len, out) && !out.is_empty()
+    }
+
+    /// Reads `[offset, offset + len)` by the driver's direct access
+    /// (`Driver::read_direct`, the kernel's DAX): `f` gets the bytes as
+    /// slices of the device's own memory, in order, in one or more calls,
+    /// valid only during the call, and no request is made (so no tag, no
+    /// scheduler, no plug: for a server that writes the bytes straight to
+    /// a socket, with one copy fewer). None if the driver cannot serve the
+    /// read this way (take the bio path then), or if the range is not one
+    /// a read bio could have: empty, out of bounds or misaligned (the bio
+    /// path refuses it with its error). Counted in `DeviceStats`.
+    pub fn read_direct(
+        &self,
+        offset: u64,
+        len: u64,
+        f: &mut dyn FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<()>,
+    ) -> Option<std::io::Result<()>> {
+        let limits = &self.q.limits;
+        let lbs_mask = u64::from(limits.logical_block_size) - 1;
+        let in_bounds = offset.checked_add(len).is_some_and(|end| end <= limits.capacity_bytes);
+        if len == 0 || !in_bounds || (offset | len) & lbs_mask != 0 || len > crate::limits::MAX_BIO_BYTES {
+            return None;
+        }
+        let result = self.q.driver.read_direct(offset, len, f)?;
+        self.q.direct_reads.fetch_add(1, Ordering::Relaxed);
+        Some(result)
     }
 
     /// Changes an attribute of the live device, as null_blk's configfs

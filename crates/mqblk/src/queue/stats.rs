@@ -43,6 +43,9 @@ pub struct DeviceStats {
     pub tag_wait_ns: u64,
     /// Requests whose timeout handler ran.
     pub timeouts: u64,
+    /// Reads served by direct access (`Device::read_direct`), outside the
+    /// counts above.
+    pub direct_reads: u64,
 }
 
 impl RequestQueue {
@@ -61,6 +64,7 @@ impl RequestQueue {
             tag_wait_ns: self.tag_wait_ns.load(Ordering::Relaxed),
             timeouts: self.timeouts.load(Ordering::Relaxed),
             splits: self.splits.load(Ordering::Relaxed),
+            direct_reads: self.direct_reads.load(Ordering::Relaxed),
             ..DeviceStats::default()
         };
         for hctx in self.hctxs.iter() {
@@ -87,6 +91,7 @@ impl RequestQueue {
         let _ = writeln!(out, "tag_wait_ns={}", self.tag_wait_ns.load(Ordering::Relaxed));
         let _ = writeln!(out, "timeouts={}", self.timeouts.load(Ordering::Relaxed));
         let _ = writeln!(out, "splits={}", self.splits.load(Ordering::Relaxed));
+        let _ = writeln!(out, "direct_reads={}", self.direct_reads.load(Ordering::Relaxed));
         let s = self.stats();
         let _ = writeln!(out, "plug_nesting={}", self.plug_nesting.name());
         let _ = writeln!(out, "plug_sync={}", u8::from(self.plug_sync));

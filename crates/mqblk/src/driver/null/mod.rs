@@ -173,6 +173,11 @@ pub struct NullDriver {
     /// completes at once with Ok (the default device's whole job, so it
     /// skips the feature checks one by one).
     plain_inline: bool,
+    /// A read of the memory store would only copy (no cache, faults,
+    /// zones, service model or completion thread): `read_direct` may lend
+    /// the store's pages instead (bad blocks, settable live, are checked
+    /// per call).
+    direct_reads: bool,
 }
 
 impl NullDriver {
@@ -230,6 +235,12 @@ impl NullDriver {
             && !modelled
             && zoned.is_none()
             && !cfg.memory_backed;
+        let direct_reads = faults.is_none()
+            && irq.is_empty()
+            && hybrid.is_empty()
+            && !modelled
+            && zoned.is_none()
+            && cfg.cache_size_mb == 0;
         Ok(Self {
             mem,
             medium_errors: AtomicU64::new(0),
@@ -249,6 +260,7 @@ impl NullDriver {
                 .collect(),
             cfg,
             plain_inline,
+            direct_reads,
             badblocks,
             faults,
             irq: irq.into_boxed_slice(),
@@ -374,6 +386,22 @@ impl Driver for NullDriver {
     /// kernel, SEEK_DATA, per page: not cheap).
     fn block_status_is_cheap(&self) -> bool {
         matches!(self.mem, Some(Store::Memory(_)))
+    }
+
+    /// Memory-backed, and a read would do nothing but copy: no cache in
+    /// front of the store, no faults or bad blocks, no zones, no service
+    /// model or completion thread (whose timing a direct read would skip).
+    fn read_direct(
+        &self,
+        offset: u64,
+        len: u64,
+        f: &mut dyn FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<()>,
+    ) -> Option<std::io::Result<()>> {
+        let Some(Store::Memory(mem)) = &self.mem else { return None };
+        if !self.direct_reads || !self.badblocks.is_empty() {
+            return None;
+        }
+        Some(mem.lend(offset, len, f))
     }
 
     fn report_zones(&self, sector: u64, nr: usize, out: &mut Vec<crate::zoned::Zone>) -> Result<(), Status> {

@@ -44,7 +44,11 @@ mod tests;
 use std::ptr::null_mut;
 
 pub(crate) use page::PAGE_SIZE;
-use page::{read_shared, Page, Piece};
+
+/// Slices handed to `lend`'s callee at a time: 1 MiB of pages (well
+/// under IOV_MAX, so one writev each).
+pub(crate) const LEND_SLICES: usize = 256;
+use page::{lend_shared, read_shared, Page, Piece};
 use reclaim::{Guard, Reclaim};
 use table::{Slot, Table};
 
@@ -102,6 +106,45 @@ impl MemStore {
             // pages being immutable, not written while we copy.
             unsafe { read_shared(p, offset, dst) };
         }
+    }
+
+    /// Lends `[pos, pos + len)` to `f` without copying, as slices of the
+    /// store's pages (a shared page of zeros for unwritten ones), in order,
+    /// at most `LEND_SLICES` per call of `f`; stops at `f`'s first error.
+    /// The pages stay alive and unchanged while `f` runs: the store is
+    /// pinned, and published pages are immutable (a write that lands
+    /// meanwhile publishes a new page, which this read may or may not see,
+    /// as with `read`).
+    pub(crate) fn lend(
+        &self,
+        pos: u64,
+        len: u64,
+        f: &mut dyn FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        static ZEROS: [u8; PAGE_SIZE as usize] = [0; PAGE_SIZE as usize];
+        let _guard = self.reclaim.pin();
+        let mut slices = [std::io::IoSlice::new(&[]); LEND_SLICES];
+        let mut n = 0;
+        for (page, offset, bytes) in pieces(pos, len) {
+            let p = self.table.slot(page).map_or(null_mut(), |s| s.load(Ordering::Acquire));
+            slices[n] = std::io::IoSlice::new(if p.is_null() {
+                &ZEROS[..bytes]
+            } else {
+                // SAFETY: `p` was published when loaded (Acquire, as in
+                // `read`) and we stay pinned until `f` has returned for
+                // the last time, so it is neither reused nor written.
+                unsafe { lend_shared(p, offset, bytes) }
+            });
+            n += 1;
+            if n == LEND_SLICES {
+                f(&slices)?;
+                n = 0;
+            }
+        }
+        if n > 0 {
+            f(&slices[..n])?;
+        }
+        Ok(())
     }
 
     /// Stores `data` at `pos`, making pages as needed.

@@ -100,6 +100,19 @@ pub(crate) unsafe fn read_shared(page: *const Page, offset: usize, out: &mut [u8
     }
 }
 
+/// The bytes `offset..offset + len` of a published page, lent.
+///
+/// # Safety
+/// `page` points to a published page that stays allocated and unwritten
+/// for `'a` (the caller is pinned for that long); `offset + len <=
+/// PAGE_SIZE`.
+pub(crate) unsafe fn lend_shared<'a>(page: *const Page, offset: usize, len: usize) -> &'a [u8] {
+    debug_assert!(offset + len <= PAGE_BYTES);
+    // SAFETY: the caller keeps `page` alive and read-only for 'a, and the
+    // range is inside it, so a shared slice of it is valid that long.
+    unsafe { (*page).bytes.with(|src| std::slice::from_raw_parts(src.cast::<u8>().add(offset), len)) }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
