@@ -59,38 +59,64 @@ fn write_all_vectored(s: &mut dyn Stream, a: &[u8], b: &[u8]) -> std::io::Result
     Ok(())
 }
 
-/// Writes `head` then every slice, resuming after short writes (writev
-/// in pieces of at most IOV_MAX).
-fn write_all_slices(s: &mut dyn Stream, head: &[u8], slices: &[std::io::IoSlice<'_>]) -> std::io::Result<()> {
-    /// Slices per writev: the head and a lent megabyte of pages.
+/// Sends `head` then every slice from byte `from` on with
+/// sendmsg(MSG_DONTWAIT), as far as the socket takes them without
+/// waiting; returns the position reached (all of it unless the socket's
+/// buffer filled).
+fn send_nowait(fd: RawFd, head: &[u8], slices: &[std::io::IoSlice<'_>], mut from: usize) -> std::io::Result<usize> {
+    /// Slices per sendmsg: the head and a lent megabyte of pages.
     const IOV: usize = 257;
     let total = head.len() + slices.iter().map(|x| x.len()).sum::<usize>();
-    let mut iov = [std::io::IoSlice::new(&[]); IOV];
-    let mut done = 0;
-    while done < total {
-        // What is left, from `done` on (a blocking socket takes it all in
-        // one call unless a signal cuts it short).
-        let (mut n, mut skip) = (0, done);
+    let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; IOV];
+    while from < total {
+        let (mut n, mut skip) = (0, from);
         for part in std::iter::once(head).chain(slices.iter().map(|x| &**x)) {
             if skip >= part.len() {
                 skip -= part.len();
                 continue;
             }
-            iov[n] = std::io::IoSlice::new(&part[skip..]);
+            iov[n] = libc::iovec { iov_base: part[skip..].as_ptr() as *mut libc::c_void, iov_len: part.len() - skip };
             skip = 0;
             n += 1;
             if n == IOV {
                 break;
             }
         }
-        match s.write_vectored(&iov[..n]) {
-            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-            Ok(k) => done += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+        // SAFETY: a zeroed msghdr is valid; only the iovecs are set.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = n as _;
+        // SAFETY: the n iovecs point into `head` and `slices`, which
+        // outlive the call; the kernel only reads them.
+        let sent = unsafe { libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+        if sent < 0 {
+            let e = std::io::Error::last_os_error();
+            match e.kind() {
+                std::io::ErrorKind::Interrupted => continue,
+                std::io::ErrorKind::WouldBlock => return Ok(from),
+                _ => return Err(e),
+            }
         }
+        if sent == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        from += sent as usize;
     }
-    Ok(())
+    Ok(from)
+}
+
+/// Appends to `spill` the bytes of `head` then `slices` from position
+/// `from` on.
+fn copy_from(head: &[u8], slices: &[std::io::IoSlice<'_>], from: usize, spill: &mut Vec<u8>) {
+    let mut skip = from;
+    for part in std::iter::once(head).chain(slices.iter().map(|x| &**x)) {
+        if skip >= part.len() {
+            skip -= part.len();
+            continue;
+        }
+        spill.extend_from_slice(&part[skip..]);
+        skip = 0;
+    }
 }
 
 /// A request in flight.
@@ -136,6 +162,9 @@ pub(crate) struct Transmission<'a> {
     /// it, bytes, hole) runs (kept: no allocation per read).
     extents: Vec<(u64, bool)>,
     runs: Vec<(u64, u64, bool)>,
+    /// A direct read's bytes the socket did not take at once (written after
+    /// the device's pages are let go; kept: no allocation per read).
+    spill: Vec<u8>,
 }
 
 impl<'a> Transmission<'a> {
@@ -163,6 +192,7 @@ impl<'a> Transmission<'a> {
             sparse_reads: neg.structured && export.device.block_status_is_cheap(),
             extents: Vec::with_capacity(mqblk::driver::MAX_EXTENTS),
             runs: Vec::with_capacity(mqblk::driver::MAX_EXTENTS + 1),
+            spill: Vec::new(),
         })
     }
 
@@ -505,25 +535,31 @@ impl<'a> Transmission<'a> {
         }
         self.submit_batch()?;
         self.reply_header(r.cookie, offset, 0, Some(len as usize));
-        let (s, out) = (&mut self.s, &mut self.out);
-        let mut header = Some(out);
+        // The device's pages stay pinned while the callee runs (no page
+        // of the store is reclaimed meanwhile, device-wide), so the callee
+        // never waits: what the socket does not take at once is copied
+        // out, and written once the read has returned.
+        let fd = self.s.as_raw_fd();
+        let (out, spill) = (&self.out, &mut self.spill);
+        let mut header: &[u8] = out;
         let sent = self.export.device.read_direct(offset, len, &mut |slices| {
-            // The header goes out with the first slices, in one writev.
-            let head = header.take().map_or(&[][..], |o| &o[..]);
-            write_all_slices(&mut **s, head, slices)
+            let head = std::mem::take(&mut header);
+            let at = if spill.is_empty() { send_nowait(fd, head, slices, 0)? } else { 0 };
+            copy_from(head, slices, at, spill);
+            Ok(())
         });
-        match sent {
-            None => {
-                // Declined: nothing was written; the header is not sent.
-                self.out.clear();
-                Ok(false)
-            }
-            Some(result) => {
-                result.map_err(Error::Socket)?;
-                self.out.clear();
-                Ok(true)
-            }
+        let Some(result) = sent else {
+            // Declined: nothing was written, the header not sent.
+            self.out.clear();
+            return Ok(false);
+        };
+        self.out.clear();
+        result.map_err(Error::Socket)?;
+        if !self.spill.is_empty() {
+            self.s.write_all(&self.spill).map_err(Error::Socket)?;
+            self.spill.clear();
         }
+        Ok(true)
     }
 
     /// NBD_CMD_BLOCK_STATUS for base:allocation: the device's holes
@@ -552,5 +588,38 @@ impl<'a> Transmission<'a> {
         }
         self.extents = extents;
         self.flush_out()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+
+    /// A direct read never waits on the socket while the device's pages
+    /// are lent: `send_nowait` stops where a socket nobody reads is full,
+    /// and `copy_from` keeps the rest, in order, for after.
+    #[test]
+    fn a_full_socket_stops_the_send_and_the_rest_is_kept() {
+        let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let data: Vec<u8> = (0..(4u32 << 20)).map(|i| (i % 251) as u8).collect();
+        let pages: Vec<std::io::IoSlice<'_>> = data.chunks(4096).map(std::io::IoSlice::new).collect();
+        let head = b"header".to_vec();
+        let (mut sent, mut spill, mut header) = (0, Vec::new(), &head[..]);
+        for chunk in pages.chunks(256) {
+            let h = std::mem::take(&mut header);
+            let at = if spill.is_empty() { send_nowait(a.as_raw_fd(), h, chunk, 0).unwrap() } else { 0 };
+            sent += at;
+            copy_from(h, chunk, at, &mut spill);
+        }
+        let total = head.len() + data.len();
+        assert!(sent < total, "4 MiB do not fit a socket nobody reads: the send stopped instead of waiting");
+        assert_eq!(sent + spill.len(), total, "every byte either sent or kept");
+        let mut got = vec![0u8; sent];
+        b.read_exact(&mut got).unwrap();
+        got.extend_from_slice(&spill);
+        assert_eq!(&got[..head.len()], &head[..]);
+        assert!(got[head.len()..] == data[..], "the bytes in order");
     }
 }
