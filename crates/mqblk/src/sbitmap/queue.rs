@@ -406,7 +406,9 @@ impl SbitmapQueue {
             if let Some(bit) = waiter.take_granted(self).or_else(|| self.get_shallow(hint, shallow_depth)) {
                 break bit;
             }
-            self.nr_sleeps.fetch_add(1, Ordering::Relaxed);
+            // Release, with the Acquire in `snapshot`: whoever sees this
+            // sleep counted sees the waiter listed (tests step on it).
+            self.nr_sleeps.fetch_add(1, Ordering::Release);
             slept = true;
             if waiter.parker.park(None) {
                 let unparked_at = waiter.unparked_at_ns.load(Ordering::Relaxed);
@@ -467,6 +469,9 @@ impl SbitmapQueue {
     }
 
     pub fn snapshot(&self) -> SbqSnapshot {
+        // First, Acquire: the waiting counts read below are at least as new
+        // as what each counted sleeper did before it slept.
+        let nr_sleeps = self.nr_sleeps.load(Ordering::Acquire);
         let mut ws_waiting = [0; SBQ_WAIT_QUEUES];
         for (i, ws) in self.ws.iter().enumerate() {
             ws_waiting[i] = ws.nr_waiting.load(Ordering::Relaxed);
@@ -483,7 +488,7 @@ impl SbitmapQueue {
             min_shallow_depth: self.min_shallow_depth,
             round_robin: self.sb.round_robin,
             policy: self.policy.name(),
-            nr_sleeps: self.nr_sleeps.load(Ordering::Relaxed),
+            nr_sleeps,
         }
     }
 
