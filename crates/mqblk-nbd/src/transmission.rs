@@ -35,6 +35,11 @@ const DIRECT_WRITE_BYTES: usize = 64 << 10;
 /// the device's own memory (a smaller read is cheaper as a bio, batched
 /// with the rest of its socket read).
 const DIRECT_READ_BYTES: u64 = 64 << 10;
+/// How long a direct read may wait for room in the socket while it holds
+/// the device's pages (and so holds back the reclamation of replaced
+/// pages device-wide): a client that keeps up never meets it, one that
+/// stops reading costs a copy of the rest, as the bio path would.
+const DIRECT_READ_PIN_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
 /// Structured reads at least this large (and without DF) send the
 /// device's holes as OFFSET_HOLE chunks, where the device's block status
 /// is cheap; smaller ones are not worth the query.
@@ -60,10 +65,16 @@ fn write_all_vectored(s: &mut dyn Stream, a: &[u8], b: &[u8]) -> std::io::Result
 }
 
 /// Sends `head` then every slice from byte `from` on with
-/// sendmsg(MSG_DONTWAIT), as far as the socket takes them without
-/// waiting; returns the position reached (all of it unless the socket's
-/// buffer filled).
-fn send_nowait(fd: RawFd, head: &[u8], slices: &[std::io::IoSlice<'_>], mut from: usize) -> std::io::Result<usize> {
+/// sendmsg(MSG_DONTWAIT), waiting for room in the socket's buffer only
+/// until `until`; returns the position reached (all of it unless the
+/// socket stayed full).
+fn send_until(
+    fd: RawFd,
+    head: &[u8],
+    slices: &[std::io::IoSlice<'_>],
+    mut from: usize,
+    until: std::time::Instant,
+) -> std::io::Result<usize> {
     /// Slices per sendmsg: the head and a lent megabyte of pages.
     const IOV: usize = 257;
     let total = head.len() + slices.iter().map(|x| x.len()).sum::<usize>();
@@ -93,7 +104,18 @@ fn send_nowait(fd: RawFd, head: &[u8], slices: &[std::io::IoSlice<'_>], mut from
             let e = std::io::Error::last_os_error();
             match e.kind() {
                 std::io::ErrorKind::Interrupted => continue,
-                std::io::ErrorKind::WouldBlock => return Ok(from),
+                std::io::ErrorKind::WouldBlock => {
+                    let left = until.saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        return Ok(from);
+                    }
+                    let mut pfd = libc::pollfd { fd, events: libc::POLLOUT, revents: 0 };
+                    let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+                    // SAFETY: one valid pollfd; an error or timeout is
+                    // answered by the next sendmsg or the budget check.
+                    unsafe { libc::poll(&mut pfd, 1, ms) };
+                    continue;
+                }
                 _ => return Err(e),
             }
         }
@@ -537,14 +559,16 @@ impl<'a> Transmission<'a> {
         self.reply_header(r.cookie, offset, 0, Some(len as usize));
         // The device's pages stay pinned while the callee runs (no page
         // of the store is reclaimed meanwhile, device-wide), so the callee
-        // never waits: what the socket does not take at once is copied
-        // out, and written once the read has returned.
+        // waits for room in the socket only so long: what the socket has
+        // not taken by then is copied out, and written once the read has
+        // returned.
         let fd = self.s.as_raw_fd();
+        let until = std::time::Instant::now() + DIRECT_READ_PIN_WAIT;
         let (out, spill) = (&self.out, &mut self.spill);
         let mut header: &[u8] = out;
         let sent = self.export.device.read_direct(offset, len, &mut |slices| {
             let head = std::mem::take(&mut header);
-            let at = if spill.is_empty() { send_nowait(fd, head, slices, 0)? } else { 0 };
+            let at = if spill.is_empty() { send_until(fd, head, slices, 0, until)? } else { 0 };
             copy_from(head, slices, at, spill);
             Ok(())
         });
@@ -597,9 +621,10 @@ mod tests {
     use std::io::Read;
     use std::os::fd::AsRawFd;
 
-    /// A direct read never waits on the socket while the device's pages
-    /// are lent: `send_nowait` stops where a socket nobody reads is full,
-    /// and `copy_from` keeps the rest, in order, for after.
+    /// A direct read does not wait on the socket past its budget while the
+    /// device's pages are lent: `send_until` stops where a socket nobody
+    /// reads stays full, and `copy_from` keeps the rest, in order, for
+    /// after.
     #[test]
     fn a_full_socket_stops_the_send_and_the_rest_is_kept() {
         let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
@@ -609,7 +634,11 @@ mod tests {
         let (mut sent, mut spill, mut header) = (0, Vec::new(), &head[..]);
         for chunk in pages.chunks(256) {
             let h = std::mem::take(&mut header);
-            let at = if spill.is_empty() { send_nowait(a.as_raw_fd(), h, chunk, 0).unwrap() } else { 0 };
+            let at = if spill.is_empty() {
+                send_until(a.as_raw_fd(), h, chunk, 0, std::time::Instant::now()).unwrap()
+            } else {
+                0
+            };
             sent += at;
             copy_from(h, chunk, at, &mut spill);
         }
