@@ -10,8 +10,14 @@
 #                      --mqblk-libdir, libblkio_driver=mqblk,
 #                      libblkio_path=file:path=<the same file>
 #                      (only when --mqblk-libdir is given)
+#   libblkio-mqblk-si  the same with single_issuer=1 added to the spec: the
+#                      ring gets IORING_SETUP_SINGLE_ISSUER and DEFER_TASKRUN
+#                      as fio's io_uring engine sets them (right for a
+#                      program that uses each queue from one thread, as fio
+#                      does; not the C library's default, see README)
 # Prints a table (median, min-max of IOPS over the rounds; median p50 and p99
-# completion latency; median CPU time of the fio process per I/O; IOPS over
+# completion latency; median CPU time of the fio process per I/O; median
+# context switches of the job per I/O (fio's ctx); IOPS over
 # fio-io_uring's in the same round) and writes every cell and the summary as
 # JSON, with the load average before and after (the machine may be shared).
 #
@@ -55,13 +61,14 @@ LD_LIBRARY_PATH=$ref_libdir "$fio" --name=lay --filename="$file" --size="$size" 
   --ioengine=psync >/dev/null || die "could not lay out $file"
 
 configs=(fio-io_uring libblkio-io_uring)
-[ -z "$mqblk_libdir" ] || configs+=(libblkio-mqblk)
+[ -z "$mqblk_libdir" ] || configs+=(libblkio-mqblk libblkio-mqblk-si)
 # Prints "LD_LIBRARY_PATH engine options" for a configuration.
 config_args() {
   case "$1" in
     fio-io_uring) echo "$ref_libdir --ioengine=io_uring --filename=$file" ;;
     libblkio-io_uring) echo "$ref_libdir --ioengine=libblkio --libblkio_driver=io_uring --libblkio_path=$file" ;;
     libblkio-mqblk) echo "$mqblk_libdir --ioengine=libblkio --libblkio_driver=mqblk --libblkio_path=file:path=$file" ;;
+    libblkio-mqblk-si) echo "$mqblk_libdir --ioengine=libblkio --libblkio_driver=mqblk --libblkio_path=file:path=$file,single_issuer=1" ;;
   esac
 }
 common="--name=x --direct=1 --rw=randread --bs=4k --size=$size --runtime=$runtime --ramp_time=1 --time_based --output-format=json"
@@ -89,7 +96,8 @@ cpu_s = (j["usr_cpu"] + j["sys_cpu"]) / 100 * j["job_runtime"] / 1000
 print(json.dumps({"config": sys.argv[1], "iodepth": int(sys.argv[2]), "round": int(sys.argv[3]),
     "iops": round(r["iops"]), "clat_p50_us": round(p.get("50.000000", 0) / 1000, 2),
     "clat_p99_us": round(p.get("99.000000", 0) / 1000, 2),
-    "cpu_us_per_io": round(cpu_s * 1e6 / max(r["total_ios"], 1), 3), "error": j["error"]}))
+    "cpu_us_per_io": round(cpu_s * 1e6 / max(r["total_ios"], 1), 3),
+    "ctx_per_io": round(j["ctx"] / max(r["total_ios"], 1), 4), "error": j["error"]}))
 ' "$cfg" "$qd" "$round" <<<"$(sed -n '/^{/,$p' <<<"$out")" >> "$cells"
       tail -n 1 "$cells" >&2
     done
@@ -116,6 +124,7 @@ for qd in (1, 32):
                "clat_p50_us_median": st.median(c["clat_p50_us"] for c in xs),
                "clat_p99_us_median": st.median(c["clat_p99_us"] for c in xs)}
         row["cpu_us_per_io_median"] = st.median(c["cpu_us_per_io"] for c in xs)
+        row["ctx_per_io_median"] = st.median(c["ctx_per_io"] for c in xs)
         # Paired: this configuration's IOPS over fio-io_uring's in the same round.
         base = {c["round"]: c["iops"] for c in cells if c["config"] == configs[0] and c["iodepth"] == qd}
         ratios = sorted(c["iops"] / base[c["round"]] for c in xs if base.get(c["round"]))
@@ -132,12 +141,12 @@ out = {"what": "4k randread, direct=1, one job, one tmpfs file, cells alternatin
 json.dump(out, open(json_path, "w"), indent=1)
 print("%s, %d rounds x %d s, 4k randread direct=1, tmpfs file %s; kernel %s, %s CPUs, loadavg %s -> %s"
       % (fio_version, int(rounds), int(runtime), size, kernel, cpus, load_before, load_after))
-print("%-17s | %-3s | %-23s | %-6s | %-7s | %-10s | %s" % (
-    "config", "QD", "kIOPS median (min-max)", "p50 us", "p99 us", "CPU us/IO", "IOPS / fio io_uring, same round: median (min-max)"))
+print("%-17s | %-3s | %-23s | %-6s | %-7s | %-10s | %-10s | %s" % (
+    "config", "QD", "kIOPS median (min-max)", "p50 us", "p99 us", "CPU us/IO", "ctx/IO", "IOPS / fio io_uring, same round: median (min-max)"))
 for r in summary:
-    print("%-17s | %-3d | %-23s | %-6.1f | %-7.1f | %-10.2f | %.2f (%.2f-%.2f)" % (
+    print("%-17s | %-3d | %-23s | %-6.1f | %-7.1f | %-10.2f | %-10.4f | %.2f (%.2f-%.2f)" % (
         r["config"], r["iodepth"], "%.1f (%.1f-%.1f)" % (r["iops_median"] / 1e3, r["iops_min"] / 1e3, r["iops_max"] / 1e3),
-        r["clat_p50_us_median"], r["clat_p99_us_median"], r["cpu_us_per_io_median"],
+        r["clat_p50_us_median"], r["clat_p99_us_median"], r["cpu_us_per_io_median"], r["ctx_per_io_median"],
         r["iops_vs_fio_io_uring_median"], r["iops_vs_fio_io_uring_min"], r["iops_vs_fio_io_uring_max"]))
 print("JSON: %s" % json_path)
 PY

@@ -41,6 +41,10 @@
 #   file-threads2-eventfd-verify          two queues, each waiting on its
 #                                         completion fd (eventfd mode)
 #   file-reap-thread-randread             reap=thread named, eventfd mode
+#   file-single-issuer-eventfd-verify,    single_issuer=1 (DEFER_TASKRUN
+#   file-single-issuer-loop-randread      rings): completions left as task
+#                                         work reach pollers that never
+#                                         wait (completion fd, busy loop)
 #   control-verify-without-memory         null without memory_backed: verify
 #                                         must fail (mqblk driver only)
 # Every job must end with error 0, the fio run with status 0, and move
@@ -244,6 +248,14 @@ run_case file-threads2-eventfd-verify - "file:path=$file" "$RW32" \
   --offset_increment=32m "${verify[@]}" --libblkio_wait_mode=eventfd
 run_case file-reap-thread-randread - "file:path=$file,reap=thread" "$R64" \
   --name=r --rw=randread "${common[@]}" --libblkio_wait_mode=eventfd
+# single_issuer=1: DEFER_TASKRUN rings, whose completions from io_uring's
+# workers wait as task work until the queue's thread enters the kernel; a
+# queue polled without waiting (after each completion fd wakeup, or in a
+# loop) must still reap them (it hung before ring.rs entered for them).
+run_case file-single-issuer-eventfd-verify - "file:path=$file,single_issuer=1" "$RW64" \
+  --name=w --rw=randwrite "${common[@]}" "${verify[@]}" --libblkio_wait_mode=eventfd
+run_case file-single-issuer-loop-randread - "file:path=$file,single_issuer=1" "$R64" \
+  --name=r --rw=randread "${common[@]}" --libblkio_wait_mode=loop
 
 # The control: on a null device without memory_backed written data is gone,
 # so verify must fail (a verify that never fails checks nothing).

@@ -326,10 +326,22 @@ impl Blkio {
             unsafe { libc::close(fd) };
             return fail(e, format!("blkio_alloc_mem_region: cannot size a memfd to {len} bytes"));
         }
+        // MAP_POPULATE: the region is for I/O buffers, and a page left to
+        // fault in on its first I/O may fault in an io_uring worker; a
+        // worker that sleeps with work pending makes io_uring start
+        // another, which then competes with the submitter for a CPU
+        // (docs/results/blkio-iowq-threads.txt).
         // SAFETY: a fresh shared mapping of the whole memfd; no existing
         // memory is affected (addr is NULL: the kernel picks it).
         let addr = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                fd,
+                0,
+            )
         };
         if addr == libc::MAP_FAILED {
             let e = errno();

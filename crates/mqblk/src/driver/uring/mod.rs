@@ -13,7 +13,7 @@
 //! | bs | 512; 4096 with direct=1; BLKSSZGET for block devices | logical block size |
 //! | registerfiles | 1 | register the file with each ring (fio's registerfiles) |
 //! | readonly | 0 | open read-only (writes fail with EBADF from the kernel) |
-//! | single_issuer | 0 | with reap=client: each ring is used by one thread only (one client per ring, sched=none), so rings get IORING_SETUP_SINGLE_ISSUER and DEFER_TASKRUN as fio sets them; I/O from another thread fails |
+//! | single_issuer | 0 | with reap=client: each ring is used by one thread only (one client per ring, sched=none), so rings get IORING_SETUP_SINGLE_ISSUER and DEFER_TASKRUN as fio sets them (completions then reach a client only through its own io_uring_enter: a reap that does not sleep enters when the kernel marks task work pending); I/O from another thread fails. The C library's fast setting for programs that use each queue from one thread (fio); not its default, since libblkio lets a queue move between threads |
 //! | reap | thread | `thread`: each ring's completion thread reaps it and wakes clients (interrupt style); `client`: no completion thread, a client waiting for its I/O reaps its ring itself, sleeping in io_uring_enter (fio's io_uring engine's way; give each client its own ring with submit_queues; a client's completion fd is registered with its ring). `mqblk bench` and the C library use `client` for a spec that names none of reap, submit_queues, poll_queues (`reaped_file_spec`) |
 //!
 //! Ops: read and write (readv/writev of a request's segments), flush

@@ -125,7 +125,9 @@ impl Ring {
         if single_issuer {
             // Completion task work then waits for the issuer's own
             // io_uring_enter (fio's setup): no wakeup from another context.
-            b.setup_single_issuer().setup_defer_taskrun().setup_r_disabled();
+            // TASKRUN_FLAG: the kernel marks the SQ when such work waits,
+            // so a poll that must not sleep knows when to enter (`poll`).
+            b.setup_single_issuer().setup_defer_taskrun().setup_r_disabled().setup_taskrun_flag();
         }
         // No inter-processor interrupt to run completion task work: it runs
         // when the submitting thread next enters the kernel (as fio sets).
@@ -360,6 +362,13 @@ impl Ring {
             // (we then wake at the next completion of the ring).
             if wait && scratch.is_empty() && self.inflight.load(Ordering::Relaxed) > 0 {
                 let _ = self.ring.submitter().submit_and_wait(1);
+            } else if scratch.is_empty() && self.single_issuer && self.taskrun_pending() {
+                // DEFER_TASKRUN: completions that io_uring's workers
+                // finished wait as task work until the issuer enters, and
+                // a poller that never waits (a completion fd's reader,
+                // a busy loop) would otherwise never see them.
+                // SAFETY: GETEVENTS with min_complete 0 only runs that work.
+                let _ = unsafe { self.ring.submitter().enter::<libc::sigset_t>(0, 0, IORING_ENTER_GETEVENTS, None) };
             }
         }
         self.drain_cq(&mut scratch);
@@ -367,6 +376,15 @@ impl Ring {
             self.complete(tag as usize, res);
         }
         scratch.len()
+    }
+
+    /// Whether the kernel holds completion task work for this ring
+    /// (IORING_SQ_TASKRUN; single-issuer rings set TASKRUN_FLAG for it).
+    fn taskrun_pending(&self) -> bool {
+        let _g = self.sq_lock.lock();
+        // SAFETY: `sq_lock` makes this the only SubmissionQueue; it only
+        // reads the flags word.
+        unsafe { self.ring.submission_shared().taskrun() }
     }
 
     /// Registers `region` as buffer 0 of this ring (once).
