@@ -80,14 +80,9 @@ fn send_until(
     let total = head.len() + slices.iter().map(|x| x.len()).sum::<usize>();
     let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; IOV];
     while from < total {
-        let (mut n, mut skip) = (0, from);
-        for part in std::iter::once(head).chain(slices.iter().map(|x| &**x)) {
-            if skip >= part.len() {
-                skip -= part.len();
-                continue;
-            }
-            iov[n] = libc::iovec { iov_base: part[skip..].as_ptr() as *mut libc::c_void, iov_len: part.len() - skip };
-            skip = 0;
+        let mut n = 0;
+        for part in parts_from(head, slices, from) {
+            iov[n] = libc::iovec { iov_base: part.as_ptr() as *mut libc::c_void, iov_len: part.len() };
             n += 1;
             if n == IOV {
                 break;
@@ -130,15 +125,24 @@ fn send_until(
 /// Appends to `spill` the bytes of `head` then `slices` from position
 /// `from` on.
 fn copy_from(head: &[u8], slices: &[std::io::IoSlice<'_>], from: usize, spill: &mut Vec<u8>) {
+    for part in parts_from(head, slices, from) {
+        spill.extend_from_slice(part);
+    }
+}
+
+/// The non-empty parts of `head` then `slices` from byte `from` on (the
+/// first one cut at `from`).
+fn parts_from<'s>(head: &'s [u8], slices: &'s [std::io::IoSlice<'_>], from: usize) -> impl Iterator<Item = &'s [u8]> {
     let mut skip = from;
-    for part in std::iter::once(head).chain(slices.iter().map(|x| &**x)) {
+    std::iter::once(head).chain(slices.iter().map(|x| &**x)).filter_map(move |part| {
         if skip >= part.len() {
             skip -= part.len();
-            continue;
+            return None;
         }
-        spill.extend_from_slice(&part[skip..]);
+        let rest = &part[skip..];
         skip = 0;
-    }
+        Some(rest)
+    })
 }
 
 /// A request in flight.
