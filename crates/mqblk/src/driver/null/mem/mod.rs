@@ -32,6 +32,7 @@
 //! Relies on: crossbeam-epoch (grace periods), crossbeam-queue (the pool),
 //! `sync` (atomics, swapped for loom's in the models: mem/loom_tests.rs).
 
+mod arena;
 mod page;
 mod reclaim;
 mod table;
@@ -48,7 +49,7 @@ pub(crate) use page::PAGE_SIZE;
 /// Slices handed to `lend`'s callee at a time: 1 MiB of pages (well
 /// under IOV_MAX, so one writev each).
 pub(crate) const LEND_SLICES: usize = 256;
-use page::{lend_shared, read_shared, Page, Piece};
+use page::{lend_shared, read_shared, OwnedPage, Page, Piece};
 use reclaim::{Guard, Reclaim};
 use table::{Slot, Table};
 
@@ -212,7 +213,7 @@ impl MemStore {
             // pinned, so it stays allocated and unwritten; the piece fits
             // the page (`pieces`).
             unsafe { new.compose(cur, offset, piece) };
-            let raw = Box::into_raw(new);
+            let raw = new.into_raw();
             // AcqRel: Release publishes the new bytes; Acquire orders the
             // old page's creation before its reuse after we retire it.
             // Acquire on failure: the winner's page is our next base.
@@ -220,8 +221,8 @@ impl MemStore {
                 Ok(_) => return self.published(guard, cur),
                 Err(now) => {
                     // SAFETY: the exchange failed, so `raw` was never
-                    // published: it is still the box we own.
-                    new = unsafe { Box::from_raw(raw) };
+                    // published: it is still the page we own.
+                    new = unsafe { OwnedPage::from_raw(raw) };
                     cur = now;
                 }
             }
@@ -235,7 +236,7 @@ impl MemStore {
         // SAFETY: a null base is never read; the piece is exactly a page.
         unsafe { new.compose(std::ptr::null(), 0, piece) };
         // AcqRel: as in `update`.
-        let old = slot.swap(Box::into_raw(new), Ordering::AcqRel);
+        let old = slot.swap(new.into_raw(), Ordering::AcqRel);
         self.published(guard, old);
     }
 

@@ -6,7 +6,7 @@
 //! bytes sit in `sync::UnsafeCell`, so under loom every copy is an access
 //! the race detector checks against the publish protocol.
 
-use std::ptr;
+use std::ptr::{self, NonNull};
 
 use crate::sync::UnsafeCell;
 
@@ -21,7 +21,57 @@ pub(crate) struct Page {
 }
 
 /// A page no other thread can reach: only its owner reads or writes it.
-pub(crate) type OwnedPage = Box<Page>;
+/// Its memory is the arena's (arena.rs): dropping one without freeing it
+/// to the arena only keeps its 4 KiB until the arena goes (under loom,
+/// where pages are boxes, dropping frees it).
+pub(crate) struct OwnedPage(NonNull<Page>);
+
+// SAFETY: an owned page is plain bytes reachable by its owner alone, so
+// ownership may move between threads.
+unsafe impl Send for OwnedPage {}
+
+impl OwnedPage {
+    /// Gives up ownership: the page is published or retired by pointer.
+    pub(crate) fn into_raw(self) -> *mut Page {
+        // Not dropped: under loom that would free the box (`Drop` below).
+        std::mem::ManuallyDrop::new(self).0.as_ptr()
+    }
+
+    /// Takes ownership of a page by pointer.
+    ///
+    /// # Safety
+    /// `p` is an arena's page (under loom, a box) that no one else holds:
+    /// never published, or taken out of its slot and past its grace period.
+    pub(crate) unsafe fn from_raw(p: *mut Page) -> Self {
+        debug_assert!(!p.is_null());
+        // SAFETY: the caller passes an arena's page, never null.
+        Self(unsafe { NonNull::new_unchecked(p) })
+    }
+}
+
+impl std::ops::Deref for OwnedPage {
+    type Target = Page;
+    fn deref(&self) -> &Page {
+        // SAFETY: a live page that only the owner (`self`) reaches.
+        unsafe { self.0.as_ref() }
+    }
+}
+
+impl std::ops::DerefMut for OwnedPage {
+    fn deref_mut(&mut self) -> &mut Page {
+        // SAFETY: as in `deref`, and `&mut self` is the only access.
+        unsafe { self.0.as_mut() }
+    }
+}
+
+#[cfg(loom)]
+impl Drop for OwnedPage {
+    fn drop(&mut self) {
+        // SAFETY: under loom every page is a box (arena.rs) and this owner
+        // the only holder.
+        drop(unsafe { Box::from_raw(self.0.as_ptr()) });
+    }
+}
 
 /// What a write puts into its piece of a page.
 #[derive(Clone, Copy)]
@@ -40,9 +90,10 @@ impl Piece<'_> {
 }
 
 impl Page {
-    /// A fresh zeroed page (release builds turn this into a zeroing
-    /// allocation, no 4 KiB stack copy).
-    pub(crate) fn new_zeroed() -> OwnedPage {
+    /// A fresh zeroed page in a box of its own (loom's arena, tests; release
+    /// builds turn this into a zeroing allocation, no 4 KiB stack copy).
+    #[cfg(any(test, loom))]
+    pub(crate) fn new_zeroed() -> Box<Page> {
         Box::new(Page { bytes: UnsafeCell::new([0; PAGE_BYTES]) })
     }
 

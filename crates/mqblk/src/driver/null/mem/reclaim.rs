@@ -17,6 +17,7 @@
 
 use crossbeam_queue::ArrayQueue;
 
+use super::arena::Arena;
 use super::page::{OwnedPage, Page};
 
 /// Free pages kept for reuse (4 MiB): enough to absorb a few collections'
@@ -25,9 +26,11 @@ use super::page::{OwnedPage, Page};
 /// the allocator.
 pub(crate) const POOL_PAGES: usize = 1024;
 
-/// Free pages, bounded; lock-free (crossbeam's ArrayQueue).
+/// Free pages, bounded; lock-free (crossbeam's ArrayQueue); beyond it,
+/// the arena the pages come from.
 pub(crate) struct Pool {
     free: ArrayQueue<OwnedPage>,
+    arena: Arena,
     /// Pages taken from the allocator (tests). std's atomic even under loom:
     /// a statistic, not part of any protocol.
     #[cfg(test)]
@@ -42,6 +45,7 @@ impl Pool {
     fn new() -> Self {
         Self {
             free: ArrayQueue::new(POOL_PAGES),
+            arena: Arena::new(),
             #[cfg(test)]
             allocated: std::sync::atomic::AtomicUsize::new(0),
             #[cfg(all(test, not(loom)))]
@@ -49,12 +53,12 @@ impl Pool {
         }
     }
 
-    /// A page to fill: a free one, else a new zeroed one.
+    /// A page to fill: a pooled one, else one from the arena.
     fn take(&self) -> OwnedPage {
         self.free.pop().unwrap_or_else(|| {
             #[cfg(test)]
             self.allocated.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            Page::new_zeroed()
+            self.arena.alloc()
         })
     }
 
@@ -62,10 +66,11 @@ impl Pool {
     /// loom, where pages are dropped or kept instead (`give_back`, `retire`).
     #[cfg(not(loom))]
     fn give(&self, page: OwnedPage) {
-        // A full pool hands the page back: dropping it frees it.
-        if let Err(_page) = self.free.push(page) {
+        // A full pool hands the page back to the arena.
+        if let Err(page) = self.free.push(page) {
             #[cfg(test)]
             self.freed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.arena.free(page);
         }
     }
 }
@@ -188,7 +193,7 @@ impl Reclaim {
             // the pool and that page, so running it late, on any thread,
             // even after the store is dropped, is sound.
             unsafe {
-                guard.epoch.defer_unchecked(move || pool.give(Box::from_raw(page)));
+                guard.epoch.defer_unchecked(move || pool.give(OwnedPage::from_raw(page)));
             }
         }
         #[cfg(loom)]
@@ -196,7 +201,7 @@ impl Reclaim {
             let _ = guard;
             // SAFETY: per the contract the caller owns the page's box; it
             // is kept, never written, until the store is dropped.
-            self.kept.lock().push(unsafe { Box::from_raw(page) });
+            self.kept.lock().push(unsafe { OwnedPage::from_raw(page) });
         }
     }
 }

@@ -5,8 +5,8 @@
 //! written device pays 0.2% for them; a never written one pays only the top
 //! array: 8 bytes per 8 MiB, 238 KiB for 250 GB).
 //!
-//! Ownership: a non-null slot holds a page made by `Box::into_raw` and owned
-//! by the table. Whoever takes it out of the slot (a successful swap or
+//! Ownership: a non-null slot holds a page from the arena (arena.rs, by
+//! `OwnedPage::into_raw`), owned by the table. Whoever takes it out of the slot (a successful swap or
 //! compare_exchange) owns it from then on, except that pinned readers may
 //! still be reading it: it must be retired, not freed (mod.rs, reclaim.rs).
 
@@ -124,8 +124,10 @@ impl Table {
 
 impl Drop for Table {
     fn drop(&mut self) {
-        // `&mut self`: no reader or writer is left, every published page and
-        // leaf is ours to free (Acquire for the writers' last stores).
+        // `&mut self`: no reader or writer is left, every leaf is ours to
+        // free (Acquire for the writers' last stores). Published pages are
+        // the arena's memory and go with it (arena.rs); only under loom,
+        // where each page is a box, are they freed here.
         for top in self.top.iter() {
             let leaf = top.load(Ordering::Acquire);
             if leaf.is_null() {
@@ -134,14 +136,17 @@ impl Drop for Table {
             // SAFETY: a non-null entry is a leaf we installed from a box and
             // nothing else frees; no one can reach it any more.
             let leaf = unsafe { Box::from_raw(leaf) };
+            #[cfg(loom)]
             for slot in leaf.iter() {
                 let page = slot.load(Ordering::Acquire);
                 if !page.is_null() {
-                    // SAFETY: a published page is a box owned by the table
-                    // (module doc); with no readers left it can be freed.
-                    drop(unsafe { Box::from_raw(page) });
+                    // SAFETY: a published page is owned by the table
+                    // (module doc); with no readers left, we own it, and
+                    // dropping it frees its box.
+                    drop(unsafe { super::page::OwnedPage::from_raw(page) });
                 }
             }
+            drop(leaf);
         }
     }
 }
