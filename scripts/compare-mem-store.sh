@@ -5,6 +5,8 @@
 #             makes a page)
 #   randread  4k randread QD32 for 4 s over the filled 1 GiB
 #   read1m    1 MiB sequential read QD4 for 4 s over the filled 1 GiB
+#   overwrite 4k randwrite QD32 for 4 s over the filled 1 GiB (each write
+#             replaces a page: the retire-and-reuse path)
 #   nbd1m     the NBD cell of issue 20: `mqblk serve` of the same device
 #             on a Unix socket, laid out by a 1 MiB write pass, fio's nbd
 #             engine reading 1 MiB QD4 for 3 s (one client), with
@@ -32,7 +34,7 @@ size=1g
 io_size=1g
 JOB
 # The bench has no stonewall: the read job starts once the fill is done.
-for rw in "randread 4k 32" "read 1m 4"; do
+for rw in "randread 4k 32" "read 1m 4" "randwrite 4k 32"; do
   set -- $rw
   cat > $dir/$1.fio << JOB
 [fill]
@@ -67,6 +69,7 @@ for round in $(seq 1 "$rounds"); do
     echo "round=$round fill $s $($bin bench --device $dev $dir/fill.fio | iops write)"
     echo "round=$round randread $s $($bin bench --device $dev $dir/randread.fio | iops read)"
     echo "round=$round read1m $s $($bin bench --device $dev $dir/read.fio | iops read)"
+    echo "round=$round overwrite $s $($bin bench --device $dev $dir/randwrite.fio | iops write)"
   done
   for s in $order K; do
     echo "round=$round nbd1m $s $(fio --name=x --ioengine=nbd --uri="nbd+unix:///?socket=$dir/$s.sock" --rw=read --bs=1m \
@@ -83,7 +86,7 @@ for line in open(sys.argv[1]):
     v[(job, s)][int(rnd.split("=")[1])] = int(n)
 def show(name, xs, fmt):
     print(f"  {name:10} " + fmt.format(statistics.median(xs), min(xs), max(xs)))
-for job in ("fill", "randread", "read1m", "nbd1m"):
+for job in ("fill", "randread", "read1m", "overwrite", "nbd1m"):
     print(f"{job}:")
     for s in "ABK":
         if (job, s) in v:

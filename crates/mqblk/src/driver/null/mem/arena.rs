@@ -10,17 +10,23 @@
 //! that copy is its connection thread's main cost (BENCHMARKS.md, "The
 //! store in huge pages").
 //!
-//! Memory goes back as null_blk's does on discard: a chunk whose pages are
-//! all free again is returned to the kernel whole (`MADV_DONTNEED` of the
-//! 2 MiB, so the mapping stays and the next fault can be a huge page
-//! again); a chunk with one live page keeps its 2 MiB. Pages are handed out
-//! from the most recently listed chunk with room, so a filled device lays
-//! consecutive writes out in consecutive memory.
+//! Memory goes back as null_blk's does on discard, by whole chunks: a
+//! chunk whose pages are all free again is returned to the kernel
+//! (`MADV_DONTNEED` of the 2 MiB, so the mapping stays and the next fault
+//! can be a huge page again), except one empty chunk kept as a spare; a
+//! chunk with one live page keeps its 2 MiB. The arena's free pages are
+//! the store's only pool (reclaim.rs), so nothing else keeps a chunk
+//! resident. Free pages are handed out before untouched ones, and
+//! untouched ones in order, so a filled device lays consecutive writes out
+//! in consecutive memory. When the store is dropped it gives every page
+//! back and closes the arena, which then keeps no spare.
 //!
-//! Allocation and free take a mutex: they run on a page's first write and
-//! when the reclaim pool (reclaim.rs) is full, never per read. Under Miri
-//! chunks are small heap blocks (same code, quick to check); under loom,
-//! whose cells are not plain bytes, every page is its own box.
+//! Allocation and free take a mutex: they run on a page's first write,
+//! on an overwrite (the new page) and after a retired page's grace period,
+//! never per read. Under Miri chunks are small heap blocks (same code,
+//! quick to check) and a released chunk is overwritten, so a reader still
+//! holding one of its pages is a race Miri reports; under loom, whose
+//! cells are not plain bytes, every page is its own box.
 //!
 //! Relies on: `Page` being exactly 4 KiB of plain bytes (asserted), and on
 //! its callers for ownership: a page is freed once, by its owner, after its
@@ -43,23 +49,54 @@ mod chunked {
     pub(crate) const CHUNK_BYTES: usize = if cfg!(miri) { 64 << 10 } else { 2 << 20 };
     const PAGE_BYTES: usize = PAGE_SIZE as usize;
     pub(crate) const CHUNK_PAGES: usize = CHUNK_BYTES / PAGE_BYTES;
+    const WORDS: usize = CHUNK_PAGES.div_ceil(64);
 
-    const _: () = assert!(std::mem::size_of::<Page>() == PAGE_BYTES && CHUNK_PAGES <= u16::MAX as usize + 1);
+    const _: () = assert!(std::mem::size_of::<Page>() == PAGE_BYTES);
 
     struct Chunk {
         base: NonNull<u8>,
         /// Pages handed out at least once since the chunk was last
-        /// returned to the kernel: the first `carved`.
+        /// released: the first `carved`, the rest never touched.
         carved: usize,
-        /// Indices (below `carved`) of the pages given back since.
-        free: Vec<u16>,
+        /// Bit k: page k is held by an owner (always checked, so a page
+        /// freed twice or never handed out panics instead of getting two
+        /// owners).
+        held: [u64; WORDS],
+        /// Bits set in `held`.
+        live: usize,
         /// Listed in `Inner::avail`.
         listed: bool,
     }
 
     impl Chunk {
-        fn live(&self) -> usize {
-            self.carved - self.free.len()
+        /// A page of this chunk for a new owner: one given back first,
+        /// else the next never touched.
+        fn take(&mut self) -> Option<usize> {
+            let k = if self.live < self.carved {
+                // Some page below `carved` is free, so the lowest clear bit is.
+                (0..WORDS).find_map(|w| {
+                    (self.held[w] != u64::MAX).then(|| w * 64 + (!self.held[w]).trailing_zeros() as usize)
+                })?
+            } else if self.carved < CHUNK_PAGES {
+                self.carved += 1;
+                self.carved - 1
+            } else {
+                return None;
+            };
+            debug_assert!(k < self.carved && self.held[k / 64] & (1 << (k % 64)) == 0);
+            self.held[k / 64] |= 1 << (k % 64);
+            self.live += 1;
+            Some(k)
+        }
+
+        fn give(&mut self, k: usize) {
+            let bit = 1u64 << (k % 64);
+            assert!(
+                k < self.carved && self.held[k / 64] & bit != 0,
+                "page {k} of a chunk freed twice or never handed out"
+            );
+            self.held[k / 64] &= !bit;
+            self.live -= 1;
         }
     }
 
@@ -67,8 +104,16 @@ mod chunked {
         chunks: Vec<Chunk>,
         /// Chunk by base address (chunks are `CHUNK_BYTES`-aligned).
         by_base: HashMap<usize, usize>,
-        /// Chunks that may have room; the last is carved from first.
+        /// Chunks that may have room; the last is taken from first, and a
+        /// chunk gets a page back is listed last, so freed pages are reused
+        /// before untouched ones are carved.
         avail: Vec<usize>,
+        /// An empty chunk kept resident (its memory not released), so
+        /// pages freed and taken again around a chunk's last page do not
+        /// fault 2 MiB in each time.
+        spare: Option<usize>,
+        /// The store is gone: an emptied chunk is released at once.
+        closed: bool,
     }
 
     // SAFETY: the chunk pointers are only followed by the holder of a page
@@ -82,59 +127,55 @@ mod chunked {
 
     impl Arena {
         pub(crate) fn new() -> Self {
-            Self {
-                inner: parking_lot::Mutex::new(Inner {
-                    chunks: Vec::new(),
-                    by_base: HashMap::new(),
-                    avail: Vec::new(),
-                }),
-            }
+            let inner =
+                Inner { chunks: Vec::new(), by_base: HashMap::new(), avail: Vec::new(), spare: None, closed: false };
+            Self { inner: parking_lot::Mutex::new(inner) }
         }
 
         /// A page no one else holds. Fresh pages read as zeros; reused ones
         /// hold old bytes (the store writes every byte before publishing).
         pub(crate) fn alloc(&self) -> OwnedPage {
             let mut g = self.inner.lock();
+            let g = &mut *g;
             loop {
                 let Some(&i) = g.avail.last() else {
                     g.grow();
                     continue;
                 };
                 let c = &mut g.chunks[i];
-                let k = if let Some(k) = c.free.pop() {
-                    usize::from(k)
-                } else if c.carved < CHUNK_PAGES {
-                    c.carved += 1;
-                    c.carved - 1
-                } else {
+                let Some(k) = c.take() else {
                     c.listed = false;
                     g.avail.pop();
                     continue;
                 };
+                if g.spare == Some(i) {
+                    g.spare = None;
+                }
                 // SAFETY: page `k` of a live chunk is inside its mapping,
-                // 4 KiB-aligned, and free: no other holder until freed.
+                // 4 KiB-aligned, and was free: its holder is the caller alone.
                 return unsafe { OwnedPage::from_raw(c.base.as_ptr().add(k * PAGE_BYTES).cast()) };
             }
         }
 
-        /// Takes `page` back; a chunk left with no live page is returned to
-        /// the kernel.
+        /// Takes `page` back. A chunk left with no live page is released to
+        /// the kernel, unless it becomes the one spare the arena keeps.
         ///
         /// # Panics
-        /// If `page` did not come from this arena.
+        /// If `page` did not come from this arena, or is already free.
         pub(crate) fn free(&self, page: OwnedPage) {
             let addr = page.into_raw() as usize;
             let base = addr & !(CHUNK_BYTES - 1);
             let mut g = self.inner.lock();
+            let g = &mut *g;
             let i = *g.by_base.get(&base).expect("a page freed to the arena it came from");
             let c = &mut g.chunks[i];
-            let k = (addr - base) / PAGE_BYTES;
-            debug_assert!(k < c.carved && !c.free.contains(&(k as u16)), "page {k} freed twice");
-            c.free.push(k as u16);
-            if c.live() == 0 {
-                release(c.base);
-                c.carved = 0;
-                c.free.clear();
+            c.give((addr - base) / PAGE_BYTES);
+            if c.live == 0 {
+                if g.closed || g.spare.is_some() {
+                    release(c);
+                } else {
+                    g.spare = Some(i);
+                }
             }
             if !c.listed {
                 c.listed = true;
@@ -142,11 +183,36 @@ mod chunked {
             }
         }
 
-        /// Chunks holding at least one page handed out (tests: memory
-        /// really goes back).
+        /// The store is gone: releases the spare, and from now on every
+        /// chunk as soon as its last page comes back (pages still waiting
+        /// out a grace period keep only their own chunks).
+        pub(crate) fn close(&self) {
+            let mut g = self.inner.lock();
+            let g = &mut *g;
+            g.closed = true;
+            if let Some(i) = g.spare.take() {
+                release(&mut g.chunks[i]);
+            }
+        }
+
+        /// Pages held by owners (published, awaiting their grace period,
+        /// or being filled).
+        #[cfg(test)]
+        pub(crate) fn nr_live(&self) -> usize {
+            self.inner.lock().chunks.iter().map(|c| c.live).sum()
+        }
+
+        /// Chunks whose memory is in use (at least one page handed out
+        /// since the chunk was last released).
         #[cfg(test)]
         pub(crate) fn nr_resident_chunks(&self) -> usize {
             self.inner.lock().chunks.iter().filter(|c| c.carved > 0).count()
+        }
+
+        /// Chunks ever mapped (address space; released ones included).
+        #[cfg(test)]
+        pub(crate) fn nr_chunks(&self) -> usize {
+            self.inner.lock().chunks.len()
         }
     }
 
@@ -154,16 +220,24 @@ mod chunked {
         fn grow(&mut self) {
             let base = map_chunk();
             let i = self.chunks.len();
-            self.chunks.push(Chunk { base, carved: 0, free: Vec::with_capacity(CHUNK_PAGES), listed: true });
+            self.chunks.push(Chunk { base, carved: 0, held: [0; WORDS], live: 0, listed: true });
             self.by_base.insert(base.as_ptr() as usize, i);
             self.avail.push(i);
         }
     }
 
+    /// Returns an empty chunk's memory to the kernel; its pages are carved
+    /// afresh after.
+    fn release(c: &mut Chunk) {
+        debug_assert_eq!(c.live, 0);
+        discard_chunk(c.base, c.carved);
+        c.carved = 0;
+    }
+
     impl Drop for Arena {
         fn drop(&mut self) {
             // `&mut self`: every page handed out is gone with its owners
-            // (the table is dropped, the grace periods are over).
+            // (the store is dropped, the grace periods are over).
             for c in self.inner.get_mut().chunks.drain(..) {
                 unmap_chunk(c.base);
             }
@@ -206,9 +280,9 @@ mod chunked {
     }
 
     #[cfg(not(miri))]
-    fn release(base: NonNull<u8>) {
-        // SAFETY: the whole chunk is free (no live page, so no reader or
-        // writer); its next faults read zeros, which the store overwrites.
+    fn discard_chunk(base: NonNull<u8>, _carved: usize) {
+        // SAFETY: no page of the chunk is held (no reader or writer); its
+        // next faults read zeros, which the store overwrites.
         unsafe { libc::madvise(base.as_ptr().cast(), CHUNK_BYTES, libc::MADV_DONTNEED) };
     }
 
@@ -230,9 +304,14 @@ mod chunked {
         NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout()))
     }
 
-    /// Under Miri nothing to give back: the block is freed with the arena.
+    /// Under Miri the released pages are overwritten instead, so a reader
+    /// still holding one (a broken grace period) is a data race Miri reports.
     #[cfg(miri)]
-    fn release(_base: NonNull<u8>) {}
+    fn discard_chunk(base: NonNull<u8>, carved: usize) {
+        // SAFETY: the first `carved` pages are inside the block and no
+        // one holds any of them.
+        unsafe { std::ptr::write_bytes(base.as_ptr(), 0xa5, carved * PAGE_BYTES) };
+    }
 
     #[cfg(miri)]
     fn unmap_chunk(base: NonNull<u8>) {
@@ -241,9 +320,8 @@ mod chunked {
     }
 }
 
-/// Under loom a page is a box of loom cells, allocated one by one; it is
-/// freed by dropping its `OwnedPage` (page.rs), since under loom the pool
-/// never reuses pages (reclaim.rs).
+/// Under loom a page is a box of loom cells, allocated and freed one by
+/// one (dropping an `OwnedPage` frees it there: page.rs).
 #[cfg(loom)]
 mod boxed {
     use super::super::page::{OwnedPage, Page};
@@ -259,6 +337,13 @@ mod boxed {
             // SAFETY: a fresh box, owned by the caller from now on.
             unsafe { OwnedPage::from_raw(Box::into_raw(Page::new_zeroed())) }
         }
+
+        pub(crate) fn free(&self, page: OwnedPage) {
+            // Dropping an owned page frees its box under loom (page.rs).
+            drop(page);
+        }
+
+        pub(crate) fn close(&self) {}
     }
 }
 
@@ -266,7 +351,7 @@ mod boxed {
 mod tests {
     use super::chunked::{CHUNK_BYTES, CHUNK_PAGES};
     use super::Arena;
-    use crate::driver::null::mem::page::{OwnedPage, PAGE_SIZE};
+    use crate::driver::null::mem::page::{OwnedPage, Piece, PAGE_SIZE};
 
     fn addr(p: &OwnedPage) -> usize {
         &**p as *const _ as usize
@@ -290,18 +375,52 @@ mod tests {
         let a = Arena::new();
         let mut pages: Vec<OwnedPage> = (0..3 * CHUNK_PAGES).map(|_| a.alloc()).collect();
         assert_eq!(a.nr_resident_chunks(), 3);
-        // All but one page of the middle chunk: it stays.
+        // All but one page of the middle chunk: it stays, the first chunk
+        // to empty is kept as the spare, the other is released.
         let keep = pages.remove(CHUNK_PAGES + 7);
         let first: Vec<usize> = pages.iter().map(addr).collect();
         pages.into_iter().for_each(|p| a.free(p));
-        assert_eq!(a.nr_resident_chunks(), 1, "only the chunk with a live page stays");
+        assert_eq!(a.nr_live(), 1);
+        assert_eq!(a.nr_resident_chunks(), 2, "the chunk with a live page and the spare");
         // Free pages are reused before any new chunk is mapped.
         let again: Vec<OwnedPage> = (0..3 * CHUNK_PAGES - 1).map(|_| a.alloc()).collect();
         assert!(again.iter().all(|p| first.contains(&addr(p))), "no page from a new chunk");
-        assert_eq!(a.nr_resident_chunks(), 3);
+        assert_eq!((a.nr_chunks(), a.nr_resident_chunks()), (3, 3));
         a.free(keep);
         again.into_iter().for_each(|p| a.free(p));
-        assert_eq!(a.nr_resident_chunks(), 0);
+        assert_eq!((a.nr_live(), a.nr_resident_chunks()), (0, 1), "only the spare stays");
+        a.close();
+        assert_eq!(a.nr_resident_chunks(), 0, "a closed arena keeps no spare");
+        let p = a.alloc();
+        a.free(p);
+        assert_eq!(a.nr_resident_chunks(), 0, "nor makes a new one");
+    }
+
+    /// What the kernel says: a released chunk's memory is really gone.
+    #[cfg(not(miri))]
+    #[test]
+    fn a_released_chunk_is_no_longer_resident() {
+        let resident_pages = |p: usize| {
+            let mut vec = vec![0u8; CHUNK_PAGES];
+            // SAFETY: a CHUNK_BYTES-aligned range inside one of the arena's
+            // mappings (chunks stay mapped until the arena is dropped), and
+            // `vec` has a byte per 4 KiB page of it.
+            let r = unsafe { libc::mincore(p as *mut libc::c_void, CHUNK_BYTES, vec.as_mut_ptr()) };
+            assert_eq!(r, 0, "mincore: {}", std::io::Error::last_os_error());
+            vec.iter().filter(|&&b| b & 1 != 0).count()
+        };
+        let a = Arena::new();
+        a.close();
+        let mut pages: Vec<OwnedPage> = (0..CHUNK_PAGES).map(|_| a.alloc()).collect();
+        let base = addr(&pages[0]);
+        for p in &mut pages {
+            // Write every page, as the store does before publishing one.
+            // SAFETY: a null base is never read; the piece is one page.
+            unsafe { p.compose(std::ptr::null(), 0, Piece::Bytes(&[1; PAGE_SIZE as usize])) };
+        }
+        assert_eq!(resident_pages(base), CHUNK_PAGES);
+        pages.into_iter().for_each(|p| a.free(p));
+        assert_eq!(resident_pages(base), 0);
     }
 
     #[test]

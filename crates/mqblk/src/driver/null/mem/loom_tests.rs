@@ -10,8 +10,8 @@
 //! with Release (or a writer touching a published page) is reported as a
 //! causality violation.
 //!
-//! What is not: the grace period. crossbeam-epoch's atomics and
-//! crossbeam-queue's (the pool) are std's, invisible to loom, so under
+//! What is not: the grace period. crossbeam-epoch's atomics are std's,
+//! invisible to loom, so under
 //! loom pinning does nothing, a retired page is kept until the store is
 //! dropped and a lost race's page is dropped (reclaim.rs): a page is never
 //! reused inside a model. Reuse is covered by the epoch's own guarantee

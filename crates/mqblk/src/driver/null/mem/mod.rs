@@ -19,18 +19,21 @@
 //!   loads and one memcpy per page piece, straight into the caller's buffer;
 //!   no byte is ever written while a reader may read it, so there are no
 //!   data races in Rust's memory model.
-//! - reclaim.rs: a replaced or discarded page is retired; it goes back to a
-//!   small bounded pool once every pinned reader has left (crossbeam-epoch,
-//!   RCU's role in the kernel), so steady overwrites reuse pages instead of
+//! - reclaim.rs: a replaced or discarded page is retired; it goes back to
+//!   the arena once every pinned reader has left (crossbeam-epoch, RCU's
+//!   role in the kernel), so steady overwrites reuse pages instead of
 //!   allocating.
+//! - arena.rs: the pages' memory, 2 MiB huge-page chunks carved into
+//!   pages; a chunk whose pages are all free goes back to the kernel.
 //!
 //! Guarantee: concurrent writes to one page are per-page atomic (each page
 //! shows one whole write or another, never a torn mix), stronger than
 //! null_blk's. A multi-page write is atomic only page by page, as in the
 //! kernel.
 //!
-//! Relies on: crossbeam-epoch (grace periods), crossbeam-queue (the pool),
-//! `sync` (atomics, swapped for loom's in the models: mem/loom_tests.rs).
+//! Relies on: crossbeam-epoch (grace periods), libc (the arena's mmap and
+//! madvise), `sync` (atomics, swapped for loom's in the models:
+//! mem/loom_tests.rs).
 
 mod arena;
 mod page;
@@ -63,6 +66,21 @@ pub(crate) struct MemStore {
     /// Wrapping: a discard may subtract before the racing write that made
     /// the page has added (`nr_pages` reads that as 0).
     pages: AtomicUsize,
+}
+
+impl Drop for MemStore {
+    fn drop(&mut self) {
+        // `&mut self`: no reader or writer is left, so the published pages
+        // go back to the arena now, and with the arena closed each chunk is
+        // released as it empties: the device's memory goes when the device
+        // does, not when the last retirement's grace period ends (the
+        // arena outlives the store in those deferred functions' `Arc`s).
+        let reclaim = &self.reclaim;
+        // SAFETY: each page was published, so the table owned it, and
+        // `take_pages` took it out of its slot: it is ours, unseen by anyone.
+        self.table.take_pages(|page| reclaim.give_back(unsafe { OwnedPage::from_raw(page) }));
+        reclaim.close();
+    }
 }
 
 /// Splits `[pos, pos + len)` into (page, offset in page, length) pieces.

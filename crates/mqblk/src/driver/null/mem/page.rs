@@ -22,8 +22,8 @@ pub(crate) struct Page {
 
 /// A page no other thread can reach: only its owner reads or writes it.
 /// Its memory is the arena's (arena.rs): dropping one without freeing it
-/// to the arena only keeps its 4 KiB until the arena goes (under loom,
-/// where pages are boxes, dropping frees it).
+/// to the arena leaks it into the arena (its chunk stays resident until
+/// the arena goes; under loom, where pages are boxes, dropping frees it).
 pub(crate) struct OwnedPage(NonNull<Page>);
 
 // SAFETY: an owned page is plain bytes reachable by its owner alone, so

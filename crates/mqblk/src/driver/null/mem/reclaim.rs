@@ -1,79 +1,28 @@
-//! Where pages come from and where unpublished pages go: a small bounded
-//! pool of free pages, and the grace period a retired page waits out before
-//! it may be written again.
+//! Where pages come from and where unpublished pages go: the arena
+//! (arena.rs), and the grace period a retired page waits out before it may
+//! be written again.
 //!
 //! Production uses crossbeam-epoch's global collector: readers and writers
-//! pin around their table accesses; a retired page is handed to the pool by
-//! a deferred function that runs once every thread pinned at the retirement
-//! has unpinned (the kernel's RCU `call_rcu`, in effect). The function holds
-//! an `Arc` of the pool, so it may run after the store is gone; it captures
-//! two words, which crossbeam stores inline in its per-thread bag (one
-//! allocation per 64 retirements when a full bag moves to the global queue;
-//! there is no allocation per I/O).
+//! pin around their table accesses; a retired page is handed back to the
+//! arena by a deferred function that runs once every thread pinned at the
+//! retirement has unpinned (the kernel's RCU `call_rcu`, in effect). The
+//! function holds an `Arc` of the arena, so it may run after the store is
+//! gone; it captures two words, which crossbeam stores inline in its
+//! per-thread bag (one allocation per 64 retirements when a full bag moves
+//! to the global queue; there is no allocation per I/O).
+//!
+//! The arena's free pages are the store's only pool: a steady overwrite
+//! workload takes back the pages it retired, and a discard empties chunks
+//! that go back to the kernel. (A separate lock-free pool in front of it,
+//! as before the arena, would hold scattered pages, each keeping its whole
+//! chunk resident after a discard.)
 //!
 //! Under loom, crossbeam-epoch's atomics are invisible to the model, so
 //! pinning does nothing and retired pages are kept until the store is
 //! dropped: the models check the publish protocol, not the collector.
 
-use crossbeam_queue::ArrayQueue;
-
 use super::arena::Arena;
 use super::page::{OwnedPage, Page};
-
-/// Free pages kept for reuse (4 MiB): enough to absorb a few collections'
-/// worth of retired pages (crossbeam frees up to 8 bags of 64 at once), so a
-/// steady overwrite workload stops allocating. Beyond it pages go back to
-/// the allocator.
-pub(crate) const POOL_PAGES: usize = 1024;
-
-/// Free pages, bounded; lock-free (crossbeam's ArrayQueue); beyond it,
-/// the arena the pages come from.
-pub(crate) struct Pool {
-    free: ArrayQueue<OwnedPage>,
-    arena: Arena,
-    /// Pages taken from the allocator (tests). std's atomic even under loom:
-    /// a statistic, not part of any protocol.
-    #[cfg(test)]
-    allocated: std::sync::atomic::AtomicUsize,
-    /// Pages handed back to the allocator because the pool was full
-    /// (tests): with `allocated`, what makes the accounting exact.
-    #[cfg(all(test, not(loom)))]
-    freed: std::sync::atomic::AtomicUsize,
-}
-
-impl Pool {
-    fn new() -> Self {
-        Self {
-            free: ArrayQueue::new(POOL_PAGES),
-            arena: Arena::new(),
-            #[cfg(test)]
-            allocated: std::sync::atomic::AtomicUsize::new(0),
-            #[cfg(all(test, not(loom)))]
-            freed: std::sync::atomic::AtomicUsize::new(0),
-        }
-    }
-
-    /// A page to fill: a pooled one, else one from the arena.
-    fn take(&self) -> OwnedPage {
-        self.free.pop().unwrap_or_else(|| {
-            #[cfg(test)]
-            self.allocated.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            self.arena.alloc()
-        })
-    }
-
-    /// Keeps `page` for reuse, or frees it if the pool is full. Not under
-    /// loom, where pages are dropped or kept instead (`give_back`, `retire`).
-    #[cfg(not(loom))]
-    fn give(&self, page: OwnedPage) {
-        // A full pool hands the page back to the arena.
-        if let Err(page) = self.free.push(page) {
-            #[cfg(test)]
-            self.freed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            self.arena.free(page);
-        }
-    }
-}
 
 /// A pin: while it lives, no page loaded from the table is reused.
 pub(crate) struct Guard {
@@ -85,12 +34,12 @@ pub(crate) struct Guard {
     _handle: crossbeam_epoch::LocalHandle,
 }
 
-/// The pool plus the grace period.
+/// The arena plus the grace period.
 pub(crate) struct Reclaim {
     #[cfg(not(loom))]
-    pool: std::sync::Arc<Pool>,
+    arena: std::sync::Arc<Arena>,
     #[cfg(loom)]
-    pool: Pool,
+    arena: Arena,
     /// Retired pages, kept until the store is dropped. A plain lock, not
     /// loom's: it is never held across a model step, and modelling it would
     /// only add interleavings that say nothing about the protocol.
@@ -109,9 +58,9 @@ impl Reclaim {
     pub(crate) fn new() -> Self {
         Self {
             #[cfg(not(loom))]
-            pool: std::sync::Arc::new(Pool::new()),
+            arena: std::sync::Arc::new(Arena::new()),
             #[cfg(loom)]
-            pool: Pool::new(),
+            arena: Arena::new(),
             #[cfg(loom)]
             kept: parking_lot::Mutex::new(Vec::new()),
             #[cfg(all(miri, not(loom)))]
@@ -136,64 +85,55 @@ impl Reclaim {
     }
 
     /// Moves this thread's retired pages on and runs those whose grace
-    /// period is over (tests: waiting for the pool to fill).
+    /// period is over (tests: waiting for retired pages to come back).
     #[cfg(all(test, not(loom)))]
     pub(crate) fn flush(&self) {
         self.pin().epoch.flush();
     }
 
+    /// A page to fill.
     pub(crate) fn take(&self) -> OwnedPage {
-        self.pool.take()
+        self.arena.alloc()
     }
 
-    /// Returns a page that was never published (a lost race): no reader can
-    /// have seen it, so it is free at once. Under loom it is dropped instead:
-    /// the pool's atomics are not loom's, so a reuse through it would look
-    /// like an unordered write to the model.
+    /// Returns a page no reader can see (a lost race's, never published; or
+    /// any, once the store is being dropped): free at once.
     pub(crate) fn give_back(&self, page: OwnedPage) {
-        #[cfg(not(loom))]
-        self.pool.give(page);
-        #[cfg(loom)]
-        drop(page);
+        self.arena.free(page);
     }
 
-    /// Pages taken from the allocator so far.
+    /// The store is gone: from now on the arena releases every chunk as
+    /// soon as it empties (arena.rs).
+    pub(crate) fn close(&self) {
+        self.arena.close();
+    }
+
+    /// The arena (tests: its page and chunk counts, also after the store
+    /// is dropped).
     #[cfg(all(test, not(loom)))]
-    pub(crate) fn nr_allocated(&self) -> usize {
-        self.pool.allocated.load(std::sync::atomic::Ordering::Relaxed)
+    pub(crate) fn arena(&self) -> std::sync::Arc<Arena> {
+        self.arena.clone()
     }
 
-    /// Pages freed to the allocator because the pool was full.
-    #[cfg(all(test, not(loom)))]
-    pub(crate) fn nr_freed(&self) -> usize {
-        self.pool.freed.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// Free pages waiting in the pool.
-    #[cfg(all(test, not(loom)))]
-    pub(crate) fn nr_pooled(&self) -> usize {
-        self.pool.free.len()
-    }
-
-    /// Hands an unpublished page to the pool once no reader can see it.
+    /// Hands an unpublished page back to the arena once no reader can see it.
     ///
     /// # Safety
-    /// `page` was a published page (a box owned by the table) and the
+    /// `page` was a published page (owned by the table) and the
     /// caller took it out of its slot with a successful swap or
     /// compare_exchange while holding `guard`: the caller owns it, except
     /// for readers pinned before the exchange.
     pub(crate) unsafe fn retire(&self, guard: &Guard, page: *mut Page) {
         #[cfg(not(loom))]
         {
-            let pool = self.pool.clone();
+            let arena = self.arena.clone();
             // SAFETY: the page is unreachable from the table, so only
             // threads pinned now can hold it; crossbeam runs the function
             // after all of them have unpinned, and then only the function
             // has it. The function touches nothing but its own `Arc` of
-            // the pool and that page, so running it late, on any thread,
+            // the arena and that page, so running it late, on any thread,
             // even after the store is dropped, is sound.
             unsafe {
-                guard.epoch.defer_unchecked(move || pool.give(OwnedPage::from_raw(page)));
+                guard.epoch.defer_unchecked(move || arena.free(OwnedPage::from_raw(page)));
             }
         }
         #[cfg(loom)]

@@ -109,6 +109,26 @@ impl Table {
         }
     }
 
+    /// Empties every slot, handing each published page to `f` (the store
+    /// being dropped: `&mut self`, so no reader or writer is left and the
+    /// pages are the caller's).
+    pub(crate) fn take_pages(&mut self, mut f: impl FnMut(*mut Page)) {
+        for top in self.top.iter() {
+            let leaf = top.load(Ordering::Acquire);
+            if leaf.is_null() {
+                continue;
+            }
+            // SAFETY: installed leaves live as long as the table, which
+            // `&mut self` keeps alive and to ourselves.
+            for slot in unsafe { (*leaf).iter() } {
+                let page = slot.swap(null_mut(), Ordering::Acquire);
+                if !page.is_null() {
+                    f(page);
+                }
+            }
+        }
+    }
+
     /// Leaves made so far.
     #[cfg(test)]
     pub(crate) fn nr_leaves(&self) -> usize {
@@ -125,28 +145,15 @@ impl Table {
 impl Drop for Table {
     fn drop(&mut self) {
         // `&mut self`: no reader or writer is left, every leaf is ours to
-        // free (Acquire for the writers' last stores). Published pages are
-        // the arena's memory and go with it (arena.rs); only under loom,
-        // where each page is a box, are they freed here.
+        // free. The store has taken the pages out first (`take_pages`,
+        // mod.rs): a page is the arena's memory, not the table's.
         for top in self.top.iter() {
             let leaf = top.load(Ordering::Acquire);
-            if leaf.is_null() {
-                continue;
+            if !leaf.is_null() {
+                // SAFETY: a non-null entry is a leaf we installed from a box
+                // and nothing else frees; no one can reach it any more.
+                drop(unsafe { Box::from_raw(leaf) });
             }
-            // SAFETY: a non-null entry is a leaf we installed from a box and
-            // nothing else frees; no one can reach it any more.
-            let leaf = unsafe { Box::from_raw(leaf) };
-            #[cfg(loom)]
-            for slot in leaf.iter() {
-                let page = slot.load(Ordering::Acquire);
-                if !page.is_null() {
-                    // SAFETY: a published page is owned by the table
-                    // (module doc); with no readers left, we own it, and
-                    // dropping it frees its box.
-                    drop(unsafe { super::page::OwnedPage::from_raw(page) });
-                }
-            }
-            drop(leaf);
         }
     }
 }
