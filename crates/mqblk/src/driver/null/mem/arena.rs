@@ -1,6 +1,7 @@
-//! Where the store's pages live: 2 MiB chunks of anonymous memory, each
-//! advised to be one transparent huge page (`MADV_HUGEPAGE`), carved into
-//! 4 KiB pages.
+//! Where the store's pages live: 2 MiB chunks of anonymous memory, carved
+//! into 4 KiB pages; each chunk after the first is mapped and faulted in
+//! as one transparent huge page by a thread of the arena's own, off the
+//! I/O path (prepare.rs).
 //!
 //! Why not one allocation per page: a store of 4 KiB heap blocks costs a TLB
 //! entry (and, cold, a page walk) per 4 KiB a large read copies, and every
@@ -12,8 +13,9 @@
 //!
 //! Memory goes back as null_blk's does on discard, by whole chunks: a
 //! chunk whose pages are all free again is returned to the kernel
-//! (`MADV_DONTNEED` of the 2 MiB, so the mapping stays and the next fault
-//! can be a huge page again), except one empty chunk kept as a spare; a
+//! (`MADV_DONTNEED` of the 2 MiB; the mapping stays, and is advised
+//! `MADV_NOHUGEPAGE` so that its next faults, in the I/O path, never wait
+//! for a compaction), except one empty chunk kept as a spare; a
 //! chunk with one live page keeps its 2 MiB. The arena's free pages are
 //! the store's only pool (reclaim.rs), so nothing else keeps a chunk
 //! resident. Free pages are handed out before untouched ones, and
@@ -34,6 +36,8 @@
 
 #[cfg(loom)]
 pub(crate) use boxed::Arena;
+#[cfg(not(any(loom, miri)))]
+pub(crate) use chunked::map_chunk;
 #[cfg(not(loom))]
 pub(crate) use chunked::Arena;
 
@@ -123,13 +127,21 @@ mod chunked {
 
     pub(crate) struct Arena {
         inner: parking_lot::Mutex<Inner>,
+        /// Makes the next chunk ready off the I/O path (prepare.rs); not
+        /// under Miri, whose chunks are heap blocks.
+        #[cfg(not(miri))]
+        preparer: super::super::prepare::Preparer,
     }
 
     impl Arena {
         pub(crate) fn new() -> Self {
             let inner =
                 Inner { chunks: Vec::new(), by_base: HashMap::new(), avail: Vec::new(), spare: None, closed: false };
-            Self { inner: parking_lot::Mutex::new(inner) }
+            Self {
+                inner: parking_lot::Mutex::new(inner),
+                #[cfg(not(miri))]
+                preparer: super::super::prepare::Preparer::new(),
+            }
         }
 
         /// A page no one else holds. Fresh pages read as zeros; reused ones
@@ -139,7 +151,7 @@ mod chunked {
             let g = &mut *g;
             loop {
                 let Some(&i) = g.avail.last() else {
-                    g.grow();
+                    g.grow(self.next_chunk());
                     continue;
                 };
                 let c = &mut g.chunks[i];
@@ -155,6 +167,20 @@ mod chunked {
                 // 4 KiB-aligned, and was free: its holder is the caller alone.
                 return unsafe { OwnedPage::from_raw(c.base.as_ptr().add(k * PAGE_BYTES).cast()) };
             }
+        }
+
+        /// The prepared chunk, or one mapped here in 4 KiB pages when the
+        /// preparing thread has none ready (prepare.rs says why not huge).
+        #[cfg(not(miri))]
+        fn next_chunk(&self) -> NonNull<u8> {
+            self.preparer.take().or_else(|| map_chunk(false)).unwrap_or_else(|| {
+                std::alloc::handle_alloc_error(std::alloc::Layout::from_size_align(CHUNK_BYTES, CHUNK_BYTES).unwrap())
+            })
+        }
+
+        #[cfg(miri)]
+        fn next_chunk(&self) -> NonNull<u8> {
+            map_chunk()
         }
 
         /// Takes `page` back. A chunk left with no live page is released to
@@ -209,6 +235,12 @@ mod chunked {
             self.inner.lock().chunks.iter().filter(|c| c.carved > 0).count()
         }
 
+        /// Blocks until the preparing thread has a chunk ready (tests).
+        #[cfg(all(test, not(miri)))]
+        pub(crate) fn wait_for_prepared_chunk(&self) {
+            self.preparer.wait_ready();
+        }
+
         /// Chunks ever mapped (address space; released ones included).
         #[cfg(test)]
         pub(crate) fn nr_chunks(&self) -> usize {
@@ -217,8 +249,7 @@ mod chunked {
     }
 
     impl Inner {
-        fn grow(&mut self) {
-            let base = map_chunk();
+        fn grow(&mut self, base: NonNull<u8>) {
             let i = self.chunks.len();
             self.chunks.push(Chunk { base, carved: 0, held: [0; WORDS], live: 0, listed: true });
             self.by_base.insert(base.as_ptr() as usize, i);
@@ -236,6 +267,11 @@ mod chunked {
 
     impl Drop for Arena {
         fn drop(&mut self) {
+            // The preparing thread first, and the chunk it had ready.
+            #[cfg(not(miri))]
+            if let Some(base) = self.preparer.stop() {
+                unmap_chunk(base);
+            }
             // `&mut self`: every page handed out is gone with its owners
             // (the store is dropped, the grace periods are over).
             for c in self.inner.get_mut().chunks.drain(..) {
@@ -244,10 +280,10 @@ mod chunked {
         }
     }
 
-    /// A `CHUNK_BYTES`-aligned chunk of zeroed memory; aborts as the global
-    /// allocator does when the memory is not there.
+    /// A `CHUNK_BYTES`-aligned chunk of zeroed memory, advised to be one
+    /// huge page if `huge`; None when the memory is not there.
     #[cfg(not(miri))]
-    fn map_chunk() -> NonNull<u8> {
+    pub(crate) fn map_chunk(huge: bool) -> Option<NonNull<u8>> {
         let span = 2 * CHUNK_BYTES;
         // SAFETY: a fresh private anonymous mapping; nothing else refers to it.
         let p = unsafe {
@@ -261,7 +297,7 @@ mod chunked {
             )
         };
         if p == libc::MAP_FAILED {
-            std::alloc::handle_alloc_error(std::alloc::Layout::from_size_align(CHUNK_BYTES, CHUNK_BYTES).unwrap());
+            return None;
         }
         let head = (p as usize).next_multiple_of(CHUNK_BYTES) - p as usize;
         // SAFETY: the aligned chunk and the slack before and after it are
@@ -274,16 +310,22 @@ mod chunked {
                 libc::munmap(p, head);
             }
             libc::munmap(base.add(CHUNK_BYTES).cast(), CHUNK_BYTES - head);
-            libc::madvise(base.cast(), CHUNK_BYTES, libc::MADV_HUGEPAGE);
-            NonNull::new_unchecked(base)
+            if huge {
+                libc::madvise(base.cast(), CHUNK_BYTES, libc::MADV_HUGEPAGE);
+            }
+            NonNull::new(base)
         }
     }
 
     #[cfg(not(miri))]
     fn discard_chunk(base: NonNull<u8>, _carved: usize) {
         // SAFETY: no page of the chunk is held (no reader or writer); its
-        // next faults read zeros, which the store overwrites.
-        unsafe { libc::madvise(base.as_ptr().cast(), CHUNK_BYTES, libc::MADV_DONTNEED) };
+        // next faults read zeros, which the store overwrites, in 4 KiB
+        // pages (the advice only changes how faults are served).
+        unsafe {
+            libc::madvise(base.as_ptr().cast(), CHUNK_BYTES, libc::MADV_NOHUGEPAGE);
+            libc::madvise(base.as_ptr().cast(), CHUNK_BYTES, libc::MADV_DONTNEED);
+        }
     }
 
     #[cfg(not(miri))]
@@ -421,6 +463,48 @@ mod tests {
         assert_eq!(resident_pages(base), CHUNK_PAGES);
         pages.into_iter().for_each(|p| a.free(p));
         assert_eq!(resident_pages(base), 0);
+    }
+
+    /// The AnonHugePages of the mapping that holds `addr`, in kB.
+    #[cfg(not(miri))]
+    fn anon_huge_kb(addr: usize) -> u64 {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut inside = false;
+        for line in smaps.lines() {
+            let head = line.split_whitespace().next().unwrap_or("");
+            if let Some((a, b)) = head.split_once('-').filter(|_| !head.ends_with(':')) {
+                let (a, b) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16));
+                if let (Ok(a), Ok(b)) = (a, b) {
+                    inside = a <= addr && addr < b;
+                    continue;
+                }
+            }
+            if inside && line.starts_with("AnonHugePages:") {
+                return line.split_whitespace().nth(1).unwrap().parse().unwrap();
+            }
+        }
+        panic!("no mapping holds {addr:#x}");
+    }
+
+    /// The first chunk is mapped by the allocating thread (in 4 KiB pages
+    /// where THP is `madvise`, as here); the next comes from the preparing
+    /// thread, faulted in as a huge page (THP not `never`).
+    #[cfg(not(miri))]
+    #[test]
+    fn the_next_chunk_comes_prepared_in_a_huge_page() {
+        let a = Arena::new();
+        let first: Vec<OwnedPage> = (0..CHUNK_PAGES).map(|_| a.alloc()).collect();
+        a.wait_for_prepared_chunk();
+        let next = a.alloc();
+        assert_eq!(addr(&next) % CHUNK_BYTES, 0);
+        let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+        assert!(
+            anon_huge_kb(addr(&next)) >= (CHUNK_BYTES >> 10) as u64,
+            "the prepared chunk is not a huge page (transparent_hugepage/enabled: {})",
+            thp.trim()
+        );
+        first.into_iter().for_each(|p| a.free(p));
+        a.free(next);
     }
 
     #[test]

@@ -37,6 +37,8 @@
 
 mod arena;
 mod page;
+#[cfg(not(any(miri, loom)))]
+mod prepare;
 mod reclaim;
 mod table;
 
