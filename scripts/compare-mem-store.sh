@@ -2,7 +2,8 @@
 # Two mqblk binaries side by side on the memory-backed null device
 # (null:gb=1,memory_backed=1), alternating, every round in the output:
 #   fill      4k randwrite QD32 over the whole empty 1 GiB (every write
-#             makes a page)
+#             makes a page); fill_p99 its 99th percentile completion
+#             latency in microseconds (lower is better)
 #   randread  4k randread QD32 for 4 s over the filled 1 GiB
 #   read1m    1 MiB sequential read QD4 for 4 s over the filled 1 GiB
 #   overwrite 4k randwrite QD32 for 4 s over the filled 1 GiB (each write
@@ -66,7 +67,9 @@ for round in $(seq 1 "$rounds"); do
   if [ $((round % 2)) = 1 ]; then order="A B"; else order="B A"; fi
   for s in $order; do
     bin=$a; [ $s = B ] && bin=$b
-    echo "round=$round fill $s $($bin bench --device $dev $dir/fill.fio | iops write)"
+    $bin bench --device $dev $dir/fill.fio > $dir/fill.out
+    echo "round=$round fill $s $(iops write < $dir/fill.out)"
+    echo "round=$round fill_p99 $s $(sed -n 's/.*99.00th=\[ *\([0-9]*\)\].*/\1/p' $dir/fill.out | head -1 | awk '{printf "%d", $1 / 1000}')"
     echo "round=$round randread $s $($bin bench --device $dev $dir/randread.fio | iops read)"
     echo "round=$round read1m $s $($bin bench --device $dev $dir/read.fio | iops read)"
     echo "round=$round overwrite $s $($bin bench --device $dev $dir/randwrite.fio | iops write)"
@@ -77,7 +80,7 @@ for round in $(seq 1 "$rounds"); do
   done
 done | tee "$out"
 echo
-echo "median (min-max) IOPS over $rounds rounds; B/A and B/nbdkit per round:"
+echo "median (min-max) IOPS (fill_p99: microseconds) over $rounds rounds; B/A and B/nbdkit per round:"
 python3 - "$out" << 'PY'
 import collections, statistics, sys
 v = collections.defaultdict(dict)
@@ -86,7 +89,7 @@ for line in open(sys.argv[1]):
     v[(job, s)][int(rnd.split("=")[1])] = int(n)
 def show(name, xs, fmt):
     print(f"  {name:10} " + fmt.format(statistics.median(xs), min(xs), max(xs)))
-for job in ("fill", "randread", "read1m", "overwrite", "nbd1m"):
+for job in ("fill", "fill_p99", "randread", "read1m", "overwrite", "nbd1m"):
     print(f"{job}:")
     for s in "ABK":
         if (job, s) in v:
