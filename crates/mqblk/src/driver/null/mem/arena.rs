@@ -1,12 +1,14 @@
 //! Where the store's pages live: 2 MiB chunks of anonymous memory, carved
-//! into 4 KiB pages; each chunk after the first is mapped and faulted in
-//! as one transparent huge page by a thread of the arena's own, off the
-//! I/O path (prepare.rs).
+//! into 4 KiB pages. Chunks are made huge pages where that costs the I/O
+//! path nothing: every chunk after the first is mapped and faulted in as
+//! one transparent huge page by a thread of the arena's own (prepare.rs);
+//! a chunk the writer maps itself, when that thread is behind, and a chunk
+//! once released stay in 4 KiB pages.
 //!
 //! Why not one allocation per page: a store of 4 KiB heap blocks costs a TLB
 //! entry (and, cold, a page walk) per 4 KiB a large read copies, and every
 //! block straddles two of the kernel's pages, since the heap puts a header
-//! before it. A 1 MiB read from a chunk is one huge-page mapping; the NBD
+//! before it. A 1 MiB read from a huge chunk is one TLB entry; the NBD
 //! export of a RAM disk copies each reply from here into the socket, and
 //! that copy is its connection thread's main cost (BENCHMARKS.md, "The
 //! store in huge pages").
@@ -20,8 +22,15 @@
 //! the store's only pool (reclaim.rs), so nothing else keeps a chunk
 //! resident. Free pages are handed out before untouched ones, and
 //! untouched ones in order, so a filled device lays consecutive writes out
-//! in consecutive memory. When the store is dropped it gives every page
-//! back and closes the arena, which then keeps no spare.
+//! in consecutive memory. Released chunks are reused before new ones are
+//! mapped, so after much discarding more of the store is in 4 KiB pages.
+//! When the store is dropped it gives every page back and closes the
+//! arena, which then keeps no spare and stops its preparing thread.
+//!
+//! Each chunk is a mapping of its own: a store with more than about
+//! 120 GiB written would meet `vm.max_map_count` (65,530 mappings by
+//! default), and a chunk that cannot be mapped aborts the process as the
+//! global allocator does when memory runs out.
 //!
 //! Allocation and free take a mutex: they run on a page's first write,
 //! on an overwrite (the new page) and after a retired page's grace period,
@@ -70,6 +79,8 @@ mod chunked {
         live: usize,
         /// Listed in `Inner::avail`.
         listed: bool,
+        /// Advised `MADV_HUGEPAGE` (a prepared chunk, until released).
+        huge: bool,
     }
 
     impl Chunk {
@@ -151,7 +162,8 @@ mod chunked {
             let g = &mut *g;
             loop {
                 let Some(&i) = g.avail.last() else {
-                    g.grow(self.next_chunk());
+                    let (base, huge) = self.next_chunk();
+                    g.grow(base, huge);
                     continue;
                 };
                 let c = &mut g.chunks[i];
@@ -169,18 +181,23 @@ mod chunked {
             }
         }
 
-        /// The prepared chunk, or one mapped here in 4 KiB pages when the
-        /// preparing thread has none ready (prepare.rs says why not huge).
+        /// The prepared chunk (true: advised huge), or one mapped here in
+        /// 4 KiB pages when the preparing thread has none ready
+        /// (prepare.rs says why not huge).
         #[cfg(not(miri))]
-        fn next_chunk(&self) -> NonNull<u8> {
-            self.preparer.take().or_else(|| map_chunk(false)).unwrap_or_else(|| {
+        fn next_chunk(&self) -> (NonNull<u8>, bool) {
+            if let Some(base) = self.preparer.take() {
+                return (base, true);
+            }
+            let base = map_chunk(false).unwrap_or_else(|| {
                 std::alloc::handle_alloc_error(std::alloc::Layout::from_size_align(CHUNK_BYTES, CHUNK_BYTES).unwrap())
-            })
+            });
+            (base, false)
         }
 
         #[cfg(miri)]
-        fn next_chunk(&self) -> NonNull<u8> {
-            map_chunk()
+        fn next_chunk(&self) -> (NonNull<u8>, bool) {
+            (map_chunk(), false)
         }
 
         /// Takes `page` back. A chunk left with no live page is released to
@@ -213,6 +230,12 @@ mod chunked {
         /// chunk as soon as its last page comes back (pages still waiting
         /// out a grace period keep only their own chunks).
         pub(crate) fn close(&self) {
+            // The preparing thread ends now, not when the last retirement
+            // lets the arena go, and its ready chunk goes with it.
+            #[cfg(not(miri))]
+            if let Some(base) = self.preparer.stop() {
+                unmap_chunk(base);
+            }
             let mut g = self.inner.lock();
             let g = &mut *g;
             g.closed = true;
@@ -241,6 +264,12 @@ mod chunked {
             self.preparer.wait_ready();
         }
 
+        /// The preparing thread has ended and holds no chunk (tests).
+        #[cfg(all(test, not(miri)))]
+        pub(crate) fn preparer_stopped(&self) -> bool {
+            self.preparer.is_stopped()
+        }
+
         /// Chunks ever mapped (address space; released ones included).
         #[cfg(test)]
         pub(crate) fn nr_chunks(&self) -> usize {
@@ -249,9 +278,9 @@ mod chunked {
     }
 
     impl Inner {
-        fn grow(&mut self, base: NonNull<u8>) {
+        fn grow(&mut self, base: NonNull<u8>, huge: bool) {
             let i = self.chunks.len();
-            self.chunks.push(Chunk { base, carved: 0, held: [0; WORDS], live: 0, listed: true });
+            self.chunks.push(Chunk { base, carved: 0, held: [0; WORDS], live: 0, listed: true, huge });
             self.by_base.insert(base.as_ptr() as usize, i);
             self.avail.push(i);
         }
@@ -261,8 +290,9 @@ mod chunked {
     /// afresh after.
     fn release(c: &mut Chunk) {
         debug_assert_eq!(c.live, 0);
-        discard_chunk(c.base, c.carved);
+        discard_chunk(c.base, c.carved, c.huge);
         c.carved = 0;
+        c.huge = false;
     }
 
     impl Drop for Arena {
@@ -317,13 +347,17 @@ mod chunked {
         }
     }
 
+    /// Gives the chunk's memory back; a chunk advised huge is advised
+    /// small first, so its next faults (in the I/O path) never compact.
     #[cfg(not(miri))]
-    fn discard_chunk(base: NonNull<u8>, _carved: usize) {
+    fn discard_chunk(base: NonNull<u8>, _carved: usize, huge: bool) {
         // SAFETY: no page of the chunk is held (no reader or writer); its
-        // next faults read zeros, which the store overwrites, in 4 KiB
-        // pages (the advice only changes how faults are served).
+        // next faults read zeros, which the store overwrites (the advice
+        // only changes how faults are served).
         unsafe {
-            libc::madvise(base.as_ptr().cast(), CHUNK_BYTES, libc::MADV_NOHUGEPAGE);
+            if huge {
+                libc::madvise(base.as_ptr().cast(), CHUNK_BYTES, libc::MADV_NOHUGEPAGE);
+            }
             libc::madvise(base.as_ptr().cast(), CHUNK_BYTES, libc::MADV_DONTNEED);
         }
     }
@@ -349,7 +383,7 @@ mod chunked {
     /// Under Miri the released pages are overwritten instead, so a reader
     /// still holding one (a broken grace period) is a data race Miri reports.
     #[cfg(miri)]
-    fn discard_chunk(base: NonNull<u8>, carved: usize) {
+    fn discard_chunk(base: NonNull<u8>, carved: usize, _huge: bool) {
         // SAFETY: the first `carved` pages are inside the block and no
         // one holds any of them.
         unsafe { std::ptr::write_bytes(base.as_ptr(), 0xa5, carved * PAGE_BYTES) };
@@ -497,12 +531,21 @@ mod tests {
         a.wait_for_prepared_chunk();
         let next = a.alloc();
         assert_eq!(addr(&next) % CHUNK_BYTES, 0);
-        let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
-        assert!(
-            anon_huge_kb(addr(&next)) >= (CHUNK_BYTES >> 10) as u64,
-            "the prepared chunk is not a huge page (transparent_hugepage/enabled: {})",
-            thp.trim()
-        );
+        let sysfs =
+            |f: &str| std::fs::read_to_string(format!("/sys/kernel/mm/transparent_hugepage/{f}")).unwrap_or_default();
+        let (enabled, pmd_bytes) = (sysfs("enabled"), sysfs("hpage_pmd_size"));
+        if enabled.contains("[never]") || pmd_bytes.trim() != CHUNK_BYTES.to_string() {
+            // The documented fallback: 4 KiB pages, and nothing breaks.
+            assert_eq!(anon_huge_kb(addr(&next)), 0, "THP {} with {pmd_bytes} byte huge pages", enabled.trim());
+        } else {
+            assert!(
+                anon_huge_kb(addr(&next)) >= (CHUNK_BYTES >> 10) as u64,
+                "the prepared chunk is not a huge page (transparent_hugepage/enabled: {})",
+                enabled.trim()
+            );
+        }
+        a.close();
+        assert!(a.preparer_stopped(), "closing stops the preparing thread and unmaps its chunk");
         first.into_iter().for_each(|p| a.free(p));
         a.free(next);
     }

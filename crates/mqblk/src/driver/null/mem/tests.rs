@@ -157,6 +157,8 @@ fn dropping_the_store_releases_its_chunks() {
     drop(m);
     assert!(arena.nr_resident_chunks() <= 1, "{} chunks resident after the drop", arena.nr_resident_chunks());
     #[cfg(not(miri))]
+    assert!(arena.preparer_stopped(), "the preparing thread and its ready chunk go with the store");
+    #[cfg(not(miri))]
     drop(pin);
     for _ in 0..1_000_000 {
         if arena.nr_resident_chunks() == 0 {
