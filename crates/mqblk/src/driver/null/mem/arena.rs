@@ -330,10 +330,10 @@ mod chunked {
             return None;
         }
         let head = (p as usize).next_multiple_of(CHUNK_BYTES) - p as usize;
-        // SAFETY: the aligned chunk and the slack before and after it are
-        // all inside the mapping just made; unmapping the slack touches
-        // nothing else. The advice only changes how faults are served (a
-        // kernel without THP, or with it off, ignores it).
+        // The advice only changes how faults are served (a kernel without
+        // THP, or with it off, ignores it).
+        // SAFETY: the aligned chunk and the slack around it are inside the
+        // mapping just made; unmapping the slack touches nothing else.
         unsafe {
             let base = p.cast::<u8>().add(head);
             if head > 0 {

@@ -110,10 +110,10 @@ impl Page {
         debug_assert!(end <= PAGE_BYTES);
         self.bytes.with_mut(|dst| {
             let dst = dst.cast::<u8>();
-            // SAFETY: `dst` is this page, which `&mut self` owns alone;
-            // every range written is inside it (`end <= PAGE_BYTES`). The
-            // caller guarantees `base` is null or a live page no one writes,
-            // and an owned page is never published, so the two never overlap.
+            // `dst` is this page, which `&mut self` owns alone; every range
+            // written is inside it (`end <= PAGE_BYTES`).
+            // SAFETY: `base` is null or a live page no one writes (caller),
+            // and an owned page is never published: the two never overlap.
             unsafe {
                 if base.is_null() {
                     ptr::write_bytes(dst, 0, offset);

@@ -136,10 +136,9 @@ fn run(shared: &Shared) {
         }
         let chunk = super::arena::map_chunk(true);
         if let Some(base) = chunk {
-            // SAFETY: a fresh mapping no one else knows of yet: writing
-            // its first byte faults in its huge page (or one 4 KiB page
-            // where the kernel has none), zero-filled, as it would be
-            // anyway.
+            // Writing its first byte faults in its huge page (or one 4 KiB
+            // page where the kernel has none), zero-filled as it would be.
+            // SAFETY: a fresh mapping that no one else knows of yet.
             unsafe { base.as_ptr().write_volatile(0) };
         }
         let mut st = shared.state.lock();

@@ -126,12 +126,12 @@ impl Reclaim {
         #[cfg(not(loom))]
         {
             let arena = self.arena.clone();
-            // SAFETY: the page is unreachable from the table, so only
-            // threads pinned now can hold it; crossbeam runs the function
-            // after all of them have unpinned, and then only the function
-            // has it. The function touches nothing but its own `Arc` of
-            // the arena and that page, so running it late, on any thread,
-            // even after the store is dropped, is sound.
+            // The page is unreachable from the table, so only threads
+            // pinned now can hold it; crossbeam runs the function after all
+            // of them have unpinned, and then only the function has it.
+            // SAFETY: the function touches only its own `Arc` of the arena
+            // and that page, so it may run late, on any thread, even after
+            // the store is dropped.
             unsafe {
                 guard.epoch.defer_unchecked(move || arena.free(OwnedPage::from_raw(page)));
             }

@@ -82,22 +82,33 @@ fn overwrite(m: &MemStore, rounds: usize) {
     }
 }
 
-/// Pins and flushes until every retired page is back in the arena: the
-/// pages its owners hold are exactly the published ones. Retired pages
-/// come back after a grace period, which other threads (other tests) may
-/// delay but not forever. Bounded by a count, not a clock.
-fn assert_pages_accounted(m: &MemStore) {
-    let arena = m.reclaim.arena();
+/// Calls `flush` (moving retirements on) until `done`: retired pages come
+/// back after a grace period, which other threads (other tests) may delay
+/// but not forever. Bounded by a count, not a clock.
+fn flush_until(mut done: impl FnMut() -> bool, mut flush: impl FnMut()) -> bool {
     for _ in 0..1_000_000 {
-        let (held, published) = (arena.nr_live(), m.nr_pages());
-        assert!(held >= published, "{published} pages published but only {held} held");
-        if held == published {
-            return;
+        if done() {
+            return true;
         }
-        m.reclaim.flush();
+        flush();
         thread::yield_now();
     }
-    panic!("{} pages held, {} published: retired pages never came back", arena.nr_live(), m.nr_pages());
+    done()
+}
+
+/// Pins and flushes until every retired page is back in the arena: the
+/// pages its owners hold are exactly the published ones.
+fn assert_pages_accounted(m: &MemStore) {
+    let arena = m.reclaim.arena();
+    let back = flush_until(
+        || {
+            let (held, published) = (arena.nr_live(), m.nr_pages());
+            assert!(held >= published, "{published} pages published but only {held} held");
+            held == published
+        },
+        || m.reclaim.flush(),
+    );
+    assert!(back, "{} pages held, {} published: retired pages never came back", arena.nr_live(), m.nr_pages());
 }
 
 /// Overwriting retires pages to the arena; once they are back, as many
@@ -160,14 +171,8 @@ fn dropping_the_store_releases_its_chunks() {
     assert!(arena.preparer_stopped(), "the preparing thread and its ready chunk go with the store");
     #[cfg(not(miri))]
     drop(pin);
-    for _ in 0..1_000_000 {
-        if arena.nr_resident_chunks() == 0 {
-            return;
-        }
-        crossbeam_epoch::pin().flush();
-        thread::yield_now();
-    }
-    panic!("the retired page's chunk stayed resident: {}", arena.nr_resident_chunks());
+    let gone = flush_until(|| arena.nr_resident_chunks() == 0, || crossbeam_epoch::pin().flush());
+    assert!(gone, "the retired page's chunk stayed resident: {}", arena.nr_resident_chunks());
 }
 
 /// A tiny deterministic generator (xorshift64*).
