@@ -261,6 +261,30 @@ pub trait Driver: Send + Sync + 'static {
         None
     }
 
+    /// A borrower for `read_direct_lent`, for a driver that can keep what
+    /// it lends unchanged past the call (a memory-backed null device);
+    /// None otherwise.
+    fn loan(&self) -> Option<crate::Loan> {
+        None
+    }
+
+    /// As `read_direct`, except that the slices stay valid and unchanged
+    /// after `f` returns, until `loan` gives this lend back
+    /// (`Loan::give_back_through` with the returned id), even if the blocks
+    /// are written or discarded meanwhile: `f` may hand them to the kernel
+    /// by reference (vmsplice) for someone else to read later. None, with
+    /// `f` not called, where the driver cannot (take `read_direct` or the
+    /// bio path), or when `loan` has no room for more outstanding pages.
+    fn read_direct_lent(
+        &self,
+        _loan: &mut crate::Loan,
+        _offset: u64,
+        _len: u64,
+        _f: &mut dyn FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<()>,
+    ) -> Option<std::io::Result<crate::LendId>> {
+        None
+    }
+
     /// Zoned devices: appends up to `nr` zones, from the one holding
     /// `sector`, to `out` (`report_zones`). Others: NotSupp.
     fn report_zones(&self, _sector: u64, _nr: usize, _out: &mut Vec<crate::zoned::Zone>) -> Result<(), Status> {

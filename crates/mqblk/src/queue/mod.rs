@@ -410,15 +410,50 @@ impl Device {
         len: u64,
         f: &mut dyn FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<()>,
     ) -> Option<std::io::Result<()>> {
-        let limits = &self.q.limits;
-        let lbs_mask = u64::from(limits.logical_block_size) - 1;
-        let in_bounds = offset.checked_add(len).is_some_and(|end| end <= limits.capacity_bytes);
-        if len == 0 || !in_bounds || (offset | len) & lbs_mask != 0 || len > crate::limits::MAX_BIO_BYTES {
+        if !self.direct_range_ok(offset, len) {
             return None;
         }
         let result = self.q.driver.read_direct(offset, len, f)?;
         self.q.direct_reads.fetch_add(1, Ordering::Relaxed);
         Some(result)
+    }
+
+    /// A borrower for `read_direct_lent`, if the driver can lend past a
+    /// read (a memory-backed null device); one per consumer thread.
+    pub fn loan(&self) -> Option<crate::Loan> {
+        self.q.driver.loan()
+    }
+
+    /// As `read_direct`, but what `f` gets stays valid and unchanged until
+    /// `loan` gives the returned lend back (`Loan::give_back_through`),
+    /// whatever is written or discarded meanwhile: `f` may hand the slices
+    /// to the kernel by reference (vmsplice into a pipe, splice into a
+    /// socket) and the reader on the other end still reads the data of
+    /// this read. None as for `read_direct`, and also when the loan has no
+    /// room for more outstanding pages (copy then); an error if `loan`
+    /// came from another device. Counted in `DeviceStats` as a direct read.
+    pub fn read_direct_lent(
+        &self,
+        loan: &mut crate::Loan,
+        offset: u64,
+        len: u64,
+        f: &mut dyn FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<()>,
+    ) -> Option<std::io::Result<crate::LendId>> {
+        if !self.direct_range_ok(offset, len) {
+            return None;
+        }
+        let result = self.q.driver.read_direct_lent(loan, offset, len, f)?;
+        self.q.direct_reads.fetch_add(1, Ordering::Relaxed);
+        Some(result)
+    }
+
+    /// A range a read bio could have: not empty, inside the device,
+    /// aligned to its logical blocks, and not over the largest bio.
+    fn direct_range_ok(&self, offset: u64, len: u64) -> bool {
+        let limits = &self.q.limits;
+        let lbs_mask = u64::from(limits.logical_block_size) - 1;
+        let in_bounds = offset.checked_add(len).is_some_and(|end| end <= limits.capacity_bytes);
+        len > 0 && in_bounds && (offset | len) & lbs_mask == 0 && len <= crate::limits::MAX_BIO_BYTES
     }
 
     /// Changes an attribute of the live device, as null_blk's configfs

@@ -44,6 +44,7 @@ use fault::FaultAttr;
 use hybrid::HybridQueue;
 use irq::{IrqQueue, Pending, SPIN_NS};
 use mem::MemStore;
+pub use mem::{LendId, Loan};
 use service::{Channels, Rotational};
 use store::{FileStore, Store};
 use zoned::NullZoned;
@@ -402,6 +403,29 @@ impl Driver for NullDriver {
             return None;
         }
         Some(mem.lend(offset, len, f))
+    }
+
+    /// Memory-backed (as `read_direct` is): a borrower of the store's pages.
+    #[cfg(not(loom))]
+    fn loan(&self) -> Option<Loan> {
+        let Some(Store::Memory(mem)) = &self.mem else { return None };
+        self.direct_reads.then(|| mem.loan())
+    }
+
+    /// As `read_direct`, the pages kept for `loan` until it gives them back.
+    #[cfg(not(loom))]
+    fn read_direct_lent(
+        &self,
+        loan: &mut Loan,
+        offset: u64,
+        len: u64,
+        f: &mut dyn FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<()>,
+    ) -> Option<std::io::Result<LendId>> {
+        let Some(Store::Memory(mem)) = &self.mem else { return None };
+        if !self.direct_reads || !self.badblocks.is_empty() {
+            return None;
+        }
+        mem.lend_to(loan, offset, len, f)
     }
 
     fn report_zones(&self, sector: u64, nr: usize, out: &mut Vec<crate::zoned::Zone>) -> Result<(), Status> {

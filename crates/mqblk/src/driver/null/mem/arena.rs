@@ -51,10 +51,13 @@ pub(crate) use chunked::map_chunk;
 pub(crate) use chunked::Arena;
 
 #[cfg(not(loom))]
-mod chunked {
+pub(super) mod chunked {
     use std::collections::HashMap;
     use std::ptr::NonNull;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
 
+    use super::super::loan::Lending;
     use super::super::page::{OwnedPage, Page, PAGE_SIZE};
 
     /// One transparent huge page on x86-64 and 4 KiB-page arm64; small
@@ -129,6 +132,9 @@ mod chunked {
         spare: Option<usize>,
         /// The store is gone: an emptied chunk is released at once.
         closed: bool,
+        /// Pages lent past a read, and freed pages waiting for their
+        /// borrowers (loan.rs).
+        lending: Lending,
     }
 
     // SAFETY: the chunk pointers are only followed by the holder of a page
@@ -138,6 +144,8 @@ mod chunked {
 
     pub(crate) struct Arena {
         inner: parking_lot::Mutex<Inner>,
+        /// The last lend's number (loan.rs; 0: none yet).
+        lend_seq: AtomicU64,
         /// Makes the next chunk ready off the I/O path (prepare.rs); not
         /// under Miri, whose chunks are heap blocks.
         #[cfg(not(miri))]
@@ -146,10 +154,17 @@ mod chunked {
 
     impl Arena {
         pub(crate) fn new() -> Self {
-            let inner =
-                Inner { chunks: Vec::new(), by_base: HashMap::new(), avail: Vec::new(), spare: None, closed: false };
+            let inner = Inner {
+                chunks: Vec::new(),
+                by_base: HashMap::new(),
+                avail: Vec::new(),
+                spare: None,
+                closed: false,
+                lending: Lending::default(),
+            };
             Self {
                 inner: parking_lot::Mutex::new(inner),
+                lend_seq: AtomicU64::new(0),
                 #[cfg(not(miri))]
                 preparer: super::super::prepare::Preparer::new(),
             }
@@ -160,6 +175,9 @@ mod chunked {
         pub(crate) fn alloc(&self) -> OwnedPage {
             let mut g = self.inner.lock();
             let g = &mut *g;
+            if g.lending.quarantined() > 0 {
+                g.reuse_quarantined();
+            }
             loop {
                 let Some(&i) = g.avail.last() else {
                     let (base, huge) = self.next_chunk();
@@ -205,25 +223,43 @@ mod chunked {
         ///
         /// # Panics
         /// If `page` did not come from this arena, or is already free.
+        /// A page some borrower may still hold (loan.rs) waits in the
+        /// quarantine instead.
         pub(crate) fn free(&self, page: OwnedPage) {
             let addr = page.into_raw() as usize;
-            let base = addr & !(CHUNK_BYTES - 1);
             let mut g = self.inner.lock();
-            let g = &mut *g;
-            let i = *g.by_base.get(&base).expect("a page freed to the arena it came from");
-            let c = &mut g.chunks[i];
-            c.give((addr - base) / PAGE_BYTES);
-            if c.live == 0 {
-                if g.closed || g.spare.is_some() {
-                    release(c);
-                } else {
-                    g.spare = Some(i);
-                }
+            // SeqCst, read under the mutex so stamps rise in queue order:
+            // every lend that could have loaded this page is numbered at
+            // most this (loan.rs).
+            let stamp = self.lend_seq.load(Ordering::SeqCst);
+            if !g.lending.holds(addr, stamp) {
+                g.reuse(addr, false);
             }
-            if !c.listed {
-                c.listed = true;
-                g.avail.push(i);
+            if g.lending.quarantined() > 0 {
+                g.reuse_quarantined();
             }
+        }
+
+        /// The next lend's number (loan.rs).
+        pub(crate) fn next_lend(&self) -> u64 {
+            self.lend_seq.fetch_add(1, Ordering::SeqCst) + 1
+        }
+
+        pub(crate) fn register_borrower(&self, slot: Arc<AtomicU64>) {
+            self.inner.lock().lending.register(slot);
+        }
+
+        /// A borrower goes, its outstanding lends' pages (`lent`) tainted.
+        pub(crate) fn deregister_borrower(&self, slot: &Arc<AtomicU64>, lent: impl Iterator<Item = usize>) {
+            let mut g = self.inner.lock();
+            g.lending.deregister(slot, lent);
+            g.reuse_quarantined();
+        }
+
+        /// Pages waiting in the quarantine (tests).
+        #[cfg(test)]
+        pub(crate) fn nr_quarantined(&self) -> usize {
+            self.inner.lock().lending.quarantined()
         }
 
         /// The store is gone: releases the spare, and from now on every
@@ -278,6 +314,39 @@ mod chunked {
     }
 
     impl Inner {
+        /// Takes the free page at `addr` back into its chunk (its frame
+        /// handed to the kernel first if `discard` or tainted: loan.rs). A
+        /// chunk left with no live page is released, unless it becomes the
+        /// spare.
+        fn reuse(&mut self, addr: usize, discard: bool) {
+            let base = addr & !(CHUNK_BYTES - 1);
+            let i = *self.by_base.get(&base).expect("a page freed to the arena it came from");
+            if self.lending.untaint(addr) || discard {
+                discard_page(addr);
+            }
+            let c = &mut self.chunks[i];
+            c.give((addr - base) / PAGE_BYTES);
+            if c.live == 0 {
+                if self.closed || self.spare.is_some() {
+                    release(c);
+                } else {
+                    self.spare = Some(i);
+                }
+            }
+            if !c.listed {
+                c.listed = true;
+                self.avail.push(i);
+            }
+        }
+
+        /// Reuses the quarantined pages no borrower holds any more (and
+        /// the oldest past the quarantine's bound).
+        fn reuse_quarantined(&mut self) {
+            while let Some((addr, discard)) = self.lending.next_ready() {
+                self.reuse(addr, discard);
+            }
+        }
+
         fn grow(&mut self, base: NonNull<u8>, huge: bool) {
             let i = self.chunks.len();
             self.chunks.push(Chunk { base, carved: 0, held: [0; WORDS], live: 0, listed: true, huge });
@@ -362,6 +431,17 @@ mod chunked {
         }
     }
 
+    /// Hands one free page's frame to the kernel: whoever holds the frame
+    /// by reference (a socket, loan.rs) keeps its bytes, and the page's
+    /// next fault here reads zeros.
+    #[cfg(not(miri))]
+    fn discard_page(addr: usize) {
+        // SAFETY: a 4 KiB-aligned page inside one of the arena's mappings,
+        // free (no owner reads or writes it); the store writes every byte
+        // of a page before publishing it.
+        unsafe { libc::madvise(addr as *mut libc::c_void, PAGE_BYTES, libc::MADV_DONTNEED) };
+    }
+
     #[cfg(not(miri))]
     fn unmap_chunk(base: NonNull<u8>) {
         // SAFETY: a chunk this arena mapped, with no page in use.
@@ -387,6 +467,13 @@ mod chunked {
         // SAFETY: the first `carved` pages are inside the block and no
         // one holds any of them.
         unsafe { std::ptr::write_bytes(base.as_ptr(), 0xa5, carved * PAGE_BYTES) };
+    }
+
+    /// Under Miri the page is overwritten instead (as `discard_chunk`).
+    #[cfg(miri)]
+    fn discard_page(addr: usize) {
+        // SAFETY: a free page inside one of the arena's blocks.
+        unsafe { std::ptr::write_bytes(addr as *mut u8, 0xa5, PAGE_BYTES) };
     }
 
     #[cfg(miri)]

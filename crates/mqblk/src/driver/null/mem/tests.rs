@@ -85,7 +85,7 @@ fn overwrite(m: &MemStore, rounds: usize) {
 /// Calls `flush` (moving retirements on) until `done`: retired pages come
 /// back after a grace period, which other threads (other tests) may delay
 /// but not forever. Bounded by a count, not a clock.
-fn flush_until(mut done: impl FnMut() -> bool, mut flush: impl FnMut()) -> bool {
+pub(super) fn flush_until(mut done: impl FnMut() -> bool, mut flush: impl FnMut()) -> bool {
     for _ in 0..1_000_000 {
         if done() {
             return true;
@@ -176,10 +176,10 @@ fn dropping_the_store_releases_its_chunks() {
 }
 
 /// A tiny deterministic generator (xorshift64*).
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 
 impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
+    pub(super) fn below(&mut self, n: u64) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
