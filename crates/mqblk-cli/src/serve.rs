@@ -45,6 +45,11 @@ pub struct ServeArgs {
     /// 64 KiB and more, written to the socket with one copy fewer).
     #[arg(long)]
     no_direct_reads: bool,
+    /// On a Unix socket, copy direct reads into the socket instead of
+    /// handing it the device's pages by reference (vmsplice and splice,
+    /// kept unchanged until the client has read them).
+    #[arg(long)]
+    no_splice: bool,
 }
 
 /// The (device spec, export name) pairs: each --export names the last
@@ -66,7 +71,8 @@ pub fn run(args: ServeArgs, matches: &clap::ArgMatches) -> Result<String, (u8, S
     init_logger("serve");
     let bad = |e: String| (2u8, e);
     let exports = exports(&args, matches).map_err(bad)?;
-    let ServeArgs { listen, unix, read_only, max_connections: max_conn, control, no_direct_reads, .. } = args;
+    let ServeArgs { listen, unix, read_only, max_connections: max_conn, control, no_direct_reads, no_splice, .. } =
+        args;
     if exports.is_empty() {
         return Err(bad("serve needs --device SPEC (see mqblk serve --help)".into()));
     }
@@ -75,6 +81,7 @@ pub fn run(args: ServeArgs, matches: &clap::ArgMatches) -> Result<String, (u8, S
         let name = name.clone().unwrap_or_else(|| if i == 0 { String::new() } else { format!("export{i}") });
         let mut export = Export::open(&name, &fast_spec(spec), read_only).map_err(nbd_error)?;
         export.direct_reads = !no_direct_reads;
+        export.splice_reads = !no_splice;
         list.push(export);
     }
     let listener = match (listen, unix) {

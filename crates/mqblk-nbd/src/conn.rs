@@ -25,6 +25,11 @@ pub struct Export {
     /// (`Device::read_direct`: a memory-backed null device lends its pages,
     /// which go to the socket with one copy fewer); on by default.
     pub direct_reads: bool,
+    /// On a Unix socket, direct reads go to the socket by reference
+    /// (vmsplice and splice: no copy by the server; splice.rs) where the
+    /// device can lend its pages until the client has read them; on by
+    /// default. Off: they are copied into the socket.
+    pub splice_reads: bool,
 }
 
 impl Export {
@@ -32,7 +37,14 @@ impl Export {
     /// described by its spec.
     pub fn open(name: &str, spec: &str, read_only: bool) -> Result<Self, Error> {
         let device = Device::open(spec).map_err(|source| Error::Device { spec: spec.to_string(), source })?;
-        Ok(Self { name: name.to_string(), description: spec.to_string(), device, read_only, direct_reads: true })
+        Ok(Self {
+            name: name.to_string(),
+            description: spec.to_string(),
+            device,
+            read_only,
+            direct_reads: true,
+            splice_reads: true,
+        })
     }
 
     /// Transmission flags, true to the device's capabilities.

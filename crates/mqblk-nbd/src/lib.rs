@@ -32,6 +32,7 @@ mod handshake;
 pub mod proto;
 mod server;
 pub mod sparse;
+mod splice;
 mod stop;
 mod transmission;
 

@@ -73,6 +73,8 @@ pub(crate) struct RequestQueue {
     splits: AtomicU64,
     /// Reads served by the driver's direct access (`Device::read_direct`).
     direct_reads: AtomicU64,
+    /// Of those, reads lent past the call (`Device::read_direct_lent`).
+    direct_reads_lent: AtomicU64,
     clock: Arc<TimeoutClock>,
     /// Wakes the worker (delayed runs, timeout ticks).
     kblockd: Arc<Kblockd>,
@@ -133,6 +135,7 @@ impl RequestQueue {
             timeouts: AtomicU64::new(0),
             splits: AtomicU64::new(0),
             direct_reads: AtomicU64::new(0),
+            direct_reads_lent: AtomicU64::new(0),
             clock,
             kblockd,
             worker: Mutex::new(None),
@@ -413,9 +416,14 @@ impl Device {
         if !self.direct_range_ok(offset, len) {
             return None;
         }
-        let result = self.q.driver.read_direct(offset, len, f)?;
+        // Counted first: `f` may hand the data to a reader who then looks
+        // at the stats; a declined read is taken back.
         self.q.direct_reads.fetch_add(1, Ordering::Relaxed);
-        Some(result)
+        let result = self.q.driver.read_direct(offset, len, f);
+        if result.is_none() {
+            self.q.direct_reads.fetch_sub(1, Ordering::Relaxed);
+        }
+        result
     }
 
     /// A borrower for `read_direct_lent`, if the driver can lend past a
@@ -431,7 +439,8 @@ impl Device {
     /// socket) and the reader on the other end still reads the data of
     /// this read. None as for `read_direct`, and also when the loan has no
     /// room for more outstanding pages (copy then); an error if `loan`
-    /// came from another device. Counted in `DeviceStats` as a direct read.
+    /// came from another device. Counted in `DeviceStats` (`direct_reads`,
+    /// `direct_reads_lent`).
     pub fn read_direct_lent(
         &self,
         loan: &mut crate::Loan,
@@ -442,9 +451,15 @@ impl Device {
         if !self.direct_range_ok(offset, len) {
             return None;
         }
-        let result = self.q.driver.read_direct_lent(loan, offset, len, f)?;
+        // Counted first, as in `read_direct`.
         self.q.direct_reads.fetch_add(1, Ordering::Relaxed);
-        Some(result)
+        self.q.direct_reads_lent.fetch_add(1, Ordering::Relaxed);
+        let result = self.q.driver.read_direct_lent(loan, offset, len, f);
+        if result.is_none() {
+            self.q.direct_reads.fetch_sub(1, Ordering::Relaxed);
+            self.q.direct_reads_lent.fetch_sub(1, Ordering::Relaxed);
+        }
+        result
     }
 
     /// A range a read bio could have: not empty, inside the device,

@@ -46,6 +46,9 @@ pub struct DeviceStats {
     /// Reads served by direct access (`Device::read_direct`), outside the
     /// counts above.
     pub direct_reads: u64,
+    /// Of those, reads whose pages were lent past the call
+    /// (`Device::read_direct_lent`: a socket holding them by reference).
+    pub direct_reads_lent: u64,
 }
 
 impl RequestQueue {
@@ -65,6 +68,7 @@ impl RequestQueue {
             timeouts: self.timeouts.load(Ordering::Relaxed),
             splits: self.splits.load(Ordering::Relaxed),
             direct_reads: self.direct_reads.load(Ordering::Relaxed),
+            direct_reads_lent: self.direct_reads_lent.load(Ordering::Relaxed),
             ..DeviceStats::default()
         };
         for hctx in self.hctxs.iter() {
@@ -92,6 +96,7 @@ impl RequestQueue {
         let _ = writeln!(out, "timeouts={}", self.timeouts.load(Ordering::Relaxed));
         let _ = writeln!(out, "splits={}", self.splits.load(Ordering::Relaxed));
         let _ = writeln!(out, "direct_reads={}", self.direct_reads.load(Ordering::Relaxed));
+        let _ = writeln!(out, "direct_reads_lent={}", self.direct_reads_lent.load(Ordering::Relaxed));
         let s = self.stats();
         let _ = writeln!(out, "plug_nesting={}", self.plug_nesting.name());
         let _ = writeln!(out, "plug_sync={}", u8::from(self.plug_sync));

@@ -100,8 +100,12 @@ impl Drop for MemStore {
     }
 }
 
-/// What `lend` hands out for a page never written.
-static ZEROS: [u8; PAGE_SIZE as usize] = [0; PAGE_SIZE as usize];
+/// What `lend` hands out for a page never written: one page, aligned as
+/// one, so that a slice of it spans one page frame as a store page's does
+/// (a borrower that vmsplices it needs a pipe slot per frame).
+#[repr(align(4096))]
+struct ZeroPage([u8; PAGE_SIZE as usize]);
+static ZEROS: ZeroPage = ZeroPage([0; PAGE_SIZE as usize]);
 
 /// Splits `[pos, pos + len)` into (page, offset in page, length) pieces.
 fn pieces(pos: u64, len: u64) -> impl Iterator<Item = (u64, usize, usize)> {
@@ -166,7 +170,7 @@ impl MemStore {
         for (page, offset, bytes) in pieces(pos, len) {
             let p = self.table.slot(page).map_or(null_mut(), |s| s.load(Ordering::Acquire));
             slices[n] = std::io::IoSlice::new(if p.is_null() {
-                &ZEROS[..bytes]
+                &ZEROS.0[..bytes]
             } else {
                 // SAFETY: `p` was published when loaded (Acquire, as in
                 // `read`) and we stay pinned until `f` has returned for
@@ -211,7 +215,7 @@ impl MemStore {
         // Numbered before the pin below (loan.rs's protocol).
         let id = loan.begin(Loan::pages_of(pos, len))?;
         let result = self.lend(pos, len, &mut |slices| {
-            for s in slices.iter().filter(|s| !std::ptr::eq(s.as_ptr(), ZEROS.as_ptr())) {
+            for s in slices.iter().filter(|s| !std::ptr::eq(s.as_ptr(), ZEROS.0.as_ptr())) {
                 loan.note(s.as_ptr() as usize & !(PAGE_SIZE as usize - 1));
             }
             f(slices)

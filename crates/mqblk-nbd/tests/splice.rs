@@ -1,0 +1,247 @@
+//! Zero-copy read replies (splice.rs): on a Unix socket a large read of a
+//! memory-backed export is handed to the socket by reference, and the
+//! bytes the client reads are those of its read, even when the client
+//! reads them only after other clients overwrote, discarded and rewrote
+//! the blocks and the store reused its pages many times over.
+
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use mqblk_nbd::{Export, Listen, Server};
+
+/// A hang guard for socket reads, not a performance bound.
+const HANG_GUARD: Duration = Duration::from_secs(30);
+const MIB: usize = 1 << 20;
+const CMD_READ: u16 = 0;
+const CMD_WRITE: u16 = 1;
+const CMD_TRIM: u16 = 4;
+
+fn socket_path(test: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("mqblk-nbd-splice-{test}-{}.sock", std::process::id()))
+}
+
+/// Connects and negotiates NBD_OPT_GO on the default export (simple
+/// replies): in transmission on return.
+fn connect_and_go(path: &PathBuf) -> UnixStream {
+    let mut s = UnixStream::connect(path).unwrap();
+    s.set_read_timeout(Some(HANG_GUARD)).unwrap();
+    let mut greeting = [0u8; 18];
+    s.read_exact(&mut greeting).unwrap();
+    assert_eq!(&greeting[..8], b"NBDMAGIC");
+    s.write_all(&3u32.to_be_bytes()).unwrap();
+    let mut go = b"IHAVEOPT".to_vec();
+    go.extend_from_slice(&7u32.to_be_bytes());
+    go.extend_from_slice(&6u32.to_be_bytes());
+    go.extend_from_slice(&[0; 6]);
+    s.write_all(&go).unwrap();
+    loop {
+        let mut h = [0u8; 20];
+        s.read_exact(&mut h).unwrap();
+        let reply = u32::from_be_bytes(h[12..16].try_into().unwrap());
+        let mut data = vec![0u8; u32::from_be_bytes(h[16..20].try_into().unwrap()) as usize];
+        s.read_exact(&mut data).unwrap();
+        assert!(reply == 1 || reply == 3, "GO answered {reply:#x}");
+        if reply == 1 {
+            return s;
+        }
+    }
+}
+
+fn request(cmd: u16, cookie: u64, offset: u64, len: usize) -> Vec<u8> {
+    let mut r = 0x2560_9513u32.to_be_bytes().to_vec();
+    r.extend_from_slice(&0u16.to_be_bytes());
+    r.extend_from_slice(&cmd.to_be_bytes());
+    r.extend_from_slice(&cookie.to_be_bytes());
+    r.extend_from_slice(&offset.to_be_bytes());
+    r.extend_from_slice(&(len as u32).to_be_bytes());
+    r
+}
+
+/// Reads a simple reply's header: checks its magic, cookie and error 0.
+fn reply_ok(c: &mut UnixStream, cookie: u64) {
+    let mut h = [0u8; 16];
+    c.read_exact(&mut h).unwrap();
+    assert_eq!(u32::from_be_bytes(h[..4].try_into().unwrap()), 0x6744_6698, "simple reply magic");
+    assert_eq!(u32::from_be_bytes(h[4..8].try_into().unwrap()), 0, "error");
+    assert_eq!(u64::from_be_bytes(h[8..].try_into().unwrap()), cookie);
+}
+
+fn write_at(c: &mut UnixStream, offset: u64, data: &[u8]) {
+    let mut r = request(CMD_WRITE, 2, offset, data.len());
+    r.extend_from_slice(data);
+    c.write_all(&r).unwrap();
+    reply_ok(c, 2);
+}
+
+fn pattern(seed: u8) -> Vec<u8> {
+    (0..MIB).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+/// Bytes waiting in the socket's receive queue (FIONREAD).
+fn queued(c: &UnixStream) -> usize {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int.
+    assert_eq!(unsafe { libc::ioctl(c.as_raw_fd(), libc::FIONREAD, &mut n) }, 0);
+    n as usize
+}
+
+#[test]
+fn a_spliced_reply_keeps_the_data_of_its_read() {
+    let path = socket_path("keep");
+    let export = Export::open("", "null:size=64,memory_backed=1,irqmode=0,discard=1", false).unwrap();
+    let device = export.device.clone();
+    let server = Server::new(Listen::unix(&path).unwrap(), vec![export]).unwrap();
+    let stop = server.stop_handle();
+    let t = std::thread::spawn(move || server.run());
+    let (mut w, mut r) = (connect_and_go(&path), connect_and_go(&path));
+    let old = pattern(1);
+    write_at(&mut w, 0, &old);
+
+    // The read's reply sits whole in r's socket, unread.
+    r.write_all(&request(CMD_READ, 1, 0, MIB)).unwrap();
+    let mut waited = 0;
+    while queued(&r) < 16 + MIB {
+        assert!(waited < 1_000_000, "the reply never arrived whole: {} bytes queued", queued(&r));
+        std::thread::yield_now();
+        waited += 1;
+    }
+    assert_eq!(device.stats().direct_reads_lent, 1, "the reply went by reference, not by copy");
+
+    // Meanwhile the blocks change and the store reuses pages: the range is
+    // overwritten and discarded, and everything else rewritten 8 times.
+    write_at(&mut w, 0, &pattern(2));
+    w.write_all(&request(CMD_TRIM, 2, 0, MIB)).unwrap();
+    reply_ok(&mut w, 2);
+    for round in 0..8u8 {
+        let data = pattern(round.wrapping_mul(7).wrapping_add(3));
+        for mib in 1..64 {
+            write_at(&mut w, (mib * MIB) as u64, &data);
+        }
+    }
+
+    reply_ok(&mut r, 1);
+    let mut got = vec![0u8; MIB];
+    r.read_exact(&mut got).unwrap();
+    assert!(got == old, "the reply read late holds the data of its read");
+
+    // And the blocks read now are the discarded ones: zeros.
+    r.write_all(&request(CMD_READ, 3, 0, MIB)).unwrap();
+    reply_ok(&mut r, 3);
+    r.read_exact(&mut got).unwrap();
+    assert!(got.iter().all(|&b| b == 0));
+    drop((w, r));
+    stop.stop();
+    t.join().unwrap().unwrap();
+}
+
+/// Serves `export` on a Unix socket or TCP; returns the server's stop
+/// handle, its thread and a connected client in transmission.
+fn serve_one(test: &str, export: Export, tcp: bool) -> (mqblk_nbd::StopHandle, std::thread::JoinHandle<()>, Conn) {
+    let listen = if tcp { Listen::tcp("127.0.0.1:0").unwrap() } else { Listen::unix(socket_path(test)).unwrap() };
+    let addr = match &listen {
+        Listen::Tcp(l) => Some(l.local_addr().unwrap()),
+        Listen::Unix(..) => None,
+    };
+    let server = Server::new(listen, vec![export]).unwrap();
+    let stop = server.stop_handle();
+    let t = std::thread::spawn(move || server.run().unwrap());
+    let c = match addr {
+        Some(a) => Conn::Tcp(go(std::net::TcpStream::connect(a).unwrap())),
+        None => Conn::Unix(connect_and_go(&socket_path(test))),
+    };
+    (stop, t, c)
+}
+
+/// The stream a test client holds.
+enum Conn {
+    Unix(UnixStream),
+    Tcp(std::net::TcpStream),
+}
+
+impl Conn {
+    fn s(&mut self) -> &mut dyn ReadWrite {
+        match self {
+            Conn::Unix(s) => s,
+            Conn::Tcp(s) => s,
+        }
+    }
+}
+
+trait ReadWrite: Read + Write {}
+impl<T: Read + Write> ReadWrite for T {}
+
+/// Negotiates NBD_OPT_GO on a TCP stream (as `connect_and_go`).
+fn go(mut s: std::net::TcpStream) -> std::net::TcpStream {
+    s.set_read_timeout(Some(HANG_GUARD)).unwrap();
+    let mut greeting = [0u8; 18];
+    s.read_exact(&mut greeting).unwrap();
+    s.write_all(&3u32.to_be_bytes()).unwrap();
+    let mut opt = b"IHAVEOPT".to_vec();
+    opt.extend_from_slice(&7u32.to_be_bytes());
+    opt.extend_from_slice(&6u32.to_be_bytes());
+    opt.extend_from_slice(&[0; 6]);
+    s.write_all(&opt).unwrap();
+    loop {
+        let mut h = [0u8; 20];
+        s.read_exact(&mut h).unwrap();
+        let mut data = vec![0u8; u32::from_be_bytes(h[16..20].try_into().unwrap()) as usize];
+        s.read_exact(&mut data).unwrap();
+        if u32::from_be_bytes(h[12..16].try_into().unwrap()) == 1 {
+            return s;
+        }
+    }
+}
+
+/// Writes `data` at `offset` then reads `len` bytes at `offset` back on
+/// `c`; returns what the read returned.
+fn write_then_read(c: &mut dyn ReadWrite, offset: u64, data: &[u8], len: usize) -> Vec<u8> {
+    let mut r = request(CMD_WRITE, 5, offset, data.len());
+    r.extend_from_slice(data);
+    c.write_all(&r).unwrap();
+    let mut h = [0u8; 16];
+    c.read_exact(&mut h).unwrap();
+    assert_eq!(u32::from_be_bytes(h[4..8].try_into().unwrap()), 0, "write error");
+    c.write_all(&request(CMD_READ, 6, offset, len)).unwrap();
+    c.read_exact(&mut h).unwrap();
+    assert_eq!(u32::from_be_bytes(h[4..8].try_into().unwrap()), 0, "read error");
+    let mut got = vec![0u8; len];
+    c.read_exact(&mut got).unwrap();
+    got
+}
+
+/// Where a reply goes by copy: a read spanning more pages than the pipe
+/// holds, any reply on TCP (whose SIOCOUTQ does not say what the reader
+/// has read), and any reply when the export turns splicing off. The data
+/// is the same either way.
+#[test]
+fn replies_the_splicer_cannot_take_are_copied() {
+    let spec = "null:size=64,memory_backed=1,irqmode=0";
+    let data = pattern(9);
+    // 512 bytes in: 1 MiB spans 257 pages, one more than the pipe's slots.
+    let export = Export::open("", spec, false).unwrap();
+    let device = export.device.clone();
+    let (stop, t, mut c) = serve_one("span", export, false);
+    let got = write_then_read(c.s(), 512, &data, MIB);
+    assert!(got == data);
+    assert_eq!((device.stats().direct_reads, device.stats().direct_reads_lent), (1, 0), "copied, not lent");
+    drop(c);
+    stop.stop();
+    t.join().unwrap();
+    for (name, tcp, splice) in [("tcp", true, true), ("off", false, false), ("on", false, true)] {
+        let mut export = Export::open("", spec, false).unwrap();
+        export.splice_reads = splice;
+        let device = export.device.clone();
+        let (stop, t, mut c) = serve_one(name, export, tcp);
+        let got = write_then_read(c.s(), 0, &data, MIB);
+        assert!(got == data, "{name}");
+        let lent = device.stats().direct_reads_lent;
+        assert_eq!(lent, u64::from(!tcp && splice), "{name}: replies lent to the socket");
+        assert_eq!(device.stats().direct_reads, 1, "{name}: a direct read either way");
+        drop(c);
+        stop.stop();
+        t.join().unwrap();
+    }
+}
