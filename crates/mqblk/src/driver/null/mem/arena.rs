@@ -321,11 +321,13 @@ pub(super) mod chunked {
         fn reuse(&mut self, addr: usize, discard: bool) {
             let base = addr & !(CHUNK_BYTES - 1);
             let i = *self.by_base.get(&base).expect("a page freed to the arena it came from");
-            if self.lending.untaint(addr) || discard {
-                discard_page(addr);
-            }
             let c = &mut self.chunks[i];
-            c.give((addr - base) / PAGE_BYTES);
+            let k = (addr - base) / PAGE_BYTES;
+            if self.lending.untaint(addr) || discard {
+                // SAFETY: page k is inside the chunk's mapping.
+                discard_page(unsafe { c.base.as_ptr().add(k * PAGE_BYTES) });
+            }
+            c.give(k);
             if c.live == 0 {
                 if self.closed || self.spare.is_some() {
                     release(c);
@@ -435,11 +437,11 @@ pub(super) mod chunked {
     /// by reference (a socket, loan.rs) keeps its bytes, and the page's
     /// next fault here reads zeros.
     #[cfg(not(miri))]
-    fn discard_page(addr: usize) {
+    fn discard_page(page: *mut u8) {
         // SAFETY: a 4 KiB-aligned page inside one of the arena's mappings,
         // free (no owner reads or writes it); the store writes every byte
         // of a page before publishing it.
-        unsafe { libc::madvise(addr as *mut libc::c_void, PAGE_BYTES, libc::MADV_DONTNEED) };
+        unsafe { libc::madvise(page.cast(), PAGE_BYTES, libc::MADV_DONTNEED) };
     }
 
     #[cfg(not(miri))]
@@ -471,9 +473,9 @@ pub(super) mod chunked {
 
     /// Under Miri the page is overwritten instead (as `discard_chunk`).
     #[cfg(miri)]
-    fn discard_page(addr: usize) {
+    fn discard_page(page: *mut u8) {
         // SAFETY: a free page inside one of the arena's blocks.
-        unsafe { std::ptr::write_bytes(addr as *mut u8, 0xa5, PAGE_BYTES) };
+        unsafe { std::ptr::write_bytes(page, 0xa5, PAGE_BYTES) };
     }
 
     #[cfg(miri)]
@@ -514,6 +516,7 @@ mod boxed {
 mod tests {
     use super::chunked::{CHUNK_BYTES, CHUNK_PAGES};
     use super::Arena;
+    #[cfg_attr(miri, allow(unused_imports))]
     use crate::driver::null::mem::page::{OwnedPage, Piece, PAGE_SIZE};
 
     fn addr(p: &OwnedPage) -> usize {

@@ -49,13 +49,14 @@ use super::page::PAGE_SIZE;
 
 /// A slot's value when its borrower has nothing outstanding.
 const IDLE: u64 = u64::MAX;
-/// Freed pages that may wait for borrowers (16 MiB); past it the oldest
-/// are reused after their frames go back to the kernel.
-pub(crate) const QUARANTINE_PAGES: usize = 4096;
+/// Freed pages that may wait for borrowers (16 MiB; small under Miri, so
+/// its tests reach the bound quickly); past it the oldest are reused after
+/// their frames go back to the kernel.
+pub(crate) const QUARANTINE_PAGES: usize = if cfg!(miri) { 64 } else { 4096 };
 /// Pages one borrower may have outstanding (16 MiB, far more than a
-/// socket's send buffer and a pipe hold); past it `begin` declines and the
-/// borrower copies instead.
-pub(crate) const LOAN_PAGES: usize = 4096;
+/// socket's send buffer and a pipe hold; small under Miri); past it
+/// `begin` declines and the borrower copies instead.
+pub(crate) const LOAN_PAGES: usize = if cfg!(miri) { 64 } else { 4096 };
 /// Lends one borrower may have outstanding.
 const LOAN_LENDS: usize = 256;
 
