@@ -49,9 +49,6 @@ const SPARSE_READ_BYTES: u64 = 64 << 10;
 const BATCH_REQUESTS: usize = 32;
 /// Payload bytes in flight per connection (memory bound).
 const BUDGET_BYTES: u64 = 64 << 20;
-/// Looks, 1 ms apart, at what a closing client has read of the replies
-/// lent to its socket, before the rest is left to the kernel.
-const LINGER_CHECKS: usize = 20;
 
 /// Writes `a` then `b` with writev, resuming after short writes.
 fn write_all_vectored(s: &mut dyn Stream, a: &[u8], b: &[u8]) -> std::io::Result<()> {
@@ -195,9 +192,6 @@ pub(crate) struct Transmission<'a> {
     /// A direct read's bytes the socket did not take at once (written after
     /// the device's pages are let go; kept: no allocation per read).
     spill: Vec<u8>,
-    /// Bytes written to the socket in this phase (the splicer's measure of
-    /// what the client has read).
-    sent: u64,
     /// Zero-copy read replies (Unix sockets, lending devices: splice.rs).
     splicer: Option<Splicer>,
 }
@@ -230,7 +224,6 @@ impl<'a> Transmission<'a> {
             extents: Vec::with_capacity(mqblk::driver::MAX_EXTENTS),
             runs: Vec::with_capacity(mqblk::driver::MAX_EXTENTS + 1),
             spill: Vec::new(),
-            sent: 0,
             splicer,
         })
     }
@@ -240,25 +233,7 @@ impl<'a> Transmission<'a> {
         // Whatever happened, nothing in flight is abandoned: writes the
         // client sent complete before the connection's client goes.
         self.client.drain();
-        self.settle_loans();
         result
-    }
-
-    /// Before the socket closes: lends the client has read go back. A
-    /// client that is closing its end frees what it did not read within
-    /// moments; what is still unread after a short wait is left to the
-    /// kernel when the loan goes (mqblk's mem/loan.rs: safe, and costs the
-    /// store a page fault per such page).
-    fn settle_loans(&mut self) {
-        let fd = self.s.as_raw_fd();
-        let Some(sp) = self.splicer.as_mut() else { return };
-        for _ in 0..LINGER_CHECKS {
-            sp.reclaim(fd, self.sent);
-            if !sp.outstanding() {
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
     }
 
     fn serve(&mut self, stop: &StopHandle) -> Result<(), Error> {
@@ -279,10 +254,7 @@ impl<'a> Transmission<'a> {
             ];
             // Requests already buffered are served without waiting.
             let buffered = want_socket && self.rbuf.len() >= REQUEST_BYTES;
-            // While the client has replies' pages unread, look again soon
-            // (they are given back only once it has read them).
-            let recheck = self.splicer.as_mut().and_then(Splicer::recheck_ms);
-            let timeout_ms = if buffered { 0 } else { recheck.unwrap_or(200).min(200) };
+            let timeout_ms = if buffered { 0 } else { 200 };
             // SAFETY: four pollfds (the third may be -1, which poll skips);
             // the timeout is a backstop: a stop wakes the poll itself.
             let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
@@ -292,9 +264,6 @@ impl<'a> Transmission<'a> {
                     continue;
                 }
                 return Err(Error::Io { what: "poll on a connection", source: e });
-            }
-            if let Some(sp) = self.splicer.as_mut() {
-                sp.reclaim(self.s.as_raw_fd(), self.sent);
             }
             if fds[1].revents != 0 {
                 self.clear_eventfd();
@@ -371,7 +340,6 @@ impl<'a> Transmission<'a> {
     fn flush_out(&mut self) -> Result<(), Error> {
         if !self.out.is_empty() {
             self.s.write_all(&self.out).map_err(Error::Socket)?;
-            self.sent += self.out.len() as u64;
             self.out.clear();
         }
         Ok(())
@@ -404,7 +372,6 @@ impl<'a> Transmission<'a> {
             // What is queued (this header included) and the data in one
             // writev: one system call, no header-only segment.
             write_all_vectored(&mut *self.s, &self.out, d).map_err(Error::Socket)?;
-            self.sent += (self.out.len() + d.len()) as u64;
             self.out.clear();
         } else {
             self.out.extend_from_slice(d);
@@ -612,11 +579,9 @@ impl<'a> Transmission<'a> {
         let until = std::time::Instant::now() + DIRECT_READ_PIN_WAIT;
         let (out, spill) = (&self.out, &mut self.spill);
         let mut header: &[u8] = out;
-        let mut written = 0;
         let sent = self.export.device.read_direct(offset, len, &mut |slices| {
             let head = std::mem::take(&mut header);
             let at = if spill.is_empty() { send_until(fd, head, slices, 0, until)? } else { 0 };
-            written += at as u64;
             copy_from(head, slices, at, spill);
             Ok(())
         });
@@ -627,10 +592,8 @@ impl<'a> Transmission<'a> {
         };
         self.out.clear();
         result.map_err(Error::Socket)?;
-        self.sent += written;
         if !self.spill.is_empty() {
             self.s.write_all(&self.spill).map_err(Error::Socket)?;
-            self.sent += self.spill.len() as u64;
             self.spill.clear();
         }
         Ok(true)
@@ -638,14 +601,13 @@ impl<'a> Transmission<'a> {
 
     /// The data of a direct read by reference (splice.rs), after the
     /// header queued in `out`; false, with nothing sent, where the device
-    /// declines (the loan is full, or bad blocks appeared).
+    /// declines (bad blocks appeared, or it stopped lending).
     fn read_spliced(&mut self, offset: u64, len: u64) -> Result<bool, Error> {
         let fd = self.s.as_raw_fd();
         let sp = self.splicer.as_mut().expect("checked by the caller");
-        let done = sp.send(&self.export.device, &mut *self.s, fd, &self.out, (offset, len), &mut self.sent);
-        if done.map_err(Error::Socket)? {
+        let sent = sp.send(&self.export.device, &mut *self.s, fd, &self.out, (offset, len));
+        if sent.map_err(Error::Socket)? {
             self.out.clear();
-            sp.reclaim(fd, self.sent);
             return Ok(true);
         }
         Ok(false)

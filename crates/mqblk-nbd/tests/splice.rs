@@ -1,8 +1,9 @@
 //! Zero-copy read replies (splice.rs): on a Unix socket a large read of a
 //! memory-backed export is handed to the socket by reference, and the
 //! bytes the client reads are those of its read, even when the client
-//! reads them only after other clients overwrote, discarded and rewrote
-//! the blocks and the store reused its pages many times over.
+//! reads them only after another client overwrote, discarded and rewrote
+//! the blocks and the store reused its pages many times over, and even
+//! when the client first moves them out of its socket by reference.
 
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
@@ -15,6 +16,9 @@ use mqblk_nbd::{Export, Listen, Server};
 /// A hang guard for socket reads, not a performance bound.
 const HANG_GUARD: Duration = Duration::from_secs(30);
 const MIB: usize = 1 << 20;
+/// The lent read: small enough to sit whole in a socket with the default
+/// send buffer (net.core.wmem_max may be 212992: twice that is asked).
+const READ_BYTES: usize = 256 << 10;
 const CMD_READ: u16 = 0;
 const CMD_WRITE: u16 = 1;
 const CMD_TRIM: u16 = 4;
@@ -88,53 +92,119 @@ fn queued(c: &UnixStream) -> usize {
     n as usize
 }
 
-#[test]
-fn a_spliced_reply_keeps_the_data_of_its_read() {
-    let path = socket_path("keep");
+/// Waits until the reply to a read of READ_BYTES sits whole in `c`'s
+/// receive queue (a hang guard bounds the wait; nothing else is timed).
+fn wait_for_whole_reply(c: &UnixStream) {
+    let deadline = std::time::Instant::now() + HANG_GUARD;
+    while queued(c) < 16 + READ_BYTES {
+        assert!(std::time::Instant::now() < deadline, "the reply never arrived whole: {} bytes", queued(c));
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Overwrites the first MiB and discards it, then rewrites the other 63
+/// MiB of the device 8 times: the store replaces every page it holds, and
+/// reuses the addresses of those it freed.
+fn churn(w: &mut UnixStream) {
+    write_at(w, 0, &pattern(2));
+    w.write_all(&request(CMD_TRIM, 2, 0, MIB)).unwrap();
+    reply_ok(w, 2);
+    for round in 0..8u8 {
+        let data = pattern(round.wrapping_mul(7).wrapping_add(3));
+        for mib in 1..64 {
+            write_at(w, (mib * MIB) as u64, &data);
+        }
+    }
+}
+
+/// A server of a 64 MiB memory-backed export on a Unix socket, a writer
+/// and a reader connected, and the device.
+fn setup(test: &str) -> (mqblk_nbd::StopHandle, std::thread::JoinHandle<()>, UnixStream, UnixStream, mqblk::Device) {
+    let path = socket_path(test);
     let export = Export::open("", "null:size=64,memory_backed=1,irqmode=0,discard=1", false).unwrap();
     let device = export.device.clone();
     let server = Server::new(Listen::unix(&path).unwrap(), vec![export]).unwrap();
     let stop = server.stop_handle();
-    let t = std::thread::spawn(move || server.run());
-    let (mut w, mut r) = (connect_and_go(&path), connect_and_go(&path));
+    let t = std::thread::spawn(move || server.run().unwrap());
+    let (w, r) = (connect_and_go(&path), connect_and_go(&path));
+    (stop, t, w, r, device)
+}
+
+#[test]
+fn a_spliced_reply_keeps_the_data_of_its_read() {
+    let (stop, t, mut w, mut r, device) = setup("keep");
     let old = pattern(1);
     write_at(&mut w, 0, &old);
 
-    // The read's reply sits whole in r's socket, unread.
-    r.write_all(&request(CMD_READ, 1, 0, MIB)).unwrap();
-    let mut waited = 0;
-    while queued(&r) < 16 + MIB {
-        assert!(waited < 1_000_000, "the reply never arrived whole: {} bytes queued", queued(&r));
-        std::thread::yield_now();
-        waited += 1;
-    }
+    // The read's reply sits whole in r's socket, unread, while the blocks
+    // change and the store reuses pages.
+    r.write_all(&request(CMD_READ, 1, 0, READ_BYTES)).unwrap();
+    wait_for_whole_reply(&r);
     assert_eq!(device.stats().direct_reads_lent, 1, "the reply went by reference, not by copy");
-
-    // Meanwhile the blocks change and the store reuses pages: the range is
-    // overwritten and discarded, and everything else rewritten 8 times.
-    write_at(&mut w, 0, &pattern(2));
-    w.write_all(&request(CMD_TRIM, 2, 0, MIB)).unwrap();
-    reply_ok(&mut w, 2);
-    for round in 0..8u8 {
-        let data = pattern(round.wrapping_mul(7).wrapping_add(3));
-        for mib in 1..64 {
-            write_at(&mut w, (mib * MIB) as u64, &data);
-        }
-    }
+    churn(&mut w);
 
     reply_ok(&mut r, 1);
-    let mut got = vec![0u8; MIB];
+    let mut got = vec![0u8; READ_BYTES];
     r.read_exact(&mut got).unwrap();
-    assert!(got == old, "the reply read late holds the data of its read");
+    assert!(got == old[..READ_BYTES], "the reply read late holds the data of its read");
 
     // And the blocks read now are the discarded ones: zeros.
-    r.write_all(&request(CMD_READ, 3, 0, MIB)).unwrap();
+    r.write_all(&request(CMD_READ, 3, 0, READ_BYTES)).unwrap();
     reply_ok(&mut r, 3);
     r.read_exact(&mut got).unwrap();
     assert!(got.iter().all(|&b| b == 0));
     drop((w, r));
     stop.stop();
-    t.join().unwrap().unwrap();
+    t.join().unwrap();
+}
+
+/// A client that moves the reply out of its socket by reference (splice
+/// into a pipe, as a proxy would) has taken the store's frames with it:
+/// the socket is empty, and what the pipe yields later is still the data
+/// of the read.
+#[test]
+fn a_reply_spliced_on_by_the_client_keeps_the_data_of_its_read() {
+    let (stop, t, mut w, mut r, _device) = setup("passed-on");
+    let old = pattern(4);
+    write_at(&mut w, 0, &old);
+    r.write_all(&request(CMD_READ, 1, 0, READ_BYTES)).unwrap();
+    wait_for_whole_reply(&r);
+    let mut pipe = [0; 2];
+    // SAFETY: a two-int array for pipe(2); then resizing our own pipe.
+    unsafe {
+        assert_eq!(libc::pipe(pipe.as_mut_ptr()), 0);
+        libc::fcntl(pipe[1], libc::F_SETPIPE_SZ, MIB as libc::c_int);
+    }
+    let mut moved = 0;
+    while moved < 16 + READ_BYTES {
+        // SAFETY: splice from our socket into our pipe, no offsets.
+        let n = unsafe {
+            libc::splice(r.as_raw_fd(), std::ptr::null_mut(), pipe[1], std::ptr::null_mut(), 16 + READ_BYTES - moved, 0)
+        };
+        assert!(n > 0, "splice: {}", std::io::Error::last_os_error());
+        moved += n as usize;
+    }
+    assert_eq!(queued(&r), 0, "the socket gave everything up");
+    churn(&mut w);
+
+    let mut got = vec![0u8; 16 + READ_BYTES];
+    let mut at = 0;
+    while at < got.len() {
+        // SAFETY: reads into the unfilled rest of `got` from our pipe.
+        let n = unsafe { libc::read(pipe[0], got[at..].as_mut_ptr().cast(), got.len() - at) };
+        assert!(n > 0);
+        at += n as usize;
+    }
+    assert_eq!(&got[..4], &0x6744_6698u32.to_be_bytes());
+    assert!(got[16..] == old[..READ_BYTES], "the pipe yields the data of the read");
+    // SAFETY: our own pipe's fds.
+    unsafe {
+        libc::close(pipe[0]);
+        libc::close(pipe[1]);
+    }
+    drop((w, r));
+    stop.stop();
+    t.join().unwrap();
 }
 
 /// Serves `export` on a Unix socket or TCP; returns the server's stop

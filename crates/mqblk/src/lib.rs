@@ -68,7 +68,7 @@ pub use client::{Client, ClientStats, Completion, CompletionSink, RwCount};
 pub use clock::{now_ns, Clock, ClockSource};
 pub use config::{ConfigError, QueueOptions, SpecParams, Wake};
 pub use driver::null::zoned::{ZoneLock, ZoneLockKind, ZonedCompat, ZonedConfig};
-pub use driver::null::{CacheMode, FaultSpec, IrqMode, LendId, Loan, NullConfig, PollMode};
+pub use driver::null::{CacheMode, FaultSpec, IrqMode, NullConfig, PollMode};
 pub use driver::uring::{reaped_file_spec, FileConfig};
 pub use error::{Error, Rejected, SubmitError};
 pub use fixed::FixedBufs;

@@ -261,27 +261,26 @@ pub trait Driver: Send + Sync + 'static {
         None
     }
 
-    /// A borrower for `read_direct_lent`, for a driver that can keep what
-    /// it lends unchanged past the call (a memory-backed null device);
-    /// None otherwise.
-    fn loan(&self) -> Option<crate::Loan> {
-        None
+    /// Whether `read_direct_lent` can serve reads (it may still decline
+    /// one: bad blocks appeared, or lending stopped).
+    fn lends_past_reads(&self) -> bool {
+        false
     }
 
-    /// As `read_direct`, except that the slices stay valid and unchanged
-    /// after `f` returns, until `loan` gives this lend back
-    /// (`Loan::give_back_through` with the returned id), even if the blocks
-    /// are written or discarded meanwhile: `f` may hand them to the kernel
-    /// by reference (vmsplice) for someone else to read later. None, with
-    /// `f` not called, where the driver cannot (take `read_direct` or the
-    /// bio path), or when `loan` has no room for more outstanding pages.
+    /// As `read_direct`, except that the bytes of the slices stay as they
+    /// are after `f` returns, for as long as anyone holds them by
+    /// reference, even if the blocks are written or discarded meanwhile:
+    /// `f` may hand them to the kernel (vmsplice into a pipe) for someone
+    /// else to read later. The driver never writes into such memory again
+    /// (a memory-backed null device gives a replaced page's frame to the
+    /// kernel before reusing the address). None, with `f` not called,
+    /// where the driver cannot.
     fn read_direct_lent(
         &self,
-        _loan: &mut crate::Loan,
         _offset: u64,
         _len: u64,
         _f: &mut dyn FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<()>,
-    ) -> Option<std::io::Result<crate::LendId>> {
+    ) -> Option<std::io::Result<()>> {
         None
     }
 

@@ -426,35 +426,32 @@ impl Device {
         result
     }
 
-    /// A borrower for `read_direct_lent`, if the driver can lend past a
-    /// read (a memory-backed null device); one per consumer thread.
-    pub fn loan(&self) -> Option<crate::Loan> {
-        self.q.driver.loan()
+    /// Whether `read_direct_lent` can serve reads (a memory-backed null
+    /// device on a kernel with 4 KiB pages; it may still decline one).
+    pub fn lends_past_reads(&self) -> bool {
+        self.q.driver.lends_past_reads()
     }
 
-    /// As `read_direct`, but what `f` gets stays valid and unchanged until
-    /// `loan` gives the returned lend back (`Loan::give_back_through`),
-    /// whatever is written or discarded meanwhile: `f` may hand the slices
-    /// to the kernel by reference (vmsplice into a pipe, splice into a
-    /// socket) and the reader on the other end still reads the data of
-    /// this read. None as for `read_direct`, and also when the loan has no
-    /// room for more outstanding pages (copy then); an error if `loan`
-    /// came from another device. Counted in `DeviceStats` (`direct_reads`,
-    /// `direct_reads_lent`).
+    /// As `read_direct`, but what `f` gets stays as it is after the call,
+    /// for as long as anyone holds it by reference, whatever is written or
+    /// discarded meanwhile: `f` may hand the slices to the kernel
+    /// (vmsplice into a pipe, splice into a socket), and whoever reads them
+    /// there, whenever, reads the data of this read. None as for
+    /// `read_direct`, and where the driver cannot lend past the call.
+    /// Counted in `DeviceStats` (`direct_reads`, `direct_reads_lent`).
     pub fn read_direct_lent(
         &self,
-        loan: &mut crate::Loan,
         offset: u64,
         len: u64,
         f: &mut dyn FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<()>,
-    ) -> Option<std::io::Result<crate::LendId>> {
+    ) -> Option<std::io::Result<()>> {
         if !self.direct_range_ok(offset, len) {
             return None;
         }
         // Counted first, as in `read_direct`.
         self.q.direct_reads.fetch_add(1, Ordering::Relaxed);
         self.q.direct_reads_lent.fetch_add(1, Ordering::Relaxed);
-        let result = self.q.driver.read_direct_lent(loan, offset, len, f);
+        let result = self.q.driver.read_direct_lent(offset, len, f);
         if result.is_none() {
             self.q.direct_reads.fetch_sub(1, Ordering::Relaxed);
             self.q.direct_reads_lent.fetch_sub(1, Ordering::Relaxed);

@@ -44,7 +44,6 @@ use fault::FaultAttr;
 use hybrid::HybridQueue;
 use irq::{IrqQueue, Pending, SPIN_NS};
 use mem::MemStore;
-pub use mem::{LendId, Loan};
 use service::{Channels, Rotational};
 use store::{FileStore, Store};
 use zoned::NullZoned;
@@ -405,27 +404,26 @@ impl Driver for NullDriver {
         Some(mem.lend(offset, len, f))
     }
 
-    /// Memory-backed (as `read_direct` is): a borrower of the store's pages.
+    /// Memory-backed (as `read_direct` is), on a kernel with 4 KiB pages
+    /// that takes lent frames back (mem/lent.rs).
     #[cfg(not(loom))]
-    fn loan(&self) -> Option<Loan> {
-        let Some(Store::Memory(mem)) = &self.mem else { return None };
-        self.direct_reads.then(|| mem.loan())
+    fn lends_past_reads(&self) -> bool {
+        matches!(&self.mem, Some(Store::Memory(mem)) if self.direct_reads && mem.lends())
     }
 
-    /// As `read_direct`, the pages kept for `loan` until it gives them back.
+    /// As `read_direct`, the pages kept for whoever holds them (mem/lent.rs).
     #[cfg(not(loom))]
     fn read_direct_lent(
         &self,
-        loan: &mut Loan,
         offset: u64,
         len: u64,
         f: &mut dyn FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<()>,
-    ) -> Option<std::io::Result<LendId>> {
+    ) -> Option<std::io::Result<()>> {
         let Some(Store::Memory(mem)) = &self.mem else { return None };
         if !self.direct_reads || !self.badblocks.is_empty() {
             return None;
         }
-        mem.lend_to(loan, offset, len, f)
+        mem.lend_past(offset, len, f)
     }
 
     fn report_zones(&self, sector: u64, nr: usize, out: &mut Vec<crate::zoned::Zone>) -> Result<(), Status> {

@@ -54,10 +54,7 @@ pub(crate) use chunked::Arena;
 pub(super) mod chunked {
     use std::collections::HashMap;
     use std::ptr::NonNull;
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::Arc;
 
-    use super::super::loan::Lending;
     use super::super::page::{OwnedPage, Page, PAGE_SIZE};
 
     /// One transparent huge page on x86-64 and 4 KiB-page arm64; small
@@ -84,6 +81,9 @@ pub(super) mod chunked {
         listed: bool,
         /// Advised `MADV_HUGEPAGE` (a prepared chunk, until released).
         huge: bool,
+        /// Bit k: page k was lent past a read (lent.rs) since it was last
+        /// handed out: its frame goes to the kernel before it is reused.
+        lent: [u64; WORDS],
     }
 
     impl Chunk {
@@ -132,9 +132,12 @@ pub(super) mod chunked {
         spare: Option<usize>,
         /// The store is gone: an emptied chunk is released at once.
         closed: bool,
-        /// Pages lent past a read, and freed pages waiting for their
-        /// borrowers (loan.rs).
-        lending: Lending,
+        /// A lent page's frame could not be handed to the kernel (memory
+        /// locked, or a kernel page size other than 4 KiB): such pages are
+        /// never reused, and nothing is lent any more (lent.rs).
+        discard_failed: bool,
+        /// Lent pages kept out of use for that reason.
+        stranded: usize,
     }
 
     // SAFETY: the chunk pointers are only followed by the holder of a page
@@ -144,8 +147,9 @@ pub(super) mod chunked {
 
     pub(crate) struct Arena {
         inner: parking_lot::Mutex<Inner>,
-        /// The last lend's number (loan.rs; 0: none yet).
-        lend_seq: AtomicU64,
+        /// The kernel's pages are 4 KiB, as the store's: one can be handed
+        /// back alone (lent.rs).
+        small_pages: bool,
         /// Makes the next chunk ready off the I/O path (prepare.rs); not
         /// under Miri, whose chunks are heap blocks.
         #[cfg(not(miri))]
@@ -160,11 +164,14 @@ pub(super) mod chunked {
                 avail: Vec::new(),
                 spare: None,
                 closed: false,
-                lending: Lending::default(),
+                discard_failed: false,
+                stranded: 0,
             };
+            // SAFETY: sysconf has no preconditions.
+            let page_bytes = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
             Self {
                 inner: parking_lot::Mutex::new(inner),
-                lend_seq: AtomicU64::new(0),
+                small_pages: page_bytes == PAGE_BYTES as libc::c_long,
                 #[cfg(not(miri))]
                 preparer: super::super::prepare::Preparer::new(),
             }
@@ -175,9 +182,6 @@ pub(super) mod chunked {
         pub(crate) fn alloc(&self) -> OwnedPage {
             let mut g = self.inner.lock();
             let g = &mut *g;
-            if g.lending.quarantined() > 0 {
-                g.reuse_quarantined();
-            }
             loop {
                 let Some(&i) = g.avail.last() else {
                     let (base, huge) = self.next_chunk();
@@ -223,43 +227,76 @@ pub(super) mod chunked {
         ///
         /// # Panics
         /// If `page` did not come from this arena, or is already free.
-        /// A page some borrower may still hold (loan.rs) waits in the
-        /// quarantine instead.
         pub(crate) fn free(&self, page: OwnedPage) {
             let addr = page.into_raw() as usize;
+            let base = addr & !(CHUNK_BYTES - 1);
             let mut g = self.inner.lock();
-            // SeqCst, read under the mutex so stamps rise in queue order:
-            // every lend that could have loaded this page is numbered at
-            // most this (loan.rs).
-            let stamp = self.lend_seq.load(Ordering::SeqCst);
-            if !g.lending.holds(addr, stamp) {
-                g.reuse(addr, false);
+            let g = &mut *g;
+            let i = *g.by_base.get(&base).expect("a page freed to the arena it came from");
+            let c = &mut g.chunks[i];
+            let k = (addr - base) / PAGE_BYTES;
+            if c.lent[k / 64] & (1 << (k % 64)) != 0 {
+                // The kernel may hold this frame (lent.rs): the page gets a
+                // fresh one, or, where that fails, is never used again.
+                assert!(c.held[k / 64] & (1 << (k % 64)) != 0, "page {k} of a chunk freed twice");
+                c.lent[k / 64] &= !(1 << (k % 64));
+                // SAFETY: page k is inside the chunk's mapping and free.
+                if !discard_page(unsafe { c.base.as_ptr().add(k * PAGE_BYTES) }) {
+                    g.discard_failed = true;
+                    g.stranded += 1;
+                    return;
+                }
             }
-            if g.lending.quarantined() > 0 {
-                g.reuse_quarantined();
+            c.give(k);
+            if c.live == 0 {
+                if g.closed || g.spare.is_some() {
+                    release(c);
+                } else {
+                    g.spare = Some(i);
+                }
+            }
+            if !c.listed {
+                c.listed = true;
+                g.avail.push(i);
             }
         }
 
-        /// The next lend's number (loan.rs).
-        pub(crate) fn next_lend(&self) -> u64 {
-            self.lend_seq.fetch_add(1, Ordering::SeqCst) + 1
-        }
-
-        pub(crate) fn register_borrower(&self, slot: Arc<AtomicU64>) {
-            self.inner.lock().lending.register(slot);
-        }
-
-        /// A borrower goes, its outstanding lends' pages (`lent`) tainted.
-        pub(crate) fn deregister_borrower(&self, slot: &Arc<AtomicU64>, lent: impl Iterator<Item = usize>) {
+        /// Marks the pages holding `slices` as lent past a read (lent.rs):
+        /// false, marking nothing, where lending has stopped. The caller
+        /// holds the pages (pinned), so they are live.
+        pub(crate) fn mark_lent(&self, slices: &[std::io::IoSlice<'_>], zeros: *const u8) -> bool {
             let mut g = self.inner.lock();
-            g.lending.deregister(slot, lent);
-            g.reuse_quarantined();
+            let g = &mut *g;
+            if g.discard_failed {
+                return false;
+            }
+            let mut chunk = (usize::MAX, 0);
+            for s in slices.iter().filter(|s| !std::ptr::eq(s.as_ptr(), zeros)) {
+                let addr = s.as_ptr() as usize;
+                let base = addr & !(CHUNK_BYTES - 1);
+                if chunk.0 != base {
+                    chunk = (base, *g.by_base.get(&base).expect("a lent page of this arena"));
+                }
+                let c = &mut g.chunks[chunk.1];
+                let k = (addr - base) / PAGE_BYTES;
+                debug_assert!(c.held[k / 64] & (1 << (k % 64)) != 0, "a lent page is live");
+                c.lent[k / 64] |= 1 << (k % 64);
+            }
+            true
         }
 
-        /// Pages waiting in the quarantine (tests).
+        /// Whether pages may be lent past a read: the kernel's pages are
+        /// 4 KiB (so a store page is one frame to hand back) and handing
+        /// one back has not failed.
+        pub(crate) fn lends(&self) -> bool {
+            self.small_pages && !self.inner.lock().discard_failed
+        }
+
+        /// Lent pages never reused since their frame could not be handed
+        /// back (tests).
         #[cfg(test)]
-        pub(crate) fn nr_quarantined(&self) -> usize {
-            self.inner.lock().lending.quarantined()
+        pub(crate) fn nr_stranded(&self) -> usize {
+            self.inner.lock().stranded
         }
 
         /// The store is gone: releases the spare, and from now on every
@@ -314,44 +351,17 @@ pub(super) mod chunked {
     }
 
     impl Inner {
-        /// Takes the free page at `addr` back into its chunk (its frame
-        /// handed to the kernel first if `discard` or tainted: loan.rs). A
-        /// chunk left with no live page is released, unless it becomes the
-        /// spare.
-        fn reuse(&mut self, addr: usize, discard: bool) {
-            let base = addr & !(CHUNK_BYTES - 1);
-            let i = *self.by_base.get(&base).expect("a page freed to the arena it came from");
-            let c = &mut self.chunks[i];
-            let k = (addr - base) / PAGE_BYTES;
-            if self.lending.untaint(addr) || discard {
-                // SAFETY: page k is inside the chunk's mapping.
-                discard_page(unsafe { c.base.as_ptr().add(k * PAGE_BYTES) });
-            }
-            c.give(k);
-            if c.live == 0 {
-                if self.closed || self.spare.is_some() {
-                    release(c);
-                } else {
-                    self.spare = Some(i);
-                }
-            }
-            if !c.listed {
-                c.listed = true;
-                self.avail.push(i);
-            }
-        }
-
-        /// Reuses the quarantined pages no borrower holds any more (and
-        /// the oldest past the quarantine's bound).
-        fn reuse_quarantined(&mut self) {
-            while let Some((addr, discard)) = self.lending.next_ready() {
-                self.reuse(addr, discard);
-            }
-        }
-
         fn grow(&mut self, base: NonNull<u8>, huge: bool) {
             let i = self.chunks.len();
-            self.chunks.push(Chunk { base, carved: 0, held: [0; WORDS], live: 0, listed: true, huge });
+            self.chunks.push(Chunk {
+                base,
+                carved: 0,
+                held: [0; WORDS],
+                live: 0,
+                listed: true,
+                huge,
+                lent: [0; WORDS],
+            });
             self.by_base.insert(base.as_ptr() as usize, i);
             self.avail.push(i);
         }
@@ -361,6 +371,7 @@ pub(super) mod chunked {
     /// afresh after.
     fn release(c: &mut Chunk) {
         debug_assert_eq!(c.live, 0);
+        debug_assert!(c.lent.iter().all(|&w| w == 0), "a lent page gets a fresh frame when freed");
         discard_chunk(c.base, c.carved, c.huge);
         c.carved = 0;
         c.huge = false;
@@ -433,15 +444,17 @@ pub(super) mod chunked {
         }
     }
 
-    /// Hands one free page's frame to the kernel: whoever holds the frame
-    /// by reference (a socket, loan.rs) keeps its bytes, and the page's
-    /// next fault here reads zeros.
+    /// Hands one free page's frame to the kernel (`MADV_DONTNEED` of its
+    /// 4 KiB): whoever holds the frame by reference (a pipe, a socket:
+    /// lent.rs) keeps its bytes, and the page's next touch here faults in
+    /// a zeroed frame. False if the kernel refused (locked memory, or a
+    /// page size other than 4 KiB).
     #[cfg(not(miri))]
-    fn discard_page(page: *mut u8) {
+    fn discard_page(page: *mut u8) -> bool {
         // SAFETY: a 4 KiB-aligned page inside one of the arena's mappings,
         // free (no owner reads or writes it); the store writes every byte
         // of a page before publishing it.
-        unsafe { libc::madvise(page.cast(), PAGE_BYTES, libc::MADV_DONTNEED) };
+        unsafe { libc::madvise(page.cast(), PAGE_BYTES, libc::MADV_DONTNEED) == 0 }
     }
 
     #[cfg(not(miri))]
@@ -473,9 +486,10 @@ pub(super) mod chunked {
 
     /// Under Miri the page is overwritten instead (as `discard_chunk`).
     #[cfg(miri)]
-    fn discard_page(page: *mut u8) {
+    fn discard_page(page: *mut u8) -> bool {
         // SAFETY: a free page inside one of the arena's blocks.
         unsafe { std::ptr::write_bytes(page, 0xa5, PAGE_BYTES) };
+        true
     }
 
     #[cfg(miri)]

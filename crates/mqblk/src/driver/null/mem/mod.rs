@@ -37,7 +37,7 @@
 
 mod arena;
 #[cfg(not(loom))]
-mod loan;
+mod lent;
 mod page;
 #[cfg(not(any(miri, loom)))]
 mod prepare;
@@ -45,7 +45,7 @@ mod reclaim;
 mod table;
 
 #[cfg(all(test, not(loom)))]
-mod loan_tests;
+mod lent_tests;
 #[cfg(all(test, loom))]
 mod loom_tests;
 #[cfg(all(test, not(loom)))]
@@ -53,17 +53,6 @@ mod tests;
 
 use std::ptr::null_mut;
 
-#[cfg(not(loom))]
-pub use loan::{LendId, Loan};
-
-/// Under loom no store lends past a read (pages are boxes freed on the
-/// spot, and the models check the publish protocol): no loan exists.
-#[cfg(loom)]
-#[derive(Debug)]
-pub enum Loan {}
-#[cfg(loom)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct LendId(u64);
 pub(crate) use page::PAGE_SIZE;
 
 /// Slices handed to `lend`'s callee at a time: 1 MiB of pages (well
@@ -187,40 +176,6 @@ impl MemStore {
             f(&slices[..n])?;
         }
         Ok(())
-    }
-
-    /// A borrower of this store's pages past a read (loan.rs).
-    #[cfg(not(loom))]
-    pub(crate) fn loan(&self) -> Loan {
-        Loan::new(self.reclaim.arena())
-    }
-
-    /// As `lend`, but the pages stay as they are after `f` returns, until
-    /// `loan` gives this lend back (loan.rs): `f` may hand them to the
-    /// kernel by reference. None, with `f` not called, when `loan` has no
-    /// room for the lend's pages (copy instead); an error when `loan` is
-    /// another store's.
-    #[cfg(not(loom))]
-    pub(crate) fn lend_to(
-        &self,
-        loan: &mut Loan,
-        pos: u64,
-        len: u64,
-        f: &mut dyn FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<()>,
-    ) -> Option<std::io::Result<LendId>> {
-        if !loan.is_of(&self.reclaim.arena()) {
-            let e = std::io::Error::new(std::io::ErrorKind::InvalidInput, "a loan used with another device's store");
-            return Some(Err(e));
-        }
-        // Numbered before the pin below (loan.rs's protocol).
-        let id = loan.begin(Loan::pages_of(pos, len))?;
-        let result = self.lend(pos, len, &mut |slices| {
-            for s in slices.iter().filter(|s| !std::ptr::eq(s.as_ptr(), ZEROS.0.as_ptr())) {
-                loan.note(s.as_ptr() as usize & !(PAGE_SIZE as usize - 1));
-            }
-            f(slices)
-        });
-        Some(result.map(|()| id))
     }
 
     /// Stores `data` at `pos`, making pages as needed.
