@@ -55,6 +55,7 @@ pub(super) mod chunked {
     use std::collections::HashMap;
     use std::ptr::NonNull;
 
+    use super::super::lent::{discard_frames, Discards};
     use super::super::page::{OwnedPage, Page, PAGE_SIZE};
 
     /// One transparent huge page on x86-64 and 4 KiB-page arm64; small
@@ -138,6 +139,9 @@ pub(super) mod chunked {
         discard_failed: bool,
         /// Lent pages kept out of use for that reason.
         stranded: usize,
+        /// Freed lent pages waiting for their frames to go back, a batch
+        /// at a time (lent.rs).
+        discards: Discards,
     }
 
     // SAFETY: the chunk pointers are only followed by the holder of a page
@@ -166,6 +170,7 @@ pub(super) mod chunked {
                 closed: false,
                 discard_failed: false,
                 stranded: 0,
+                discards: Discards::new(),
             };
             // SAFETY: sysconf has no preconditions.
             let page_bytes = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
@@ -227,38 +232,50 @@ pub(super) mod chunked {
         ///
         /// # Panics
         /// If `page` did not come from this arena, or is already free.
+        ///
+        /// A page lent past a read (lent.rs) is reused only once its frame
+        /// went back to the kernel: it waits for a batch of them, whose
+        /// frames go back outside the lock.
         pub(crate) fn free(&self, page: OwnedPage) {
-            let addr = page.into_raw() as usize;
-            let base = addr & !(CHUNK_BYTES - 1);
             let mut g = self.inner.lock();
-            let g = &mut *g;
-            let i = *g.by_base.get(&base).expect("a page freed to the arena it came from");
+            let (i, k) = g.locate(page.into_raw() as usize);
             let c = &mut g.chunks[i];
-            let k = (addr - base) / PAGE_BYTES;
-            if c.lent[k / 64] & (1 << (k % 64)) != 0 {
-                // The kernel may hold this frame (lent.rs): the page gets a
-                // fresh one, or, where that fails, is never used again.
-                assert!(c.held[k / 64] & (1 << (k % 64)) != 0, "page {k} of a chunk freed twice");
-                c.lent[k / 64] &= !(1 << (k % 64));
-                // SAFETY: page k is inside the chunk's mapping and free.
-                if !discard_page(unsafe { c.base.as_ptr().add(k * PAGE_BYTES) }) {
+            if c.lent[k / 64] & (1 << (k % 64)) == 0 {
+                return g.give(i, k);
+            }
+            assert!(c.held[k / 64] & (1 << (k % 64)) != 0, "page {k} of a chunk freed twice");
+            c.lent[k / 64] &= !(1 << (k % 64));
+            // SAFETY: page k is inside the chunk's mapping.
+            let page = unsafe { c.base.as_ptr().add(k * PAGE_BYTES) };
+            if let Some(batch) = g.discards.push(page) {
+                drop(g);
+                self.discard(batch);
+            }
+        }
+
+        /// Hands the frames of a batch of freed lent pages to the kernel,
+        /// then takes the pages back (those whose frame the kernel kept
+        /// are never reused, and lending stops).
+        fn discard(&self, mut batch: Vec<*mut u8>) {
+            discard_frames(&mut batch);
+            let mut g = self.inner.lock();
+            for &page in &batch {
+                if page.is_null() {
                     g.discard_failed = true;
                     g.stranded += 1;
-                    return;
-                }
-            }
-            c.give(k);
-            if c.live == 0 {
-                if g.closed || g.spare.is_some() {
-                    release(c);
                 } else {
-                    g.spare = Some(i);
+                    let (i, k) = g.locate(page as usize);
+                    g.give(i, k);
                 }
             }
-            if !c.listed {
-                c.listed = true;
-                g.avail.push(i);
-            }
+            g.discards.recycle(batch);
+        }
+
+        /// Hands back the frames of the freed lent pages waiting for a full
+        /// batch (the store closing; tests).
+        pub(crate) fn flush_discards(&self) {
+            let batch = self.inner.lock().discards.take();
+            self.discard(batch);
         }
 
         /// Marks the pages holding `slices` as lent past a read (lent.rs):
@@ -309,6 +326,7 @@ pub(super) mod chunked {
             if let Some(base) = self.preparer.stop() {
                 unmap_chunk(base);
             }
+            self.flush_discards();
             let mut g = self.inner.lock();
             let g = &mut *g;
             g.closed = true;
@@ -351,6 +369,31 @@ pub(super) mod chunked {
     }
 
     impl Inner {
+        /// The chunk and page index of the page at `addr`.
+        fn locate(&self, addr: usize) -> (usize, usize) {
+            let base = addr & !(CHUNK_BYTES - 1);
+            let i = *self.by_base.get(&base).expect("a page freed to the arena it came from");
+            (i, (addr - base) / PAGE_BYTES)
+        }
+
+        /// Page `k` of chunk `i` is free again. A chunk left with no live
+        /// page is released, unless it becomes the spare.
+        fn give(&mut self, i: usize, k: usize) {
+            let c = &mut self.chunks[i];
+            c.give(k);
+            if c.live == 0 {
+                if self.closed || self.spare.is_some() {
+                    release(c);
+                } else {
+                    self.spare = Some(i);
+                }
+            }
+            if !c.listed {
+                c.listed = true;
+                self.avail.push(i);
+            }
+        }
+
         fn grow(&mut self, base: NonNull<u8>, huge: bool) {
             let i = self.chunks.len();
             self.chunks.push(Chunk {
@@ -444,19 +487,6 @@ pub(super) mod chunked {
         }
     }
 
-    /// Hands one free page's frame to the kernel (`MADV_DONTNEED` of its
-    /// 4 KiB): whoever holds the frame by reference (a pipe, a socket:
-    /// lent.rs) keeps its bytes, and the page's next touch here faults in
-    /// a zeroed frame. False if the kernel refused (locked memory, or a
-    /// page size other than 4 KiB).
-    #[cfg(not(miri))]
-    fn discard_page(page: *mut u8) -> bool {
-        // SAFETY: a 4 KiB-aligned page inside one of the arena's mappings,
-        // free (no owner reads or writes it); the store writes every byte
-        // of a page before publishing it.
-        unsafe { libc::madvise(page.cast(), PAGE_BYTES, libc::MADV_DONTNEED) == 0 }
-    }
-
     #[cfg(not(miri))]
     fn unmap_chunk(base: NonNull<u8>) {
         // SAFETY: a chunk this arena mapped, with no page in use.
@@ -482,14 +512,6 @@ pub(super) mod chunked {
         // SAFETY: the first `carved` pages are inside the block and no
         // one holds any of them.
         unsafe { std::ptr::write_bytes(base.as_ptr(), 0xa5, carved * PAGE_BYTES) };
-    }
-
-    /// Under Miri the page is overwritten instead (as `discard_chunk`).
-    #[cfg(miri)]
-    fn discard_page(page: *mut u8) -> bool {
-        // SAFETY: a free page inside one of the arena's blocks.
-        unsafe { std::ptr::write_bytes(page, 0xa5, PAGE_BYTES) };
-        true
     }
 
     #[cfg(miri)]
