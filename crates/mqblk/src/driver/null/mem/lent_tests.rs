@@ -210,8 +210,9 @@ fn a_frame_the_kernel_keeps_strands_its_page_and_stops_lending() {
 /// The kernel's release as (major, minor), from uname.
 #[cfg(not(miri))]
 fn kernel_release() -> (u32, u32) {
-    // SAFETY: uname fills the zeroed struct.
+    // SAFETY: a zeroed utsname is valid (plain byte arrays).
     let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: uname fills the struct it is given.
     assert_eq!(unsafe { libc::uname(&mut u) }, 0);
     // SAFETY: uname NUL-terminates the release string.
     let release = unsafe { std::ffi::CStr::from_ptr(u.release.as_ptr()) }.to_string_lossy().into_owned();
