@@ -283,9 +283,9 @@ fn write_then_read(c: &mut dyn ReadWrite, offset: u64, data: &[u8], len: usize) 
 }
 
 /// Where a reply goes by copy: a read spanning more pages than the pipe
-/// holds, any reply on TCP (whose SIOCOUTQ does not say what the reader
-/// has read), and any reply when the export turns splicing off. The data
-/// is the same either way.
+/// holds, any reply on TCP (splice.rs keeps zero copy to Unix sockets),
+/// and any reply when the export turns splicing off. The data is the same
+/// either way.
 #[test]
 fn replies_the_splicer_cannot_take_are_copied() {
     let spec = "null:size=64,memory_backed=1,irqmode=0";

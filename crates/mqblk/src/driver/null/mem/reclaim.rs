@@ -108,8 +108,8 @@ impl Reclaim {
         self.arena.close();
     }
 
-    /// The arena (loans hold it; tests read its page and chunk counts,
-    /// also after the store is dropped).
+    /// The arena (lending marks its pages, lent.rs; tests read its page
+    /// and chunk counts, also after the store is dropped).
     #[cfg(not(loom))]
     pub(crate) fn arena(&self) -> std::sync::Arc<Arena> {
         self.arena.clone()
