@@ -2,6 +2,8 @@
 //! with a client connected), stopping twice is harmless, and set-up
 //! errors name what is wrong.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
@@ -38,26 +40,8 @@ fn spawn(server: Server) -> (StopHandle, mpsc::Receiver<Result<(), Error>>, Join
 fn connect_and_go(path: &PathBuf) -> UnixStream {
     let mut s = UnixStream::connect(path).unwrap();
     s.set_read_timeout(Some(HANG_GUARD)).unwrap();
-    let mut greeting = [0u8; 18];
-    s.read_exact(&mut greeting).unwrap();
-    assert_eq!(&greeting[..8], b"NBDMAGIC");
-    s.write_all(&3u32.to_be_bytes()).unwrap();
-    let mut go = b"IHAVEOPT".to_vec();
-    go.extend_from_slice(&7u32.to_be_bytes()); // NBD_OPT_GO
-    go.extend_from_slice(&6u32.to_be_bytes());
-    go.extend_from_slice(&[0, 0, 0, 0, 0, 0]); // the empty name, no info requests
-    s.write_all(&go).unwrap();
-    loop {
-        let mut h = [0u8; 20];
-        s.read_exact(&mut h).unwrap();
-        let reply = u32::from_be_bytes(h[12..16].try_into().unwrap());
-        let mut data = vec![0u8; u32::from_be_bytes(h[16..20].try_into().unwrap()) as usize];
-        s.read_exact(&mut data).unwrap();
-        assert!(reply == 1 || reply == 3, "GO answered {reply:#x}");
-        if reply == 1 {
-            return s; // NBD_REP_ACK
-        }
-    }
+    common::go(&mut s);
+    s
 }
 
 #[test]

@@ -5,6 +5,8 @@
 //! the blocks and the store reused its pages many times over, and even
 //! when the client first moves them out of its socket by reference.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
@@ -32,26 +34,8 @@ fn socket_path(test: &str) -> PathBuf {
 fn connect_and_go(path: &PathBuf) -> UnixStream {
     let mut s = UnixStream::connect(path).unwrap();
     s.set_read_timeout(Some(HANG_GUARD)).unwrap();
-    let mut greeting = [0u8; 18];
-    s.read_exact(&mut greeting).unwrap();
-    assert_eq!(&greeting[..8], b"NBDMAGIC");
-    s.write_all(&3u32.to_be_bytes()).unwrap();
-    let mut go = b"IHAVEOPT".to_vec();
-    go.extend_from_slice(&7u32.to_be_bytes());
-    go.extend_from_slice(&6u32.to_be_bytes());
-    go.extend_from_slice(&[0; 6]);
-    s.write_all(&go).unwrap();
-    loop {
-        let mut h = [0u8; 20];
-        s.read_exact(&mut h).unwrap();
-        let reply = u32::from_be_bytes(h[12..16].try_into().unwrap());
-        let mut data = vec![0u8; u32::from_be_bytes(h[16..20].try_into().unwrap()) as usize];
-        s.read_exact(&mut data).unwrap();
-        assert!(reply == 1 || reply == 3, "GO answered {reply:#x}");
-        if reply == 1 {
-            return s;
-        }
-    }
+    common::go(&mut s);
+    s
 }
 
 fn request(cmd: u16, cookie: u64, offset: u64, len: usize) -> Vec<u8> {
@@ -243,26 +227,11 @@ impl Conn {
 trait ReadWrite: Read + Write {}
 impl<T: Read + Write> ReadWrite for T {}
 
-/// Negotiates NBD_OPT_GO on a TCP stream (as `connect_and_go`).
+/// A TCP stream in transmission (as `connect_and_go`).
 fn go(mut s: std::net::TcpStream) -> std::net::TcpStream {
     s.set_read_timeout(Some(HANG_GUARD)).unwrap();
-    let mut greeting = [0u8; 18];
-    s.read_exact(&mut greeting).unwrap();
-    s.write_all(&3u32.to_be_bytes()).unwrap();
-    let mut opt = b"IHAVEOPT".to_vec();
-    opt.extend_from_slice(&7u32.to_be_bytes());
-    opt.extend_from_slice(&6u32.to_be_bytes());
-    opt.extend_from_slice(&[0; 6]);
-    s.write_all(&opt).unwrap();
-    loop {
-        let mut h = [0u8; 20];
-        s.read_exact(&mut h).unwrap();
-        let mut data = vec![0u8; u32::from_be_bytes(h[16..20].try_into().unwrap()) as usize];
-        s.read_exact(&mut data).unwrap();
-        if u32::from_be_bytes(h[12..16].try_into().unwrap()) == 1 {
-            return s;
-        }
-    }
+    common::go(&mut s);
+    s
 }
 
 /// Writes `data` at `offset` then reads `len` bytes at `offset` back on

@@ -413,17 +413,7 @@ impl Device {
         len: u64,
         f: &mut dyn FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<()>,
     ) -> Option<std::io::Result<()>> {
-        if !self.direct_range_ok(offset, len) {
-            return None;
-        }
-        // Counted first: `f` may hand the data to a reader who then looks
-        // at the stats; a declined read is taken back.
-        self.q.direct_reads.fetch_add(1, Ordering::Relaxed);
-        let result = self.q.driver.read_direct(offset, len, f);
-        if result.is_none() {
-            self.q.direct_reads.fetch_sub(1, Ordering::Relaxed);
-        }
-        result
+        self.direct((offset, len), false, f)
     }
 
     /// Whether `read_direct_lent` can serve reads (a memory-backed null
@@ -445,16 +435,32 @@ impl Device {
         len: u64,
         f: &mut dyn FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<()>,
     ) -> Option<std::io::Result<()>> {
+        self.direct((offset, len), true, f)
+    }
+
+    /// A direct read, `lent` past the call or not (the two above), after
+    /// the range checks. Counted first: `f` may hand the data to a reader
+    /// who then looks at the stats; a declined read is taken back.
+    fn direct(
+        &self,
+        (offset, len): (u64, u64),
+        lent: bool,
+        f: &mut dyn FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<()>,
+    ) -> Option<std::io::Result<()>> {
         if !self.direct_range_ok(offset, len) {
             return None;
         }
-        // Counted first, as in `read_direct`.
-        self.q.direct_reads.fetch_add(1, Ordering::Relaxed);
-        self.q.direct_reads_lent.fetch_add(1, Ordering::Relaxed);
-        let result = self.q.driver.read_direct_lent(offset, len, f);
+        let counters = [&self.q.direct_reads, &self.q.direct_reads_lent];
+        let counters = &counters[..1 + usize::from(lent)];
+        for c in counters {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+        let driver = &self.q.driver;
+        let result = if lent { driver.read_direct_lent(offset, len, f) } else { driver.read_direct(offset, len, f) };
         if result.is_none() {
-            self.q.direct_reads.fetch_sub(1, Ordering::Relaxed);
-            self.q.direct_reads_lent.fetch_sub(1, Ordering::Relaxed);
+            for c in counters {
+                c.fetch_sub(1, Ordering::Relaxed);
+            }
         }
         result
     }

@@ -181,6 +181,14 @@ pub struct NullDriver {
 }
 
 impl NullDriver {
+    /// The memory store, where a read may be served from it directly: a
+    /// plain memory-backed device (`direct_reads`) with no bad blocks now.
+    fn direct_store(&self) -> Option<&MemStore> {
+        match &self.mem {
+            Some(Store::Memory(mem)) if self.direct_reads && self.badblocks.is_empty() => Some(mem),
+            _ => None,
+        }
+    }
     /// A null device; `cfg` is checked first (`NullConfig::validate`).
     pub fn new(cfg: NullConfig) -> Result<Self, crate::error::Error> {
         let cfg = cfg.validate()?;
@@ -397,11 +405,7 @@ impl Driver for NullDriver {
         len: u64,
         f: &mut dyn FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<()>,
     ) -> Option<std::io::Result<()>> {
-        let Some(Store::Memory(mem)) = &self.mem else { return None };
-        if !self.direct_reads || !self.badblocks.is_empty() {
-            return None;
-        }
-        Some(mem.lend(offset, len, f))
+        Some(self.direct_store()?.lend(offset, len, f))
     }
 
     /// Memory-backed (as `read_direct` is), on a kernel with 4 KiB pages
@@ -419,11 +423,7 @@ impl Driver for NullDriver {
         len: u64,
         f: &mut dyn FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<()>,
     ) -> Option<std::io::Result<()>> {
-        let Some(Store::Memory(mem)) = &self.mem else { return None };
-        if !self.direct_reads || !self.badblocks.is_empty() {
-            return None;
-        }
-        mem.lend_past(offset, len, f)
+        self.direct_store()?.lend_past(offset, len, f)
     }
 
     fn report_zones(&self, sector: u64, nr: usize, out: &mut Vec<crate::zoned::Zone>) -> Result<(), Status> {
