@@ -142,6 +142,12 @@ find_kernel_package() {
   echo "$pkg $ver"
 }
 
+# Guests booted side by side (the test command runs them in parallel) share
+# the apt lists and the kernel cache: one looks up and fetches at a time
+# (on a fresh machine a second `apt-get update` failed on the lists' lock,
+# and that guest found no kernel).
+exec {kernel_lock}>"$cache/.kernel.lock"
+flock "$kernel_lock"
 if [ -n "${MQBLK_GUEST_KERNEL_VERSION:-}" ]; then
   kdir=$cache/kernel-$MQBLK_GUEST_KERNEL_VERSION
   [ -d "$kdir" ] || die "MQBLK_GUEST_KERNEL_VERSION=$MQBLK_GUEST_KERNEL_VERSION is not cached in $cache"
@@ -163,6 +169,8 @@ else
     fetch_tmp=""
   fi
 fi
+flock -u "$kernel_lock"
+exec {kernel_lock}>&-
 root_dir=$kdir/root
 kernel=$(find "$root_dir/boot" -maxdepth 1 -name 'vmlinuz-*' | head -n 1)
 [ -n "$kernel" ] || die "no boot/vmlinuz-* in $root_dir"
