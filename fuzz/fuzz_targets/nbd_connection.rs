@@ -38,6 +38,7 @@ fn exports() -> &'static [Export] {
             device: device.clone(),
             read_only,
             direct_reads: true,
+            splice_reads: true,
         };
         vec![export("", false), export("ro", true)]
     })
