@@ -21,8 +21,8 @@
 //!
 //! A reply is one pipe's worth: reads that span more pages than the pipe
 //! has slots (1 MiB where `F_SETPIPE_SZ` allows it) take the copy path.
-//! TCP sockets take it too (the gain here is for local clients, whose
-//! copy out of the socket reads the very pages).
+//! TCP sockets take it too: zero copy there measured 1.07-1.22x the copy
+//! path with a worse p99 (BENCHMARKS.md).
 //!
 //! splice(2) has no MSG_NOSIGNAL: a client gone mid-reply would raise
 //! SIGPIPE, so the connection's thread blocks it (`Splicer::new`) and gets
@@ -95,7 +95,8 @@ impl Splicer {
         let Some(lent) = lent else { return Ok(false) };
         lent?;
         s.write_all(header)?;
-        splice_all(self.pipe_r.as_raw_fd(), socket, len as usize)
+        splice_all(self.pipe_r.as_raw_fd(), socket, len as usize)?;
+        Ok(true)
     }
 }
 
@@ -151,7 +152,7 @@ fn vmsplice_all(pipe_w: RawFd, slices: &[std::io::IoSlice<'_>], iov: &mut Vec<li
 
 /// Moves `len` bytes from the pipe into the socket, waiting for room in
 /// the socket as a write would.
-fn splice_all(pipe_r: RawFd, socket: RawFd, mut len: usize) -> std::io::Result<bool> {
+fn splice_all(pipe_r: RawFd, socket: RawFd, mut len: usize) -> std::io::Result<()> {
     while len > 0 {
         // SAFETY: splice between two fds we own; no offsets (a pipe and a
         // socket have none).
@@ -170,7 +171,7 @@ fn splice_all(pipe_r: RawFd, socket: RawFd, mut len: usize) -> std::io::Result<b
         }
         len -= n as usize;
     }
-    Ok(true)
+    Ok(())
 }
 
 fn is_unix_stream(fd: RawFd) -> bool {
