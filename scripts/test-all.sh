@@ -10,7 +10,30 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each stage's header carries the time since the start, and the suite ends
+# with the time per stage: the suite must stay under 60 minutes on a fresh
+# machine, installs and builds included.
+suite_start=$SECONDS
+stage_names=()
+stage_starts=()
+stage() {
+  stage_names+=("$1")
+  stage_starts+=("$SECONDS")
+  printf '== [%dm%02ds] %s\n' $(((SECONDS - suite_start) / 60)) $(((SECONDS - suite_start) % 60)) "$1"
+}
+stage_report() {
+  echo "== time per stage (s)"
+  local i end
+  for i in "${!stage_names[@]}"; do
+    end=${stage_starts[$((i + 1))]:-$SECONDS}
+    printf '%6d  %s\n' $((end - stage_starts[i])) "${stage_names[i]}"
+  done
+  printf '%6d  total\n' $((SECONDS - suite_start))
+}
+trap stage_report EXIT
+
 # Tools the tests need. The Rust toolchain is assumed (rustup's cargo).
+stage "installs (cargo-nextest, Debian packages)"
 if ! cargo nextest --version >/dev/null 2>&1; then
   echo "== installing cargo-nextest"
   cargo install cargo-nextest --locked
@@ -50,55 +73,55 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-echo "== formatting and lints (cargo fmt --check, clippy -D warnings)"
+stage "formatting and lints (cargo fmt --check, clippy -D warnings)"
 for component in rustfmt clippy; do
   rustup component list --installed 2>/dev/null | grep -q "^$component" || rustup component add "$component"
 done
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
 
-echo "== unit, integration and CLI tests"
+stage "unit, integration and CLI tests"
 cargo nextest run --workspace
 
 # Ignored by default (an unprivileged run lists it as skipped); as root it
 # runs here, and a failure fails the suite.
-echo "== loop block device test (needs root)"
+stage "loop block device test (needs root)"
 if [ "$(id -u)" = 0 ]; then
   cargo nextest run -p mqblk --test file_driver --run-ignored only -E 'test(=loop_block_device_when_root)'
 else
   echo "   SKIPPED loop_block_device_when_root: not root"
 fi
 
-echo "== doc tests"
+stage "doc tests"
 cargo test --doc --workspace
 
 # A client we did not write: stock fio's libblkio engine on our
 # libblkio.so.1. fio 3.41 comes from Debian's source (sid), built once and
 # cached in ~/.cache/mqblk (scripts/fio-libblkio.sh); every fio run is
 # killed after 120 s, so a hang fails a case instead of the suite.
-echo "== fio's libblkio engine on libblkio.so.1 (tests/blkio/fio.sh)"
+stage "fio's libblkio engine on libblkio.so.1 (tests/blkio/fio.sh)"
 cargo build --release -p mqblk-blkio
 tests/blkio/fio.sh target/release
 
 # Instructions per I/O against the counts recorded in BENCHMARKS.md
 # (callgrind: exact, so a 2% regression fails here and not by chance).
-echo "== performance gate (scripts/perf-gate.sh)"
+stage "performance gate (scripts/perf-gate.sh)"
 scripts/perf-gate.sh
 
-echo "== loom models"
+stage "loom models"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
   cargo test -p mqblk --release --test loom_sbitmap --lib -- loom
 
 # Miri reports go to target/miri/logs/; a failure here fails the suite at
 # the end, after the fuzzing and the oracle have had their say too.
-echo "== Miri (Tree Borrows and Stacked Borrows)"
+stage "Miri (Tree Borrows and Stacked Borrows)"
 miri_status=0
 scripts/miri.sh || miri_status=$?
 
-echo "== fuzzing the NBD server (cargo-fuzz, bounded: 60 s + 20 s)"
+stage "fuzzing the NBD server (cargo-fuzz, bounded: 60 s + 20 s)"
 scripts/fuzz.sh 60
 
-echo "== zoned kernel oracle (Linux 6.1 and 6.12 null_blk under qemu vs mqblk: 5 configurations x 300 ops, one boot per kernel)"
+stage "zoned kernel oracle (Linux 6.1 and 6.12 null_blk under qemu vs mqblk: 5 configurations x 300 ops, one boot per kernel)"
 # (qemu, busybox, cpio and libc.a were installed at the start.)
 # Fixed seeds keep CI reproducible; explore with tests/oracle/ci.sh 300 $(date +%s) 4.
 # The 6.12 kernel comes through tests/guest/run.sh (fetched once, cached).
