@@ -121,10 +121,10 @@ fn vmsplice_all(pipe_w: RawFd, slices: &[std::io::IoSlice<'_>], iov: &mut Vec<li
     iov.extend(slices.iter().map(|s| libc::iovec { iov_base: s.as_ptr() as *mut libc::c_void, iov_len: s.len() }));
     let mut at = 0;
     while at < iov.len() {
-        // SAFETY: the iovecs cover live slices whose frames the device
-        // keeps unchanged for as long as anyone holds them
-        // (`read_direct_lent`); the kernel takes page references and never
-        // writes through them (no SPLICE_F_GIFT).
+        // The device keeps lent frames unchanged while anyone holds them
+        // (`read_direct_lent`).
+        // SAFETY: the iovecs cover live slices; the kernel takes page
+        // references and never writes through them (no SPLICE_F_GIFT).
         let n = unsafe { libc::vmsplice(pipe_w, iov[at..].as_ptr(), iov.len() - at, libc::SPLICE_F_NONBLOCK) };
         if n < 0 {
             let e = std::io::Error::last_os_error();
