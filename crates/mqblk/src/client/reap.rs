@@ -80,7 +80,10 @@ impl Client {
             // polled I/O waits on, without sleeping.
             if let Some(poll) = self.poll_hctx {
                 // Our own completions reaped here come back without the
-                // ring (completion.rs `deliver`).
+                // ring (completion.rs `deliver`), and need no eventfd
+                // write: we take them below, and `reap_ring` re-arms the
+                // fd once the ring is drained.
+                self.disarm_completion_fd();
                 let _mark = self.shared.mark_owner();
                 self.q.hctx(poll).reap();
             }
@@ -193,6 +196,8 @@ impl Client {
                 crate::clock::set_precise_timer_slack();
                 std::thread::sleep(delay.min(timeout.unwrap_or(delay)));
             }
+            // As in `do_io_each`: what we poll, we take ourselves.
+            self.disarm_completion_fd();
             let _mark = self.shared.mark_owner();
             if self.q.hctx(poll).poll() == 0 {
                 std::hint::spin_loop();
