@@ -1,6 +1,7 @@
 //! Every wakeup policy under contention: 64 threads over 8 tags, exact
 //! accounting (each acquisition is one bit held by one thread), every thread
-//! finishes, and a bound on the longest wait measured in grants to others.
+//! finishes, and for pure handoff a bound on the waits (the 99th percentile
+//! of grants to others while a thread waits).
 //! Plus the stash policy's defining behaviour, checked through its counters.
 #![cfg(not(loom))]
 
@@ -16,40 +17,53 @@ const THREADS: u32 = if cfg!(miri) { 16 } else { 64 };
 const TAGS: u32 = 8;
 const ROUNDS: u64 = if cfg!(miri) { 40 } else { 300 };
 
-fn contend(policy: &str) -> u64 {
+fn contend(policy: &str) -> Overtakes {
     contend_with(policy, wake_policy(policy).unwrap())
 }
 
-fn contend_with(policy: &str, wake: Box<dyn mqblk::WakePolicy>) -> u64 {
+/// How many grants went to others while a thread waited for one, over all
+/// acquisitions: the worst and the 99th percentile.
+struct Overtakes {
+    worst: u64,
+    p99: u64,
+}
+
+fn contend_with(policy: &str, wake: Box<dyn mqblk::WakePolicy>) -> Overtakes {
     let sbq = SbitmapQueue::with_policy(TAGS, None, false, TAGS, wake);
     let owner: Vec<AtomicBool> = (0..TAGS).map(|_| AtomicBool::new(false)).collect();
     let grants = AtomicU64::new(0);
-    let worst_overtakes = AtomicU64::new(0);
-    std::thread::scope(|s| {
-        for t in 0..THREADS {
-            let (sbq, owner, grants, worst) = (&sbq, &owner, &grants, &worst_overtakes);
-            s.spawn(move || {
-                let waiter = SbqWaiter::new();
-                let mut hint = AllocHint::new(t);
-                for _ in 0..ROUNDS {
-                    let before = grants.load(Ordering::SeqCst);
-                    let (bit, _) = sbq.get_or_wait(&mut hint, TAGS, &waiter, t as usize, || {});
-                    let overtakes = grants.fetch_add(1, Ordering::SeqCst) - before;
-                    worst.fetch_max(overtakes, Ordering::Relaxed);
-                    assert!(!owner[bit as usize].swap(true, Ordering::AcqRel), "{policy}: bit {bit} granted twice");
-                    std::thread::yield_now(); // hold the tag across a reschedule
-                    owner[bit as usize].store(false, Ordering::Release);
-                    sbq.clear(bit, Some(&mut hint));
-                }
-                // Bits handed to us and not used go back (handoff policy).
-                sbq.release_granted(&waiter);
-            });
-        }
+    let all = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (sbq, owner, grants) = (&sbq, &owner, &grants);
+                s.spawn(move || {
+                    let mut counts = Vec::with_capacity(ROUNDS as usize);
+                    let waiter = SbqWaiter::new();
+                    let mut hint = AllocHint::new(t);
+                    for _ in 0..ROUNDS {
+                        let before = grants.load(Ordering::SeqCst);
+                        let (bit, _) = sbq.get_or_wait(&mut hint, TAGS, &waiter, t as usize, || {});
+                        counts.push(grants.fetch_add(1, Ordering::SeqCst) - before);
+                        assert!(!owner[bit as usize].swap(true, Ordering::AcqRel), "{policy}: bit {bit} granted twice");
+                        std::thread::yield_now(); // hold the tag across a reschedule
+                        owner[bit as usize].store(false, Ordering::Release);
+                        sbq.clear(bit, Some(&mut hint));
+                    }
+                    // Bits handed to us and not used go back (handoff policy).
+                    sbq.release_granted(&waiter);
+                    counts
+                })
+            })
+            .collect();
+        threads.into_iter().flat_map(|t| t.join().unwrap()).collect::<Vec<u64>>()
     });
     assert_eq!(grants.load(Ordering::SeqCst), u64::from(THREADS) * ROUNDS, "{policy}");
     let snap = sbq.snapshot();
     assert_eq!((snap.busy, snap.ws_active), (0, 0), "{policy}: every tag back, no waiter left");
-    worst_overtakes.load(Ordering::Relaxed)
+    let mut all = all;
+    all.sort_unstable();
+    assert_eq!(all.len() as u64, u64::from(THREADS) * ROUNDS);
+    Overtakes { worst: all[all.len() - 1], p99: all[all.len() * 99 / 100] }
 }
 
 #[test]
@@ -57,7 +71,7 @@ fn every_policy_64_threads_over_8_tags() {
     // handoff here: frees are so fast that granted tags would idle most of
     // the time, so it measures that and wakes like batch (loose bound too).
     for policy in WAKE_POLICIES {
-        let worst = contend(policy);
+        let o = contend(policy);
         // No bound on overtakes here: batch and stash (and handoff when it
         // falls back) let running threads take freed bits before woken
         // sleepers (barging, as in the kernel), and the count also grows
@@ -67,7 +81,7 @@ fn every_policy_64_threads_over_8_tags() {
         // bound made this test fail at random. What is asserted is exact
         // accounting and that every thread finishes (`contend`); strict
         // FIFO is tested for pure handoff below.
-        eprintln!("{policy}: worst overtakes {worst}");
+        eprintln!("{policy}: overtakes worst {}, p99 {}", o.worst, o.p99);
     }
 }
 
@@ -122,18 +136,21 @@ fn stash_holds_wakeups_until_a_quarter_is_free() {
 fn pure_handoff_is_fair_64_threads_over_8_tags() {
     // Always handing off, nobody barges: a waiter is served after those
     // queued before it. The bound is far tighter than for batch and stash.
-    let worst = contend_with("handoff", Box::new(HandoffWake::with_max_idle_permille(u64::MAX)));
-    eprintln!("handoff: worst overtakes {worst}");
-    // The count includes grants made while a thread sits between reading
-    // the grant counter and joining the queue. Natively that window is
-    // short; Miri's scheduler preempts at random points and may park a
-    // thread there for long (seen: 69 of 640 grants, then 180 after a
-    // change that only moved code in the bitmap), so under Miri the count
-    // measures the interpreter: there the test checks the exact accounting
-    // and memory safety (`contend_with`), natively also the bound.
+    let o = contend_with("handoff", Box::new(HandoffWake::with_max_idle_permille(u64::MAX)));
+    eprintln!("handoff: overtakes worst {}, p99 {}", o.worst, o.p99);
+    // A count also grows while its thread is descheduled between reading
+    // the grant counter and joining the queue, or after its grant and
+    // before counting it: on a loaded 2-core machine a single stall can
+    // take the worst past any bound, so the bound is on the 99th
+    // percentile, which a few stalls do not move. Under FIFO a waiter sees
+    // about the 56 queued before it served (seen: p99 67-90, worst
+    // 497-702, beside a CI run); batch lets running threads barge (p99
+    // 920-1,124 in the same runs). Miri's scheduler preempts at random
+    // points and parks threads for long, so there the count measures the
+    // interpreter: Miri checks the accounting and memory safety.
     if !cfg!(miri) {
-        let bound = u64::from(THREADS) * ROUNDS / 10;
-        assert!(worst < bound, "handoff: a waiter was overtaken {worst} times (bound {bound})");
+        let bound = 4 * u64::from(THREADS);
+        assert!(o.p99 < bound, "handoff: 1% of waits saw {} or more grants to others (bound {bound})", o.p99);
     }
 }
 
@@ -212,8 +229,9 @@ fn handoff_falls_back_when_tags_are_the_bottleneck() {
 /// took the freed bit before A ran) and goes back to sleep; then one bit is
 /// freed. Returns how many times A and B were woken. Deterministic: each
 /// step waits for the sleep count, which a waiter bumps after it is listed
-/// and after its last look at the bitmap, and `clear` wakes (or not) before
-/// it returns.
+/// and after its last look at the bitmap, `clear` wakes (or not) before
+/// it returns, and a woken waiter that got its bit holds it until the
+/// wakeups are read (its free would wake the other one).
 fn woken_after_a_lost_race(wake: Box<dyn mqblk::WakePolicy>) -> (u64, u64) {
     let sbq = Arc::new(SbitmapQueue::with_policy(8, None, false, 8, wake));
     assert_eq!(sbq.wake_batch(), 1);
@@ -224,10 +242,12 @@ fn woken_after_a_lost_race(wake: Box<dyn mqblk::WakePolicy>) -> (u64, u64) {
             std::thread::yield_now();
         }
     };
+    let read = Arc::new(std::sync::Barrier::new(3)); // A, B and this thread
     let spawn = |w: &Arc<SbqWaiter>, seed: u32| {
-        let (sbq, w) = (sbq.clone(), w.clone());
+        let (sbq, w, read) = (sbq.clone(), w.clone(), read.clone());
         std::thread::spawn(move || {
             let (bit, _) = sbq.get_or_wait(&mut AllocHint::new(seed), 8, &w, 0, || {});
+            read.wait();
             sbq.clear(bit, None);
             sbq.release_granted(&w);
         })
@@ -246,6 +266,7 @@ fn woken_after_a_lost_race(wake: Box<dyn mqblk::WakePolicy>) -> (u64, u64) {
     for &bit in &held[1..] {
         sbq.clear(bit, None);
     }
+    read.wait();
     ta.join().unwrap();
     tb.join().unwrap();
     assert_eq!((sbq.snapshot().busy, sbq.ws_active()), (0, 0));

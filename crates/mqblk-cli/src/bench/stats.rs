@@ -265,17 +265,25 @@ mod tests {
 
     #[test]
     fn process_rusage_counts_other_threads() {
+        // The thread spins until its own CPU clock says 30 ms (a wall-clock
+        // spin gets less on a loaded machine); the process must count them.
+        fn thread_cpu_ns() -> u64 {
+            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // SAFETY: writes one timespec we own.
+            assert_eq!(unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) }, 0);
+            ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+        }
         let a = Rusage::process_now();
         std::thread::spawn(|| {
-            let t = std::time::Instant::now();
-            while t.elapsed() < std::time::Duration::from_millis(30) {
+            let start = thread_cpu_ns();
+            while thread_cpu_ns() - start < 30_000_000 {
                 std::hint::spin_loop();
             }
         })
         .join()
         .unwrap();
         let d = Rusage::process_now().since(&a);
-        assert!(d.user_ns + d.sys_ns >= 10_000_000, "{d:?}");
+        assert!(d.user_ns + d.sys_ns >= 25_000_000, "{d:?}");
     }
 
     #[test]
