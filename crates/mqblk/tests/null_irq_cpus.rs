@@ -2,7 +2,14 @@
 //! (as an interrupt's smp_affinity places its handler), and a CPU the
 //! process may not use fails the device's creation with a clear error.
 
+use std::sync::Mutex;
+
 use mqblk::Device;
+
+/// The tests look at this process's threads by name: under `cargo test`
+/// (one process) the other test's completion thread would be seen too, so
+/// they run one at a time. nextest runs each in a process of its own.
+static THREADS_BY_NAME: Mutex<()> = Mutex::new(());
 
 /// The allowed-CPU list (/proc's Cpus_allowed_list) of this process's
 /// threads named `name`; waits (up to 10 s) for one to exist, since a new
@@ -35,6 +42,7 @@ fn cpus_now(name: &str) -> Vec<String> {
 
 #[test]
 fn completion_threads_run_on_the_listed_cpus() {
+    let _one = THREADS_BY_NAME.lock().unwrap_or_else(|e| e.into_inner());
     // CPU 0 is online on every Linux machine this runs on.
     let dev = Device::open("null:gb=1,irqmode=2,submit_queues=2,poll_queues=0,irq_cpus=0").unwrap();
     assert_eq!(cpus_of_threads_named("null-irq0"), vec!["0".to_string()]);
@@ -47,6 +55,7 @@ fn completion_threads_run_on_the_listed_cpus() {
 
 #[test]
 fn an_unavailable_cpu_fails_with_the_queue_and_cpu_named() {
+    let _one = THREADS_BY_NAME.lock().unwrap_or_else(|e| e.into_inner());
     let e = Device::open("null:gb=1,irqmode=1,irq_cpus=1023").unwrap_err().to_string();
     assert!(e.contains("completion thread of queue 0 on CPU 1023 (irq_cpus)"), "{e}");
 }
