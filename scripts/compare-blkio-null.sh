@@ -6,8 +6,8 @@
 # fio's engine calls plus, for libblkio, the C layer and mqblk's block layer.
 #
 # Two jobs, both 4k randread, --thread (one process, so callgrind sees it
-# all): QD1, and QD128 with batches of 32 and gtod_reduce (issue 20's
-# reference job).
+# all): QD1, and QD128 with batches of 32 and gtod_reduce (the performance
+# gate's batched job, scripts/perf-gate.sh).
 #   - Instructions per I/O: callgrind with --separate-threads, the job
 #     thread's count (the thread with the most instructions), from a run of
 #     SHORT and one of LONG I/Os: (long - short) / (LONG - SHORT), so

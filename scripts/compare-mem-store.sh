@@ -8,7 +8,8 @@
 #   read1m    1 MiB sequential read QD4 for 4 s over the filled 1 GiB
 #   overwrite 4k randwrite QD32 for 4 s over the filled 1 GiB (each write
 #             replaces a page: the retire-and-reuse path)
-#   nbd1m     the NBD cell of issue 20: `mqblk serve` of the same device
+#   nbd1m     the 1 MiB NBD cell of the RAM-disk comparison
+#             (scripts/compare-nbd.sh): `mqblk serve` of the same device
 #             on a Unix socket, laid out by a 1 MiB write pass, fio's nbd
 #             engine reading 1 MiB QD4 for 3 s (one client), with
 #             `nbdkit memory 1G` alongside as the reference

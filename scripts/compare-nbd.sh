@@ -5,8 +5,8 @@
 #                random data), reap=client, 2 rings
 #   mqblk-disk:  the same on a 1 GiB file on the root file system, read into
 #                the page cache first
-#   mqblk-mem:   mqblk serve, null:gb=1,memory_backed=1 (the RAM disk issue 20
-#                sets against nbdkit's), laid out like nbdkit's
+#   mqblk-mem:   mqblk serve, null:gb=1,memory_backed=1 (a RAM disk, set
+#                against nbdkit's), laid out like nbdkit's
 #   nbdkit:      nbdkit's memory plugin, 1 GiB (laid out by a 1 MiB write pass)
 #   qemu-nbd:    qemu-nbd -t on a copy of the disk file, also cached
 # Each job with one fio client (one connection) and with two (numjobs=2,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The guest side of scripts/compare-ublk.sh (issue 18): runs inside the Linux
+# The guest side of scripts/compare-ublk.sh: runs inside the Linux
 # 6.12 guest of tests/guest/run.sh; prints JSON lines (`{"type":...}`) and
 # profile text lines (`PROFILE ...`) on stdout for the host to collect.
 #

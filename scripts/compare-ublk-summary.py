@@ -68,7 +68,7 @@ for row in ROWS:
 
 doc = {
     "what": "mqblk ublk (null, irqmode=0) vs the guest's null_blk (irqmode=0) vs rublk's null target, "
-            "fio io_uring direct=1, alternating in one Linux 6.12 guest under qemu TCG (issue 18 item 4)",
+            "fio io_uring direct=1, alternating in one Linux 6.12 guest under qemu TCG",
     "command": command,
     "elapsed_s": int(elapsed_s),
     "commit": commit,
@@ -84,7 +84,7 @@ with open(out + ".json", "w") as f:
     f.write("\n")
 
 t = []
-t.append("mqblk ublk vs null_blk vs rublk null (issue 18 item 4)")
+t.append("mqblk ublk vs null_blk vs rublk null")
 t.append(f"command: {command}")
 t.append(f"commit {commit}; whole script {elapsed_s} s (build excluded when up to date)")
 t.append(f"guest: Linux {guest.get('kernel')}, {guest.get('cpus')} vCPUs (qemu TCG), {guest.get('fio')}, "

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `mqblk ublk` against the guest kernel's null_blk and against rublk's null
-# target (issue 18, item 4), side by side in one Linux 6.12 guest (qemu TCG,
+# target, side by side in one Linux 6.12 guest (qemu TCG,
 # tests/guest/run.sh): fio io_uring direct 4k randread QD1 and QD32 and
 # 1 MiB sequential read QD4, the three devices alternating, ROUNDS rounds;
 # then a profile of both ublk servers (context switches, CPU time and

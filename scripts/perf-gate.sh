@@ -5,7 +5,7 @@
 # beside them, checked against the counts recorded in BENCHMARKS.md
 # ("perf-gate JOB COUNT" lines). Fails when a job costs more than 2% over
 # its record; says so when one is more than 2% under (then record the new
-# count). The same for the C library (issue 19): 4 KiB reads at QD1
+# count). The same for the C library: 4 KiB reads at QD1
 # through libblkio's API (crates/mqblk-blkio/bench/qd1.c) against the same
 # loop on a Rust `Client` (examples/qd1_native.rs), which must cost at most
 # 10% more. The test command (scripts/test-all.sh) runs it.
@@ -41,8 +41,8 @@ device=null:gb=1,irqmode=0,hw_queue_depth=128
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# The reference jobs (issue 20): the batched job, the same with full
-# latency accounting, and QD1.
+# The reference jobs: the batched job, the same with full latency
+# accounting, and QD1.
 jobs=(qd128-batch32-gtod_reduce qd128-batch32-full-latency qd1-full-latency)
 declare -A opts=(
   [qd128-batch32-gtod_reduce]="--iodepth=128 --iodepth_batch=32 --gtod_reduce=1"
