@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Miri over the core crate (mqblk): its unit tests and the integration
-# tests that need only threads, futexes, eventfds and the clock (null
-# driver, plug, split, schedulers, zoned, polling, wake policies, sbitmap
-# properties), under Tree Borrows and then Stacked Borrows. Test sizes
-# shrink under cfg(miri). Left out: the file driver (tests/file_driver.rs:
-# Miri does not emulate io_uring), the loom models (tests/loom_sbitmap.rs)
-# and the stress binary (tests/stress.rs: sizes made for native speed).
+# Miri over the block layer (mqblk), its primitives (mqblk-sync) and the
+# null driver (mqblk-null): their unit tests and the integration tests that
+# need only threads, futexes, eventfds and the clock (plug, split,
+# schedulers, zoned, polling, wake policies, sbitmap properties, the
+# memory store), under Tree Borrows and then Stacked Borrows. Test sizes
+# shrink under cfg(miri). Left out: the file driver (mqblk-file: Miri does
+# not emulate io_uring), the loom models (tests/loom_sbitmap.rs) and the
+# stress binary (tests/stress.rs: sizes made for native speed).
 #
 # Every test runs even after one fails (findings are collected), each
 # model's output is kept in target/miri/logs/MODEL.log, and the exit
@@ -98,9 +99,10 @@ known_upstream() {
 # One nextest run per model over every binary, so a long test in one
 # binary overlaps the short ones of the next instead of leaving a core
 # idle at each binary's end (per-binary runs: 1,511 s; see the summary).
-sel=()
+filter=""
 for bin in "${binaries[@]}"; do
-  if [ "$bin" = --lib ]; then sel+=(--lib); else sel+=(--test "$bin"); fi
+  if [ "$bin" = --lib ]; then term="kind(lib)"; else term="binary(=$bin)"; fi
+  filter="${filter:+$filter | }$term"
 done
 
 failed=()
@@ -111,7 +113,7 @@ for model in "${models[@]}"; do
   log=$logs/$model.log
   echo "== Miri, ${model} borrows: ${binaries[*]}"
   start=$SECONDS
-  MIRIFLAGS="$flags" cargo +nightly miri nextest run -p mqblk "${sel[@]}" \
+  MIRIFLAGS="$flags" cargo +nightly miri nextest run -p mqblk -p mqblk-sync -p mqblk-null -E "$filter" \
     --tool-config-file "miri:$PWD/scripts/miri-nextest.toml" --no-fail-fast \
     >"$log" 2>&1
   rc=$?
@@ -121,8 +123,8 @@ for model in "${models[@]}"; do
   awk '/Summary \[/ { print; exit }
        /^ +(FAIL|SIGSEGV|SIGABRT|SIGKILL|TIMEOUT) \[/ { print }
        /^ +PASS \[/ { t = $0; sub(/^ +PASS \[ */, "", t); sub(/s\].*/, "", t); if (t + 0 >= 30) print }' "$log"
-  # Tests passed and failed per binary (nextest names "mqblk" the unit
-  # tests and "mqblk::NAME" an integration binary).
+  # Tests passed and failed per binary (nextest names "CRATE" the unit
+  # tests and "CRATE::NAME" an integration binary).
   awk '/^ +PASS \[/ { p[$(NF-1)]++ }
        /^ +(FAIL|SIGSEGV|SIGABRT|SIGKILL|TIMEOUT) \[/ { f[$(NF-1)]++ }
        END { for (b in p) printf "   %-24s %4d passed %4d failed\n", b, p[b], f[b]

@@ -87,7 +87,7 @@ cargo nextest run --workspace
 # runs here, and a failure fails the suite.
 stage "loop block device test (needs root)"
 if [ "$(id -u)" = 0 ]; then
-  cargo nextest run -p mqblk --test file_driver --run-ignored only -E 'test(=loop_block_device_when_root)'
+  cargo nextest run -p mqblk-file --test file_driver --run-ignored only -E 'test(=loop_block_device_when_root)'
 else
   echo "   SKIPPED loop_block_device_when_root: not root"
 fi
@@ -111,6 +111,8 @@ scripts/perf-gate.sh
 stage "loom models"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
   cargo test -p mqblk --release --test loom_sbitmap --lib -- loom
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
+  cargo test -p mqblk-null -p mqblk-sync --release --lib -- loom
 
 # Miri reports go to target/miri/logs/; a failure here fails the suite at
 # the end, after the fuzzing and the oracle have had their say too.

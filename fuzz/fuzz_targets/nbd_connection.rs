@@ -31,6 +31,7 @@ fn exports() -> &'static [Export] {
         // client end closed early must be an EPIPE, not a kill.
         // SAFETY: setting a signal disposition before any thread uses it.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+        mqblk_null::register();
         let device = Device::open("null:size=1,memory_backed=1,discard=1,submit_queues=1").expect("null device");
         let export = |name: &str, read_only| Export {
             name: name.into(),

@@ -10,6 +10,8 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     assert_eq!(args.len(), 3, "usage: qd1_native SPEC N");
     let n: u64 = args[2].parse().expect("N");
+    mqblk_null::register();
+    mqblk_file::register();
     let dev = Device::open(&args[1]).expect("open");
     let mut client = dev.client();
     let mut buf = Some(Buf::new(4096));

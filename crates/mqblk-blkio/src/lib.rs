@@ -36,7 +36,7 @@ pub use queue::{blkio_completion, blkio_zone, Queue};
 /// library's file default"). A queue's completion fd still works: it is
 /// registered with its ring.
 fn fast_file_spec(spec: &str, nr_queues: c_int) -> Option<String> {
-    mqblk::reaped_file_spec(spec, usize::try_from(nr_queues).unwrap_or(1))
+    mqblk_file::reaped_file_spec(spec, usize::try_from(nr_queues).unwrap_or(1))
 }
 
 /// Most queues (regular plus poll) one instance may have: mqblk clients
@@ -196,6 +196,8 @@ impl Blkio {
         // A plain file spec is opened in its fast configuration from the
         // start (so properties such as supports-poll-queues describe the
         // device the queues get); `start` gives it a ring per queue.
+        mqblk_null::register();
+        mqblk_file::register();
         let spec = fast_file_spec(path, 1).unwrap_or_else(|| path.to_string());
         let device = Device::open(&spec).or_else(|e| fail(e.errno(), format!("blkio_connect: {path}: {e}")))?;
         self.device = Some(device);

@@ -172,7 +172,10 @@ mod tests {
 
     fn exports() -> Vec<(String, Device)> {
         vec![
-            ("".into(), Device::open("null:size=4,memory_backed=1,cache_size=1,irqmode=0").unwrap()),
+            ("".into(), {
+                crate::register_drivers();
+                Device::open("null:size=4,memory_backed=1,cache_size=1,irqmode=0").unwrap()
+            }),
             ("plain".into(), Device::open("null:size=4,irqmode=0").unwrap()),
         ]
     }

@@ -27,6 +27,13 @@ use std::process::ExitCode;
 
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 
+/// The drivers every command's `--device` spec may name: `null:` and
+/// `file:` (mqblk-null, mqblk-file), registered as an outside driver would be.
+pub fn register_drivers() {
+    mqblk_null::register();
+    mqblk_file::register();
+}
+
 /// A block layer in user space: the Linux blk-mq design (tags, hardware
 /// contexts, plugging, schedulers, zoned devices) as a library, and tools
 /// over it.
@@ -86,6 +93,7 @@ enum Command {
 /// `std::env::args()` gives it), and returns the exit code: 0 success, 1 a
 /// run that failed, 2 bad input. Output goes to stdout, errors to stderr.
 pub fn run<I: IntoIterator<Item = String>>(args: I) -> ExitCode {
+    register_drivers();
     let parsed = Cli::command().try_get_matches_from(args).and_then(|m| Ok((Cli::from_arg_matches(&m)?, m)));
     let (cli, matches) = match parsed {
         Ok(parsed) => parsed,

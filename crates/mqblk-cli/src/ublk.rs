@@ -67,6 +67,7 @@ fn failed(e: Error) -> (u8, String) {
 }
 
 fn add(args: AddArgs) -> Result<String, (u8, String)> {
+    crate::register_drivers();
     let device = Device::open(&args.device).map_err(|e| (2, format!("--device {}: {e}", args.device)))?;
     let opts = Options { queues: args.queues, depth: args.depth, id: args.id };
     let zoned = device.limits().zoned.is_some();

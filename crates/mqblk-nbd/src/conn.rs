@@ -36,6 +36,8 @@ impl Export {
     /// An export of the device `spec` opens (see `mqblk::Device::open`),
     /// described by its spec.
     pub fn open(name: &str, spec: &str, read_only: bool) -> Result<Self, Error> {
+        mqblk_null::register();
+        mqblk_file::register();
         let device = Device::open(spec).map_err(|source| Error::Device { spec: spec.to_string(), source })?;
         Ok(Self {
             name: name.to_string(),

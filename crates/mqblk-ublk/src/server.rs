@@ -467,7 +467,10 @@ mod tests {
 
     #[test]
     fn options_out_of_range_are_refused() {
-        let device = Device::open("null:gb=1").unwrap();
+        let device = {
+            mqblk_null::register();
+            Device::open("null:gb=1").unwrap()
+        };
         for (queues, depth) in [(0, 64), (1, 0), (1, 4097), (4097, 1)] {
             let opts = Options { queues, depth, id: None };
             assert!(matches!(Server::new(device.clone(), opts), Err(Error::BadOption(_))), "{queues} x {depth}");
@@ -476,7 +479,10 @@ mod tests {
 
     #[test]
     fn zoned_devices_get_user_copy_and_zoned_params() {
-        let device = Device::open("null:gb=1,zoned=1,zone_size=64,zone_max_open=3,zone_max_active=5").unwrap();
+        let device = {
+            mqblk_null::register();
+            Device::open("null:gb=1,zoned=1,zone_size=64,zone_max_open=3,zone_max_active=5").unwrap()
+        };
         let limits = device.limits();
         assert_eq!(device_flags(limits), uapi::UBLK_F_CMD_IOCTL_ENCODE | uapi::UBLK_F_USER_COPY | uapi::UBLK_F_ZONED);
         let p = params_for(limits, max_io_bytes(limits));
@@ -486,7 +492,10 @@ mod tests {
         assert!(p.zoned.max_zone_append_sectors > 0 && p.zoned.max_zone_append_sectors <= p.basic.max_sectors);
         assert!(Server::new(device.clone(), Options::default()).is_ok());
 
-        let plain = Device::open("null:gb=1").unwrap();
+        let plain = {
+            mqblk_null::register();
+            Device::open("null:gb=1").unwrap()
+        };
         assert_eq!(device_flags(plain.limits()), uapi::UBLK_F_CMD_IOCTL_ENCODE);
         assert_eq!(params_for(plain.limits(), MAX_IO_BYTES as u32).types & uapi::UBLK_PARAM_TYPE_ZONED, 0);
     }

@@ -5,7 +5,13 @@
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use mqblk::internals::{AllocHint, Sbitmap};
 use mqblk::SbitmapQueue;
-use mqblk::{Bio, Buf, Device};
+use mqblk::{Bio, Buf};
+
+/// `Device::open` with the driver registered.
+fn open(spec: &str) -> Result<mqblk::Device, mqblk::Error> {
+    mqblk_null::register();
+    mqblk::Device::open(spec)
+}
 
 fn tag_get_put(c: &mut Criterion) {
     let sb = Sbitmap::new(128, None, false);
@@ -37,7 +43,7 @@ fn tag_get_put(c: &mut Criterion) {
 }
 
 fn one_io(c: &mut Criterion) {
-    let dev = Device::open("null:gb=1,irqmode=0,hw_queue_depth=128").unwrap();
+    let dev = open("null:gb=1,irqmode=0,hw_queue_depth=128").unwrap();
     let mut client = dev.client_with_capacity(32);
     let mut bufs: Vec<Buf> = (0..32).map(|_| Buf::new(4096)).collect();
     let mut done = Vec::with_capacity(32);

@@ -19,26 +19,17 @@
 //! same checks, whose errors name the spec key.
 
 use crate::config::{QueueOptions, Wake};
-use crate::driver::null::{NullConfig, NullDriver};
-use crate::driver::uring::{FileConfig, FileDriver};
 use crate::driver::Driver;
 use crate::error::Error;
 use crate::plug::PlugNesting;
 use crate::queue::Device;
 use crate::sched::Sched;
 
-/// The driver a builder will make.
-enum DriverChoice {
-    Null(Box<NullConfig>),
-    File(FileConfig),
-    Other(Box<dyn Driver>),
-}
-
 /// Builds a [`Device`]: choose a driver (`null`, `file` or `driver`),
 /// optionally block-layer options, then `build`.
 #[must_use]
 pub struct DeviceBuilder {
-    driver: Option<DriverChoice>,
+    driver: Option<Box<dyn Driver>>,
     opts: QueueOptions,
 }
 
@@ -50,21 +41,9 @@ impl Device {
 }
 
 impl DeviceBuilder {
-    /// The null driver (`null:`).
-    pub fn null(mut self, config: NullConfig) -> Self {
-        self.driver = Some(DriverChoice::Null(Box::new(config)));
-        self
-    }
-
-    /// The file driver (`file:`).
-    pub fn file(mut self, config: FileConfig) -> Self {
-        self.driver = Some(DriverChoice::File(config));
-        self
-    }
-
     /// Any driver.
     pub fn driver(mut self, driver: Box<dyn Driver>) -> Self {
-        self.driver = Some(DriverChoice::Other(driver));
+        self.driver = Some(driver);
         self
     }
 
@@ -114,11 +93,8 @@ impl DeviceBuilder {
     /// Makes the driver and the device. Fails on a bad value (named as
     /// its spec key), on a driver that cannot start, or with no driver.
     pub fn build(self) -> Result<Device, Error> {
-        let driver: Box<dyn Driver> = match self.driver {
-            Some(DriverChoice::Null(cfg)) => Box::new(NullDriver::new(*cfg)?),
-            Some(DriverChoice::File(cfg)) => Box::new(FileDriver::new(cfg)?),
-            Some(DriverChoice::Other(driver)) => driver,
-            None => return Err(Error::Setup("no driver: call null(), file() or driver() before build()".into())),
+        let Some(driver) = self.driver else {
+            return Err(Error::Setup("no driver: call driver() before build()".into()));
         };
         if let Some(nr_requests) = self.opts.nr_requests {
             if !(4..=65536).contains(&nr_requests) {
@@ -132,41 +108,5 @@ impl DeviceBuilder {
             }
         }
         Device::with_driver_options(driver, self.opts)
-    }
-}
-
-#[cfg(all(test, not(loom)))]
-mod tests {
-    use super::*;
-    use crate::driver::null::IrqMode;
-
-    #[test]
-    fn typed_values_are_checked_like_spec_keys() {
-        let e = Device::builder().null(NullConfig::new().bs(1000)).build().unwrap_err().to_string();
-        assert!(e.contains("'bs'"), "{e}");
-        let e = Device::builder().null(NullConfig::new().irqmode(IrqMode::None).hw_queue_depth(0)).build();
-        assert!(e.unwrap_err().to_string().contains("hw_queue_depth"));
-        let e = Device::builder().null(NullConfig::new().discard(true)).build().unwrap_err().to_string();
-        assert!(e.contains("memory_backed"), "{e}");
-        let e = Device::builder().file(FileConfig::new("/nonexistent/x").queue_depth(0)).build();
-        assert!(e.unwrap_err().to_string().contains("queue_depth"));
-        assert!(Device::builder().build().is_err(), "no driver");
-    }
-
-    #[test]
-    fn a_built_device_matches_its_spec() {
-        let built = Device::builder()
-            .null(NullConfig::new().gb(2).bs(4096).submit_queues(2).max_sectors(255).irqmode(IrqMode::None))
-            .sched("bfq,limit_depths=0".parse().unwrap())
-            .nr_requests(16)
-            .build()
-            .unwrap();
-        let opened =
-            Device::open("null:gb=2,bs=4096,submit_queues=2,irqmode=0,sched=bfq,limit_depths=0,nr_requests=16")
-                .unwrap();
-        assert_eq!(built.limits(), opened.limits());
-        assert_eq!(built.tag_set(), opened.tag_set());
-        assert_eq!(built.scheduler(), "bfq");
-        assert_eq!(built.limits().max_sectors, 248, "aligned down to the block size, as a spec's");
     }
 }

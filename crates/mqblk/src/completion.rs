@@ -16,9 +16,9 @@ use crossbeam_utils::CachePadded;
 
 use crate::buf::Buf;
 use crate::request::{Op, ORIGIN_USER};
-use crate::ring::MpscRing;
 use crate::status::Status;
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering, SleepGate, UnsafeCell};
+use mqblk_sync::ring::MpscRing;
 
 /// One finished I/O, as `do_io` returns it.
 #[derive(Debug)]

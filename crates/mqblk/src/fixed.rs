@@ -84,8 +84,17 @@ impl FixedBufs {
         self.region.free.lock().len()
     }
 
-    pub(crate) fn region(&self) -> &Arc<Region> {
-        &self.region
+    /// The region's start address and length in bytes: what a driver
+    /// registers with the kernel (io_uring's buffer 0). A clone of the
+    /// `FixedBufs` keeps the region mapped for as long as the driver holds it.
+    pub fn span(&self) -> (usize, usize) {
+        self.region.span()
+    }
+
+    /// Whether `[addr, addr + len)` lies inside the region (an I/O whose
+    /// buffer does may use the fixed opcodes).
+    pub fn contains(&self, addr: usize, len: usize) -> bool {
+        self.region.contains(addr, len)
     }
 }
 
@@ -145,7 +154,7 @@ mod tests {
         let c = pool.take(4096).unwrap();
         assert_eq!(c.as_ptr() as usize, addr, "the freed slot is reused");
         assert_eq!(&c[..4], b"abcd", "a slot keeps what it last held");
-        assert!(pool.region().contains(addr, 8192) && !pool.region().contains(addr, 8192 * 2 + 1));
+        assert!(pool.contains(addr, 8192) && !pool.contains(addr, 8192 * 2 + 1));
     }
 
     /// A slot's buffer may grow to the slot (its capacity), no further.

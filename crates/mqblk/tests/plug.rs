@@ -16,6 +16,12 @@ use mqblk::{
 };
 use proptest::prelude::*;
 
+/// `Device::open` with the driver registered.
+fn open(spec: &str) -> Result<mqblk::Device, mqblk::Error> {
+    mqblk_null::register();
+    mqblk::Device::open(spec)
+}
+
 /// One `queue_rq` call as the driver saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Call {
@@ -190,9 +196,12 @@ fn without_plug_sync_async_writes_still_plug_and_sync_writes_do_not() {
 
 #[test]
 fn plug_sync_is_a_spec_key_and_a_builder_option() {
-    let spec = Device::open("null:gb=1,irqmode=0,plug_sync=0").unwrap();
+    let spec = open("null:gb=1,irqmode=0,plug_sync=0").unwrap();
     let built = Device::builder()
-        .null(mqblk::NullConfig::new().gb(1).irqmode(mqblk::IrqMode::None))
+        .driver(Box::new(
+            mqblk_null::NullDriver::new(mqblk_null::NullConfig::new().gb(1).irqmode(mqblk_null::IrqMode::None))
+                .unwrap(),
+        ))
         .plug_sync(false)
         .build()
         .unwrap();
@@ -203,7 +212,7 @@ fn plug_sync_is_a_spec_key_and_a_builder_option() {
         assert_eq!(dev.stats().merges.total(), 0);
         assert!(dev.show_stats().contains("plug_sync=0"));
     }
-    let e = Device::open("null:plug_sync=2").unwrap_err().to_string();
+    let e = open("null:plug_sync=2").unwrap_err().to_string();
     assert!(e.contains("plug_sync"), "{e}");
 }
 
@@ -241,7 +250,7 @@ fn waiting_for_a_tag_flushes_the_plug_first() {
     // 4 tags, completions only when requests reach the device: without the
     // flush before sleeping, the fifth submit waits forever for a tag held
     // by a request still in its own plug.
-    let dev = Device::open("null:gb=1,irqmode=0,hw_queue_depth=4").unwrap();
+    let dev = open("null:gb=1,irqmode=0,hw_queue_depth=4").unwrap();
     let stats = finishes("tag wait under a plug", move || {
         let mut c = dev.client_with_capacity(8);
         {
@@ -260,7 +269,7 @@ fn waiting_for_a_tag_flushes_the_plug_first() {
 
 #[test]
 fn waiting_for_completions_flushes_the_plug_first() {
-    let dev = Device::open("null:gb=1,irqmode=1").unwrap();
+    let dev = open("null:gb=1,irqmode=1").unwrap();
     let done = finishes("do_io under a plug", move || {
         let mut c = dev.client();
         let mut plug = c.plug();
@@ -296,7 +305,7 @@ fn merged_bios_complete_once_each_with_their_own_status() {
 
 #[test]
 fn front_and_back_merges_put_data_in_place() {
-    let dev = Device::open("null:gb=1,irqmode=1,memory_backed=1").unwrap();
+    let dev = open("null:gb=1,irqmode=1,memory_backed=1").unwrap();
     let mut c = dev.client();
     {
         let mut plug = c.plug();
@@ -317,7 +326,7 @@ fn front_and_back_merges_put_data_in_place() {
 
 #[test]
 fn a_bad_bio_fails_alone_and_its_neighbours_merge() {
-    let dev = Device::open("null:gb=1,irqmode=0,memory_backed=1,bs=4096").unwrap();
+    let dev = open("null:gb=1,irqmode=0,memory_backed=1,bs=4096").unwrap();
     let capacity = dev.limits().capacity_bytes;
     let mut c = dev.client();
     {
@@ -341,7 +350,7 @@ fn a_bad_bio_fails_alone_and_its_neighbours_merge() {
 #[test]
 fn max_segments_and_max_sectors_cap_merges() {
     for (spec, requests) in [("max_segments=4", 4), ("max_sectors=16", 8), ("max_segments=128", 1)] {
-        let dev = Device::open(&format!("null:gb=1,irqmode=0,{spec}")).unwrap();
+        let dev = open(&format!("null:gb=1,irqmode=0,{spec}")).unwrap();
         let mut c = dev.client();
         {
             let mut plug = c.plug();
@@ -358,7 +367,7 @@ fn max_segments_and_max_sectors_cap_merges() {
 #[test]
 fn nothing_merges_across_ops_flags_or_gaps() {
     use mqblk::ReqFlags;
-    let dev = Device::open("null:gb=1,irqmode=0,discard=1,memory_backed=1").unwrap();
+    let dev = open("null:gb=1,irqmode=0,discard=1,memory_backed=1").unwrap();
     let mut c = dev.client();
     {
         let mut plug = c.plug();
@@ -377,7 +386,7 @@ fn nothing_merges_across_ops_flags_or_gaps() {
 
 #[test]
 fn nr_ios_takes_tags_in_a_batch_and_returns_the_unused() {
-    let dev = Device::open("null:gb=1,irqmode=1,hw_queue_depth=64").unwrap();
+    let dev = open("null:gb=1,irqmode=1,hw_queue_depth=64").unwrap();
     let mut c = dev.client();
     let mut batched = 0;
     for round in 0..8u64 {
@@ -442,7 +451,7 @@ proptest! {
     /// read back exactly like a plain byte array.
     #[test]
     fn merged_io_matches_a_byte_model(batches in workload(), irqmode in 0u8..2) {
-        let dev = Device::open(&format!("null:size=1,irqmode={irqmode},memory_backed=1,bs=512")).unwrap();
+        let dev = open(&format!("null:size=1,irqmode={irqmode},memory_backed=1,bs=512")).unwrap();
         let mut c = dev.client_with_capacity(64);
         let mut model = vec![0u8; (BLOCKS * BS) as usize];
         let mut stamp = 0u8;

@@ -6,7 +6,13 @@
 
 use std::time::Duration;
 
-use mqblk::{Bio, Buf, Device, ReqFlags};
+use mqblk::{Bio, Buf, ReqFlags};
+
+/// `Device::open` with the driver registered.
+fn open(spec: &str) -> Result<mqblk::Device, mqblk::Error> {
+    mqblk_null::register();
+    mqblk::Device::open(spec)
+}
 
 fn hipri_read(off: u64) -> Bio {
     Bio::read(off, Buf::new(4096)).with_flags(ReqFlags::HIPRI)
@@ -14,7 +20,7 @@ fn hipri_read(off: u64) -> Bio {
 
 #[test]
 fn hipri_io_completes_by_polling_and_never_sleeps() {
-    let dev = Device::open("null:gb=1,irqmode=1,memory_backed=1,poll_queues=1").unwrap();
+    let dev = open("null:gb=1,irqmode=1,memory_backed=1,poll_queues=1").unwrap();
     assert_eq!(dev.nr_hw_queues(), 2, "one default queue and one poll queue");
     let mut c = dev.client();
     assert_eq!(c.poll_hctx_index(), Some(1));
@@ -42,7 +48,7 @@ fn hipri_io_completes_by_polling_and_never_sleeps() {
 
 #[test]
 fn mixed_hipri_and_interrupt_io_each_complete_once() {
-    let dev = Device::open("null:gb=1,irqmode=2,completion_nsec=20000,poll_queues=1,hw_queue_depth=16").unwrap();
+    let dev = open("null:gb=1,irqmode=2,completion_nsec=20000,poll_queues=1,hw_queue_depth=16").unwrap();
     let mut c = dev.client_with_capacity(32);
     let mut done = Vec::new();
     const IOS: u64 = if cfg!(miri) { 150 } else { 3000 };
@@ -74,7 +80,7 @@ fn several_clients_poll_one_queue_safely() {
     // One poll queue shared by four clients: a poll by one completes the
     // others' requests too, each to its own client.
     const PER_CLIENT: u64 = if cfg!(miri) { 100 } else { 5000 };
-    let dev = Device::open("null:gb=1,irqmode=0,poll_queues=1,hw_queue_depth=32").unwrap();
+    let dev = open("null:gb=1,irqmode=0,poll_queues=1,hw_queue_depth=32").unwrap();
     let threads: Vec<_> = (0..4u64)
         .map(|t| {
             let dev = dev.clone();
@@ -105,7 +111,7 @@ fn several_clients_poll_one_queue_safely() {
 
 #[test]
 fn without_poll_queues_hipri_completes_like_any_io() {
-    let dev = Device::open("null:gb=1,irqmode=1,poll_queues=0").unwrap();
+    let dev = open("null:gb=1,irqmode=1,poll_queues=0").unwrap();
     assert_eq!(dev.nr_hw_queues(), 1);
     let mut c = dev.client();
     assert_eq!(c.poll_hctx_index(), None);
@@ -117,13 +123,13 @@ fn without_poll_queues_hipri_completes_like_any_io() {
 
 #[test]
 fn poll_queue_options_are_checked() {
-    let e = Device::open("null:poll_queues=5000").unwrap_err().to_string();
+    let e = open("null:poll_queues=5000").unwrap_err().to_string();
     assert!(e.contains("poll_queues"), "{e}");
 }
 
 #[test]
 fn hybrid_polling_sleeps_once_per_wait_then_spins() {
-    let dev = Device::open("null:gb=1,irqmode=2,completion_nsec=200000,poll_queues=1,hybrid_poll_delay=100").unwrap();
+    let dev = open("null:gb=1,irqmode=2,completion_nsec=200000,poll_queues=1,hybrid_poll_delay=100").unwrap();
     let mut c = dev.client();
     let mut done = Vec::new();
     for i in 0..20u64 {
@@ -134,6 +140,6 @@ fn hybrid_polling_sleeps_once_per_wait_then_spins() {
     }
     // One sleep of 100 us per 200 us request, then spinning for the rest.
     assert_eq!(c.stats().completion_sleeps, 20, "{:?}", c.stats());
-    let e = Device::open("null:hybrid_poll_delay=2000000").unwrap_err().to_string();
+    let e = open("null:hybrid_poll_delay=2000000").unwrap_err().to_string();
     assert!(e.contains("hybrid_poll_delay"), "{e}");
 }

@@ -20,6 +20,12 @@ use mqblk::{
     SubmitError, TagSetConfig,
 };
 
+/// `Device::open` with the driver registered.
+fn open(spec: &str) -> Result<mqblk::Device, mqblk::Error> {
+    mqblk_null::register();
+    mqblk::Device::open(spec)
+}
+
 /// One driver tag; requests wait until the test releases them, so the
 /// scheduler decides every next request.
 #[derive(Default)]
@@ -349,7 +355,7 @@ fn every_request_is_dispatched_once_under_load() {
     // Bios per thread: fewer under Miri, which interprets every byte.
     const PER_THREAD: u64 = if cfg!(miri) { 40 } else { 2000 };
     for sched in SCHEDULERS {
-        let dev = Device::open(&format!("null:gb=1,irqmode=1,memory_backed=1,hw_queue_depth=8,sched={sched}")).unwrap();
+        let dev = open(&format!("null:gb=1,irqmode=1,memory_backed=1,hw_queue_depth=8,sched={sched}")).unwrap();
         let threads: Vec<_> = (0..4u64)
             .map(|t| {
                 let dev = dev.clone();
@@ -397,7 +403,7 @@ fn every_request_is_dispatched_once_under_load() {
 
 #[test]
 fn switching_schedulers_under_load_loses_nothing() {
-    let dev = Device::open("null:gb=1,irqmode=1,hw_queue_depth=16").unwrap();
+    let dev = open("null:gb=1,irqmode=1,hw_queue_depth=16").unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let done_total = Arc::new(AtomicU64::new(0));
     let threads: Vec<_> = (0..3u64)
@@ -450,11 +456,11 @@ fn switching_schedulers_under_load_loses_nothing() {
 
 #[test]
 fn sched_options_are_checked_in_specs() {
-    let e = Device::open("null:sched=cfq").unwrap_err().to_string();
+    let e = open("null:sched=cfq").unwrap_err().to_string();
     assert!(e.contains("cfq") && e.contains("bfq"), "{e}");
-    let e = Device::open("null:sched=mq-deadline,fifo_batch=0").unwrap_err().to_string();
+    let e = open("null:sched=mq-deadline,fifo_batch=0").unwrap_err().to_string();
     assert!(e.contains("fifo_batch"), "{e}");
-    let dev = Device::open("null:sched=kyber,nr_requests=32").unwrap();
+    let dev = open("null:sched=kyber,nr_requests=32").unwrap();
     assert_eq!(dev.scheduler(), "kyber");
     assert!(dev.show_stats().contains("sched/kyber"), "{}", dev.show_stats());
     let _ = SpecParams::parse("x:a=1").unwrap();
@@ -467,7 +473,7 @@ fn sched_options_are_checked_in_specs() {
 fn plugged_batches_through_each_scheduler() {
     const BATCHES: u64 = if cfg!(miri) { 6 } else { 50 };
     for sched in SCHEDULERS {
-        let dev = Device::open(&format!("null:gb=1,irqmode=1,memory_backed=1,hw_queue_depth=4,sched={sched}")).unwrap();
+        let dev = open(&format!("null:gb=1,irqmode=1,memory_backed=1,hw_queue_depth=4,sched={sched}")).unwrap();
         let threads: Vec<_> = (0..3u64)
             .map(|t| {
                 let dev = dev.clone();

@@ -13,6 +13,12 @@ use common::Held;
 use mqblk::driver::{Driver, QueueRqResult};
 use mqblk::{Bio, Buf, Device, Hctx, QueueLimits, ReqFlags, Rq, Status, SubmitError, TagSetConfig};
 
+/// `Device::open` with the driver registered.
+fn open(spec: &str) -> Result<mqblk::Device, mqblk::Error> {
+    mqblk_null::register();
+    mqblk::Device::open(spec)
+}
+
 /// Largest request in sectors (null_blk's default natively; smaller under
 /// Miri, so bios of a fraction of the size still split as often).
 const MAX_SECTORS: usize = if cfg!(miri) { 8 } else { 255 };
@@ -29,7 +35,7 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 #[test]
 fn one_mib_bios_split_and_read_back() {
     for mode in ["irqmode=0", "irqmode=1", "irqmode=2,completion_nsec=3000"] {
-        let dev = Device::open(&format!("null:size=16,memory_backed=1,max_sectors={MAX_SECTORS},{mode}")).unwrap();
+        let dev = open(&format!("null:size=16,memory_backed=1,max_sectors={MAX_SECTORS},{mode}")).unwrap();
         let mut c = dev.client();
         let data = pattern(BIO_BYTES, 7);
         c.write_at(&data, 3 * 4096).unwrap();
@@ -47,7 +53,7 @@ fn one_mib_bios_split_and_read_back() {
 #[test]
 fn many_split_bios_in_flight_each_complete_once() {
     let spec = format!("null:size=64,memory_backed=1,irqmode=1,hw_queue_depth=8,max_sectors={MAX_SECTORS}");
-    let dev = Device::open(&spec).unwrap();
+    let dev = open(&spec).unwrap();
     // 16 bios of 9 pieces (4 of 8 under Miri) over 8 tags.
     const BIOS: u64 = if cfg!(miri) { 4 } else { 16 };
     let mut c = dev.client_with_capacity(16);

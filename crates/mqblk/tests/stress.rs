@@ -5,13 +5,19 @@
 
 use std::collections::HashSet;
 
-use mqblk::{Bio, Buf, Device};
+use mqblk::{Bio, Buf};
+
+/// `Device::open` with the driver registered.
+fn open(spec: &str) -> Result<mqblk::Device, mqblk::Error> {
+    mqblk_null::register();
+    mqblk::Device::open(spec)
+}
 
 const THREADS: usize = 6;
 const IOS_PER_THREAD: u64 = 20_000;
 
 fn stress(spec: &str, depth_per_client: usize) {
-    let dev = Device::open(spec).unwrap();
+    let dev = open(spec).unwrap();
     std::thread::scope(|s| {
         for t in 0..THREADS {
             let dev = &dev;
@@ -73,7 +79,7 @@ fn timer_completion_threads_wait_for_tags() {
 fn tag_waits_really_sleep_and_are_counted() {
     // One hardware queue with 2 tags and 4 clients of depth 4 each: most
     // submissions find no tag and must sleep until a completion frees one.
-    let dev = Device::open("null:gb=1,irqmode=2,completion_nsec=200000,hw_queue_depth=2").unwrap();
+    let dev = open("null:gb=1,irqmode=2,completion_nsec=200000,hw_queue_depth=2").unwrap();
     std::thread::scope(|s| {
         for _ in 0..4 {
             s.spawn(|| {

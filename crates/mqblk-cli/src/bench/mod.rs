@@ -163,6 +163,7 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
         cpus::check_available(&cpus.0).map_err(BenchError::BadInput)?;
     }
     let spec = device_spec(plan);
+    crate::register_drivers();
     let dev = Device::open(&spec).map_err(|e| BenchError::BadInput(format!("--device {spec}: {e}")))?;
     let fixed = fixed_bufs(plan, &dev)?;
     let clock = bench_clock(plan)?;

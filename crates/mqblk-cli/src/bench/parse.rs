@@ -101,8 +101,8 @@ fn file_device(jobs: &[JobOptions], device: Option<String>) -> Result<Option<Str
     let nr_jobs: usize = jobs.iter().map(|j| j.numjobs).sum();
     let Some(first) = jobs.iter().find(|j| j.filename.is_some()) else {
         // The bench's job threads reap: a plain file spec gets its fast
-        // configuration, a reaped ring per job (mqblk::reaped_file_spec).
-        return Ok(device.map(|d| mqblk::reaped_file_spec(&d, nr_jobs).unwrap_or(d)));
+        // configuration, a reaped ring per job (mqblk_file::reaped_file_spec).
+        return Ok(device.map(|d| mqblk_file::reaped_file_spec(&d, nr_jobs).unwrap_or(d)));
     };
     if device.is_some() {
         return err("--filename and --device both name the device: give one");

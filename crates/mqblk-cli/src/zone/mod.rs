@@ -80,6 +80,7 @@ struct DeviceTarget {
 
 impl DeviceTarget {
     fn open(spec: &str) -> Result<Self, String> {
+        crate::register_drivers();
         let dev = Device::open(spec).map_err(|e| e.to_string())?;
         let zoned = dev.limits().zoned.ok_or_else(|| format!("{spec} is not a zoned device (add zoned=1)"))?;
         let client = dev.client();

@@ -1,0 +1,646 @@
+//! One io_uring per hardware queue: requests become SQEs, a batch is
+//! submitted at `last` / `commit_rqs`, and completions are reaped either
+//! by the ring's completion thread (interrupt style: it sleeps in
+//! io_uring_enter until a CQE arrives) or, on poll queues, by the client
+//! that polls.
+//!
+//! Each in-flight request sits in the slot of its driver tag with its
+//! iovecs and progress, so nothing is allocated per I/O. Short reads and
+//! writes are resubmitted for the remainder, EAGAIN is retried, any other
+//! errno becomes the request's status.
+//!
+//! Relies on: the io-uring crate; the block layer's guarantee that a tag
+//! is in flight at most once (so its slot has one owner at a time).
+
+use std::cell::UnsafeCell;
+use std::os::fd::RawFd;
+use std::thread::JoinHandle;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use parking_lot::Mutex;
+
+use mqblk::Status;
+use mqblk::{Op, ReqFlags, Rq};
+
+/// io_uring_enter: wait for completions (<linux/io_uring.h>).
+const IORING_ENTER_GETEVENTS: u32 = 1;
+
+/// user_data of the NOP that stops a completion thread.
+const STOP: u64 = u64::MAX;
+/// user_data of the cancel `salvage` issues.
+const CANCEL: u64 = u64::MAX - 2;
+
+/// How the ring addresses the file.
+#[derive(Clone, Copy)]
+pub(crate) enum FileRef {
+    /// Registered file, index 0.
+    Fixed,
+    Raw(RawFd),
+}
+
+/// A request's iovec array (max_segments entries, reused per tag).
+type Iovecs = Box<[libc::iovec]>;
+
+/// A driver tag's slot: its iovec array (max_segments entries, kept for
+/// the tag's next request, so nothing moves or is allocated per I/O) and
+/// the request in flight, if any.
+struct Slot {
+    iov: Iovecs,
+    io: Option<Inflight>,
+}
+
+/// A request in flight: the token and how far it got.
+struct Inflight {
+    rq: Rq,
+    /// First iovec not fully transferred, and the iovec count.
+    first: usize,
+    nr: usize,
+    /// Device offset and length of the whole request, bytes done.
+    offset: u64,
+    len: u64,
+    done: u64,
+}
+
+pub(crate) struct Ring {
+    ring: IoUring,
+    file: FileRef,
+    /// Pushing to the SQ (any submitter; the completion thread resubmits).
+    sq_lock: Mutex<()>,
+    /// Reaping the CQ on poll rings (several clients may poll), with the
+    /// reaper's list of what it took (user_data, result), reused.
+    cq_lock: Mutex<Vec<(u64, i32)>>,
+    /// Per driver tag: its iovecs and the request in flight.
+    slots: Box<[UnsafeCell<Slot>]>,
+    /// Requests queued and not yet ended (a stop waits for them).
+    inflight: AtomicUsize,
+    /// SQEs issued with the fixed opcodes (shown by `show`).
+    pub(crate) fixed_ios: AtomicUsize,
+    /// Reaped by polling clients, not by a completion thread.
+    pub(crate) polled: bool,
+    /// IORING_SETUP_IOPOLL (else a waiting poller sleeps in the kernel).
+    iopoll: bool,
+    /// Single issuer: created disabled, enabled by the first thread that
+    /// queues to it, which must then be the only one: a request from any
+    /// other thread fails at once (the kernel would refuse its submission
+    /// with EEXIST and leave it in the SQ forever).
+    issuer: std::sync::OnceLock<std::thread::ThreadId>,
+    single_issuer: bool,
+    /// The completion thread died (it panicked): no request is queued to
+    /// the ring any more; those in flight were salvaged (`salvage`).
+    dead: std::sync::atomic::AtomicBool,
+    /// The registered buffer region (buffer index 0), once registered;
+    /// the ring keeps it alive while it may use it.
+    fixed: std::sync::OnceLock<mqblk::FixedBufs>,
+    /// The eventfd registered with the ring (IORING_REGISTER_EVENTFD), if
+    /// a client asked for one (`set_eventfd`).
+    eventfd: Mutex<Option<RawFd>>,
+}
+
+// SAFETY: a slot is touched by the thread that owns its tag: the submitter
+// until the SQE is pushed (under `sq_lock`, whose release orders the
+// writes), then the one reaper that sees its CQE (the completion thread,
+// or a poller under `cq_lock`); the kernel's CQE publication orders the
+// two. The ring's SQ and CQ are shared under the locks above.
+unsafe impl Sync for Ring {}
+// SAFETY: as above; nothing is tied to a thread.
+unsafe impl Send for Ring {}
+
+impl Ring {
+    pub(crate) fn new(
+        depth: u32,
+        file: RawFd,
+        register: bool,
+        iopoll: bool,
+        polled: bool,
+        single_issuer: bool,
+        max_segs: usize,
+    ) -> std::io::Result<Self> {
+        let mut b = IoUring::builder();
+        if iopoll {
+            b.setup_iopoll();
+        }
+        if single_issuer {
+            // Completion task work then waits for the issuer's own
+            // io_uring_enter (fio's setup): no wakeup from another context.
+            // TASKRUN_FLAG: the kernel marks the SQ when such work waits,
+            // so a poll that must not sleep knows when to enter (`poll`).
+            b.setup_single_issuer().setup_defer_taskrun().setup_r_disabled().setup_taskrun_flag();
+        }
+        // No inter-processor interrupt to run completion task work: it runs
+        // when the submitting thread next enters the kernel (as fio sets).
+        b.setup_coop_taskrun();
+        let ring = b.setup_cqsize(depth.next_power_of_two() * 2).build(depth.next_power_of_two())?;
+        let file_ref = if register {
+            ring.submitter().register_files(&[file])?;
+            FileRef::Fixed
+        } else {
+            FileRef::Raw(file)
+        };
+        let empty_iov = || -> Iovecs {
+            vec![libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; max_segs].into_boxed_slice()
+        };
+        Ok(Self {
+            ring,
+            file: file_ref,
+            sq_lock: Mutex::new(()),
+            cq_lock: Mutex::new(Vec::with_capacity(depth.next_power_of_two() as usize * 2)),
+            slots: (0..depth).map(|_| UnsafeCell::new(Slot { iov: empty_iov(), io: None })).collect(),
+            inflight: AtomicUsize::new(0),
+            fixed_ios: AtomicUsize::new(0),
+            polled: polled || iopoll,
+            iopoll,
+            issuer: std::sync::OnceLock::new(),
+            single_issuer,
+            dead: std::sync::atomic::AtomicBool::new(false),
+            fixed: std::sync::OnceLock::new(),
+            eventfd: Mutex::new(None),
+        })
+    }
+
+    /// Takes the request into its tag's slot and queues its SQE; submits
+    /// when `submit` (the batch's last request).
+    pub(crate) fn queue(&self, mut rq: Rq, submit: bool) {
+        if self.dead.load(Ordering::Acquire) {
+            return rq.complete(Status::IoErr);
+        }
+        if self.single_issuer {
+            // The first issuer enables the ring and becomes its only one.
+            let me = std::thread::current().id();
+            let issuer = *self.issuer.get_or_init(|| {
+                self.ring.submitter().register_enable_rings().expect("enabling a disabled io_uring");
+                me
+            });
+            if issuer != me {
+                return rq.complete(Status::IoErr);
+            }
+        }
+        let tag = rq.tag() as usize;
+        // SAFETY: the tag is ours until its CQE (see the Sync impl); the
+        // reference is last used before the SQE is pushed.
+        let slot = unsafe { &mut *self.slots[tag].get() };
+        debug_assert!(slot.io.is_none(), "a tag is in flight at most once");
+        let mut nr = 0;
+        if rq.op().has_data() {
+            let iov = &mut slot.iov;
+            rq.for_each_segment_mut(|_, seg| {
+                iov[nr] = libc::iovec { iov_base: seg.as_mut_ptr().cast(), iov_len: seg.len() };
+                nr += 1;
+            });
+        }
+        let (offset, len) = (rq.pos_bytes(), rq.len_bytes());
+        // Counted before it is pushed, and `dead` checked after: either a
+        // dying completion thread's `salvage` sees this request in flight
+        // and waits for its CQE, or we see `dead` (SeqCst on both sides).
+        self.inflight.fetch_add(1, Ordering::SeqCst);
+        if self.dead.load(Ordering::SeqCst) {
+            self.inflight.fetch_sub(1, Ordering::SeqCst);
+            return rq.complete(Status::IoErr);
+        }
+        slot.io = Some(Inflight { rq, first: 0, nr, offset, len, done: 0 });
+        let entry = self.entry(slot, tag as u64);
+        self.push(&entry);
+        if submit {
+            self.submit();
+        }
+    }
+
+    /// The SQE for what is left of the slot's request.
+    fn entry(&self, slot: &Slot, user_data: u64) -> squeue::Entry {
+        let inf = slot.io.as_ref().expect("a request in the slot");
+        let off = inf.offset + inf.done;
+        let left = inf.len - inf.done;
+        macro_rules! with_fd {
+            ($build:expr) => {
+                match self.file {
+                    FileRef::Fixed => $build(types::Fixed(0)),
+                    FileRef::Raw(fd) => $build(types::Fd(fd)),
+                }
+            };
+        }
+        let iov = slot.iov[inf.first..].as_ptr();
+        let nr = (inf.nr - inf.first) as u32;
+        // One segment (most requests): IORING_OP_READ/WRITE, as fio issues
+        // them; the kernel then has no iovec array to import.
+        let single = (nr == 1 && slot.iov[inf.first].iov_len <= u32::MAX as usize).then(|| slot.iov[inf.first]);
+        let fua = if inf.rq.flags().contains(ReqFlags::FUA) { libc::RWF_DSYNC } else { 0 };
+        // A segment inside the registered region: the fixed opcodes (no
+        // page pinning per I/O).
+        let fixed = single.filter(|v| self.fixed.get().is_some_and(|r| r.contains(v.iov_base as usize, v.iov_len)));
+        if fixed.is_some() {
+            self.fixed_ios.fetch_add(1, Ordering::Relaxed);
+        }
+        let e = match (inf.rq.op(), single) {
+            (Op::Read, Some(v)) if fixed.is_some() => {
+                with_fd!(|fd| opcode::ReadFixed::new(fd, v.iov_base.cast(), v.iov_len as u32, 0).offset(off).build())
+            }
+            (Op::Write, Some(v)) if fixed.is_some() => {
+                with_fd!(|fd| opcode::WriteFixed::new(fd, v.iov_base.cast(), v.iov_len as u32, 0)
+                    .offset(off)
+                    .rw_flags(fua)
+                    .build())
+            }
+            (Op::Read, Some(v)) => {
+                with_fd!(|fd| opcode::Read::new(fd, v.iov_base.cast(), v.iov_len as u32).offset(off).build())
+            }
+            (Op::Write, Some(v)) => with_fd!(|fd| opcode::Write::new(fd, v.iov_base.cast(), v.iov_len as u32)
+                .offset(off)
+                .rw_flags(fua)
+                .build()),
+            (Op::Read, None) => with_fd!(|fd| opcode::Readv::new(fd, iov, nr).offset(off).build()),
+            (Op::Write, None) => {
+                with_fd!(|fd| opcode::Writev::new(fd, iov, nr).offset(off).rw_flags(fua).build())
+            }
+            (Op::Flush, _) => with_fd!(|fd| opcode::Fsync::new(fd).flags(types::FsyncFlags::DATASYNC).build()),
+            // Files: a punched hole reads as zeros (discard and write zeroes).
+            (Op::Discard | Op::WriteZeroes, _) => with_fd!(|fd| opcode::Fallocate::new(fd, left)
+                .offset(off)
+                .mode(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE)
+                .build()),
+            _ => opcode::Nop::new().build(), // refused before queueing (limits)
+        };
+        e.user_data(user_data)
+    }
+
+    fn push(&self, entry: &squeue::Entry) {
+        let _g = self.sq_lock.lock();
+        loop {
+            // SAFETY: `sq_lock` makes us the only user of the SQ; the entry's
+            // iovecs and buffers live in the slot until its CQE.
+            let pushed = unsafe { self.ring.submission_shared().push(entry) };
+            if pushed.is_ok() {
+                return;
+            }
+            // Full (only if submissions lag): hand what is queued to the kernel.
+            let _ = self.ring.submitter().submit();
+        }
+    }
+
+    /// io_uring_enter for everything queued (any thread may; the kernel
+    /// serialises).
+    pub(crate) fn submit(&self) {
+        loop {
+            match self.ring.submitter().submit() {
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) || e.raw_os_error() == Some(libc::EBUSY) => {
+                    std::thread::yield_now();
+                }
+                _ => return,
+            }
+        }
+    }
+
+    /// Reaps what the CQ holds into `out` (user_data, result).
+    fn drain_cq(&self, out: &mut Vec<(u64, i32)>) {
+        // SAFETY: the caller is the CQ's only reaper (completion thread, or
+        // a poller under `cq_lock`).
+        let cq = unsafe { self.ring.completion_shared() };
+        out.extend(cq.map(|c: cqueue::Entry| (c.user_data(), c.result())));
+    }
+
+    /// Ends or continues the request of `tag` after a CQE with `res`.
+    fn complete(&self, tag: usize, res: i32) {
+        // SAFETY: this CQE makes us the tag's owner (see the Sync impl).
+        let slot = unsafe { &mut *self.slots[tag].get() };
+        let inf = slot.io.as_mut().expect("a CQE for a tag in flight");
+        let status = if res == -libc::EAGAIN || res == -libc::EINTR {
+            None // retry as is
+        } else if res < 0 {
+            Some(Status::from_errno(-res))
+        } else if inf.rq.op().has_data() {
+            let n = res as u64;
+            if n == 0 && inf.done < inf.len {
+                Some(Status::IoErr) // end of file: the file shrank under the device
+            } else {
+                inf.done += n;
+                advance(&mut slot.iov, inf, n);
+                (inf.done >= inf.len).then_some(Status::Ok)
+            }
+        } else {
+            Some(Status::Ok)
+        };
+        match status {
+            None => {
+                let entry = self.entry(slot, tag as u64);
+                self.push(&entry);
+                self.submit();
+            }
+            Some(status) => {
+                let inf = slot.io.take().expect("checked above");
+                self.inflight.fetch_sub(1, Ordering::Relaxed);
+                inf.rq.complete(status);
+            }
+        }
+    }
+
+    /// A poller's reap; returns how many requests ended or moved on.
+    /// IOPOLL rings: io_uring_enter drives the device's polling. Other
+    /// polled rings (`reap=client`): if nothing is there and `wait`, the
+    /// poller sleeps in io_uring_enter until a completion arrives.
+    pub(crate) fn poll(&self, wait: bool) -> usize {
+        let Some(mut scratch) = self.cq_lock.try_lock() else {
+            if wait && !self.iopoll {
+                // Another client reaps (perhaps asleep in the kernel until a
+                // completion arrives, ours included): sleep until it is
+                // done instead of spinning, then let our caller look at
+                // what it delivered to us before polling again.
+                drop(self.cq_lock.lock());
+            }
+            return 0;
+        };
+        scratch.clear();
+        if self.iopoll {
+            // SAFETY: GETEVENTS with min_complete 0 only reaps.
+            let _ = unsafe { self.ring.submitter().enter::<libc::sigset_t>(0, 0, IORING_ENTER_GETEVENTS, None) };
+        } else {
+            self.drain_cq(&mut scratch);
+            // Requests in flight all end with a CQE and only we reap
+            // while holding cq_lock, so waiting for one cannot hang, even
+            // if our own completion was reaped by another client already
+            // (we then wake at the next completion of the ring).
+            if wait && scratch.is_empty() && self.inflight.load(Ordering::Relaxed) > 0 {
+                let _ = self.ring.submitter().submit_and_wait(1);
+            } else if scratch.is_empty() && self.single_issuer && self.taskrun_pending() {
+                // DEFER_TASKRUN: completions that io_uring's workers
+                // finished wait as task work until the issuer enters, and
+                // a poller that never waits (a completion fd's reader,
+                // a busy loop) would otherwise never see them.
+                // SAFETY: GETEVENTS with min_complete 0 only runs that work.
+                let _ = unsafe { self.ring.submitter().enter::<libc::sigset_t>(0, 0, IORING_ENTER_GETEVENTS, None) };
+            }
+        }
+        self.drain_cq(&mut scratch);
+        for &(tag, res) in scratch.iter() {
+            self.complete(tag as usize, res);
+        }
+        scratch.len()
+    }
+
+    /// Whether the kernel holds completion task work for this ring
+    /// (IORING_SQ_TASKRUN; single-issuer rings set TASKRUN_FLAG for it).
+    fn taskrun_pending(&self) -> bool {
+        let _g = self.sq_lock.lock();
+        // SAFETY: `sq_lock` makes this the only SubmissionQueue; it only
+        // reads the flags word.
+        unsafe { self.ring.submission_shared().taskrun() }
+    }
+
+    /// Registers `region` as buffer 0 of this ring (once).
+    pub(crate) fn register_fixed(&self, region: &mqblk::FixedBufs) -> std::io::Result<()> {
+        if self.fixed.get().is_some() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "a fixed buffer pool is registered already (one per device)",
+            ));
+        }
+        let (base, len) = region.span();
+        let iov = libc::iovec { iov_base: base as *mut libc::c_void, iov_len: len };
+        // SAFETY: the region stays allocated while the ring may use it: the
+        // ring keeps an Arc to it (set below) until the ring is dropped.
+        unsafe { self.ring.submitter().register_buffers(&[iov])? };
+        let _ = self.fixed.set(region.clone());
+        Ok(())
+    }
+
+    pub(crate) fn is_iopoll(&self) -> bool {
+        self.iopoll
+    }
+
+    /// Has the kernel signal `fd` (an eventfd) for every CQE this ring
+    /// posts (IORING_REGISTER_EVENTFD), or stops that (None): so a client
+    /// of a polled ring can sleep on its eventfd alone, as libblkio's
+    /// completion fd wants, and still learn of completions only a reap
+    /// would collect. Completion task work that io_uring defers to the
+    /// submitter (COOP_TASKRUN) still wakes a submitter asleep in a read of
+    /// the eventfd: the kernel's TWA_SIGNAL_NO_IPI skips only the IPI to a
+    /// running task, not the wakeup of a sleeping one. A ring has one such
+    /// fd: registering a second fails with EBUSY.
+    pub(crate) fn set_eventfd(&self, fd: Option<RawFd>) -> std::io::Result<()> {
+        let mut current = self.eventfd.lock();
+        match (*current, fd) {
+            (a, b) if a == b => return Ok(()),
+            (Some(_), Some(_)) => return Err(std::io::Error::from_raw_os_error(libc::EBUSY)),
+            (None, Some(fd)) => self.ring.submitter().register_eventfd(fd)?,
+            (Some(_), None) => self.ring.submitter().unregister_eventfd()?,
+            (None, None) => unreachable!("equal, handled above"),
+        }
+        *current = fd;
+        Ok(())
+    }
+
+    /// The ring's fd: readable when completions wait in the CQ (for
+    /// polled, non-IOPOLL rings, whose clients reap).
+    pub(crate) fn fd(&self) -> RawFd {
+        use std::os::fd::AsRawFd;
+        self.ring.as_raw_fd()
+    }
+
+    /// A read of `iov` at offset 0, waited for on this (poll) ring before
+    /// any request uses it; returns the CQE's result.
+    pub(crate) fn probe_read(&self, iov: &libc::iovec) -> i32 {
+        const PROBE: u64 = u64::MAX - 1;
+        let entry = match self.file {
+            FileRef::Fixed => opcode::Readv::new(types::Fixed(0), iov, 1).build(),
+            FileRef::Raw(fd) => opcode::Readv::new(types::Fd(fd), iov, 1).build(),
+        };
+        self.push(&entry.user_data(PROBE));
+        let _g = self.cq_lock.lock();
+        let mut got = Vec::new();
+        loop {
+            // SAFETY: submits the probe and polls for its completion; the
+            // iovec outlives the call (we wait for the CQE).
+            let r = unsafe { self.ring.submitter().enter::<libc::sigset_t>(1, 1, IORING_ENTER_GETEVENTS, None) };
+            if let Err(e) = r {
+                if e.raw_os_error() != Some(libc::EINTR) {
+                    return -e.raw_os_error().unwrap_or(libc::EIO);
+                }
+            }
+            self.drain_cq(&mut got);
+            if let Some(&(_, res)) = got.iter().find(|(u, _)| *u == PROBE) {
+                return res;
+            }
+        }
+    }
+
+    /// Stops the completion thread once everything queued before it ends.
+    pub(crate) fn stop(&self) {
+        self.push(&opcode::Nop::new().build().user_data(STOP));
+        self.submit();
+    }
+}
+
+/// Moves `inf`'s iovecs (`iov`) past `n` more transferred bytes.
+fn advance(iov: &mut [libc::iovec], inf: &mut Inflight, mut n: u64) {
+    while n > 0 && inf.first < inf.nr {
+        let v = &mut iov[inf.first];
+        if n >= v.iov_len as u64 {
+            n -= v.iov_len as u64;
+            inf.first += 1;
+        } else {
+            // SAFETY: stays inside the segment this iovec describes.
+            v.iov_base = unsafe { v.iov_base.cast::<u8>().add(n as usize) }.cast();
+            v.iov_len -= n as usize;
+            n = 0;
+        }
+    }
+}
+
+/// The completion thread of a (non-poll) ring: sleeps in io_uring_enter
+/// until completions arrive, then ends their requests. If it panics, the
+/// ring is marked dead and its requests in flight are salvaged, so no
+/// client waits forever for them.
+pub(crate) fn spawn_completion_thread(ring: std::sync::Arc<Ring>, index: usize) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new().name(format!("uring-cq{index}")).spawn(move || {
+        let mut batch = Vec::with_capacity(ring.slots.len() * 2);
+        let mut next = 0;
+        let reaped =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| completion_loop(&ring, &mut batch, &mut next)));
+        if let Err(panic) = reaped {
+            // Dead first: a client woken by the completions ended below
+            // must find its next request refused, not queued to a ring
+            // nobody reaps.
+            ring.dead.store(true, Ordering::SeqCst);
+            // CQEs reaped but not yet handled (the one that panicked
+            // included) are not in the CQ any more: end them first.
+            for &(user_data, res) in &batch[next.min(batch.len())..] {
+                if user_data != STOP {
+                    ring.end_salvaged(user_data as usize, res);
+                }
+            }
+            ring.salvage();
+            std::panic::resume_unwind(panic);
+        }
+    })
+}
+
+/// Reaps and ends requests until stopped; `next` is the index in `batch`
+/// of the CQE being handled (what a panic left unhandled).
+fn completion_loop(ring: &Ring, batch: &mut Vec<(u64, i32)>, next: &mut usize) {
+    let mut stopping = false;
+    loop {
+        // SAFETY: to_submit 0: only waits for one completion.
+        let r = unsafe { ring.ring.submitter().enter::<libc::sigset_t>(0, 1, IORING_ENTER_GETEVENTS, None) };
+        if let Err(e) = r {
+            if e.raw_os_error() != Some(libc::EINTR) {
+                panic!("io_uring_enter failed in the completion thread: {e}");
+            }
+        }
+        batch.clear();
+        *next = 0;
+        ring.drain_cq(batch);
+        let mut stop = false;
+        for (i, &(user_data, res)) in batch.iter().enumerate() {
+            *next = i;
+            if user_data == STOP {
+                stop = true;
+            } else {
+                #[cfg(test)]
+                tests::maybe_inject_panic(ring, user_data as usize);
+                ring.complete(user_data as usize, res);
+            }
+        }
+        // After the stop, wait for what is still in flight (a client
+        // that went away without reaping).
+        if stop || (stopping && ring.inflight.load(Ordering::Relaxed) == 0) {
+            if ring.inflight.load(Ordering::Relaxed) == 0 {
+                return;
+            }
+            stopping = true;
+        }
+    }
+}
+
+/// Attempts of `salvage` to reap what is still in flight before it gives up.
+const SALVAGE_ROUNDS: u32 = 1000;
+
+impl Ring {
+    /// After the completion thread panicked: refuses new requests, cancels
+    /// what the kernel still holds and ends every request in flight with
+    /// its CQE's result or an error. A request is ended only once its CQE
+    /// arrived (the kernel no longer touches its buffers), so a buffer is
+    /// never handed back while the kernel may still write into it.
+    fn salvage(&self) {
+        self.dead.store(true, Ordering::SeqCst);
+        let cancel = opcode::AsyncCancel2::new(types::CancelBuilder::any()).build().user_data(CANCEL);
+        self.push(&cancel);
+        let mut batch = Vec::with_capacity(self.slots.len() * 2);
+        for _ in 0..SALVAGE_ROUNDS {
+            if self.inflight.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            // Submits the cancel (and anything queued meanwhile), then
+            // waits for a CQE; an error here is retried a bounded number
+            // of times.
+            let _ = self.ring.submitter().submit_and_wait(1);
+            batch.clear();
+            self.drain_cq(&mut batch);
+            for &(user_data, res) in batch.iter() {
+                if user_data != STOP && user_data != CANCEL {
+                    self.end_salvaged(user_data as usize, res);
+                }
+            }
+        }
+    }
+
+    /// Ends the request of `tag` whose CQE arrived after the thread died:
+    /// with success only if the whole transfer is done, else an error.
+    fn end_salvaged(&self, tag: usize, res: i32) {
+        // SAFETY: this CQE makes us the tag's owner (see the Sync impl).
+        let Some(inf) = (unsafe { (*self.slots[tag].get()).io.take() }) else { return };
+        let status = if res < 0 {
+            Status::from_errno(-res)
+        } else if inf.rq.op().has_data() && inf.done + u64::from(res.unsigned_abs()) < inf.len {
+            Status::IoErr
+        } else {
+            Status::Ok
+        };
+        self.inflight.fetch_sub(1, Ordering::Release);
+        inf.rq.complete(status);
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A request at this byte offset makes the completion thread panic on
+    /// its CQE (one test uses it; no other test reads there).
+    pub(crate) static PANIC_AT_OFFSET: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(u64::MAX);
+
+    pub(super) fn maybe_inject_panic(ring: &Ring, tag: usize) {
+        // SAFETY: the completion thread owns the tag of a CQE it reaped.
+        let offset = unsafe { (*ring.slots[tag].get()).io.as_ref().map(|inf| inf.offset) };
+        if offset.is_some() && offset == Some(PANIC_AT_OFFSET.load(Ordering::Relaxed)) {
+            panic!("injected: the completion thread dies on the CQE of offset {offset:?}");
+        }
+    }
+
+    /// A completion thread that panics fails nothing silently and hangs no
+    /// one: the request whose CQE it was handling still ends (here with
+    /// its real result), later requests fail at once, and the device drops.
+    #[test]
+    #[cfg_attr(miri, ignore = "Miri does not emulate io_uring")]
+    fn a_dead_completion_thread_hangs_no_request() {
+        use mqblk::{Bio, Buf, Device, Status};
+        crate::register();
+        let path = std::env::temp_dir().join(format!("mqblk-dead-cq-{}", std::process::id()));
+        std::fs::write(&path, vec![7u8; 64 << 10]).unwrap();
+        let dev = Device::open(&format!("file:path={}", path.display())).unwrap();
+        let mut c = dev.client();
+        let mut done = Vec::new();
+        let timeout = Some(std::time::Duration::from_secs(30));
+        PANIC_AT_OFFSET.store(8192, Ordering::Relaxed);
+        c.submit(Bio::read(8192, Buf::new(4096)), 1).unwrap();
+        assert_eq!(c.do_io(&mut done, 1, 1, timeout).unwrap(), 1, "the request being handled still ends");
+        assert_eq!((done[0].user_data, done[0].status), (1, Status::Ok));
+        assert_eq!(done[0].buf.as_deref().unwrap()[..4], [7; 4]);
+        done.clear();
+        c.submit(Bio::read(0, Buf::new(4096)), 2).unwrap();
+        assert_eq!(c.do_io(&mut done, 1, 1, timeout).unwrap(), 1, "a request after the death fails at once");
+        assert_eq!((done[0].user_data, done[0].status), (2, Status::IoErr));
+        drop(c);
+        drop(dev);
+        std::fs::remove_file(&path).unwrap();
+    }
+}

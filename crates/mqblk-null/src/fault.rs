@@ -1,0 +1,193 @@
+//! null_blk's fault injection: the `timeout` and `requeue` parameters, each
+//! a kernel `fault_attr` (lib/fault-inject.c) deciding per request whether
+//! this one fails.
+//!
+//! A spec gives one as `interval:probability:space:times` (the module
+//! parameter's `interval,probability,space,times` with `:` for `,`, which
+//! separates a spec's keys). Per request, as `should_fail(attr, 1)`:
+//! nothing fails while `times` is 0 or `probability` is 0; the first
+//! `space` requests pass (the budget is spent one by one); then only every
+//! `interval`-th request is a candidate, and a candidate fails with
+//! `probability` percent; each failure spends one of `times` (-1: no
+//! limit).
+//!
+//! What a failure does is the driver's (mod.rs): a `timeout` request is
+//! lost (never handled, never completed) until the block layer's timeout
+//! handler ends it with ETIMEDOUT, as null_blk's fake timeouts; a `requeue`
+//! request is handed back busy and dispatched again.
+//!
+//! Relies on: atomics only (the decision is lock-free; the random draw is
+//! a seeded generator, so a run is reproducible).
+
+use mqblk_sync::{AtomicI64, AtomicU64, Ordering};
+
+/// A fault_attr as a spec gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FaultSpec {
+    /// Only every `interval`-th candidate may fail (0 and 1: each).
+    pub interval: u64,
+    /// Percent (0-100) of candidates that fail.
+    pub probability: u32,
+    /// Requests that pass before any may fail.
+    pub space: u64,
+    /// Failures left (-1: no limit).
+    pub times: i64,
+}
+
+impl FaultSpec {
+    /// Parses `interval:probability:space:times`.
+    pub(crate) fn parse(value: &str) -> Result<Self, String> {
+        let fields: Vec<&str> = value.split(':').map(str::trim).collect();
+        let [interval, probability, space, times] = fields[..] else {
+            return Err(format!(
+                "'{value}' is not interval:probability:space:times (4 fields, the kernel's fault_attr)"
+            ));
+        };
+        let num = |name: &str, v: &str| v.parse::<u64>().map_err(|_| format!("{name} '{v}' is not a count"));
+        let probability = num("probability", probability)?;
+        if probability > 100 {
+            return Err(format!("probability {probability} is over 100 (percent)"));
+        }
+        let times = match times {
+            "-1" => -1,
+            t => num("times", t)?.min(i64::MAX as u64) as i64,
+        };
+        Ok(Self {
+            interval: num("interval", interval)?,
+            probability: probability as u32,
+            space: num("space", space)?,
+            times,
+        })
+    }
+
+    /// The spec form back (`interval:probability:space:times`).
+    pub(crate) fn to_spec(self) -> String {
+        format!("{}:{}:{}:{}", self.interval, self.probability, self.space, self.times)
+    }
+}
+
+/// A fault_attr in use: its budget, count and failures left change as
+/// requests pass.
+pub(crate) struct FaultAttr {
+    interval: u64,
+    probability: u32,
+    space: AtomicI64,
+    times: AtomicI64,
+    count: AtomicU64,
+    rng: AtomicU64,
+    /// Failures injected so far.
+    failed: AtomicU64,
+}
+
+impl FaultAttr {
+    pub(crate) fn new(spec: FaultSpec, seed: u64) -> Self {
+        Self {
+            interval: spec.interval,
+            probability: spec.probability,
+            space: AtomicI64::new(spec.space.min(i64::MAX as u64) as i64),
+            times: AtomicI64::new(spec.times),
+            count: AtomicU64::new(0),
+            rng: AtomicU64::new(seed),
+            failed: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether this request fails (`should_fail(attr, 1)`).
+    pub(crate) fn should_fail(&self) -> bool {
+        if self.probability == 0 || self.times.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        // The budget: spent one request at a time while above one.
+        if self.space.load(Ordering::Relaxed) > 1 {
+            if self.space.fetch_sub(1, Ordering::Relaxed) > 1 {
+                return false;
+            }
+            self.space.fetch_add(1, Ordering::Relaxed); // lost a race to 1
+        }
+        if self.interval > 1 && (self.count.fetch_add(1, Ordering::Relaxed) + 1) % self.interval != 0 {
+            return false;
+        }
+        if self.probability < 100 && self.probability as u64 <= self.next_rand() % 100 {
+            return false;
+        }
+        // Spend one of `times`, unless unlimited or already spent by a
+        // racing failure.
+        let spent = self.times.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| match t {
+            0 => None,
+            -1 => Some(-1),
+            t => Some(t - 1),
+        });
+        if spent.is_err() {
+            return false;
+        }
+        self.failed.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Failures injected so far.
+    pub(crate) fn failed(&self) -> u64 {
+        self.failed.load(Ordering::Relaxed)
+    }
+
+    /// splitmix64 over an atomic counter: lock-free and reproducible.
+    fn next_rand(&self) -> u64 {
+        let mut z = self.rng.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed).wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attr(spec: &str) -> FaultAttr {
+        FaultAttr::new(FaultSpec::parse(spec).unwrap(), 1)
+    }
+
+    fn pattern(a: &FaultAttr, n: usize) -> String {
+        (0..n).map(|_| if a.should_fail() { 'x' } else { '.' }).collect()
+    }
+
+    #[test]
+    fn interval_space_and_times_as_the_kernel_counts_them() {
+        assert_eq!(pattern(&attr("1:100:0:-1"), 5), "xxxxx");
+        assert_eq!(pattern(&attr("3:100:0:-1"), 9), "..x..x..x");
+        assert_eq!(pattern(&attr("1:100:0:2"), 5), "xx...");
+        // space 3: requests pass while the budget is above one request.
+        assert_eq!(pattern(&attr("1:100:3:-1"), 5), "..xxx");
+        assert_eq!(pattern(&attr("2:100:3:1"), 8), "...x....");
+        assert_eq!(pattern(&attr("1:0:0:-1"), 5), ".....");
+        let a = attr("1:100:0:0");
+        assert_eq!(pattern(&a, 3), "...");
+        assert_eq!(a.failed(), 0);
+    }
+
+    #[test]
+    fn probability_fails_about_that_share_reproducibly() {
+        let a = attr("1:25:0:-1");
+        let p = pattern(&a, 10_000);
+        let failed = p.matches('x').count();
+        assert_eq!(failed as u64, a.failed());
+        assert!((2_000..3_000).contains(&failed), "{failed} of 10000 at 25%");
+        assert_eq!(p, pattern(&attr("1:25:0:-1"), 10_000), "the same seed, the same draws");
+    }
+
+    #[test]
+    fn bad_specs_name_the_field() {
+        for (value, says) in [
+            ("1:100:0", "4 fields"),
+            ("1:100:0:-1:5", "4 fields"),
+            ("x:100:0:-1", "interval 'x'"),
+            ("1:101:0:-1", "over 100"),
+            ("1:50:-3:-1", "space '-3'"),
+            ("1:50:0:-2", "times '-2'"),
+        ] {
+            let e = FaultSpec::parse(value).unwrap_err();
+            assert!(e.contains(says), "{value}: {e}");
+        }
+        let s = FaultSpec::parse("2:50:10:-1").unwrap();
+        assert_eq!(FaultSpec::parse(&s.to_spec()).unwrap(), s);
+    }
+}

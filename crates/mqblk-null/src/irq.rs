@@ -1,0 +1,205 @@
+//! The null device's completion threads: irqmode=1 (softirq: complete as
+//! soon as possible, on another thread) and irqmode=2 (timer: complete
+//! `completion_nsec` after submission).
+//!
+//! One thread per hardware queue, never one per request. Requests reach it
+//! through a bounded ring (capacity: the queue depth, so a push never
+//! fails) tagged with the time they are due. Submissions are in time order
+//! per queue, so the ring is (almost exactly) a timer list sorted by due
+//! time. The thread sleeps while the ring is empty (woken by the submitter
+//! only when it really sleeps) and sleeps-then-spins to each due time.
+
+use std::thread::JoinHandle;
+
+use mqblk::clock::{now_ns, set_precise_timer_slack, wait_until};
+use mqblk::Rq;
+use mqblk::Status;
+use mqblk_sync::ring::MpscRing;
+use std::sync::Arc;
+
+use mqblk_sync::{AtomicBool, AtomicU64, Mutex, Ordering, SleepGate};
+
+/// Spin for the last 60 us before a due time: timer sleeps here overshoot
+/// by about 30 us on average and up to ~90 us.
+pub(crate) const SPIN_NS: u64 = 60_000;
+
+/// Timer mode: after the ring empties, look for new requests for this long
+/// before sleeping. Waking a sleeping thread takes 10-30 us here, longer than
+/// a typical completion_nsec, so a thread that slept would be late.
+pub(crate) const IDLE_SPIN_NS: u64 = 50_000;
+
+pub(crate) struct Pending {
+    pub(crate) rq: Rq,
+    pub(crate) due_ns: u64,
+    pub(crate) status: Status,
+}
+
+struct Shared {
+    ring: MpscRing<Pending>,
+    gate: SleepGate,
+    stop: AtomicBool,
+    completed: AtomicU64,
+    /// Timed completions, and how late they were noticed in total and at
+    /// worst (ns past their due time): the timer's precision.
+    timed: AtomicU64,
+    late_ns_sum: AtomicU64,
+    late_ns_max: AtomicU64,
+}
+
+/// Pushes to a full completion ring retried before it counts as a broken
+/// tag invariant.
+const RING_FULL_TRIES: u32 = 1_000_000;
+
+/// One hardware queue's completion thread.
+pub(crate) struct IrqQueue {
+    shared: Arc<Shared>,
+    /// Taken (and joined) by `stop`, which shutdown calls through `&self`.
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl IrqQueue {
+    /// `idle_spin`: stay awake `IDLE_SPIN_NS` after going idle (timer mode);
+    /// `cpu`: the one CPU the thread may run on (`irq_cpus`).
+    pub(crate) fn start(index: usize, depth: usize, idle_spin: bool, cpu: Option<usize>) -> std::io::Result<Self> {
+        let shared = Arc::new(Shared {
+            ring: MpscRing::new(depth),
+            gate: SleepGate::default(),
+            stop: AtomicBool::new(false),
+            completed: AtomicU64::new(0),
+            timed: AtomicU64::new(0),
+            late_ns_sum: AtomicU64::new(0),
+            late_ns_max: AtomicU64::new(0),
+        });
+        let thread_shared = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("null-irq{index}"))
+            .spawn(move || completion_loop(&thread_shared, idle_spin))?;
+        let queue = Self { shared, thread: Mutex::new(Some(thread)) };
+        if let Some(cpu) = cpu {
+            // On error, dropping `queue` stops the thread.
+            queue.thread.lock().as_ref().map_or(Ok(()), |t| pin_thread(t, cpu))?;
+        }
+        Ok(queue)
+    }
+
+    /// Queues `pending` for completion at its due time.
+    #[inline]
+    pub(crate) fn push(&self, pending: Pending) {
+        let mut pending = pending;
+        let mut tries = 0u32;
+        // The ring holds a slot per tag, so a slot is always free; but the
+        // consumer's freeing of it need not be visible yet to a submitter
+        // whose tag was freed by another completion (nothing orders the two
+        // in the memory model: Miri showed it). Retry until it is.
+        while let Err(back) = self.shared.ring.push(pending) {
+            pending = back;
+            tries += 1;
+            assert!(tries < RING_FULL_TRIES, "null completion ring overflow: more requests in flight than tags");
+            std::thread::yield_now();
+        }
+        self.shared.gate.notify();
+    }
+
+    pub(crate) fn completed(&self) -> u64 {
+        self.shared.completed.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn pending(&self) -> usize {
+        self.shared.ring.len()
+    }
+
+    /// (timed completions, mean lateness ns, worst lateness ns).
+    pub(crate) fn lateness(&self) -> (u64, u64, u64) {
+        let n = self.shared.timed.load(Ordering::Relaxed);
+        let sum = self.shared.late_ns_sum.load(Ordering::Relaxed);
+        (n, sum.checked_div(n).unwrap_or(0), self.shared.late_ns_max.load(Ordering::Relaxed))
+    }
+
+    /// Completes everything still queued (at its due time) and joins.
+    pub(crate) fn stop(&self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.gate.force_wake();
+        let thread = self.thread.lock().take();
+        if let Some(t) = thread {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for IrqQueue {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn completion_loop(shared: &Shared, idle_spin: bool) {
+    set_precise_timer_slack();
+    let mut idle_since: Option<u64> = None;
+    loop {
+        // SAFETY: this thread is the ring's only consumer.
+        if let Some(p) = unsafe { shared.ring.pop() } {
+            if p.due_ns > 0 {
+                let late_ns = wait_until(p.due_ns, SPIN_NS) - p.due_ns;
+                // Only this thread writes these: plain load/store suffices.
+                let st = shared;
+                st.timed.store(st.timed.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+                st.late_ns_sum.store(st.late_ns_sum.load(Ordering::Relaxed) + late_ns, Ordering::Relaxed);
+                if late_ns > st.late_ns_max.load(Ordering::Relaxed) {
+                    st.late_ns_max.store(late_ns, Ordering::Relaxed);
+                }
+            }
+            super::end_rq(p.rq, p.status);
+            shared.completed.fetch_add(1, Ordering::Relaxed);
+            idle_since = None;
+            continue;
+        }
+        if shared.stop.load(Ordering::SeqCst) {
+            return; // ring empty and no submitter left (the queue is going)
+        }
+        if idle_spin && keep_spinning(&mut idle_since) {
+            continue;
+        }
+        idle_since = None;
+        shared.gate.sleep_unless(|| shared.ring.has_ready() || shared.stop.load(Ordering::SeqCst), None);
+    }
+}
+
+/// Timer mode's idle spin: true (after a spin-loop hint) while the thread
+/// has been idle for less than `IDLE_SPIN_NS` since `idle_since` (set on
+/// the first idle round).
+pub(crate) fn keep_spinning(idle_since: &mut Option<u64>) -> bool {
+    let now = now_ns();
+    let since = *idle_since.get_or_insert(now);
+    if now - since < IDLE_SPIN_NS {
+        std::hint::spin_loop();
+        return true;
+    }
+    false
+}
+
+/// Restricts a completion thread to one CPU (null `irq_cpus`, as an
+/// interrupt's affinity is set in /proc/irq/N/smp_affinity). Fails if the
+/// CPU is offline or outside the process's cpuset.
+pub(crate) fn pin_thread(thread: &JoinHandle<()>, cpu: usize) -> std::io::Result<()> {
+    use std::os::unix::thread::JoinHandleExt;
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: cpu < CPU_SETSIZE (checked above), so CPU_SET stays inside `set`.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: the handle's pthread_t names a thread that is not joined yet
+    // (the caller holds its JoinHandle); `set` is initialised above.
+    let rc =
+        unsafe { libc::pthread_setaffinity_np(thread.as_pthread_t(), std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    match rc {
+        0 => Ok(()),
+        errno => Err(std::io::Error::from_raw_os_error(errno)),
+    }
+}
+
+/// Due time of a request submitted at `now_ns` under irqmode 2.
+pub(crate) fn timer_due(completion_nsec: u64) -> u64 {
+    now_ns() + completion_nsec
+}

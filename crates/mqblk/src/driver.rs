@@ -1,0 +1,351 @@
+//! The driver interface: what a block device implements, shaped like the
+//! kernel's `struct blk_mq_ops`.
+//!
+//! # Writing a driver
+//! 1. Say how many hardware queues and tags you want ([`Driver::tag_set`])
+//!    and what the device looks like ([`Driver::limits`]).
+//! 2. Implement [`Driver::queue_rq`]: you receive an [`Rq`] token and own the
+//!    request until you call [`Rq::complete`]. Complete inline, or move the
+//!    token to your completion thread and complete it there.
+//! 3. If you batch submissions (ring a doorbell once per batch), do it when
+//!    `last` is set or in [`Driver::commit_rqs`].
+//! 4. Stop your threads in [`Driver::shutdown`]; every token they hold must
+//!    be completed before it returns.
+//! 5. Hand it to [`crate::Device::with_driver`] (or `Device::builder().driver`),
+//!    or register a factory by name ([`crate::register_driver`]) so that
+//!    specs such as `mine:key=value,sched=bfq` open it.
+//!
+//! ```
+//! use mqblk::driver::{Driver, QueueRqResult};
+//! use mqblk::{Hctx, QueueLimits, Rq, Status, TagSetConfig};
+//!
+//! /// Completes every request at once, successfully: the smallest driver.
+//! struct Nop;
+//!
+//! impl Driver for Nop {
+//!     fn name(&self) -> &str { "nop" }
+//!     fn tag_set(&self) -> TagSetConfig { TagSetConfig::new(1, 64) }
+//!     fn limits(&self) -> QueueLimits { QueueLimits::new(1 << 30, 512) }
+//!     fn queue_rq(&self, _hctx: &Hctx, rq: Rq, _last: bool) -> QueueRqResult {
+//!         rq.complete(Status::Ok);
+//!         QueueRqResult::Queued
+//!     }
+//! }
+//!
+//! let dev = mqblk::Device::with_driver(Box::new(Nop)).unwrap();
+//! let mut client = dev.client();
+//! client.write_at(&[7u8; 512], 4096).unwrap();
+//! ```
+//!
+//! Threads: completion entry points may be called from any thread, but only
+//! from threads the driver owns (joined in `shutdown`) or from a thread that
+//! is inside a call from the block layer (inline completion, `poll`). That is
+//! what keeps the queue alive while a completion runs.
+
+use std::time::Duration;
+
+use crate::config::{ConfigError, QueueOptions, SpecParams};
+use crate::error::Error;
+use crate::hctx::Hctx;
+use crate::queue::QueueLimits;
+use crate::request::{Rq, RqList};
+use crate::status::Status;
+use crate::tag::TagSetConfig;
+
+/// What `queue_rq` did with a request.
+#[derive(Debug)]
+pub enum QueueRqResult {
+    /// The driver owns the request now (it may already have completed it).
+    Queued,
+    /// The device is busy: the request comes back and the block layer
+    /// retries it when a request of this hardware queue completes (or after
+    /// a short delay if none is in flight), keeping its place in line.
+    Busy(Rq),
+}
+
+/// What the timeout handler decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeoutAction {
+    /// Keep waiting: the deadline is pushed out by another `rq_timeout`.
+    ResetTimer,
+    /// The driver has completed, or will complete, the request itself.
+    Done,
+}
+
+/// A request whose deadline passed, as the timeout handler sees it. The
+/// driver finds its own state for the request by `tag`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimedOutRq {
+    pub hctx_index: usize,
+    pub tag: u32,
+}
+
+/// A block device driver (`struct blk_mq_ops`).
+pub trait Driver: Send + Sync + 'static {
+    /// Short name for stats and errors ("null", "uring").
+    fn name(&self) -> &str;
+
+    /// Hardware queues and tags per queue. Read once at device creation.
+    fn tag_set(&self) -> TagSetConfig;
+
+    /// Capacity, block sizes and transfer limits. Read once at creation.
+    fn limits(&self) -> QueueLimits;
+
+    /// Issue one request on hardware queue `hctx`. The driver owns `rq`
+    /// unless it returns it in `Busy`. `last` is false when more requests of
+    /// the same batch follow at once: a driver that batches doorbells may
+    /// wait for `last` (or `commit_rqs`) before starting the hardware.
+    fn queue_rq(&self, hctx: &Hctx, rq: Rq, last: bool) -> QueueRqResult;
+
+    /// A batch ended without a `last == true` request reaching the driver
+    /// (the last one was returned `Busy`): start whatever was queued.
+    fn commit_rqs(&self, _hctx: &Hctx) {}
+
+    /// Issue a plug's batch of requests for `hctx` at once (the kernel's
+    /// `queue_rqs`). Take requests from the front of `rqs`; anything left in
+    /// it on return (the driver was busy) is kept, in order, on the
+    /// dispatch list and retried later. The default hands each request to
+    /// `queue_rq`, `last` set on the final one, stops at the first `Busy`
+    /// and calls `commit_rqs` if a request went in without `last`.
+    fn queue_rqs(&self, hctx: &Hctx, rqs: &mut RqList) {
+        let mut uncommitted = false;
+        while let Some(rq) = rqs.pop_front() {
+            let last = rqs.is_empty();
+            match self.queue_rq(hctx, rq, last) {
+                QueueRqResult::Queued => uncommitted = !last,
+                QueueRqResult::Busy(rq) => {
+                    rqs.push_front(rq);
+                    break;
+                }
+            }
+        }
+        if uncommitted {
+            self.commit_rqs(hctx);
+        }
+    }
+
+    /// Reap completions of polled (hipri) requests on `hctx` from the
+    /// calling thread; returns how many completed. Drivers without polling
+    /// keep the default.
+    fn poll(&self, _hctx: &Hctx) -> usize {
+        0
+    }
+
+    /// As `poll`, but never sleeps: a driver whose `poll` may wait in the
+    /// kernel for a completion (the file driver's `reap=client` rings)
+    /// reaps only what is there. Others keep the default.
+    fn reap(&self, hctx: &Hctx) -> usize {
+        self.poll(hctx)
+    }
+
+    /// Registers `bufs` for I/O that lands in it (io_uring fixed buffers);
+    /// returns whether the driver uses them. The driver keeps the region
+    /// alive as long as it may use it. Drivers without such a notion keep
+    /// the default (false).
+    fn register_buffers(&self, _bufs: &crate::FixedBufs) -> Result<bool, crate::Error> {
+        Ok(false)
+    }
+
+    /// An fd that becomes readable when `reap` on `hctx` would find
+    /// completions (an io_uring's fd), so that a client can wait for its
+    /// polled I/O in poll(2) beside other fds. None: no such fd.
+    fn poll_fd(&self, _hctx: &Hctx) -> Option<std::os::fd::RawFd> {
+        None
+    }
+
+    /// Has the eventfd `fd` signalled whenever completions arrive on `hctx`
+    /// that only a `reap` would collect (the file driver's `reap=client`
+    /// rings register it with io_uring), or stops that (None). A client
+    /// whose submitters reap calls it when it is given a completion fd, so
+    /// an event loop can wait on that fd alone. Drivers that deliver
+    /// completions themselves keep the default (nothing to do).
+    fn set_notify_fd(&self, _hctx: &Hctx, _fd: Option<std::os::fd::RawFd>) -> Result<(), crate::Error> {
+        Ok(())
+    }
+
+    /// A request has been in flight longer than `rq_timeout`.
+    fn timeout(&self, _hctx: &Hctx, _rq: TimedOutRq) -> TimeoutAction {
+        TimeoutAction::ResetTimer
+    }
+
+    /// How long a request may be in flight before `timeout` is called
+    /// (None: never). The kernel's default is 30 s.
+    fn rq_timeout(&self) -> Option<Duration> {
+        Some(Duration::from_secs(30))
+    }
+
+    /// Stop the driver's threads. Every request token the driver holds must
+    /// be completed before this returns. Called once, when the device goes.
+    fn shutdown(&self) {}
+
+    /// Driver lines for the debugfs-like stats dump.
+    fn show(&self, _out: &mut String) {}
+
+    /// Changes attribute `key` of the live device (null_blk's configfs
+    /// attributes, e.g. `badblocks`). Drivers without any refuse.
+    fn set_attr(&self, key: &str, _value: &str) -> Result<(), crate::Error> {
+        Err(crate::config::ConfigError::Conflict {
+            driver: self.name().into(),
+            message: format!("no attribute '{key}' to set on a live device (this driver has none)"),
+        }
+        .into())
+    }
+
+    /// A power cut: whatever a volatile write cache holds that no FLUSH or
+    /// FUA made durable is lost, and the device goes on with the durable
+    /// state, or with `hold_off` drops every later change until
+    /// `power_on`. Returns the cache pages lost. Drivers without such a
+    /// cache refuse.
+    fn power_cut(&self, _hold_off: bool) -> Result<u64, crate::Error> {
+        Err(crate::config::ConfigError::Conflict {
+            driver: self.name().into(),
+            message: "a power cut needs a volatile write cache, and this driver has none".into(),
+        }
+        .into())
+    }
+
+    /// Ends a `power_cut` that held the power off. Returns the requests
+    /// dropped meanwhile.
+    fn power_on(&self) -> Result<u64, crate::Error> {
+        Err(crate::config::ConfigError::Conflict {
+            driver: self.name().into(),
+            message: "power_on: this driver has no power to cut".into(),
+        }
+        .into())
+    }
+
+    /// The value of attribute `key` (as `set_attr` would take it back).
+    fn attr(&self, key: &str) -> Result<String, crate::Error> {
+        Err(crate::config::ConfigError::Conflict {
+            driver: self.name().into(),
+            message: format!("no attribute '{key}' (this driver has none)"),
+        }
+        .into())
+    }
+
+    /// Which parts of `[offset, offset + len)` hold data: extents appended
+    /// to `out` as (bytes, hole), in order, covering a prefix of the range
+    /// (a hole reads as zeros). False: the driver cannot tell (all data).
+    /// For NBD: base:allocation, and sparse reads where it is cheap.
+    fn block_status(&self, _offset: u64, _len: u64, _out: &mut Vec<(u64, bool)>) -> bool {
+        false
+    }
+
+    /// Whether `block_status` costs about as little as a lookup in memory,
+    /// so that it may run beside every large read (NBD's sparse read
+    /// replies). Files answer by SEEK_DATA/SEEK_HOLE, which on some file
+    /// systems (tmpfs) walks every page up to the next hole: not cheap.
+    fn block_status_is_cheap(&self) -> bool {
+        false
+    }
+
+    /// Direct access for reads (the kernel's `dax_direct_access`, which
+    /// pmem offers): hands `f` the bytes of `[offset, offset + len)` as
+    /// slices of the driver's own memory, in order, in one or more calls,
+    /// without a request, and returns what `f` returned (its first error
+    /// ends the read). Only for a driver whose data sits in memory and
+    /// whose reads have no other effect (no faults, no cache in front, no
+    /// service time): None otherwise, and `f` is not called. The slices
+    /// live only during the call; a write completing meanwhile may or may
+    /// not show, as with any read racing it. `Device::read_direct` has
+    /// checked the range: inside the device, aligned, not empty.
+    fn read_direct(
+        &self,
+        _offset: u64,
+        _len: u64,
+        _f: &mut dyn FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<()>,
+    ) -> Option<std::io::Result<()>> {
+        None
+    }
+
+    /// Whether `read_direct_lent` can serve reads (it may still decline
+    /// one: bad blocks appeared, or lending stopped).
+    fn lends_past_reads(&self) -> bool {
+        false
+    }
+
+    /// As `read_direct`, except that the bytes of the slices stay as they
+    /// are after `f` returns, for as long as anyone holds them by
+    /// reference, even if the blocks are written or discarded meanwhile:
+    /// `f` may hand them to the kernel (vmsplice into a pipe) for someone
+    /// else to read later. The driver never writes into such memory again
+    /// (a memory-backed null device gives a replaced page's frame to the
+    /// kernel before reusing the address). None, with `f` not called,
+    /// where the driver cannot.
+    fn read_direct_lent(
+        &self,
+        _offset: u64,
+        _len: u64,
+        _f: &mut dyn FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<()>,
+    ) -> Option<std::io::Result<()>> {
+        None
+    }
+
+    /// Zoned devices: appends up to `nr` zones, from the one holding
+    /// `sector`, to `out` (`report_zones`). Others: NotSupp.
+    fn report_zones(&self, _sector: u64, _nr: usize, _out: &mut Vec<crate::zoned::Zone>) -> Result<(), Status> {
+        Err(Status::NotSupp)
+    }
+}
+
+/// Opens the driver a spec names (`null:gb=1,sched=bfq`: a built-in
+/// driver or one added with [`crate::register_driver`]), and the
+/// block-layer options the spec sets.
+pub fn open(spec: &str) -> Result<(Box<dyn Driver>, QueueOptions), Error> {
+    let params = SpecParams::parse(spec)?;
+    let name = params.driver.as_str();
+    let driver = match crate::registry::driver(name) {
+        Some(factory) => factory(&params)?,
+        None => {
+            let accepted = crate::registry::driver_names().join(", ");
+            return Err(ConfigError::UnknownDriver { driver: name.to_string(), accepted }.into());
+        }
+    };
+    Ok((driver, params.queue_options()?))
+}
+
+/// Most extents one block-status answer carries (a prefix of the range).
+pub const MAX_EXTENTS: usize = 256;
+
+/// Extents of `[offset, offset + len)` by fixed `unit`s (pages), each
+/// unit a hole or not; neighbours of the same kind merge.
+pub fn extents_by(offset: u64, len: u64, unit: u64, out: &mut Vec<(u64, bool)>, is_hole: impl Fn(u64) -> bool) {
+    let end = offset + len;
+    let mut pos = offset;
+    while pos < end {
+        let n = (unit - pos % unit).min(end - pos);
+        let hole = is_hole(pos);
+        let full = out.len() == MAX_EXTENTS;
+        match out.last_mut() {
+            Some((bytes, h)) if *h == hole => *bytes += n,
+            _ if full => return,
+            _ => out.push((n, hole)),
+        }
+        pos += n;
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod extent_tests {
+    use super::*;
+
+    #[test]
+    fn unknown_driver_lists_drivers() {
+        crate::register_driver("test-listed", |_| Err(Error::Setup("unused".into())));
+        let e = open("test-liste:gb=1").err().unwrap().to_string();
+        assert!(e.contains("'test-liste'") && e.contains("test-listed"), "{e}");
+        assert!(e.contains("did you mean 'test-listed'"), "{e}");
+    }
+
+    #[test]
+    fn extents_merge_neighbours_and_stop_at_the_cap() {
+        let mut out = Vec::new();
+        // Pages 1 and 2 hold data; the range starts mid-page.
+        extents_by(2048, 4 * 4096, 4096, &mut out, |pos| !(4096..3 * 4096).contains(&pos));
+        assert_eq!(out, vec![(2048, true), (8192, false), (6144, true)]);
+        out.clear();
+        extents_by(0, 4096 * 1000, 4096, &mut out, |pos| (pos / 4096) % 2 == 0);
+        assert_eq!(out.len(), MAX_EXTENTS, "a prefix of the range, no more extents than the cap");
+        assert!(out.iter().all(|e| e.0 == 4096));
+    }
+}
