@@ -117,25 +117,35 @@ fn execute(line: &str, exports: &[(String, Device)]) -> Result<Option<String>, S
             }),
         }
     };
+    let power = |name: Option<&&str>| {
+        device(name)?.power().ok_or_else(|| {
+            "a power cut needs a volatile write cache, and this export has none (null: cache_size=MiB with \
+             memory_backed=1)"
+                .to_string()
+        })
+    };
+    let attrs = |name: Option<&&str>| {
+        device(name)?.attributes().ok_or_else(|| "this export's device has no live attributes".to_string())
+    };
     match words.as_slice() {
         ["power_cut", rest @ ..] if rest.len() <= 1 => {
-            let lost = device(rest.first())?.power_cut().map_err(|e| e.to_string())?;
+            let lost = power(rest.first())?.cut().map_err(|e| e.to_string())?;
             Ok(Some(format!("lost_pages={lost}")))
         }
         ["power_off", rest @ ..] if rest.len() <= 1 => {
-            let lost = device(rest.first())?.power_off().map_err(|e| e.to_string())?;
+            let lost = power(rest.first())?.off().map_err(|e| e.to_string())?;
             Ok(Some(format!("lost_pages={lost}")))
         }
         ["power_on", rest @ ..] if rest.len() <= 1 => {
-            let dropped = device(rest.first())?.power_on().map_err(|e| e.to_string())?;
+            let dropped = power(rest.first())?.on().map_err(|e| e.to_string())?;
             Ok(Some(format!("dropped={dropped}")))
         }
         ["set", key, value, rest @ ..] if rest.len() <= 1 => {
-            device(rest.first())?.set_attr(key, value).map_err(|e| e.to_string())?;
+            attrs(rest.first())?.set(key, value).map_err(|e| e.to_string())?;
             Ok(None)
         }
         ["get", key, rest @ ..] if rest.len() <= 1 => {
-            Ok(Some(device(rest.first())?.attr(key).map_err(|e| e.to_string())?))
+            Ok(Some(attrs(rest.first())?.get(key).map_err(|e| e.to_string())?))
         }
         [cmd @ ("power_cut" | "power_off" | "power_on" | "set" | "get"), ..] => Err(format!(
             "usage: power_cut|power_off|power_on [EXPORT] | set KEY VALUE [EXPORT] | get KEY [EXPORT] \

@@ -496,35 +496,6 @@ impl Driver for FileDriver {
         self.rings[hctx.index()].submit();
     }
 
-    /// Files: SEEK_DATA / SEEK_HOLE. Block devices cannot tell.
-    fn block_status(&self, offset: u64, len: u64, out: &mut Vec<(u64, bool)>) -> bool {
-        if self.blockdev {
-            return false;
-        }
-        let fd = self.file.as_raw_fd();
-        let end = offset + len;
-        let mut pos = offset;
-        while pos < end && out.len() < mqblk::driver::MAX_EXTENTS {
-            // SAFETY: lseek on our own fd; errors are checked.
-            let data = unsafe { libc::lseek(fd, pos as libc::off_t, libc::SEEK_DATA) };
-            let next = if data < 0 || data as u64 >= end {
-                out.push((end - pos, true)); // no data up to the end (ENXIO: none at all)
-                end
-            } else if data as u64 > pos {
-                out.push((data as u64 - pos, true));
-                data as u64
-            } else {
-                // SAFETY: as above.
-                let hole = unsafe { libc::lseek(fd, pos as libc::off_t, libc::SEEK_HOLE) };
-                let stop = if hole < 0 { end } else { (hole as u64).clamp(pos + 1, end) };
-                out.push((stop - pos, false));
-                stop
-            };
-            pos = next;
-        }
-        true
-    }
-
     fn poll(&self, hctx: &Hctx) -> usize {
         self.poll_ring(hctx, true)
     }
@@ -533,12 +504,15 @@ impl Driver for FileDriver {
         self.poll_ring(hctx, false)
     }
 
-    fn register_buffers(&self, bufs: &mqblk::FixedBufs) -> Result<bool, Error> {
-        for ring in self.rings.iter() {
-            ring.register_fixed(bufs)
-                .map_err(|e| Error::Setup(format!("file: registering {} fixed buffer bytes: {e}", bufs.span().1)))?;
+    /// Registered buffers always; block status for files (a block device
+    /// cannot tell its holes).
+    fn capabilities(&self) -> mqblk::driver::Capabilities<'_> {
+        let caps = mqblk::driver::Capabilities::none().fixed_buffers(self);
+        if self.blockdev {
+            caps
+        } else {
+            caps.block_status(self)
         }
-        Ok(true)
     }
 
     fn poll_fd(&self, hctx: &Hctx) -> Option<RawFd> {
@@ -610,5 +584,44 @@ impl Drop for FileDriver {
         if !self.threads.lock().is_empty() {
             self.shutdown();
         }
+    }
+}
+
+/// Holes and data of a regular file.
+impl mqblk::driver::BlockStatus for FileDriver {
+    /// SEEK_DATA / SEEK_HOLE.
+    fn block_status(&self, offset: u64, len: u64, out: &mut Vec<(u64, bool)>) {
+        let fd = self.file.as_raw_fd();
+        let end = offset + len;
+        let mut pos = offset;
+        while pos < end && out.len() < mqblk::driver::MAX_EXTENTS {
+            // SAFETY: lseek on our own fd; errors are checked.
+            let data = unsafe { libc::lseek(fd, pos as libc::off_t, libc::SEEK_DATA) };
+            let next = if data < 0 || data as u64 >= end {
+                out.push((end - pos, true)); // no data up to the end (ENXIO: none at all)
+                end
+            } else if data as u64 > pos {
+                out.push((data as u64 - pos, true));
+                data as u64
+            } else {
+                // SAFETY: as above.
+                let hole = unsafe { libc::lseek(fd, pos as libc::off_t, libc::SEEK_HOLE) };
+                let stop = if hole < 0 { end } else { (hole as u64).clamp(pos + 1, end) };
+                out.push((stop - pos, false));
+                stop
+            };
+            pos = next;
+        }
+    }
+}
+
+/// io_uring's registered buffers, on every ring.
+impl mqblk::driver::FixedBuffers for FileDriver {
+    fn register_buffers(&self, bufs: &mqblk::FixedBufs) -> Result<(), Error> {
+        for ring in self.rings.iter() {
+            ring.register_fixed(bufs)
+                .map_err(|e| Error::Setup(format!("file: registering {} fixed buffer bytes: {e}", bufs.span().1)))?;
+        }
+        Ok(())
     }
 }

@@ -468,8 +468,8 @@ fn fixed_buffers_carry_data_both_ways() {
     let size = 4 << 20;
     let dev = open(&format!("file:path={},size=4m,create=1,direct=1", f.path())).unwrap();
     let pool = FixedBufs::new(8, 64 << 10);
-    assert!(dev.register_fixed_bufs(&pool).unwrap(), "the file driver uses fixed buffers");
-    let e = dev.register_fixed_bufs(&FixedBufs::new(1, 4096)).unwrap_err().to_string();
+    dev.fixed_buffers().expect("the file driver uses fixed buffers").register(&pool).unwrap();
+    let e = dev.fixed_buffers().unwrap().register(&FixedBufs::new(1, 4096)).unwrap_err().to_string();
     assert!(e.contains("registered already"), "{e}");
     let mut c = dev.client_with_capacity(8);
     let mut model = vec![0u8; size];
@@ -517,5 +517,5 @@ fn fixed_buffers_carry_data_both_ways() {
     drop(dev);
     assert!(std::fs::read(f.path()).unwrap() == model, "the file holds what was written");
     let null = open("null:size=1").unwrap();
-    assert!(!null.register_fixed_bufs(&FixedBufs::new(1, 4096)).unwrap(), "null has no fixed buffers");
+    assert!(null.fixed_buffers().is_none(), "null has no fixed buffers");
 }

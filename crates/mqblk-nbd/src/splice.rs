@@ -55,7 +55,7 @@ impl Splicer {
     /// (copy path). Called on the connection's thread, whose SIGPIPE it
     /// blocks (module doc).
     pub(crate) fn new(device: &Device, socket: RawFd) -> Option<Self> {
-        if !is_unix_stream(socket) || !device.lends_past_reads() {
+        if !is_unix_stream(socket) || !device.direct_access().is_some_and(|d| d.lends()) {
             return None;
         }
         let (pipe_r, pipe_w) = pipe()?;
@@ -88,7 +88,8 @@ impl Splicer {
     ) -> std::io::Result<bool> {
         debug_assert!(self.fits(offset, len));
         let (pipe_w, iov) = (self.pipe_w.as_raw_fd(), &mut self.iov);
-        let lent = device.read_direct_lent(offset, len, &mut |slices| {
+        let Some(direct) = device.direct_access() else { return Ok(false) };
+        let lent = direct.read_lent(offset, len, &mut |slices| {
             warm(slices);
             vmsplice_all(pipe_w, slices, iov)
         });

@@ -220,7 +220,7 @@ impl<'a> Transmission<'a> {
             rbuf: Vec::with_capacity(2 * READ_CHUNK),
             batch: Vec::with_capacity(BATCH_REQUESTS),
             refused: Vec::with_capacity(BATCH_REQUESTS),
-            sparse_reads: neg.structured && export.device.block_status_is_cheap(),
+            sparse_reads: neg.structured && export.device.block_status().is_some_and(|b| b.is_cheap()),
             extents: Vec::with_capacity(mqblk::driver::MAX_EXTENTS),
             runs: Vec::with_capacity(mqblk::driver::MAX_EXTENTS + 1),
             spill: Vec::new(),
@@ -383,8 +383,8 @@ impl<'a> Transmission<'a> {
     /// true if it has a hole worth a chunk of its own.
     fn sparse_runs(&mut self, offset: u64, d: &[u8]) -> bool {
         let len = d.len() as u64;
-        self.export.device.block_status_into(offset, len, &mut self.extents)
-            && crate::sparse::read_runs(&self.extents, len, &mut self.runs)
+        let Some(map) = self.export.device.block_status() else { return false };
+        map.extents_into(offset, len, &mut self.extents) && crate::sparse::read_runs(&self.extents, len, &mut self.runs)
     }
 
     /// A structured read reply in chunks: OFFSET_HOLE for the holes of
@@ -560,7 +560,7 @@ impl<'a> Transmission<'a> {
         if self.sparse_reads
             && r.flags & CMD_FLAG_DF == 0
             && len >= SPARSE_READ_BYTES
-            && self.export.device.block_status_into(offset, len, &mut self.extents)
+            && self.export.device.block_status().is_some_and(|m| m.extents_into(offset, len, &mut self.extents))
             && crate::sparse::read_runs(&self.extents, len, &mut self.runs)
         {
             return Ok(false);
@@ -579,7 +579,11 @@ impl<'a> Transmission<'a> {
         let until = std::time::Instant::now() + DIRECT_READ_PIN_WAIT;
         let (out, spill) = (&self.out, &mut self.spill);
         let mut header: &[u8] = out;
-        let sent = self.export.device.read_direct(offset, len, &mut |slices| {
+        let Some(direct) = self.export.device.direct_access() else {
+            self.out.clear();
+            return Ok(false);
+        };
+        let sent = direct.read(offset, len, &mut |slices| {
             let head = std::mem::take(&mut header);
             let at = if spill.is_empty() { send_until(fd, head, slices, 0, until)? } else { 0 };
             copy_from(head, slices, at, spill);
@@ -623,7 +627,8 @@ impl<'a> Transmission<'a> {
         }
         let len = u64::from(r.length).min(self.export.size() - r.offset).max(1);
         let mut extents = std::mem::take(&mut self.extents);
-        if !self.export.device.block_status_into(r.offset, len, &mut extents) {
+        let known = self.export.device.block_status().is_some_and(|m| m.extents_into(r.offset, len, &mut extents));
+        if !known {
             // The device cannot tell: all of it is data (the safe answer).
             extents.clear();
             extents.push((len, false));

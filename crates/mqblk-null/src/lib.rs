@@ -388,60 +388,6 @@ impl Driver for NullDriver {
         l
     }
 
-    /// Memory-backed: unwritten pages are holes. Without memory backing
-    /// reads return whatever the buffer held, so nothing is claimed.
-    fn block_status(&self, offset: u64, len: u64, out: &mut Vec<(u64, bool)>) -> bool {
-        let Some(mem) = &self.mem else { return false };
-        mqblk::driver::extents_by(offset, len, mem::PAGE_SIZE, out, |pos| !mem.is_present(pos));
-        true
-    }
-
-    /// Memory-backed: a page-table lookup per page (a file asks the
-    /// kernel, SEEK_DATA, per page: not cheap).
-    fn block_status_is_cheap(&self) -> bool {
-        matches!(self.mem, Some(Store::Memory(_)))
-    }
-
-    /// Memory-backed, and a read would do nothing but copy: no cache in
-    /// front of the store, no faults or bad blocks, no zones, no service
-    /// model or completion thread (whose timing a direct read would skip).
-    fn read_direct(
-        &self,
-        offset: u64,
-        len: u64,
-        f: &mut dyn FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<()>,
-    ) -> Option<std::io::Result<()>> {
-        Some(self.direct_store()?.lend(offset, len, f))
-    }
-
-    /// Memory-backed (as `read_direct` is), on a kernel with 4 KiB pages
-    /// that takes lent frames back (mem/lent.rs).
-    #[cfg(not(loom))]
-    fn lends_past_reads(&self) -> bool {
-        matches!(&self.mem, Some(Store::Memory(mem)) if self.direct_reads && mem.lends())
-    }
-
-    /// As `read_direct`, the pages kept for whoever holds them (mem/lent.rs).
-    #[cfg(not(loom))]
-    fn read_direct_lent(
-        &self,
-        offset: u64,
-        len: u64,
-        f: &mut dyn FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<()>,
-    ) -> Option<std::io::Result<()>> {
-        self.direct_store()?.lend_past(offset, len, f)
-    }
-
-    fn report_zones(&self, sector: u64, nr: usize, out: &mut Vec<mqblk::zoned::Zone>) -> Result<(), Status> {
-        match &self.zoned {
-            Some(z) => {
-                z.report(sector, nr, out);
-                Ok(())
-            }
-            None => Err(Status::NotSupp),
-        }
-    }
-
     #[inline]
     fn queue_rq(&self, hctx: &Hctx, rq: Rq, _last: bool) -> QueueRqResult {
         if self.plain_inline && !hctx.is_poll() && self.badblocks.is_empty() {
@@ -481,29 +427,6 @@ impl Driver for NullDriver {
         Some(std::time::Duration::from_secs(30))
     }
 
-    /// Drops the write cache: unflushed writes are lost (torn into the
-    /// medium with `powercut_tear`); the device goes on with the durable
-    /// state.
-    fn power_cut(&self, hold_off: bool) -> Result<u64, mqblk::Error> {
-        match (&self.cache, &self.mem) {
-            (Some(c), Some(mem)) => Ok(c.power_cut(mem, hold_off)),
-            _ => Err(mqblk::config::ConfigError::Conflict {
-                driver: "null".into(),
-                message: "a power cut needs a volatile write cache (cache_size=MiB with memory_backed=1)".into(),
-            }
-            .into()),
-        }
-    }
-
-    fn power_on(&self) -> Result<u64, mqblk::Error> {
-        let conflict =
-            |message: &str| mqblk::config::ConfigError::Conflict { driver: "null".into(), message: message.into() };
-        match &self.cache {
-            Some(c) => c.power_on().ok_or_else(|| conflict("power_on: the power is on (power_off first)").into()),
-            None => Err(conflict("power_on: no volatile write cache, so no power to cut (cache_size=MiB)").into()),
-        }
-    }
-
     /// A request `timeout` lost ends with ETIMEDOUT (null_blk's
     /// `null_timeout_rq` for a fake timeout); any other keeps waiting.
     fn timeout(&self, _hctx: &Hctx, t: mqblk::driver::TimedOutRq) -> mqblk::driver::TimeoutAction {
@@ -517,28 +440,21 @@ impl Driver for NullDriver {
         }
     }
 
-    /// null_blk's configfs attributes that change a live device:
-    /// `badblocks` (`+START-END`, `-START-END`).
-    fn set_attr(&self, key: &str, value: &str) -> Result<(), mqblk::Error> {
-        let conflict = |message: String| mqblk::config::ConfigError::Conflict { driver: "null".into(), message };
-        match key {
-            "badblocks" if self.zoned.is_some() => {
-                Err(conflict("badblocks on a zoned device is not supported (zoned=1)".into()).into())
-            }
-            "badblocks" => self.badblocks.store(value).map_err(|e| conflict(e).into()),
-            _ => Err(conflict(format!("no attribute '{key}' to set on a live device (accepted: badblocks)")).into()),
+    fn capabilities(&self) -> mqblk::driver::Capabilities<'_> {
+        let mut caps = mqblk::driver::Capabilities::none().attributes(self);
+        if self.zoned.is_some() {
+            caps = caps.zones(self);
         }
-    }
-
-    fn attr(&self, key: &str) -> Result<String, mqblk::Error> {
-        match key {
-            "badblocks" => Ok(self.badblocks.list()),
-            _ => Err(mqblk::config::ConfigError::Conflict {
-                driver: "null".into(),
-                message: format!("no attribute '{key}' (accepted: badblocks)"),
-            }
-            .into()),
+        if self.mem.is_some() {
+            caps = caps.block_status(self);
         }
+        if self.direct_reads && matches!(self.mem, Some(Store::Memory(_))) {
+            caps = caps.direct_access(self);
+        }
+        if self.cache.is_some() {
+            caps = caps.power(self);
+        }
+        caps
     }
 
     fn shutdown(&self) {
@@ -635,6 +551,106 @@ impl Driver for NullDriver {
                 q.completed(),
                 q.pending()
             );
+        }
+    }
+}
+
+/// Zone reports: offered when `zoned=1`.
+impl mqblk::driver::Zoned for NullDriver {
+    fn report_zones(&self, sector: u64, nr: usize, out: &mut Vec<mqblk::zoned::Zone>) -> Result<(), Status> {
+        let z = self.zoned.as_ref().expect("offered only when zoned");
+        z.report(sector, nr, out);
+        Ok(())
+    }
+}
+
+/// Direct access: offered when memory-backed; each read may still decline.
+impl mqblk::driver::DirectAccess for NullDriver {
+    /// Memory-backed, and a read would do nothing but copy: no cache in
+    /// front of the store, no faults or bad blocks, no zones, no service
+    /// model or completion thread (whose timing a direct read would skip).
+    fn read_direct(&self, offset: u64, len: u64, f: &mut mqblk::driver::ReadFn<'_>) -> Option<std::io::Result<()>> {
+        Some(self.direct_store()?.lend(offset, len, f))
+    }
+
+    /// Memory-backed (as `read_direct` is), on a kernel with 4 KiB pages
+    /// that takes lent frames back (mem/lent.rs).
+    #[cfg(not(loom))]
+    fn lends_past_reads(&self) -> bool {
+        matches!(&self.mem, Some(Store::Memory(mem)) if self.direct_reads && mem.lends())
+    }
+
+    /// As `read_direct`, the pages kept for whoever holds them (mem/lent.rs).
+    #[cfg(not(loom))]
+    fn read_direct_lent(
+        &self,
+        offset: u64,
+        len: u64,
+        f: &mut mqblk::driver::ReadFn<'_>,
+    ) -> Option<std::io::Result<()>> {
+        self.direct_store()?.lend_past(offset, len, f)
+    }
+}
+
+/// Holes and data: offered when memory-backed.
+impl mqblk::driver::BlockStatus for NullDriver {
+    /// Memory-backed: unwritten pages are holes. Without memory backing
+    /// reads return whatever the buffer held, so nothing is claimed.
+    fn block_status(&self, offset: u64, len: u64, out: &mut Vec<(u64, bool)>) {
+        let mem = self.mem.as_ref().expect("offered only when memory-backed");
+        mqblk::driver::extents_by(offset, len, mem::PAGE_SIZE, out, |pos| !mem.is_present(pos));
+    }
+
+    /// Memory-backed: a page-table lookup per page (a file asks the
+    /// kernel, SEEK_DATA, per page: not cheap).
+    fn is_cheap(&self) -> bool {
+        matches!(self.mem, Some(Store::Memory(_)))
+    }
+}
+
+/// Power cuts: offered with a volatile write cache (`cache_size`).
+impl mqblk::driver::PowerControl for NullDriver {
+    /// Drops the write cache: unflushed writes are lost (torn into the
+    /// medium with `powercut_tear`); the device goes on with the durable
+    /// state.
+    fn power_cut(&self, hold_off: bool) -> Result<u64, mqblk::Error> {
+        let (Some(c), Some(mem)) = (&self.cache, &self.mem) else {
+            unreachable!("offered only with a write cache, which needs memory_backed=1")
+        };
+        Ok(c.power_cut(mem, hold_off))
+    }
+
+    fn power_on(&self) -> Result<u64, mqblk::Error> {
+        let conflict =
+            |message: &str| mqblk::config::ConfigError::Conflict { driver: "null".into(), message: message.into() };
+        let c = self.cache.as_ref().expect("offered only with a write cache");
+        c.power_on().ok_or_else(|| conflict("power_on: the power is on (power_off first)").into())
+    }
+}
+
+/// Live attributes (`badblocks`): always offered.
+impl mqblk::driver::Attributes for NullDriver {
+    /// null_blk's configfs attributes that change a live device:
+    /// `badblocks` (`+START-END`, `-START-END`).
+    fn set_attr(&self, key: &str, value: &str) -> Result<(), mqblk::Error> {
+        let conflict = |message: String| mqblk::config::ConfigError::Conflict { driver: "null".into(), message };
+        match key {
+            "badblocks" if self.zoned.is_some() => {
+                Err(conflict("badblocks on a zoned device is not supported (zoned=1)".into()).into())
+            }
+            "badblocks" => self.badblocks.store(value).map_err(|e| conflict(e).into()),
+            _ => Err(conflict(format!("no attribute '{key}' to set on a live device (accepted: badblocks)")).into()),
+        }
+    }
+
+    fn attr(&self, key: &str) -> Result<String, mqblk::Error> {
+        match key {
+            "badblocks" => Ok(self.badblocks.list()),
+            _ => Err(mqblk::config::ConfigError::Conflict {
+                driver: "null".into(),
+                message: format!("no attribute '{key}' (accepted: badblocks)"),
+            }
+            .into()),
         }
     }
 }

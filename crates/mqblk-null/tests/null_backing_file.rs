@@ -92,7 +92,7 @@ fn a_new_device_on_the_file_gets_exactly_the_durable_state() {
             let (durable, _) = workload(&mut dev.client(), seed, ops);
             // A cut, or the process gone: the cache is lost either way.
             if cut {
-                dev.power_cut().unwrap();
+                dev.power().unwrap().cut().unwrap();
             }
             drop(dev);
             let dev = open(&spec).unwrap();
@@ -146,7 +146,7 @@ fn without_a_cache_every_completed_write_outlives_the_device_and_discard_makes_h
     assert_holds(&mut c, &last, "reopened");
     c.write_at(&[7; 65536], 0).unwrap();
     c.submit_and_wait(Bio::discard(4096, 8192)).unwrap();
-    let map = dev.block_status(0, 65536).unwrap();
+    let map = dev.block_status().unwrap().extents(0, 65536).unwrap();
     assert_eq!(
         map,
         [(4096, false), (8192, true), (53248, false)],
@@ -164,7 +164,7 @@ fn write_through_loses_nothing_at_a_cut_and_advertises_no_cache_in_memory() {
     let dev = open("null:size=1,memory_backed=1,cache_size=1,cache_mode=writethrough,irqmode=0").unwrap();
     assert!(!dev.limits().write_cache && !dev.limits().fua);
     let (_, last) = workload(&mut dev.client(), 11, 200);
-    assert_eq!(dev.power_cut().unwrap(), 0, "nothing was only in the cache");
+    assert_eq!(dev.power().unwrap().cut().unwrap(), 0, "nothing was only in the cache");
     assert_holds(&mut dev.client(), &last, "write-through");
 }
 
@@ -252,7 +252,7 @@ fn the_typed_config_reaches_the_same_file_and_checks() {
         .backing_file(Some(path.clone()));
     let dev = Device::with_driver(Box::new(mqblk_null::NullDriver::new(cfg.clone()).unwrap())).unwrap();
     dev.client().write_at(&[3; 4096], 8192).unwrap();
-    assert_eq!(dev.power_cut().unwrap(), 0, "write-through: nothing only cached");
+    assert_eq!(dev.power().unwrap().cut().unwrap(), 0, "write-through: nothing only cached");
     drop(dev);
     let spec = format!("null:size=1,memory_backed=1,irqmode=0,backing_file={}", path.display());
     let dev = open(&spec).unwrap();

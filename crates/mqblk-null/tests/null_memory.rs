@@ -83,11 +83,11 @@ fn bad_io_is_refused_and_device_unchanged() {
     assert_eq!(out, vec![0u8; 4096]);
 }
 
-/// `Device::read_direct`'s bytes, joined, and how many slices each call
+/// `DirectReads::read`'s bytes, joined, and how many slices each call
 /// of the callee got.
 fn read_direct(dev: &Device, offset: u64, len: u64) -> Option<(Vec<u8>, Vec<usize>)> {
     let (mut bytes, mut calls) = (Vec::new(), Vec::new());
-    let r = dev.read_direct(offset, len, &mut |slices| {
+    let r = dev.direct_access()?.read(offset, len, &mut |slices| {
         calls.push(slices.len());
         for s in slices {
             bytes.extend_from_slice(s);
@@ -144,12 +144,12 @@ fn direct_reads_decline_where_a_read_does_more_than_copy() {
     {
         assert!(read_direct(&dev, offset, len).is_none(), "offset {offset} len {len}");
     }
-    dev.set_attr("badblocks", "+8-15").unwrap();
+    dev.attributes().unwrap().set("badblocks", "+8-15").unwrap();
     assert!(read_direct(&dev, 0, 4096).is_none(), "bad blocks fail reads: no direct access");
-    dev.set_attr("badblocks", "-8-15").unwrap();
+    dev.attributes().unwrap().set("badblocks", "-8-15").unwrap();
     assert!(read_direct(&dev, 0, 4096).is_some());
     let mut calls = 0;
-    let r = dev.read_direct(0, 2 << 20, &mut |_| {
+    let r = dev.direct_access().unwrap().read(0, 2 << 20, &mut |_| {
         calls += 1;
         Err(std::io::ErrorKind::BrokenPipe.into())
     });

@@ -412,7 +412,8 @@ impl Queue {
         let Some(offset) = desc.start_sector.checked_mul(512) else { return -libc::EINVAL };
         let Some(buf) = self.tags[usize::from(tag)].buf.as_mut() else { return -libc::EIO };
         let room = buf.capacity() / std::mem::size_of::<uapi::BlkZone>();
-        let zones = match self.device.report_zones(offset, (desc.nr_sectors as usize).min(room)) {
+        let Some(device_zones) = self.device.zones() else { return -libc::EOPNOTSUPP };
+        let zones = match device_zones.report(offset, (desc.nr_sectors as usize).min(room)) {
             Ok(zones) => zones,
             Err(e) => return -e.errno(),
         };

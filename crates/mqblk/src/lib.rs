@@ -36,11 +36,11 @@
 
 mod bio;
 mod buf;
-mod builder;
 mod client;
 pub mod clock;
 mod completion;
 pub mod config;
+mod device;
 pub mod driver;
 mod error;
 pub mod fixed;
@@ -62,15 +62,15 @@ mod timeout;
 pub mod zoned;
 
 pub use buf::{Buf, BUF_ALIGN};
-pub use builder::DeviceBuilder;
 pub use client::{Client, ClientStats, Completion, CompletionSink, RwCount};
 pub use clock::{now_ns, Clock, ClockSource};
 pub use config::{ConfigError, QueueOptions, SpecParams, Wake};
+pub use device::{Attrs, BlockStatusMap, Device, DeviceBuilder, DirectReads, Power, RegisteredBuffers, Zones};
 pub use error::{Error, Rejected, SubmitError};
 pub use fixed::FixedBufs;
 pub use hctx::Hctx;
 pub use plug::{Plug, PlugNesting};
-pub use queue::{Device, DeviceStats, QueueLimits, DEFAULT_MAX_SECTORS, DEFAULT_MAX_SEGMENTS, MAX_BIO_BYTES};
+pub use queue::{DeviceStats, QueueLimits, DEFAULT_MAX_SECTORS, DEFAULT_MAX_SEGMENTS, MAX_BIO_BYTES};
 pub use registry::{
     driver_names, elevator_names, register_driver, register_elevator, register_wake_policy, wake_policy_names,
     DriverFactory, ElevatorFactory, WakePolicyFactory,

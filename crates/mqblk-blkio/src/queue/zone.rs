@@ -30,8 +30,8 @@ impl Queue {
         if mgmt == ZoneMgmt::Reset {
             return self.submit(Bio::zone_reset_all(), user_data, None);
         }
-        let zones = match self.device.limits().zoned {
-            Some(z) => self.device.report_zones(0, z.nr_zones as usize),
+        let zones = match self.device.zones() {
+            Some(z) => z.report(0, z.limits().nr_zones as usize),
             None => return self.refuse(user_data, libc::ENOTSUP, format!("{what}: the device is not zoned")),
         };
         let zones = match zones {
@@ -77,7 +77,10 @@ impl Queue {
         if zones.is_null() && nr_zones > 0 {
             return self.refuse(user_data, libc::EINVAL, "blkioq_report_zones: zones is NULL".into());
         }
-        let report = match self.device.report_zones(offset, nr_zones as usize) {
+        let Some(device_zones) = self.device.zones() else {
+            return self.refuse(user_data, libc::ENOTSUP, "blkioq_report_zones: the device is not zoned".into());
+        };
+        let report = match device_zones.report(offset, nr_zones as usize) {
             Ok(report) => report,
             Err(e) => return self.refuse(user_data, e.errno(), format!("blkioq_report_zones at {offset}: {e}")),
         };

@@ -277,14 +277,14 @@ fn fixed_bufs(plan: &BenchPlan, dev: &Device) -> Result<Option<mqblk::FixedBufs>
         )));
     }
     let pool = mqblk::FixedBufs::new(nr_slots, slot_bytes);
-    match dev.register_fixed_bufs(&pool) {
-        Ok(true) => Ok(Some(pool)),
-        Ok(false) => Err(BenchError::BadInput(format!(
+    let Some(registered) = dev.fixed_buffers() else {
+        return Err(BenchError::BadInput(format!(
             "fixedbufs=1: the {} driver has no registered buffers (the file driver, --filename, has); use fixedbufs=0",
             dev.driver_name()
-        ))),
-        Err(e) => Err(BenchError::BadInput(format!("fixedbufs=1: {e}"))),
-    }
+        )));
+    };
+    registered.register(&pool).map_err(|e| BenchError::BadInput(format!("fixedbufs=1: {e}")))?;
+    Ok(Some(pool))
 }
 
 /// One clock for all jobs: the first explicit `clocksource`, else fio's

@@ -69,7 +69,8 @@ pub(super) struct ZoneWriter {
 
 impl ZoneWriter {
     pub(super) fn new(dev: &Device, region_start: u64, region_len: u64) -> Result<Self, String> {
-        let all = dev.report_zones(0, usize::MAX).map_err(|s| format!("zonemode=zbd: zone report failed: {s}"))?;
+        let zones = dev.zones().ok_or("zonemode=zbd: the device is not zoned")?;
+        let all = zones.report(0, usize::MAX).map_err(|s| format!("zonemode=zbd: zone report failed: {s}"))?;
         let zones: Vec<(u64, u64, u64)> = all
             .iter()
             .filter(|z| z.ztype == mqblk::zoned::ZoneType::SeqWriteRequired)

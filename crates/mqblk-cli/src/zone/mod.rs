@@ -103,7 +103,8 @@ impl ZoneTarget for DeviceTarget {
     }
 
     fn report(&mut self) -> Result<Vec<(&'static str, u64)>, i32> {
-        let zones = self.dev.report_zones(0, self.zoned.nr_zones as usize).map_err(|e| e.errno())?;
+        let zones = self.dev.zones().ok_or(libc::EOPNOTSUPP)?;
+        let zones = zones.report(0, self.zoned.nr_zones as usize).map_err(|e| e.errno())?;
         Ok(zones.iter().map(|z| (z.cond.name(), z.wp - z.start)).collect())
     }
 
@@ -187,7 +188,8 @@ pub fn run(command: ZoneCommand) -> Result<String, (u8, String)> {
 
 fn report_table(t: &DeviceTarget) -> String {
     let mut out = String::from("zone  start        len          capacity     wp           type  cond\n");
-    for (i, z) in t.dev.report_zones(0, t.zoned.nr_zones as usize).unwrap_or_default().iter().enumerate() {
+    let zones = t.dev.zones().map(|z| z.report(0, t.zoned.nr_zones as usize).unwrap_or_default());
+    for (i, z) in zones.unwrap_or_default().iter().enumerate() {
         let ztype = if z.ztype == mqblk::zoned::ZoneType::Conventional { "conv" } else { "seq" };
         out.push_str(&format!(
             "{i:<5} {:<12} {:<12} {:<12} {:<12} {ztype:<5} {}\n",

@@ -36,7 +36,7 @@ fn mgmt(c: &mut Client, op: ZoneMgmt, z: u64) -> Status {
 /// (condition, wp - start) of zone `z`; a report, so on 6.12 it also
 /// clears the zone's mark.
 fn cond(d: &Device, z: usize) -> (ZoneCond, u64) {
-    let zone = d.report_zones(0, 1 << 20).unwrap()[z];
+    let zone = d.zones().unwrap().report(0, 1 << 20).unwrap()[z];
     (zone.cond, zone.wp - zone.start)
 }
 
@@ -103,7 +103,7 @@ fn zone_full_starts_sequential_zones_full_at_their_capacity_on_6_12_only() {
     assert_eq!(write(&mut c, 1, 0, 8), Status::Ok);
     let e = open("null:gb=1,zoned=1,zone_size=64,zone_full=1,zoned_compat=6.1").unwrap_err();
     assert!(e.to_string().contains("zone_full=1 came with Linux 6.12"), "{e}");
-    assert!(dev(",zone_full=0,zoned_compat=6.1").report_zones(0, 1).unwrap()[0].cond == ZoneCond::Empty);
+    assert!(dev(",zone_full=0,zoned_compat=6.1").zones().unwrap().report(0, 1).unwrap()[0].cond == ZoneCond::Empty);
 }
 
 #[test]
@@ -124,7 +124,7 @@ fn a_smaller_last_zone_with_a_smaller_capacity_is_refused_in_both_modes() {
         let e = open(&spec).unwrap_err();
         assert!(e.to_string().contains("smaller last zone"), "{spec}: {e}");
         let runt = open(&format!("null:gb=3,zoned=1,zone_size=2048{compat}")).unwrap();
-        let zones = runt.report_zones(0, 4).unwrap();
+        let zones = runt.zones().unwrap().report(0, 4).unwrap();
         assert_eq!((zones.len(), zones[1].len, zones[1].capacity), (2, 2_097_152, 2_097_152), "{spec}");
     }
 }

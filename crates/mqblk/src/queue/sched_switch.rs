@@ -69,7 +69,7 @@ impl RequestQueue {
     /// freezes submissions, waits until every request has completed, swaps,
     /// and lets submissions in again. Nothing is lost; a request held in a
     /// thread's plug for more than `drain_timeout` makes it fail instead.
-    pub(super) fn set_scheduler(&self, sched: &Sched, drain_timeout: Duration) -> Result<(), Error> {
+    pub(crate) fn set_scheduler(&self, sched: &Sched, drain_timeout: Duration) -> Result<(), Error> {
         // Build first: a bad tunable fails before anything stops.
         self.check_zoned_sched(sched)?;
         let nr_requests = crate::sched::default_nr_requests(self.tag_set.queue_depth);

@@ -61,7 +61,7 @@ impl RequestQueue {
         self.splits.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(super) fn stats(&self) -> DeviceStats {
+    pub(crate) fn stats(&self) -> DeviceStats {
         let mut s = DeviceStats {
             tag_waits: self.tag_waits.load(Ordering::Relaxed),
             tag_wait_ns: self.tag_wait_ns.load(Ordering::Relaxed),
@@ -87,7 +87,7 @@ impl RequestQueue {
 
     /// The debugfs-like dump: per hardware queue, its counters and its
     /// tags' sbitmap state, then the driver's own lines.
-    pub(super) fn show(&self) -> String {
+    pub(crate) fn show(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "driver={}", self.driver.name());
         let _ = writeln!(out, "nr_hw_queues={}", self.hctxs.len());

@@ -42,14 +42,20 @@
 //! is inside a call from the block layer (inline completion, `poll`). That is
 //! what keeps the queue alive while a completion runs.
 
+mod caps;
+
 use std::time::Duration;
+
+pub use caps::{
+    extents_by, Attributes, BlockStatus, Capabilities, DirectAccess, FixedBuffers, PowerControl, ReadFn, Zoned,
+    MAX_EXTENTS,
+};
 
 use crate::config::{ConfigError, QueueOptions, SpecParams};
 use crate::error::Error;
 use crate::hctx::Hctx;
 use crate::queue::QueueLimits;
 use crate::request::{Rq, RqList};
-use crate::status::Status;
 use crate::tag::TagSetConfig;
 
 /// What `queue_rq` did with a request.
@@ -138,14 +144,6 @@ pub trait Driver: Send + Sync + 'static {
         self.poll(hctx)
     }
 
-    /// Registers `bufs` for I/O that lands in it (io_uring fixed buffers);
-    /// returns whether the driver uses them. The driver keeps the region
-    /// alive as long as it may use it. Drivers without such a notion keep
-    /// the default (false).
-    fn register_buffers(&self, _bufs: &crate::FixedBufs) -> Result<bool, crate::Error> {
-        Ok(false)
-    }
-
     /// An fd that becomes readable when `reap` on `hctx` would find
     /// completions (an io_uring's fd), so that a client can wait for its
     /// polled I/O in poll(2) beside other fds. None: no such fd.
@@ -181,110 +179,11 @@ pub trait Driver: Send + Sync + 'static {
     /// Driver lines for the debugfs-like stats dump.
     fn show(&self, _out: &mut String) {}
 
-    /// Changes attribute `key` of the live device (null_blk's configfs
-    /// attributes, e.g. `badblocks`). Drivers without any refuse.
-    fn set_attr(&self, key: &str, _value: &str) -> Result<(), crate::Error> {
-        Err(crate::config::ConfigError::Conflict {
-            driver: self.name().into(),
-            message: format!("no attribute '{key}' to set on a live device (this driver has none)"),
-        }
-        .into())
-    }
-
-    /// A power cut: whatever a volatile write cache holds that no FLUSH or
-    /// FUA made durable is lost, and the device goes on with the durable
-    /// state, or with `hold_off` drops every later change until
-    /// `power_on`. Returns the cache pages lost. Drivers without such a
-    /// cache refuse.
-    fn power_cut(&self, _hold_off: bool) -> Result<u64, crate::Error> {
-        Err(crate::config::ConfigError::Conflict {
-            driver: self.name().into(),
-            message: "a power cut needs a volatile write cache, and this driver has none".into(),
-        }
-        .into())
-    }
-
-    /// Ends a `power_cut` that held the power off. Returns the requests
-    /// dropped meanwhile.
-    fn power_on(&self) -> Result<u64, crate::Error> {
-        Err(crate::config::ConfigError::Conflict {
-            driver: self.name().into(),
-            message: "power_on: this driver has no power to cut".into(),
-        }
-        .into())
-    }
-
-    /// The value of attribute `key` (as `set_attr` would take it back).
-    fn attr(&self, key: &str) -> Result<String, crate::Error> {
-        Err(crate::config::ConfigError::Conflict {
-            driver: self.name().into(),
-            message: format!("no attribute '{key}' (this driver has none)"),
-        }
-        .into())
-    }
-
-    /// Which parts of `[offset, offset + len)` hold data: extents appended
-    /// to `out` as (bytes, hole), in order, covering a prefix of the range
-    /// (a hole reads as zeros). False: the driver cannot tell (all data).
-    /// For NBD: base:allocation, and sparse reads where it is cheap.
-    fn block_status(&self, _offset: u64, _len: u64, _out: &mut Vec<(u64, bool)>) -> bool {
-        false
-    }
-
-    /// Whether `block_status` costs about as little as a lookup in memory,
-    /// so that it may run beside every large read (NBD's sparse read
-    /// replies). Files answer by SEEK_DATA/SEEK_HOLE, which on some file
-    /// systems (tmpfs) walks every page up to the next hole: not cheap.
-    fn block_status_is_cheap(&self) -> bool {
-        false
-    }
-
-    /// Direct access for reads (the kernel's `dax_direct_access`, which
-    /// pmem offers): hands `f` the bytes of `[offset, offset + len)` as
-    /// slices of the driver's own memory, in order, in one or more calls,
-    /// without a request, and returns what `f` returned (its first error
-    /// ends the read). Only for a driver whose data sits in memory and
-    /// whose reads have no other effect (no faults, no cache in front, no
-    /// service time): None otherwise, and `f` is not called. The slices
-    /// live only during the call; a write completing meanwhile may or may
-    /// not show, as with any read racing it. `Device::read_direct` has
-    /// checked the range: inside the device, aligned, not empty.
-    fn read_direct(
-        &self,
-        _offset: u64,
-        _len: u64,
-        _f: &mut dyn FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<()>,
-    ) -> Option<std::io::Result<()>> {
-        None
-    }
-
-    /// Whether `read_direct_lent` can serve reads (it may still decline
-    /// one: bad blocks appeared, or lending stopped).
-    fn lends_past_reads(&self) -> bool {
-        false
-    }
-
-    /// As `read_direct`, except that the bytes of the slices stay as they
-    /// are after `f` returns, for as long as anyone holds them by
-    /// reference, even if the blocks are written or discarded meanwhile:
-    /// `f` may hand them to the kernel (vmsplice into a pipe) for someone
-    /// else to read later. The driver never writes into such memory again
-    /// (a memory-backed null device gives a replaced page's frame to the
-    /// kernel before reusing the address). None, with `f` not called,
-    /// where the driver cannot.
-    fn read_direct_lent(
-        &self,
-        _offset: u64,
-        _len: u64,
-        _f: &mut dyn FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<()>,
-    ) -> Option<std::io::Result<()>> {
-        None
-    }
-
-    /// Zoned devices: appends up to `nr` zones, from the one holding
-    /// `sector`, to `out` (`report_zones`). Others: NotSupp.
-    fn report_zones(&self, _sector: u64, _nr: usize, _out: &mut Vec<crate::zoned::Zone>) -> Result<(), Status> {
-        Err(Status::NotSupp)
+    /// The optional abilities this driver offers beside the request path
+    /// (zone reports, direct access, block status, live attributes, power
+    /// control, registered buffers: caps.rs). None by default.
+    fn capabilities(&self) -> Capabilities<'_> {
+        Capabilities::none()
     }
 }
 
@@ -302,27 +201,6 @@ pub fn open(spec: &str) -> Result<(Box<dyn Driver>, QueueOptions), Error> {
         }
     };
     Ok((driver, params.queue_options()?))
-}
-
-/// Most extents one block-status answer carries (a prefix of the range).
-pub const MAX_EXTENTS: usize = 256;
-
-/// Extents of `[offset, offset + len)` by fixed `unit`s (pages), each
-/// unit a hole or not; neighbours of the same kind merge.
-pub fn extents_by(offset: u64, len: u64, unit: u64, out: &mut Vec<(u64, bool)>, is_hole: impl Fn(u64) -> bool) {
-    let end = offset + len;
-    let mut pos = offset;
-    while pos < end {
-        let n = (unit - pos % unit).min(end - pos);
-        let hole = is_hole(pos);
-        let full = out.len() == MAX_EXTENTS;
-        match out.last_mut() {
-            Some((bytes, h)) if *h == hole => *bytes += n,
-            _ if full => return,
-            _ => out.push((n, hole)),
-        }
-        pos += n;
-    }
 }
 
 #[cfg(all(test, not(loom)))]

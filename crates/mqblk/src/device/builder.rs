@@ -18,11 +18,11 @@
 //! wake=batch` builds the same device (`Device::open`); both go through the
 //! same checks, whose errors name the spec key.
 
+use super::Device;
 use crate::config::{QueueOptions, Wake};
 use crate::driver::Driver;
 use crate::error::Error;
 use crate::plug::PlugNesting;
-use crate::queue::Device;
 use crate::sched::Sched;
 
 /// Builds a [`Device`]: choose a driver (`null`, `file` or `driver`),

@@ -1,0 +1,139 @@
+//! [`Device`]: the public, cloneable handle on a request queue (queue/):
+//! open one from a spec or typed configs, take a [`Client`] per thread,
+//! read its limits and stats, switch its scheduler, and ask it for the
+//! capabilities its driver offers (caps.rs).
+//!
+//! Relies on: queue/ (the request queue), client/ (clients), driver/ (the
+//! driver and its capabilities), config.rs (typed configs and specs).
+
+mod builder;
+mod caps;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::client::Client;
+use crate::config::QueueOptions;
+use crate::driver::Driver;
+use crate::error::Error;
+use crate::limits::QueueLimits;
+use crate::queue::{DeviceStats, RequestQueue};
+use crate::sched::Sched;
+use crate::sync::Ordering;
+use crate::tag::TagSetConfig;
+
+pub use builder::DeviceBuilder;
+pub use caps::{Attrs, BlockStatusMap, DirectReads, Power, RegisteredBuffers, Zones};
+
+/// A block device: a cheap, cloneable handle on a request queue. When the
+/// last handle and the last client are gone, the device is shut down
+/// (its threads joined, a backing file flushed and unlocked) before that
+/// drop returns.
+pub struct Device {
+    pub(crate) q: Arc<RequestQueue>,
+}
+
+impl Clone for Device {
+    fn clone(&self) -> Self {
+        self.q.get_user();
+        Self { q: self.q.clone() }
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        self.q.put_user();
+    }
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("driver", &self.q.driver.name())
+            .field("limits", &self.q.limits)
+            .field("tag_set", &self.q.tag_set)
+            .finish()
+    }
+}
+
+impl Device {
+    /// Opens a device from a spec such as
+    /// `null:irqmode=2,completion_nsec=20000,memory_backed=1`.
+    /// Block-layer keys (`wake=`, `sched=` and its tunables, ...) may appear
+    /// in any driver's spec. The driver is one registered by name
+    /// ([`crate::register_driver`]; mqblk-null's `register` adds `null`).
+    pub fn open(spec: &str) -> Result<Device, Error> {
+        let (driver, opts) = crate::driver::open(spec)?;
+        Self::with_driver_options(driver, opts)
+    }
+
+    /// A device over any driver, with the default block-layer options.
+    pub fn with_driver(driver: Box<dyn Driver>) -> Result<Device, Error> {
+        Self::with_driver_options(driver, QueueOptions::default())
+    }
+
+    /// A device over any driver with the given block-layer options.
+    pub fn with_driver_options(driver: Box<dyn Driver>, opts: QueueOptions) -> Result<Device, Error> {
+        Ok(Device { q: RequestQueue::new(driver, opts)? })
+    }
+
+    /// A client whose completion ring holds one hardware queue's depth.
+    pub fn client(&self) -> Client {
+        self.client_with_capacity(self.q.tag_set.queue_depth as usize)
+    }
+
+    /// A client that may have up to `capacity` I/Os outstanding (rounded up
+    /// to a power of two). Clients are spread over the hardware queues.
+    pub fn client_with_capacity(&self, capacity: usize) -> Client {
+        assert!(capacity > 0, "client capacity must be positive");
+        let shared = self.q.acquire_client(capacity);
+        let seq = self.q.client_seq.fetch_add(1, Ordering::Relaxed);
+        self.q.get_user();
+        Client::new(self.q.clone(), shared, seq)
+    }
+
+    pub fn limits(&self) -> &QueueLimits {
+        &self.q.limits
+    }
+
+    pub fn tag_set(&self) -> &TagSetConfig {
+        &self.q.tag_set
+    }
+
+    pub fn nr_hw_queues(&self) -> usize {
+        self.q.nr_hw_queues()
+    }
+
+    pub fn driver_name(&self) -> &str {
+        self.q.driver.name()
+    }
+
+    pub fn stats(&self) -> DeviceStats {
+        self.q.stats()
+    }
+
+    /// Tags currently allocated over all hardware queues (a snapshot).
+    pub fn busy_tags(&self) -> u32 {
+        self.q.hctxs.iter().map(|h| h.tags.busy()).sum()
+    }
+
+    /// The scheduler in use (`none`, `mq-deadline`, `kyber`, `bfq`).
+    pub fn scheduler(&self) -> String {
+        self.q.sched_name.lock().clone()
+    }
+
+    /// Switches the I/O scheduler of the live device, like writing
+    /// `queue/scheduler` (whose string form, `"bfq,limit_depths=0"`,
+    /// parses into a [`Sched`]). In-flight requests drain first (new
+    /// submissions wait); none is lost. Fails, leaving the scheduler as it
+    /// was, on a bad tunable, or if the queue does not drain within 30 s
+    /// (a thread holding requests in a plug).
+    pub fn set_scheduler(&self, sched: Sched) -> Result<(), Error> {
+        self.q.set_scheduler(&sched, Duration::from_secs(30))
+    }
+
+    /// A debugfs-like dump of every hardware queue and sbitmap.
+    pub fn show_stats(&self) -> String {
+        self.q.show()
+    }
+}
