@@ -25,18 +25,24 @@ use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use mqblk::Device;
+use mqblk::{Device, DeviceConfig};
 
 pub use queue::{blkio_completion, blkio_zone, Queue};
 
-/// A plain `file:` spec, opened for `nr_queues` queues whose clients
-/// reap their own rings (mqblk's `reaped_file_spec`): the file driver's
+/// The device a `path` spec names; a `file:` spec that chose no ring
+/// layout gets one for `nr_queues` queues whose clients reap their own
+/// rings (`FileConfig::reaped_by_clients`, then true): the file driver's
 /// default, a completion thread per ring waking the client, suits clients
 /// that cannot reap, but costs half the IOPS here (BENCHMARKS.md, "The C
-/// library's file default"). A queue's completion fd still works: it is
-/// registered with its ring.
-fn fast_file_spec(spec: &str, nr_queues: c_int) -> Option<String> {
-    mqblk_file::reaped_file_spec(spec, usize::try_from(nr_queues).unwrap_or(1))
+/// library"). A queue's completion fd still works: it is registered with
+/// its ring.
+fn fast_file_config(spec: &str, nr_queues: c_int) -> Result<(DeviceConfig, bool), mqblk::ConfigError> {
+    mqblk_null::register();
+    mqblk_file::register();
+    let mut cfg = DeviceConfig::parse(spec)?;
+    let nr_clients = usize::try_from(nr_queues).unwrap_or(1);
+    let chose = cfg.driver_mut::<mqblk_file::FileConfig>().is_some_and(|f| f.reaped_by_clients(nr_clients));
+    Ok((cfg, chose))
 }
 
 /// Most queues (regular plus poll) one instance may have: mqblk clients
@@ -196,10 +202,8 @@ impl Blkio {
         // A plain file spec is opened in its fast configuration from the
         // start (so properties such as supports-poll-queues describe the
         // device the queues get); `start` gives it a ring per queue.
-        mqblk_null::register();
-        mqblk_file::register();
-        let spec = fast_file_spec(path, 1).unwrap_or_else(|| path.to_string());
-        let device = Device::open(&spec).or_else(|e| fail(e.errno(), format!("blkio_connect: {path}: {e}")))?;
+        let open = || fast_file_config(path, 1).map_err(mqblk::Error::from)?.0.build();
+        let device = open().or_else(|e| fail(e.errno(), format!("blkio_connect: {path}: {e}")))?;
         self.device = Some(device);
         self.state = State::Connected;
         Ok(())
@@ -217,9 +221,11 @@ impl Blkio {
             State::Connected => {}
         }
         let nr_queues = self.num_queues + self.num_poll_queues;
-        if let Some(spec) = self.path.as_deref().and_then(|p| fast_file_spec(p, nr_queues)).filter(|_| nr_queues > 1) {
+        let reopen = self.path.as_deref().and_then(|p| fast_file_config(p, nr_queues).ok());
+        if let Some((cfg, true)) = reopen.filter(|_| nr_queues > 1) {
             // Reopened with one ring per queue (nothing was done on it yet).
-            let device = Device::open(&spec).or_else(|e| fail(e.errno(), format!("blkio_start: {spec}: {e}")))?;
+            let spec = cfg.to_string();
+            let device = cfg.build().or_else(|e| fail(e.errno(), format!("blkio_start: {spec}: {e}")))?;
             self.device = Some(device);
         }
         let device = self.device()?.clone();

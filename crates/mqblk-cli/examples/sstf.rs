@@ -95,7 +95,7 @@ impl Elevator for Sstf {
 
 fn main() -> ExitCode {
     // The one call that makes `sched=sstf` mean this scheduler.
-    mqblk::register_elevator("sstf", |args| Ok(Box::new(Sstf::new(args.nr_hw_queues))));
+    mqblk::register_elevator("sstf", &[], |args| Ok(Box::new(Sstf::new(args.nr_hw_queues))));
     let code = mqblk_cli::run(std::env::args());
     eprintln!("sstf: dispatched {} requests", DISPATCHED.load(Ordering::Relaxed));
     code

@@ -6,7 +6,7 @@
 //! SIGINT or SIGTERM stop it cleanly: connections finish their in-flight
 //! requests, then every writable device is flushed.
 
-use mqblk::Bio;
+use mqblk::{Bio, DeviceConfig};
 use mqblk_nbd::{Export, Listen, Server};
 
 /// An NBD server (fixed newstyle) over mqblk devices.
@@ -79,7 +79,7 @@ pub fn run(args: ServeArgs, matches: &clap::ArgMatches) -> Result<String, (u8, S
     let mut list = Vec::new();
     for (i, (spec, name)) in exports.iter().enumerate() {
         let name = name.clone().unwrap_or_else(|| if i == 0 { String::new() } else { format!("export{i}") });
-        let mut export = Export::open(&name, &fast_spec(spec), read_only).map_err(nbd_error)?;
+        let mut export = Export::new(&name, &fast_config(spec).map_err(bad)?, read_only).map_err(nbd_error)?;
         export.direct_reads = !no_direct_reads;
         export.splice_reads = !no_splice;
         list.push(export);
@@ -122,22 +122,16 @@ pub fn run(args: ServeArgs, matches: &clap::ArgMatches) -> Result<String, (u8, S
 /// with two, 3.1M context switches fewer and a fifth less server CPU. File exports keep their
 /// completion threads: reaping in the connections gained nothing there
 /// (docs/results/serve-default-reap.txt).
-fn fast_spec(spec: &str) -> String {
-    let params = match spec.strip_prefix("null") {
-        Some("") => "",
-        Some(rest) if rest.starts_with(':') => &rest[1..],
-        _ => return spec.to_string(),
-    };
-    let names = |key: &str| params.split(',').any(|kv| kv.split('=').next().map(str::trim) == Some(key));
-    if names("irqmode") {
-        return spec.to_string();
+fn fast_config(spec: &str) -> Result<DeviceConfig, String> {
+    crate::register_drivers();
+    let mut cfg = DeviceConfig::parse(spec).map_err(|e| format!("cannot open device '{spec}': {e}"))?;
+    if let Some(null) = cfg.driver_mut::<mqblk_null::NullConfig>() {
+        if null.irqmode.is_none() {
+            log::info!("a null export completes inline (irqmode=0): name irqmode in its spec to choose");
+            null.irqmode = Some(mqblk_null::IrqMode::None);
+        }
     }
-    log::info!("a null export completes inline (irqmode=0): name irqmode in its spec to choose");
-    if params.is_empty() {
-        "null:irqmode=0".into()
-    } else {
-        format!("{spec},irqmode=0")
-    }
+    Ok(cfg)
 }
 
 /// The exit code and message for a server error: 2 for what the command
@@ -187,16 +181,17 @@ pub(crate) fn init_logger(command: &'static str) {
 
 #[cfg(test)]
 mod tests {
-    use super::fast_spec;
+    use super::fast_config;
 
     #[test]
     fn null_exports_complete_inline_unless_their_spec_chose() {
-        assert_eq!(fast_spec("null:gb=1,memory_backed=1"), "null:gb=1,memory_backed=1,irqmode=0");
-        assert_eq!(fast_spec("null:"), "null:irqmode=0");
-        assert_eq!(fast_spec("null"), "null:irqmode=0");
-        assert_eq!(fast_spec("nullx:a=1"), "nullx:a=1");
-        assert_eq!(fast_spec("null:gb=1,irqmode=1"), "null:gb=1,irqmode=1");
-        assert_eq!(fast_spec("null:irqmode=2,completion_nsec=5000"), "null:irqmode=2,completion_nsec=5000");
-        assert_eq!(fast_spec("file:path=/x"), "file:path=/x");
+        let spec = |s: &str| fast_config(s).unwrap().to_string();
+        assert_eq!(spec("null:gb=1,memory_backed=1"), "null:gb=1,irqmode=0,memory_backed=1");
+        assert_eq!(spec("null:"), "null:irqmode=0");
+        assert_eq!(spec("null"), "null:irqmode=0");
+        assert_eq!(spec("null:gb=1,irqmode=1"), "null:gb=1,irqmode=1");
+        assert_eq!(spec("null:irqmode=2,completion_nsec=5000"), "null:irqmode=2,completion_nsec=5000");
+        assert_eq!(spec("file:path=/x"), "file:path=/x");
+        assert!(fast_config("nullx:a=1").unwrap_err().contains("unknown device driver 'nullx'"));
     }
 }

@@ -14,7 +14,7 @@
 //! | registerfiles | 1 | register the file with each ring (fio's registerfiles) |
 //! | readonly | 0 | open read-only (writes fail with EBADF from the kernel) |
 //! | single_issuer | 0 | with reap=client: each ring is used by one thread only (one client per ring, sched=none), so rings get IORING_SETUP_SINGLE_ISSUER and DEFER_TASKRUN as fio sets them (completions then reach a client only through its own io_uring_enter: a reap that does not sleep enters when the kernel marks task work pending); I/O from another thread fails. The C library's fast setting for programs that use each queue from one thread (fio); not its default, since libblkio lets a queue move between threads |
-//! | reap | thread | `thread`: each ring's completion thread reaps it and wakes clients (interrupt style); `client`: no completion thread, a client waiting for its I/O reaps its ring itself, sleeping in io_uring_enter (fio's io_uring engine's way; give each client its own ring with submit_queues; a client's completion fd is registered with its ring). `mqblk bench` and the C library use `client` for a spec that names none of reap, submit_queues, poll_queues (`reaped_file_spec`) |
+//! | reap | thread | `thread`: each ring's completion thread reaps it and wakes clients (interrupt style); `client`: no completion thread, a client waiting for its I/O reaps its ring itself, sleeping in io_uring_enter (fio's io_uring engine's way; give each client its own ring with submit_queues; a client's completion fd is registered with its ring). `mqblk bench` and the C library use `client` for a spec that names none of reap, submit_queues, poll_queues (`FileConfig::reaped_by_clients`) |
 //!
 //! Ops: read and write (readv/writev of a request's segments), flush
 //! (fdatasync), FUA (RWF_DSYNC), discard and write zeroes (files: a punched
@@ -24,7 +24,10 @@
 //!
 //! Relies on: ring.rs, the Driver trait, the io-uring crate.
 
+mod config;
 mod ring;
+
+pub use config::{FileConfig, Reap, FILE_KEYS};
 
 use std::fmt::Write as _;
 use std::fs::{File, OpenOptions};
@@ -35,7 +38,7 @@ use std::thread::JoinHandle;
 
 use parking_lot::Mutex;
 
-use mqblk::config::{ConfigError, SpecParams};
+use mqblk::config::SpecParams;
 use mqblk::driver::{Driver, QueueRqResult};
 use mqblk::Error;
 use mqblk::Hctx;
@@ -46,64 +49,6 @@ use mqblk::{Op, Rq};
 
 use ring::Ring;
 
-/// The fast configuration of a `file:` spec for `nr_clients` clients that
-/// can reap (they wait in `do_io`, or on a completion fd, which is then
-/// registered with their ring): `reap=client` and a ring per client, as
-/// fio's io_uring engine runs. The driver's own default (`reap=thread`, a
-/// completion thread per ring waking the clients) suits any client, but
-/// costs about half the IOPS of a tmpfs file at QD32 (BENCHMARKS.md, issue
-/// 20, "fast by default"); `mqblk bench` and the C library, whose clients
-/// reap, open plain file specs through this. None when `spec` is not a
-/// file spec or already names `reap`, `submit_queues` or `poll_queues`
-/// (its author chose).
-pub fn reaped_file_spec(spec: &str, nr_clients: usize) -> Option<String> {
-    let params = spec.strip_prefix("file:")?;
-    let named = |key: &str| params.split(',').any(|kv| kv.split('=').next() == Some(key));
-    if named("reap") || named("submit_queues") || named("poll_queues") {
-        return None;
-    }
-    Some(format!("{spec},reap=client,submit_queues={}", nr_clients.clamp(1, 64)))
-}
-
-#[cfg(test)]
-mod spec_tests {
-    use super::reaped_file_spec;
-
-    #[test]
-    fn a_plain_file_spec_gets_a_reaped_ring_per_client() {
-        assert_eq!(reaped_file_spec("file:path=/x", 2).as_deref(), Some("file:path=/x,reap=client,submit_queues=2"));
-        let direct = reaped_file_spec("file:path=/x,direct=1", 0);
-        assert_eq!(direct.as_deref(), Some("file:path=/x,direct=1,reap=client,submit_queues=1"));
-        assert_eq!(reaped_file_spec("file:path=/x", 500).as_deref(), Some("file:path=/x,reap=client,submit_queues=64"));
-        // A path that merely contains a key's name names no key.
-        assert!(reaped_file_spec("file:path=/reap=thread", 1).is_some());
-    }
-
-    #[test]
-    fn a_spec_that_chose_is_left_alone() {
-        for spec in
-            ["file:path=/x,reap=thread", "file:path=/x,submit_queues=3", "file:path=/x,poll_queues=1", "null:gb=1"]
-        {
-            assert_eq!(reaped_file_spec(spec, 1), None, "{spec}");
-        }
-    }
-}
-
-pub const FILE_KEYS: &[&str] = &[
-    "path",
-    "direct",
-    "size",
-    "create",
-    "queue_depth",
-    "submit_queues",
-    "poll_queues",
-    "bs",
-    "registerfiles",
-    "readonly",
-    "reap",
-    "single_issuer",
-];
-
 /// Segments one request may carry (its iovec array).
 const MAX_SEGMENTS: u32 = 128;
 
@@ -112,143 +57,6 @@ const BLKGETSIZE64: u64 = (2 << 30) | (8 << 16) | (0x12 << 8) | 114;
 const BLKSSZGET: u64 = 0x1268;
 const BLKDISCARD: u64 = 0x1277;
 const BLKZEROOUT: u64 = 0x127f;
-
-/// The `file:` spec's parameters: `FileConfig::new(path)` has the
-/// defaults of the module table, changed by a setter named as each field.
-/// The same checks as a `file:` spec apply when the device is built.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct FileConfig {
-    pub path: String,
-    pub direct: bool,
-    pub size_bytes: Option<u64>,
-    pub create: bool,
-    pub queue_depth: u32,
-    pub submit_queues: usize,
-    pub poll_queues: usize,
-    pub bs: Option<u32>,
-    pub register_files: bool,
-    pub readonly: bool,
-    /// `reap=client`: submitters reap their rings (no completion threads).
-    pub reap_by_client: bool,
-    /// `single_issuer=1` (needs reap=client).
-    pub single_issuer: bool,
-}
-
-/// "4096", "64k", "1g": bytes.
-fn parse_bytes(p: &SpecParams, key: &str) -> Result<Option<u64>, ConfigError> {
-    let Some(v) = p.raw(key) else { return Ok(None) };
-    let (num, shift) = match v.chars().last().map(|c| c.to_ascii_lowercase()) {
-        Some('k') => (&v[..v.len() - 1], 10),
-        Some('m') => (&v[..v.len() - 1], 20),
-        Some('g') => (&v[..v.len() - 1], 30),
-        Some('t') => (&v[..v.len() - 1], 40),
-        _ => (v, 0),
-    };
-    let bad = || ConfigError::BadValue {
-        driver: p.driver.clone(),
-        key: key.into(),
-        value: v.into(),
-        expected: "a byte count such as 1048576, 64k, 4g".into(),
-    };
-    let n: u64 = num.parse().map_err(|_| bad())?;
-    n.checked_mul(1 << shift).map(Some).ok_or_else(bad)
-}
-
-impl FileConfig {
-    /// The defaults of the module table, on `path`.
-    pub fn new(path: impl Into<String>) -> Self {
-        Self {
-            path: path.into(),
-            direct: false,
-            size_bytes: None,
-            create: false,
-            queue_depth: 128,
-            submit_queues: 1,
-            poll_queues: 0,
-            bs: None,
-            register_files: true,
-            readonly: false,
-            reap_by_client: false,
-            single_issuer: false,
-        }
-    }
-
-    /// Device size in bytes (`size=`; default: the file's).
-    pub fn size_bytes(mut self, size_bytes: u64) -> Self {
-        self.size_bytes = Some(size_bytes);
-        self
-    }
-
-    /// Logical block size (`bs=`).
-    pub fn bs(mut self, bs: u32) -> Self {
-        self.bs = Some(bs);
-        self
-    }
-
-    mqblk::setters! {
-        direct: bool,
-        create: bool,
-        queue_depth: u32,
-        submit_queues: usize,
-        poll_queues: usize,
-        register_files: bool,
-        readonly: bool,
-        reap_by_client: bool,
-        single_issuer: bool,
-    }
-
-    /// Checks every value as a `file:` spec's would be (errors name the
-    /// spec key).
-    pub fn validate(&self) -> Result<Self, ConfigError> {
-        let b = |v: bool| u64::from(v).to_string();
-        let mut pairs = vec![
-            ("path", self.path.clone()),
-            ("direct", b(self.direct)),
-            ("create", b(self.create)),
-            ("queue_depth", self.queue_depth.to_string()),
-            ("submit_queues", self.submit_queues.to_string()),
-            ("poll_queues", self.poll_queues.to_string()),
-            ("registerfiles", b(self.register_files)),
-            ("readonly", b(self.readonly)),
-            ("reap", if self.reap_by_client { "client" } else { "thread" }.to_string()),
-            ("single_issuer", b(self.single_issuer)),
-        ];
-        pairs.extend(self.size_bytes.map(|v| ("size", v.to_string())));
-        pairs.extend(self.bs.map(|v| ("bs", v.to_string())));
-        let pairs = pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
-        Self::from_params(&SpecParams::from_pairs("file", pairs))
-    }
-
-    pub fn from_params(p: &SpecParams) -> Result<Self, ConfigError> {
-        p.check_keys(FILE_KEYS)?;
-        let path = p.raw("path").ok_or_else(|| p.conflict("path=... is required (a file or a block device)"))?;
-        let bs = match p.raw("bs") {
-            None => None,
-            Some(_) => {
-                let bs = p.u64_in("bs", 512, 512, 65536)? as u32;
-                if !bs.is_power_of_two() {
-                    return Err(p.conflict(format!("bs={bs} is not a power of two")));
-                }
-                Some(bs)
-            }
-        };
-        Ok(Self {
-            path: path.to_string(),
-            direct: p.bool("direct", false)?,
-            size_bytes: parse_bytes(p, "size")?,
-            create: p.bool("create", false)?,
-            queue_depth: p.u64_in("queue_depth", 128, 1, 4096)? as u32,
-            submit_queues: p.u64_in("submit_queues", 1, 1, 64)? as usize,
-            poll_queues: p.u64_in("poll_queues", 0, 0, 64)? as usize,
-            bs,
-            register_files: p.bool("registerfiles", true)?,
-            readonly: p.bool("readonly", false)?,
-            reap_by_client: p.choice("reap", "thread", &["thread", "client"])? == "client",
-            single_issuer: p.bool("single_issuer", false)?,
-        })
-    }
-}
 
 /// A setup error naming the file: "file: {what} {path}: {e}".
 fn setup_error(cfg: &FileConfig, what: &str, e: std::io::Error) -> Error {
@@ -316,12 +124,12 @@ type RingsAndThreads = (Vec<Arc<Ring>>, Vec<JoinHandle<()>>);
 /// One ring per hardware queue (with IORING_SETUP_IOPOLL for the poll
 /// queues), and a completion thread for each ring that no client reaps.
 fn start_rings(cfg: &FileConfig, fd: RawFd) -> Result<RingsAndThreads, Error> {
-    let nr_rings = cfg.submit_queues + cfg.poll_queues;
+    let nr_rings = cfg.nr_submit_queues() + cfg.nr_poll_queues();
     let mut rings = Vec::with_capacity(nr_rings);
     let mut threads = Vec::new();
     for i in 0..nr_rings {
-        let iopoll = i >= cfg.submit_queues;
-        let polled = iopoll || cfg.reap_by_client;
+        let iopoll = i >= cfg.nr_submit_queues();
+        let polled = iopoll || cfg.reaped_by_client();
         let single = cfg.single_issuer && !iopoll;
         let ring = Ring::new(cfg.queue_depth, fd, cfg.register_files, iopoll, polled, single, MAX_SEGMENTS as usize)
             .map_err(|e| Error::Setup(format!("file: cannot create an io_uring ({e}): is io_uring available (kernel >= 5.6, not blocked by seccomp)?")))?;
@@ -360,16 +168,16 @@ fn sysfs_queue(file: &File) -> Option<SysfsQueue> {
 
 /// Makes `file:` specs open a file or block device
 /// (`Device::open("file:path=disk.img")`), through the same registry an
-/// outside driver uses. Call it once before opening specs; calling it
-/// again changes nothing.
+/// outside driver uses: a spec's `file` keys parse into a [`FileConfig`].
+/// Call it once before opening specs; calling it again changes nothing.
 pub fn register() {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| mqblk::register_driver("file", open));
+    ONCE.call_once(|| mqblk::register_driver_config("file", parse));
 }
 
-/// A `file:` spec's driver.
-fn open(p: &SpecParams) -> Result<Box<dyn Driver>, Error> {
-    Ok(Box::new(FileDriver::from_params(p)?))
+/// A `file:` spec's keys, typed.
+fn parse(p: &SpecParams) -> Result<Box<dyn mqblk::driver::DriverConfig>, mqblk::config::ConfigError> {
+    Ok(Box::new(FileConfig::from_params(p)?))
 }
 
 pub struct FileDriver {
@@ -390,14 +198,14 @@ impl FileDriver {
 
     /// A file device; `cfg` is checked first (`FileConfig::validate`).
     pub fn new(cfg: FileConfig) -> Result<Self, Error> {
-        let cfg = cfg.validate()?;
+        cfg.validate()?;
         let (file, blockdev, size_bytes, lbs) = open_sized(&cfg)?;
-        if cfg.single_issuer && !cfg.reap_by_client {
+        if cfg.single_issuer && !cfg.reaped_by_client() {
             return Err(Error::Setup(
                 "file: single_issuer=1 needs reap=client (a completion thread would issue too)".into(),
             ));
         }
-        if cfg.poll_queues > 0 && !cfg.direct {
+        if cfg.nr_poll_queues() > 0 && !cfg.direct {
             return Err(Error::Setup(
                 "file: poll_queues needs direct=1 (IORING_SETUP_IOPOLL polls O_DIRECT I/O only)".into(),
             ));
@@ -414,7 +222,7 @@ impl FileDriver {
             rings: rings.into_boxed_slice(),
             threads: Mutex::new(threads),
         };
-        if d.cfg.poll_queues > 0 {
+        if d.cfg.nr_poll_queues() > 0 {
             d.probe_polling()?;
         }
         Ok(d)
@@ -426,7 +234,7 @@ impl FileDriver {
     fn probe_polling(&self) -> Result<(), Error> {
         let mut buf = mqblk::Buf::new(self.lbs as usize);
         let iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-        let res = self.rings[self.cfg.submit_queues].probe_read(&iov);
+        let res = self.rings[self.cfg.nr_submit_queues()].probe_read(&iov);
         match res {
             r if r >= 0 => Ok(()),
             r => Err(Error::Setup(format!(
@@ -457,8 +265,8 @@ impl Driver for FileDriver {
 
     fn tag_set(&self) -> TagSetConfig {
         let mut t = TagSetConfig::new(self.rings.len(), self.cfg.queue_depth);
-        t.poll_queues = self.cfg.poll_queues;
-        t.submitter_reaps = self.cfg.reap_by_client;
+        t.poll_queues = self.cfg.nr_poll_queues();
+        t.submitter_reaps = self.cfg.reaped_by_client();
         t
     }
 
@@ -561,7 +369,7 @@ impl Driver for FileDriver {
             self.lbs,
             self.blockdev as u8,
             self.rings.len(),
-            c.poll_queues,
+            c.nr_poll_queues(),
             self.rings.iter().map(|r| r.fixed_ios.load(std::sync::atomic::Ordering::Relaxed)).sum::<usize>()
         );
     }

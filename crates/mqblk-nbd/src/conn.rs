@@ -8,7 +8,7 @@
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 
-use mqblk::Device;
+use mqblk::{Device, DeviceConfig};
 
 use crate::proto::*;
 use crate::transmission::Transmission;
@@ -33,15 +33,23 @@ pub struct Export {
 }
 
 impl Export {
-    /// An export of the device `spec` opens (see `mqblk::Device::open`),
-    /// described by its spec.
+    /// An export of the device `spec` opens (`null:` and `file:` specs,
+    /// or a driver registered by name), described by its spec.
     pub fn open(name: &str, spec: &str, read_only: bool) -> Result<Self, Error> {
         mqblk_null::register();
         mqblk_file::register();
-        let device = Device::open(spec).map_err(|source| Error::Device { spec: spec.to_string(), source })?;
+        let config = DeviceConfig::parse(spec)
+            .map_err(|source| Error::Device { spec: spec.to_string(), source: source.into() })?;
+        Self::new(name, &config, read_only)
+    }
+
+    /// An export of the device `config` builds, described by its spec.
+    pub fn new(name: &str, config: &DeviceConfig, read_only: bool) -> Result<Self, Error> {
+        let spec = config.to_string();
+        let device = config.build().map_err(|source| Error::Device { spec: spec.clone(), source })?;
         Ok(Self {
             name: name.to_string(),
-            description: spec.to_string(),
+            description: spec,
             device,
             read_only,
             direct_reads: true,

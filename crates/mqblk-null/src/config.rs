@@ -45,10 +45,15 @@
 //! | error_read, error_write, error_flush, error_discard | (none) | transient errors (mqblk's): requests of that op (discard: discard and write zeroes) fail with EIO without being handled, same syntax; a retry may succeed |
 //! | zone_lock | per-zone | a lock per zone or one `global` device lock (the design before "null_blk: improve zone locking"); either spins without memory_backed and sleeps with it (zoned.rs) |
 //!
-//! Relies on: config.rs (SpecParams, ConfigError) for the spec; zoned.rs
-//! for the zoned parameters.
+//! A spec is parsed once into a `NullConfig` (`NullConfig::from_params`,
+//! each key's range and format); `validate` then checks the values
+//! together, for specs and typed configs alike, and `write_spec` prints the
+//! keys that differ from these defaults (spec.rs).
+//!
+//! Relies on: mqblk's spec grammar (SpecParams, ConfigError); zoned/ for
+//! the zoned parameters; badblocks.rs and fault.rs for their value forms.
 
-use mqblk::config::{ConfigError, SpecParams};
+use mqblk::config::{check_range, ConfigError, SpecParams};
 use mqblk::SECTOR_SIZE;
 
 pub use super::fault::FaultSpec;
@@ -125,13 +130,21 @@ pub enum CacheMode {
     Writethrough,
 }
 
+impl IrqMode {
+    /// From the spec value 0, 1 or 2.
+    pub fn from_number(n: u64) -> Option<Self> {
+        [IrqMode::None, IrqMode::Softirq, IrqMode::Timer].into_iter().find(|m| *m as u64 == n)
+    }
+}
+
 /// How hipri requests are completed by polling (`poll_mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PollMode {
     /// Dedicated poll queues with notifications always off (the kernel's
     /// merged design, NVMe's and later virtio_blk's).
     Queues,
-    /// Shared queues that toggle notifications (seed 002's RFC).
+    /// Shared queues that toggle notifications (the RFC "virtio_blk:
+    /// implement blk_mq_ops->poll()", whose design was not merged).
     Hybrid,
 }
 
@@ -148,7 +161,10 @@ pub struct NullConfig {
     pub poll_queues: usize,
     pub poll_mode: PollMode,
     pub hw_queue_depth: u32,
-    pub irqmode: IrqMode,
+    /// `irqmode`: None until chosen, which is null_blk's default,
+    /// softirq ([`NullConfig::irq_mode`]); a front end may choose for a
+    /// spec that did not (`mqblk serve` completes inline).
+    pub irqmode: Option<IrqMode>,
     pub completion_nsec: u64,
     /// `irq_cpus`: the completion threads' CPUs (empty: wherever the
     /// scheduler puts them).
@@ -191,7 +207,7 @@ impl Default for NullConfig {
             poll_queues: 1,
             poll_mode: PollMode::Queues,
             hw_queue_depth: 64,
-            irqmode: IrqMode::Softirq,
+            irqmode: None,
             completion_nsec: 10_000,
             irq_cpus: Vec::new(),
             memory_backed: false,
@@ -217,6 +233,29 @@ impl Default for NullConfig {
     }
 }
 
+/// The accepted range of each integer key: one table for the spec's parse
+/// and the typed checks, so both name the same bounds.
+mod range {
+    pub const GB: (u64, u64) = (1, 1 << 20);
+    pub const SIZE_MB: (u64, u64) = (0, 1 << 30);
+    pub const BS: (u64, u64) = (512, 4096);
+    pub const QUEUES: (u64, u64) = (1, 1024);
+    pub const POLL_QUEUES: (u64, u64) = (0, 1024);
+    pub const HW_QUEUE_DEPTH: (u64, u64) = (1, 65536);
+    pub const IRQMODE: (u64, u64) = (0, 2);
+    pub const COMPLETION_NSEC: (u64, u64) = (0, 60_000_000_000);
+    pub const CACHE_SIZE_MB: (u64, u64) = (0, 1 << 20);
+    pub const MBPS: (u64, u64) = (0, 1 << 30);
+    pub const MAX_SECTORS: (u64, u64) = (1, 1 << 20);
+    pub const MAX_SEGMENTS: (u64, u64) = (1, 65535);
+    pub const SEEK_NSEC: (u64, u64) = (0, 10_000_000_000);
+    pub const CHANNELS: (u64, u64) = (0, 4096);
+    pub const ZONE_SIZE_MB: (u64, u64) = (1, 1 << 20);
+    pub const ZONE_CAPACITY_MB: (u64, u64) = (0, 1 << 20);
+    pub const ZONE_COUNT: (u64, u64) = (0, 1 << 20);
+    pub const ZONE_APPEND_MAX_SECTORS: (u64, u64) = (0, 1 << 22);
+}
+
 impl NullConfig {
     /// null_blk's defaults.
     pub fn new() -> Self {
@@ -235,13 +274,24 @@ impl NullConfig {
         self
     }
 
+    /// Sets `irqmode`.
+    pub fn irqmode(mut self, irqmode: IrqMode) -> Self {
+        self.irqmode = Some(irqmode);
+        self
+    }
+
+    /// The completion mode in effect: as chosen, else null_blk's default
+    /// (softirq).
+    pub fn irq_mode(&self) -> IrqMode {
+        self.irqmode.unwrap_or(IrqMode::Softirq)
+    }
+
     mqblk::setters! {
         bs: u32,
         submit_queues: usize,
         poll_queues: usize,
         poll_mode: PollMode,
         hw_queue_depth: u32,
-        irqmode: IrqMode,
         completion_nsec: u64,
         irq_cpus: Vec<usize>,
         memory_backed: bool,
@@ -265,61 +315,69 @@ impl NullConfig {
         error: [Option<FaultSpec>; 4],
     }
 
-    /// Checks every value as a `null:` spec's would be (errors name the
-    /// spec key) and returns the config as that spec parses (max_sectors
-    /// aligned down to the block size).
-    pub fn validate(&self) -> Result<Self, ConfigError> {
-        Self::from_params(&SpecParams::from_pairs("null", self.to_pairs()?))
+    /// Whether requests complete on threads of the driver (irqmode 1 or 2,
+    /// or a service model, which times completions on them).
+    pub(crate) fn threaded(&self) -> bool {
+        self.irq_mode() != IrqMode::None || self.modelled()
     }
 
+    /// Whether a service model times the device (mbps, rotational, channels).
+    pub(crate) fn modelled(&self) -> bool {
+        self.mbps > 0 || self.rotational || self.channels > 0
+    }
+
+    /// `max_sectors` aligned down to the block size: requests are whole
+    /// blocks.
+    pub fn max_sectors_aligned(&self) -> u32 {
+        let bs_sectors = self.bs / SECTOR_SIZE as u32;
+        self.max_sectors / bs_sectors.max(1) * bs_sectors.max(1)
+    }
+
+    /// Parses a `null:` spec's keys (the block layer's are taken out
+    /// before): each key's form and range, then `validate`.
     pub fn from_params(p: &SpecParams) -> Result<Self, ConfigError> {
         p.check_keys(NULL_KEYS)?;
+        Self::check_key_presence(p)?;
         let d = NullConfig::default();
-        let gb = p.u64_in("gb", d.size_bytes >> 30, 1, 1 << 20)?;
-        let size_mb = p.u64_in("size", 0, 0, 1 << 30)?;
-        let size_bytes = if size_mb > 0 { size_mb << 20 } else { gb << 30 };
-        let bs = Self::bs_from_params(p)?;
-        let irqmode = match p.u64_in("irqmode", 1, 0, 2)? {
-            0 => IrqMode::None,
-            1 => IrqMode::Softirq,
-            _ => IrqMode::Timer,
+        let int = |key: &str, default: u64, (min, max): (u64, u64)| p.u64_in(key, default, min, max);
+        let size_mb = int("size", 0, range::SIZE_MB)?;
+        let size_bytes = if size_mb > 0 { size_mb << 20 } else { int("gb", d.size_bytes >> 30, range::GB)? << 30 };
+        let irqmode = match p.is_set("irqmode") {
+            true => IrqMode::from_number(int("irqmode", 1, range::IRQMODE)?),
+            false => None,
         };
-        if p.is_set("channels") && p.bool("rotational", false)? {
-            return Err(p.conflict("rotational=1 and channels=N are different service models: choose one"));
-        }
-        let threaded = irqmode != IrqMode::None || p.is_set("mbps") || p.is_set("channels") || p.is_set("rotational");
-        if p.is_set("irq_cpus") && !threaded {
-            return Err(p.conflict("irq_cpus places completion threads: irqmode=0 has none (use irqmode=1 or 2)"));
-        }
-        let (poll_mode, poll_queues) = Self::poll_from_params(p)?;
-        let (memory_backed, discard, zoned) = Self::backing_from_params(p)?;
-        let max_sectors = Self::max_sectors_from_params(p, bs)?;
-        Ok(Self {
+        let poll_mode = match p.choice("poll_mode", "queues", &["queues", "hybrid"])? {
+            "hybrid" => PollMode::Hybrid,
+            _ => PollMode::Queues,
+        };
+        let default_poll_queues = if poll_mode == PollMode::Hybrid { 0 } else { 1 };
+        let mut cfg = Self {
             size_bytes,
-            bs,
-            submit_queues: p.u64_in("submit_queues", 1, 1, 1024)? as usize,
-            poll_queues,
+            bs: int("bs", 512, range::BS)? as u32,
+            submit_queues: int("submit_queues", 1, range::QUEUES)? as usize,
+            poll_queues: int("poll_queues", default_poll_queues, range::POLL_QUEUES)? as usize,
             poll_mode,
-            hw_queue_depth: p.u64_in("hw_queue_depth", 64, 1, 65536)? as u32,
+            hw_queue_depth: int("hw_queue_depth", d.hw_queue_depth.into(), range::HW_QUEUE_DEPTH)? as u32,
             irqmode,
-            completion_nsec: p.u64_in("completion_nsec", 10_000, 0, 60_000_000_000)?,
+            completion_nsec: int("completion_nsec", d.completion_nsec, range::COMPLETION_NSEC)?,
             irq_cpus: Self::irq_cpus_from_params(p)?,
-            memory_backed,
-            discard,
-            cache_size_mb: Self::cache_from_params(p, memory_backed, zoned.is_some())?,
+            memory_backed: p.bool("memory_backed", false)?,
+            discard: p.bool("discard", false)?,
+            cache_size_mb: int("cache_size", 0, range::CACHE_SIZE_MB)?,
             cache_mode: match p.choice("cache_mode", "writeback", &["writeback", "writethrough"])? {
                 "writethrough" => CacheMode::Writethrough,
                 _ => CacheMode::Writeback,
             },
             powercut_tear: p.bool("powercut_tear", false)?,
-            backing_file: Self::backing_file_from_params(p, memory_backed, zoned.is_some())?,
-            mbps: p.u64_in("mbps", 0, 0, 1 << 30)?,
-            max_sectors,
-            max_segments: p.u64_in("max_segments", u64::from(mqblk::DEFAULT_MAX_SEGMENTS), 1, 65535)? as u32,
+            backing_file: p.raw("backing_file").map(Into::into),
+            mbps: int("mbps", 0, range::MBPS)?,
+            max_sectors: int("max_sectors", d.max_sectors.into(), range::MAX_SECTORS)? as u32,
+            max_segments: int("max_segments", d.max_segments.into(), range::MAX_SEGMENTS)? as u32,
             rotational: p.bool("rotational", false)?,
-            seek_nsec: p.u64_in("seek_nsec", 8_000_000, 0, 10_000_000_000)?,
-            channels: p.u64_in("channels", 0, 0, 4096)? as usize,
-            badblocks: Self::badblocks_from_params(p, size_bytes, zoned.is_some())?,
+            seek_nsec: int("seek_nsec", d.seek_nsec, range::SEEK_NSEC)?,
+            channels: int("channels", 0, range::CHANNELS)? as usize,
+            zoned: Self::zoned_from_params(p)?,
+            badblocks: Vec::new(),
             badblocks_once: p.bool("badblocks_once", false)?,
             badblocks_partial_io: p.bool("badblocks_partial_io", false)?,
             timeout: Self::fault_from_params(p, "timeout")?,
@@ -330,8 +388,186 @@ impl NullConfig {
                 Self::fault_from_params(p, "error_flush")?,
                 Self::fault_from_params(p, "error_discard")?,
             ],
-            zoned,
-        })
+        };
+        cfg.validate_except_badblocks()?;
+        cfg.badblocks = Self::badblocks_from_params(p, &cfg)?;
+        cfg.max_sectors = cfg.max_sectors_aligned();
+        Ok(cfg)
+    }
+
+    /// Keys that mean nothing without another one, refused when given
+    /// (values equal to a default cannot be told apart once typed).
+    fn check_key_presence(p: &SpecParams) -> Result<(), ConfigError> {
+        if !p.bool("zoned", false)? {
+            if let Some((key, _)) = p.pairs().iter().find(|(k, _)| k.starts_with("zone_") || k == "zoned_compat") {
+                return Err(p.conflict(format!("{key} needs zoned=1")));
+            }
+        }
+        if p.is_set("cache_mode") && p.u64_in("cache_size", 0, 0, u64::MAX)? == 0 {
+            return Err(p.conflict("cache_mode needs a write cache (cache_size=MiB)"));
+        }
+        if p.is_set("channels") && p.bool("rotational", false)? {
+            return Err(p.conflict("rotational=1 and channels=N are different service models: choose one"));
+        }
+        let timed = p.u64_in("irqmode", 1, 0, 2)? == IrqMode::Timer as u64
+            || p.u64_in("channels", 0, 0, u64::MAX)? > 0
+            || p.bool("rotational", false)?;
+        if p.is_set("completion_nsec") && !timed {
+            return Err(p.conflict(COMPLETION_NSEC_UNUSED));
+        }
+        if p.is_set("seek_nsec") && !p.bool("rotational", false)? {
+            return Err(p.conflict(SEEK_NSEC_UNUSED));
+        }
+        Ok(())
+    }
+
+    /// Checks every value and how they go together, as a spec's parse
+    /// would: errors name the spec key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_except_badblocks()?;
+        self.check_badblocks()
+    }
+
+    fn validate_except_badblocks(&self) -> Result<(), ConfigError> {
+        self.check_ranges()?;
+        self.check_completion()?;
+        self.check_backing()?;
+        if let Some(z) = &self.zoned {
+            z.validate()?;
+        }
+        Ok(())
+    }
+
+    /// Each integer within its key's range (as `from_params` reads it).
+    fn check_ranges(&self) -> Result<(), ConfigError> {
+        let check = |key: &str, value: u64, range: (u64, u64)| check_range("null", key, value, range);
+        if self.size_bytes < 1 << 20 || self.size_bytes % (1 << 20) != 0 {
+            return Err(ConfigError::BadValue {
+                driver: "null".into(),
+                key: "size".into(),
+                value: format!("{} bytes", self.size_bytes),
+                expected: "a whole number of MiB".into(),
+            });
+        }
+        check("size", self.size_bytes >> 20, (1, range::SIZE_MB.1))?;
+        check("bs", self.bs.into(), range::BS)?;
+        if !self.bs.is_power_of_two() {
+            return Err(ConfigError::BadValue {
+                driver: "null".into(),
+                key: "bs".into(),
+                value: self.bs.to_string(),
+                expected: "512, 1024, 2048 or 4096".into(),
+            });
+        }
+        check("submit_queues", self.submit_queues as u64, range::QUEUES)?;
+        check("poll_queues", self.poll_queues as u64, range::POLL_QUEUES)?;
+        check("hw_queue_depth", self.hw_queue_depth.into(), range::HW_QUEUE_DEPTH)?;
+        check("completion_nsec", self.completion_nsec, range::COMPLETION_NSEC)?;
+        check("cache_size", self.cache_size_mb, range::CACHE_SIZE_MB)?;
+        check("mbps", self.mbps, range::MBPS)?;
+        check("max_sectors", self.max_sectors.into(), range::MAX_SECTORS)?;
+        check("max_segments", self.max_segments.into(), range::MAX_SEGMENTS)?;
+        check("seek_nsec", self.seek_nsec, range::SEEK_NSEC)?;
+        check("channels", self.channels as u64, range::CHANNELS)?;
+        if let Some(&cpu) = self.irq_cpus.iter().find(|&&c| c >= MAX_CPUS) {
+            return Err(ConfigError::BadValue {
+                driver: "null".into(),
+                key: "irq_cpus".into(),
+                value: cpu.to_string(),
+                expected: format!("CPU numbers below {MAX_CPUS} (CPU {cpu} is too large)"),
+            });
+        }
+        if self.max_sectors_aligned() == 0 {
+            let bs = self.bs;
+            return Err(ConfigError::conflict("null", format!("max_sectors is smaller than one block of bs={bs}")));
+        }
+        Ok(())
+    }
+
+    /// How requests complete: polling, completion threads, service models.
+    fn check_completion(&self) -> Result<(), ConfigError> {
+        let conflict = |message: &str| Err(ConfigError::conflict("null", message));
+        if self.poll_mode == PollMode::Hybrid && self.poll_queues > 0 {
+            return conflict("poll_mode=hybrid polls the submit queues themselves: poll_queues must be 0");
+        }
+        if self.rotational && self.channels > 0 {
+            return conflict("rotational=1 and channels=N are different service models: choose one");
+        }
+        if !self.irq_cpus.is_empty() && !self.threaded() {
+            return conflict("irq_cpus places completion threads: irqmode=0 has none (use irqmode=1 or 2)");
+        }
+        let default = NullConfig::default();
+        let timed = self.irq_mode() == IrqMode::Timer || self.channels > 0 || self.rotational;
+        if self.completion_nsec != default.completion_nsec && !timed {
+            return conflict(COMPLETION_NSEC_UNUSED);
+        }
+        if self.seek_nsec != default.seek_nsec && !self.rotational {
+            return conflict(SEEK_NSEC_UNUSED);
+        }
+        Ok(())
+    }
+
+    /// `memory_backed`, `discard`, the cache, the backing file and zones,
+    /// which constrain each other.
+    fn check_backing(&self) -> Result<(), ConfigError> {
+        let conflict = |message: &str| Err(ConfigError::conflict("null", message));
+        let zoned = self.zoned.is_some();
+        if self.discard && !self.memory_backed {
+            return conflict("discard=1 needs memory_backed=1 (null_blk ignores discard without memory backing)");
+        }
+        if zoned && self.discard {
+            return conflict("discard=1 with zoned=1: a zoned null device supports no discard (reset zones instead)");
+        }
+        let cached = self.cache_size_mb > 0;
+        if cached && !self.memory_backed {
+            return conflict("cache_size needs memory_backed=1 (the cache holds data the medium would)");
+        }
+        if cached && zoned {
+            return conflict("cache_size on a zoned device is not supported (zoned=1)");
+        }
+        if self.cache_mode == CacheMode::Writethrough && !cached {
+            return conflict("cache_mode needs a write cache (cache_size=MiB)");
+        }
+        if self.powercut_tear && !cached {
+            return conflict("powercut_tear needs a write cache to tear (cache_size=MiB)");
+        }
+        let Some(path) = &self.backing_file else { return Ok(()) };
+        if path.as_os_str().is_empty() {
+            return Err(ConfigError::BadValue {
+                driver: "null".into(),
+                key: "backing_file".into(),
+                value: String::new(),
+                expected: "the path of a file".into(),
+            });
+        }
+        if !self.memory_backed {
+            return conflict("backing_file needs memory_backed=1 (it holds the data memory would)");
+        }
+        if zoned {
+            return conflict("backing_file on a zoned device is not supported (zone states live in memory)");
+        }
+        Ok(())
+    }
+
+    /// `badblocks`: ranges inside the device, in order; not on zoned
+    /// devices (the zoned write path does not apply them).
+    fn check_badblocks(&self) -> Result<(), ConfigError> {
+        if self.badblocks.is_empty() {
+            return Ok(());
+        }
+        if self.zoned.is_some() {
+            return Err(ConfigError::conflict("null", "badblocks on a zoned device is not supported (zoned=1)"));
+        }
+        let sectors = self.size_bytes >> mqblk::SECTOR_SHIFT;
+        match self.badblocks.iter().find(|&&(first, last)| first > last || last >= sectors) {
+            None => Ok(()),
+            Some((first, last)) => Err(ConfigError::BadValue {
+                driver: "null".into(),
+                key: "badblocks".into(),
+                value: format!("{first}-{last}"),
+                expected: format!("START-END ranges of sectors inside the device's {sectors}"),
+            }),
+        }
     }
 
     /// A fault injection key: `interval:probability:space:times`.
@@ -345,14 +581,14 @@ impl NullConfig {
         })
     }
 
-    /// `badblocks`: ranges of sectors on the device; not on zoned devices
-    /// (the zoned write path does not apply them yet).
-    fn badblocks_from_params(p: &SpecParams, size_bytes: u64, zoned: bool) -> Result<Vec<(u64, u64)>, ConfigError> {
+    /// `badblocks`: ranges of sectors on the device (parsed once the rest
+    /// is known good: the device's size bounds them).
+    fn badblocks_from_params(p: &SpecParams, cfg: &NullConfig) -> Result<Vec<(u64, u64)>, ConfigError> {
         let Some(value) = p.raw("badblocks") else { return Ok(Vec::new()) };
-        if zoned {
+        if cfg.zoned.is_some() {
             return Err(p.conflict("badblocks on a zoned device is not supported (zoned=1)"));
         }
-        let ranges = super::badblocks::parse_list(value, size_bytes >> mqblk::SECTOR_SHIFT).map_err(|e| {
+        let ranges = super::badblocks::parse_list(value, cfg.size_bytes >> mqblk::SECTOR_SHIFT).map_err(|e| {
             ConfigError::BadValue {
                 driver: p.driver.clone(),
                 key: "badblocks".into(),
@@ -361,20 +597,6 @@ impl NullConfig {
             }
         })?;
         Ok(ranges.into_iter().map(|(s, e)| (s, e - 1)).collect())
-    }
-
-    /// `bs`: a power of two from 512 to 4096.
-    fn bs_from_params(p: &SpecParams) -> Result<u32, ConfigError> {
-        let bs = p.u64_in("bs", 512, 512, 4096)? as u32;
-        if !bs.is_power_of_two() {
-            return Err(ConfigError::BadValue {
-                driver: p.driver.clone(),
-                key: "bs".into(),
-                value: bs.to_string(),
-                expected: "512, 1024, 2048 or 4096".into(),
-            });
-        }
-        Ok(bs)
     }
 
     /// `irq_cpus`: CPU numbers below `MAX_CPUS`, as ranges (`2-3`) joined
@@ -405,130 +627,73 @@ impl NullConfig {
         Ok(cpus)
     }
 
-    /// `poll_mode` and `poll_queues` (none with hybrid polling).
-    fn poll_from_params(p: &SpecParams) -> Result<(PollMode, usize), ConfigError> {
-        let poll_mode = match p.choice("poll_mode", "queues", &["queues", "hybrid"])? {
-            "hybrid" => PollMode::Hybrid,
-            _ => PollMode::Queues,
-        };
-        let poll_queues = match poll_mode {
-            PollMode::Queues => p.u64_in("poll_queues", 1, 0, 1024)? as usize,
-            PollMode::Hybrid if p.u64_in("poll_queues", 0, 0, 1024)? > 0 => {
-                return Err(p.conflict("poll_mode=hybrid polls the submit queues themselves: poll_queues must be 0"));
-            }
-            PollMode::Hybrid => 0,
-        };
-        Ok((poll_mode, poll_queues))
-    }
-
-    /// `memory_backed`, `discard` and `zoned` with its keys, which
-    /// constrain each other.
-    fn backing_from_params(p: &SpecParams) -> Result<(bool, bool, Option<ZonedConfig>), ConfigError> {
-        let memory_backed = p.bool("memory_backed", false)?;
-        let discard = p.bool("discard", false)?;
-        if discard && !memory_backed {
-            return Err(p.conflict("discard=1 needs memory_backed=1 (null_blk ignores discard without memory backing)"));
-        }
-        let zoned = Self::zoned_from_params(p)?;
-        if zoned.is_some() && discard {
-            return Err(
-                p.conflict("discard=1 with zoned=1: a zoned null device supports no discard (reset zones instead)")
-            );
-        }
-        Ok((memory_backed, discard, zoned))
-    }
-
-    /// `cache_size` (MiB): needs the memory backing it caches, and a device
-    /// that is not zoned (zoned writes go to the medium directly).
-    fn cache_from_params(p: &SpecParams, memory_backed: bool, zoned: bool) -> Result<u64, ConfigError> {
-        let mb = p.u64_in("cache_size", 0, 0, 1 << 20)?;
-        if mb > 0 && !memory_backed {
-            return Err(p.conflict("cache_size needs memory_backed=1 (the cache holds data the medium would)"));
-        }
-        if mb > 0 && zoned {
-            return Err(p.conflict("cache_size on a zoned device is not supported (zoned=1)"));
-        }
-        if p.is_set("cache_mode") && mb == 0 {
-            return Err(p.conflict("cache_mode needs a write cache (cache_size=MiB)"));
-        }
-        if p.bool("powercut_tear", false)? && mb == 0 {
-            return Err(p.conflict("powercut_tear needs a write cache to tear (cache_size=MiB)"));
-        }
-        Ok(mb)
-    }
-
-    /// `backing_file`: memory_backed's data in a file; not zoned (zone
-    /// states are not kept in it).
-    fn backing_file_from_params(
-        p: &SpecParams,
-        memory_backed: bool,
-        zoned: bool,
-    ) -> Result<Option<std::path::PathBuf>, ConfigError> {
-        let Some(path) = p.raw("backing_file") else { return Ok(None) };
-        if path.is_empty() {
-            return Err(ConfigError::BadValue {
-                driver: p.driver.clone(),
-                key: "backing_file".into(),
-                value: String::new(),
-                expected: "the path of a file".into(),
-            });
-        }
-        if !memory_backed {
-            return Err(p.conflict("backing_file needs memory_backed=1 (it holds the data memory would)"));
-        }
-        if zoned {
-            return Err(p.conflict("backing_file on a zoned device is not supported (zone states live in memory)"));
-        }
-        Ok(Some(path.into()))
-    }
-
-    /// `max_sectors`, aligned down to the block size.
-    fn max_sectors_from_params(p: &SpecParams, bs: u32) -> Result<u32, ConfigError> {
-        // Requests are whole blocks: align max_sectors down to the block size.
-        let bs_sectors = bs / SECTOR_SIZE as u32;
-        let max_sectors = p.u64_in("max_sectors", 255, 1, 1 << 20)? as u32;
-        let max_sectors = max_sectors / bs_sectors * bs_sectors;
-        if max_sectors == 0 {
-            return Err(p.conflict(format!("max_sectors is smaller than one block of bs={bs}")));
-        }
-        Ok(max_sectors)
-    }
-
     fn zoned_from_params(p: &SpecParams) -> Result<Option<ZonedConfig>, ConfigError> {
         if !p.bool("zoned", false)? {
-            if let Some((key, _)) = p.pairs().iter().find(|(k, _)| k.starts_with("zone_") || k == "zoned_compat") {
-                return Err(p.conflict(format!("{key} needs zoned=1")));
-            }
             return Ok(None);
         }
-        let u32_key = |key: &str, max: u64| -> Result<u32, ConfigError> { Ok(p.u64_in(key, 0, 0, max)? as u32) };
-        let compat = match p.choice("zoned_compat", "6.12", &["6.12", "6.1"])? {
-            "6.1" => ZonedCompat::Linux6_1,
-            _ => ZonedCompat::Linux6_12,
+        let count = |key: &str| -> Result<u32, ConfigError> {
+            Ok(p.u64_in(key, 0, range::ZONE_COUNT.0, range::ZONE_COUNT.1)? as u32)
         };
-        let zone_full = p.bool("zone_full", false)?;
-        if zone_full && compat == ZonedCompat::Linux6_1 {
-            return Err(p.conflict(
-                "zone_full=1 came with Linux 6.12 (\"null_blk: Introduce the zone_full parameter\"): null_blk 6.1 \
-                 has no such parameter, so zoned_compat=6.1 refuses it",
-            ));
-        }
+        let d = ZonedConfig::default();
         Ok(Some(ZonedConfig {
-            zone_size_mb: p.u64_in("zone_size", 256, 1, 1 << 20)?,
-            zone_capacity_mb: p.u64_in("zone_capacity", 0, 0, 1 << 20)?,
-            zone_nr_conv: u32_key("zone_nr_conv", 1 << 20)?,
-            zone_max_open: u32_key("zone_max_open", 1 << 20)?,
-            zone_max_active: u32_key("zone_max_active", 1 << 20)?,
-            zone_append_max_sectors: u32_key("zone_append_max_sectors", 1 << 22)?,
-            zone_readonly: u32_key("zone_readonly", 1 << 20)?,
-            zone_offline: u32_key("zone_offline", 1 << 20)?,
-            zone_full,
+            zone_size_mb: p.u64_in("zone_size", d.zone_size_mb, range::ZONE_SIZE_MB.0, range::ZONE_SIZE_MB.1)?,
+            zone_capacity_mb: p.u64_in("zone_capacity", 0, range::ZONE_CAPACITY_MB.0, range::ZONE_CAPACITY_MB.1)?,
+            zone_nr_conv: count("zone_nr_conv")?,
+            zone_max_open: count("zone_max_open")?,
+            zone_max_active: count("zone_max_active")?,
+            zone_append_max_sectors: p.u64_in(
+                "zone_append_max_sectors",
+                0,
+                range::ZONE_APPEND_MAX_SECTORS.0,
+                range::ZONE_APPEND_MAX_SECTORS.1,
+            )? as u32,
+            zone_readonly: count("zone_readonly")?,
+            zone_offline: count("zone_offline")?,
+            zone_full: p.bool("zone_full", false)?,
             zone_lock: match p.choice("zone_lock", "per-zone", &["per-zone", "global"])? {
                 "global" => ZoneLock::Global,
                 _ => ZoneLock::PerZone,
             },
-            compat,
+            compat: match p.choice("zoned_compat", "6.12", &["6.12", "6.1"])? {
+                "6.1" => ZonedCompat::Linux6_1,
+                _ => ZonedCompat::Linux6_12,
+            },
         }))
+    }
+}
+
+/// Why `completion_nsec` is refused where nothing waits for it.
+const COMPLETION_NSEC_UNUSED: &str =
+    "completion_nsec times completions only with irqmode=2 (timer), rotational=1 or channels=N: it has no \
+     effect here";
+/// Why `seek_nsec` is refused on a device that does not seek.
+const SEEK_NSEC_UNUSED: &str = "seek_nsec is the seek time of rotational=1 media: it has no effect here";
+
+impl ZonedConfig {
+    /// Checks the zoned values (a spec's parse reads them in range): errors
+    /// name the spec key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let check = |key: &str, value: u64, range: (u64, u64)| check_range("null", key, value, range);
+        check("zone_size", self.zone_size_mb, range::ZONE_SIZE_MB)?;
+        check("zone_capacity", self.zone_capacity_mb, range::ZONE_CAPACITY_MB)?;
+        for (key, value) in [
+            ("zone_nr_conv", self.zone_nr_conv),
+            ("zone_max_open", self.zone_max_open),
+            ("zone_max_active", self.zone_max_active),
+            ("zone_readonly", self.zone_readonly),
+            ("zone_offline", self.zone_offline),
+        ] {
+            check(key, value.into(), range::ZONE_COUNT)?;
+        }
+        check("zone_append_max_sectors", self.zone_append_max_sectors.into(), range::ZONE_APPEND_MAX_SECTORS)?;
+        if self.zone_full && self.compat == ZonedCompat::Linux6_1 {
+            return Err(ConfigError::conflict(
+                "null",
+                "zone_full=1 came with Linux 6.12 (\"null_blk: Introduce the zone_full parameter\"): null_blk 6.1 \
+                 has no such parameter, so zoned_compat=6.1 refuses it",
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -551,6 +716,53 @@ mod tests {
         assert!(!e.contains("did you mean"), "nothing close: no guess: {e}");
     }
 
+    /// `c` printed as a spec and parsed again.
+    fn round_trip(c: &NullConfig) -> NullConfig {
+        c.validate().unwrap();
+        let mut w = mqblk::config::SpecWriter::new("null");
+        mqblk::driver::DriverConfig::write_spec(c, &mut w);
+        cfg(&w.finish()).unwrap()
+    }
+
+    #[test]
+    fn a_config_prints_as_the_spec_that_opens_it() {
+        crate::register();
+        for spec in [
+            "null:gb=2,bs=4096,submit_queues=2,irqmode=0,memory_backed=1,discard=1",
+            "null:size=64,hw_queue_depth=8,irqmode=2,completion_nsec=20000,mbps=100,max_sectors=64",
+            "null:size=512,memory_backed=1,cache_size=4,cache_mode=writethrough,powercut_tear=1",
+            "null:gb=1,zoned=1,zone_size=64,zone_capacity=32,zone_max_open=3,zone_lock=global,zoned_compat=6.1",
+            "null:size=8,poll_mode=hybrid,rotational=1,seek_nsec=100,badblocks=8-15:64-64,error_read=1:100:0:-1",
+            "null:gb=1,irqmode=1,sched=mq-deadline,fifo_batch=4,wake=batch,nr_requests=16",
+        ] {
+            let parsed = mqblk::DeviceConfig::parse(spec).unwrap();
+            let printed = parsed.to_string();
+            let again = mqblk::DeviceConfig::parse(&printed).unwrap();
+            assert_eq!(again.to_string(), printed, "{spec}");
+            assert_eq!(again.driver::<NullConfig>(), parsed.driver::<NullConfig>(), "{spec} -> {printed}");
+            assert_eq!(again.queue(), parsed.queue(), "{spec} -> {printed}");
+        }
+        let d = mqblk::DeviceConfig::parse("null:").unwrap();
+        assert_eq!(d.to_string(), "null", "defaults print as nothing");
+    }
+
+    #[test]
+    fn keys_without_effect_are_refused_with_the_reason() {
+        for (spec, why) in [
+            ("null:completion_nsec=5000", "completion_nsec times completions only with irqmode=2"),
+            ("null:irqmode=1,completion_nsec=5000", "it has no effect here"),
+            ("null:seek_nsec=100", "seek_nsec is the seek time of rotational=1"),
+        ] {
+            let e = cfg(spec).unwrap_err();
+            assert!(e.contains(why), "{spec}: {e}");
+        }
+        assert!(cfg("null:irqmode=2,completion_nsec=5000").is_ok());
+        assert!(cfg("null:rotational=1,completion_nsec=5000,seek_nsec=100").is_ok());
+        assert!(cfg("null:channels=2,completion_nsec=5000").is_ok());
+        let e = NullConfig::new().completion_nsec(5000).validate().unwrap_err().to_string();
+        assert!(e.contains("no effect"), "the typed path refuses it too: {e}");
+    }
+
     fn cfg(spec: &str) -> Result<NullConfig, String> {
         let p = SpecParams::parse(spec).map_err(|e| e.to_string())?;
         NullConfig::from_params(&p).map_err(|e| e.to_string())
@@ -562,7 +774,7 @@ mod tests {
         assert_eq!(cfg("null:irq_cpus=2-3:0").unwrap().irq_cpus, vec![2, 3, 0]);
         assert!(cfg("null:").unwrap().irq_cpus.is_empty());
         let c = NullConfig::new().irqmode(IrqMode::Timer).irq_cpus(vec![1, 0]);
-        assert_eq!(c.validate().unwrap().irq_cpus, vec![1, 0], "round-trips through the spec form");
+        assert_eq!(round_trip(&c).irq_cpus, vec![1, 0], "round-trips through the spec form");
     }
 
     #[test]
@@ -572,7 +784,7 @@ mod tests {
         let old = z("null:zoned=1,zoned_compat=6.1").unwrap();
         assert_eq!(old.compat, ZonedCompat::Linux6_1);
         let c = NullConfig::new().zoned(Some(old.clone()));
-        assert_eq!(c.validate().unwrap().zoned, Some(old), "round-trips through the spec form");
+        assert_eq!(round_trip(&c).zoned, Some(old), "round-trips through the spec form");
         assert!(z("null:zoned=1,zone_full=1").unwrap().zone_full);
         for (spec, why) in [
             ("null:zoned=1,zoned_compat=5.4", "accepted: 6.12, 6.1"),

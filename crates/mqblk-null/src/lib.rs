@@ -88,16 +88,17 @@ fn end_rq(mut rq: Rq, status: Status) {
 }
 
 /// Makes `null:` specs open a null device (`Device::open("null:gb=1")`),
-/// through the same registry an outside driver uses. Call it once before
-/// opening specs; calling it again changes nothing.
+/// through the same registry an outside driver uses: a spec's `null` keys
+/// parse into a [`NullConfig`]. Call it once before opening specs; calling
+/// it again changes nothing.
 pub fn register() {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| mqblk::register_driver("null", open));
+    ONCE.call_once(|| mqblk::register_driver_config("null", parse));
 }
 
-/// A `null:` spec's driver.
-fn open(p: &SpecParams) -> Result<Box<dyn Driver>, mqblk::Error> {
-    Ok(Box::new(NullDriver::from_params(p)?))
+/// A `null:` spec's keys, typed.
+fn parse(p: &SpecParams) -> Result<Box<dyn mqblk::driver::DriverConfig>, mqblk::config::ConfigError> {
+    Ok(Box::new(NullConfig::from_params(p)?))
 }
 
 /// Fault injection in use, and the requests `timeout` lost: per hardware
@@ -198,15 +199,16 @@ impl NullDriver {
         }
     }
     /// A null device; `cfg` is checked first (`NullConfig::validate`).
-    pub fn new(cfg: NullConfig) -> Result<Self, mqblk::Error> {
-        let cfg = cfg.validate()?;
+    pub fn new(mut cfg: NullConfig) -> Result<Self, mqblk::Error> {
+        cfg.validate()?;
+        cfg.max_sectors = cfg.max_sectors_aligned();
         let mut irq = Vec::new();
         let mut hybrid = Vec::new();
         let modelled = cfg.mbps > 0 || cfg.rotational || cfg.channels > 0;
-        if cfg.irqmode != IrqMode::None || modelled {
+        if cfg.irq_mode() != IrqMode::None || modelled {
             for i in 0..cfg.submit_queues {
                 // Timer mode stays awake briefly when idle, for precision.
-                let idle_spin = cfg.irqmode == IrqMode::Timer;
+                let idle_spin = cfg.irq_mode() == IrqMode::Timer;
                 let depth = cfg.hw_queue_depth as usize;
                 let cpu = (!cfg.irq_cpus.is_empty()).then(|| cfg.irq_cpus[i % cfg.irq_cpus.len()]);
                 let thread_err = |e| {
@@ -296,7 +298,7 @@ impl NullDriver {
             r.reserve(now_ns(), rq.pos_bytes(), rq.len_bytes())
         } else if let Some(c) = &self.channels {
             c.reserve(now_ns(), rq.len_bytes())
-        } else if self.cfg.irqmode == IrqMode::Timer {
+        } else if self.cfg.irq_mode() == IrqMode::Timer {
             irq::timer_due(self.cfg.completion_nsec)
         } else {
             0
@@ -343,11 +345,11 @@ impl NullDriver {
             q.submit(rq, status, due_ns, rq_is_hipri);
             return QueueRqResult::Queued;
         }
-        if self.cfg.irqmode == IrqMode::None && due_ns == 0 {
+        if self.cfg.irq_mode() == IrqMode::None && due_ns == 0 {
             end_rq(rq, status);
             return QueueRqResult::Queued;
         }
-        if self.cfg.irqmode == IrqMode::None {
+        if self.cfg.irq_mode() == IrqMode::None {
             // Throttled inline completion: the submitter waits its turn.
             wait_until(due_ns, SPIN_NS);
             end_rq(rq, status);
@@ -481,7 +483,12 @@ impl Driver for NullDriver {
         let _ = writeln!(
             out,
             "null/irqmode={} completion_nsec={} memory_backed={} mbps={} bs={} size_bytes={}",
-            c.irqmode as u8, c.completion_nsec, c.memory_backed as u8, c.mbps, c.bs, c.size_bytes
+            c.irq_mode() as u8,
+            c.completion_nsec,
+            c.memory_backed as u8,
+            c.mbps,
+            c.bs,
+            c.size_bytes
         );
         if !c.irq_cpus.is_empty() {
             let _ = writeln!(out, "null/irq_cpus={:?}", c.irq_cpus);

@@ -1,54 +1,117 @@
-//! `NullConfig` written back as a `null:` spec's key=value pairs, which
-//! `NullConfig::validate` parses again: one set of checks for specs and
-//! typed configs alike.
+//! `NullConfig` as mqblk sees a driver's config (`DriverConfig`): printed
+//! back as the keys of a `null:` spec that differ from null_blk's
+//! defaults, and opened as a `NullDriver`.
 //!
-//! Relies on: config.rs (`NullConfig`, the keys and their checks).
+//! Relies on: config.rs (`NullConfig`, its defaults and checks), lib.rs
+//! (`NullDriver`).
+
+use std::any::Any;
+
+use mqblk::config::{ConfigError, SpecWriter};
+use mqblk::driver::{Driver, DriverConfig};
 
 use super::config::{CacheMode, NullConfig, PollMode};
-use super::zoned::ZoneLock;
-use mqblk::config::ConfigError;
+use super::zoned::{ZoneLock, ZonedConfig};
+use super::NullDriver;
 
-impl NullConfig {
-    /// The config as a `null:` spec's key=value pairs.
-    pub(super) fn to_pairs(&self) -> Result<Vec<(String, String)>, ConfigError> {
-        if self.size_bytes < 1 << 20 || self.size_bytes % (1 << 20) != 0 {
-            return Err(ConfigError::BadValue {
-                driver: "null".into(),
-                key: "size".into(),
-                value: format!("{} bytes", self.size_bytes),
-                expected: "a whole number of MiB".into(),
-            });
+impl DriverConfig for NullConfig {
+    fn driver_name(&self) -> &str {
+        "null"
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        NullConfig::validate(self)
+    }
+
+    fn write_spec(&self, w: &mut SpecWriter) {
+        let d = NullConfig::default();
+        self.write_size(w, &d);
+        w.pair_if_not("bs", self.bs, d.bs);
+        w.pair_if_not("submit_queues", self.submit_queues, d.submit_queues);
+        if self.poll_mode == PollMode::Hybrid {
+            w.pair("poll_mode", "hybrid");
+        } else {
+            w.pair_if_not("poll_queues", self.poll_queues, d.poll_queues);
         }
-        let b = |v: bool| u64::from(v).to_string();
-        let mut pairs: Vec<(&str, String)> = vec![
-            ("size", (self.size_bytes >> 20).to_string()),
-            ("bs", self.bs.to_string()),
-            ("submit_queues", self.submit_queues.to_string()),
-            ("poll_queues", self.poll_queues.to_string()),
-            ("poll_mode", if self.poll_mode == PollMode::Hybrid { "hybrid" } else { "queues" }.to_string()),
-            ("hw_queue_depth", self.hw_queue_depth.to_string()),
-            ("irqmode", (self.irqmode as u64).to_string()),
-            ("completion_nsec", self.completion_nsec.to_string()),
-            ("memory_backed", b(self.memory_backed)),
-            ("discard", b(self.discard)),
-            ("cache_size", self.cache_size_mb.to_string()),
-            ("mbps", self.mbps.to_string()),
-            ("max_sectors", self.max_sectors.to_string()),
-            ("max_segments", self.max_segments.to_string()),
-            ("rotational", b(self.rotational)),
-            ("seek_nsec", self.seek_nsec.to_string()),
-        ];
+        w.pair_if_not("hw_queue_depth", self.hw_queue_depth, d.hw_queue_depth);
+        if let Some(mode) = self.irqmode {
+            w.pair("irqmode", mode as u8);
+        }
+        w.pair_if_not("completion_nsec", self.completion_nsec, d.completion_nsec);
         if !self.irq_cpus.is_empty() {
             let list: Vec<String> = self.irq_cpus.iter().map(usize::to_string).collect();
-            pairs.push(("irq_cpus", list.join(":")));
+            w.pair("irq_cpus", list.join(":"));
         }
-        if self.channels > 0 {
-            pairs.push(("channels", self.channels.to_string()));
+        self.write_backing(w, &d);
+        self.write_service(w, &d);
+        if let Some(z) = &self.zoned {
+            write_zoned(z, w);
         }
+        self.write_faults(w, &d);
+    }
+
+    fn open(&self) -> Result<Box<dyn Driver>, mqblk::Error> {
+        Ok(Box::new(NullDriver::new(self.clone())?))
+    }
+
+    fn clone_box(&self) -> Box<dyn DriverConfig> {
+        Box::new(self.clone())
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+impl NullConfig {
+    /// `gb` for whole GiB, else `size` in MiB.
+    fn write_size(&self, w: &mut SpecWriter, d: &NullConfig) {
+        if self.size_bytes == d.size_bytes {
+            return;
+        }
+        if self.size_bytes % (1 << 30) == 0 {
+            w.pair("gb", self.size_bytes >> 30);
+        } else {
+            w.pair("size", self.size_bytes >> 20);
+        }
+    }
+
+    /// Memory backing, discard, the write cache and the backing file.
+    fn write_backing(&self, w: &mut SpecWriter, d: &NullConfig) {
+        w.flag_if_not("memory_backed", self.memory_backed, d.memory_backed);
+        w.flag_if_not("discard", self.discard, d.discard);
+        w.pair_if_not("cache_size", self.cache_size_mb, d.cache_size_mb);
+        if self.cache_mode == CacheMode::Writethrough {
+            w.pair("cache_mode", "writethrough");
+        }
+        w.flag_if_not("powercut_tear", self.powercut_tear, d.powercut_tear);
+        if let Some(path) = &self.backing_file {
+            w.pair("backing_file", path.display());
+        }
+    }
+
+    /// Transfer limits and service models.
+    fn write_service(&self, w: &mut SpecWriter, d: &NullConfig) {
+        w.pair_if_not("mbps", self.mbps, d.mbps);
+        w.pair_if_not("max_sectors", self.max_sectors, d.max_sectors);
+        w.pair_if_not("max_segments", self.max_segments, d.max_segments);
+        w.flag_if_not("rotational", self.rotational, d.rotational);
+        w.pair_if_not("seek_nsec", self.seek_nsec, d.seek_nsec);
+        w.pair_if_not("channels", self.channels, d.channels);
+    }
+
+    /// Bad blocks and fault injection.
+    fn write_faults(&self, w: &mut SpecWriter, d: &NullConfig) {
         if !self.badblocks.is_empty() {
             let list: Vec<String> = self.badblocks.iter().map(|(s, l)| format!("{s}-{l}")).collect();
-            pairs.push(("badblocks", list.join(":")));
+            w.pair("badblocks", list.join(":"));
         }
+        w.flag_if_not("badblocks_once", self.badblocks_once, d.badblocks_once);
+        w.flag_if_not("badblocks_partial_io", self.badblocks_partial_io, d.badblocks_partial_io);
         let [read, write, flush, discard] = self.error;
         for (key, fault) in [
             ("timeout", self.timeout),
@@ -59,42 +122,29 @@ impl NullConfig {
             ("error_discard", discard),
         ] {
             if let Some(f) = fault {
-                pairs.push((key, f.to_spec()));
+                w.pair(key, f.to_spec());
             }
         }
-        if self.powercut_tear {
-            pairs.push(("powercut_tear", "1".into()));
-        }
-        if self.cache_mode == CacheMode::Writethrough {
-            pairs.push(("cache_mode", "writethrough".into()));
-        }
-        if let Some(path) = &self.backing_file {
-            let path = path.to_str().filter(|p| !p.contains(',')).ok_or_else(|| ConfigError::BadValue {
-                driver: "null".into(),
-                key: "backing_file".into(),
-                value: path.display().to_string(),
-                expected: "a UTF-8 path without ','".into(),
-            })?;
-            pairs.push(("backing_file", path.into()));
-        }
-        pairs.push(("badblocks_once", b(self.badblocks_once)));
-        pairs.push(("badblocks_partial_io", b(self.badblocks_partial_io)));
-        if let Some(z) = &self.zoned {
-            pairs.extend([
-                ("zoned", "1".to_string()),
-                ("zone_size", z.zone_size_mb.to_string()),
-                ("zone_capacity", z.zone_capacity_mb.to_string()),
-                ("zone_nr_conv", z.zone_nr_conv.to_string()),
-                ("zone_max_open", z.zone_max_open.to_string()),
-                ("zone_max_active", z.zone_max_active.to_string()),
-                ("zone_append_max_sectors", z.zone_append_max_sectors.to_string()),
-                ("zone_readonly", z.zone_readonly.to_string()),
-                ("zone_offline", z.zone_offline.to_string()),
-                ("zone_full", b(z.zone_full)),
-                ("zone_lock", if z.zone_lock == ZoneLock::Global { "global" } else { "per-zone" }.to_string()),
-                ("zoned_compat", z.compat.name().to_string()),
-            ]);
-        }
-        Ok(pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+    }
+}
+
+/// `zoned=1` and the zoned keys that differ from their defaults.
+fn write_zoned(z: &ZonedConfig, w: &mut SpecWriter) {
+    let d = ZonedConfig::default();
+    w.pair("zoned", 1);
+    w.pair_if_not("zone_size", z.zone_size_mb, d.zone_size_mb);
+    w.pair_if_not("zone_capacity", z.zone_capacity_mb, d.zone_capacity_mb);
+    w.pair_if_not("zone_nr_conv", z.zone_nr_conv, d.zone_nr_conv);
+    w.pair_if_not("zone_max_open", z.zone_max_open, d.zone_max_open);
+    w.pair_if_not("zone_max_active", z.zone_max_active, d.zone_max_active);
+    w.pair_if_not("zone_append_max_sectors", z.zone_append_max_sectors, d.zone_append_max_sectors);
+    w.pair_if_not("zone_readonly", z.zone_readonly, d.zone_readonly);
+    w.pair_if_not("zone_offline", z.zone_offline, d.zone_offline);
+    w.flag_if_not("zone_full", z.zone_full, d.zone_full);
+    if z.zone_lock == ZoneLock::Global {
+        w.pair("zone_lock", "global");
+    }
+    if z.compat != d.compat {
+        w.pair("zoned_compat", z.compat.name());
     }
 }

@@ -1,13 +1,14 @@
-//! Device specs: `driver:key=value,key=value`, e.g.
-//! `null:irqmode=2,completion_nsec=20000,memory_backed=1`.
+//! The spec grammar: `driver:key=value,key=value`, e.g.
+//! `null:irqmode=2,completion_nsec=20000,memory_backed=1`, parsed once
+//! into typed configs (a driver's, the queue's `QueueConfig`, the
+//! scheduler's `Sched`) and printed back from them ([`SpecWriter`]).
 //!
 //! Every key is checked: an unknown key or a bad value is an error that
-//! names the key and what is accepted. Drivers declare their keys and read
-//! typed values through [`SpecParams`]. Which driver a spec names is
-//! looked up in driver/mod.rs and the registry (registry.rs).
-
-use crate::sbitmap::WakePolicy;
-use crate::sched::Sched;
+//! names the key and what is accepted ([`ConfigError`]). Drivers declare
+//! their keys and read typed values through [`SpecParams`].
+//!
+//! Relies on: nothing but std (the scheduler tunables' names come in as
+//! arguments).
 
 /// Builder-style setters for a typed config, one per field:
 /// `fn field(mut self, value) -> Self`, documented as setting the spec key
@@ -44,125 +45,27 @@ macro_rules! setters {
 pub const BLOCK_KEYS: &[&str] =
     &["wake", "plug_nesting", "plug_sync", "sched", "nr_requests", "hybrid_poll_delay", "io_timeout"];
 
-/// Block-layer options of a device (the block-layer keys of a spec).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueueOptions {
-    /// Tag wakeup policy (`wake=`).
-    pub wake: Wake,
-    /// Which plug levels flush (`plug_nesting=outermost|flush_each`).
-    pub plug_nesting: crate::plug::PlugNesting,
-    /// Are sync bios plugged (`plug_sync=1`, the default, as Linux since
-    /// 4.1)? With 0 they bypass an active plug and are issued at once, as
-    /// blk-mq's single-queue path did before "blk-mq: fix plugging in
-    /// blk_sq_make_request" (plug.rs).
-    pub plug_sync: bool,
-    /// The I/O scheduler and its tunables (`sched=mq-deadline`, with
-    /// tunables by their kernel names, e.g. `read_expire=250`).
-    pub sched: Sched,
-    /// Scheduler tags per hardware queue (None: 2 x min(queue_depth, 128)).
-    pub nr_requests: Option<u32>,
-    /// Hybrid polling (`hybrid_poll_delay=` in us, like a positive value of
-    /// the kernel's io_poll_delay): a client waiting for polled I/O sleeps
-    /// this long before it starts spinning. 0: spin at once (classic).
-    pub hybrid_poll_delay_us: u32,
-    /// How long a request may be with the driver before its timeout
-    /// handler runs (`io_timeout=` in ms, the queue's sysfs io_timeout);
-    /// None: the driver's `rq_timeout` (30 s for most).
-    pub io_timeout_ms: Option<u64>,
-}
-
-impl Default for QueueOptions {
-    fn default() -> Self {
-        Self {
-            wake: Wake::default(),
-            plug_nesting: crate::plug::PlugNesting::default(),
-            plug_sync: true,
-            sched: Sched::default(),
-            nr_requests: None,
-            hybrid_poll_delay_us: 0,
-            io_timeout_ms: None,
-        }
-    }
-}
-
-/// How freed tags wake sleeping submitters (`wake=`; ARCHITECTURE.md,
-/// "Tag wakeup policies").
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum Wake {
-    /// The kernel 6.2+ batched wakeup.
-    Batch,
-    /// Hou Tao's stash-wake-use.
-    Stash,
-    /// mqblk's own: freed tags are granted to waiters in order (the default).
-    #[default]
-    Handoff,
-    /// A policy added with [`crate::register_wake_policy`], by name.
-    Custom(String),
-}
-
-impl Wake {
-    /// A policy registered with [`crate::register_wake_policy`].
-    pub fn custom(name: impl Into<String>) -> Self {
-        Wake::Custom(name.into())
-    }
-
-    /// The name `wake=` chooses it by.
-    pub fn name(&self) -> &str {
-        match self {
-            Wake::Batch => "batch",
-            Wake::Stash => "stash",
-            Wake::Handoff => "handoff",
-            Wake::Custom(name) => name,
-        }
-    }
-
-    /// A new instance of the policy (one per tag set).
-    pub(crate) fn policy(&self) -> Result<Box<dyn WakePolicy>, ConfigError> {
-        Ok(match self {
-            Wake::Batch => Box::<crate::sbitmap::BatchWake>::default(),
-            Wake::Stash => Box::<crate::sbitmap::StashWake>::default(),
-            Wake::Handoff => Box::<crate::sbitmap::HandoffWake>::default(),
-            Wake::Custom(name) => match crate::registry::wake_policy(name) {
-                Some(factory) => factory(),
-                None => return Err(Wake::unknown("wake", name)),
-            },
-        })
-    }
-
-    fn unknown(driver: &str, name: &str) -> ConfigError {
-        ConfigError::BadValue {
-            driver: driver.to_string(),
-            key: "wake".into(),
-            value: name.to_string(),
-            expected: crate::registry::wake_policy_names().join(", "),
-        }
-    }
-
-    fn from_name(driver: &str, name: &str) -> Result<Self, ConfigError> {
-        Ok(match name {
-            "batch" => Wake::Batch,
-            "stash" => Wake::Stash,
-            "handoff" => Wake::Handoff,
-            other if crate::registry::wake_policy(other).is_some() => Wake::Custom(other.to_string()),
-            other => return Err(Wake::unknown(driver, other)),
-        })
-    }
-}
-
-impl std::str::FromStr for Wake {
-    type Err = ConfigError;
-
-    fn from_str(s: &str) -> Result<Self, ConfigError> {
-        Wake::from_name("wake", s.trim())
-    }
-}
-
-impl std::fmt::Display for Wake {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
+/// Tunable keys of the built-in schedulers (accepted in any device spec,
+/// for the scheduler it names).
+pub const TUNABLE_KEYS: &[&str] = &[
+    // mq-deadline
+    "read_expire",
+    "write_expire",
+    "writes_starved",
+    "fifo_batch",
+    "front_merges",
+    "async_depth",
+    // kyber
+    "read_lat_nsec",
+    "write_lat_nsec",
+    // bfq
+    "low_latency",
+    "limit_depths",
+    "max_budget",
+    "wr_max_time",
+    "wr_min_idle_time",
+    "slice_idle",
+];
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -179,6 +82,32 @@ pub enum ConfigError {
     Duplicate { driver: String, key: String },
     #[error("{driver}: {message}")]
     Conflict { driver: String, message: String },
+}
+
+impl ConfigError {
+    /// The error of a value outside `min..=max`, worded as a spec's parse
+    /// words it, for checks of typed configs.
+    pub fn out_of_range(driver: &str, key: &str, value: u64, min: u64, max: u64) -> Self {
+        ConfigError::BadValue {
+            driver: driver.to_string(),
+            key: key.to_string(),
+            value: value.to_string(),
+            expected: format!("an integer in {min}..={max}"),
+        }
+    }
+
+    /// A conflict between keys, named by `driver`.
+    pub fn conflict(driver: &str, message: impl Into<String>) -> Self {
+        ConfigError::Conflict { driver: driver.to_string(), message: message.into() }
+    }
+}
+
+/// Checks a typed value against the range its spec key accepts.
+pub fn check_range(driver: &str, key: &str, value: u64, (min, max): (u64, u64)) -> Result<(), ConfigError> {
+    match (min..=max).contains(&value) {
+        true => Ok(()),
+        false => Err(ConfigError::out_of_range(driver, key, value, min, max)),
+    }
 }
 
 /// " (did you mean 'X'?)" for the accepted name (", "-separated) closest
@@ -238,49 +167,41 @@ impl SpecParams {
     /// Fails on the first key that is neither in `accepted` (the driver's)
     /// nor a block-layer key.
     pub fn check_keys(&self, accepted: &[&str]) -> Result<(), ConfigError> {
-        let known =
-            |k: &str| accepted.contains(&k) || BLOCK_KEYS.contains(&k) || crate::sched::TUNABLE_KEYS.contains(&k);
+        let known = |k: &str| accepted.contains(&k) || BLOCK_KEYS.contains(&k) || TUNABLE_KEYS.contains(&k);
         match self.pairs.iter().find(|(k, _)| !known(k)) {
             None => Ok(()),
             Some((key, _)) => Err(ConfigError::UnknownKey {
                 driver: self.driver.clone(),
                 key: key.clone(),
-                accepted: accepted
-                    .iter()
-                    .chain(BLOCK_KEYS)
-                    .chain(crate::sched::TUNABLE_KEYS)
-                    .copied()
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                accepted: accepted.iter().chain(BLOCK_KEYS).chain(TUNABLE_KEYS).copied().collect::<Vec<_>>().join(", "),
             }),
         }
     }
 
-    /// The block-layer options of this spec.
-    pub fn queue_options(&self) -> Result<QueueOptions, ConfigError> {
-        let wake = match self.raw("wake") {
-            Some(name) => Wake::from_name(&self.driver, name)?,
-            None => Wake::default(),
-        };
-        let nesting = self.choice("plug_nesting", "outermost", crate::plug::PlugNesting::NAMES)?;
-        let plug_nesting = crate::plug::PlugNesting::from_name(nesting).expect("a listed name");
-        let plug_sync = self.bool("plug_sync", true)?;
-        let sched = Sched::from_params(self.raw("sched").unwrap_or("none"), self)?;
-        let nr_requests = match self.is_set("nr_requests") {
-            true => Some(self.u64_in("nr_requests", 0, 4, 65536)? as u32),
-            false => None,
-        };
-        let hybrid_poll_delay_us = self.u64_in("hybrid_poll_delay", 0, 0, 1_000_000)? as u32;
-        let io_timeout_ms = match self.is_set("io_timeout") {
-            true => Some(self.u64_in("io_timeout", 0, 1, 3_600_000)?),
-            false => None,
-        };
-        Ok(QueueOptions { wake, plug_nesting, plug_sync, sched, nr_requests, hybrid_poll_delay_us, io_timeout_ms })
+    /// Fails on the first key that is not in `accepted`, listing only
+    /// those (for key sets apart from a device spec: a scheduler's
+    /// tunables).
+    pub fn check_keys_exact(&self, accepted: &[&str]) -> Result<(), ConfigError> {
+        match self.pairs.iter().find(|(k, _)| !accepted.contains(&k.as_str())) {
+            None => Ok(()),
+            Some((key, _)) => Err(ConfigError::UnknownKey {
+                driver: self.driver.clone(),
+                key: key.clone(),
+                accepted: if accepted.is_empty() { "none".into() } else { accepted.join(", ") },
+            }),
+        }
     }
 
     /// The key=value pairs, in order.
     pub fn pairs(&self) -> &[(String, String)] {
         &self.pairs
+    }
+
+    /// Splits the pairs in two, in order: those `take` selects, and the
+    /// rest (both under this spec's driver name).
+    pub fn partition(&self, take: impl Fn(&str) -> bool) -> (SpecParams, SpecParams) {
+        let (taken, rest) = self.pairs.iter().cloned().partition(|(k, _)| take(k));
+        (Self::from_pairs(&self.driver, taken), Self::from_pairs(&self.driver, rest))
     }
 
     /// Params from key=value pairs (for options given programmatically).
@@ -336,6 +257,60 @@ impl SpecParams {
 
     pub fn conflict(&self, message: impl Into<String>) -> ConfigError {
         ConfigError::Conflict { driver: self.driver.clone(), message: message.into() }
+    }
+}
+
+/// A spec printed from typed configs: `driver:key=value,...`, each key
+/// once, in the order written. Configs write the keys whose values differ
+/// from their defaults, so a printed spec opens the same device and reads
+/// as short as it can.
+///
+/// ```
+/// use mqblk::config::SpecWriter;
+///
+/// let mut w = SpecWriter::new("null");
+/// w.pair("gb", 4);
+/// w.pair_if_not("irqmode", 1, 1); // the default: not written
+/// w.pair_if_not("hw_queue_depth", 128, 64);
+/// assert_eq!(w.finish(), "null:gb=4,hw_queue_depth=128");
+/// ```
+#[derive(Debug, Clone)]
+pub struct SpecWriter {
+    spec: String,
+    keys: usize,
+}
+
+impl SpecWriter {
+    /// A spec of driver `driver`, with no keys yet.
+    pub fn new(driver: &str) -> Self {
+        Self { spec: driver.to_string(), keys: 0 }
+    }
+
+    /// Writes `key=value`.
+    pub fn pair(&mut self, key: &str, value: impl std::fmt::Display) {
+        debug_assert!(!key.is_empty() && !key.contains([',', '=', ':']), "spec key '{key}'");
+        let sep = if self.keys == 0 { ':' } else { ',' };
+        self.keys += 1;
+        use std::fmt::Write as _;
+        let _ = write!(self.spec, "{sep}{key}={value}");
+        debug_assert!(!self.spec.ends_with(',') && !self.spec.ends_with('='), "a spec value may not be empty");
+    }
+
+    /// Writes `key=value` unless `value` is `default`.
+    pub fn pair_if_not<T: PartialEq + std::fmt::Display>(&mut self, key: &str, value: T, default: T) {
+        if value != default {
+            self.pair(key, value);
+        }
+    }
+
+    /// Writes `key=1` or `key=0` unless `value` is `default`.
+    pub fn flag_if_not(&mut self, key: &str, value: bool, default: bool) {
+        self.pair_if_not(key, u8::from(value), u8::from(default));
+    }
+
+    /// The spec.
+    pub fn finish(self) -> String {
+        self.spec
     }
 }
 

@@ -64,16 +64,18 @@ pub mod zoned;
 pub use buf::{Buf, BUF_ALIGN};
 pub use client::{Client, ClientStats, Completion, CompletionSink, RwCount};
 pub use clock::{now_ns, Clock, ClockSource};
-pub use config::{ConfigError, QueueOptions, SpecParams, Wake};
-pub use device::{Attrs, BlockStatusMap, Device, DeviceBuilder, DirectReads, Power, RegisteredBuffers, Zones};
+pub use config::{ConfigError, SpecParams};
+pub use device::{Attrs, BlockStatusMap, Device, DeviceConfig, DirectReads, Power, RegisteredBuffers, Zones};
 pub use error::{Error, Rejected, SubmitError};
 pub use fixed::FixedBufs;
 pub use hctx::Hctx;
 pub use plug::{Plug, PlugNesting};
-pub use queue::{DeviceStats, QueueLimits, DEFAULT_MAX_SECTORS, DEFAULT_MAX_SEGMENTS, MAX_BIO_BYTES};
+pub use queue::{
+    DeviceStats, QueueConfig, QueueLimits, Wake, DEFAULT_MAX_SECTORS, DEFAULT_MAX_SEGMENTS, MAX_BIO_BYTES,
+};
 pub use registry::{
-    driver_names, elevator_names, register_driver, register_elevator, register_wake_policy, wake_policy_names,
-    DriverFactory, ElevatorFactory, WakePolicyFactory,
+    driver_names, elevator_names, register_driver, register_driver_config, register_elevator, register_wake_policy,
+    wake_policy_names, DriverFactory, ElevatorFactory, WakePolicyFactory,
 };
 pub use request::{op_is_sync, Bio, IoPrio, IoPrioClass, Op, ReqFlags, Rq, RqList, SECTOR_SHIFT, SECTOR_SIZE};
 pub use sbitmap::{BatchWake, HandoffWake, SbitmapQueue, StashWake, WakePolicy};

@@ -15,17 +15,24 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::config::SpecParams;
-use crate::driver::Driver;
+use crate::config::{ConfigError, SpecParams};
+use crate::driver::{Driver, DriverConfig, OpenFn, SpecConfig};
 use crate::error::Error;
 use crate::sbitmap::WakePolicy;
 use crate::sched::{Elevator, ElevatorArgs};
 
-/// Builds a driver from its spec's key=value pairs (after `name:`). Check
-/// the keys with [`SpecParams::check_keys`] so that an unknown one is named.
-pub type DriverFactory = dyn Fn(&SpecParams) -> Result<Box<dyn Driver>, Error> + Send + Sync;
+/// Parses a driver's part of a spec (its key=value pairs after `name:`,
+/// without the block layer's) into the driver's typed config. Check the
+/// keys with [`SpecParams::check_keys`] so that an unknown one is named.
+pub type DriverFactory = dyn Fn(&SpecParams) -> Result<Box<dyn DriverConfig>, ConfigError> + Send + Sync;
 /// Builds an elevator for a device (see [`ElevatorArgs`]).
 pub type ElevatorFactory = dyn Fn(&ElevatorArgs) -> Result<Box<dyn Elevator>, Error> + Send + Sync;
+
+/// A registered elevator: the tunables it takes and its factory.
+pub(crate) struct ElevatorEntry {
+    pub(crate) tunables: Vec<String>,
+    pub(crate) factory: Box<ElevatorFactory>,
+}
 /// Builds a wakeup policy: one instance per tag set (hardware queue).
 pub type WakePolicyFactory = dyn Fn() -> Box<dyn WakePolicy> + Send + Sync;
 
@@ -66,24 +73,49 @@ impl<F: ?Sized> Registry<F> {
 }
 
 static DRIVERS: Registry<DriverFactory> = Registry::new("driver");
-static ELEVATORS: Registry<ElevatorFactory> = Registry::new("elevator");
+static ELEVATORS: Registry<ElevatorEntry> = Registry::new("elevator");
 static WAKE_POLICIES: Registry<WakePolicyFactory> = Registry::new("wake policy");
 
-/// Makes `name:key=value,...` specs open a driver built by `factory`.
+/// Makes `name:key=value,...` specs open a driver with a typed config:
+/// `parse` reads the driver's keys into it (`DeviceConfig::parse` keeps the
+/// block layer's), and the device opens the driver from it.
+pub fn register_driver_config(
+    name: &str,
+    parse: impl Fn(&SpecParams) -> Result<Box<dyn DriverConfig>, ConfigError> + Send + Sync + 'static,
+) {
+    DRIVERS.register(&[], name, Arc::new(parse));
+}
+
+/// Makes `name:key=value,...` specs open a driver `open` builds from its
+/// keys (a driver with no typed config: its keys travel as given, in a
+/// [`SpecConfig`], and are checked when it opens).
 pub fn register_driver(
     name: &str,
-    factory: impl Fn(&SpecParams) -> Result<Box<dyn Driver>, Error> + Send + Sync + 'static,
+    open: impl Fn(&SpecParams) -> Result<Box<dyn Driver>, Error> + Send + Sync + 'static,
 ) {
-    DRIVERS.register(&[], name, Arc::new(factory));
+    let open: Arc<OpenFn> = Arc::new(open);
+    register_driver_config(name, move |p| Ok(Box::new(SpecConfig::new(p.clone(), open.clone()))));
 }
 
 /// Makes `sched=name` (in a spec, `Sched::from_str`, `Device::set_scheduler`)
-/// choose an elevator built by `factory`.
+/// choose an elevator built by `factory`, which takes the `tunables`
+/// named here (`sched=name,tunable=value` in a spec, `--sched=name,
+/// tunable=value` in bench, in `ElevatorArgs::tunables`); any other key
+/// given with it is refused, as for the built-in schedulers.
 pub fn register_elevator(
     name: &str,
+    tunables: &[&str],
     factory: impl Fn(&ElevatorArgs) -> Result<Box<dyn Elevator>, Error> + Send + Sync + 'static,
 ) {
-    ELEVATORS.register(crate::sched::SCHEDULERS, name, Arc::new(factory));
+    for key in tunables {
+        assert!(
+            !crate::config::BLOCK_KEYS.contains(key) && !key.is_empty() && !key.contains([',', '=', ':']),
+            "elevator '{name}': tunable '{key}' must be a plain word and not a block-layer key"
+        );
+    }
+    let entry =
+        ElevatorEntry { tunables: tunables.iter().map(|k| k.to_string()).collect(), factory: Box::new(factory) };
+    ELEVATORS.register(crate::sched::SCHEDULERS, name, Arc::new(entry));
 }
 
 /// Makes `wake=name` (in a spec, `Wake::from_str`) choose a wakeup policy
@@ -96,8 +128,13 @@ pub(crate) fn driver(name: &str) -> Option<Arc<DriverFactory>> {
     DRIVERS.get(name)
 }
 
-pub(crate) fn elevator(name: &str) -> Option<Arc<ElevatorFactory>> {
+pub(crate) fn elevator(name: &str) -> Option<Arc<ElevatorEntry>> {
     ELEVATORS.get(name)
+}
+
+/// Whether `key` is a tunable of some registered elevator.
+pub(crate) fn is_elevator_tunable(key: &str) -> bool {
+    ELEVATORS.entries.lock().iter().any(|(_, e)| e.tunables.iter().any(|t| t == key))
 }
 
 pub(crate) fn wake_policy(name: &str) -> Option<Arc<WakePolicyFactory>> {

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use mqblk::driver::{Driver, QueueRqResult};
 use mqblk::{
-    Bio, Buf, Client, Completion, Device, Hctx, QueueLimits, QueueOptions, Rq, Status, SubmitError, TagSetConfig,
+    Bio, Buf, Client, Completion, Device, Hctx, QueueConfig, QueueLimits, Rq, Status, SubmitError, TagSetConfig,
 };
 use proptest::prelude::*;
 
@@ -62,7 +62,7 @@ impl Driver for Recorder {
     }
 }
 
-fn recorder(opts: QueueOptions, partial_bytes: Option<u64>) -> (Device, Arc<Record>) {
+fn recorder(opts: QueueConfig, partial_bytes: Option<u64>) -> (Device, Arc<Record>) {
     let record = Arc::new(Record { partial_bytes, ..Record::default() });
     let dev = Device::with_driver_options(Box::new(Recorder(record.clone())), opts).unwrap();
     (dev, record)
@@ -94,7 +94,7 @@ fn finishes<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'stati
 
 #[test]
 fn only_the_outermost_plug_flushes() {
-    let (dev, record) = recorder(QueueOptions::default(), None);
+    let (dev, record) = recorder(QueueConfig::default(), None);
     let mut c = dev.client();
     {
         let mut outer = c.plug();
@@ -119,7 +119,7 @@ fn only_the_outermost_plug_flushes() {
 
 #[test]
 fn flush_each_flushes_every_level_and_merges_within_it() {
-    let opts = QueueOptions { plug_nesting: mqblk::PlugNesting::FlushEach, ..QueueOptions::default() };
+    let opts = QueueConfig { plug_nesting: mqblk::PlugNesting::FlushEach, ..QueueConfig::default() };
     let (dev, record) = recorder(opts, None);
     let mut c = dev.client();
     {
@@ -152,7 +152,7 @@ fn sync_bios_bypass_the_plug_without_plug_sync() {
     // plug_sync=0: blk_sq_make_request before "blk-mq: fix plugging in
     // blk_sq_make_request" (2015): reads are sync, so none waits in the
     // plug and none merges: 16 requests, each issued at once.
-    let opts = QueueOptions { plug_sync: false, ..QueueOptions::default() };
+    let opts = QueueConfig { plug_sync: false, ..QueueConfig::default() };
     let (dev, record) = recorder(opts, None);
     let mut c = dev.client();
     nested_batch(&mut c, |off| Bio::read(off, Buf::new(4096)));
@@ -171,7 +171,7 @@ fn sync_bios_bypass_the_plug_without_plug_sync() {
 fn sync_bios_merge_in_the_plug_with_plug_sync() {
     // The default (Linux since 4.1): the same batch merges into one request
     // of 16 segments, issued when the outermost plug ends.
-    let (dev, record) = recorder(QueueOptions::default(), None);
+    let (dev, record) = recorder(QueueConfig::default(), None);
     let mut c = dev.client();
     nested_batch(&mut c, |off| Bio::read(off, Buf::new(4096)));
     assert_eq!(calls(&record), vec![Call { sector: 0, nr_sectors: 128, segments: 16, last: true }]);
@@ -183,7 +183,7 @@ fn sync_bios_merge_in_the_plug_with_plug_sync() {
 
 #[test]
 fn without_plug_sync_async_writes_still_plug_and_sync_writes_do_not() {
-    let opts = QueueOptions { plug_sync: false, ..QueueOptions::default() };
+    let opts = QueueConfig { plug_sync: false, ..QueueConfig::default() };
     let (dev, record) = recorder(opts, None);
     let mut c = dev.client();
     nested_batch(&mut c, |off| Bio::write(off, Buf::new(4096)));
@@ -197,11 +197,7 @@ fn without_plug_sync_async_writes_still_plug_and_sync_writes_do_not() {
 #[test]
 fn plug_sync_is_a_spec_key_and_a_builder_option() {
     let spec = open("null:gb=1,irqmode=0,plug_sync=0").unwrap();
-    let built = Device::builder()
-        .driver(Box::new(
-            mqblk_null::NullDriver::new(mqblk_null::NullConfig::new().gb(1).irqmode(mqblk_null::IrqMode::None))
-                .unwrap(),
-        ))
+    let built = Device::builder(mqblk_null::NullConfig::new().gb(1).irqmode(mqblk_null::IrqMode::None))
         .plug_sync(false)
         .build()
         .unwrap();
@@ -218,7 +214,7 @@ fn plug_sync_is_a_spec_key_and_a_builder_option() {
 
 #[test]
 fn a_plug_holds_at_most_32_requests() {
-    let (dev, record) = recorder(QueueOptions::default(), None);
+    let (dev, record) = recorder(QueueConfig::default(), None);
     let mut c = dev.client();
     let mut plug = c.plug();
     for i in 0..32u64 {
@@ -234,7 +230,7 @@ fn a_plug_holds_at_most_32_requests() {
 
 #[test]
 fn a_large_request_flushes_the_plug_before_the_next() {
-    let (dev, record) = recorder(QueueOptions::default(), None);
+    let (dev, record) = recorder(QueueConfig::default(), None);
     let mut c = dev.client();
     let mut plug = c.plug();
     plug.submit(Bio::read(0, Buf::new(128 << 10)), 0).unwrap();
@@ -285,7 +281,7 @@ fn waiting_for_completions_flushes_the_plug_first() {
 fn merged_bios_complete_once_each_with_their_own_status() {
     // The driver transfers the first 8 KiB of each request and fails the
     // rest: of four merged 4 KiB bios, the first two succeed.
-    let (dev, record) = recorder(QueueOptions::default(), Some(8192));
+    let (dev, record) = recorder(QueueConfig::default(), Some(8192));
     let mut c = dev.client();
     {
         let mut plug = c.plug();

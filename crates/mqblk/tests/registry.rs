@@ -97,7 +97,7 @@ fn a_registered_driver_opens_by_spec_and_checks_its_keys() {
 fn a_registered_elevator_and_wake_policy_run_when_named() {
     let dispatched = Arc::new(AtomicU64::new(0));
     let counter = dispatched.clone();
-    mqblk::register_elevator("test-fifo", move |args| {
+    mqblk::register_elevator("test-fifo", &[], move |args| {
         let queues = (0..args.nr_hw_queues).map(|_| Mutex::new(VecDeque::new())).collect();
         Ok(Box::new(Fifo { queues, dispatched: counter.clone() }))
     });
@@ -132,8 +132,7 @@ fn a_registered_elevator_and_wake_policy_run_when_named() {
 
 #[test]
 fn a_registered_elevator_reads_its_own_tunables() {
-    mqblk::register_elevator("test-tuned", |args| {
-        args.tunables.check_keys(&["quantum"])?;
+    mqblk::register_elevator("test-tuned", &["quantum"], |args| {
         let quantum = args.tunables.u64_in("quantum", 1, 1, 64)?;
         assert_eq!(quantum, 8);
         let queues = (0..args.nr_hw_queues).map(|_| Mutex::new(VecDeque::new())).collect();
@@ -143,8 +142,12 @@ fn a_registered_elevator_reads_its_own_tunables() {
     dev.set_scheduler("test-tuned,quantum=8".parse().unwrap()).unwrap();
     let e = dev.set_scheduler("test-tuned,quantum=99".parse().unwrap()).unwrap_err().to_string();
     assert!(e.contains("quantum"), "{e}");
-    let e = dev.set_scheduler("test-tuned,quantm=8".parse().unwrap()).unwrap_err().to_string();
+    let e = "test-tuned,quantm=8".parse::<Sched>().unwrap_err().to_string();
+    assert!(e.contains("'quantm'") && e.contains("quantum"), "an unknown tunable names the accepted: {e}");
+    let dev = open("null:gb=1,sched=test-tuned,quantum=8").unwrap();
+    assert_eq!(dev.scheduler(), "test-tuned", "a device spec takes a registered scheduler's tunables");
+    let e = open("null:gb=1,sched=bfq,quantum=8").unwrap_err().to_string();
+    assert!(e.contains("'quantum' is not a tunable of sched=bfq"), "{e}");
+    let e = open("null:gb=1,quantm=8,sched=test-tuned").unwrap_err().to_string();
     assert!(e.contains("'quantm'"), "{e}");
-    let e = open("null:gb=1,sched=test-tuned,quantum=8").unwrap_err().to_string();
-    assert!(e.contains("'quantum'"), "a device spec takes only the built-in tunable keys: {e}");
 }

@@ -16,7 +16,7 @@ use mqblk::SpecParams;
 const SCHEDULERS: [&str; 4] = ["none", "mq-deadline", "kyber", "bfq"];
 use mqblk::driver::{Driver, QueueRqResult};
 use mqblk::{
-    Bio, Buf, Client, Device, Hctx, IoPrio, IoPrioClass, Op, QueueLimits, QueueOptions, ReqFlags, Rq, Status,
+    Bio, Buf, Client, Device, Hctx, IoPrio, IoPrioClass, Op, QueueConfig, QueueLimits, ReqFlags, Rq, Status,
     SubmitError, TagSetConfig,
 };
 
@@ -82,7 +82,7 @@ fn gate_device(sched: &str, tunables: &[(&str, &str)], nr_requests: Option<u32>)
         .chain(tunables.iter().map(|(k, v)| format!("{k}={v}")))
         .collect::<Vec<_>>()
         .join(",");
-    let opts = QueueOptions { sched: spec.parse().unwrap(), nr_requests, ..QueueOptions::default() };
+    let opts = QueueConfig { sched: spec.parse().unwrap(), nr_requests, ..QueueConfig::default() };
     (Device::with_driver_options(Box::new(Gate(state.clone())), opts).unwrap(), state)
 }
 
@@ -257,10 +257,10 @@ fn dump_value(dump: &str, key: &str) -> u64 {
 #[test]
 fn bfq_idle_slice_expiry_runs_the_queue_without_any_tick() {
     let state = Arc::new(GateState::default());
-    let opts = QueueOptions {
+    let opts = QueueConfig {
         sched: "bfq,slice_idle=50,max_budget=100000".parse().unwrap(),
         nr_requests: Some(64),
-        ..QueueOptions::default()
+        ..QueueConfig::default()
     };
     let dev = Device::with_driver_options(Box::new(QuietGate(Gate(state.clone()))), opts).unwrap();
     let mut reader = dev.client_with_capacity(4);

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::Forward;
 use mqblk::driver::{Driver, QueueRqResult, TimedOutRq, TimeoutAction};
-use mqblk::{Bio, Buf, Device, Hctx, QueueLimits, QueueOptions, Rq, Status, TagSetConfig};
+use mqblk::{Bio, Buf, Device, Hctx, QueueConfig, QueueLimits, Rq, Status, TagSetConfig};
 
 /// Holds every request until its timeout handler runs, then completes it
 /// with `Timeout`; counts handler calls whose tag it does not hold.
@@ -97,7 +97,7 @@ fn a_plugged_request_does_not_time_out() {
 #[test]
 fn with_a_scheduler_the_handler_gets_driver_tags_and_queued_requests_wait() {
     let driver = Arc::new(Sitter::new(2));
-    let opts = QueueOptions { sched: mqblk::Sched::MqDeadline(Default::default()), ..QueueOptions::default() };
+    let opts = QueueConfig { sched: mqblk::Sched::MqDeadline(Default::default()), ..QueueConfig::default() };
     let dev = Device::with_driver_options(Box::new(Forward(driver.clone())), opts).unwrap();
     let mut c = dev.client_with_capacity(8);
     // Two requests reach the driver; the other four wait in the scheduler

@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use mqblk::Clock;
-use mqblk::Device;
+use mqblk::{Device, DeviceConfig};
 
 use job::{Control, JobResult, Live, PHASE_RUN, PHASE_STOP};
 use options::{BenchPlan, JobOptions};
@@ -143,18 +143,33 @@ pub fn run(plan: &BenchPlan) -> Result<String, BenchError> {
     Ok(out)
 }
 
-/// The plan's device spec, with the device options given as bench options.
-pub fn device_spec(plan: &BenchPlan) -> String {
-    let mut spec = plan.device.clone().unwrap_or_else(|| DEFAULT_DEVICE.to_string());
-    for (key, value) in [("plug_nesting", &plan.plug_nesting), ("sched", &plan.sched)] {
-        if let Some(value) = value {
-            spec.push(if spec.contains(':') { ',' } else { ':' });
-            spec.push_str(key);
-            spec.push('=');
-            spec.push_str(value);
+/// The plan's device: its `--device` spec (or the file of its jobs'
+/// `filename`, or the default), with the device options given as bench
+/// options. A file device gets a ring per job thread, reaped by the job,
+/// unless its spec chose a ring layout (the job threads reap).
+pub fn device_config(plan: &BenchPlan) -> Result<DeviceConfig, BenchError> {
+    crate::register_drivers();
+    let mut cfg = match (&plan.file, &plan.device) {
+        (Some(file), _) => DeviceConfig::new(file.clone()),
+        (None, spec) => {
+            let spec = spec.as_deref().unwrap_or(DEFAULT_DEVICE);
+            DeviceConfig::parse(spec).map_err(|e| BenchError::BadInput(format!("--device {spec}: {e}")))?
         }
+    };
+    if let Some(file) = cfg.driver_mut::<mqblk_file::FileConfig>() {
+        file.reaped_by_clients(plan.jobs.iter().map(|j| j.numjobs).sum());
     }
-    spec
+    if let Some(name) = &plan.plug_nesting {
+        let nesting = mqblk::PlugNesting::from_name(name).ok_or_else(|| {
+            let accepted = mqblk::PlugNesting::NAMES.join(", ");
+            BenchError::BadInput(format!("--plug_nesting={name}: accepted: {accepted}"))
+        })?;
+        cfg.queue_mut().plug_nesting = nesting;
+    }
+    if let Some(sched) = &plan.sched {
+        cfg.queue_mut().sched = sched.parse().map_err(|e| BenchError::BadInput(format!("--sched={sched}: {e}")))?;
+    }
+    Ok(cfg)
 }
 
 /// Runs `plan` and returns its measurements.
@@ -162,9 +177,9 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
     for cpus in plan.jobs.iter().filter_map(|j| j.cpus_allowed.as_ref()) {
         cpus::check_available(&cpus.0).map_err(BenchError::BadInput)?;
     }
-    let spec = device_spec(plan);
-    crate::register_drivers();
-    let dev = Device::open(&spec).map_err(|e| BenchError::BadInput(format!("--device {spec}: {e}")))?;
+    let cfg = device_config(plan)?;
+    let spec = cfg.to_string();
+    let dev = cfg.build().map_err(|e| BenchError::BadInput(format!("--device {spec}: {e}")))?;
     let fixed = fixed_bufs(plan, &dev)?;
     let clock = bench_clock(plan)?;
     let (shared, mut running) = job_clones(plan, Instant::now());

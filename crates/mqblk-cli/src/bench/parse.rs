@@ -21,7 +21,9 @@ fn unknown_cli_option(key: &str) -> String {
 pub struct BenchPlan {
     pub jobs: Vec<JobOptions>,
     pub device: Option<String>,
-    /// `plug_nesting=` and `sched=`: device options, added to the spec.
+    /// The device of jobs that name a `filename` (fio's way), instead.
+    pub file: Option<mqblk_file::FileConfig>,
+    /// `plug_nesting=` and `sched=`: the device's block-layer options.
     pub plug_nesting: Option<String>,
     pub sched: Option<String>,
     pub json: bool,
@@ -41,8 +43,9 @@ fn default_job() -> JobOptions {
 /// Options in the order given: (key, value; None for a bare flag).
 type OptionList = Vec<(String, Option<String>)>;
 
-/// What parsing produced: the jobs, the global options as given, the device.
-type Parsed = (Vec<JobOptions>, Vec<(String, String)>, Option<String>);
+/// What parsing produced: the jobs, the global options as given, the
+/// device spec, and the file device of jobs that name a `filename`.
+type Parsed = (Vec<JobOptions>, Vec<(String, String)>, Option<String>, Option<mqblk_file::FileConfig>);
 
 /// Collects options in order: `device` and `plug_nesting` are plan-level
 /// (device options), the rest job options.
@@ -90,21 +93,18 @@ impl Collector {
             job.validate()?;
             jobs.push(job);
         }
-        let device = file_device(&jobs, self.device)?;
-        Ok((jobs, global_given, device))
+        let file = file_device(&jobs, self.device.is_some())?;
+        Ok((jobs, global_given, self.device, file))
     }
 }
 
 /// The device of jobs that name a `filename` (fio's way): the io_uring
-/// file driver, one for all jobs, so they must agree on it.
-fn file_device(jobs: &[JobOptions], device: Option<String>) -> Result<Option<String>, OptionError> {
-    let nr_jobs: usize = jobs.iter().map(|j| j.numjobs).sum();
-    let Some(first) = jobs.iter().find(|j| j.filename.is_some()) else {
-        // The bench's job threads reap: a plain file spec gets its fast
-        // configuration, a reaped ring per job (mqblk_file::reaped_file_spec).
-        return Ok(device.map(|d| mqblk_file::reaped_file_spec(&d, nr_jobs).unwrap_or(d)));
-    };
-    if device.is_some() {
+/// file driver, one for all jobs, so they must agree on it. Like fio's
+/// io_uring engine, each job reaps its own ring (`device_config` gives one
+/// per job thread); a missing file is laid out at the jobs' size.
+fn file_device(jobs: &[JobOptions], device_given: bool) -> Result<Option<mqblk_file::FileConfig>, OptionError> {
+    let Some(first) = jobs.iter().find(|j| j.filename.is_some()) else { return Ok(None) };
+    if device_given {
         return err("--filename and --device both name the device: give one");
     }
     let key = |j: &JobOptions| (j.filename.clone(), j.direct, j.registerfiles);
@@ -112,26 +112,18 @@ fn file_device(jobs: &[JobOptions], device: Option<String>) -> Result<Option<Str
         return err("jobs name different filename/direct/registerfiles: mqblk bench runs one device");
     }
     let path = first.filename.as_deref().unwrap_or_default();
-    if path.contains(',') || path.contains(':') {
-        return err(format!("filename={path}: a path with ',' or ':' cannot go into a device spec"));
+    if path.contains(',') {
+        return err(format!("filename={path}: a path with ',' cannot name a device (',' separates a spec's keys)"));
     }
-    // As fio's io_uring engine, each job reaps its own ring: one ring per
-    // job thread, and no completion threads.
-    let mut spec = format!(
-        "file:path={path},direct={},registerfiles={},reap=client,submit_queues={}",
-        u8::from(first.direct),
-        u8::from(first.registerfiles),
-        nr_jobs.clamp(1, 64)
-    );
-    // Like fio, lay out a missing file at the job's size.
+    let mut file = mqblk_file::FileConfig::new(path).direct(first.direct).register_files(first.registerfiles);
     if !std::path::Path::new(path).exists() {
         let size = jobs.iter().filter_map(|j| j.size.map(|s| j.offset + s)).max();
         let Some(size) = size else {
             return err(format!("filename={path} does not exist: give size= so it can be created"));
         };
-        spec.push_str(&format!(",create=1,size={size}"));
+        file = file.create(true).size_bytes(size);
     }
-    Ok(Some(spec))
+    Ok(Some(file))
 }
 
 /// Parses `mqblk bench` arguments (everything after `bench`).
@@ -148,6 +140,7 @@ pub fn parse_bench_args(args: &[String]) -> Result<BenchPlan, OptionError> {
         return Ok(BenchPlan {
             jobs: vec![default_job()],
             device,
+            file: None,
             plug_nesting,
             sched,
             json,
@@ -163,8 +156,8 @@ pub fn parse_bench_args(args: &[String]) -> Result<BenchPlan, OptionError> {
         c.jobs.push((name, std::mem::take(&mut c.global)));
     }
     let (plug_nesting, sched) = (c.plug_nesting.take(), c.sched.take());
-    let (jobs, global_given, device) = c.finish()?;
-    Ok(BenchPlan { jobs, device, plug_nesting, sched, json, stats, global_given })
+    let (jobs, global_given, device, file) = c.finish()?;
+    Ok(BenchPlan { jobs, device, file, plug_nesting, sched, json, stats, global_given })
 }
 
 /// What the command line held besides job options.
@@ -339,7 +332,7 @@ mod tests {
         let text = "; comment\n[global]\nbs=16k\ntime_based\nruntime=2\n\n[reader]\nrw=randread\niodepth=8\n[writer]\nrw=write\n";
         let mut c = Collector { global: Vec::new(), jobs: Vec::new(), device: None, plug_nesting: None, sched: None };
         parse_job_file(text, "t.fio", &mut c).unwrap();
-        let (jobs, _, _) = c.finish().unwrap();
+        let (jobs, _, _, _) = c.finish().unwrap();
         assert_eq!(jobs.len(), 2);
         assert_eq!((jobs[0].bs_read, jobs[0].iodepth, jobs[0].time_based), (16384, 8, true));
         assert_eq!(jobs[1].rw, RwMode::Write);

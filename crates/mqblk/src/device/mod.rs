@@ -6,24 +6,23 @@
 //! Relies on: queue/ (the request queue), client/ (clients), driver/ (the
 //! driver and its capabilities), config.rs (typed configs and specs).
 
-mod builder;
 mod caps;
+mod config;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::client::Client;
-use crate::config::QueueOptions;
 use crate::driver::Driver;
 use crate::error::Error;
 use crate::limits::QueueLimits;
-use crate::queue::{DeviceStats, RequestQueue};
+use crate::queue::{DeviceStats, QueueConfig, RequestQueue};
 use crate::sched::Sched;
 use crate::sync::Ordering;
 use crate::tag::TagSetConfig;
 
-pub use builder::DeviceBuilder;
 pub use caps::{Attrs, BlockStatusMap, DirectReads, Power, RegisteredBuffers, Zones};
+pub use config::DeviceConfig;
 
 /// A block device: a cheap, cloneable handle on a request queue. When the
 /// last handle and the last client are gone, the device is shut down
@@ -63,17 +62,17 @@ impl Device {
     /// in any driver's spec. The driver is one registered by name
     /// ([`crate::register_driver`]; mqblk-null's `register` adds `null`).
     pub fn open(spec: &str) -> Result<Device, Error> {
-        let (driver, opts) = crate::driver::open(spec)?;
-        Self::with_driver_options(driver, opts)
+        DeviceConfig::parse(spec)?.build()
     }
 
     /// A device over any driver, with the default block-layer options.
     pub fn with_driver(driver: Box<dyn Driver>) -> Result<Device, Error> {
-        Self::with_driver_options(driver, QueueOptions::default())
+        Self::with_driver_options(driver, QueueConfig::default())
     }
 
     /// A device over any driver with the given block-layer options.
-    pub fn with_driver_options(driver: Box<dyn Driver>, opts: QueueOptions) -> Result<Device, Error> {
+    pub fn with_driver_options(driver: Box<dyn Driver>, opts: QueueConfig) -> Result<Device, Error> {
+        opts.validate()?;
         Ok(Device { q: RequestQueue::new(driver, opts)? })
     }
 

@@ -202,3 +202,20 @@ pub fn extents_by(offset: u64, len: u64, unit: u64, out: &mut Vec<(u64, bool)>, 
         pos += n;
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extents_merge_neighbours_and_stop_at_the_cap() {
+        let mut out = Vec::new();
+        // Pages 1 and 2 hold data; the range starts mid-page.
+        extents_by(2048, 4 * 4096, 4096, &mut out, |pos| !(4096..3 * 4096).contains(&pos));
+        assert_eq!(out, vec![(2048, true), (8192, false), (6144, true)]);
+        out.clear();
+        extents_by(0, 4096 * 1000, 4096, &mut out, |pos| (pos / 4096) % 2 == 0);
+        assert_eq!(out.len(), MAX_EXTENTS, "a prefix of the range, no more extents than the cap");
+        assert!(out.iter().all(|e| e.0 == 4096));
+    }
+}

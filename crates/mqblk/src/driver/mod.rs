@@ -43,6 +43,7 @@
 //! what keeps the queue alive while a completion runs.
 
 mod caps;
+mod config;
 
 use std::time::Duration;
 
@@ -50,9 +51,8 @@ pub use caps::{
     extents_by, Attributes, BlockStatus, Capabilities, DirectAccess, FixedBuffers, PowerControl, ReadFn, Zoned,
     MAX_EXTENTS,
 };
+pub use config::{DriverConfig, OpenFn, SpecConfig};
 
-use crate::config::{ConfigError, QueueOptions, SpecParams};
-use crate::error::Error;
 use crate::hctx::Hctx;
 use crate::queue::QueueLimits;
 use crate::request::{Rq, RqList};
@@ -184,46 +184,5 @@ pub trait Driver: Send + Sync + 'static {
     /// control, registered buffers: caps.rs). None by default.
     fn capabilities(&self) -> Capabilities<'_> {
         Capabilities::none()
-    }
-}
-
-/// Opens the driver a spec names (`null:gb=1,sched=bfq`: a built-in
-/// driver or one added with [`crate::register_driver`]), and the
-/// block-layer options the spec sets.
-pub fn open(spec: &str) -> Result<(Box<dyn Driver>, QueueOptions), Error> {
-    let params = SpecParams::parse(spec)?;
-    let name = params.driver.as_str();
-    let driver = match crate::registry::driver(name) {
-        Some(factory) => factory(&params)?,
-        None => {
-            let accepted = crate::registry::driver_names().join(", ");
-            return Err(ConfigError::UnknownDriver { driver: name.to_string(), accepted }.into());
-        }
-    };
-    Ok((driver, params.queue_options()?))
-}
-
-#[cfg(all(test, not(loom)))]
-mod extent_tests {
-    use super::*;
-
-    #[test]
-    fn unknown_driver_lists_drivers() {
-        crate::register_driver("test-listed", |_| Err(Error::Setup("unused".into())));
-        let e = open("test-liste:gb=1").err().unwrap().to_string();
-        assert!(e.contains("'test-liste'") && e.contains("test-listed"), "{e}");
-        assert!(e.contains("did you mean 'test-listed'"), "{e}");
-    }
-
-    #[test]
-    fn extents_merge_neighbours_and_stop_at_the_cap() {
-        let mut out = Vec::new();
-        // Pages 1 and 2 hold data; the range starts mid-page.
-        extents_by(2048, 4 * 4096, 4096, &mut out, |pos| !(4096..3 * 4096).contains(&pos));
-        assert_eq!(out, vec![(2048, true), (8192, false), (6144, true)]);
-        out.clear();
-        extents_by(0, 4096 * 1000, 4096, &mut out, |pos| (pos / 4096) % 2 == 0);
-        assert_eq!(out.len(), MAX_EXTENTS, "a prefix of the range, no more extents than the cap");
-        assert!(out.iter().all(|e| e.0 == 4096));
     }
 }

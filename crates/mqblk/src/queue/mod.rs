@@ -13,6 +13,7 @@
 //!
 //! Relies on: hctx/, tag.rs, client/, limits.rs, and a [`Driver`].
 
+mod config;
 mod sched_switch;
 mod stats;
 mod worker;
@@ -21,7 +22,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::completion::ClientShared;
-use crate::config::{QueueOptions, Wake};
 use crate::driver::Driver;
 use crate::error::{Error, SubmitError};
 use crate::hctx::Hctx;
@@ -33,6 +33,7 @@ use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
 use crate::tag::{TagSetConfig, Tags};
 use crate::timeout::TimeoutClock;
 
+pub use config::{QueueConfig, Wake};
 pub use stats::DeviceStats;
 pub(crate) use worker::Kblockd;
 use worker::Worker;
@@ -50,7 +51,7 @@ pub(crate) struct RequestQueue {
     /// Every sink ever made (their counters make up the stats).
     all_clients: Mutex<Vec<Arc<ClientShared>>>,
     plug_nesting: PlugNesting,
-    /// `plug_sync` (QueueOptions), read once by each new client.
+    /// `plug_sync` (QueueConfig), read once by each new client.
     pub(crate) plug_sync: bool,
     hybrid_poll_delay: Duration,
     /// The wakeup policy, for scheduler tags made later.
@@ -89,7 +90,7 @@ pub(crate) struct RequestQueue {
 }
 
 impl RequestQueue {
-    pub(crate) fn new(driver: Box<dyn Driver>, opts: QueueOptions) -> Result<Arc<Self>, Error> {
+    pub(crate) fn new(driver: Box<dyn Driver>, opts: QueueConfig) -> Result<Arc<Self>, Error> {
         let driver: Arc<dyn Driver> = Arc::from(driver);
         let tag_set = driver.tag_set();
         tag_set.validate()?;

@@ -7,8 +7,8 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::{Bfq, Elevator, ElevatorArgs, Kyber, MqDeadline, SCHEDULERS, TUNABLE_KEYS};
-use crate::config::{ConfigError, SpecParams};
+use super::{Bfq, Elevator, ElevatorArgs, Kyber, MqDeadline};
+use crate::config::{ConfigError, SpecParams, SpecWriter, TUNABLE_KEYS};
 use crate::error::Error;
 
 /// The I/O scheduler of a device (`sched=`).
@@ -168,41 +168,55 @@ impl Sched {
         }
     }
 
-    /// The scheduler `name` with the tunables among `p`'s pairs (every
-    /// other pair must be a block-layer or driver key, checked before).
-    /// A tunable of another scheduler is an error naming it.
+    /// Whether `key` is a tunable of some scheduler, built in or
+    /// registered (so that a device spec gives it to the scheduler, not to
+    /// the driver).
+    pub(crate) fn is_tunable_key(key: &str) -> bool {
+        TUNABLE_KEYS.contains(&key) || crate::registry::is_elevator_tunable(key)
+    }
+
+    /// The tunables scheduler `name` takes, or the error naming `sched`'s
+    /// accepted values if there is no such scheduler.
+    fn tunables_of(name: &str, driver: &str) -> Result<Vec<String>, ConfigError> {
+        let names = |keys: &[Key]| keys.iter().map(|k| k.name.to_string()).collect();
+        Ok(match name {
+            "none" => Vec::new(),
+            "mq-deadline" => names(DeadlineTunables::KEYS),
+            "kyber" => names(KyberTunables::KEYS),
+            "bfq" => names(BfqTunables::KEYS),
+            other => match crate::registry::elevator(other) {
+                Some(entry) => entry.tunables.clone(),
+                None => {
+                    return Err(ConfigError::BadValue {
+                        driver: driver.to_string(),
+                        key: "sched".into(),
+                        value: other.into(),
+                        expected: crate::registry::elevator_names().join(", "),
+                    })
+                }
+            },
+        })
+    }
+
+    /// The scheduler `name` with the tunables among `p`'s pairs (the
+    /// pairs that are not tunables are left alone). A tunable of another
+    /// scheduler is an error naming it and the ones this one takes.
     pub(crate) fn from_params(name: &str, p: &SpecParams) -> Result<Self, ConfigError> {
-        let given: Vec<(String, String)> =
-            p.pairs().iter().filter(|(k, _)| TUNABLE_KEYS.contains(&k.as_str())).cloned().collect();
-        let own: &[Key] = match name {
-            "none" => &[],
-            "mq-deadline" => DeadlineTunables::KEYS,
-            "kyber" => KyberTunables::KEYS,
-            "bfq" => BfqTunables::KEYS,
-            other if crate::registry::elevator(other).is_some() => {
-                return Ok(Sched::Custom { name: other.to_string(), tunables: given });
-            }
-            other => {
-                return Err(ConfigError::BadValue {
-                    driver: p.driver.clone(),
-                    key: "sched".into(),
-                    value: other.into(),
-                    expected: crate::registry::elevator_names().join(", "),
-                })
-            }
-        };
-        if let Some((k, _)) = given.iter().find(|(k, _)| !own.iter().any(|o| o.name == k)) {
-            let theirs: Vec<&str> = own.iter().map(|o| o.name).collect();
+        let given: Vec<(String, String)> = p.pairs().iter().filter(|(k, _)| Self::is_tunable_key(k)).cloned().collect();
+        let own = Self::tunables_of(name, &p.driver)?;
+        if let Some((k, _)) = given.iter().find(|(k, _)| !own.contains(k)) {
             return Err(p.conflict(format!(
                 "'{k}' is not a tunable of sched={name} (its tunables: {})",
-                if theirs.is_empty() { "none".to_string() } else { theirs.join(", ") }
+                if own.is_empty() { "none".to_string() } else { own.join(", ") }
             )));
         }
+        let tunables = SpecParams::from_pairs(&p.driver, given);
         Ok(match name {
-            "mq-deadline" => Sched::MqDeadline(DeadlineTunables::from_params(p)?),
-            "kyber" => Sched::Kyber(KyberTunables::from_params(p)?),
-            "bfq" => Sched::Bfq(BfqTunables::from_params(p)?),
-            _ => Sched::None,
+            "none" => Sched::None,
+            "mq-deadline" => Sched::MqDeadline(DeadlineTunables::from_params(&tunables)?),
+            "kyber" => Sched::Kyber(KyberTunables::from_params(&tunables)?),
+            "bfq" => Sched::Bfq(BfqTunables::from_params(&tunables)?),
+            other => Sched::Custom { name: other.to_string(), tunables: tunables.pairs().to_vec() },
         })
     }
 
@@ -217,10 +231,35 @@ impl Sched {
         }
     }
 
-    /// Checks the tunables' ranges (a value set in code may be out of one).
+    /// The tunables that differ from the scheduler's defaults (custom:
+    /// those given).
+    fn changed_pairs(&self) -> Vec<(String, String)> {
+        let defaults = match self {
+            Sched::MqDeadline(_) => Sched::MqDeadline(Default::default()).pairs(),
+            Sched::Kyber(_) => Sched::Kyber(Default::default()).pairs(),
+            Sched::Bfq(_) => Sched::Bfq(Default::default()).pairs(),
+            _ => Vec::new(),
+        };
+        self.pairs().into_iter().filter(|p| !defaults.contains(p)).collect()
+    }
+
+    /// Checks the tunables: names (a registered scheduler's own) and
+    /// ranges (a value set in code may be out of one).
     pub fn validate(&self) -> Result<(), ConfigError> {
         let params = SpecParams::from_pairs("sched", self.pairs());
         Sched::from_params(self.name(), &params).map(|_| ())
+    }
+
+    /// Writes `sched=NAME` and the tunables that differ from their
+    /// defaults, each as a key of the device spec; nothing for `none`.
+    pub(crate) fn write_spec(&self, w: &mut SpecWriter) {
+        if *self == Sched::None {
+            return;
+        }
+        w.pair("sched", self.name());
+        for (key, value) in self.changed_pairs() {
+            w.pair(&key, value);
+        }
     }
 
     /// Builds the elevator (None for `none`) for a device of
@@ -233,31 +272,33 @@ impl Sched {
             Sched::Kyber(t) => Some(Box::new(Kyber::new(nr_hw_queues, nr_requests, t))),
             Sched::Bfq(t) => Some(Box::new(Bfq::new(nr_hw_queues, nr_requests, t))),
             Sched::Custom { name, tunables } => {
-                let factory = crate::registry::elevator(name).ok_or_else(|| ConfigError::BadValue {
+                let entry = crate::registry::elevator(name).ok_or_else(|| ConfigError::BadValue {
                     driver: "sched".into(),
                     key: "sched".into(),
                     value: name.clone(),
                     expected: crate::registry::elevator_names().join(", "),
                 })?;
                 let tunables = SpecParams::from_pairs(name, tunables.clone());
-                Some(factory(&ElevatorArgs { nr_hw_queues, nr_requests, tunables })?)
+                Some((entry.factory)(&ElevatorArgs { nr_hw_queues, nr_requests, tunables })?)
             }
         })
     }
 }
 
 /// `"name"` or `"name,key=value,..."`, as written to queue/scheduler.
+/// Every key must be a tunable of that scheduler, built in or registered.
 impl FromStr for Sched {
     type Err = ConfigError;
 
     fn from_str(s: &str) -> Result<Self, ConfigError> {
         let (name, tunables) = s.split_once(',').unwrap_or((s, ""));
         let (name, params) = (name.trim(), SpecParams::parse(&format!("sched:{tunables}"))?);
-        if !SCHEDULERS.contains(&name) && crate::registry::elevator(name).is_some() {
-            // A registered elevator reads its own tunables (ElevatorArgs).
-            return Ok(Sched::Custom { name: name.to_string(), tunables: params.pairs().to_vec() });
-        }
-        params.check_keys(&[])?;
+        let own = Sched::tunables_of(name, "sched")?;
+        let own: Vec<&str> = own.iter().map(String::as_str).collect();
+        // A tunable of another scheduler is named as such by from_params;
+        // a key no scheduler takes is unknown.
+        let (_, unknown) = params.partition(Sched::is_tunable_key);
+        unknown.check_keys_exact(&own)?;
         Sched::from_params(name, &params)
     }
 }
@@ -266,14 +307,8 @@ impl FromStr for Sched {
 /// defaults (`mq-deadline,fifo_batch=4`).
 impl fmt::Display for Sched {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let defaults = match self {
-            Sched::MqDeadline(_) => Sched::MqDeadline(Default::default()).pairs(),
-            Sched::Kyber(_) => Sched::Kyber(Default::default()).pairs(),
-            Sched::Bfq(_) => Sched::Bfq(Default::default()).pairs(),
-            _ => Vec::new(),
-        };
         f.write_str(self.name())?;
-        for pair in self.pairs().iter().filter(|p| !defaults.contains(p)) {
+        for pair in self.changed_pairs() {
             write!(f, ",{}={}", pair.0, pair.1)?;
         }
         Ok(())

@@ -138,27 +138,6 @@ pub struct ElevatorArgs {
     pub tunables: SpecParams,
 }
 
-/// Tunable keys of every scheduler (accepted in any device spec).
-pub const TUNABLE_KEYS: &[&str] = &[
-    // mq-deadline
-    "read_expire",
-    "write_expire",
-    "writes_starved",
-    "fifo_batch",
-    "front_merges",
-    "async_depth",
-    // kyber
-    "read_lat_nsec",
-    "write_lat_nsec",
-    // bfq
-    "low_latency",
-    "limit_depths",
-    "max_budget",
-    "wr_max_time",
-    "wr_min_idle_time",
-    "slice_idle",
-];
-
 /// The default scheduler tag depth: 2 x min(queue_depth, 128).
 pub fn default_nr_requests(queue_depth: u32) -> u32 {
     2 * queue_depth.min(128)

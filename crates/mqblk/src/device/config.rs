@@ -1,0 +1,171 @@
+//! [`DeviceConfig`]: a device's typed configuration, the driver's config
+//! beside the queue's. A spec string parses into it once
+//! (`DeviceConfig::parse`), front ends adjust it by type (serve's inline
+//! completion, bench's scheduler, the C library's rings), and it prints
+//! back as the spec that opens the same device.
+//!
+//! Relies on: config.rs (the grammar), queue/config.rs (`QueueConfig`),
+//! driver/ (`DriverConfig`), registry.rs (drivers by name).
+
+use std::fmt;
+use std::str::FromStr;
+
+use super::Device;
+use crate::config::{ConfigError, SpecParams, SpecWriter};
+use crate::driver::DriverConfig;
+use crate::error::Error;
+use crate::plug::PlugNesting;
+use crate::queue::{QueueConfig, Wake};
+use crate::sched::Sched;
+
+/// A device's configuration: which driver with which settings, and the
+/// block layer's. Its `Display` is the device's spec.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct DeviceConfig {
+    driver: Box<dyn DriverConfig>,
+    queue: QueueConfig,
+}
+
+impl Device {
+    /// A device configuration over `driver`'s config, with the block
+    /// layer's defaults: set options, then `build`.
+    pub fn builder(driver: impl DriverConfig) -> DeviceConfig {
+        DeviceConfig::new(driver)
+    }
+}
+
+impl DeviceConfig {
+    /// `driver`'s config with the block layer's defaults.
+    pub fn new(driver: impl DriverConfig) -> Self {
+        Self { driver: Box::new(driver), queue: QueueConfig::default() }
+    }
+
+    /// Parses a spec: the driver (registered by name) reads its keys, the
+    /// block layer its own and the chosen scheduler's tunables. Errors name
+    /// the key and what is accepted.
+    pub fn parse(spec: &str) -> Result<Self, ConfigError> {
+        let params = SpecParams::parse(spec)?;
+        let Some(parse_driver) = crate::registry::driver(&params.driver) else {
+            let accepted = crate::registry::driver_names().join(", ");
+            return Err(ConfigError::UnknownDriver { driver: params.driver, accepted });
+        };
+        let (queue, driver_params) = QueueConfig::from_params(&params)?;
+        let driver = parse_driver(&driver_params)?;
+        assert_eq!(driver.driver_name(), params.driver, "a driver's parser returned another driver's config");
+        Ok(Self { driver, queue })
+    }
+
+    /// The driver's config.
+    pub fn driver_config(&self) -> &dyn DriverConfig {
+        &*self.driver
+    }
+
+    /// The driver's config, if it is a `T`.
+    pub fn driver<T: DriverConfig>(&self) -> Option<&T> {
+        self.driver.as_any().downcast_ref()
+    }
+
+    /// The driver's config to adjust, if it is a `T`.
+    pub fn driver_mut<T: DriverConfig>(&mut self) -> Option<&mut T> {
+        self.driver.as_any_mut().downcast_mut()
+    }
+
+    /// The block layer's config.
+    pub fn queue(&self) -> &QueueConfig {
+        &self.queue
+    }
+
+    /// The block layer's config to adjust.
+    pub fn queue_mut(&mut self) -> &mut QueueConfig {
+        &mut self.queue
+    }
+
+    /// All block-layer options at once.
+    pub fn options(mut self, queue: QueueConfig) -> Self {
+        self.queue = queue;
+        self
+    }
+
+    /// The I/O scheduler (`sched=`; default none).
+    pub fn sched(mut self, sched: Sched) -> Self {
+        self.queue.sched = sched;
+        self
+    }
+
+    /// The tag wakeup policy (`wake=`; default handoff).
+    pub fn wake(mut self, wake: Wake) -> Self {
+        self.queue.wake = wake;
+        self
+    }
+
+    /// Which plug levels flush (`plug_nesting=`).
+    pub fn plug_nesting(mut self, plug_nesting: PlugNesting) -> Self {
+        self.queue.plug_nesting = plug_nesting;
+        self
+    }
+
+    /// Are sync bios plugged (`plug_sync=`; default true)? False: they
+    /// bypass an active plug, as blk-mq's single-queue path before 4.1.
+    pub fn plug_sync(mut self, plug_sync: bool) -> Self {
+        self.queue.plug_sync = plug_sync;
+        self
+    }
+
+    /// Scheduler tags per hardware queue (`nr_requests=`).
+    pub fn nr_requests(mut self, nr_requests: u32) -> Self {
+        self.queue.nr_requests = Some(nr_requests);
+        self
+    }
+
+    /// Hybrid polling sleep before spinning, in us (`hybrid_poll_delay=`).
+    pub fn hybrid_poll_delay_us(mut self, delay_us: u32) -> Self {
+        self.queue.hybrid_poll_delay_us = delay_us;
+        self
+    }
+
+    /// Checks the driver's and the queue's values, as a spec's parse would.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.driver.validate()?;
+        self.queue.validate()
+    }
+
+    /// Opens the driver and makes the device. Fails on a bad value (named
+    /// as its spec key) or on a driver that cannot start.
+    pub fn build(&self) -> Result<Device, Error> {
+        self.validate()?;
+        let driver = self.driver.open()?;
+        Device::with_driver_options(driver, self.queue.clone())
+    }
+}
+
+impl FromStr for DeviceConfig {
+    type Err = ConfigError;
+
+    fn from_str(spec: &str) -> Result<Self, ConfigError> {
+        Self::parse(spec)
+    }
+}
+
+/// The spec: `driver:` and every key that differs from its default.
+impl fmt::Display for DeviceConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut w = SpecWriter::new(self.driver.driver_name());
+        self.driver.write_spec(&mut w);
+        self.queue.write_spec(&mut w);
+        f.write_str(&w.finish())
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_driver_names_the_registered_ones() {
+        crate::register_driver("test-listed", |_| Err(Error::Setup("unused".into())));
+        let e = DeviceConfig::parse("test-liste:gb=1").unwrap_err().to_string();
+        assert!(e.contains("'test-liste'") && e.contains("test-listed"), "{e}");
+        assert!(e.contains("did you mean 'test-listed'"), "{e}");
+    }
+}
