@@ -73,12 +73,15 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-stage "formatting and lints (cargo fmt --check, clippy -D warnings)"
+stage "formatting and lints (cargo fmt --check, clippy -D warnings, module order)"
 for component in rustfmt clippy; do
   rustup component list --installed 2>/dev/null | grep -q "^$component" || rustup component add "$component"
 done
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
+# The block layer's modules in one declared order, bottom up: no use
+# climbs back up (no import cycle).
+python3 scripts/module-order.py
 
 stage "unit, integration and CLI tests"
 cargo nextest run --workspace

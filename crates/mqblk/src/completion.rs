@@ -14,11 +14,20 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
+use crate::bio::Op;
 use crate::buf::Buf;
-use crate::request::{Op, ORIGIN_USER};
 use crate::status::Status;
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering, SleepGate, UnsafeCell};
 use mqblk_sync::ring::MpscRing;
+
+/// Where a completion goes: to the user (`do_io` returns it)...
+pub(crate) const ORIGIN_USER: u8 = 0;
+/// ... or to the blocking helpers (`read_at`/`write_at`), which the client
+/// consumes itself and never returns from `do_io`.
+pub(crate) const ORIGIN_BLOCKING: u8 = 1;
+/// Or-ed into the origin of a bio submitted to a poll queue: its
+/// completion arrives only when its client polls.
+pub(crate) const ORIGIN_POLLED: u8 = 0x80;
 
 /// One finished I/O, as `do_io` returns it.
 #[derive(Debug)]

@@ -1,7 +1,7 @@
 //! Errors of the block layer's API edges. Operating errors are values;
 //! programmer errors (broken invariants) panic.
 
-use crate::request::{Bio, Op};
+use crate::bio::{Bio, Op};
 use crate::status::Status;
 
 /// Why a bio was refused at submission, before reaching any driver. The

@@ -43,7 +43,6 @@ pub mod config;
 mod device;
 pub mod driver;
 mod error;
-pub mod fixed;
 mod hctx;
 mod limits;
 #[cfg(all(test, loom))]
@@ -58,27 +57,26 @@ mod sched;
 mod status;
 mod sync;
 mod tag;
-mod timeout;
 pub mod zoned;
 
+pub use buf::FixedBufs;
 pub use buf::{Buf, BUF_ALIGN};
+pub use client::Plug;
 pub use client::{Client, ClientStats, Completion, CompletionSink, RwCount};
 pub use clock::{now_ns, Clock, ClockSource};
 pub use config::{ConfigError, SpecParams};
 pub use device::{Attrs, BlockStatusMap, Device, DeviceConfig, DirectReads, Power, RegisteredBuffers, Zones};
+pub use driver::Hctx;
+pub use driver::{driver_names, register_driver, register_driver_config, DriverFactory};
 pub use error::{Error, Rejected, SubmitError};
-pub use fixed::FixedBufs;
-pub use hctx::Hctx;
-pub use plug::{Plug, PlugNesting};
+pub use queue::PlugNesting;
 pub use queue::{
     DeviceStats, QueueConfig, QueueLimits, Wake, DEFAULT_MAX_SECTORS, DEFAULT_MAX_SEGMENTS, MAX_BIO_BYTES,
 };
-pub use registry::{
-    driver_names, elevator_names, register_driver, register_driver_config, register_elevator, register_wake_policy,
-    wake_policy_names, DriverFactory, ElevatorFactory, WakePolicyFactory,
-};
 pub use request::{op_is_sync, Bio, IoPrio, IoPrioClass, Op, ReqFlags, Rq, RqList, SECTOR_SHIFT, SECTOR_SIZE};
+pub use sbitmap::{register_wake_policy, wake_policy_names, WakePolicyFactory};
 pub use sbitmap::{BatchWake, HandoffWake, SbitmapQueue, StashWake, WakePolicy};
+pub use sched::{elevator_names, register_elevator, ElevatorFactory};
 pub use sched::{
     BfqTunables, BioPos, DeadlineTunables, DoneInfo, Elevator, ElevatorArgs, KyberTunables, MergeKind, Sched,
 };

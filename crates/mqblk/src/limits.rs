@@ -5,8 +5,8 @@
 //!
 //! Relies on: bio.rs (Bio, Op), error.rs (SubmitError), zoned.rs.
 
+use crate::bio::{Bio, Op, SECTOR_SHIFT, SECTOR_SIZE};
 use crate::error::SubmitError;
-use crate::request::{Bio, Op, SECTOR_SHIFT, SECTOR_SIZE};
 
 /// The largest bio, as the kernel's 32-bit `bi_size` allows.
 pub const MAX_BIO_BYTES: u64 = u32::MAX as u64;

@@ -245,7 +245,7 @@ fn loom_sched_restart_on_completion_dispatches_the_waiting_request() {
             })
         };
         q.queued.fetch_add(1, Ordering::SeqCst);
-        crate::sync::dekker_fence(); // as in `Hctx::insert`
+        crate::sync::dekker_fence(); // as in `HwCtx::insert`
         q.run_queue();
         completer.join().unwrap();
         assert_eq!(q.dispatched.load(Ordering::SeqCst), 1, "the inserted request waits with a free tag");

@@ -35,17 +35,14 @@
 //! sleeps.
 //!
 //! With a scheduler, a flush inserts each queue's requests into it in one
-//! call (`Hctx::submit_list`).
+//! call (`HwCtx::submit_list`).
 //!
 //! Relies on: hctx/ and sched/ to issue or insert lists, tag.rs for the
 //! batched tags, and client/, which owns the `PlugState`.
 
-use std::ops::{Deref, DerefMut};
-
 use crate::bio::{op_is_sync, Op, ReqFlags};
-use crate::client::Client;
 use crate::completion::ClientCounters;
-use crate::queue::RequestQueue;
+use crate::queue::{PlugNesting, RequestQueue};
 use crate::request::{Rq, RqList};
 
 /// Requests a plug holds before it flushes (the kernel's
@@ -54,37 +51,6 @@ pub const BLK_MAX_REQUEST_COUNT: usize = 32;
 /// A plug flushes before adding a request behind one at least this large
 /// (BLK_PLUG_FLUSH_SIZE).
 pub const BLK_PLUG_FLUSH_SIZE: u64 = 128 * 1024;
-
-/// Which plug levels flush (`plug_nesting=` in a device spec).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum PlugNesting {
-    /// Only the outermost plug flushes (Linux since 2015; the default).
-    #[default]
-    Outermost,
-    /// Every level flushes its own requests when it ends. Hypothetical:
-    /// no kernel did this (the 2015 patch's premise, refuted in its
-    /// review); kept to show what nested flushing would cost.
-    FlushEach,
-}
-
-impl PlugNesting {
-    pub const NAMES: &'static [&'static str] = &["outermost", "flush_each"];
-
-    pub fn from_name(name: &str) -> Option<Self> {
-        match name {
-            "outermost" => Some(Self::Outermost),
-            "flush_each" => Some(Self::FlushEach),
-            _ => None,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Outermost => "outermost",
-            Self::FlushEach => "flush_each",
-        }
-    }
-}
 
 /// A client's plug: its nesting, its list and its cached tags.
 pub(crate) struct PlugState {
@@ -322,47 +288,5 @@ fn issue_by_queue(q: &RequestQueue, list: &mut RqList, group: &mut RqList) {
             }
         }
         q.hctx(index).submit_list(group);
-    }
-}
-
-/// An active plug level: derefs to the client. Dropping it ends the level
-/// (see the module header for what flushes).
-pub struct Plug<'a> {
-    client: &'a mut Client,
-    outermost: bool,
-    prev_start: usize,
-}
-
-impl<'a> Plug<'a> {
-    #[inline(always)]
-    pub(crate) fn new(client: &'a mut Client, nr_ios: u32) -> Self {
-        let (outermost, prev_start) = client.plug_state().start(nr_ios);
-        Self { client, outermost, prev_start }
-    }
-}
-
-impl Deref for Plug<'_> {
-    type Target = Client;
-    fn deref(&self) -> &Client {
-        self.client
-    }
-}
-
-impl DerefMut for Plug<'_> {
-    fn deref_mut(&mut self) -> &mut Client {
-        self.client
-    }
-}
-
-impl Drop for Plug<'_> {
-    #[inline(always)]
-    fn drop(&mut self) {
-        self.client.finish_plug(self.outermost, self.prev_start);
-    }
-}
-
-impl std::fmt::Debug for Plug<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Plug").field("outermost", &self.outermost).finish()
     }
 }

@@ -12,7 +12,6 @@ use std::ptr::NonNull;
 
 use crossbeam_utils::CachePadded;
 
-use crate::hctx::Hctx;
 use crate::request::RequestSlot;
 use crate::sbitmap::{AllocHint, BatchWake, SbitmapQueue, SbqWaiter, WakePolicy};
 use crate::sync::Arc;
@@ -160,11 +159,17 @@ impl Tags {
     /// before any tag is handed out, with a shared reference to the hctx at
     /// its final address: the pointer stays valid only if it is derived
     /// from a reference no one later reborrows mutably (Miri checks it).
-    pub(crate) fn bind(&self, hctx: &Hctx) {
+    /// `hctx` is type-erased (tag.rs sits below hctx/); hctx/ turns it
+    /// back.
+    pub(crate) fn bind(&self, hctx: *const (), hctx_index: u32) {
         for cell in self.rqs.iter() {
             // SAFETY: no tag of this set has been handed out yet, so no one
             // else can be using any slot's request.
-            unsafe { (*cell.rq.get()).hctx = hctx };
+            unsafe {
+                let rq = &mut *cell.rq.get();
+                rq.hctx = hctx;
+                rq.hctx_index = hctx_index;
+            }
         }
     }
 

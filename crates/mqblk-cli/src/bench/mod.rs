@@ -286,7 +286,7 @@ fn fixed_bufs(plan: &BenchPlan, dev: &Device) -> Result<Option<mqblk::FixedBufs>
         })
         .sum();
     let bytes = nr_slots.saturating_mul(slot_bytes.next_multiple_of(mqblk::BUF_ALIGN));
-    if bytes > mqblk::fixed::MAX_REGION_BYTES {
+    if bytes > mqblk::FixedBufs::MAX_REGION_BYTES {
         return Err(BenchError::BadInput(format!(
             "fixedbufs=1: {nr_slots} buffers of {slot_bytes} bytes exceed io_uring's 1 GiB of registered memory"
         )));

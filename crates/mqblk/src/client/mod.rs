@@ -24,12 +24,13 @@ mod submit;
 pub use reap::CompletionSink;
 
 use std::collections::VecDeque;
+use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
 use crate::buf::Buf;
 use crate::completion::ClientShared;
 pub use crate::completion::{Completion, RwCount};
-use crate::plug::{Plug, PlugState};
+use crate::plug::PlugState;
 use crate::queue::RequestQueue;
 use crate::tag::AllocData;
 
@@ -285,5 +286,47 @@ impl Drop for Client {
         }
         self.q.release_client(self.shared.clone());
         self.q.put_user();
+    }
+}
+
+/// An active plug level: derefs to the client. Dropping it ends the level
+/// (see the module header for what flushes).
+pub struct Plug<'a> {
+    client: &'a mut Client,
+    outermost: bool,
+    prev_start: usize,
+}
+
+impl<'a> Plug<'a> {
+    #[inline(always)]
+    fn new(client: &'a mut Client, nr_ios: u32) -> Self {
+        let (outermost, prev_start) = client.plug_state().start(nr_ios);
+        Self { client, outermost, prev_start }
+    }
+}
+
+impl Deref for Plug<'_> {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        self.client
+    }
+}
+
+impl DerefMut for Plug<'_> {
+    fn deref_mut(&mut self) -> &mut Client {
+        self.client
+    }
+}
+
+impl Drop for Plug<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.client.finish_plug(self.outermost, self.prev_start);
+    }
+}
+
+impl std::fmt::Debug for Plug<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plug").field("outermost", &self.outermost).finish()
     }
 }

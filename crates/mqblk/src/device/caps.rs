@@ -11,9 +11,9 @@
 use std::sync::atomic::AtomicU64;
 
 use super::Device;
+use crate::buf::FixedBufs;
 use crate::driver::{self, ReadFn};
 use crate::error::Error;
-use crate::fixed::FixedBufs;
 use crate::limits::{QueueLimits, MAX_BIO_BYTES};
 use crate::request::SECTOR_SHIFT;
 use crate::status::Status;

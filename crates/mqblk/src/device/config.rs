@@ -14,7 +14,7 @@ use super::Device;
 use crate::config::{ConfigError, SpecParams, SpecWriter};
 use crate::driver::DriverConfig;
 use crate::error::Error;
-use crate::plug::PlugNesting;
+use crate::queue::PlugNesting;
 use crate::queue::{QueueConfig, Wake};
 use crate::sched::Sched;
 
@@ -46,8 +46,8 @@ impl DeviceConfig {
     /// the key and what is accepted.
     pub fn parse(spec: &str) -> Result<Self, ConfigError> {
         let params = SpecParams::parse(spec)?;
-        let Some(parse_driver) = crate::registry::driver(&params.driver) else {
-            let accepted = crate::registry::driver_names().join(", ");
+        let Some(parse_driver) = crate::driver::registered(&params.driver) else {
+            let accepted = crate::driver::driver_names().join(", ");
             return Err(ConfigError::UnknownDriver { driver: params.driver, accepted });
         };
         let (queue, driver_params) = QueueConfig::from_params(&params)?;

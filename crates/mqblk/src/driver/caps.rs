@@ -13,8 +13,8 @@
 
 use std::io::IoSlice;
 
+use crate::buf::FixedBufs;
 use crate::error::Error;
-use crate::fixed::FixedBufs;
 use crate::status::Status;
 use crate::zoned::Zone;
 

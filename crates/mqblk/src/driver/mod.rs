@@ -44,6 +44,7 @@
 
 mod caps;
 mod config;
+mod registry;
 
 use std::time::Duration;
 
@@ -52,11 +53,46 @@ pub use caps::{
     MAX_EXTENTS,
 };
 pub use config::{DriverConfig, OpenFn, SpecConfig};
+pub(crate) use registry::driver as registered;
+pub use registry::{driver_names, register_driver, register_driver_config, DriverFactory};
 
-use crate::hctx::Hctx;
-use crate::queue::QueueLimits;
+use crate::limits::QueueLimits;
 use crate::request::{Rq, RqList};
 use crate::tag::TagSetConfig;
+
+/// A hardware queue as its driver sees it (the kernel's
+/// `struct blk_mq_hw_ctx *hctx`): which one, its depth, and whether it is a
+/// poll queue. Every call about one hardware queue gets it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hctx {
+    index: usize,
+    queue_depth: u32,
+    is_poll: bool,
+}
+
+impl Hctx {
+    pub(crate) fn new(index: usize, queue_depth: u32, is_poll: bool) -> Self {
+        Self { index, queue_depth, is_poll }
+    }
+
+    /// The hardware queue's index: 0 to `nr_hw_queues - 1`, the poll
+    /// queues last.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// Driver tags of the queue (the tag set's `queue_depth`).
+    pub fn queue_depth(&self) -> u32 {
+        self.queue_depth
+    }
+
+    /// Whether this is a poll queue: its requests are hipri, completed
+    /// only when their submitter polls (`Driver::poll`), never by an
+    /// interrupt-style completion.
+    pub fn is_poll(&self) -> bool {
+        self.is_poll
+    }
+}
 
 /// What `queue_rq` did with a request.
 #[derive(Debug)]

@@ -21,16 +21,16 @@
 //! Relies on: sched/ for the elevator, tag.rs for driver tags, the queue's
 //! worker for delayed runs.
 
-use super::{Hctx, NO_DELAYED_RUN, SCHED_BATCH};
+use super::{HwCtx, NO_DELAYED_RUN, SCHED_BATCH};
 
 /// The delay of a run nothing else will make: the kernel's 3 ms
 /// (BLK_MQ_RESOURCE_DELAY in blk_mq_dispatch_rq_list; kyber and others
 /// rely on the same).
 pub(crate) const DELAYED_RUN_NS: u64 = 3_000_000;
 use crate::driver::QueueRqResult;
-use crate::sync::Ordering;
+use crate::sync::{AtomicBool, Ordering, Parker};
 
-impl Hctx {
+impl HwCtx {
     /// Re-issues the dispatch list in order until it is empty or the driver
     /// is busy again (the kernel's `blk_mq_dispatch_rq_list`), then feeds
     /// the driver from the scheduler.
@@ -66,7 +66,7 @@ impl Hctx {
             };
             self.stats.queued.fetch_add(1, Ordering::Relaxed);
             self.start_request(&rq);
-            match self.driver.queue_rq(self, rq, last) {
+            match self.driver.queue_rq(&self.hw, rq, last) {
                 QueueRqResult::Queued => {
                     self.dispatch_nr.fetch_sub(1, Ordering::Release);
                     issued_without_last = !last;
@@ -82,7 +82,7 @@ impl Hctx {
             }
         }
         if issued_without_last || busy {
-            self.driver.commit_rqs(self);
+            self.driver.commit_rqs(&self.hw);
         }
         busy
     }
@@ -191,5 +191,24 @@ impl Hctx {
 
     pub(crate) fn dispatch_len(&self) -> u32 {
         self.dispatch_nr.load(Ordering::Relaxed)
+    }
+}
+
+/// What wakes the worker ("kblockd"): shared by the queue's hardware
+/// queues, which kick it when a delayed run falls due earlier.
+pub(crate) struct Kblockd {
+    pub(crate) stop: AtomicBool,
+    pub(crate) parker: Parker,
+}
+
+impl Kblockd {
+    pub(crate) fn new() -> Self {
+        Self { stop: AtomicBool::new(false), parker: Parker::new() }
+    }
+
+    /// Wakes the worker to look at the due times again (a wakeup before it
+    /// parks is remembered).
+    pub(crate) fn kick(&self) {
+        self.parker.unpark();
     }
 }

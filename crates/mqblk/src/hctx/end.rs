@@ -11,14 +11,28 @@
 
 use std::ptr::NonNull;
 
-use super::Hctx;
+use super::HwCtx;
 use crate::completion::{BioSlot, ClientShared, Completion};
-use crate::request::{Request, RequestSlot, RqState, TagRelease, SECTOR_SHIFT};
+use crate::request::{Request, RequestSlot, Rq, RqState, TagRelease, SECTOR_SHIFT};
 use crate::sched::{DoneInfo, SchedCtx};
 use crate::status::Status;
 use crate::sync::Ordering;
 
-impl Hctx {
+impl HwCtx {
+    /// The hardware context a request slot belongs to (request/'s
+    /// type-erased `hctx`, set once by `Tags::bind`).
+    ///
+    /// # Safety
+    /// `hctx` is a slot's request's `hctx`: it points at the hctx of the
+    /// tag set holding the slot, which outlives every request of the queue
+    /// (so any lifetime the caller needs while it owns the request).
+    #[inline(always)]
+    unsafe fn of<'a>(hctx: *const ()) -> &'a HwCtx {
+        debug_assert!(!hctx.is_null(), "a request slot not bound to its hctx");
+        // SAFETY: forwarded contract; the pointer was made from a `&HwCtx`.
+        unsafe { &*hctx.cast::<HwCtx>() }
+    }
+
     /// Completes a request: delivers the completion of each of its bios to
     /// the submitting client and frees its tag (`blk_mq_end_request`). With
     /// `status` an error, bios wholly within the first `ok_bytes` of the
@@ -52,7 +66,7 @@ impl Hctx {
             // SAFETY: as above; the shared borrow above has ended.
             let rq = unsafe { &mut *slot.rq.get() };
             // SAFETY: slots point at their hctx, which outlives them.
-            let hctx = unsafe { &*rq.hctx };
+            let hctx = unsafe { HwCtx::of(rq.hctx) };
             // SAFETY: owners are client completion sinks kept alive by the
             // queue for its whole life; requests are only submitted with a
             // valid one.
@@ -88,7 +102,7 @@ impl Hctx {
             // SAFETY: as above.
             let rq = unsafe { &mut *slot.rq.get() };
             // SAFETY: slots point at their hctx, which outlives them.
-            let hctx = unsafe { &*rq.hctx };
+            let hctx = unsafe { HwCtx::of(rq.hctx) };
             if rq.nr_bios > 1 {
                 let merged = MergedEnd::take(rq, status, ok_bytes);
                 let release = TagRelease::of(slot, rq);
@@ -244,5 +258,38 @@ impl MergedEnd {
                 p = (*p).complete_merged(self.bio_status(end));
             }
         }
+    }
+}
+
+/// Ending a request is the driver's side of the token (request/rq.rs):
+/// here, where the hardware context frees its tags and delivers its bios.
+impl Rq {
+    /// Ends the request: every bio completes to its client with `status`,
+    /// and the tag is freed. Callable from any thread.
+    #[inline]
+    pub fn complete(self, status: Status) {
+        let ptr = self.into_raw();
+        // SAFETY: we consumed the unique token for this slot.
+        unsafe { HwCtx::end_request(ptr, status, 0) }
+    }
+
+    /// Ends the request after a partial transfer (the kernel's
+    /// `blk_update_request` + `blk_mq_end_request`): bios that lie wholly
+    /// within the first `ok_bytes` complete with `Ok`, the rest with
+    /// `status`.
+    pub fn complete_bytes(self, ok_bytes: u64, status: Status) {
+        let status = if self.rq().nr_bios == 1 && ok_bytes >= self.len_bytes() { Status::Ok } else { status };
+        let ptr = self.into_raw();
+        // SAFETY: we consumed the unique token for this slot.
+        unsafe { HwCtx::end_request(ptr, status, ok_bytes) }
+    }
+}
+
+/// A token dropped without `complete` ends its request with an error, so a
+/// driver cannot leak a tag.
+impl Drop for Rq {
+    fn drop(&mut self) {
+        // SAFETY: the token is being destroyed and owns the slot.
+        unsafe { HwCtx::end_request(self.as_raw(), Status::IoErr, 0) }
     }
 }

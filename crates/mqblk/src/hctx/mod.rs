@@ -14,23 +14,24 @@
 //! sched/ for the elevator, timeout.rs for arming deadlines.
 
 mod dispatch;
+pub(crate) use dispatch::Kblockd;
 mod end;
+pub(crate) mod timeout;
 
 use std::collections::VecDeque;
 use std::fmt;
 
 use crossbeam_utils::CachePadded;
 
-use crate::driver::{Driver, QueueRqResult};
+use crate::driver::{Driver, Hctx, QueueRqResult};
 use crate::request::{Rq, RqList};
 use std::sync::Arc;
 
-use crate::queue::Kblockd;
 use crate::sched::SchedCtx;
 use crate::sync::{AtomicU32, AtomicU64, Mutex, Ordering, SerialRun};
 use crate::tag::{AllocData, Tags};
-use crate::timeout::TimeoutClock;
 use std::sync::atomic::AtomicPtr;
+use timeout::TimeoutClock;
 
 /// Requests taken from a scheduler per dispatch batch (the kernel's
 /// max_dispatch is the queue depth; a bound keeps `last` batches short).
@@ -51,15 +52,17 @@ pub(crate) struct HctxStats {
     pub(crate) delayed_runs: AtomicU64,
 }
 
-/// `Hctx::delayed_run_ns` when no delayed run is pending.
+/// `HwCtx::delayed_run_ns` when no delayed run is pending.
 pub(crate) const NO_DELAYED_RUN: u64 = u64::MAX;
 
 /// A hardware queue of a device.
 ///
 /// `Sync` by hand for one field: `sched_dispatch` is an `UnsafeCell` used
 /// only by the thread that runs the dispatch list (`dispatch_run`).
-pub struct Hctx {
+pub(crate) struct HwCtx {
     index: usize,
+    /// What the driver sees of this hardware queue.
+    pub(crate) hw: Hctx,
     pub(crate) tags: Tags,
     driver: Arc<dyn Driver>,
     /// Requests waiting to be re-issued after `Busy`, in order.
@@ -99,17 +102,17 @@ pub struct Hctx {
 // SAFETY: every field is Sync except `sched_dispatch`, which only the
 // thread that won `dispatch_run`'s `running` swap touches (SeqCst swap to
 // take, SeqCst store to release: the next runner sees its writes).
-unsafe impl Sync for Hctx {}
-// SAFETY: nothing in an Hctx is tied to a thread.
-unsafe impl Send for Hctx {}
+unsafe impl Sync for HwCtx {}
+// SAFETY: nothing in an HwCtx is tied to a thread.
+unsafe impl Send for HwCtx {}
 
-impl fmt::Debug for Hctx {
+impl fmt::Debug for HwCtx {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Hctx").field("index", &self.index).field("nr_tags", &self.tags.nr_tags()).finish()
+        f.debug_struct("HwCtx").field("index", &self.index).field("nr_tags", &self.tags.nr_tags()).finish()
     }
 }
 
-impl Hctx {
+impl HwCtx {
     pub(crate) fn new(
         index: usize,
         tags: Tags,
@@ -121,6 +124,7 @@ impl Hctx {
         let depth = tags.nr_tags() as usize;
         Self {
             index,
+            hw: Hctx::new(index, tags.nr_tags(), is_poll),
             tags,
             driver,
             dispatch: Mutex::new(VecDeque::with_capacity(depth)),
@@ -140,43 +144,44 @@ impl Hctx {
     }
 
     /// Whether this is a poll queue (hipri requests, completed by polling).
-    pub fn is_poll(&self) -> bool {
+    pub(crate) fn is_poll(&self) -> bool {
         self.is_poll
     }
 
     /// Reaps due completions of this queue on the calling thread (the
     /// driver's `poll`); returns how many.
     pub(crate) fn poll(&self) -> usize {
-        self.driver.poll(self)
+        self.driver.poll(&self.hw)
     }
 
     /// As `poll`, never sleeping (the driver's `reap`).
     pub(crate) fn reap(&self) -> usize {
-        self.driver.reap(self)
+        self.driver.reap(&self.hw)
     }
 
     /// The driver's fd that is readable when `reap` finds completions.
     pub(crate) fn poll_fd(&self) -> Option<std::os::fd::RawFd> {
-        self.driver.poll_fd(self)
+        self.driver.poll_fd(&self.hw)
     }
 
     /// The driver's `set_notify_fd` for this queue.
     pub(crate) fn set_notify_fd(&self, fd: Option<std::os::fd::RawFd>) -> Result<(), crate::Error> {
-        self.driver.set_notify_fd(self, fd)
+        self.driver.set_notify_fd(&self.hw, fd)
     }
 
     /// This queue's index (`hctx->queue_num`).
-    pub fn index(&self) -> usize {
+    /// This hctx as request slots point at it (`Tags::bind`): type-erased,
+    /// derived from a shared reference at its final address.
+    pub(crate) fn erased(&self) -> *const () {
+        (self as *const HwCtx).cast()
+    }
+
+    pub(crate) fn index(&self) -> usize {
         self.index
     }
 
-    /// Tags of this queue (reserved included).
-    pub fn queue_depth(&self) -> u32 {
-        self.tags.nr_tags()
-    }
-
     /// Requests issued to the driver and not yet completed (a snapshot).
-    pub fn nr_in_flight(&self) -> u64 {
+    pub(crate) fn nr_in_flight(&self) -> u64 {
         let queued = self.stats.queued.load(Ordering::Relaxed);
         let completed = self.stats.completed.load(Ordering::Relaxed);
         let busy = self.stats.busy.load(Ordering::Relaxed);
@@ -188,7 +193,7 @@ impl Hctx {
     pub(crate) fn sched(&self) -> Option<&SchedCtx> {
         let p = self.sched.load(Ordering::Acquire);
         // SAFETY: a non-null pointer names a context the queue keeps alive
-        // for its whole life (see `Hctx::sched`).
+        // for its whole life (see `HwCtx::sched`).
         unsafe { p.as_ref() }
     }
 
@@ -271,7 +276,7 @@ impl Hctx {
         }
         self.stats.queued.fetch_add(1, Ordering::Relaxed);
         self.start_request(&rq);
-        if let QueueRqResult::Busy(rq) = self.driver.queue_rq(self, rq, last) {
+        if let QueueRqResult::Busy(rq) = self.driver.queue_rq(&self.hw, rq, last) {
             self.bounced(rq, last);
         }
     }
@@ -289,7 +294,7 @@ impl Hctx {
         self.stats.busy.fetch_add(1, Ordering::Relaxed);
         self.push_dispatch(rq);
         if !last {
-            self.driver.commit_rqs(self);
+            self.driver.commit_rqs(&self.hw);
         }
         self.restart_if_idle();
     }
@@ -318,7 +323,7 @@ impl Hctx {
         for rq in rqs.iter() {
             self.start_request(rq);
         }
-        self.driver.queue_rqs(self, rqs);
+        self.driver.queue_rqs(&self.hw, rqs);
         if rqs.is_empty() {
             return false;
         }

@@ -8,7 +8,6 @@
 //! name), plug.rs (`PlugNesting`).
 
 use crate::config::{check_range, ConfigError, SpecParams, SpecWriter, BLOCK_KEYS};
-use crate::plug::PlugNesting;
 use crate::sbitmap::WakePolicy;
 use crate::sched::Sched;
 
@@ -99,7 +98,7 @@ impl Wake {
             Wake::Batch => Box::<crate::sbitmap::BatchWake>::default(),
             Wake::Stash => Box::<crate::sbitmap::StashWake>::default(),
             Wake::Handoff => Box::<crate::sbitmap::HandoffWake>::default(),
-            Wake::Custom(name) => match crate::registry::wake_policy(name) {
+            Wake::Custom(name) => match crate::sbitmap::registered_wake_policy(name) {
                 Some(factory) => factory(),
                 None => return Err(Wake::unknown("wake", name)),
             },
@@ -111,7 +110,7 @@ impl Wake {
             driver: driver.to_string(),
             key: "wake".into(),
             value: name.to_string(),
-            expected: crate::registry::wake_policy_names().join(", "),
+            expected: crate::sbitmap::wake_policy_names().join(", "),
         }
     }
 
@@ -120,7 +119,7 @@ impl Wake {
             "batch" => Wake::Batch,
             "stash" => Wake::Stash,
             "handoff" => Wake::Handoff,
-            other if crate::registry::wake_policy(other).is_some() => Wake::Custom(other.to_string()),
+            other if crate::sbitmap::registered_wake_policy(other).is_some() => Wake::Custom(other.to_string()),
             other => return Err(Wake::unknown(driver, other)),
         })
     }
@@ -213,5 +212,36 @@ impl QueueConfig {
         nr_requests: Option<u32>,
         hybrid_poll_delay_us: u32,
         io_timeout_ms: Option<u64>,
+    }
+}
+
+/// Which plug levels flush (`plug_nesting=` in a device spec).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PlugNesting {
+    /// Only the outermost plug flushes (Linux since 2015; the default).
+    #[default]
+    Outermost,
+    /// Every level flushes its own requests when it ends. Hypothetical:
+    /// no kernel did this (the 2015 patch's premise, refuted in its
+    /// review); kept to show what nested flushing would cost.
+    FlushEach,
+}
+
+impl PlugNesting {
+    pub const NAMES: &'static [&'static str] = &["outermost", "flush_each"];
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "outermost" => Some(Self::Outermost),
+            "flush_each" => Some(Self::FlushEach),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Outermost => "outermost",
+            Self::FlushEach => "flush_each",
+        }
     }
 }

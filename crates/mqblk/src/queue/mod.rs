@@ -24,16 +24,15 @@ use std::time::Duration;
 use crate::completion::ClientShared;
 use crate::driver::Driver;
 use crate::error::{Error, SubmitError};
-use crate::hctx::Hctx;
+use crate::hctx::timeout::TimeoutClock;
+use crate::hctx::HwCtx;
 pub use crate::limits::{QueueLimits, DEFAULT_MAX_SECTORS, DEFAULT_MAX_SEGMENTS, MAX_BIO_BYTES};
-use crate::plug::PlugNesting;
 use crate::request::{Bio, Op};
 use crate::sched::SchedCtx;
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
 use crate::tag::{TagSetConfig, Tags};
-use crate::timeout::TimeoutClock;
 
-pub use config::{QueueConfig, Wake};
+pub use config::{PlugNesting, QueueConfig, Wake};
 pub use stats::DeviceStats;
 pub(crate) use worker::Kblockd;
 use worker::Worker;
@@ -44,7 +43,7 @@ pub(crate) struct RequestQueue {
     /// `limits.max_request_bytes(op)` for each op, indexed by `Op as usize`.
     max_request_bytes: [u64; crate::request::NR_OPS],
     pub(crate) tag_set: TagSetConfig,
-    pub(crate) hctxs: Box<[Hctx]>,
+    pub(crate) hctxs: Box<[HwCtx]>,
     /// Client completion sinks not in use, for recycling: every sink lives
     /// as long as the queue so a completer can never reach a freed one.
     free_clients: Mutex<Vec<Arc<ClientShared>>>,
@@ -57,7 +56,7 @@ pub(crate) struct RequestQueue {
     /// The wakeup policy, for scheduler tags made later.
     wake: Wake,
     /// Every scheduler context ever installed: hctxs point into these, and
-    /// they live as long as the queue (see `Hctx::sched`). Shared (`Arc`)
+    /// they live as long as the queue (see `HwCtx::sched`). Shared (`Arc`)
     /// so that the pointers the hctxs hold are derived from a shared
     /// reference that nothing reborrows mutably later.
     sched_contexts: Mutex<Vec<Arc<SchedCtx>>>,
@@ -102,12 +101,12 @@ impl RequestQueue {
         };
         let clock = Arc::new(TimeoutClock::new(rq_timeout));
         let kblockd = Arc::new(Kblockd::new());
-        let hctxs: Box<[Hctx]> = (0..tag_set.nr_hw_queues)
+        let hctxs: Box<[HwCtx]> = (0..tag_set.nr_hw_queues)
             .map(|i| {
                 let policy = opts.wake.policy()?;
                 let is_poll = i >= tag_set.nr_hw_queues - tag_set.poll_queues;
                 let tags = Tags::new(&tag_set, policy);
-                Ok(Hctx::new(i, tags, driver.clone(), is_poll, clock.clone(), kblockd.clone()))
+                Ok(HwCtx::new(i, tags, driver.clone(), is_poll, clock.clone(), kblockd.clone()))
             })
             .collect::<Result<Vec<_>, Error>>()?
             .into_iter()
@@ -147,7 +146,7 @@ impl RequestQueue {
         // final shared reference: a pointer taken before the hctxs moved
         // into the queue would be invalidated by the move.
         for hctx in q.hctxs.iter() {
-            hctx.tags.bind(hctx);
+            hctx.tags.bind(hctx.erased(), hctx.index() as u32);
         }
         q.start_worker()?;
         q.install_scheduler(&opts.sched, opts.nr_requests)?;
@@ -178,7 +177,7 @@ impl RequestQueue {
     }
 
     #[inline(always)]
-    pub(crate) fn hctx(&self, index: usize) -> &Hctx {
+    pub(crate) fn hctx(&self, index: usize) -> &HwCtx {
         &self.hctxs[index]
     }
 

@@ -17,28 +17,10 @@ use std::time::Duration;
 
 use crate::error::Error;
 use crate::hctx::NO_DELAYED_RUN;
-use crate::sync::{AtomicBool, Ordering, Parker};
+use crate::sync::Ordering;
 
 use super::RequestQueue;
-
-/// What wakes the worker ("kblockd"): shared by the queue's hardware
-/// queues, which kick it when a delayed run falls due earlier.
-pub(crate) struct Kblockd {
-    stop: AtomicBool,
-    parker: Parker,
-}
-
-impl Kblockd {
-    pub(crate) fn new() -> Self {
-        Self { stop: AtomicBool::new(false), parker: Parker::new() }
-    }
-
-    /// Wakes the worker to look at the due times again (a wakeup before it
-    /// parks is remembered).
-    pub(crate) fn kick(&self) {
-        self.parker.unpark();
-    }
-}
+pub(crate) use crate::hctx::Kblockd;
 
 pub(super) struct Worker {
     thread: Option<JoinHandle<()>>,

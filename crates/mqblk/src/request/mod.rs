@@ -37,7 +37,6 @@ mod rq_list;
 
 use crate::buf::Buf;
 use crate::completion::{BioSlot, ClientShared};
-use crate::hctx::Hctx;
 use crate::sync::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 pub use rq::Rq;
@@ -83,18 +82,17 @@ impl RqState {
     }
 }
 
-/// Marks completions of the blocking helpers (`read_at`/`write_at`), which
-/// the client consumes itself and never returns from `do_io`.
-pub(crate) const ORIGIN_USER: u8 = 0;
-pub(crate) const ORIGIN_BLOCKING: u8 = 1;
-/// Or-ed into the origin of a bio submitted to a poll queue: its
-/// completion arrives only when its client polls.
-pub(crate) const ORIGIN_POLLED: u8 = 0x80;
+pub(crate) use crate::completion::{ORIGIN_BLOCKING, ORIGIN_POLLED, ORIGIN_USER};
 
 /// The mutable part of a request slot: only the tag holder touches it.
 pub(crate) struct Request {
     pub(crate) tag: u32,
-    pub(crate) hctx: *const Hctx,
+    /// The hardware context the slot belongs to (hctx/), type-erased so
+    /// that request/ stays below hctx/ in the module order; only hctx/
+    /// turns it back into its type (`HwCtx::of`).
+    pub(crate) hctx: *const (),
+    /// That hardware context's index.
+    pub(crate) hctx_index: u32,
     pub(crate) op: Op,
     pub(crate) flags: ReqFlags,
     pub(crate) sector: u64,
@@ -159,7 +157,7 @@ pub(crate) struct TagRelease {
     pub(crate) tag: u32,
     pub(crate) driver_tag: u32,
     /// With a scheduler: what it is told (`Elevator::finish_request`).
-    pub(crate) sched: Option<crate::sched::DoneInfo>,
+    pub(crate) sched: Option<DoneInfo>,
 }
 
 impl TagRelease {
@@ -167,7 +165,7 @@ impl TagRelease {
     pub(crate) fn of(slot: &RequestSlot, rq: &Request) -> Self {
         // Built only with a scheduler: this is the hot completion path.
         let sched = if rq.in_sched {
-            Some(crate::sched::DoneInfo {
+            Some(DoneInfo {
                 sched_tag: rq.tag,
                 op: rq.op,
                 flags: rq.flags,
@@ -197,6 +195,7 @@ impl RequestSlot {
         let rq = Request {
             tag,
             hctx: std::ptr::null(),
+            hctx_index: 0,
             op: Op::Read,
             flags: ReqFlags::NONE,
             sector: 0,
@@ -281,6 +280,25 @@ impl RequestSlot {
         } else {
             self.state.store(next as u8, Ordering::Release);
         }
+    }
+}
+
+/// What a completed request looked like, for `Elevator::finish_request`.
+#[derive(Debug, Clone, Copy)]
+pub struct DoneInfo {
+    pub sched_tag: u32,
+    pub op: Op,
+    pub flags: ReqFlags,
+    pub nr_sectors: u32,
+    pub client_id: u32,
+    pub ioprio: IoPrio,
+    /// `Rq::sched_time_ns` as the scheduler set it (kyber: insertion).
+    pub inserted_ns: u64,
+}
+
+impl DoneInfo {
+    pub fn is_sync(&self) -> bool {
+        op_is_sync(self.op, self.flags)
     }
 }
 

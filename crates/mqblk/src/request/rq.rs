@@ -13,8 +13,6 @@ use std::fmt;
 use std::ptr::NonNull;
 
 use crate::completion::BioSlot;
-use crate::hctx::Hctx;
-use crate::status::Status;
 use crate::sync::Ordering;
 
 use super::{op_is_sync, IoPrio, Op, ReqFlags, Request, RequestSlot, SECTOR_SHIFT};
@@ -126,9 +124,7 @@ impl Rq {
 
     /// Index of the hardware queue the request was dispatched to.
     pub fn hctx_index(&self) -> usize {
-        // SAFETY: `hctx` points into the queue's hctx array, which outlives
-        // every request of the queue.
-        unsafe { (*self.rq().hctx).index() }
+        self.rq().hctx_index as usize
     }
 
     /// Bios (data segments) the request carries: 1 unless bios were
@@ -200,26 +196,19 @@ impl Rq {
         self.rq_mut().sector = sector;
     }
 
-    /// Ends the request: every bio completes to its client with `status`,
-    /// and the tag is freed. Callable from any thread.
-    #[inline]
-    pub fn complete(self, status: Status) {
+    /// Gives up the token without ending the request: the caller takes
+    /// over the slot (hctx/end.rs ends it).
+    #[inline(always)]
+    pub(crate) fn into_raw(self) -> NonNull<RequestSlot> {
         let ptr = self.ptr;
         std::mem::forget(self);
-        // SAFETY: we consumed the unique token for this slot.
-        unsafe { Hctx::end_request(ptr, status, 0) }
+        ptr
     }
 
-    /// Ends the request after a partial transfer (the kernel's
-    /// `blk_update_request` + `blk_mq_end_request`): bios that lie wholly
-    /// within the first `ok_bytes` complete with `Ok`, the rest with
-    /// `status`.
-    pub fn complete_bytes(self, ok_bytes: u64, status: Status) {
-        let status = if self.rq().nr_bios == 1 && ok_bytes >= self.len_bytes() { Status::Ok } else { status };
-        let ptr = self.ptr;
-        std::mem::forget(self);
-        // SAFETY: we consumed the unique token for this slot.
-        unsafe { Hctx::end_request(ptr, status, ok_bytes) }
+    /// The slot this token owns.
+    #[inline(always)]
+    pub(crate) fn as_raw(&self) -> NonNull<RequestSlot> {
+        self.ptr
     }
 }
 
@@ -276,13 +265,6 @@ unsafe fn walk_chain_mut(mut p: *const BioSlot, mut f: impl FnMut(&mut crate::co
                 d.next
             })
         };
-    }
-}
-
-impl Drop for Rq {
-    fn drop(&mut self) {
-        // SAFETY: the token is being destroyed and owns the slot.
-        unsafe { Hctx::end_request(self.ptr, Status::IoErr, 0) }
     }
 }
 

@@ -172,7 +172,7 @@ impl Sched {
     /// registered (so that a device spec gives it to the scheduler, not to
     /// the driver).
     pub(crate) fn is_tunable_key(key: &str) -> bool {
-        TUNABLE_KEYS.contains(&key) || crate::registry::is_elevator_tunable(key)
+        TUNABLE_KEYS.contains(&key) || super::registry::is_elevator_tunable(key)
     }
 
     /// The tunables scheduler `name` takes, or the error naming `sched`'s
@@ -184,14 +184,14 @@ impl Sched {
             "mq-deadline" => names(DeadlineTunables::KEYS),
             "kyber" => names(KyberTunables::KEYS),
             "bfq" => names(BfqTunables::KEYS),
-            other => match crate::registry::elevator(other) {
+            other => match super::registry::elevator(other) {
                 Some(entry) => entry.tunables.clone(),
                 None => {
                     return Err(ConfigError::BadValue {
                         driver: driver.to_string(),
                         key: "sched".into(),
                         value: other.into(),
-                        expected: crate::registry::elevator_names().join(", "),
+                        expected: super::registry::elevator_names().join(", "),
                     })
                 }
             },
@@ -272,11 +272,11 @@ impl Sched {
             Sched::Kyber(t) => Some(Box::new(Kyber::new(nr_hw_queues, nr_requests, t))),
             Sched::Bfq(t) => Some(Box::new(Bfq::new(nr_hw_queues, nr_requests, t))),
             Sched::Custom { name, tunables } => {
-                let entry = crate::registry::elevator(name).ok_or_else(|| ConfigError::BadValue {
+                let entry = super::registry::elevator(name).ok_or_else(|| ConfigError::BadValue {
                     driver: "sched".into(),
                     key: "sched".into(),
                     value: name.clone(),
-                    expected: crate::registry::elevator_names().join(", "),
+                    expected: super::registry::elevator_names().join(", "),
                 })?;
                 let tunables = SpecParams::from_pairs(name, tunables.clone());
                 Some((entry.factory)(&ElevatorArgs { nr_hw_queues, nr_requests, tunables })?)

@@ -23,40 +23,24 @@ mod bfq;
 mod choice;
 mod deadline;
 mod kyber;
+mod registry;
 
 use std::fmt;
 
 use crate::config::SpecParams;
 pub use crate::merge::{BioPos, MergeKind};
-use crate::request::{op_is_sync, IoPrio, Op, ReqFlags, Rq, RqList};
+pub use crate::request::DoneInfo;
+use crate::request::{Op, ReqFlags, Rq, RqList};
 use crate::tag::Tags;
 
 pub use bfq::Bfq;
 pub use choice::{BfqTunables, DeadlineTunables, KyberTunables, Sched};
 pub use deadline::MqDeadline;
 pub use kyber::Kyber;
+pub use registry::{elevator_names, register_elevator, ElevatorFactory};
 
 /// Scheduler names `sched=` accepts.
 pub const SCHEDULERS: &[&str] = &["none", "mq-deadline", "kyber", "bfq"];
-
-/// What a completed request looked like, for `Elevator::finish_request`.
-#[derive(Debug, Clone, Copy)]
-pub struct DoneInfo {
-    pub sched_tag: u32,
-    pub op: Op,
-    pub flags: ReqFlags,
-    pub nr_sectors: u32,
-    pub client_id: u32,
-    pub ioprio: IoPrio,
-    /// `Rq::sched_time_ns` as the scheduler set it (kyber: insertion).
-    pub inserted_ns: u64,
-}
-
-impl DoneInfo {
-    pub fn is_sync(&self) -> bool {
-        op_is_sync(self.op, self.flags)
-    }
-}
 
 /// An I/O scheduler (`struct elevator_mq_ops`). One instance serves a whole
 /// device; `hctx` arguments are hardware queue indexes. Every method may be

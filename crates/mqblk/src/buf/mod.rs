@@ -6,6 +6,9 @@
 //! safe Rust cannot touch or free it meanwhile. Alignment is 4096 bytes so
 //! the same buffers work for O_DIRECT drivers.
 //!
+//! Registered ("fixed") buffers are `Buf`s taken from one region
+//! (fixed.rs, [`FixedBufs`]): a fixed `Buf` gives its slot back on drop.
+//!
 //! Relies on: `std::alloc` (one allocation per buffer, made by the user up
 //! front and reused across I/Os; nothing here allocates per I/O).
 
@@ -15,7 +18,10 @@ use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use crate::fixed::Region;
+mod fixed;
+
+pub use fixed::FixedBufs;
+use fixed::Region;
 
 /// Alignment of every `Buf`: a page, enough for O_DIRECT on any device.
 pub const BUF_ALIGN: usize = 4096;

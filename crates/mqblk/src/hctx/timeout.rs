@@ -15,8 +15,8 @@
 
 use std::time::{Duration, Instant};
 
+use super::HwCtx;
 use crate::driver::{Driver, TimedOutRq, TimeoutAction};
-use crate::hctx::Hctx;
 use crate::request::RequestSlot;
 use crate::sync::{AtomicU64, Ordering};
 use crate::tag::Tags;
@@ -71,7 +71,7 @@ impl TimeoutClock {
     /// Calls the driver's timeout handler on every request of `hctx` whose
     /// deadline passed by tick `now`, counting each in `timeouts` before its
     /// handler runs (the handler may complete it, and its client may look).
-    pub(crate) fn scan(&self, hctx: &Hctx, driver: &dyn Driver, now: u64, timeouts: &AtomicU64) {
+    pub(crate) fn scan(&self, hctx: &HwCtx, driver: &dyn Driver, now: u64, timeouts: &AtomicU64) {
         // Reserved requests keep driver tags even under a scheduler.
         self.scan_pool(hctx, &hctx.tags, driver, now, timeouts);
         if let Some(s) = hctx.sched() {
@@ -79,7 +79,7 @@ impl TimeoutClock {
         }
     }
 
-    fn scan_pool(&self, hctx: &Hctx, pool: &Tags, driver: &dyn Driver, now: u64, timeouts: &AtomicU64) {
+    fn scan_pool(&self, hctx: &HwCtx, pool: &Tags, driver: &dyn Driver, now: u64, timeouts: &AtomicU64) {
         for tag in 0..pool.nr_tags() {
             let slot = pool.slot(tag);
             if is_expired(slot.deadline.load(Ordering::Acquire), now) {
@@ -90,7 +90,7 @@ impl TimeoutClock {
 
     /// Holds `slot`'s request and runs the driver's handler, unless the
     /// request completed (and perhaps was reused) before it could be held.
-    fn time_out(&self, hctx: &Hctx, slot: &RequestSlot, driver: &dyn Driver, now: u64, timeouts: &AtomicU64) {
+    fn time_out(&self, hctx: &HwCtx, slot: &RequestSlot, driver: &dyn Driver, now: u64, timeouts: &AtomicU64) {
         if !slot.try_hold() {
             return;
         }
@@ -103,7 +103,7 @@ impl TimeoutClock {
         }
         timeouts.fetch_add(1, Ordering::Relaxed);
         let rq = TimedOutRq { hctx_index: hctx.index(), tag: slot.driver_tag.load(Ordering::Relaxed) };
-        let next = match driver.timeout(hctx, rq) {
+        let next = match driver.timeout(&hctx.hw, rq) {
             TimeoutAction::ResetTimer => now + self.timeout_ticks,
             TimeoutAction::Done => 0,
         };

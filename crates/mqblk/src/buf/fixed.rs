@@ -10,7 +10,7 @@
 //! the `FixedBufs`, every `Buf` taken from it (each keeps it alive), and
 //! every device it was registered with.
 //!
-//! Relies on: `Buf`'s fixed variant (buf.rs) giving its slot back on drop.
+//! Relies on: `Buf`'s fixed variant (mod.rs) giving its slot back on drop.
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ptr::NonNull;
@@ -18,10 +18,10 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::buf::{Buf, BUF_ALIGN};
+use super::{Buf, BUF_ALIGN};
 
 /// The largest region: io_uring registers at most 1 GiB per buffer.
-pub const MAX_REGION_BYTES: usize = 1 << 30;
+const MAX_REGION_BYTES: usize = 1 << 30;
 
 /// A pool of registered-buffer slots; cheap to clone (shares the region).
 #[derive(Clone)]
@@ -45,6 +45,9 @@ unsafe impl Send for Region {}
 unsafe impl Sync for Region {}
 
 impl FixedBufs {
+    /// The largest region: io_uring registers at most 1 GiB per buffer.
+    pub const MAX_REGION_BYTES: usize = MAX_REGION_BYTES;
+
     /// `nr_slots` slots of `slot_bytes` each (rounded up to a page).
     /// Panics if the region would exceed `MAX_REGION_BYTES` or is empty.
     pub fn new(nr_slots: usize, slot_bytes: usize) -> Self {

@@ -1,0 +1,28 @@
+//! The wake policies `wake=` can name besides the built-in ones.
+//!
+//! Relies on: registry.rs (the container).
+
+use std::sync::Arc;
+
+use super::{WakePolicy, WAKE_POLICIES};
+use crate::registry::Registry;
+
+/// Builds a wakeup policy: one instance per tag set (hardware queue).
+pub type WakePolicyFactory = dyn Fn() -> Box<dyn WakePolicy> + Send + Sync;
+
+static REGISTERED: Registry<WakePolicyFactory> = Registry::new("wake policy");
+
+/// Makes `wake=name` (in a spec, `Wake::from_str`) choose a wakeup policy
+/// built by `factory`.
+pub fn register_wake_policy(name: &str, factory: impl Fn() -> Box<dyn WakePolicy> + Send + Sync + 'static) {
+    REGISTERED.register(WAKE_POLICIES, name, Arc::new(factory));
+}
+
+pub(crate) fn registered(name: &str) -> Option<Arc<WakePolicyFactory>> {
+    REGISTERED.get(name)
+}
+
+/// Every name `wake=` accepts.
+pub fn wake_policy_names() -> Vec<String> {
+    REGISTERED.names(WAKE_POLICIES)
+}
