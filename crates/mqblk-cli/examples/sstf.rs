@@ -18,7 +18,9 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use mqblk::{Elevator, Op, ReqFlags, Rq, RqList};
+use mqblk::driver::{Rq, RqList};
+use mqblk::sched::Elevator;
+use mqblk::{Op, ReqFlags};
 
 /// Requests dispatched by every SSTF instance of this process.
 static DISPATCHED: AtomicU64 = AtomicU64::new(0);
@@ -95,7 +97,7 @@ impl Elevator for Sstf {
 
 fn main() -> ExitCode {
     // The one call that makes `sched=sstf` mean this scheduler.
-    mqblk::register_elevator("sstf", &[], |args| Ok(Box::new(Sstf::new(args.nr_hw_queues))));
+    mqblk::sched::register_elevator("sstf", &[], |args| Ok(Box::new(Sstf::new(args.nr_hw_queues))));
     let code = mqblk_cli::run(std::env::args());
     eprintln!("sstf: dispatched {} requests", DISPATCHED.load(Ordering::Relaxed));
     code

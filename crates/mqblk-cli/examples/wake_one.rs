@@ -17,7 +17,7 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use mqblk::{SbitmapQueue, WakePolicy};
+use mqblk::sbitmap::{SbitmapQueue, WakePolicy};
 
 /// Submitters woken by every instance (one per tag set) in this process.
 static WOKEN: AtomicU64 = AtomicU64::new(0);
@@ -46,7 +46,7 @@ impl WakePolicy for WakeOne {
 
 fn main() -> ExitCode {
     // The one call that makes `wake=one` mean this policy.
-    mqblk::register_wake_policy("one", || Box::new(WakeOne));
+    mqblk::sbitmap::register_wake_policy("one", || Box::new(WakeOne));
     let code = mqblk_cli::run(std::env::args());
     eprintln!("wake=one: woke {} submitters", WOKEN.load(Ordering::Relaxed));
     code

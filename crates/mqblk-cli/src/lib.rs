@@ -1,7 +1,7 @@
 //! The `mqblk` command as a library: [`run`] parses a command line and runs
 //! it. The `mqblk` binary is `run(std::env::args())`; a program that first
 //! sets up the mqblk library its own way (say, registers a scheduler with
-//! `mqblk::register_elevator`, which bench's `--sched=NAME` then finds:
+//! `mqblk::sched::register_elevator`, which bench's `--sched=NAME` then finds:
 //! examples/sstf.rs) can call the same entry point and offer the whole
 //! command line.
 //!

@@ -39,13 +39,14 @@ use std::thread::JoinHandle;
 use parking_lot::Mutex;
 
 use mqblk::config::SpecParams;
+use mqblk::driver::Hctx;
+use mqblk::driver::Rq;
 use mqblk::driver::{Driver, QueueRqResult};
 use mqblk::Error;
-use mqblk::Hctx;
+use mqblk::Op;
 use mqblk::QueueLimits;
 use mqblk::Status;
 use mqblk::TagSetConfig;
-use mqblk::{Op, Rq};
 
 use ring::Ring;
 
@@ -172,7 +173,7 @@ fn sysfs_queue(file: &File) -> Option<SysfsQueue> {
 /// Call it once before opening specs; calling it again changes nothing.
 pub fn register() {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| mqblk::register_driver_config("file", parse));
+    ONCE.call_once(|| mqblk::driver::register_driver_config("file", parse));
 }
 
 /// A `file:` spec's keys, typed.

@@ -21,8 +21,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use parking_lot::Mutex;
 
+use mqblk::driver::Rq;
 use mqblk::Status;
-use mqblk::{Op, ReqFlags, Rq};
+use mqblk::{Op, ReqFlags};
 
 /// io_uring_enter: wait for completions (<linux/io_uring.h>).
 const IORING_ENTER_GETEVENTS: u32 = 1;

@@ -218,7 +218,7 @@ impl Default for NullConfig {
             backing_file: None,
             mbps: 0,
             max_sectors: 255,
-            max_segments: mqblk::DEFAULT_MAX_SEGMENTS,
+            max_segments: mqblk::driver::DEFAULT_MAX_SEGMENTS,
             rotational: false,
             seek_nsec: 8_000_000,
             channels: 0,

@@ -10,8 +10,9 @@ use std::io;
 
 use super::store::Store;
 use super::NullDriver;
+use mqblk::driver::Rq;
 use mqblk::Status;
-use mqblk::{Op, ReqFlags, Rq};
+use mqblk::{Op, ReqFlags};
 use mqblk_sync::Ordering;
 
 impl NullDriver {

@@ -35,7 +35,7 @@ use std::thread::JoinHandle;
 
 use super::irq::{keep_spinning, SPIN_NS};
 use mqblk::clock::{now_ns, set_precise_timer_slack, wait_until};
-use mqblk::Rq;
+use mqblk::driver::Rq;
 use mqblk::Status;
 use mqblk_sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering, SleepGate};
 

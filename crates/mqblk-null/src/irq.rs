@@ -12,7 +12,7 @@
 use std::thread::JoinHandle;
 
 use mqblk::clock::{now_ns, set_precise_timer_slack, wait_until};
-use mqblk::Rq;
+use mqblk::driver::Rq;
 use mqblk::Status;
 use mqblk_sync::ring::MpscRing;
 use std::sync::Arc;

@@ -29,12 +29,13 @@ use std::fmt::Write as _;
 
 use mqblk::clock::{now_ns, wait_until};
 use mqblk::config::SpecParams;
+use mqblk::driver::Hctx;
+use mqblk::driver::Rq;
 use mqblk::driver::{Driver, QueueRqResult};
-use mqblk::Hctx;
 use mqblk::QueueLimits;
 use mqblk::Status;
 use mqblk::TagSetConfig;
-use mqblk::{Op, ReqFlags, Rq};
+use mqblk::{Op, ReqFlags};
 use mqblk_sync::{AtomicU64, Mutex, Ordering};
 
 use badblocks::BadBlocks;
@@ -93,7 +94,7 @@ fn end_rq(mut rq: Rq, status: Status) {
 /// it again changes nothing.
 pub fn register() {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| mqblk::register_driver_config("null", parse));
+    ONCE.call_once(|| mqblk::driver::register_driver_config("null", parse));
 }
 
 /// A `null:` spec's keys, typed.

@@ -3,8 +3,8 @@
 //! device (submit, dispatch, complete, reap).
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
-use mqblk::internals::{AllocHint, Sbitmap};
-use mqblk::SbitmapQueue;
+use mqblk::sbitmap::SbitmapQueue;
+use mqblk::sbitmap::{AllocHint, Sbitmap};
 use mqblk::{Bio, Buf};
 
 /// `Device::open` with the driver registered.

@@ -1,5 +1,5 @@
 //! Profiling target: uncontended sbitmap get + clear in a loop.
-use mqblk::internals::{AllocHint, Sbitmap};
+use mqblk::sbitmap::{AllocHint, Sbitmap};
 fn main() {
     let sb = Sbitmap::new(128, None, false);
     let mut hint = AllocHint::new(0);

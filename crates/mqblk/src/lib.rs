@@ -52,41 +52,21 @@ mod plug;
 mod queue;
 mod registry;
 mod request;
-mod sbitmap;
-mod sched;
+pub mod sbitmap;
+pub mod sched;
 mod status;
 mod sync;
 mod tag;
 pub mod zoned;
 
-pub use buf::FixedBufs;
-pub use buf::{Buf, BUF_ALIGN};
-pub use client::Plug;
-pub use client::{Client, ClientStats, Completion, CompletionSink, RwCount};
-pub use clock::{now_ns, Clock, ClockSource};
-pub use config::{ConfigError, SpecParams};
+pub use bio::{Bio, IoPrio, IoPrioClass, Op, ReqFlags, SECTOR_SHIFT, SECTOR_SIZE};
+pub use buf::{Buf, FixedBufs, BUF_ALIGN};
+pub use client::{Client, ClientStats, Completion, CompletionSink, Plug, RwCount};
+pub use config::ConfigError;
 pub use device::{Attrs, BlockStatusMap, Device, DeviceConfig, DirectReads, Power, RegisteredBuffers, Zones};
-pub use driver::Hctx;
-pub use driver::{driver_names, register_driver, register_driver_config, DriverFactory};
 pub use error::{Error, Rejected, SubmitError};
-pub use queue::PlugNesting;
-pub use queue::{
-    DeviceStats, QueueConfig, QueueLimits, Wake, DEFAULT_MAX_SECTORS, DEFAULT_MAX_SEGMENTS, MAX_BIO_BYTES,
-};
-pub use request::{op_is_sync, Bio, IoPrio, IoPrioClass, Op, ReqFlags, Rq, RqList, SECTOR_SHIFT, SECTOR_SIZE};
-pub use sbitmap::{register_wake_policy, wake_policy_names, WakePolicyFactory};
-pub use sbitmap::{BatchWake, HandoffWake, SbitmapQueue, StashWake, WakePolicy};
-pub use sched::{elevator_names, register_elevator, ElevatorFactory};
-pub use sched::{
-    BfqTunables, BioPos, DeadlineTunables, DoneInfo, Elevator, ElevatorArgs, KyberTunables, MergeKind, Sched,
-};
+pub use limits::{QueueLimits, MAX_BIO_BYTES};
+pub use queue::{DeviceStats, PlugNesting, QueueConfig, Wake};
+pub use sched::Sched;
 pub use status::Status;
 pub use tag::TagSetConfig;
-
-/// Not part of the API: the generic bitmap's internals, for this crate's
-/// own tests, benchmarks and examples of the sbitmap (they may change at
-/// any time).
-#[doc(hidden)]
-pub mod internals {
-    pub use crate::sbitmap::{wake_policy, AllocHint, Sbitmap, SbqWaiter, DEFAULT_WAKE_POLICY, WAKE_POLICIES};
-}

@@ -18,7 +18,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 
 use crossbeam_utils::CachePadded;
-use mqblk::Clock;
+use mqblk::clock::Clock;
 use mqblk::{Bio, Buf, Client, ClientStats, Completion, Device, ReqFlags};
 
 use super::job_setup::{job_region, new_verifier, new_zone_writer, slot_buffers};

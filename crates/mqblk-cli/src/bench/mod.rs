@@ -20,7 +20,7 @@ use std::io::IsTerminal;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use mqblk::Clock;
+use mqblk::clock::Clock;
 use mqblk::{Device, DeviceConfig};
 
 use job::{Control, JobResult, Live, PHASE_RUN, PHASE_STOP};

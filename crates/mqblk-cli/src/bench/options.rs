@@ -172,7 +172,7 @@ pub struct JobOptions {
     pub lat_percentiles: bool,
     /// Timestamps from the TSC (fio's clocksource=cpu) or clock_gettime;
     /// None: fio's default (the TSC when reliable).
-    pub clocksource: Option<mqblk::ClockSource>,
+    pub clocksource: Option<mqblk::clock::ClockSource>,
     /// mqblk: submit each chunk of `iodepth_batch_submit` I/Os under one
     /// plug (default 1; 0 submits without plugging).
     pub plug: bool,

@@ -133,7 +133,7 @@ impl JobOptions {
             "gtod_reduce" => self.gtod_reduce = parse_flag(key, value)?,
             "lat_percentiles" => self.lat_percentiles = parse_flag(key, value)?,
             "clocksource" => {
-                use mqblk::ClockSource;
+                use mqblk::clock::ClockSource;
                 let accepted = [
                     ("cpu", ClockSource::Cpu),
                     ("clock_gettime", ClockSource::ClockGettime),

@@ -75,9 +75,10 @@ pub use lock::{ZoneLock, ZoneLockKind};
 use res::{Count, Res};
 
 use super::mem::MemStore;
+use mqblk::driver::Rq;
 use mqblk::zoned::{Zone, ZoneCond, ZoneType, ZonedLimits};
 use mqblk::Status;
-use mqblk::{Op, Rq, SECTOR_SHIFT};
+use mqblk::{Op, SECTOR_SHIFT};
 
 /// `zoned_compat`: the Linux version whose zoned null_blk (and zoned block
 /// layer) the device follows (see the module doc for what differs).

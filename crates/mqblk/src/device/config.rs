@@ -163,7 +163,7 @@ mod tests {
 
     #[test]
     fn an_unknown_driver_names_the_registered_ones() {
-        crate::register_driver("test-listed", |_| Err(Error::Setup("unused".into())));
+        crate::driver::register_driver("test-listed", |_| Err(Error::Setup("unused".into())));
         let e = DeviceConfig::parse("test-liste:gb=1").unwrap_err().to_string();
         assert!(e.contains("'test-liste'") && e.contains("test-listed"), "{e}");
         assert!(e.contains("did you mean 'test-listed'"), "{e}");

@@ -56,9 +56,11 @@ pub use config::{DriverConfig, OpenFn, SpecConfig};
 pub(crate) use registry::driver as registered;
 pub use registry::{driver_names, register_driver, register_driver_config, DriverFactory};
 
-use crate::limits::QueueLimits;
-use crate::request::{Rq, RqList};
-use crate::tag::TagSetConfig;
+// What a driver works with, from the block layer's own modules.
+pub use crate::bio::op_is_sync;
+pub use crate::limits::{QueueLimits, DEFAULT_MAX_SECTORS, DEFAULT_MAX_SEGMENTS};
+pub use crate::request::{Rq, RqList};
+pub use crate::tag::TagSetConfig;
 
 /// A hardware queue as its driver sees it (the kernel's
 /// `struct blk_mq_hw_ctx *hctx`): which one, its depth, and whether it is a

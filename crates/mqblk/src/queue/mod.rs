@@ -26,7 +26,7 @@ use crate::driver::Driver;
 use crate::error::{Error, SubmitError};
 use crate::hctx::timeout::TimeoutClock;
 use crate::hctx::HwCtx;
-pub use crate::limits::{QueueLimits, DEFAULT_MAX_SECTORS, DEFAULT_MAX_SEGMENTS, MAX_BIO_BYTES};
+pub(crate) use crate::limits::QueueLimits;
 use crate::request::{Bio, Op};
 use crate::sched::SchedCtx;
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};

@@ -46,7 +46,7 @@ pub use rq_list::RqList;
 pub(crate) const SPLIT_LAST: u32 = 1 << 31;
 
 pub(crate) use crate::bio::NR_OPS;
-pub use crate::bio::{op_is_sync, Bio, IoPrio, IoPrioClass, Op, ReqFlags, SECTOR_SHIFT, SECTOR_SIZE};
+pub(crate) use crate::bio::{op_is_sync, Bio, IoPrio, IoPrioClass, Op, ReqFlags, SECTOR_SHIFT};
 
 /// Lifecycle state of a request slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

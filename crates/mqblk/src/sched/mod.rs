@@ -30,13 +30,15 @@ use std::fmt;
 use crate::config::SpecParams;
 pub use crate::merge::{BioPos, MergeKind};
 pub use crate::request::DoneInfo;
-use crate::request::{Op, ReqFlags, Rq, RqList};
 use crate::tag::Tags;
 
-pub use bfq::Bfq;
+pub(crate) use bfq::Bfq;
 pub use choice::{BfqTunables, DeadlineTunables, KyberTunables, Sched};
-pub use deadline::MqDeadline;
-pub use kyber::Kyber;
+pub(crate) use deadline::MqDeadline;
+pub(crate) use kyber::Kyber;
+// What an elevator works with, from the block layer's own modules.
+pub use crate::bio::{op_is_sync, IoPrio, IoPrioClass, Op, ReqFlags};
+pub use crate::request::{Rq, RqList};
 pub use registry::{elevator_names, register_elevator, ElevatorFactory};
 
 /// Scheduler names `sched=` accepts.
