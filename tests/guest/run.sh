@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs a shell script as root inside a Linux 6.12 guest (groundwork for issue 18).
+# Runs a shell script as root inside a Linux 6.12 guest.
 #
 #   tests/guest/run.sh SCRIPT [--mem MiB] [--cpus N]
 #

@@ -20,7 +20,6 @@ use std::sync::Mutex;
 
 use mqblk::driver::{Rq, RqList};
 use mqblk::sched::Elevator;
-use mqblk::{Op, ReqFlags};
 
 /// Requests dispatched by every SSTF instance of this process.
 static DISPATCHED: AtomicU64 = AtomicU64::new(0);
@@ -45,16 +44,9 @@ impl Sstf {
     }
 }
 
+/// Every request may use every scheduler tag: `limit_depth` keeps its
+/// default (no shallow depth).
 impl Elevator for Sstf {
-    fn name(&self) -> &'static str {
-        "sstf"
-    }
-
-    /// Every request may use every scheduler tag.
-    fn limit_depth(&self, _hctx: usize, _op: Op, _flags: ReqFlags) -> Option<u32> {
-        None
-    }
-
     fn insert_requests(&self, hctx: usize, rqs: &mut RqList) {
         let mut q = self.hctxs[hctx].lock().unwrap();
         while let Some(rq) = rqs.pop_front() {

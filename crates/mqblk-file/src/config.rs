@@ -5,8 +5,6 @@
 //!
 //! Relies on: mqblk's spec grammar; lib.rs (`FileDriver`).
 
-use std::any::Any;
-
 use mqblk::config::{check_range, ConfigError, SpecParams, SpecWriter};
 use mqblk::driver::{Driver, DriverConfig};
 
@@ -252,18 +250,6 @@ impl DriverConfig for FileConfig {
 
     fn open(&self) -> Result<Box<dyn Driver>, mqblk::Error> {
         Ok(Box::new(FileDriver::new(self.clone())?))
-    }
-
-    fn clone_box(&self) -> Box<dyn DriverConfig> {
-        Box::new(self.clone())
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
     }
 }
 

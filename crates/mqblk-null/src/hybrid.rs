@@ -1,6 +1,6 @@
 //! `poll_mode=hybrid`: a hardware queue shared by polled (hipri) and
 //! interrupt-style requests, whose completion notifications are turned off
-//! while hipri requests are in flight (seed 002, the virtio_blk RFC).
+//! while hipri requests are in flight (the RFC "virtio_blk: implement blk_mq_ops->poll()").
 //!
 //! The emulated device posts a request's completion at its due time. Who
 //! reaps it depends on the queue's notification state:

@@ -5,8 +5,6 @@
 //! Relies on: config.rs (`NullConfig`, its defaults and checks), lib.rs
 //! (`NullDriver`).
 
-use std::any::Any;
-
 use mqblk::config::{ConfigError, SpecWriter};
 use mqblk::driver::{Driver, DriverConfig};
 
@@ -52,18 +50,6 @@ impl DriverConfig for NullConfig {
 
     fn open(&self) -> Result<Box<dyn Driver>, mqblk::Error> {
         Ok(Box::new(NullDriver::new(self.clone())?))
-    }
-
-    fn clone_box(&self) -> Box<dyn DriverConfig> {
-        Box::new(self.clone())
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
     }
 }
 

@@ -31,9 +31,10 @@ pub struct TagSetConfig {
     /// (HCTX_TYPE_POLL): hipri requests go there and complete only when
     /// their submitter polls.
     pub poll_queues: usize,
-    /// The default queues also serve the POLL map (seed 002's hybrid
-    /// design): hipri requests stay on them, flagged, and their submitters
-    /// poll those queues. Excludes `poll_queues`.
+    /// The default queues also serve the POLL map (the hybrid design of
+    /// the RFC "virtio_blk: implement blk_mq_ops->poll()"): hipri requests
+    /// stay on them, flagged, and their submitters poll those queues.
+    /// Excludes `poll_queues`.
     pub shared_poll: bool,
     /// Every request completes when its submitter polls its default queue
     /// (no completion thread; the way fio's io_uring engine reaps its own

@@ -382,7 +382,7 @@ impl Client {
         if got.slept {
             self.stats.tag_waits += 1;
             self.stats.tag_wait_ns += got.wait_ns;
-            self.q.note_tag_wait(got.wait_ns);
+            self.q.note_tag_wait(got.wait_ns, use_sched);
         }
         let hctx = self.q.hctx(self.cur_hctx);
         // (The scheduler cannot change meanwhile: switching freezes the

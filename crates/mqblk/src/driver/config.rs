@@ -19,10 +19,10 @@ use crate::config::{ConfigError, SpecParams, SpecWriter};
 use crate::error::Error;
 
 /// A driver's typed configuration, one type per driver (`NullConfig`,
-/// `FileConfig`). Implement it for a driver registered with
-/// [`crate::register_driver_config`]; the `as_any` pair and `clone_box`
-/// are one line each (see mqblk-null's `NullConfig`).
-pub trait DriverConfig: fmt::Debug + Send + Sync + 'static {
+/// `FileConfig`), `Clone` (cloning and finding it by type come with that:
+/// [`DriverConfigObject`]). Implement it for a driver registered with
+/// [`register_driver_config`](super::register_driver_config).
+pub trait DriverConfig: DriverConfigObject + fmt::Debug + Send + Sync + 'static {
     /// The driver's name, as a spec starts with it.
     fn driver_name(&self) -> &str;
 
@@ -35,7 +35,12 @@ pub trait DriverConfig: fmt::Debug + Send + Sync + 'static {
 
     /// Opens the driver (after `validate`).
     fn open(&self) -> Result<Box<dyn Driver>, Error>;
+}
 
+/// What a boxed `DriverConfig` needs besides the config itself: a copy,
+/// and finding it by type. Implemented for every `DriverConfig` that is
+/// `Clone`; nothing to write.
+pub trait DriverConfigObject {
     /// A copy, boxed.
     fn clone_box(&self) -> Box<dyn DriverConfig>;
 
@@ -44,6 +49,20 @@ pub trait DriverConfig: fmt::Debug + Send + Sync + 'static {
 
     /// For adjusting a config by type (`DeviceConfig::driver_mut::<T>`).
     fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+impl<T: DriverConfig + Clone> DriverConfigObject for T {
+    fn clone_box(&self) -> Box<dyn DriverConfig> {
+        Box::new(self.clone())
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
 }
 
 impl Clone for Box<dyn DriverConfig> {
@@ -98,17 +117,5 @@ impl DriverConfig for SpecConfig {
 
     fn open(&self) -> Result<Box<dyn Driver>, Error> {
         (self.open)(&self.params)
-    }
-
-    fn clone_box(&self) -> Box<dyn DriverConfig> {
-        Box::new(self.clone())
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
     }
 }

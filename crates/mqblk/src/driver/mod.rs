@@ -52,7 +52,7 @@ pub use caps::{
     extents_by, Attributes, BlockStatus, Capabilities, DirectAccess, FixedBuffers, PowerControl, ReadFn, Zoned,
     MAX_EXTENTS,
 };
-pub use config::{DriverConfig, OpenFn, SpecConfig};
+pub use config::{DriverConfig, DriverConfigObject, OpenFn, SpecConfig};
 pub(crate) use registry::driver as registered;
 pub use registry::{driver_names, register_driver, register_driver_config, DriverFactory};
 

@@ -29,7 +29,7 @@ use crate::hctx::HwCtx;
 pub(crate) use crate::limits::QueueLimits;
 use crate::request::{Bio, Op};
 use crate::sched::SchedCtx;
-use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Mutex, Ordering};
 use crate::tag::{TagSetConfig, Tags};
 
 pub use config::{PlugNesting, QueueConfig, Wake};
@@ -67,7 +67,11 @@ pub(crate) struct RequestQueue {
     switch_lock: Mutex<()>,
     pub(crate) client_seq: AtomicUsize,
     tag_waits: AtomicU64,
+    /// Of those, waits for a scheduler tag.
+    sched_tag_waits: AtomicU64,
     tag_wait_ns: AtomicU64,
+    /// Scheduler tags per hardware queue (0: no scheduler).
+    nr_requests: AtomicU32,
     timeouts: AtomicU64,
     splits: AtomicU64,
     /// Reads served by the driver's direct access (`Device::read_direct`).
@@ -130,7 +134,9 @@ impl RequestQueue {
             switch_lock: Mutex::new(()),
             client_seq: AtomicUsize::new(0),
             tag_waits: AtomicU64::new(0),
+            sched_tag_waits: AtomicU64::new(0),
             tag_wait_ns: AtomicU64::new(0),
+            nr_requests: AtomicU32::new(0),
             timeouts: AtomicU64::new(0),
             splits: AtomicU64::new(0),
             direct_reads: AtomicU64::new(0),

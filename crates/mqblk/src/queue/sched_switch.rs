@@ -41,7 +41,8 @@ impl RequestQueue {
                     let config = TagSetConfig::new(self.hctxs.len(), nr_requests);
                     let tags = Tags::with_min_shallow(&config, policy, e.min_shallow_depth());
                     tags.bind(hctx.erased(), hctx.index() as u32);
-                    let ctx = Arc::new(SchedCtx { elevator: e.clone(), tags, queued: Default::default() });
+                    let name = sched.name().to_string();
+                    let ctx = Arc::new(SchedCtx { name, elevator: e.clone(), tags, queued: Default::default() });
                     let ptr = Arc::as_ptr(&ctx).cast_mut();
                     contexts.push(ctx);
                     ptr
@@ -50,6 +51,7 @@ impl RequestQueue {
             hctx.sched.store(ptr, Ordering::Release);
         }
         *self.sched_name.lock() = sched.name().to_string();
+        self.nr_requests.store(if elevator.is_some() { nr_requests } else { 0 }, Ordering::Relaxed);
         Ok(())
     }
 

@@ -39,6 +39,12 @@ pub struct DeviceStats {
     pub busy: u64,
     /// Times a submitter slept waiting for a tag.
     pub tag_waits: u64,
+    /// Of those, waits for a scheduler tag: with a scheduler, submitters
+    /// beyond `nr_requests` per hardware queue wait here, before the
+    /// scheduler sees their requests.
+    pub sched_tag_waits: u64,
+    /// Scheduler tags per hardware queue (`nr_requests`; 0: no scheduler).
+    pub nr_requests: u32,
     /// Time submitters spent sleeping for tags, summed (ns).
     pub tag_wait_ns: u64,
     /// Requests whose timeout handler ran.
@@ -52,8 +58,11 @@ pub struct DeviceStats {
 }
 
 impl RequestQueue {
-    pub(crate) fn note_tag_wait(&self, wait_ns: u64) {
+    pub(crate) fn note_tag_wait(&self, wait_ns: u64, sched_tag: bool) {
         self.tag_waits.fetch_add(1, Ordering::Relaxed);
+        if sched_tag {
+            self.sched_tag_waits.fetch_add(1, Ordering::Relaxed);
+        }
         self.tag_wait_ns.fetch_add(wait_ns, Ordering::Relaxed);
     }
 
@@ -64,6 +73,8 @@ impl RequestQueue {
     pub(crate) fn stats(&self) -> DeviceStats {
         let mut s = DeviceStats {
             tag_waits: self.tag_waits.load(Ordering::Relaxed),
+            sched_tag_waits: self.sched_tag_waits.load(Ordering::Relaxed),
+            nr_requests: self.nr_requests.load(Ordering::Relaxed),
             tag_wait_ns: self.tag_wait_ns.load(Ordering::Relaxed),
             timeouts: self.timeouts.load(Ordering::Relaxed),
             splits: self.splits.load(Ordering::Relaxed),
@@ -92,6 +103,7 @@ impl RequestQueue {
         let _ = writeln!(out, "driver={}", self.driver.name());
         let _ = writeln!(out, "nr_hw_queues={}", self.hctxs.len());
         let _ = writeln!(out, "tag_waits={}", self.tag_waits.load(Ordering::Relaxed));
+        let _ = writeln!(out, "sched_tag_waits={}", self.sched_tag_waits.load(Ordering::Relaxed));
         let _ = writeln!(out, "tag_wait_ns={}", self.tag_wait_ns.load(Ordering::Relaxed));
         let _ = writeln!(out, "timeouts={}", self.timeouts.load(Ordering::Relaxed));
         let _ = writeln!(out, "splits={}", self.splits.load(Ordering::Relaxed));
@@ -101,6 +113,7 @@ impl RequestQueue {
         let _ = writeln!(out, "plug_nesting={}", self.plug_nesting.name());
         let _ = writeln!(out, "plug_sync={}", u8::from(self.plug_sync));
         let _ = writeln!(out, "scheduler={}", self.sched_name.lock().as_str());
+        let _ = writeln!(out, "nr_requests={}", self.nr_requests.load(Ordering::Relaxed));
         let _ = writeln!(out, "bios={} {}", s.bios.read, s.bios.write);
         let _ = writeln!(out, "requests={} {}", s.requests.read, s.requests.write);
         let _ = writeln!(out, "merges={} {} front={}", s.merges.read, s.merges.write, s.front_merges);

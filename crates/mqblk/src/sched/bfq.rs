@@ -11,7 +11,7 @@
 //! heuristic: an application starting), and preempts an in-service queue
 //! that is not raised.
 //!
-//! Depth limits (seed 003; `limit_depths=1`, mqblk's switch): sync reads
+//! Depth limits ("bfq: limit tags for writes and async I/O"; `limit_depths=1`, mqblk's switch): sync reads
 //! are never limited; async I/O may hold at most 50% of the scheduler tags
 //! and sync writes 75%; while any queue is weight-raised, 3/16 and 6/16.
 //!
@@ -453,10 +453,6 @@ impl Bfq {
 }
 
 impl Elevator for Bfq {
-    fn name(&self) -> &'static str {
-        "bfq"
-    }
-
     fn limit_depth(&self, _hctx: usize, op: Op, flags: ReqFlags) -> Option<u32> {
         let sync = op_is_sync(op, flags);
         if !self.t.limit_depths || (sync && matches!(op, Op::Read | Op::Flush)) {

@@ -140,7 +140,7 @@ tunables! {
 
 tunables! {
     /// bfq's tunables (times in ms; `limit_depths` is mqblk's switch for
-    /// the seed-003 depth limits).
+    /// the depth limits of "bfq: limit tags for writes and async I/O").
     BfqTunables {
         low_latency: bool = key("low_latency", 1, 0, 1),
         limit_depths: bool = key("limit_depths", 1, 0, 1),

@@ -219,10 +219,6 @@ impl MqDeadline {
 }
 
 impl Elevator for MqDeadline {
-    fn name(&self) -> &'static str {
-        "mq-deadline"
-    }
-
     fn limit_depth(&self, _hctx: usize, op: Op, flags: ReqFlags) -> Option<u32> {
         // Sync reads are never throttled; async I/O and writes are.
         if op_is_sync(op, flags) && dir_of(op) == READ {

@@ -104,10 +104,6 @@ impl Kyber {
 }
 
 impl Elevator for Kyber {
-    fn name(&self) -> &'static str {
-        "kyber"
-    }
-
     fn limit_depth(&self, _hctx: usize, op: Op, flags: ReqFlags) -> Option<u32> {
         (!op_is_sync(op, flags)).then_some(self.async_depth)
     }

@@ -4,7 +4,7 @@
 //! With a scheduler, a request takes a *scheduler tag* when it is allocated
 //! (one of `nr_requests` per hardware queue, default 2 x min(queue_depth,
 //! 128)), possibly limited to a shallow depth the scheduler chooses per op
-//! (`limit_depth`: the fix of seed 003, which keeps async writes from taking
+//! (`limit_depth`: the fix of "bfq: limit tags for writes and async I/O", which keeps async writes from taking
 //! every tag), and is inserted into the scheduler. The hardware queue then
 //! asks the scheduler for requests to dispatch and gives each a *driver tag*
 //! without ever sleeping; when driver tags run out, the queue is run again
@@ -48,12 +48,11 @@ pub const SCHEDULERS: &[&str] = &["none", "mq-deadline", "kyber", "bfq"];
 /// device; `hctx` arguments are hardware queue indexes. Every method may be
 /// called from any thread; implementations lock their per-queue state.
 pub trait Elevator: Send + Sync + 'static {
-    /// The name `sched=` chooses it by.
-    fn name(&self) -> &'static str;
-
     /// The most scheduler tags an allocation of this op and flags may use
     /// (a shallow depth), or None for all of them.
-    fn limit_depth(&self, hctx: usize, op: Op, flags: ReqFlags) -> Option<u32>;
+    fn limit_depth(&self, _hctx: usize, _op: Op, _flags: ReqFlags) -> Option<u32> {
+        None
+    }
 
     /// The smallest depth `limit_depth` may return (sizes the tag wakeup
     /// batch, as the kernel's `depth_updated` does).
@@ -132,6 +131,8 @@ pub fn default_nr_requests(queue_depth: u32) -> u32 {
 /// A hardware queue's scheduler: the elevator and the scheduler tags with
 /// their request slots.
 pub(crate) struct SchedCtx {
+    /// The name `sched=` chose it by (the registry's, not the elevator's).
+    pub(crate) name: String,
     pub(crate) elevator: std::sync::Arc<dyn Elevator>,
     pub(crate) tags: Tags,
     /// Requests inserted and not yet dispatched (kept by the framework, so
@@ -150,7 +151,7 @@ impl SchedCtx {
 
 impl fmt::Debug for SchedCtx {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SchedCtx").field("elevator", &self.elevator.name()).finish()
+        f.debug_struct("SchedCtx").field("elevator", &self.name).finish()
     }
 }
 
