@@ -217,7 +217,9 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
         spec,
         driver: dev.driver_name().to_string(),
         nr_hw_queues: dev.nr_hw_queues(),
+        poll_queues: dev.tag_set().poll_queues,
         queue_depth: dev.tag_set().queue_depth,
+        scheduler: dev.scheduler(),
         stats: dev.stats(),
     };
     Ok(RunOutput { entries, device: info, process_cpu, stats: dev.show_stats() })

@@ -167,7 +167,11 @@ pub struct DeviceInfo {
     pub spec: String,
     pub driver: String,
     pub nr_hw_queues: usize,
+    /// Of those, poll queues (the last ones): only hipri I/O goes there.
+    pub poll_queues: usize,
     pub queue_depth: u32,
+    /// The I/O scheduler (`none`, ...).
+    pub scheduler: String,
     pub stats: DeviceStats,
 }
 
@@ -222,6 +226,9 @@ pub fn to_json(
             "driver": dev.driver,
             "nr_hw_queues": dev.nr_hw_queues,
             "hw_queue_depth": dev.queue_depth,
+            "poll_queues": dev.poll_queues,
+            "scheduler": dev.scheduler,
+            "nr_requests": s.nr_requests,
             "dispatched": s.dispatched,
             "completed": s.completed,
             "bios": [s.bios.read, s.bios.write],
@@ -233,6 +240,7 @@ pub fn to_json(
             "plug_flushes": s.plug_flushes,
             "busy": s.busy,
             "tag_waits": s.tag_waits,
+            "sched_tag_waits": s.sched_tag_waits,
             "timeouts": s.timeouts,
             "ctx_voluntary": vol,
             "ctx_involuntary": invol,
@@ -421,12 +429,24 @@ fn human_run_status(out: &mut String, entries: &[Entry]) {
 fn human_device(out: &mut String, dev: &DeviceInfo) {
     let s = &dev.stats;
     let _ = writeln!(out);
-    let _ =
-        writeln!(out, "Block layer stats ({}, {} hw queue(s) x {} tags):", dev.spec, dev.nr_hw_queues, dev.queue_depth);
+    let _ = writeln!(out, "Block layer stats ({}):", dev.spec);
+    let default_queues = dev.nr_hw_queues - dev.poll_queues;
     let _ = writeln!(
         out,
-        "  {}: dispatched={}, completed={}, busy={}, tag_waits={}, timeouts={}, plug_flushes={}",
-        dev.driver, s.dispatched, s.completed, s.busy, s.tag_waits, s.timeouts, s.plug_flushes
+        "  hw queues: {default_queues} default + {} poll (hipri I/O only) x {} driver tags; scheduler {}{}",
+        dev.poll_queues,
+        dev.queue_depth,
+        dev.scheduler,
+        if s.nr_requests > 0 {
+            format!(" with nr_requests={} scheduler tags per queue", s.nr_requests)
+        } else {
+            String::new()
+        }
+    );
+    let _ = writeln!(
+        out,
+        "  {}: dispatched={}, completed={}, busy={}, tag_waits={} (for scheduler tags: {}), timeouts={}, plug_flushes={}",
+        dev.driver, s.dispatched, s.completed, s.busy, s.tag_waits, s.sched_tag_waits, s.timeouts, s.plug_flushes
     );
     // fio's disk stats line: requests and merges, read/write.
     let _ = writeln!(out);
