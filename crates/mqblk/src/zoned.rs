@@ -49,6 +49,34 @@ impl ZoneCond {
         }
     }
 
+    /// Whether a zone may go from this condition to `next` by an
+    /// operation (the zone state machine of ZBC/ZAC and NVMe ZNS, as
+    /// null_blk implements it): a write opens an empty or closed zone
+    /// implicitly and fills it at its capacity; open, close, finish and
+    /// reset move between the others; read-only and offline zones never
+    /// change. Staying in the same condition is always allowed.
+    ///
+    /// ```
+    /// use mqblk::zoned::ZoneCond;
+    ///
+    /// assert!(ZoneCond::Empty.may_become(ZoneCond::ImpOpen));
+    /// assert!(ZoneCond::Full.may_become(ZoneCond::Empty), "a reset");
+    /// assert!(!ZoneCond::Full.may_become(ZoneCond::ImpOpen), "a full zone takes no write");
+    /// assert!(!ZoneCond::Offline.may_become(ZoneCond::Empty));
+    /// ```
+    pub fn may_become(self, next: ZoneCond) -> bool {
+        use ZoneCond::*;
+        self == next
+            || matches!(
+                (self, next),
+                (Empty, ImpOpen | ExpOpen | Full)
+                    | (ImpOpen, ExpOpen | Closed | Full | Empty)
+                    | (ExpOpen, Closed | Full | Empty)
+                    | (Closed, ImpOpen | ExpOpen | Full | Empty)
+                    | (Full, Empty)
+            )
+    }
+
     /// From the kernel's numeric condition (`blk_zone.cond`).
     pub fn from_raw(v: u8) -> Option<ZoneCond> {
         Some(match v {

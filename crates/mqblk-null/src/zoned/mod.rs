@@ -182,6 +182,14 @@ impl ZoneState {
     fn new(wp: u64, cond: ZoneCond) -> Self {
         Self { wp, cond, need_wp_update: false }
     }
+
+    /// Moves the zone to `next`, which its condition must allow (the zone
+    /// state machine, `ZoneCond::may_become`).
+    #[inline]
+    fn set_cond(&mut self, next: ZoneCond) {
+        debug_assert!(self.cond.may_become(next), "zone: illegal transition {:?} -> {next:?}", self.cond);
+        self.cond = next;
+    }
 }
 
 pub(crate) struct NullZoned {
@@ -455,6 +463,7 @@ impl NullZoned {
             }
         }
         let status = self.null_zone_write(rq, &mut z, zno, mem, append);
+        self.debug_check(zno, &z);
         if status != Status::Ok && !append && self.wp_update_after_error {
             // blk_zone_write_plug_bio_endio: a failed write leaves the
             // block layer unsure of the write pointer.
@@ -496,7 +505,7 @@ impl NullZoned {
                 res.dec(Count::Closed);
             }
             res.inc(Count::ImpOpen);
-            z.cond = ZoneCond::ImpOpen;
+            z.set_cond(ZoneCond::ImpOpen);
         }
         Self::write_data(rq, sector, mem);
         z.wp += nr;
@@ -507,9 +516,28 @@ impl NullZoned {
                 ZoneCond::ImpOpen => res.dec(Count::ImpOpen),
                 _ => {}
             }
-            z.cond = ZoneCond::Full;
+            z.set_cond(ZoneCond::Full);
         }
         Status::Ok
+    }
+
+    /// The write pointer agrees with the zone's condition: at the start
+    /// when empty, inside the writable part when open or closed (a closed
+    /// zone holds data), at the capacity or the zone's end when full.
+    #[inline]
+    fn debug_check(&self, zno: usize, z: &ZoneState) {
+        if !cfg!(debug_assertions) {
+            return;
+        }
+        let (start, cap, len) = (self.zone_start(zno), self.zone_capacity(zno), self.zone_len(zno));
+        let ok = match z.cond {
+            ZoneCond::Empty => z.wp == start,
+            ZoneCond::ImpOpen | ZoneCond::ExpOpen => z.wp >= start && z.wp < start + cap,
+            ZoneCond::Closed => z.wp > start && z.wp < start + cap,
+            ZoneCond::Full => z.wp == start + cap || z.wp == start + len,
+            _ => true,
+        };
+        assert!(ok, "zone {zno}: write pointer {} disagrees with {:?} (start {start}, capacity {cap})", z.wp, z.cond);
     }
 
     /// __null_close_zone.
@@ -521,9 +549,9 @@ impl NullZoned {
             _ => return Status::IoErr,
         }
         if z.wp == self.zone_start(zno) {
-            z.cond = ZoneCond::Empty;
+            z.set_cond(ZoneCond::Empty);
         } else {
-            z.cond = ZoneCond::Closed;
+            z.set_cond(ZoneCond::Closed);
             res.inc(Count::Closed);
         }
         Status::Ok
@@ -535,7 +563,7 @@ impl NullZoned {
             return Status::IoErr;
         }
         let mut z = self.lock_zone(zno);
-        match op {
+        let status = match op {
             Op::ZoneReset => self.reset_zone(zno, &mut z, mem),
             Op::ZoneOpen => self.open_zone(zno, &mut z),
             Op::ZoneClose => {
@@ -544,7 +572,9 @@ impl NullZoned {
             }
             Op::ZoneFinish => self.finish_zone(zno, &mut z),
             _ => Status::NotSupp,
-        }
+        };
+        self.debug_check(zno, &z);
+        status
     }
 
     fn reset_all(&self, mem: Option<&MemStore>) {
@@ -572,7 +602,7 @@ impl NullZoned {
                 ZoneCond::Full => {}
                 _ => return Status::IoErr,
             }
-            z.cond = ZoneCond::Empty;
+            z.set_cond(ZoneCond::Empty);
             z.wp = self.zone_start(zno);
             // blk_zone_reset_bio_endio: the plug's write pointer is 0 again.
             z.need_wp_update = false;
@@ -598,7 +628,7 @@ impl NullZoned {
             ZoneCond::Closed => res.dec(Count::Closed),
             _ => {}
         }
-        z.cond = ZoneCond::ExpOpen;
+        z.set_cond(ZoneCond::ExpOpen);
         res.inc(Count::ExpOpen);
         Status::Ok
     }
@@ -624,7 +654,7 @@ impl NullZoned {
             ZoneCond::Closed => res.dec(Count::Closed),
             _ => {}
         }
-        z.cond = ZoneCond::Full;
+        z.set_cond(ZoneCond::Full);
         z.wp = self.zone_start(zno) + self.zone_len(zno);
         z.need_wp_update = false;
         Status::Ok

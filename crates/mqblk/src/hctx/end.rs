@@ -278,6 +278,11 @@ impl Rq {
     /// within the first `ok_bytes` complete with `Ok`, the rest with
     /// `status`.
     pub fn complete_bytes(self, ok_bytes: u64, status: Status) {
+        assert!(
+            ok_bytes <= self.len_bytes(),
+            "complete_bytes: {ok_bytes} bytes of a {}-byte request",
+            self.len_bytes()
+        );
         let status = if self.rq().nr_bios == 1 && ok_bytes >= self.len_bytes() { Status::Ok } else { status };
         let ptr = self.into_raw();
         // SAFETY: we consumed the unique token for this slot.

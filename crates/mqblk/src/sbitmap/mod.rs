@@ -388,6 +388,7 @@ impl Sbitmap {
     #[inline(always)]
     pub fn clear(&self, bit: u32, hint: Option<&mut AllocHint>) {
         assert!(bit < self.depth, "clear of bit {bit} beyond depth {}", self.depth);
+        debug_assert!(self.test_bit(bit), "bit {bit} freed while not allocated");
         let index = (bit >> self.shift) as usize;
         // shift <= log2(BITS_PER_WORD) (`new`): the shifts stay in range.
         let mask = 1usize << (bit & ((1 << self.shift) - 1));
