@@ -1,5 +1,6 @@
 //! Polled completion on shared queues that toggle their notifications
-//! (seed 002's RFC, null `poll_mode=hybrid`): hipri and non-hipri requests
+//! (the RFC "virtio_blk: implement blk_mq_ops->poll()", null
+//! `poll_mode=hybrid`): hipri and non-hipri requests
 //! share a hardware queue; notifications are off while hipri requests are
 //! in flight, and nothing may be lost when they come back on.
 

@@ -1,4 +1,4 @@
-//! Zoned null devices (issue 7): every zone condition transition, the
+//! Zoned null devices: every zone condition transition, the
 //! open/active limits, bad input, write ordering, concurrency with exact
 //! accounting, zone append from several clients, and a property test of
 //! the limits and the write pointer. (The kernel differential oracle is

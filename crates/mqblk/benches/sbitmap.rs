@@ -1,17 +1,15 @@
 //! Micro-benchmarks of the hot paths: an uncontended tag get + put on the
-//! sbitmap, and one whole I/O through the block layer on an inline null
-//! device (submit, dispatch, complete, reap).
+//! sbitmap, and one whole I/O through the block layer on an inline RAM
+//! disk, the tests' driver (submit, dispatch, complete, reap).
+
+#[path = "../tests/common/ram.rs"]
+mod ram;
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use mqblk::sbitmap::SbitmapQueue;
 use mqblk::sbitmap::{AllocHint, Sbitmap};
 use mqblk::{Bio, Buf};
-
-/// `Device::open` with the driver registered.
-fn open(spec: &str) -> Result<mqblk::Device, mqblk::Error> {
-    mqblk_null::register();
-    mqblk::Device::open(spec)
-}
+use ram::open;
 
 fn tag_get_put(c: &mut Criterion) {
     let sb = Sbitmap::new(128, None, false);
@@ -43,11 +41,11 @@ fn tag_get_put(c: &mut Criterion) {
 }
 
 fn one_io(c: &mut Criterion) {
-    let dev = open("null:gb=1,irqmode=0,hw_queue_depth=128").unwrap();
+    let dev = open("ram:gb=1,irqmode=0,hw_queue_depth=128").unwrap();
     let mut client = dev.client_with_capacity(32);
     let mut bufs: Vec<Buf> = (0..32).map(|_| Buf::new(4096)).collect();
     let mut done = Vec::with_capacity(32);
-    c.bench_function("null irqmode=0 4k read, batches of 32 (per batch)", |b| {
+    c.bench_function("ram irqmode=0 4k read, batches of 32 (per batch)", |b| {
         b.iter(|| {
             for (i, buf) in bufs.drain(..).enumerate() {
                 client.submit(Bio::read(i as u64 * 4096, buf), i as u64).unwrap();

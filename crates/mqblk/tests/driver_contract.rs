@@ -11,15 +11,11 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::ram::open;
 use common::{Forward, Held};
 use mqblk::driver::{Driver, QueueRqResult, TimedOutRq, TimeoutAction};
-use mqblk::{Bio, Buf, Device, Hctx, QueueLimits, Rq, Status, TagSetConfig};
-
-/// `Device::open` with the driver registered.
-fn open(spec: &str) -> Result<mqblk::Device, mqblk::Error> {
-    mqblk_null::register();
-    mqblk::Device::open(spec)
-}
+use mqblk::driver::{Hctx, Rq};
+use mqblk::{Bio, Buf, Device, QueueLimits, Status, TagSetConfig};
 
 /// Answers Busy to every other `queue_rq`, completing the rest inline, and
 /// records the order in which requests were accepted.
@@ -177,7 +173,7 @@ fn do_io_times_out_without_completions() {
 
 #[test]
 fn eventfd_signals_completions() {
-    let dev = open("null:gb=1,irqmode=2,completion_nsec=1000000").unwrap();
+    let dev = open("ram:gb=1,irqmode=2,completion_nsec=1000000").unwrap();
     let mut c = dev.client();
     let fd = c.completion_fd().unwrap();
     c.submit(Bio::read(0, Buf::new(4096)), 9).unwrap();
@@ -217,7 +213,7 @@ fn eventfd_signals_completions() {
 #[cfg_attr(miri, ignore = "Miri emulates neither poll(2) nor fcntl")]
 fn the_completion_fd_outlives_its_client_and_is_quiet_for_the_next() {
     for irqmode in [0, 1] {
-        let dev = open(&format!("null:gb=1,irqmode={irqmode}")).unwrap();
+        let dev = open(&format!("ram:gb=1,irqmode={irqmode}")).unwrap();
         let fd = {
             let mut c = dev.client();
             let fd = c.completion_fd().unwrap();
@@ -249,7 +245,7 @@ fn the_completion_fd_outlives_its_client_and_is_quiet_for_the_next() {
 #[test]
 #[cfg_attr(miri, ignore = "Miri emulates neither poll(2) nor fcntl")]
 fn dropping_a_client_whose_completion_fd_was_made_blocking_does_not_hang() {
-    let dev = open("null:gb=1,irqmode=1").unwrap();
+    let dev = open("ram:gb=1,irqmode=1").unwrap();
     let mut c = dev.client();
     let fd = c.completion_fd().unwrap();
     // SAFETY: F_GETFL/F_SETFL on our open eventfd.
@@ -280,7 +276,7 @@ fn dropping_a_client_whose_completion_fd_was_made_blocking_does_not_hang() {
 #[test]
 #[cfg_attr(miri, ignore = "Miri does not emulate poll(2)")]
 fn a_disarmed_completion_fd_stays_quiet_until_do_io_rearms_it() {
-    let dev = open("null:gb=1,irqmode=0").unwrap();
+    let dev = open("ram:gb=1,irqmode=0").unwrap();
     let mut c = dev.client();
     let fd = c.completion_fd().unwrap();
     let readable = |timeout_ms: i32| {
@@ -365,7 +361,7 @@ fn completions_inside_a_submission_reach_their_own_clients() {
 
 #[test]
 fn dropping_a_client_waits_for_its_io() {
-    let dev = open("null:gb=1,irqmode=2,completion_nsec=2000000").unwrap();
+    let dev = open("ram:gb=1,irqmode=2,completion_nsec=2000000").unwrap();
     {
         let mut c = dev.client();
         for i in 0..16 {
@@ -379,7 +375,7 @@ fn dropping_a_client_waits_for_its_io() {
 
 #[test]
 fn blocking_helpers_leave_other_completions_for_do_io() {
-    let dev = open("null:gb=1,irqmode=1,memory_backed=1").unwrap();
+    let dev = open("ram:gb=1,irqmode=1,memory_backed=1").unwrap();
     let mut c = dev.client();
     c.submit(Bio::write(0, Buf::from_slice(&[3u8; 4096])), 77).unwrap();
     c.write_at(&[4u8; 4096], 8192).unwrap();
@@ -426,39 +422,8 @@ fn reserved_tags_are_separate_and_refused_without_them() {
     assert!(dump.contains("hctx0/tags/breserved_tags/depth=2"), "{dump}");
     assert!(dump.contains("hctx0/tags/bitmap_tags/depth=4"), "{dump}");
 
-    let null = open("null:gb=1,irqmode=0").unwrap();
-    let mut c = null.client();
+    let ram = open("ram:gb=1,irqmode=0").unwrap();
+    let mut c = ram.client();
     let r = c.submit_reserved(Bio::read(0, Buf::new(4096)), 1).unwrap_err();
     assert_eq!(r.error, mqblk::SubmitError::NoReservedTags);
-}
-
-#[test]
-fn timer_mode_never_completes_early() {
-    // A lower bound only: a slow machine can only make latencies longer.
-    let dev = open("null:gb=1,irqmode=2,completion_nsec=300000").unwrap();
-    let mut c = dev.client();
-    for i in 0..20 {
-        let t = std::time::Instant::now();
-        c.read_at(&mut [0u8; 4096], i * 4096).unwrap();
-        assert!(t.elapsed() >= Duration::from_micros(300), "completed after {:?}", t.elapsed());
-    }
-}
-
-#[test]
-fn mbps_limits_bandwidth() {
-    // 40 MiB through a 100 MiB/s device takes at least 0.4 s (lower bound).
-    for mode in ["irqmode=0", "irqmode=1"] {
-        let dev = open(&format!("null:gb=1,mbps=100,{mode}")).unwrap();
-        let mut c = dev.client_with_capacity(8);
-        let t = std::time::Instant::now();
-        let mut done = Vec::new();
-        for i in 0..640u64 {
-            if c.in_flight() == 8 {
-                c.do_io(&mut done, 1, 8, None).unwrap();
-            }
-            c.submit(Bio::write(i * 65536, Buf::new(65536)), i).unwrap();
-        }
-        c.drain();
-        assert!(t.elapsed() >= Duration::from_millis(390), "{mode}: {:?}", t.elapsed());
-    }
 }

@@ -6,8 +6,8 @@
 
 use loom::sync::Arc;
 use loom::thread;
-use mqblk::internals::{AllocHint, Sbitmap, SbqWaiter};
-use mqblk::SbitmapQueue;
+use mqblk::sbitmap::SbitmapQueue;
+use mqblk::sbitmap::{AllocHint, Sbitmap, SbqWaiter};
 
 fn model(f: impl Fn() + Sync + Send + 'static) {
     let mut b = loom::model::Builder::new();
@@ -107,14 +107,14 @@ fn loom_waiters_are_woken_by_frees() {
 
 #[test]
 fn loom_stash_policy_wakes_waiters() {
-    use mqblk::StashWake;
+    use mqblk::sbitmap::StashWake;
     // min_waiters 1 so that two waiters already engage the stash logic.
     two_waiters_one_freer(|| SbitmapQueue::with_policy(2, None, false, 2, Box::new(StashWake::with_min_waiters(1))));
 }
 
 #[test]
 fn loom_handoff_policy_grants_each_bit_once() {
-    use mqblk::HandoffWake;
+    use mqblk::sbitmap::HandoffWake;
     model(|| {
         let (sbq, freer) =
             full_queue_and_freer(|| SbitmapQueue::with_policy(2, None, false, 2, Box::new(HandoffWake::default())));

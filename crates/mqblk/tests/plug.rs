@@ -6,21 +6,17 @@
 
 #![cfg(not(loom))]
 
+mod common;
+
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::ram::open;
 use mqblk::driver::{Driver, QueueRqResult};
-use mqblk::{
-    Bio, Buf, Client, Completion, Device, Hctx, QueueConfig, QueueLimits, Rq, Status, SubmitError, TagSetConfig,
-};
+use mqblk::driver::{Hctx, Rq};
+use mqblk::{Bio, Buf, Client, Completion, Device, QueueConfig, QueueLimits, Status, SubmitError, TagSetConfig};
 use proptest::prelude::*;
-
-/// `Device::open` with the driver registered.
-fn open(spec: &str) -> Result<mqblk::Device, mqblk::Error> {
-    mqblk_null::register();
-    mqblk::Device::open(spec)
-}
 
 /// One `queue_rq` call as the driver saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -196,11 +192,8 @@ fn without_plug_sync_async_writes_still_plug_and_sync_writes_do_not() {
 
 #[test]
 fn plug_sync_is_a_spec_key_and_a_builder_option() {
-    let spec = open("null:gb=1,irqmode=0,plug_sync=0").unwrap();
-    let built = Device::builder(mqblk_null::NullConfig::new().gb(1).irqmode(mqblk_null::IrqMode::None))
-        .plug_sync(false)
-        .build()
-        .unwrap();
+    let spec = open("ram:gb=1,irqmode=0,plug_sync=0").unwrap();
+    let built = mqblk::DeviceConfig::parse("ram:gb=1,irqmode=0").unwrap().plug_sync(false).build().unwrap();
     for dev in [spec, built] {
         let mut c = dev.client();
         nested_batch(&mut c, |off| Bio::read(off, Buf::new(4096)));
@@ -208,7 +201,7 @@ fn plug_sync_is_a_spec_key_and_a_builder_option() {
         assert_eq!(dev.stats().merges.total(), 0);
         assert!(dev.show_stats().contains("plug_sync=0"));
     }
-    let e = open("null:plug_sync=2").unwrap_err().to_string();
+    let e = open("ram:plug_sync=2").unwrap_err().to_string();
     assert!(e.contains("plug_sync"), "{e}");
 }
 
@@ -246,7 +239,7 @@ fn waiting_for_a_tag_flushes_the_plug_first() {
     // 4 tags, completions only when requests reach the device: without the
     // flush before sleeping, the fifth submit waits forever for a tag held
     // by a request still in its own plug.
-    let dev = open("null:gb=1,irqmode=0,hw_queue_depth=4").unwrap();
+    let dev = open("ram:gb=1,irqmode=0,hw_queue_depth=4").unwrap();
     let stats = finishes("tag wait under a plug", move || {
         let mut c = dev.client_with_capacity(8);
         {
@@ -265,7 +258,7 @@ fn waiting_for_a_tag_flushes_the_plug_first() {
 
 #[test]
 fn waiting_for_completions_flushes_the_plug_first() {
-    let dev = open("null:gb=1,irqmode=1").unwrap();
+    let dev = open("ram:gb=1,irqmode=1").unwrap();
     let done = finishes("do_io under a plug", move || {
         let mut c = dev.client();
         let mut plug = c.plug();
@@ -301,7 +294,7 @@ fn merged_bios_complete_once_each_with_their_own_status() {
 
 #[test]
 fn front_and_back_merges_put_data_in_place() {
-    let dev = open("null:gb=1,irqmode=1,memory_backed=1").unwrap();
+    let dev = open("ram:gb=1,irqmode=1,memory_backed=1").unwrap();
     let mut c = dev.client();
     {
         let mut plug = c.plug();
@@ -322,7 +315,7 @@ fn front_and_back_merges_put_data_in_place() {
 
 #[test]
 fn a_bad_bio_fails_alone_and_its_neighbours_merge() {
-    let dev = open("null:gb=1,irqmode=0,memory_backed=1,bs=4096").unwrap();
+    let dev = open("ram:gb=1,irqmode=0,memory_backed=1,bs=4096").unwrap();
     let capacity = dev.limits().capacity_bytes;
     let mut c = dev.client();
     {
@@ -346,7 +339,7 @@ fn a_bad_bio_fails_alone_and_its_neighbours_merge() {
 #[test]
 fn max_segments_and_max_sectors_cap_merges() {
     for (spec, requests) in [("max_segments=4", 4), ("max_sectors=16", 8), ("max_segments=128", 1)] {
-        let dev = open(&format!("null:gb=1,irqmode=0,{spec}")).unwrap();
+        let dev = open(&format!("ram:gb=1,irqmode=0,{spec}")).unwrap();
         let mut c = dev.client();
         {
             let mut plug = c.plug();
@@ -363,7 +356,7 @@ fn max_segments_and_max_sectors_cap_merges() {
 #[test]
 fn nothing_merges_across_ops_flags_or_gaps() {
     use mqblk::ReqFlags;
-    let dev = open("null:gb=1,irqmode=0,discard=1,memory_backed=1").unwrap();
+    let dev = open("ram:gb=1,irqmode=0,discard=1,memory_backed=1").unwrap();
     let mut c = dev.client();
     {
         let mut plug = c.plug();
@@ -382,7 +375,7 @@ fn nothing_merges_across_ops_flags_or_gaps() {
 
 #[test]
 fn nr_ios_takes_tags_in_a_batch_and_returns_the_unused() {
-    let dev = open("null:gb=1,irqmode=1,hw_queue_depth=64").unwrap();
+    let dev = open("ram:gb=1,irqmode=1,hw_queue_depth=64").unwrap();
     let mut c = dev.client();
     let mut batched = 0;
     for round in 0..8u64 {
@@ -447,7 +440,7 @@ proptest! {
     /// read back exactly like a plain byte array.
     #[test]
     fn merged_io_matches_a_byte_model(batches in workload(), irqmode in 0u8..2) {
-        let dev = open(&format!("null:size=1,irqmode={irqmode},memory_backed=1,bs=512")).unwrap();
+        let dev = open(&format!("ram:size=1,irqmode={irqmode},memory_backed=1,bs=512")).unwrap();
         let mut c = dev.client_with_capacity(64);
         let mut model = vec![0u8; (BLOCKS * BS) as usize];
         let mut stamp = 0u8;

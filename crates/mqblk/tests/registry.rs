@@ -3,19 +3,18 @@
 
 #![cfg(not(loom))]
 
+mod common;
+
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Barrier, Mutex};
 
+use common::ram::open;
 use mqblk::driver::{Driver, QueueRqResult};
-use mqblk::{Elevator, Hctx, QueueLimits, Rq, RqList, Sched, Status, TagSetConfig, Wake};
-use mqblk::{SbitmapQueue, WakePolicy};
-
-/// `Device::open` with the driver registered.
-fn open(spec: &str) -> Result<mqblk::Device, mqblk::Error> {
-    mqblk_null::register();
-    mqblk::Device::open(spec)
-}
+use mqblk::driver::{Hctx, Rq, RqList};
+use mqblk::sbitmap::{SbitmapQueue, WakePolicy};
+use mqblk::sched::Elevator;
+use mqblk::{QueueLimits, Sched, Status, TagSetConfig, Wake};
 
 struct Nop;
 
@@ -42,12 +41,6 @@ struct Fifo {
 }
 
 impl Elevator for Fifo {
-    fn name(&self) -> &'static str {
-        "test-fifo"
-    }
-    fn limit_depth(&self, _hctx: usize, _op: mqblk::Op, _flags: mqblk::ReqFlags) -> Option<u32> {
-        None
-    }
     fn insert_requests(&self, hctx: usize, rqs: &mut RqList) {
         let mut q = self.queues[hctx].lock().unwrap();
         while let Some(rq) = rqs.pop_front() {
@@ -80,7 +73,7 @@ impl WakePolicy for OneByOne {
 
 #[test]
 fn a_registered_driver_opens_by_spec_and_checks_its_keys() {
-    mqblk::register_driver("test-nop", |p| {
+    mqblk::driver::register_driver("test-nop", |p| {
         p.check_keys(&["answer"])?;
         assert_eq!(p.u64_in("answer", 0, 0, 100)?, 42);
         Ok(Box::new(Nop))
@@ -90,28 +83,32 @@ fn a_registered_driver_opens_by_spec_and_checks_its_keys() {
     let e = open("test-nop:answr=42").unwrap_err().to_string();
     assert!(e.contains("'answr'") && e.contains("answer"), "{e}");
     let e = open("nope:").unwrap_err().to_string();
-    assert!(e.contains("null") && e.contains("test-nop"), "{e}");
+    assert!(e.contains("ram") && e.contains("test-nop"), "{e}");
 }
 
 #[test]
 fn a_registered_elevator_and_wake_policy_run_when_named() {
     let dispatched = Arc::new(AtomicU64::new(0));
     let counter = dispatched.clone();
-    mqblk::register_elevator("test-fifo", &[], move |args| {
+    mqblk::sched::register_elevator("test-fifo", &[], move |args| {
         let queues = (0..args.nr_hw_queues).map(|_| Mutex::new(VecDeque::new())).collect();
         Ok(Box::new(Fifo { queues, dispatched: counter.clone() }))
     });
     let frees = Arc::new(AtomicU64::new(0));
     let counter = frees.clone();
-    mqblk::register_wake_policy("test-one", move || Box::new(OneByOne(counter.clone())));
+    mqblk::sbitmap::register_wake_policy("test-one", move || Box::new(OneByOne(counter.clone())));
 
-    let dev = open("null:gb=1,irqmode=1,hw_queue_depth=2,nr_requests=4,sched=test-fifo,wake=test-one").unwrap();
+    let dev = open("ram:gb=1,irqmode=1,hw_queue_depth=2,nr_requests=4,sched=test-fifo,wake=test-one").unwrap();
     assert_eq!(dev.scheduler(), "test-fifo");
+    // The writers start together: spawned one by one on a busy machine,
+    // each could otherwise be done before the next began, and none wait.
+    let start = Arc::new(Barrier::new(8));
     let threads: Vec<_> = (0..8)
         .map(|_| {
-            let dev = dev.clone();
+            let (dev, start) = (dev.clone(), start.clone());
             std::thread::spawn(move || {
                 let mut c = dev.client();
+                start.wait();
                 for i in 0..100u64 {
                     c.write_at(&[7u8; 512], i * 512).unwrap();
                 }
@@ -132,22 +129,22 @@ fn a_registered_elevator_and_wake_policy_run_when_named() {
 
 #[test]
 fn a_registered_elevator_reads_its_own_tunables() {
-    mqblk::register_elevator("test-tuned", &["quantum"], |args| {
+    mqblk::sched::register_elevator("test-tuned", &["quantum"], |args| {
         let quantum = args.tunables.u64_in("quantum", 1, 1, 64)?;
         assert_eq!(quantum, 8);
         let queues = (0..args.nr_hw_queues).map(|_| Mutex::new(VecDeque::new())).collect();
         Ok(Box::new(Fifo { queues, dispatched: Arc::new(AtomicU64::new(0)) }))
     });
-    let dev = open("null:gb=1,irqmode=0").unwrap();
+    let dev = open("ram:gb=1,irqmode=0").unwrap();
     dev.set_scheduler("test-tuned,quantum=8".parse().unwrap()).unwrap();
     let e = dev.set_scheduler("test-tuned,quantum=99".parse().unwrap()).unwrap_err().to_string();
     assert!(e.contains("quantum"), "{e}");
     let e = "test-tuned,quantm=8".parse::<Sched>().unwrap_err().to_string();
     assert!(e.contains("'quantm'") && e.contains("quantum"), "an unknown tunable names the accepted: {e}");
-    let dev = open("null:gb=1,sched=test-tuned,quantum=8").unwrap();
+    let dev = open("ram:gb=1,sched=test-tuned,quantum=8").unwrap();
     assert_eq!(dev.scheduler(), "test-tuned", "a device spec takes a registered scheduler's tunables");
-    let e = open("null:gb=1,sched=bfq,quantum=8").unwrap_err().to_string();
+    let e = open("ram:gb=1,sched=bfq,quantum=8").unwrap_err().to_string();
     assert!(e.contains("'quantum' is not a tunable of sched=bfq"), "{e}");
-    let e = open("null:gb=1,quantm=8,sched=test-tuned").unwrap_err().to_string();
+    let e = open("ram:gb=1,quantm=8,sched=test-tuned").unwrap_err().to_string();
     assert!(e.contains("'quantm'"), "{e}");
 }

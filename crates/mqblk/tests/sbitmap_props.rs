@@ -5,8 +5,8 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use mqblk::internals::{AllocHint, Sbitmap, SbqWaiter};
-use mqblk::SbitmapQueue;
+use mqblk::sbitmap::SbitmapQueue;
+use mqblk::sbitmap::{AllocHint, Sbitmap, SbqWaiter};
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]

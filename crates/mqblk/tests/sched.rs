@@ -5,26 +5,24 @@
 
 #![cfg(not(loom))]
 
+mod common;
+
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mqblk::SpecParams;
+use common::ram::open;
+use mqblk::config::SpecParams;
 
 /// The built-in schedulers.
 const SCHEDULERS: [&str; 4] = ["none", "mq-deadline", "kyber", "bfq"];
 use mqblk::driver::{Driver, QueueRqResult};
+use mqblk::driver::{Hctx, Rq};
 use mqblk::{
-    Bio, Buf, Client, Device, Hctx, IoPrio, IoPrioClass, Op, QueueConfig, QueueLimits, ReqFlags, Rq, Status,
-    SubmitError, TagSetConfig,
+    Bio, Buf, Client, Device, IoPrio, IoPrioClass, Op, QueueConfig, QueueLimits, ReqFlags, Status, SubmitError,
+    TagSetConfig,
 };
-
-/// `Device::open` with the driver registered.
-fn open(spec: &str) -> Result<mqblk::Device, mqblk::Error> {
-    mqblk_null::register();
-    mqblk::Device::open(spec)
-}
 
 /// One driver tag; requests wait until the test releases them, so the
 /// scheduler decides every next request.
@@ -347,15 +345,15 @@ fn bfq_tightens_async_limits_while_a_queue_is_raised() {
     finish(&gate, &mut [&mut reader, &mut writer]);
 }
 
-/// Several clients doing mixed I/O through each scheduler on a memory
-/// null device: every bio completes exactly once, data reads back, tags
-/// all come back.
+/// Several clients doing mixed I/O through each scheduler on a
+/// memory-backed RAM disk: every bio completes exactly once, data reads
+/// back, tags all come back.
 #[test]
 fn every_request_is_dispatched_once_under_load() {
     // Bios per thread: fewer under Miri, which interprets every byte.
     const PER_THREAD: u64 = if cfg!(miri) { 40 } else { 2000 };
     for sched in SCHEDULERS {
-        let dev = open(&format!("null:gb=1,irqmode=1,memory_backed=1,hw_queue_depth=8,sched={sched}")).unwrap();
+        let dev = open(&format!("ram:gb=1,irqmode=1,memory_backed=1,hw_queue_depth=8,sched={sched}")).unwrap();
         let threads: Vec<_> = (0..4u64)
             .map(|t| {
                 let dev = dev.clone();
@@ -403,7 +401,7 @@ fn every_request_is_dispatched_once_under_load() {
 
 #[test]
 fn switching_schedulers_under_load_loses_nothing() {
-    let dev = open("null:gb=1,irqmode=1,hw_queue_depth=16").unwrap();
+    let dev = open("ram:gb=1,irqmode=1,hw_queue_depth=16").unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let done_total = Arc::new(AtomicU64::new(0));
     let threads: Vec<_> = (0..3u64)
@@ -448,7 +446,7 @@ fn switching_schedulers_under_load_loses_nothing() {
     assert!(e.contains("cfq") && e.contains("mq-deadline"), "{e}");
     let e = "bfq,timeout_sync=125".parse::<mqblk::Sched>().unwrap_err().to_string();
     assert!(e.contains("timeout_sync"), "{e}");
-    let bad = mqblk::Sched::MqDeadline(mqblk::DeadlineTunables::default().fifo_batch(0));
+    let bad = mqblk::Sched::MqDeadline(mqblk::sched::DeadlineTunables::default().fifo_batch(0));
     let e = dev.set_scheduler(bad).unwrap_err().to_string();
     assert!(e.contains("fifo_batch"), "{e}");
     assert_eq!(dev.scheduler(), "none", "a refused switch changes nothing");
@@ -456,11 +454,11 @@ fn switching_schedulers_under_load_loses_nothing() {
 
 #[test]
 fn sched_options_are_checked_in_specs() {
-    let e = open("null:sched=cfq").unwrap_err().to_string();
+    let e = open("ram:sched=cfq").unwrap_err().to_string();
     assert!(e.contains("cfq") && e.contains("bfq"), "{e}");
-    let e = open("null:sched=mq-deadline,fifo_batch=0").unwrap_err().to_string();
+    let e = open("ram:sched=mq-deadline,fifo_batch=0").unwrap_err().to_string();
     assert!(e.contains("fifo_batch"), "{e}");
-    let dev = open("null:sched=kyber,nr_requests=32").unwrap();
+    let dev = open("ram:sched=kyber,nr_requests=32").unwrap();
     assert_eq!(dev.scheduler(), "kyber");
     assert!(dev.show_stats().contains("sched/kyber"), "{}", dev.show_stats());
     let _ = SpecParams::parse("x:a=1").unwrap();
@@ -473,7 +471,7 @@ fn sched_options_are_checked_in_specs() {
 fn plugged_batches_through_each_scheduler() {
     const BATCHES: u64 = if cfg!(miri) { 6 } else { 50 };
     for sched in SCHEDULERS {
-        let dev = open(&format!("null:gb=1,irqmode=1,memory_backed=1,hw_queue_depth=4,sched={sched}")).unwrap();
+        let dev = open(&format!("ram:gb=1,irqmode=1,memory_backed=1,hw_queue_depth=4,sched={sched}")).unwrap();
         let threads: Vec<_> = (0..3u64)
             .map(|t| {
                 let dev = dev.clone();

@@ -1,7 +1,7 @@
-//! Bios larger than a request are split into several requests (null_blk's
-//! default max_sectors is 255): the data lands where it belongs, the bio
-//! completes once, the first error of any piece is its status, and every tag
-//! comes back.
+//! Bios larger than a request are split into several requests (max_sectors
+//! 255, null_blk's default, on the test RAM disk): the data lands where it
+//! belongs, the bio completes once, the first error of any piece is its
+//! status, and every tag comes back.
 #![cfg(not(loom))]
 
 mod common;
@@ -9,15 +9,11 @@ mod common;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use common::ram::open;
 use common::Held;
 use mqblk::driver::{Driver, QueueRqResult};
-use mqblk::{Bio, Buf, Device, Hctx, QueueLimits, ReqFlags, Rq, Status, SubmitError, TagSetConfig};
-
-/// `Device::open` with the driver registered.
-fn open(spec: &str) -> Result<mqblk::Device, mqblk::Error> {
-    mqblk_null::register();
-    mqblk::Device::open(spec)
-}
+use mqblk::driver::{Hctx, Rq};
+use mqblk::{Bio, Buf, Device, QueueLimits, ReqFlags, Status, SubmitError, TagSetConfig};
 
 /// Largest request in sectors (null_blk's default natively; smaller under
 /// Miri, so bios of a fraction of the size still split as often).
@@ -35,7 +31,7 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 #[test]
 fn one_mib_bios_split_and_read_back() {
     for mode in ["irqmode=0", "irqmode=1", "irqmode=2,completion_nsec=3000"] {
-        let dev = open(&format!("null:size=16,memory_backed=1,max_sectors={MAX_SECTORS},{mode}")).unwrap();
+        let dev = open(&format!("ram:size=16,memory_backed=1,max_sectors={MAX_SECTORS},{mode}")).unwrap();
         let mut c = dev.client();
         let data = pattern(BIO_BYTES, 7);
         c.write_at(&data, 3 * 4096).unwrap();
@@ -52,7 +48,7 @@ fn one_mib_bios_split_and_read_back() {
 
 #[test]
 fn many_split_bios_in_flight_each_complete_once() {
-    let spec = format!("null:size=64,memory_backed=1,irqmode=1,hw_queue_depth=8,max_sectors={MAX_SECTORS}");
+    let spec = format!("ram:size=64,memory_backed=1,irqmode=1,hw_queue_depth=8,max_sectors={MAX_SECTORS}");
     let dev = open(&spec).unwrap();
     // 16 bios of 9 pieces (4 of 8 under Miri) over 8 tags.
     const BIOS: u64 = if cfg!(miri) { 4 } else { 16 };

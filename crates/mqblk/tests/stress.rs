@@ -3,15 +3,12 @@
 
 #![cfg(not(loom))]
 
+mod common;
+
 use std::collections::HashSet;
 
+use common::ram::open;
 use mqblk::{Bio, Buf};
-
-/// `Device::open` with the driver registered.
-fn open(spec: &str) -> Result<mqblk::Device, mqblk::Error> {
-    mqblk_null::register();
-    mqblk::Device::open(spec)
-}
 
 const THREADS: usize = 6;
 const IOS_PER_THREAD: u64 = 20_000;
@@ -61,25 +58,25 @@ fn stress(spec: &str, depth_per_client: usize) {
 
 #[test]
 fn inline_completion_many_threads_few_tags() {
-    stress("null:gb=1,irqmode=0,hw_queue_depth=8", 16);
+    stress("ram:gb=1,irqmode=0,hw_queue_depth=8", 16);
 }
 
 #[test]
 fn softirq_completion_threads_wait_for_tags() {
-    let spec = "null:gb=1,irqmode=1,hw_queue_depth=4,submit_queues=2";
+    let spec = "ram:gb=1,irqmode=1,hw_queue_depth=4,submit_queues=2";
     stress(spec, 8);
 }
 
 #[test]
 fn timer_completion_threads_wait_for_tags() {
-    stress("null:gb=1,irqmode=2,completion_nsec=2000,hw_queue_depth=8,submit_queues=2", 8);
+    stress("ram:gb=1,irqmode=2,completion_nsec=2000,hw_queue_depth=8,submit_queues=2", 8);
 }
 
 #[test]
 fn tag_waits_really_sleep_and_are_counted() {
     // One hardware queue with 2 tags and 4 clients of depth 4 each: most
     // submissions find no tag and must sleep until a completion frees one.
-    let dev = open("null:gb=1,irqmode=2,completion_nsec=200000,hw_queue_depth=2").unwrap();
+    let dev = open("ram:gb=1,irqmode=2,completion_nsec=200000,hw_queue_depth=2").unwrap();
     std::thread::scope(|s| {
         for _ in 0..4 {
             s.spawn(|| {

@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use common::Forward;
 use mqblk::driver::{Driver, QueueRqResult, TimedOutRq, TimeoutAction};
-use mqblk::{Bio, Buf, Device, Hctx, QueueConfig, QueueLimits, Rq, Status, TagSetConfig};
+use mqblk::driver::{Hctx, Rq};
+use mqblk::{Bio, Buf, Device, QueueConfig, QueueLimits, Status, TagSetConfig};
 
 /// Holds every request until its timeout handler runs, then completes it
 /// with `Timeout`; counts handler calls whose tag it does not hold.

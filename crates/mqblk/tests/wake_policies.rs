@@ -8,8 +8,8 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use mqblk::internals::{wake_policy, AllocHint, SbqWaiter, WAKE_POLICIES};
-use mqblk::{BatchWake, HandoffWake, SbitmapQueue, StashWake};
+use mqblk::sbitmap::{wake_policy, AllocHint, SbqWaiter, WAKE_POLICIES};
+use mqblk::sbitmap::{BatchWake, HandoffWake, SbitmapQueue, StashWake};
 
 // Miri interprets every thread: 16 threads and 40 rounds there (still twice
 // as many threads as tags).
@@ -28,7 +28,7 @@ struct Overtakes {
     p99: u64,
 }
 
-fn contend_with(policy: &str, wake: Box<dyn mqblk::WakePolicy>) -> Overtakes {
+fn contend_with(policy: &str, wake: Box<dyn mqblk::sbitmap::WakePolicy>) -> Overtakes {
     let sbq = SbitmapQueue::with_policy(TAGS, None, false, TAGS, wake);
     let owner: Vec<AtomicBool> = (0..TAGS).map(|_| AtomicBool::new(false)).collect();
     let grants = AtomicU64::new(0);
@@ -232,7 +232,7 @@ fn handoff_falls_back_when_tags_are_the_bottleneck() {
 /// and after its last look at the bitmap, `clear` wakes (or not) before
 /// it returns, and a woken waiter that got its bit holds it until the
 /// wakeups are read (its free would wake the other one).
-fn woken_after_a_lost_race(wake: Box<dyn mqblk::WakePolicy>) -> (u64, u64) {
+fn woken_after_a_lost_race(wake: Box<dyn mqblk::sbitmap::WakePolicy>) -> (u64, u64) {
     let sbq = Arc::new(SbitmapQueue::with_policy(8, None, false, 8, wake));
     assert_eq!(sbq.wake_batch(), 1);
     let mut hint = AllocHint::new(0);
@@ -285,7 +285,7 @@ fn batch_requeues_a_waiter_that_lost_the_race_at_the_tail() {
 #[test]
 fn stash_and_handoff_keep_a_woken_waiters_place() {
     // mqblk's choice for these two: A keeps its place at the head.
-    for wake in [Box::<StashWake>::default() as Box<dyn mqblk::WakePolicy>, Box::<HandoffWake>::default()] {
+    for wake in [Box::<StashWake>::default() as Box<dyn mqblk::sbitmap::WakePolicy>, Box::<HandoffWake>::default()] {
         let name = wake.name();
         let (a, b) = woken_after_a_lost_race(wake);
         assert_eq!((a, b), (2, 0), "{name}: the next free went to A again");

@@ -60,7 +60,7 @@ impl Device {
     /// `null:irqmode=2,completion_nsec=20000,memory_backed=1`.
     /// Block-layer keys (`wake=`, `sched=` and its tunables, ...) may appear
     /// in any driver's spec. The driver is one registered by name
-    /// ([`crate::register_driver`]; mqblk-null's `register` adds `null`).
+    /// ([`register_driver`](crate::driver::register_driver); mqblk-null's `register` adds `null`).
     pub fn open(spec: &str) -> Result<Device, Error> {
         DeviceConfig::parse(spec)?.build()
     }

@@ -71,7 +71,7 @@ impl Clone for Box<dyn DriverConfig> {
     }
 }
 
-/// Opens a driver from its spec's pairs: what [`crate::register_driver`]
+/// Opens a driver from its spec's pairs: what [`register_driver`](crate::driver::register_driver)
 /// takes.
 pub type OpenFn = dyn Fn(&SpecParams) -> Result<Box<dyn Driver>, Error> + Send + Sync;
 

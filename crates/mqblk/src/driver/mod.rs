@@ -12,7 +12,7 @@
 //! 4. Stop your threads in [`Driver::shutdown`]; every token they hold must
 //!    be completed before it returns.
 //! 5. Hand it to [`crate::Device::with_driver`] (or `Device::builder().driver`),
-//!    or register a factory by name ([`crate::register_driver`]) so that
+//!    or register a factory by name ([`register_driver`](crate::driver::register_driver)) so that
 //!    specs such as `mine:key=value,sched=bfq` open it.
 //!
 //! ```

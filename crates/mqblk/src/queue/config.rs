@@ -72,12 +72,12 @@ pub enum Wake {
     /// mqblk's own: freed tags are granted to waiters in order (the default).
     #[default]
     Handoff,
-    /// A policy added with [`crate::register_wake_policy`], by name.
+    /// A policy added with [`register_wake_policy`](crate::sbitmap::register_wake_policy), by name.
     Custom(String),
 }
 
 impl Wake {
-    /// A policy registered with [`crate::register_wake_policy`].
+    /// A policy registered with [`register_wake_policy`](crate::sbitmap::register_wake_policy).
     pub fn custom(name: impl Into<String>) -> Self {
         Wake::Custom(name.into())
     }

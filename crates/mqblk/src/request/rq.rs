@@ -19,7 +19,7 @@ use super::{op_is_sync, IoPrio, Op, ReqFlags, Request, RequestSlot, SECTOR_SHIFT
 
 /// The driver's handle on one in-flight request: a move-only token. Hand it
 /// back with [`Rq::complete`]; dropping it completes the request with
-/// [`Status::IoErr`].
+/// [`Status::IoErr`](crate::Status::IoErr).
 pub struct Rq {
     ptr: NonNull<RequestSlot>,
 }

@@ -21,7 +21,7 @@ pub enum Sched {
     MqDeadline(DeadlineTunables),
     Kyber(KyberTunables),
     Bfq(BfqTunables),
-    /// An elevator added with [`crate::register_elevator`], with the
+    /// An elevator added with [`register_elevator`](crate::sched::register_elevator), with the
     /// tunables its factory reads (`"sstf,key=value"`).
     Custom {
         name: String,
@@ -152,7 +152,7 @@ tunables! {
 }
 
 impl Sched {
-    /// An elevator registered with [`crate::register_elevator`].
+    /// An elevator registered with [`register_elevator`](crate::sched::register_elevator).
     pub fn custom(name: impl Into<String>) -> Self {
         Sched::Custom { name: name.into(), tunables: Vec::new() }
     }

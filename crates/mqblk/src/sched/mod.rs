@@ -111,7 +111,7 @@ pub trait Elevator: Send + Sync + 'static {
     fn show(&self, _out: &mut String) {}
 }
 
-/// What an elevator factory (see [`crate::register_elevator`]) builds for:
+/// What an elevator factory (see [`register_elevator`](crate::sched::register_elevator)) builds for:
 /// the device's hardware queues, the scheduler tags of each (the most
 /// requests the elevator holds per hardware queue), and the tunables given
 /// with its name (`"sstf,key=value"`).

@@ -1,13 +1,17 @@
 //! Test drivers shared by the integration tests: one that holds every
-//! request until the test completes it, and a forwarder that lets a test
-//! keep a handle on a driver the device owns.
+//! request until the test completes it, a forwarder that lets a test
+//! keep a handle on a driver the device owns, and a RAM disk that `ram:`
+//! specs open (ram.rs).
 #![allow(dead_code)] // each test binary uses what it needs
+
+pub mod ram;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mqblk::driver::{Driver, QueueRqResult, TimedOutRq, TimeoutAction};
-use mqblk::{Hctx, QueueLimits, Rq, Status, TagSetConfig};
+use mqblk::driver::{Hctx, Rq};
+use mqblk::{QueueLimits, Status, TagSetConfig};
 
 /// Holds every request until the test completes it: "nothing has
 /// completed yet" or "every tag is taken" is then a fact, not a race
