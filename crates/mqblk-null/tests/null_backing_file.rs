@@ -16,11 +16,8 @@ use std::path::PathBuf;
 
 use mqblk::{Bio, Buf, Client, Device, ReqFlags};
 
-/// `Device::open` with the driver registered.
-fn open(spec: &str) -> Result<mqblk::Device, mqblk::Error> {
-    mqblk_null::register();
-    mqblk::Device::open(spec)
-}
+mod common;
+use common::open;
 
 const SECTOR: usize = 512;
 const SIZE_SECTORS: u64 = 2048; // size=1

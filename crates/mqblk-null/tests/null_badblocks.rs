@@ -8,12 +8,8 @@
 
 use mqblk::{Bio, Buf, Error, Status};
 
-/// `Device::open` with the drivers registered.
-fn open(spec: &str) -> Result<mqblk::Device, mqblk::Error> {
-    mqblk_file::register();
-    mqblk_null::register();
-    mqblk::Device::open(spec)
-}
+mod common;
+use common::open;
 
 fn is_eio(r: Result<(), Error>) -> bool {
     matches!(r, Err(Error::Status(Status::IoErr)))

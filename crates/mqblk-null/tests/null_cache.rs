@@ -11,11 +11,8 @@ use std::collections::HashMap;
 
 use mqblk::{Bio, Buf, Client, ReqFlags};
 
-/// `Device::open` with the driver registered.
-fn open(spec: &str) -> Result<mqblk::Device, mqblk::Error> {
-    mqblk_null::register();
-    mqblk::Device::open(spec)
-}
+mod common;
+use common::open;
 
 const SECTOR: usize = 512;
 

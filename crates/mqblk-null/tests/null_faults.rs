@@ -11,11 +11,8 @@ use std::collections::HashMap;
 
 use mqblk::{Bio, Buf, Completion, Device, Status};
 
-/// `Device::open` with the driver registered.
-fn open(spec: &str) -> Result<mqblk::Device, mqblk::Error> {
-    mqblk_null::register();
-    mqblk::Device::open(spec)
-}
+mod common;
+use common::open;
 
 /// The count a `null/NAME=N` line of the stats dump reports.
 fn stat(dev: &Device, name: &str) -> u64 {

@@ -4,11 +4,8 @@
 
 use std::sync::Mutex;
 
-/// `Device::open` with the driver registered.
-fn open(spec: &str) -> Result<mqblk::Device, mqblk::Error> {
-    mqblk_null::register();
-    mqblk::Device::open(spec)
-}
+mod common;
+use common::open;
 
 /// The tests look at this process's threads by name: under `cargo test`
 /// (one process) the other test's completion thread would be seen too, so

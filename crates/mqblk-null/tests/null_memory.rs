@@ -6,11 +6,8 @@
 use mqblk::{Bio, Buf, Device, Op, Status, SubmitError};
 use proptest::prelude::*;
 
-/// `Device::open` with the driver registered.
-fn open(spec: &str) -> Result<mqblk::Device, mqblk::Error> {
-    mqblk_null::register();
-    mqblk::Device::open(spec)
-}
+mod common;
+use common::open;
 
 const DEV_BYTES: u64 = 1 << 20;
 

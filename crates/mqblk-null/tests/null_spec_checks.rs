@@ -3,11 +3,8 @@
 
 #![cfg(not(loom))]
 
-/// `Device::open` with the driver registered.
-fn open(spec: &str) -> Result<mqblk::Device, mqblk::Error> {
-    mqblk_null::register();
-    mqblk::Device::open(spec)
-}
+mod common;
+use common::open;
 
 #[test]
 fn poll_queue_options_are_checked() {

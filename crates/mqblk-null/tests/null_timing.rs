@@ -9,11 +9,8 @@ use std::time::Duration;
 
 use mqblk::{Bio, Buf};
 
-/// `Device::open` with the driver registered.
-fn open(spec: &str) -> Result<mqblk::Device, mqblk::Error> {
-    mqblk_null::register();
-    mqblk::Device::open(spec)
-}
+mod common;
+use common::open;
 
 #[test]
 fn timer_mode_never_completes_early() {

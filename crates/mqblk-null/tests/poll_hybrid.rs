@@ -10,11 +10,8 @@ use std::time::Duration;
 
 use mqblk::{Bio, Buf, Device, ReqFlags};
 
-/// `Device::open` with the driver registered.
-fn open(spec: &str) -> Result<mqblk::Device, mqblk::Error> {
-    mqblk_null::register();
-    mqblk::Device::open(spec)
-}
+mod common;
+use common::open;
 
 fn read(off: u64, hipri: bool) -> Bio {
     let bio = Bio::read(off, Buf::new(4096));

@@ -10,11 +10,8 @@ use mqblk::zoned::{Zone, ZoneCond, ZoneMgmt};
 use mqblk::{Bio, Buf, Client, Device, Error, Status, SubmitError};
 use proptest::prelude::*;
 
-/// `Device::open` with the driver registered.
-fn open(spec: &str) -> Result<mqblk::Device, mqblk::Error> {
-    mqblk_null::register();
-    mqblk::Device::open(spec)
-}
+mod common;
+use common::open;
 
 const ZS: u64 = 131_072; // sectors in a 64 MiB zone
 const ZB: u64 = ZS * 512;

@@ -5,6 +5,7 @@
 #![allow(dead_code)] // each test binary uses what it needs
 
 pub mod ram;
+pub mod stress;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
