@@ -8,6 +8,7 @@ use proptest::prelude::*;
 
 mod common;
 use common::open;
+use common::proptest_config;
 
 const DEV_BYTES: u64 = 1 << 20;
 
@@ -183,16 +184,6 @@ fn model_op() -> impl Strategy<Value = ModelOp> {
         range.clone().prop_map(|(block, blocks)| ModelOp::Discard { block, blocks }),
         range.prop_map(|(block, blocks)| ModelOp::Zeroes { block, blocks }),
     ]
-}
-
-/// `cases` random cases natively; a few under Miri, which also has no
-/// getcwd in its isolation for proptest's file of failing cases.
-fn proptest_config(cases: u32) -> ProptestConfig {
-    let mut config = ProptestConfig::with_cases(if cfg!(miri) { 3 } else { cases });
-    if cfg!(miri) {
-        config.failure_persistence = None;
-    }
-    config
 }
 
 proptest! {

@@ -12,6 +12,7 @@ use proptest::prelude::*;
 
 mod common;
 use common::open;
+use common::proptest_config;
 
 const ZS: u64 = 131_072; // sectors in a 64 MiB zone
 const ZB: u64 = ZS * 512;
@@ -322,16 +323,6 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..8u64).prop_map(Op::Reset),
         1 => Just(Op::ResetAll),
     ]
-}
-
-/// `cases` random cases natively; a few under Miri, which also has no
-/// getcwd in its isolation for proptest's file of failing cases.
-fn proptest_config(cases: u32) -> ProptestConfig {
-    let mut config = ProptestConfig::with_cases(if cfg!(miri) { 3 } else { cases });
-    if cfg!(miri) {
-        config.failure_persistence = None;
-    }
-    config
 }
 
 proptest! {

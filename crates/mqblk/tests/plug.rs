@@ -7,6 +7,7 @@
 #![cfg(not(loom))]
 
 mod common;
+use common::proptest_config;
 
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -422,16 +423,6 @@ fn workload() -> impl Strategy<Value = Vec<Vec<(u64, u64, bool)>>> {
 
 const BLOCKS: u64 = 96;
 const BS: u64 = 512;
-
-/// `cases` random cases natively; a few under Miri, which also has no
-/// getcwd in its isolation for proptest's file of failing cases.
-fn proptest_config(cases: u32) -> ProptestConfig {
-    let mut config = ProptestConfig::with_cases(if cfg!(miri) { 3 } else { cases });
-    if cfg!(miri) {
-        config.failure_persistence = None;
-    }
-    config
-}
 
 proptest! {
     #![proptest_config(proptest_config(48))]

@@ -9,6 +9,9 @@ use mqblk::sbitmap::SbitmapQueue;
 use mqblk::sbitmap::{AllocHint, Sbitmap, SbqWaiter};
 use proptest::prelude::*;
 
+mod common;
+use common::proptest_config;
+
 #[derive(Debug, Clone)]
 enum Step {
     Get { hint: u32, shallow: u32 },
@@ -22,16 +25,6 @@ fn step() -> impl Strategy<Value = Step> {
         (1u32..=16, any::<u32>()).prop_map(|(nr, hint)| Step::Batch { nr, hint }),
         any::<usize>().prop_map(|pick| Step::Clear { pick }),
     ]
-}
-
-/// `cases` random cases natively; a few under Miri, which also has no
-/// getcwd in its isolation for proptest's file of failing cases.
-fn proptest_config(cases: u32) -> ProptestConfig {
-    let mut config = ProptestConfig::with_cases(if cfg!(miri) { 3 } else { cases });
-    if cfg!(miri) {
-        config.failure_persistence = None;
-    }
-    config
 }
 
 proptest! {

@@ -79,3 +79,13 @@ impl<D: Driver> Driver for Forward<D> {
         self.0.shutdown()
     }
 }
+
+/// `cases` random cases natively; a few under Miri, which also has no
+/// getcwd in its isolation for proptest's file of failing cases.
+pub fn proptest_config(cases: u32) -> proptest::prelude::ProptestConfig {
+    let mut config = proptest::prelude::ProptestConfig::with_cases(if cfg!(miri) { 3 } else { cases });
+    if cfg!(miri) {
+        config.failure_persistence = None;
+    }
+    config
+}

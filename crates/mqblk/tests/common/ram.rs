@@ -1,23 +1,27 @@
-//! A RAM disk for the block layer's own tests and benchmarks: a driver
-//! written against mqblk's public API only, opened by `ram:` specs with
-//! null_blk's key names, meanings and defaults (gb=250, size (MiB, over
-//! gb), bs=512, submit_queues=1, poll_queues=1, hw_queue_depth=64,
-//! irqmode=1, completion_nsec=10000, memory_backed=0, discard=0,
-//! max_sectors=255 aligned down to bs, max_segments=128), so that the core
-//! is tested without a driver crate. The block layer's keys (`sched=`,
-//! `wake=`, `plug_sync=` ...) work as in any spec.
-//!
-//! A request's data moves in `queue_rq`; it completes there (irqmode=0),
-//! on its hardware queue's completion thread (irqmode=1), or on that thread
-//! `completion_nsec` after submission (irqmode=2). A poll queue has no
-//! thread: a poll completes its requests once due (as the irqmode says).
-//! With memory_backed=1 written sectors are kept (never-written ones read
-//! zeros), so data round trips can be checked.
-//!
-//! Relies on: the `Driver` trait, `register_driver`, `Rq`'s segment walks
-//! for merged requests; and only on what Miri runs (threads, `Mutex`,
-//! `Condvar`, `Instant`). Zones, faults and service models are null_blk's.
-#![allow(dead_code)] // each test binary uses what it needs
+// A RAM disk for the block layer's own tests and benchmarks: a driver
+// written against mqblk's public API only, opened by `ram:` specs with
+// null_blk's key names, meanings and defaults (gb=250, size (MiB, over
+// gb), bs=512, submit_queues=1, poll_queues=1, hw_queue_depth=64,
+// irqmode=1, completion_nsec=10000, memory_backed=0, discard=0,
+// max_sectors=255 aligned down to bs, max_segments=128), so that the core
+// is tested without a driver crate. The block layer's keys (`sched=`,
+// `wake=`, `plug_sync=` ...) work as in any spec.
+//
+// A request's data moves in `queue_rq`; it completes there (irqmode=0),
+// on its hardware queue's completion thread (irqmode=1), or on that thread
+// `completion_nsec` after submission (irqmode=2). A poll queue has no
+// thread: a poll completes its requests once due (as the irqmode says).
+// With memory_backed=1 written sectors are kept (never-written ones read
+// zeros), so data round trips can be checked.
+//
+// Relies on: the `Driver` trait, `register_driver`, `Rq`'s segment walks
+// for merged requests; and only on what Miri runs (threads, `Mutex`,
+// `Condvar`, `Instant`). Zones, faults and service models are null_blk's.
+//
+// Plain comments and no inner attribute: the crate's doc examples take
+// this file in with `include!`, which accepts neither (`//!` and
+// `#![...]` are inner attributes). Unused items are allowed where it is
+// included as a module (tests/common/mod.rs).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, Once};
