@@ -540,6 +540,14 @@ impl NullConfig {
                 expected: "the path of a file".into(),
             });
         }
+        if path.to_str().map_or(true, |p| p.contains(',')) {
+            return Err(ConfigError::BadValue {
+                driver: "null".into(),
+                key: "backing_file".into(),
+                value: path.display().to_string(),
+                expected: "a UTF-8 path without ',' (it separates a spec's keys)".into(),
+            });
+        }
         if !self.memory_backed {
             return conflict("backing_file needs memory_backed=1 (it holds the data memory would)");
         }
