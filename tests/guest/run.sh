@@ -4,7 +4,7 @@
 #   tests/guest/run.sh SCRIPT [--mem MiB] [--cpus N]
 #
 # Boots Debian's 6.12 kernel (bookworm-backports) under qemu with TCG
-# (`-accel tcg -cpu max`: KVM hangs on this machine, see QEMU-NOTES.md). The
+# (`-accel tcg -cpu max`: KVM hangs on this machine). The
 # guest mounts the host's / read-only over 9p and chroots into it, so SCRIPT
 # and every host program (fio, nbd-client, mkfs.ext4, target/release/mqblk)
 # run as they would on the host, on the guest's kernel. Defaults: --mem 2048,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The kernel differential oracle for zoned null devices (issues 7 and 18).
+# The kernel differential oracle for zoned null devices.
 #
 #   tests/oracle/run.sh [--kernel 6.1|6.12] SPEC SCRIPT [SPEC SCRIPT ...]
 #

@@ -19,8 +19,28 @@
 //! Ops: read and write (readv/writev of a request's segments), flush
 //! (fdatasync), FUA (RWF_DSYNC), discard and write zeroes (files: a punched
 //! hole; block devices: BLKDISCARD / BLKZEROOUT). Buffers are the clients'
-//! own, so they are not registered with the rings (io_uring could only
-//! register fixed regions known in advance).
+//! own and are pinned per I/O, except the slots of a `FixedBufs` region a
+//! client registered with the device (the `FixedBuffers` capability): I/O
+//! into those uses the fixed opcodes (ring.rs).
+//!
+//! ```
+//! use mqblk::Device;
+//!
+//! mqblk_file::register(); // `file:` specs now open files
+//! let path = std::env::temp_dir().join(format!("mqblk-file-doc-{}.img", std::process::id()));
+//! // A 1 MiB file, created: its size is the device's.
+//! let dev = Device::open(&format!("file:path={},create=1,size=1m", path.display()))?;
+//! assert_eq!(dev.limits().capacity_bytes, 1 << 20);
+//! let mut client = dev.client();
+//! client.write_at(&[3; 4096], 8192)?; // 4096 bytes at byte offset 8192
+//! let mut back = [0; 4096];
+//! client.read_at(&mut back, 8192)?;
+//! assert_eq!(back, [3; 4096]);
+//! drop((client, dev)); // shut down: the rings stop
+//! assert_eq!(std::fs::read(&path)?[8192..12288], [3; 4096]);
+//! std::fs::remove_file(&path)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 //!
 //! Relies on: ring.rs, the Driver trait, the io-uring crate.
 
@@ -170,7 +190,18 @@ fn sysfs_queue(file: &File) -> Option<SysfsQueue> {
 /// Makes `file:` specs open a file or block device
 /// (`Device::open("file:path=disk.img")`), through the same registry an
 /// outside driver uses: a spec's `file` keys parse into a [`FileConfig`].
-/// Call it once before opening specs; calling it again changes nothing.
+/// Call it once before opening specs; calling it again changes nothing
+/// (example: the crate docs).
+///
+/// ```
+/// use mqblk::DeviceConfig;
+/// use mqblk_file::FileConfig;
+///
+/// mqblk_file::register();
+/// let cfg = DeviceConfig::parse("file:path=/dev/null,readonly=1,sched=mq-deadline")?;
+/// assert!(cfg.driver::<FileConfig>().is_some_and(|f| f.readonly));
+/// # Ok::<(), mqblk::ConfigError>(())
+/// ```
 pub fn register() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| mqblk::driver::register_driver_config("file", parse));
@@ -181,6 +212,27 @@ fn parse(p: &SpecParams) -> Result<Box<dyn mqblk::driver::DriverConfig>, mqblk::
     Ok(Box::new(FileConfig::from_params(p)?))
 }
 
+/// The `file:` driver: what a [`FileConfig`] opens. Programs usually let
+/// the device open it ([`register`], `Device::builder`); a driver may also
+/// be made first and handed over.
+///
+/// ```
+/// use mqblk::config::SpecParams;
+/// use mqblk::Device;
+/// use mqblk_file::{FileConfig, FileDriver};
+///
+/// let path = std::env::temp_dir().join(format!("mqblk-file-driver-{}.img", std::process::id()));
+/// let driver = FileDriver::new(FileConfig::new(path.to_str().unwrap()).create(true).size_bytes(64 << 10))?;
+/// let dev = Device::with_driver(Box::new(driver))?;
+/// assert_eq!((dev.driver_name(), dev.limits().capacity_bytes), ("file", 64 << 10));
+/// drop(dev);
+///
+/// // From a spec's keys; the file now exists.
+/// let driver = FileDriver::from_params(&SpecParams::parse(&format!("file:path={}", path.display()))?)?;
+/// assert_eq!(Device::with_driver(Box::new(driver))?.limits().capacity_bytes, 64 << 10);
+/// std::fs::remove_file(&path)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct FileDriver {
     cfg: FileConfig,
     file: File,
@@ -193,6 +245,7 @@ pub struct FileDriver {
 }
 
 impl FileDriver {
+    /// A file device from a `file:` spec's keys (`FileConfig::from_params`).
     pub fn from_params(p: &SpecParams) -> Result<Self, Error> {
         Self::new(FileConfig::from_params(p)?)
     }

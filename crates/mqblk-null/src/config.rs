@@ -1,49 +1,7 @@
 //! null_blk's parameters: `NullConfig` (null_blk's defaults, a setter
 //! per parameter), its `null:` spec form and the spec's checks, with the
-//! kernel module's parameter names, defaults and meanings.
-//!
-//! | key | default | meaning |
-//! |---|---|---|
-//! | gb | 250 | size in GiB |
-//! | size | 0 | size in MiB (overrides gb when set) |
-//! | bs | 512 | logical block size: 512, 1024, 2048 or 4096 |
-//! | submit_queues | 1 | hardware queues |
-//! | poll_queues | 1 | poll queues besides them (hipri requests; completed when their submitter polls) |
-//! | poll_mode | queues | `queues`: hipri requests go to the dedicated poll queues; `hybrid`: no poll queues, every queue takes both kinds and turns its completion notifications off while hipri requests are in flight (hybrid.rs) |
-//! | hw_queue_depth | 64 | tags per hardware queue |
-//! | irqmode | 1 | 0: complete inline, 1: softirq (completion thread), 2: timer |
-//! | completion_nsec | 10000 | irqmode=2: time from submission to completion |
-//! | irq_cpus | (any) | CPUs the completion threads run on, as ranges and `:`-separated lists (`2-3`, `0:2`; `,` separates spec keys): queue i's thread on the i-th CPU of the list, round-robin, as managed interrupts are spread over CPUs |
-//! | memory_backed | 0 | keep written data (never-written blocks read zeros) |
-//! | discard | 0 | support discard (needs memory_backed) |
-//! | cache_size | 0 | a volatile write cache of this many MiB (needs memory_backed; not zoned): writes are acknowledged from it, FLUSH and FUA make them durable, `Device::power_cut` loses the rest (cache.rs) |
-//! | cache_mode | writeback | `writeback`: as above; `writethrough`: every write also reaches the medium before it completes (a power cut loses nothing; no volatile cache is advertised) |
-//! | backing_file | (none) | memory_backed's data in this file instead of memory (mqblk's; not zoned): created sparse at the device's size, or reopened if it has exactly that size, so the durable state outlives the process; FLUSH and FUA `fdatasync` it (store.rs) |
-//! | powercut_tear | 0 | a power cut first writes each cached page's sectors to the medium at random (torn multi-sector writes) |
-//! | mbps | 0 | bandwidth limit in MiB/s (0: none); with rotational or channels, the transfer rate of the head or of each channel |
-//! | max_sectors | 255 | largest request in sectors (aligned down to bs) |
-//! | max_segments | 128 | most bios one merged request may carry (the kernel's BLK_MAX_SEGMENTS) |
-//! | rotational | 0 | rotational media: one request at a time, with seeks (service.rs) |
-//! | seek_nsec | 8000000 | rotational: full-stroke seek time |
-//! | channels | 0 | internal channels, each one request at a time for completion_nsec + transfer at mbps (0: unlimited; 1: a serial device) |
-//! | zoned | 0 | a zoned device (zoned.rs): the keys below apply |
-//! | zone_size | 256 | zone size in MB (a power of two) |
-//! | zone_capacity | 0 | writable MB per zone (0: zone_size) |
-//! | zone_nr_conv | 0 | conventional zones at the start |
-//! | zone_max_open | 0 | open zones allowed (0: no limit) |
-//! | zone_max_active | 0 | open + closed zones allowed (0: no limit) |
-//! | zone_append_max_sectors | 0 | largest zone append, aligned down to the block size and at most the zone capacity (0: the capacity; with zoned_compat=6.1 taken as given, 0: the zone size) |
-//! | zone_readonly | 0 | the last sequential zones start READONLY (before those of zone_offline) |
-//! | zone_offline | 0 | the last sequential zones start OFFLINE |
-//! | zone_full | 0 | the other sequential zones start FULL, write pointer at the capacity (Linux 6.12; refused with zoned_compat=6.1) |
-//! | zoned_compat | 6.12 | the Linux whose zoned null_blk to follow: `6.12`, or `6.1` (Debian 12's, the first kernel oracle's): no zone write plugs, so after a failed write a write at the write pointer succeeds without a zone report first; no zone_full; zone appends up to the zone size (zoned.rs lists what differs) |
-//! | badblocks | (none) | sectors whose I/O fails with EIO: inclusive `START-END` ranges of 512-byte sectors, `:`-separated; on a live device the `badblocks` attribute takes `+START-END` and `-START-END` (badblocks.rs) |
-//! | badblocks_once | 0 | a bad range is cleared by the first I/O that fails on it |
-//! | badblocks_partial_io | 0 | an I/O on a bad range transfers the blocks before the first bad sector, then fails |
-//! | timeout | (none) | fault injection: requests lost until the block layer's timeout handler ends them with ETIMEDOUT, as the kernel's fault_attr `interval:probability:space:times` (`,` written `:`; fault.rs); with the block-layer key `io_timeout` (ms) to wait less than 30 s |
-//! | requeue | (none) | fault injection: requests handed back busy and dispatched again (same syntax) |
-//! | error_read, error_write, error_flush, error_discard | (none) | transient errors (mqblk's): requests of that op (discard: discard and write zeroes) fail with EIO without being handled, same syntax; a retry may succeed |
-//! | zone_lock | per-zone | a lock per zone or one `global` device lock (the design before "null_blk: improve zone locking"); either spins without memory_backed and sleeps with it (zoned.rs) |
+//! kernel module's parameter names, defaults and meanings (the table of
+//! keys is in the crate docs, lib.rs).
 //!
 //! A spec is parsed once into a `NullConfig` (`NullConfig::from_params`,
 //! each key's range and format); `validate` then checks the values
@@ -111,6 +69,15 @@ pub const NULL_KEYS: &[&str] = &[
 ];
 
 /// How requests complete (`irqmode`).
+///
+/// ```
+/// use mqblk_null::{IrqMode, NullConfig};
+///
+/// assert_eq!(IrqMode::from_number(2), Some(IrqMode::Timer));
+/// assert_eq!(IrqMode::from_number(3), None);
+/// assert_eq!(NullConfig::new().irq_mode(), IrqMode::Softirq, "null_blk's default");
+/// assert_eq!(NullConfig::new().irqmode(IrqMode::None).irq_mode(), IrqMode::None);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IrqMode {
     /// 0: inside `queue_rq`, on the submitting thread.
@@ -122,6 +89,26 @@ pub enum IrqMode {
 }
 
 /// What the write cache does with a write (`cache_mode`).
+///
+/// ```
+/// use mqblk::Device;
+/// use mqblk_null::{CacheMode, IrqMode, NullConfig};
+///
+/// let cached = NullConfig::new().size_mb(16).irqmode(IrqMode::None).memory_backed(true).cache_size_mb(1);
+/// let dev = Device::builder(cached.clone()).build()?;
+/// let mut client = dev.client();
+/// client.write_at(&[5; 4096], 0)?;
+/// assert_eq!(dev.power().unwrap().cut()?, 1, "one cache page lost");
+/// let mut back = [9; 4096];
+/// client.read_at(&mut back, 0)?;
+/// assert_eq!(back, [0; 4096], "the write never reached the medium");
+///
+/// // Write-through: every write reaches the medium before it completes.
+/// let dev = Device::builder(cached.cache_mode(CacheMode::Writethrough)).build()?;
+/// dev.client().write_at(&[5; 4096], 0)?;
+/// assert_eq!(dev.power().unwrap().cut()?, 0);
+/// # Ok::<(), mqblk::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CacheMode {
     /// Acknowledged from the cache; FLUSH and FUA make it durable.
@@ -131,13 +118,31 @@ pub enum CacheMode {
 }
 
 impl IrqMode {
-    /// From the spec value 0, 1 or 2.
+    /// From the spec value 0, 1 or 2 (example: [`IrqMode`]).
     pub fn from_number(n: u64) -> Option<Self> {
         [IrqMode::None, IrqMode::Softirq, IrqMode::Timer].into_iter().find(|m| *m as u64 == n)
     }
 }
 
 /// How hipri requests are completed by polling (`poll_mode`).
+///
+/// ```
+/// use mqblk::{Bio, Buf, Device, ReqFlags};
+/// use mqblk_null::{NullConfig, PollMode};
+///
+/// for mode in [PollMode::Queues, PollMode::Hybrid] {
+///     let mut cfg = NullConfig::new().gb(1).poll_mode(mode);
+///     if mode == PollMode::Hybrid {
+///         cfg = cfg.poll_queues(0); // every queue takes both kinds
+///     }
+///     let dev = Device::builder(cfg).build()?;
+///     let mut client = dev.client();
+///     // A hipri read completes when its submitter polls (in do_io).
+///     let read = Bio::read(0, Buf::new(4096)).with_flags(ReqFlags::HIPRI);
+///     assert!(client.submit_and_wait_completion(read)?.status.is_ok());
+/// }
+/// # Ok::<(), mqblk::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PollMode {
     /// Dedicated poll queues with notifications always off (the kernel's
@@ -148,10 +153,45 @@ pub enum PollMode {
     Hybrid,
 }
 
-/// null_blk's parameters (see the module table): `NullConfig::new()` is
-/// null_blk's defaults, changed by a setter per parameter (`gb`, `size_mb`,
-/// and one named as each field). The same checks as a `null:` spec apply
-/// when the device is built, with errors naming the spec key.
+/// null_blk's parameters (the keys of the crate docs' table):
+/// `NullConfig::new()` is null_blk's defaults, changed by a setter per
+/// parameter (`gb`, `size_mb`, `irqmode`, and one named as each other
+/// field). The same checks as a `null:` spec apply when the device is
+/// built, with errors naming the spec key.
+///
+/// ```
+/// use mqblk::config::SpecParams;
+/// use mqblk::Device;
+/// use mqblk_null::{IrqMode, NullConfig};
+///
+/// let cfg = NullConfig::new()
+///     .gb(2)
+///     .bs(4096)
+///     .submit_queues(2)
+///     .hw_queue_depth(32)
+///     .irqmode(IrqMode::Timer)
+///     .completion_nsec(20_000)
+///     .max_sectors(255);
+/// cfg.validate()?;
+/// assert_eq!(cfg.max_sectors_aligned(), 248, "whole 4 KiB blocks");
+/// assert_eq!(
+///     Device::builder(cfg.clone()).to_string(),
+///     "null:gb=2,bs=4096,submit_queues=2,hw_queue_depth=32,irqmode=2,completion_nsec=20000"
+/// );
+///
+/// // A spec's keys parse into the same config.
+/// let parsed = NullConfig::from_params(&SpecParams::parse(
+///     "null:gb=2,bs=4096,submit_queues=2,hw_queue_depth=32,irqmode=2,completion_nsec=20000",
+/// )?)?;
+/// assert_eq!(parsed, cfg.max_sectors(248));
+///
+/// // Checks name the key; values that do not go together are refused.
+/// let e = NullConfig::new().size_mb(0).validate().unwrap_err();
+/// assert!(e.to_string().contains("'size'"));
+/// let e = NullConfig::new().discard(true).validate().unwrap_err();
+/// assert!(e.to_string().contains("memory_backed"));
+/// # Ok::<(), mqblk::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct NullConfig {
@@ -257,7 +297,7 @@ mod range {
 }
 
 impl NullConfig {
-    /// null_blk's defaults.
+    /// null_blk's defaults (example: [`NullConfig`]).
     pub fn new() -> Self {
         Self::default()
     }

@@ -5,8 +5,9 @@
 //! A spec gives one as `interval:probability:space:times` (the module
 //! parameter's `interval,probability,space,times` with `:` for `,`, which
 //! separates a spec's keys). Per request, as `should_fail(attr, 1)`:
-//! nothing fails while `times` is 0 or `probability` is 0; the first
-//! `space` requests pass (the budget is spent one by one); then only every
+//! nothing fails while `times` is 0 or `probability` is 0; while `space`
+//! is above 1 a request spends one of it and passes (so `space` N lets the
+//! first N - 1 pass, as the kernel's `space > size` test does); then only every
 //! `interval`-th request is a candidate, and a candidate fails with
 //! `probability` percent; each failure spends one of `times` (-1: no
 //! limit).
@@ -21,14 +22,35 @@
 
 use mqblk_sync::{AtomicI64, AtomicU64, Ordering};
 
-/// A fault_attr as a spec gives it.
+/// A fault_attr as a spec gives it (`interval:probability:space:times`).
+///
+/// ```
+/// use mqblk::{Device, Error, Status};
+/// use mqblk_null::{FaultSpec, IrqMode, NullConfig};
+///
+/// // The second read fails, once: space 2 lets one pass first, times 1
+/// // allows one failure.
+/// let once = FaultSpec { interval: 1, probability: 100, space: 2, times: 1 };
+/// let mut error = [None; 4]; // read, write, flush, discard
+/// error[0] = Some(once);
+/// let cfg = NullConfig::new().gb(1).irqmode(IrqMode::None).error(error);
+/// assert!(Device::builder(cfg.clone()).to_string().ends_with("error_read=1:100:2:1"));
+/// let dev = Device::builder(cfg).build()?;
+/// let mut client = dev.client();
+/// let mut buf = [0; 512];
+/// client.read_at(&mut buf, 0)?;
+/// assert!(matches!(client.read_at(&mut buf, 0), Err(Error::Status(Status::IoErr))));
+/// client.read_at(&mut buf, 0)?;
+/// # Ok::<(), mqblk::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FaultSpec {
     /// Only every `interval`-th candidate may fail (0 and 1: each).
     pub interval: u64,
     /// Percent (0-100) of candidates that fail.
     pub probability: u32,
-    /// Requests that pass before any may fail.
+    /// A budget of requests that pass first: `space` N lets N - 1 pass
+    /// (the kernel's `space > size` with size 1).
     pub space: u64,
     /// Failures left (-1: no limit).
     pub times: i64,

@@ -25,7 +25,7 @@
 //! one lock, a toggle cannot interleave with a count change (the RFC's
 //! race). The remaining race is the completion thread deciding to sleep
 //! while a poller turns notifications on: the sleep gate's Dekker protocol
-//! closes it, and loom_models.rs checks both in a model.
+//! closes it, and the loom model at the end of this file checks both.
 //!
 //! Relies on: sync.rs (Mutex, SleepGate; loom-aware), nothing of the block
 //! layer: the payload is generic so the model can use plain numbers.

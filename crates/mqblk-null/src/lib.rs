@@ -1,8 +1,77 @@
 //! null_blk in user space: a device that stores nothing (or, with
 //! `memory_backed=1`, sparse pages in memory or a file) and completes requests inline,
 //! on a completion thread, or after a timer, with the kernel module's
-//! parameter names, defaults and meanings (the table of keys is in
-//! config.rs, with `NullConfig` and the spec parsing).
+//! parameter names, defaults and meanings, for the mqblk block layer.
+//!
+//! [`register`] makes `null:` specs open null devices; [`NullConfig`] is
+//! the same configuration typed.
+//!
+//! ```
+//! use mqblk::Device;
+//! use mqblk_null::{IrqMode, NullConfig};
+//!
+//! mqblk_null::register();
+//! let dev = Device::open("null:size=64,irqmode=0,memory_backed=1")?;
+//! let mut client = dev.client();
+//! client.write_at(&[1; 4096], 8192)?; // 4096 bytes at byte offset 8192
+//! let mut back = [0; 4096];
+//! client.read_at(&mut back, 8192)?;
+//! assert_eq!(back, [1; 4096]);
+//!
+//! // The same device from typed parts; its spec prints back.
+//! let cfg = Device::builder(NullConfig::new().size_mb(64).irqmode(IrqMode::None).memory_backed(true));
+//! assert_eq!(cfg.to_string(), "null:size=64,irqmode=0,memory_backed=1");
+//! let dev = cfg.build()?;
+//! assert_eq!(dev.limits().capacity_bytes, 64 << 20);
+//! # Ok::<(), mqblk::Error>(())
+//! ```
+//!
+//! # Keys
+//!
+//! | key | default | meaning |
+//! |---|---|---|
+//! | gb | 250 | size in GiB |
+//! | size | 0 | size in MiB (overrides gb when set) |
+//! | bs | 512 | logical block size: 512, 1024, 2048 or 4096 |
+//! | submit_queues | 1 | hardware queues |
+//! | poll_queues | 1 | poll queues besides them (hipri requests; completed when their submitter polls) |
+//! | poll_mode | queues | `queues`: hipri requests go to the dedicated poll queues; `hybrid`: no poll queues, every queue takes both kinds and turns its completion notifications off while hipri requests are in flight |
+//! | hw_queue_depth | 64 | tags per hardware queue |
+//! | irqmode | 1 | 0: complete inline, 1: softirq (completion thread), 2: timer |
+//! | completion_nsec | 10000 | irqmode=2: time from submission to completion |
+//! | irq_cpus | (any) | CPUs the completion threads run on, as ranges and `:`-separated lists (`2-3`, `0:2`; `,` separates spec keys): queue i's thread on the i-th CPU of the list, round-robin, as managed interrupts are spread over CPUs |
+//! | memory_backed | 0 | keep written data (never-written blocks read zeros) |
+//! | discard | 0 | support discard (needs memory_backed) |
+//! | cache_size | 0 | a volatile write cache of this many MiB (needs memory_backed; not zoned): writes are acknowledged from it, FLUSH and FUA make them durable, a power cut (`Device::power`) loses the rest |
+//! | cache_mode | writeback | `writeback`: as above; `writethrough`: every write also reaches the medium before it completes (a power cut loses nothing; no volatile cache is advertised) |
+//! | backing_file | (none) | memory_backed's data in this file instead of memory (mqblk's; not zoned): created sparse at the device's size, or reopened if it has exactly that size, so the durable state outlives the process; FLUSH and FUA `fdatasync` it |
+//! | powercut_tear | 0 | a power cut first writes each cached page's sectors to the medium at random (torn multi-sector writes) |
+//! | mbps | 0 | bandwidth limit in MiB/s (0: none); with rotational or channels, the transfer rate of the head or of each channel |
+//! | max_sectors | 255 | largest request in sectors (aligned down to bs) |
+//! | max_segments | 128 | most bios one merged request may carry (the kernel's BLK_MAX_SEGMENTS) |
+//! | rotational | 0 | rotational media: one request at a time, with seeks |
+//! | seek_nsec | 8000000 | rotational: full-stroke seek time |
+//! | channels | 0 | internal channels, each one request at a time for completion_nsec + transfer at mbps (0: unlimited; 1: a serial device) |
+//! | zoned | 0 | a zoned device: the keys below apply |
+//! | zone_size | 256 | zone size in MB (a power of two) |
+//! | zone_capacity | 0 | writable MB per zone (0: zone_size) |
+//! | zone_nr_conv | 0 | conventional zones at the start |
+//! | zone_max_open | 0 | open zones allowed (0: no limit) |
+//! | zone_max_active | 0 | open + closed zones allowed (0: no limit) |
+//! | zone_append_max_sectors | 0 | largest zone append, aligned down to the block size and at most the zone capacity (0: the capacity; with zoned_compat=6.1 taken as given, 0: the zone size) |
+//! | zone_readonly | 0 | the last sequential zones start READONLY (before those of zone_offline) |
+//! | zone_offline | 0 | the last sequential zones start OFFLINE |
+//! | zone_full | 0 | the other sequential zones start FULL, write pointer at the capacity (Linux 6.12; refused with zoned_compat=6.1) |
+//! | zoned_compat | 6.12 | the Linux whose zoned null_blk to follow: `6.12`, or `6.1` (Debian 12's, the first kernel oracle's): no zone write plugs, so after a failed write a write at the write pointer succeeds without a zone report first; no zone_full; zone appends up to the zone size |
+//! | badblocks | (none) | sectors whose I/O fails with EIO: inclusive `START-END` ranges of 512-byte sectors, `:`-separated; on a live device the `badblocks` attribute takes `+START-END` and `-START-END` |
+//! | badblocks_once | 0 | a bad range is cleared by the first I/O that fails on it |
+//! | badblocks_partial_io | 0 | an I/O on a bad range transfers the blocks before the first bad sector, then fails |
+//! | timeout | (none) | fault injection: requests lost until the block layer's timeout handler ends them with ETIMEDOUT, as the kernel's fault_attr `interval:probability:space:times` (`,` written `:`; fault.rs); with the block-layer key `io_timeout` (ms) to wait less than 30 s |
+//! | requeue | (none) | fault injection: requests handed back busy and dispatched again (same syntax) |
+//! | error_read, error_write, error_flush, error_discard | (none) | transient errors (mqblk's): requests of that op (discard: discard and write zeroes) fail with EIO without being handled, same syntax; a retry may succeed |
+//! | zone_lock | per-zone | a lock per zone or one `global` device lock (the design before "null_blk: improve zone locking"); either spins without memory_backed and sleeps with it |
+//!
+//! # Source layout
 //!
 //! Relies on: the Driver trait, config.rs for the parameters (spec.rs
 //! writes them back as a spec), data.rs for the data path, irq.rs for
@@ -92,6 +161,23 @@ fn end_rq(mut rq: Rq, status: Status) {
 /// through the same registry an outside driver uses: a spec's `null` keys
 /// parse into a [`NullConfig`]. Call it once before opening specs; calling
 /// it again changes nothing.
+///
+/// ```
+/// use mqblk::{Device, DeviceConfig, Error, Status};
+/// use mqblk_null::NullConfig;
+///
+/// mqblk_null::register();
+/// mqblk_null::register(); // again: nothing changes
+/// let cfg = DeviceConfig::parse("null:gb=1,irqmode=0,badblocks=8-15")?;
+/// assert_eq!(cfg.driver::<NullConfig>().unwrap().badblocks, [(8, 15)]);
+/// let dev = cfg.build()?;
+/// let mut client = dev.client();
+/// assert!(matches!(client.read_at(&mut [0; 4096], 4096), Err(Error::Status(Status::IoErr))), "sectors 8-15");
+/// // The badblocks attribute of the live device heals them.
+/// dev.attributes().unwrap().set("badblocks", "-8-15")?;
+/// client.read_at(&mut [0; 4096], 4096)?;
+/// # Ok::<(), mqblk::Error>(())
+/// ```
 pub fn register() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| mqblk::driver::register_driver_config("null", parse));
@@ -150,7 +236,25 @@ impl Faults {
     }
 }
 
-/// The null block device driver.
+/// The null block device driver: what a [`NullConfig`] opens. Programs
+/// usually let the device open it ([`register`], `Device::builder`); a
+/// driver may also be made first and handed over.
+///
+/// ```
+/// use mqblk::config::SpecParams;
+/// use mqblk::Device;
+/// use mqblk_null::{IrqMode, NullConfig, NullDriver};
+///
+/// let driver = NullDriver::new(NullConfig::new().gb(1).irqmode(IrqMode::None))?;
+/// let dev = Device::with_driver(Box::new(driver))?;
+/// assert_eq!((dev.driver_name(), dev.limits().capacity_bytes), ("null", 1 << 30));
+///
+/// // From a spec's keys.
+/// let driver = NullDriver::from_params(&SpecParams::parse("null:size=16,bs=4096")?)?;
+/// let dev = Device::with_driver(Box::new(driver))?;
+/// assert_eq!(dev.limits().logical_block_size, 4096);
+/// # Ok::<(), mqblk::Error>(())
+/// ```
 pub struct NullDriver {
     cfg: NullConfig,
     /// memory_backed=1: the medium (in memory, or `backing_file`).
@@ -286,6 +390,7 @@ impl NullDriver {
         })
     }
 
+    /// A null device from a `null:` spec's keys (`NullConfig::from_params`).
     pub fn from_params(p: &SpecParams) -> Result<Self, mqblk::Error> {
         Self::new(NullConfig::from_params(p)?)
     }

@@ -1,6 +1,6 @@
 //! Service models of the null device: when a request would finish on a
 //! device with limited internal parallelism, so that the source's HDD, SSD
-//! and NVMe can be reproduced (`mqblk experiment tag-wakeup`, after "[RFC]
+//! and NVMe can be reproduced (`mqblk experiment tag-wakeup`, after "\[RFC\]
 //! blk-mq: provide more tags for woken-up process when tag allocation is
 //! busy", 2020).
 //!

@@ -10,14 +10,23 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::{Mutex, MutexGuard};
 use spin::mutex::{SpinMutex, SpinMutexGuard};
 
-/// `zone_lock`.
+/// `zone_lock` (example: [`ZonedConfig`](super::ZonedConfig)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ZoneLock {
+    /// A lock per zone (`zone_lock=per-zone`, the default).
     PerZone,
+    /// One lock for the device (`zone_lock=global`).
     Global,
 }
 
 /// How a zone lock waits (chosen by memory backing, as null_blk does).
+///
+/// ```
+/// use mqblk_null::zoned::ZoneLockKind;
+///
+/// assert_eq!(ZoneLockKind::for_memory_backed(true), ZoneLockKind::Sleep);
+/// assert_eq!(ZoneLockKind::for_memory_backed(false).name(), "spin");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ZoneLockKind {
     /// Spins (no memory backing: nothing sleeps under the lock).
@@ -36,6 +45,7 @@ impl ZoneLockKind {
         }
     }
 
+    /// `spin` or `sleep`, as the stats show it.
     pub fn name(self) -> &'static str {
         match self {
             Self::Spin => "spin",

@@ -1,6 +1,6 @@
 //! null_blk's zoned emulation (`zoned=1`): conventional zones first, then
 //! sequential-write-required zones, with Linux null_blk's state machine
-//! (drivers/block/null_blk/zoned.c, summarised in KERNEL-FACTS.md) and the
+//! (drivers/block/null_blk/zoned.c) and the
 //! locking design of "null_blk: improve zone locking" (2020).
 //!
 //! Kernel version (`zoned_compat`): Linux 6.12 by default, 6.1 on request.
@@ -81,7 +81,8 @@ use mqblk::Status;
 use mqblk::{Op, SECTOR_SHIFT};
 
 /// `zoned_compat`: the Linux version whose zoned null_blk (and zoned block
-/// layer) the device follows (see the module doc for what differs).
+/// layer) the device follows (see the module doc for what differs;
+/// example: [`ZonedConfig`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ZonedCompat {
     /// Linux 6.12 (the default): zone write plug errors, `zone_full`, the
@@ -93,7 +94,7 @@ pub enum ZonedCompat {
 }
 
 impl ZonedCompat {
-    /// The spec value (`6.12` or `6.1`).
+    /// The spec value (`6.12` or `6.1`): `ZonedCompat::Linux6_1.name() == "6.1"`.
     pub fn name(self) -> &'static str {
         match self {
             Self::Linux6_12 => "6.12",
@@ -105,6 +106,35 @@ impl ZonedCompat {
 /// The zoned parameters of a null device (null_blk's names; MiB units):
 /// `ZonedConfig::new()` is null_blk's defaults (256 MiB zones, no limits),
 /// changed by a setter named as each field.
+///
+/// ```
+/// use mqblk::zoned::ZoneCond;
+/// use mqblk::{Bio, Buf, Device};
+/// use mqblk_null::zoned::{ZoneLock, ZonedCompat, ZonedConfig};
+/// use mqblk_null::{IrqMode, NullConfig};
+///
+/// let zoned = ZonedConfig::new()
+///     .zone_size_mb(4)
+///     .zone_nr_conv(1)
+///     .zone_max_open(2)
+///     .zone_lock(ZoneLock::PerZone)
+///     .compat(ZonedCompat::Linux6_12);
+/// zoned.validate()?;
+/// let cfg = NullConfig::new().size_mb(16).irqmode(IrqMode::None).zoned(Some(zoned));
+/// assert_eq!(Device::builder(cfg.clone()).to_string(), "null:size=16,irqmode=0,zoned=1,zone_size=4,zone_nr_conv=1,zone_max_open=2");
+///
+/// let dev = Device::builder(cfg).build()?;
+/// let zones = dev.zones().unwrap().report(0, 4)?;
+/// assert_eq!((zones.len(), zones[0].cond, zones[1].cond), (4, ZoneCond::NotWp, ZoneCond::Empty));
+/// let zone1 = 4 << 20; // byte offset of the first sequential zone
+/// let done = dev.client().submit_and_wait_completion(Bio::zone_append(zone1, Buf::new(4096)))?;
+/// assert_eq!(done.append_offset, Some(zone1));
+///
+/// // zone_full came with Linux 6.12: 6.1 refuses it, naming it.
+/// let e = ZonedConfig::new().zone_full(true).compat(ZonedCompat::Linux6_1).validate().unwrap_err();
+/// assert!(e.to_string().contains("zone_full"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ZonedConfig {
@@ -145,7 +175,7 @@ impl Default for ZonedConfig {
 }
 
 impl ZonedConfig {
-    /// null_blk's defaults.
+    /// null_blk's defaults (example: [`ZonedConfig`]).
     pub fn new() -> Self {
         Self::default()
     }
