@@ -10,7 +10,11 @@ use mqblk::driver::{Driver, DriverConfig};
 
 use super::FileDriver;
 
-/// The keys a `file:` spec accepts.
+/// The keys a `file:` spec accepts (the crate docs' table).
+///
+/// ```
+/// assert!(mqblk_file::FILE_KEYS.contains(&"path"));
+/// ```
 pub const FILE_KEYS: &[&str] = &[
     "path",
     "direct",
@@ -32,6 +36,24 @@ const POLL_QUEUES: (u64, u64) = (0, 64);
 const BS: (u64, u64) = (512, 65536);
 
 /// Who reaps a ring's completions (`reap=`).
+///
+/// ```
+/// use mqblk::{Bio, Buf, Device};
+/// use mqblk_file::{FileConfig, Reap};
+///
+/// let path = std::env::temp_dir().join(format!("mqblk-file-reap-{}.img", std::process::id()));
+/// let cfg = FileConfig::new(path.to_str().unwrap()).create(true).size_bytes(1 << 20).reap(Reap::Client);
+/// let dev = Device::builder(cfg).build()?;
+/// let mut client = dev.client();
+/// client.submit(Bio::write(0, Buf::new(4096)), 1)?;
+/// // No completion thread: this client reaps its ring in do_io.
+/// let mut done = Vec::new();
+/// client.do_io(&mut done, 1, 1, None)?;
+/// assert!(done[0].status.is_ok());
+/// drop((client, dev));
+/// std::fs::remove_file(&path)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reap {
     /// A completion thread per ring reaps it and wakes clients.
@@ -46,6 +68,46 @@ pub enum Reap {
 /// layout (`reap`, `submit_queues`, `poll_queues`) stays None until chosen,
 /// so that a front end whose clients reap may choose for a spec that did
 /// not ([`FileConfig::reaped_by_clients`]).
+///
+/// ```
+/// use mqblk::config::SpecParams;
+/// use mqblk::Device;
+/// use mqblk_file::{FileConfig, Reap};
+///
+/// let cfg = FileConfig::new("/tmp/disk.img")
+///     .size_bytes(64 << 20)
+///     .create(true)
+///     .bs(4096)
+///     .queue_depth(64)
+///     .submit_queues(2)
+///     .poll_queues(0)
+///     .reap(Reap::Thread)
+///     .direct(false)
+///     .register_files(true)
+///     .readonly(false)
+///     .single_issuer(false);
+/// cfg.validate()?;
+/// assert_eq!((cfg.nr_submit_queues(), cfg.nr_poll_queues(), cfg.reaped_by_client()), (2, 0, false));
+/// let spec = Device::builder(cfg.clone()).to_string();
+/// let expected = concat!(
+///     "file:path=/tmp/disk.img,size=67108864,create=1,queue_depth=64,",
+///     "submit_queues=2,poll_queues=0,bs=4096,reap=thread",
+/// );
+/// assert_eq!(spec, expected);
+/// assert_eq!(FileConfig::from_params(&SpecParams::parse(&spec)?)?, cfg);
+///
+/// // A front end whose clients reap chooses the ring layout for a spec that did not.
+/// let mut plain = FileConfig::new("/tmp/disk.img");
+/// assert_eq!((plain.nr_submit_queues(), plain.nr_poll_queues()), (1, 0));
+/// assert!(plain.reaped_by_clients(4));
+/// assert_eq!((plain.reap, plain.nr_submit_queues()), (Some(Reap::Client), 4));
+/// assert!(!cfg.clone().reaped_by_clients(4), "this one chose");
+///
+/// // Checks name the key.
+/// assert!(FileConfig::new("").validate().unwrap_err().to_string().contains("path"));
+/// assert!(FileConfig::new("/x").bs(1000).validate().unwrap_err().to_string().contains("bs"));
+/// # Ok::<(), mqblk::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct FileConfig {
@@ -125,14 +187,17 @@ impl FileConfig {
         single_issuer: bool,
     }
 
+    /// Hardware queues (rings) in effect: `submit_queues`, else 1.
     pub fn nr_submit_queues(&self) -> usize {
         self.submit_queues.unwrap_or(1)
     }
 
+    /// Poll queues in effect: `poll_queues`, else 0.
     pub fn nr_poll_queues(&self) -> usize {
         self.poll_queues.unwrap_or(0)
     }
 
+    /// Whether clients reap the rings (`reap=client`).
     pub fn reaped_by_client(&self) -> bool {
         self.reap == Some(Reap::Client)
     }

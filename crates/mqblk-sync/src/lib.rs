@@ -27,6 +27,16 @@ use std::time::Duration;
 pub mod ring;
 
 /// A mutex for short critical sections (parking_lot's, or loom's).
+///
+/// ```
+/// use mqblk_sync::{Arc, Mutex};
+///
+/// let queue = Arc::new(Mutex::new(Vec::new()));
+/// let other = queue.clone();
+/// std::thread::spawn(move || other.lock().push(1)).join().unwrap();
+/// queue.lock().push(2);
+/// assert_eq!(*queue.lock(), [1, 2]);
+/// ```
 #[derive(Debug, Default)]
 pub struct Mutex<T> {
     #[cfg(not(loom))]
@@ -35,12 +45,14 @@ pub struct Mutex<T> {
     inner: loom::sync::Mutex<T>,
 }
 
+/// The guard of a locked [`Mutex`].
 #[cfg(not(loom))]
 pub type MutexGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
 #[cfg(loom)]
 pub type MutexGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
 
 impl<T> Mutex<T> {
+    /// An unlocked mutex holding `value`.
     pub fn new(value: T) -> Self {
         Self {
             #[cfg(not(loom))]
@@ -50,6 +62,8 @@ impl<T> Mutex<T> {
         }
     }
 
+    /// Locks it, waiting while another thread holds it (there is no
+    /// poisoning).
     pub fn lock(&self) -> MutexGuard<'_, T> {
         #[cfg(not(loom))]
         {
@@ -69,21 +83,36 @@ impl<T> Mutex<T> {
 #[cfg(loom)]
 pub use loom::cell::UnsafeCell;
 
+/// An `UnsafeCell` with loom's closure API (loom's own under `cfg(loom)`,
+/// so that slot accesses are tracked by its race detector).
+///
+/// ```
+/// use mqblk_sync::UnsafeCell;
+///
+/// let cell = UnsafeCell::new(1u32);
+/// // SAFETY: no other access to the cell meanwhile.
+/// cell.with_mut(|p| unsafe { *p += 1 });
+/// // SAFETY: as above.
+/// assert_eq!(cell.with(|p| unsafe { *p }), 2);
+/// ```
 #[cfg(not(loom))]
 #[derive(Debug, Default)]
 pub struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
 
 #[cfg(not(loom))]
 impl<T> UnsafeCell<T> {
+    /// A cell holding `value` (example: [`UnsafeCell`]).
     pub const fn new(value: T) -> Self {
         Self(std::cell::UnsafeCell::new(value))
     }
 
+    /// Calls `f` with a pointer to read the value through.
     #[inline(always)]
     pub fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
         f(self.0.get())
     }
 
+    /// Calls `f` with a pointer to write the value through.
     #[inline(always)]
     pub fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
         f(self.0.get())
@@ -96,6 +125,21 @@ impl<T> UnsafeCell<T> {
 /// `unpark` before `park` is remembered, so a wakeup can never be lost
 /// between "decide to sleep" and "sleep". `park` sleeps in the kernel (futex),
 /// never spins.
+///
+/// ```
+/// use std::time::Duration;
+/// use mqblk_sync::{Arc, Parker};
+///
+/// let parker = Arc::new(Parker::new());
+/// parker.unpark(); // before the park: remembered
+/// assert!(parker.park(Some(Duration::from_secs(10))), "returns at once, woken");
+///
+/// let waker = parker.clone();
+/// let thread = std::thread::spawn(move || waker.unpark());
+/// assert!(parker.park(None), "sleeps until the other thread unparks it");
+/// thread.join().unwrap();
+/// assert!(!parker.park(Some(Duration::ZERO)), "no wakeup pending: timed out");
+/// ```
 #[derive(Debug)]
 pub struct Parker {
     #[cfg(not(loom))]
@@ -120,6 +164,7 @@ impl Default for Parker {
 }
 
 impl Parker {
+    /// A parker with no wakeup pending.
     pub fn new() -> Self {
         Self {
             #[cfg(not(loom))]
@@ -193,7 +238,24 @@ impl Parker {
     }
 }
 
-/// Sleeps while `*word == expected`, at most `timeout`.
+/// Sleeps while `*word == expected`, at most `timeout` (it may return
+/// early: a caller re-checks the word in a loop).
+///
+/// ```
+/// use std::sync::atomic::{AtomicU32, Ordering};
+/// use mqblk_sync::{futex_wait, futex_wake, Arc};
+///
+/// let word = Arc::new(AtomicU32::new(0));
+/// let setter = word.clone();
+/// let thread = std::thread::spawn(move || {
+///     setter.store(1, Ordering::Release);
+///     futex_wake(&setter, 1);
+/// });
+/// while word.load(Ordering::Acquire) == 0 {
+///     futex_wait(&word, 0, None); // returns at once if the word is 1 already
+/// }
+/// thread.join().unwrap();
+/// ```
 #[cfg(not(loom))]
 pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
     let ts = timeout.map(|t| libc::timespec {
@@ -209,7 +271,8 @@ pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
     }
 }
 
-/// Wakes up to `nr` threads sleeping in `futex_wait` on `word`.
+/// Wakes up to `nr` threads sleeping in `futex_wait` on `word` (example:
+/// [`futex_wait`]).
 #[cfg(not(loom))]
 pub fn futex_wake(word: &AtomicU32, nr: u32) {
     // SAFETY: FUTEX_WAKE only uses the address as a key; `word` is live.
@@ -227,7 +290,16 @@ pub fn futex_wake(word: &AtomicU32, nr: u32) {
 /// and a SeqCst load of another location. The C++ model already orders those
 /// (and x86 RMWs are full barriers, like the kernel's smp_mb__after_atomic),
 /// so it is empty in production; loom models SeqCst accesses as AcqRel, so
-/// there it is a real SeqCst fence.
+/// there it is a real SeqCst fence. [`SleepGate`] is such a handshake.
+///
+/// ```
+/// use mqblk_sync::{dekker_fence, AtomicBool, Ordering};
+///
+/// let (mine, theirs) = (AtomicBool::new(false), AtomicBool::new(false));
+/// mine.swap(true, Ordering::SeqCst); // announce, with a SeqCst RMW
+/// dekker_fence(); // empty here; a SeqCst fence under loom
+/// assert!(!theirs.load(Ordering::SeqCst), "then look at the other side");
+/// ```
 #[inline(always)]
 pub fn dekker_fence() {
     #[cfg(loom)]
@@ -242,6 +314,26 @@ pub fn dekker_fence() {
 /// RMW, then `notify` reads `sleeping`; the consumer sets `sleeping` with a
 /// SeqCst RMW, then checks for work with a SeqCst load. One of the two sees
 /// the other, so a wakeup is never lost. `Parker` remembers an early unpark.
+///
+/// ```
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use std::time::Duration;
+/// use mqblk_sync::{Arc, SleepGate};
+///
+/// let work = Arc::new(AtomicU64::new(0));
+/// let gate = Arc::new(SleepGate::default());
+/// let (w, g) = (work.clone(), gate.clone());
+/// let producer = std::thread::spawn(move || {
+///     w.fetch_add(1, Ordering::SeqCst); // publish (a SeqCst RMW) ...
+///     g.notify(); // ... then wake the consumer if it sleeps
+/// });
+/// // The consumer sleeps only while there is nothing to do.
+/// while work.load(Ordering::SeqCst) == 0 {
+///     gate.sleep_unless(|| work.load(Ordering::SeqCst) != 0, Some(Duration::from_secs(10)));
+/// }
+/// producer.join().unwrap();
+/// gate.force_wake(); // shutdown: wakes it whether it sleeps or not
+/// ```
 #[derive(Debug, Default)]
 pub struct SleepGate {
     sleeping: AtomicBool,

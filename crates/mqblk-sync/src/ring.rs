@@ -27,6 +27,36 @@ struct Slot<T> {
     value: UnsafeCell<MaybeUninit<T>>,
 }
 
+/// A bounded multi-producer, single-consumer ring (see the module docs).
+///
+/// ```
+/// use mqblk_sync::ring::MpscRing;
+/// use mqblk_sync::Arc;
+///
+/// let ring = Arc::new(MpscRing::new(3));
+/// assert_eq!(ring.capacity(), 4, "a power of two");
+/// let producers: Vec<_> = (0..2u32)
+///     .map(|p| {
+///         let ring = ring.clone();
+///         std::thread::spawn(move || ring.push(p).unwrap())
+///     })
+///     .collect();
+/// producers.into_iter().for_each(|t| t.join().unwrap());
+/// assert_eq!(ring.len(), 2);
+/// assert!(ring.has_ready() && !ring.is_empty());
+///
+/// let mut got = Vec::new();
+/// // SAFETY: this thread is the only consumer.
+/// while let Some(v) = unsafe { ring.pop() } {
+///     got.push(v);
+/// }
+/// got.sort();
+/// assert_eq!(got, [0, 1]);
+/// for i in 0..4 {
+///     ring.push(i).unwrap();
+/// }
+/// assert_eq!(ring.push(9), Err(9), "full: the value comes back");
+/// ```
 pub struct MpscRing<T> {
     head: CachePadded<AtomicUsize>,
     tail: CachePadded<AtomicUsize>,
@@ -56,6 +86,7 @@ impl<T> MpscRing<T> {
         }
     }
 
+    /// Values it holds at most.
     pub fn capacity(&self) -> usize {
         self.mask + 1
     }

@@ -8,11 +8,34 @@ use std::fmt;
 
 use crate::buf::Buf;
 
-/// Sector size of the block layer's addressing, as in the kernel.
+/// Sector size of the block layer's addressing, as in the kernel: request
+/// positions and lengths ([`Rq::sector`](crate::driver::Rq::sector),
+/// [`QueueLimits::max_sectors`](crate::QueueLimits::max_sectors)) count
+/// 512-byte sectors, whatever the device's block size.
+///
+/// ```
+/// use mqblk::{SECTOR_SHIFT, SECTOR_SIZE};
+///
+/// let offset_bytes = 1 << 20;
+/// assert_eq!(offset_bytes / SECTOR_SIZE, 2048);
+/// assert_eq!(offset_bytes >> SECTOR_SHIFT, 2048);
+/// ```
 pub const SECTOR_SIZE: u64 = 512;
+/// `log2(SECTOR_SIZE)`: bytes to sectors is `>> SECTOR_SHIFT`.
 pub const SECTOR_SHIFT: u32 = 9;
 
 /// Request operation (`REQ_OP_*`).
+///
+/// ```
+/// use mqblk::Op;
+///
+/// assert!(Op::Read.has_data() && !Op::Read.is_write());
+/// assert!(Op::Discard.is_write() && !Op::Discard.has_data());
+/// assert!(Op::ZoneFinish.is_zone_mgmt());
+/// assert_eq!(Op::WriteZeroes.name(), "WRITE_ZEROES");
+/// // `Op::ALL` is in `Op as usize` order, for per-op tables.
+/// assert!(Op::ALL.iter().enumerate().all(|(i, op)| *op as usize == i));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum Op {
@@ -67,6 +90,7 @@ impl Op {
         !matches!(self, Op::Read)
     }
 
+    /// The kernel's name for it (`REQ_OP_*` without the prefix).
     pub fn name(self) -> &'static str {
         match self {
             Op::Read => "READ",
@@ -85,10 +109,27 @@ impl Op {
 }
 
 /// Request flags (`REQ_*`): a small bit set.
+///
+/// ```
+/// use mqblk::{Bio, Buf, ReqFlags};
+///
+/// let mut flags = ReqFlags::SYNC | ReqFlags::FUA;
+/// assert!(flags.contains(ReqFlags::FUA));
+/// assert!(!flags.contains(ReqFlags::HIPRI));
+/// flags |= ReqFlags::NOWAIT;
+/// assert_eq!(flags, ReqFlags::SYNC.union(ReqFlags::FUA).union(ReqFlags::NOWAIT));
+/// assert_eq!(format!("{flags:?}"), "SYNC|FUA|NOWAIT");
+/// assert_eq!((ReqFlags::NONE.bits(), ReqFlags::SYNC.bits()), (0, 1));
+///
+/// // A bio takes them with `with_flags`.
+/// let bio = Bio::write(0, Buf::new(512)).with_flags(ReqFlags::FUA);
+/// assert!(bio.flags.contains(ReqFlags::FUA));
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct ReqFlags(u8);
 
 impl ReqFlags {
+    /// No flag.
     pub const NONE: ReqFlags = ReqFlags(0);
     /// Someone waits for this I/O (REQ_SYNC).
     pub const SYNC: ReqFlags = ReqFlags(1 << 0);
@@ -101,14 +142,17 @@ impl ReqFlags {
     /// Fail with `Again` instead of sleeping for a tag (REQ_NOWAIT).
     pub const NOWAIT: ReqFlags = ReqFlags(1 << 4);
 
+    /// Are all of `other`'s flags set?
     pub const fn contains(self, other: ReqFlags) -> bool {
         self.0 & other.0 == other.0
     }
 
+    /// The flags of both (as `|`, in a `const` context).
     pub const fn union(self, other: ReqFlags) -> ReqFlags {
         ReqFlags(self.0 | other.0)
     }
 
+    /// The raw bits.
     pub const fn bits(self) -> u8 {
         self.0
     }
@@ -156,7 +200,18 @@ pub enum IoPrioClass {
 
 /// An I/O priority (`ioprio`): a class and a level, 0 (highest) to 7. The
 /// default is what the kernel derives for a task that set none: best
-/// effort, level 4.
+/// effort, level 4. Schedulers that use it (bfq, mq-deadline) read it
+/// from each request.
+///
+/// ```
+/// use mqblk::{Bio, Buf, IoPrio, IoPrioClass};
+///
+/// assert_eq!(IoPrio::default(), IoPrio::new(IoPrioClass::Be, 4));
+/// let urgent = IoPrio::new(IoPrioClass::Rt, 0);
+/// assert!(urgent.class < IoPrioClass::Be, "real time sorts first");
+/// let bio = Bio::read(0, Buf::new(4096)).with_ioprio(urgent);
+/// assert_eq!(bio.ioprio.class, IoPrioClass::Rt);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct IoPrio {
     pub class: IoPrioClass,
@@ -170,6 +225,7 @@ impl Default for IoPrio {
 }
 
 impl IoPrio {
+    /// A priority of `class` at `level`; panics unless `level` is 0 to 7.
     pub fn new(class: IoPrioClass, level: u8) -> Self {
         assert!(level < 8, "ioprio level {level} (accepted: 0..=7)");
         Self { class, level }
@@ -179,12 +235,48 @@ impl IoPrio {
 /// Is an I/O of this op and flags synchronous (someone waits for it)? As
 /// the kernel's `op_is_sync`: reads always, flushes always, writes only
 /// with SYNC (or FUA).
+///
+/// ```
+/// use mqblk::driver::op_is_sync;
+/// use mqblk::{Op, ReqFlags};
+///
+/// assert!(op_is_sync(Op::Read, ReqFlags::NONE));
+/// assert!(!op_is_sync(Op::Write, ReqFlags::NONE), "writeback is async");
+/// assert!(op_is_sync(Op::Write, ReqFlags::FUA));
+/// ```
 #[inline(always)]
 pub fn op_is_sync(op: Op, flags: ReqFlags) -> bool {
     matches!(op, Op::Read | Op::Flush) || flags.contains(ReqFlags::SYNC) || flags.contains(ReqFlags::FUA)
 }
 
-/// One I/O as a client submits it: the user-space `bio`.
+/// One I/O as a client submits it: the user-space `bio`. Offsets and
+/// lengths are in bytes, multiples of the device's logical block size;
+/// reads and writes carry their buffer, which comes back in the
+/// [`Completion`](crate::Completion).
+///
+/// ```
+/// # mod ram { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/ram.rs")); }
+/// # ram::register();
+/// use mqblk::{Bio, Buf, Device, Op, ReqFlags};
+///
+/// let dev = Device::open("ram:size=64,irqmode=0,memory_backed=1,discard=1")?;
+/// let mut client = dev.client();
+/// let bios = [
+///     Bio::write(0, Buf::from_slice(&[1; 8192])).with_flags(ReqFlags::FUA),
+///     Bio::read(0, Buf::new(4096)),
+///     Bio::discard(4096, 4096),
+///     Bio::write_zeroes(1 << 20, 1 << 20),
+///     Bio::flush(),
+/// ];
+/// for bio in bios {
+///     let done = client.submit_and_wait_completion(bio)?;
+///     assert!(done.status.is_ok());
+/// }
+/// // Nothing is submitted until a client takes a bio: it is plain data.
+/// let read = Bio::read(8192, Buf::new(512));
+/// assert_eq!((read.op, read.offset, read.len), (Op::Read, 8192, 512));
+/// # Ok::<(), mqblk::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct Bio {
     pub op: Op,
@@ -239,7 +331,17 @@ impl Bio {
         Self { op: Op::WriteZeroes, flags: ReqFlags::NONE, offset, len, buf: None, ioprio: IoPrio::default() }
     }
 
-    /// Zone append of `buf` to the zone starting at byte `zone_offset`.
+    /// Zone append of `buf` to the zone starting at byte `zone_offset`: the
+    /// device writes it at the zone's write pointer and the completion's
+    /// `append_offset` says where. For zoned devices only (the example of
+    /// [`driver::Zoned`](crate::driver::Zoned) has a whole device).
+    ///
+    /// ```
+    /// use mqblk::{Bio, Buf, Op};
+    ///
+    /// let bio = Bio::zone_append(256 << 20, Buf::new(4096));
+    /// assert_eq!((bio.op, bio.offset, bio.len), (Op::ZoneAppend, 256 << 20, 4096));
+    /// ```
     pub fn zone_append(zone_offset: u64, buf: Buf) -> Self {
         Self {
             op: Op::ZoneAppend,
@@ -251,7 +353,18 @@ impl Bio {
         }
     }
 
-    /// A zone management op on the zone starting at byte `zone_offset`.
+    /// A zone management op on the zone starting at byte `zone_offset`
+    /// (synchronous, as the kernel's zone ioctls are).
+    ///
+    /// ```
+    /// use mqblk::zoned::ZoneMgmt;
+    /// use mqblk::{Bio, Op, ReqFlags};
+    ///
+    /// let finish = Bio::zone_mgmt(ZoneMgmt::Finish, 1 << 30);
+    /// assert_eq!((finish.op, finish.offset, finish.len), (Op::ZoneFinish, 1 << 30, 0));
+    /// assert!(finish.flags.contains(ReqFlags::SYNC));
+    /// assert_eq!(Bio::zone_reset_all().op, Op::ZoneResetAll);
+    /// ```
     pub fn zone_mgmt(mgmt: crate::zoned::ZoneMgmt, zone_offset: u64) -> Self {
         use crate::zoned::ZoneMgmt;
         let op = match mgmt {
@@ -268,11 +381,13 @@ impl Bio {
         Self { op: Op::ZoneResetAll, flags: ReqFlags::SYNC, offset: 0, len: 0, buf: None, ioprio: IoPrio::default() }
     }
 
+    /// Adds `flags` to the bio's (see [`ReqFlags`] for an example).
     pub fn with_flags(mut self, flags: ReqFlags) -> Self {
         self.flags |= flags;
         self
     }
 
+    /// Sets the bio's priority (see [`IoPrio`] for an example).
     pub fn with_ioprio(mut self, ioprio: IoPrio) -> Self {
         self.ioprio = ioprio;
         self

@@ -2,13 +2,23 @@
 //! 20-25 ns a read here), shared by drivers and benchmarks.
 
 /// Nanoseconds since an arbitrary fixed point (boot), monotonic.
+///
+/// ```
+/// use mqblk::clock::{coarse_now_ns, now_ns};
+///
+/// let (a, b) = (now_ns(), now_ns());
+/// assert!(b >= a);
+/// // The coarse clock is the same clock at the kernel tick's resolution.
+/// assert!(coarse_now_ns() <= now_ns());
+/// ```
 #[inline]
 pub fn now_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)
 }
 
 /// A cheap monotonic clock with the kernel tick's resolution (a few ms,
-/// CLOCK_MONOTONIC_COARSE): for deadlines of hundreds of ms, like jiffies.
+/// CLOCK_MONOTONIC_COARSE): for deadlines of hundreds of ms, like jiffies
+/// (example: [`now_ns`]).
 #[inline]
 pub fn coarse_now_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC_COARSE)
@@ -28,6 +38,15 @@ fn clock_ns(id: libc::clockid_t) -> u64 {
 /// timers oversleep by tens of microseconds here), then spins for the last
 /// `spin_ns`, so wakeups land within a few microseconds.
 /// Returns the time it saw at or past `due_ns`.
+///
+/// ```
+/// use mqblk::clock::{now_ns, set_precise_timer_slack, wait_until};
+///
+/// set_precise_timer_slack(); // this thread's sleeps end on time
+/// let due = now_ns() + 50_000; // 50 us from now
+/// let woke = wait_until(due, 20_000); // spinning for the last 20 us
+/// assert!(woke >= due);
+/// ```
 pub fn wait_until(due_ns: u64, spin_ns: u64) -> u64 {
     loop {
         let now = now_ns();
@@ -46,7 +65,7 @@ pub fn wait_until(due_ns: u64, spin_ns: u64) -> u64 {
 /// Makes this thread's timer sleeps precise (PR_SET_TIMERSLACK to 1 ns;
 /// the default 50 us slack would dominate a 10 us completion time).
 /// A no-op under Miri, which cannot emulate `prctl` (its sleeps have no
-/// slack to tune).
+/// slack to tune; example: [`wait_until`]).
 pub fn set_precise_timer_slack() {
     #[cfg(not(miri))]
     // SAFETY: prctl with PR_SET_TIMERSLACK only changes this thread's slack.
@@ -79,6 +98,20 @@ pub enum ClockSource {
 }
 
 /// A monotonic nanosecond clock over a chosen source. Cheap to copy.
+///
+/// ```
+/// use mqblk::clock::{now_ns, tsc_reliable, Clock, ClockSource};
+///
+/// let clock = Clock::new(ClockSource::ClockGettime).unwrap();
+/// assert_eq!(clock.source(), ClockSource::ClockGettime);
+/// let t = clock.now_ns();
+/// assert!(now_ns() >= t, "the CLOCK_MONOTONIC scale");
+///
+/// // fio's default: the TSC where it stands for wall time (this
+/// // calibrates for about 20 ms), else clock_gettime.
+/// let best = Clock::best();
+/// assert_eq!(best.source() == ClockSource::Cpu, tsc_reliable());
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct Clock {
     source: ClockSource,
@@ -120,6 +153,7 @@ impl Clock {
         })
     }
 
+    /// Where it reads time from.
     pub fn source(&self) -> ClockSource {
         self.source
     }
@@ -184,7 +218,8 @@ fn rdtsc() -> u64 {
     }
 }
 
-/// Is the TSC constant-rate and non-stop (so it can stand for wall time)?
+/// Is the TSC constant-rate and non-stop (so it can stand for wall time;
+/// example: [`Clock`])?
 /// Never under Miri: it emulates neither RDTSC nor /proc, so
 /// `Clock::best()` falls back to clock_gettime there.
 pub fn tsc_reliable() -> bool {

@@ -29,11 +29,31 @@ pub(crate) const ORIGIN_BLOCKING: u8 = 1;
 /// completion arrives only when its client polls.
 pub(crate) const ORIGIN_POLLED: u8 = 0x80;
 
-/// One finished I/O, as `do_io` returns it.
+/// One finished I/O, as `do_io` returns it: the cookie given at
+/// submission, how it ended, and the bio's buffer back.
+///
+/// ```
+/// # mod ram { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/ram.rs")); }
+/// # ram::register();
+/// use mqblk::{Bio, Buf, Device, Status};
+///
+/// let dev = Device::open("ram:size=64,irqmode=0,memory_backed=1")?;
+/// let mut client = dev.client();
+/// client.write_at(&[6; 4096], 0)?;
+/// client.submit(Bio::read(0, Buf::new(4096)), 42)?;
+/// let mut done = Vec::new();
+/// client.do_io(&mut done, 1, 1, None)?;
+/// let read = done.pop().unwrap();
+/// assert_eq!((read.user_data, read.status), (42, Status::Ok));
+/// assert_eq!(read.buf.unwrap()[..], [6; 4096], "the read's buffer, filled");
+/// assert_eq!(read.append_offset, None, "not a zone append");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct Completion {
     /// The cookie given at submission.
     pub user_data: u64,
+    /// How the I/O ended.
     pub status: Status,
     /// The bio's buffer, given back (reads: filled with the data).
     pub buf: Option<Buf>,
@@ -269,13 +289,23 @@ impl Drop for OwnerMark {
 }
 
 /// Per-direction counts (fio's disk stats: read, and everything else).
+///
+/// ```
+/// use mqblk::RwCount;
+///
+/// let bios = RwCount { read: 3, write: 2 };
+/// assert_eq!(bios.total(), 5);
+/// ```
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct RwCount {
+    /// Reads.
     pub read: u64,
+    /// Everything else: writes, flushes, discards, zone operations.
     pub write: u64,
 }
 
 impl RwCount {
+    /// Both directions.
     pub fn total(&self) -> u64 {
         self.read + self.write
     }

@@ -41,7 +41,13 @@ macro_rules! setters {
     };
 }
 
-/// Keys of the block layer itself, accepted in any driver's spec.
+/// Keys of the block layer itself, accepted in any driver's spec
+/// ([`QueueConfig`](crate::QueueConfig) holds their values).
+///
+/// ```
+/// assert!(mqblk::config::BLOCK_KEYS.contains(&"sched"));
+/// assert!(mqblk::config::TUNABLE_KEYS.contains(&"read_expire"));
+/// ```
 pub const BLOCK_KEYS: &[&str] =
     &["wake", "plug_nesting", "plug_sync", "sched", "nr_requests", "hybrid_poll_delay", "io_timeout"];
 
@@ -67,19 +73,42 @@ pub const TUNABLE_KEYS: &[&str] = &[
     "slice_idle",
 ];
 
+/// What is wrong with a spec or a typed config: each error names the
+/// driver (or `queue`, `sched`), the key and what is accepted.
+///
+/// ```
+/// use mqblk::config::{check_range, ConfigError, SpecParams};
+///
+/// let e = SpecParams::parse("null:gb=1,gb=2").unwrap_err();
+/// assert_eq!(e, ConfigError::Duplicate { driver: "null".into(), key: "gb".into() });
+/// assert_eq!(e.to_string(), "null: key 'gb' given more than once");
+///
+/// // The same wording for checks of typed values.
+/// let e = check_range("null", "irqmode", 7, (0, 2)).unwrap_err();
+/// assert_eq!(e, ConfigError::out_of_range("null", "irqmode", 7, 0, 2));
+/// assert_eq!(e.to_string(), "null: bad value '7' for 'irqmode' (accepted: an integer in 0..=2)");
+/// let e = ConfigError::conflict("null", "discard=1 needs memory_backed=1");
+/// assert_eq!(e.to_string(), "null: discard=1 needs memory_backed=1");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
+    /// A spec names a driver nobody registered.
     #[error("unknown device driver '{driver}'{} (accepted: {accepted})", did_you_mean(driver, accepted))]
     UnknownDriver { driver: String, accepted: String },
+    /// A key neither the driver nor the block layer takes.
     #[error("{driver}: unknown key '{key}'{} (accepted keys: {accepted})", did_you_mean(key, accepted))]
     UnknownKey { driver: String, key: String, accepted: String },
+    /// A value out of its key's range or form.
     #[error("{driver}: bad value '{value}' for '{key}' (accepted: {expected})")]
     BadValue { driver: String, key: String, value: String, expected: String },
+    /// An item without `=`.
     #[error("{driver}: '{item}' is not of the form key=value")]
     Malformed { driver: String, item: String },
+    /// A key given twice.
     #[error("{driver}: key '{key}' given more than once")]
     Duplicate { driver: String, key: String },
+    /// Values that do not go together.
     #[error("{driver}: {message}")]
     Conflict { driver: String, message: String },
 }
@@ -102,7 +131,8 @@ impl ConfigError {
     }
 }
 
-/// Checks a typed value against the range its spec key accepts.
+/// Checks a typed value against the range its spec key accepts (example:
+/// [`ConfigError`]).
 pub fn check_range(driver: &str, key: &str, value: u64, (min, max): (u64, u64)) -> Result<(), ConfigError> {
     match (min..=max).contains(&value) {
         true => Ok(()),
@@ -138,14 +168,48 @@ fn edit_distance(a: &str, b: &str) -> usize {
     row[b.len()]
 }
 
-/// A parsed spec: the driver name and its key=value pairs, in order.
+/// A parsed spec: the driver name and its key=value pairs, in order. A
+/// driver reads its keys through it, typed, each in its range; errors name
+/// the key.
+///
+/// ```
+/// use mqblk::config::SpecParams;
+///
+/// let p = SpecParams::parse("mine: size_mb=64, mode=fast, verify=1, sched=bfq")?;
+/// assert_eq!(p.driver, "mine");
+/// p.check_keys(&["size_mb", "mode", "verify"])?; // and the block layer's (sched)
+/// assert_eq!(p.u64_in("size_mb", 16, 1, 1024)?, 64);
+/// assert_eq!(p.u64_in("queues", 1, 1, 8)?, 1, "absent: the default");
+/// assert_eq!(p.choice("mode", "safe", &["safe", "fast"])?, "fast");
+/// assert!(p.bool("verify", false)?);
+/// assert_eq!((p.raw("mode"), p.is_set("queues")), (Some("fast"), false));
+///
+/// // Errors name the key and what it accepts.
+/// let e = p.u64_in("size_mb", 16, 1, 32).unwrap_err();
+/// assert!(e.to_string().contains("'size_mb'") && e.to_string().contains("1..=32"));
+/// assert!(p.check_keys(&["size_mb"]).is_err(), "mode and verify are unknown");
+/// assert!(p.check_keys_exact(&["size_mb", "mode", "verify"]).is_err(), "sched too, here");
+/// let e = p.conflict("mode=fast needs verify=0");
+/// assert_eq!(e.to_string(), "mine: mode=fast needs verify=0");
+///
+/// // Pairs, in order; split off some; or built in code.
+/// assert_eq!(p.pairs()[0], ("size_mb".to_string(), "64".to_string()));
+/// let (block, own) = p.partition(|key| mqblk::config::BLOCK_KEYS.contains(&key));
+/// assert_eq!((block.pairs().len(), own.pairs().len()), (1, 3));
+/// let q = SpecParams::from_pairs("mine", vec![("size_mb".into(), "8".into())]);
+/// assert_eq!(q.u64_in("size_mb", 16, 1, 1024)?, 8);
+/// # Ok::<(), mqblk::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpecParams {
+    /// The name before `:`.
     pub driver: String,
     pairs: Vec<(String, String)>,
 }
 
 impl SpecParams {
+    /// Parses `driver:key=value,...` (spaces around items are dropped); a
+    /// malformed item or a key given twice is an error.
     pub fn parse(spec: &str) -> Result<Self, ConfigError> {
         let spec = spec.trim();
         let (driver, rest) = spec.split_once(':').unwrap_or((spec, ""));
@@ -209,10 +273,12 @@ impl SpecParams {
         Self { driver: driver.to_string(), pairs }
     }
 
+    /// The value of `key` as given.
     pub fn raw(&self, key: &str) -> Option<&str> {
         self.pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
     }
 
+    /// Whether `key` is given.
     pub fn is_set(&self, key: &str) -> bool {
         self.raw(key).is_some()
     }
@@ -255,6 +321,7 @@ impl SpecParams {
         choices.iter().find(|c| **c == value).copied().ok_or_else(|| self.bad(key, value, choices.join(", ")))
     }
 
+    /// A conflict error under this spec's driver name.
     pub fn conflict(&self, message: impl Into<String>) -> ConfigError {
         ConfigError::Conflict { driver: self.driver.clone(), message: message.into() }
     }
@@ -272,7 +339,8 @@ impl SpecParams {
 /// w.pair("gb", 4);
 /// w.pair_if_not("irqmode", 1, 1); // the default: not written
 /// w.pair_if_not("hw_queue_depth", 128, 64);
-/// assert_eq!(w.finish(), "null:gb=4,hw_queue_depth=128");
+/// w.flag_if_not("memory_backed", true, false);
+/// assert_eq!(w.finish(), "null:gb=4,hw_queue_depth=128,memory_backed=1");
 /// ```
 #[derive(Debug, Clone)]
 pub struct SpecWriter {

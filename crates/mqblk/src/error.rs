@@ -6,6 +6,30 @@ use crate::status::Status;
 
 /// Why a bio was refused at submission, before reaching any driver. The
 /// device is never touched by a refused bio.
+///
+/// ```
+/// # mod ram { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/ram.rs")); }
+/// # ram::register();
+/// use mqblk::{Bio, Buf, Device, Error, Status, SubmitError};
+///
+/// let dev = Device::open("ram:size=64,irqmode=0,bs=4096")?;
+/// let mut client = dev.client();
+/// let refused = client.submit(Bio::write(512, Buf::new(4096)), 1).unwrap_err();
+/// let SubmitError::Misaligned { offset, logical_block_size, .. } = refused.error else { panic!() };
+/// assert_eq!((offset, logical_block_size), (512, 4096));
+/// assert_eq!((refused.error.status(), refused.error.errno()), (Status::Invalid, libc::EINVAL));
+/// assert_eq!(refused.to_string(), refused.error.to_string());
+///
+/// // A discard on a device without discard support.
+/// let refused = client.submit(Bio::discard(0, 4096), 2).unwrap_err();
+/// assert_eq!(refused.error, SubmitError::NotSupported { op: mqblk::Op::Discard });
+///
+/// // The blocking helpers return it inside an `Error`.
+/// let err = client.write_at(&[0; 512], 0).unwrap_err();
+/// assert!(matches!(err, Error::Submit(SubmitError::Misaligned { .. })));
+/// assert_eq!(err.errno(), libc::EINVAL);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SubmitError {
@@ -44,34 +68,60 @@ impl SubmitError {
         }
     }
 
+    /// The errno of that status.
     pub fn errno(&self) -> i32 {
         self.status().errno()
     }
 }
 
-/// A refused submission: the error and the bio, given back with its buffer.
+/// A refused submission: the error and the bio, given back with its buffer
+/// (examples: [`SubmitError`], [`Client::submit`](crate::Client::submit)).
 #[derive(Debug, thiserror::Error)]
 #[error("{error}")]
 pub struct Rejected {
+    /// Why.
     pub error: SubmitError,
+    /// The bio, untouched.
     pub bio: Bio,
 }
 
 /// Errors of the blocking helpers and device set-up.
+///
+/// ```
+/// # mod ram { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/ram.rs")); }
+/// # ram::register();
+/// use mqblk::{Device, Error, Status};
+///
+/// let err = Device::open("ram:size=64,irqmode=3").unwrap_err();
+/// assert!(matches!(err, Error::Config(_)));
+/// assert_eq!(err.errno(), libc::EINVAL);
+/// assert!(err.to_string().contains("irqmode"));
+///
+/// let dev = Device::open("ram:size=64,irqmode=0")?;
+/// let err = dev.client().read_at(&mut [0; 512], 64 << 20).unwrap_err(); // past the end
+/// assert_eq!(err.errno(), libc::EIO);
+/// assert_eq!(Error::Status(Status::Medium).errno(), libc::ENODATA);
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// The bio was refused before it reached the driver.
     #[error(transparent)]
     Submit(#[from] SubmitError),
+    /// The I/O ended with this status.
     #[error("I/O failed: {0}")]
     Status(Status),
+    /// A bad spec or config value, named.
     #[error("device configuration: {0}")]
     Config(#[from] crate::config::ConfigError),
+    /// The device or its driver could not start.
     #[error("device set-up: {0}")]
     Setup(String),
     /// A resource is taken by another client (errno EBUSY).
     #[error("busy: {0}")]
     Busy(String),
+    /// An error of the operating system.
     #[error(transparent)]
     Io(#[from] std::io::Error),
 }

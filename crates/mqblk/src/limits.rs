@@ -8,7 +8,9 @@
 use crate::bio::{Bio, Op, SECTOR_SHIFT, SECTOR_SIZE};
 use crate::error::SubmitError;
 
-/// The largest bio, as the kernel's 32-bit `bi_size` allows.
+/// The largest bio, as the kernel's 32-bit `bi_size` allows (larger ones
+/// are refused with `SubmitError::TooLarge`; smaller ones larger than a
+/// request are split).
 pub const MAX_BIO_BYTES: u64 = u32::MAX as u64;
 
 /// The kernel's default cap on a request's size (BLK_DEF_MAX_SECTORS_CAP).
@@ -16,13 +18,35 @@ pub const DEFAULT_MAX_SECTORS: u32 = 2560;
 /// The kernel's default segment limit (BLK_MAX_SEGMENTS).
 pub const DEFAULT_MAX_SEGMENTS: u32 = 128;
 
-/// What a device looks like to the block layer (`struct queue_limits`).
+/// What a device looks like to the block layer (`struct queue_limits`). A
+/// driver fills it in ([`Driver::limits`](crate::driver::Driver::limits));
+/// an application reads it ([`Device::limits`](crate::Device::limits)).
+///
+/// ```
+/// use mqblk::driver::DEFAULT_MAX_SECTORS;
+/// use mqblk::{Bio, Buf, Op, QueueLimits, SubmitError};
+///
+/// let mut limits = QueueLimits::new(1 << 30, 4096); // 1 GiB of 4 KiB blocks
+/// assert_eq!((limits.capacity_sectors(), limits.physical_block_size), (2 << 20, 4096));
+/// assert_eq!(limits.max_sectors, DEFAULT_MAX_SECTORS);
+/// limits.max_sectors = 256; // 128 KiB requests
+/// limits.max_discard_sectors = 1 << 16;
+/// assert_eq!(limits.max_transfer_bytes(), 128 << 10);
+/// assert_eq!(limits.max_request_bytes(Op::Discard), 32 << 20);
+/// assert_eq!(limits.bytes_to_zone_end(4096), u64::MAX, "not zoned");
+///
+/// // The checks every bio passes before it becomes requests.
+/// assert_eq!(limits.check_bio(&Bio::write(0, Buf::new(1 << 20))), Ok(()), "split, not refused");
+/// let e = limits.check_bio(&Bio::write(512, Buf::new(4096))).unwrap_err();
+/// assert!(matches!(e, SubmitError::Misaligned { .. }));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueLimits {
     /// Device size in bytes (a multiple of `logical_block_size`).
     pub capacity_bytes: u64,
     /// Smallest addressable unit: 512 or 4096 (`bs`).
     pub logical_block_size: u32,
+    /// The unit the device writes without a read-modify-write.
     pub physical_block_size: u32,
     /// Largest request in 512-byte sectors (a multiple of the block size).
     pub max_sectors: u32,
@@ -61,6 +85,7 @@ impl QueueLimits {
         }
     }
 
+    /// Capacity in 512-byte sectors.
     pub fn capacity_sectors(&self) -> u64 {
         self.capacity_bytes >> SECTOR_SHIFT
     }
@@ -198,6 +223,21 @@ impl QueueLimits {
 
     /// Bytes from `offset` to the next zone boundary (u64::MAX if not
     /// zoned): the kernel's chunk_sectors split.
+    ///
+    /// ```
+    /// use mqblk::zoned::ZonedLimits;
+    /// use mqblk::QueueLimits;
+    ///
+    /// let mut limits = QueueLimits::new(4 << 20, 4096);
+    /// limits.zoned = Some(ZonedLimits {
+    ///     zone_sectors: 2048, // 1 MiB zones
+    ///     nr_zones: 4,
+    ///     max_open_zones: 0,
+    ///     max_active_zones: 0,
+    ///     zone_append_max_sectors: 256,
+    /// });
+    /// assert_eq!(limits.bytes_to_zone_end((1 << 20) + 4096), (1 << 20) - 4096);
+    /// ```
     #[inline]
     pub fn bytes_to_zone_end(&self, offset: u64) -> u64 {
         match &self.zoned {

@@ -23,7 +23,76 @@ use crate::buf::Buf;
 use crate::completion::{BioSlot, ClientShared};
 use crate::request::{Op, ReqFlags, Request};
 
-/// Where a bio joins a request.
+/// Where a bio joins a request. An elevator finds a queued request a bio
+/// may join, and asks the block layer to merge it
+/// ([`Elevator::bio_merge`](crate::sched::Elevator::bio_merge)), which
+/// applies the merge rules (op, flags, size and segment limits).
+///
+/// An elevator that merges a bio behind the last request it holds: while
+/// the driver is busy, requests wait in the elevator and bios join them.
+///
+/// ```
+/// use std::sync::atomic::{AtomicBool, Ordering};
+/// use std::sync::{Arc, Mutex};
+/// use mqblk::driver::{Driver, Hctx, QueueRqResult};
+/// use mqblk::sched::{register_elevator, BioPos, Elevator, MergeKind, Rq, RqList};
+/// use mqblk::{Bio, Buf, Device, QueueConfig, QueueLimits, Sched, Status, TagSetConfig};
+///
+/// struct BackMerging(Vec<Mutex<RqList>>);
+///
+/// impl Elevator for BackMerging {
+///     fn insert_requests(&self, hctx: usize, rqs: &mut RqList) {
+///         let mut queue = self.0[hctx].lock().unwrap();
+///         rqs.for_each(|rq| queue.push_back(rq));
+///     }
+///     fn dispatch_request(&self, hctx: usize) -> Option<Rq> {
+///         self.0[hctx].lock().unwrap().pop_front()
+///     }
+///     fn has_work(&self, hctx: usize) -> bool {
+///         !self.0[hctx].lock().unwrap().is_empty()
+///     }
+///     fn bio_merge(&self, hctx: usize, bio: &BioPos, attach: &mut dyn FnMut(&mut Rq, MergeKind) -> bool) -> bool {
+///         let mut queue = self.0[hctx].lock().unwrap();
+///         match queue.back_mut() {
+///             Some(last) if last.op() == bio.op && last.sector() + u64::from(last.nr_sectors()) == bio.sector => {
+///                 attach(last, MergeKind::Back)
+///             }
+///             _ => false,
+///         }
+///     }
+/// }
+///
+/// /// Busy while paused (requests wait), then completes at once.
+/// struct Pausable(Arc<AtomicBool>);
+///
+/// impl Driver for Pausable {
+///     fn name(&self) -> &str { "pausable" }
+///     fn tag_set(&self) -> TagSetConfig { TagSetConfig::new(1, 4) }
+///     fn limits(&self) -> QueueLimits { QueueLimits::new(1 << 20, 512) }
+///     fn queue_rq(&self, _hctx: &Hctx, rq: mqblk::driver::Rq, _last: bool) -> QueueRqResult {
+///         if self.0.load(Ordering::Relaxed) {
+///             return QueueRqResult::Busy(rq);
+///         }
+///         rq.complete(Status::Ok);
+///         QueueRqResult::Queued
+///     }
+/// }
+///
+/// register_elevator("back-merging", &[], |args| {
+///     Ok(Box::new(BackMerging((0..args.nr_hw_queues).map(|_| Mutex::default()).collect())))
+/// });
+/// let paused = Arc::new(AtomicBool::new(true));
+/// let opts = QueueConfig::default().sched(Sched::custom("back-merging"));
+/// let dev = Device::with_driver_options(Box::new(Pausable(paused.clone())), opts)?;
+/// let mut client = dev.client();
+/// client.submit(Bio::write(0, Buf::new(512)), 1)?; // at the driver: busy
+/// client.submit(Bio::write(4096, Buf::new(512)), 2)?; // waits in the elevator
+/// client.submit(Bio::write(4608, Buf::new(512)), 3)?; // joins it
+/// paused.store(false, Ordering::Relaxed);
+/// client.drain();
+/// assert_eq!((dev.stats().merges.write, dev.stats().completed), (1, 2));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MergeKind {
     /// The bio follows the request.
@@ -43,12 +112,16 @@ pub(crate) fn mergeable(op: Op, flags: ReqFlags) -> bool {
     matches!(op, Op::Read | Op::Write | Op::Discard) && !flags.contains(ReqFlags::FUA)
 }
 
-/// A bio, as far as the merge rules look at it.
+/// A bio, as far as the merge rules look at it (example: [`MergeKind`]).
 #[derive(Debug, Clone, Copy)]
 pub struct BioPos {
+    /// The bio's operation.
     pub op: Op,
+    /// The bio's flags.
     pub flags: ReqFlags,
+    /// First sector (512-byte units).
     pub sector: u64,
+    /// Length in sectors.
     pub nr_sectors: u32,
 }
 

@@ -4,7 +4,8 @@
 //! instead of going to the driver, so that adjacent bios can merge into them
 //! (merge.rs) and the list reaches the driver in one batch per hardware
 //! queue, `last` marking the end of each (the driver rings its doorbell
-//! once). A plug is an RAII guard ([`Plug`], from [`Client::plug`]) that
+//! once). A plug is an RAII guard ([`Plug`](crate::Plug), from
+//! [`Client::plug`](crate::Client::plug)) that
 //! derefs to the client, so code below it submits through it unchanged.
 //!
 //! Nesting ("blk-plug: don't flush nested plug lists", 2015): starting a
@@ -21,8 +22,8 @@
 //! O_DIRECT reads neither merged in the plug nor waited in it. Jeff
 //! Moyer's "blk-mq: fix plugging in blk_sq_make_request" (patch 1/2 of
 //! the same series) plugged them. `plug_sync=0` brings the old path back:
-//! a sync bio ([`crate::op_is_sync`]) bypasses an active plug (no plug
-//! merge, no cached tag) and is issued at once. The default, 1, plugs
+//! a sync bio ([`op_is_sync`]) bypasses an active plug (no plug merge, no
+//! cached tag) and is issued at once. The default, 1, plugs
 //! every bio, as Linux since 4.1.
 //!
 //! The list is flushed early, as the kernel does: before adding a request

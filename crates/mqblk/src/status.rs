@@ -7,10 +7,22 @@
 use std::fmt;
 
 /// Completion status of a request, like `blk_status_t`.
+///
+/// ```
+/// use mqblk::Status;
+///
+/// assert!(Status::Ok.is_ok() && Status::Ok.to_io_error().is_none());
+/// assert_eq!((Status::Medium.name(), Status::Medium.errno()), ("MEDIUM", libc::ENODATA));
+/// assert_eq!(Status::from_errno(libc::ENOSPC), Status::NoSpc);
+/// assert_eq!(Status::from_errno(libc::EROFS), Status::IoErr, "anything else");
+/// assert_eq!(Status::Timeout.to_io_error().unwrap().raw_os_error(), Some(libc::ETIMEDOUT));
+/// assert!(Status::IoErr.to_string().starts_with("IOERR ("));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 #[non_exhaustive]
 pub enum Status {
+    /// Success.
     Ok = 0,
     /// Operation not supported by the device (EOPNOTSUPP).
     NotSupp,
@@ -112,6 +124,7 @@ impl Status {
         }
     }
 
+    /// Is it `Ok`?
     pub fn is_ok(self) -> bool {
         self == Status::Ok
     }

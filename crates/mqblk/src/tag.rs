@@ -16,7 +16,21 @@ use crate::request::RequestSlot;
 use crate::sbitmap::{AllocHint, BatchWake, SbitmapQueue, SbqWaiter, WakePolicy};
 use crate::sync::Arc;
 
-/// What a device asks of its tag set (`struct blk_mq_tag_set`).
+/// What a device asks of its tag set (`struct blk_mq_tag_set`), from its
+/// driver's [`Driver::tag_set`](crate::driver::Driver::tag_set).
+///
+/// ```
+/// use mqblk::TagSetConfig;
+///
+/// // Four queues of 64 tags, the last one a poll queue, 2 tags reserved.
+/// let mut tags = TagSetConfig::new(4, 64);
+/// tags.poll_queues = 1;
+/// tags.reserved_tags = 2;
+/// tags.validate()?;
+/// tags.reserved_tags = 64;
+/// assert!(tags.validate().unwrap_err().to_string().contains("reserved_tags"));
+/// # Ok::<(), mqblk::Error>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TagSetConfig {
     /// Hardware queues (`submit_queues` for null_blk).
@@ -43,6 +57,8 @@ pub struct TagSetConfig {
 }
 
 impl TagSetConfig {
+    /// `nr_hw_queues` queues of `queue_depth` tags, nothing reserved, no
+    /// poll queues.
     pub fn new(nr_hw_queues: usize, queue_depth: u32) -> Self {
         Self {
             nr_hw_queues,

@@ -12,6 +12,21 @@
 use std::fmt;
 
 /// `BLK_ZONE_TYPE_*`.
+///
+/// ```
+/// use mqblk::zoned::{Zone, ZoneCond, ZoneType};
+///
+/// // A conventional zone has no write pointer: it sits at the zone's end.
+/// let conv = Zone {
+///     start: 0,
+///     len: 2048,
+///     capacity: 2048,
+///     wp: 2048,
+///     ztype: ZoneType::Conventional,
+///     cond: ZoneCond::NotWp,
+/// };
+/// assert_eq!(conv.wp, conv.start + conv.len);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ZoneType {
     /// Random writes allowed; no write pointer.
@@ -21,6 +36,16 @@ pub enum ZoneType {
 }
 
 /// `BLK_ZONE_COND_*`, in the kernel's numbering.
+///
+/// ```
+/// use mqblk::zoned::ZoneCond;
+///
+/// let cond = ZoneCond::from_raw(0x2).unwrap(); // blk_zone.cond
+/// assert_eq!((cond, cond.name(), cond.to_string()), (ZoneCond::ImpOpen, "IMP_OPEN", "IMP_OPEN".into()));
+/// assert!(cond.is_open() && cond.is_active());
+/// assert!(ZoneCond::Closed.is_active() && !ZoneCond::Closed.is_open());
+/// assert_eq!(ZoneCond::from_raw(0x5), None);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum ZoneCond {
@@ -109,9 +134,11 @@ impl fmt::Display for ZoneCond {
     }
 }
 
-/// One zone as a report returns it (`struct blk_zone`).
+/// One zone as a report returns it (`struct blk_zone`), in 512-byte
+/// sectors (examples: [`ZoneType`], [`Zones`](crate::Zones)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Zone {
+    /// First sector.
     pub start: u64,
     /// Zone size in sectors.
     pub len: u64,
@@ -119,11 +146,20 @@ pub struct Zone {
     pub capacity: u64,
     /// Write pointer (conventional zones: `start + len`).
     pub wp: u64,
+    /// Conventional or sequential.
     pub ztype: ZoneType,
+    /// The zone's condition.
     pub cond: ZoneCond,
 }
 
-/// Zone management operations (`REQ_OP_ZONE_*`, the BLK*ZONE ioctls).
+/// Zone management operations (`REQ_OP_ZONE_*`, the BLK*ZONE ioctls), as
+/// [`Bio::zone_mgmt`](crate::Bio::zone_mgmt) takes them.
+///
+/// ```
+/// use mqblk::zoned::ZoneMgmt;
+///
+/// assert_eq!(ZoneMgmt::Finish.name(), "finish");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ZoneMgmt {
     Reset,
@@ -133,6 +169,7 @@ pub enum ZoneMgmt {
 }
 
 impl ZoneMgmt {
+    /// The lowercase name (blkzone's command).
     pub fn name(self) -> &'static str {
         match self {
             ZoneMgmt::Reset => "reset",
@@ -143,17 +180,33 @@ impl ZoneMgmt {
     }
 }
 
-/// What a zoned device declares (`queue_limits` zone fields).
+/// What a zoned device declares (`queue_limits` zone fields; a driver sets
+/// [`QueueLimits::zoned`](crate::QueueLimits::zoned)).
+///
+/// ```
+/// use mqblk::zoned::ZonedLimits;
+///
+/// let limits = ZonedLimits {
+///     zone_sectors: 1 << 19, // 256 MiB
+///     nr_zones: 16,
+///     max_open_zones: 0,
+///     max_active_zones: 0,
+///     zone_append_max_sectors: 1024,
+/// };
+/// assert_eq!(limits.zone_no((1 << 19) + 7), 1);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ZonedLimits {
     /// Zone size in sectors (a power of two); also the boundary bios are
     /// split at (`chunk_sectors`).
     pub zone_sectors: u64,
+    /// Zones on the device.
     pub nr_zones: u32,
     /// 0: no limit.
     pub max_open_zones: u32,
     /// 0: no limit.
     pub max_active_zones: u32,
+    /// Largest zone append, in sectors.
     pub zone_append_max_sectors: u32,
 }
 

@@ -24,6 +24,30 @@ use super::{Buf, BUF_ALIGN};
 const MAX_REGION_BYTES: usize = 1 << 30;
 
 /// A pool of registered-buffer slots; cheap to clone (shares the region).
+/// Register it with a device that uses fixed buffers
+/// ([`RegisteredBuffers`](crate::RegisteredBuffers)); buffers taken from it
+/// work on any device.
+///
+/// ```
+/// use mqblk::FixedBufs;
+///
+/// let pool = FixedBufs::new(2, 5000); // slots round up to whole pages
+/// assert_eq!((pool.nr_slots(), pool.slot_bytes()), (2, 8192));
+/// let a = pool.take(4096).unwrap();
+/// let b = pool.take(8192).unwrap();
+/// assert_eq!((a.len(), a.capacity()), (4096, 8192));
+/// assert!(pool.take(512).is_none(), "both slots are taken");
+///
+/// // What a driver registers with the kernel, and which buffers lie in it.
+/// let (start, len) = pool.span();
+/// assert_eq!(len, 2 * 8192);
+/// assert!(pool.contains(a.as_ptr() as usize, a.len()));
+/// assert!(!pool.contains(start + len, 1));
+///
+/// drop((a, b));
+/// assert_eq!(pool.free_slots(), 2, "a dropped buffer frees its slot");
+/// assert!(2 * 8192 <= FixedBufs::MAX_REGION_BYTES);
+/// ```
 #[derive(Clone)]
 pub struct FixedBufs {
     region: Arc<Region>,
@@ -74,10 +98,12 @@ impl FixedBufs {
         Some(Buf::from_fixed(ptr, len, self.region.clone()))
     }
 
+    /// Bytes per slot (a page multiple): the most a buffer may hold.
     pub fn slot_bytes(&self) -> usize {
         self.region.slot_bytes
     }
 
+    /// Slots in the region.
     pub fn nr_slots(&self) -> usize {
         self.region.nr_slots
     }

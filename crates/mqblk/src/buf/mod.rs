@@ -23,7 +23,14 @@ mod fixed;
 pub use fixed::FixedBufs;
 use fixed::Region;
 
-/// Alignment of every `Buf`: a page, enough for O_DIRECT on any device.
+/// Alignment of every `Buf` (but a borrowed one): a page, enough for
+/// O_DIRECT on any device.
+///
+/// ```
+/// use mqblk::{Buf, BUF_ALIGN};
+///
+/// assert_eq!(Buf::new(512).as_ptr() as usize % BUF_ALIGN, 0);
+/// ```
 pub const BUF_ALIGN: usize = 4096;
 
 /// An owned, zero-initialised, page-aligned byte buffer: its own
@@ -32,6 +39,27 @@ pub const BUF_ALIGN: usize = 4096;
 /// Three words, since buffers travel by value in every bio, request and
 /// completion (each move copies them): the pointer, the length, and
 /// `owner`, which says who frees the bytes in its low two bits.
+///
+/// A `Buf` derefs to `[u8]`. Its length may shrink and grow back within
+/// the allocation ([`Buf::set_len`]), so one buffer can serve I/Os of
+/// different sizes.
+///
+/// ```
+/// use mqblk::Buf;
+///
+/// let mut buf = Buf::new(8192);
+/// assert_eq!((buf.len(), buf.capacity()), (8192, 8192));
+/// assert!(buf.iter().all(|&b| b == 0), "zeroed");
+/// buf[..4].copy_from_slice(b"mqbk");
+///
+/// buf.set_len(512); // a 512-byte I/O in the same allocation
+/// assert_eq!((buf.len(), buf.capacity()), (512, 8192));
+/// assert_eq!(&buf[..4], b"mqbk");
+///
+/// let copy = Buf::from_slice(&buf[..4]);
+/// assert_eq!(&copy[..], b"mqbk");
+/// assert!(Buf::new(0).is_empty());
+/// ```
 pub struct Buf {
     ptr: NonNull<u8>,
     len: usize,
@@ -93,6 +121,23 @@ impl Buf {
     /// not accessed through any other pointer: the block layer reads it
     /// (writes) or fills it (reads) from whichever thread completes the I/O.
     /// `ptr` may be null only if `len` is 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use mqblk::Buf;
+    ///
+    /// let mut memory = vec![0u8; 4096];
+    /// // SAFETY: `memory` outlives `buf` and is not touched while it lives.
+    /// let mut buf = unsafe { Buf::borrowed(memory.as_mut_ptr(), memory.len()) };
+    /// assert!(buf.is_borrowed());
+    /// buf[0] = 42;
+    /// assert!(buf.end_borrow().is_ok(), "nothing to free");
+    /// assert_eq!(memory[0], 42);
+    ///
+    /// // Any other buffer comes back from `end_borrow`.
+    /// assert!(Buf::new(512).end_borrow().is_err());
+    /// ```
     #[inline]
     pub unsafe fn borrowed(ptr: *mut u8, len: usize) -> Self {
         let ptr =
@@ -147,11 +192,13 @@ impl Buf {
         Layout::from_size_align(len, BUF_ALIGN).expect("buffer length overflows a Layout")
     }
 
+    /// Length in bytes (what an I/O of this buffer moves).
     #[inline]
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Is the length 0?
     #[inline]
     pub fn is_empty(&self) -> bool {
         self.len == 0

@@ -14,6 +14,28 @@ use super::{Client, Completion};
 impl Client {
     /// Reads `buf.len()` bytes at `offset`, waiting for the result. Other
     /// I/Os of this client keep flowing and are returned by later `do_io`s.
+    ///
+    /// ```
+    /// # mod ram { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/ram.rs")); }
+    /// # ram::register();
+    /// use mqblk::{Bio, Buf, Device};
+    ///
+    /// let dev = Device::open("ram:size=64,irqmode=0,memory_backed=1")?;
+    /// let mut client = dev.client();
+    /// client.submit(Bio::write(1 << 20, Buf::from_slice(&[5; 512])), 9)?;
+    /// client.write_at(&[3; 1024], 0)?;
+    /// let mut back = [0; 1024];
+    /// client.read_at(&mut back, 0)?;
+    /// assert_eq!(back, [3; 1024]);
+    ///
+    /// // The asynchronous write's completion waits for the next do_io.
+    /// let mut done = Vec::new();
+    /// client.do_io(&mut done, 1, 1, None)?;
+    /// assert_eq!(done[0].user_data, 9);
+    /// // A refused read is an error.
+    /// assert!(client.read_at(&mut back[..100], 0).is_err(), "not a whole block");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn read_at(&mut self, buf: &mut [u8], offset: u64) -> Result<(), Error> {
         let bounce = self.take_bounce(buf.len());
         let done = self.blocking(Bio::read(offset, bounce))?;
@@ -25,7 +47,8 @@ impl Client {
         status_result(done.status)
     }
 
-    /// Writes `buf` at `offset`, waiting for the result.
+    /// Writes `buf` at `offset`, waiting for the result (example:
+    /// [`Client::read_at`]).
     pub fn write_at(&mut self, buf: &[u8], offset: u64) -> Result<(), Error> {
         let mut bounce = self.take_bounce(buf.len());
         bounce.copy_from_slice(buf);
@@ -34,7 +57,28 @@ impl Client {
         status_result(done.status)
     }
 
-    /// Submits any bio and waits for it (flush, discard, write zeroes ...).
+    /// Submits any bio and waits for it (flush, discard, write zeroes ...);
+    /// returns the bio's buffer. A failed I/O is `Error::Status`.
+    ///
+    /// ```
+    /// # mod ram { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/ram.rs")); }
+    /// # ram::register();
+    /// use mqblk::{Bio, Buf, Device};
+    ///
+    /// let dev = Device::open("ram:size=64,irqmode=0,memory_backed=1,discard=1")?;
+    /// let mut client = dev.client();
+    /// let buf = client.submit_and_wait(Bio::write(0, Buf::from_slice(&[9; 4096])))?;
+    /// assert_eq!(buf.map(|b| b.len()), Some(4096), "the buffer comes back");
+    /// assert!(client.submit_and_wait(Bio::discard(0, 4096))?.is_none());
+    /// client.submit_and_wait(Bio::flush())?;
+    /// let data = client.submit_and_wait(Bio::read(0, Buf::new(4096)))?.unwrap();
+    /// assert!(data.iter().all(|&b| b == 0), "discarded blocks read zeros here");
+    ///
+    /// // Any status, as a completion.
+    /// let done = client.submit_and_wait_completion(Bio::write_zeroes(0, 8192))?;
+    /// assert!(done.status.is_ok() && done.buf.is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn submit_and_wait(&mut self, bio: Bio) -> Result<Option<Buf>, Error> {
         let done = self.blocking(bio)?;
         status_result(done.status)?;
@@ -42,7 +86,9 @@ impl Client {
     }
 
     /// Submits any bio and waits for its completion, whatever its status
-    /// (zone appends: the completion carries `append_offset`).
+    /// (zone appends: the completion carries `append_offset`; examples:
+    /// [`Client::submit_and_wait`],
+    /// [`Rq::set_append_sector`](crate::driver::Rq::set_append_sector)).
     pub fn submit_and_wait_completion(&mut self, bio: Bio) -> Result<Completion, Error> {
         self.blocking(bio)
     }

@@ -34,7 +34,7 @@ use crate::plug::PlugState;
 use crate::queue::RequestQueue;
 use crate::tag::AllocData;
 
-/// Per-client counters.
+/// Per-client counters ([`Client::stats`]).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct ClientStats {
     pub submitted: u64,
@@ -72,7 +72,36 @@ impl PlainMap {
     }
 }
 
-/// A per-thread handle on a device. See the module docs.
+/// A per-thread handle on a device (the kernel's software context): it
+/// submits bios with a `user_data` cookie and reaps their completions from
+/// its own completion ring ([`Client::do_io`]). Buffers move into the bio
+/// and come back in the [`Completion`], so no one can touch them while the
+/// device owns them. A client is `Send` but not `Sync`: it belongs to one
+/// thread at a time. Dropping it waits for its outstanding I/O.
+///
+/// ```
+/// # mod ram { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/ram.rs")); }
+/// # ram::register();
+/// use mqblk::{Bio, Buf, Device};
+///
+/// // Two submit queues and one poll queue (ram's default poll_queues=1).
+/// let dev = Device::open("ram:size=64,submit_queues=2,irqmode=0")?;
+/// let mut a = dev.client();
+/// let b = dev.client_with_capacity(8);
+/// assert_eq!((a.hctx_index(), b.hctx_index()), (0, 1), "spread over the queues");
+/// assert_eq!(a.poll_hctx_index(), Some(2), "hipri bios go to the poll queue");
+/// assert_eq!((a.capacity(), b.capacity()), (64, 8), "a queue's depth by default");
+///
+/// a.submit(Bio::read(0, Buf::new(4096)), 7)?;
+/// assert_eq!(a.in_flight(), 1, "submitted, not yet reaped");
+/// a.drain();
+/// let stats = a.stats();
+/// assert_eq!((stats.submitted, stats.completed, a.in_flight()), (1, 1, 0));
+///
+/// // A client may move to another thread, with its I/O.
+/// std::thread::spawn(move || drop(b)).join().unwrap();
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Client {
     q: Arc<RequestQueue>,
     shared: Arc<ClientShared>,
@@ -186,6 +215,7 @@ impl Client {
         self.in_flight
     }
 
+    /// This client's counters.
     pub fn stats(&self) -> ClientStats {
         self.stats
     }
@@ -197,8 +227,10 @@ impl Client {
     /// plug.rs for every flush rule).
     ///
     /// ```
+    /// # mod ram { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/ram.rs")); }
+    /// # ram::register();
     /// use mqblk::{Bio, Buf, Device};
-    /// let dev = Device::open("null:gb=1,irqmode=0").unwrap();
+    /// let dev = Device::open("ram:size=64,irqmode=0").unwrap();
     /// let mut client = dev.client();
     /// {
     ///     let mut plug = client.plug();
@@ -218,18 +250,64 @@ impl Client {
     /// Starts a plug expecting `nr_ios` requests (`blk_start_plug_nr_ios`):
     /// the first one takes tags for up to that many (at most 32) in one
     /// batch. Ignored by an inner plug.
+    ///
+    /// ```
+    /// # mod ram { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/ram.rs")); }
+    /// # ram::register();
+    /// use mqblk::{Bio, Buf, Device};
+    ///
+    /// let dev = Device::open("ram:size=64,irqmode=0")?;
+    /// let mut client = dev.client();
+    /// {
+    ///     let mut plug = client.plug_nr_ios(8);
+    ///     assert_eq!(plug.plug_depth(), 1);
+    ///     // Far apart: eight requests, no merge.
+    ///     for i in 0..8u64 {
+    ///         plug.submit(Bio::write(i << 20, Buf::new(4096)), i)?;
+    ///         assert_eq!(plug.plugged_requests(), i as usize + 1);
+    ///         assert_eq!(plug.plug_cached_tags(), 7 - i as u32, "tags taken in one batch");
+    ///     }
+    ///     plug.flush_plug(); // issued now; the plug stays active
+    ///     assert_eq!((plug.plugged_requests(), plug.plug_depth()), (0, 1));
+    /// }
+    /// assert_eq!(client.plug_depth(), 0);
+    /// client.drain();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn plug_nr_ios(&mut self, nr_ios: u32) -> Plug<'_> {
         Plug::new(self, nr_ios)
     }
 
-    /// Runs `f` under a plug of `nr_ios` and ends the plug.
+    /// Runs `f` under a plug of `nr_ios` and ends the plug. Plugs nest:
+    /// only the outermost one flushes when it ends.
+    ///
+    /// ```
+    /// # mod ram { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/ram.rs")); }
+    /// # ram::register();
+    /// use mqblk::{Bio, Buf, Device};
+    ///
+    /// let dev = Device::open("ram:size=64,irqmode=0")?;
+    /// let mut client = dev.client();
+    /// client.with_plug(2, |c| {
+    ///     c.submit(Bio::write(0, Buf::new(4096)), 1).unwrap();
+    ///     c.with_plug(1, |inner| {
+    ///         assert_eq!(inner.plug_depth(), 2);
+    ///         inner.submit(Bio::write(4096, Buf::new(4096)), 2).unwrap();
+    ///     });
+    ///     assert_eq!(c.plugged_requests(), 1, "the inner plug did not flush; the bios merged");
+    /// });
+    /// assert_eq!(client.plugged_requests(), 0);
+    /// client.drain();
+    /// assert_eq!(dev.stats().merges.write, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn with_plug<R>(&mut self, nr_ios: u32, f: impl FnOnce(&mut Client) -> R) -> R {
         let mut plug = self.plug_nr_ios(nr_ios);
         f(&mut plug)
     }
 
     /// Issues everything the plug holds now (`blk_flush_plug`); the plug
-    /// stays active.
+    /// stays active (example: [`Client::plug_nr_ios`]).
     pub fn flush_plug(&mut self) {
         self.plug.flush(&self.q, &self.shared.counters);
     }
@@ -289,8 +367,9 @@ impl Drop for Client {
     }
 }
 
-/// An active plug level: derefs to the client. Dropping it ends the level
-/// (see the module header for what flushes).
+/// An active plug level: derefs to the client. Dropping it ends the level;
+/// the outermost level flushes what the plug holds. Made by
+/// [`Client::plug`] and [`Client::plug_nr_ios`] (examples there).
 pub struct Plug<'a> {
     client: &'a mut Client,
     outermost: bool,

@@ -24,7 +24,37 @@ use super::{Client, Completion};
 
 /// Where `Client::do_io_each` hands each completion it reaps: any
 /// `FnMut(Completion)`, or a type of the caller's.
+///
+/// ```
+/// # mod ram { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/ram.rs")); }
+/// # ram::register();
+/// use mqblk::{Bio, Buf, Completion, CompletionSink, Device};
+///
+/// /// Counts bytes read, keeping no completion. `do_io_each` takes the sink
+/// /// by value: this one borrows the count, to keep it across calls.
+/// struct BytesRead<'a>(&'a mut usize);
+///
+/// impl CompletionSink for BytesRead<'_> {
+///     #[inline(always)]
+///     fn complete(&mut self, c: Completion) {
+///         *self.0 += c.buf.map_or(0, |b| b.len());
+///     }
+/// }
+///
+/// let dev = Device::open("ram:size=64")?; // completed on ram's completion thread
+/// let mut client = dev.client();
+/// for i in 0..4 {
+///     client.submit(Bio::read(i * 8192, Buf::new(8192)), i)?;
+/// }
+/// let (mut bytes, mut reaped) = (0, 0);
+/// while reaped < 4 {
+///     reaped += client.do_io_each(1, 4, None, BytesRead(&mut bytes))?;
+/// }
+/// assert_eq!(bytes, 4 * 8192);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub trait CompletionSink {
+    /// Takes one reaped completion.
     fn complete(&mut self, c: Completion);
 }
 
@@ -40,6 +70,30 @@ impl Client {
     /// at most `timeout`) and at most `max`. Returns how many were added;
     /// fewer than `min` only if the timeout passed. `min` may not exceed the
     /// I/Os in flight (it could never be met).
+    ///
+    /// ```
+    /// # mod ram { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/ram.rs")); }
+    /// # ram::register();
+    /// use std::time::Duration;
+    /// use mqblk::{Bio, Buf, Device};
+    ///
+    /// let dev = Device::open("ram:size=64")?; // completed on ram's completion thread
+    /// let mut client = dev.client();
+    /// for i in 0..3 {
+    ///     client.submit(Bio::write(i * 4096, Buf::new(4096)), i)?;
+    /// }
+    /// let mut done = Vec::new();
+    /// // min 0: a poll, never sleeps.
+    /// let now = client.do_io(&mut done, 0, 16, None)?;
+    /// // Then wait for the rest, at most 10 s.
+    /// let rest = client.do_io(&mut done, 3 - now, 16, Some(Duration::from_secs(10)))?;
+    /// assert_eq!(now + rest, 3);
+    /// let mut cookies: Vec<u64> = done.iter().map(|c| c.user_data).collect();
+    /// cookies.sort();
+    /// assert_eq!(cookies, [0, 1, 2]);
+    /// assert!(client.do_io(&mut done, 1, 1, None).is_err(), "nothing in flight to wait for");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn do_io(
         &mut self,
         out: &mut Vec<Completion>,
@@ -60,6 +114,22 @@ impl Client {
     /// caller's whose `complete` is `#[inline(always)]` is then inlined into
     /// the reaping loop (a closure is a call per completion unless the
     /// compiler chooses otherwise, and it moves each completion once more).
+    ///
+    /// ```
+    /// # mod ram { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/ram.rs")); }
+    /// # ram::register();
+    /// use mqblk::{Bio, Buf, Device};
+    ///
+    /// let dev = Device::open("ram:size=64,irqmode=0")?;
+    /// let mut client = dev.client();
+    /// client.submit(Bio::write(0, Buf::new(4096)), 1)?;
+    /// let mut ok = 0;
+    /// client.do_io_each(1, 8, None, |c: mqblk::Completion| ok += usize::from(c.status.is_ok()))?;
+    /// assert_eq!(ok, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// A sink type of the caller's: see [`CompletionSink`].
     #[inline]
     pub fn do_io_each(
         &mut self,
@@ -224,6 +294,37 @@ impl Client {
     ///
     /// The fd belongs to the device (it stays open until the device is
     /// dropped, and a later client may be given it): do not close it.
+    ///
+    /// ```
+    /// # mod ram { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/ram.rs")); }
+    /// # ram::register();
+    /// use mqblk::{Bio, Buf, Device};
+    ///
+    /// let dev = Device::open("ram:size=64,irqmode=0")?;
+    /// let mut client = dev.client();
+    /// let fd = client.completion_fd()?;
+    /// // A device whose submitters do not reap: one fd is enough, and
+    /// // there is no poll fd to wait on beside it.
+    /// assert_eq!(client.standalone_completion_fd()?, fd);
+    /// assert_eq!(client.poll_fd(), None);
+    ///
+    /// client.submit(Bio::write(0, Buf::new(4096)), 1)?;
+    /// // An event loop waits for the fd, reads it, then reaps with min 0.
+    /// let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    /// // SAFETY: one valid pollfd.
+    /// assert_eq!(unsafe { libc::poll(&mut pfd, 1, 10_000) }, 1);
+    /// let mut count = 0u64;
+    /// // SAFETY: an eventfd is read 8 bytes at a time, into a u64.
+    /// assert_eq!(unsafe { libc::read(fd, (&mut count as *mut u64).cast(), 8) }, 8);
+    /// let mut done = Vec::new();
+    /// assert_eq!(client.do_io(&mut done, 0, 16, None)?, 1);
+    ///
+    /// // Awake and about to reap anyway: completions need not signal.
+    /// client.disarm_completion_fd();
+    /// client.submit(Bio::write(0, Buf::new(4096)), 2)?;
+    /// assert_eq!(client.do_io(&mut done, 0, 16, None)?, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn completion_fd(&mut self) -> Result<RawFd, Error> {
         self.completion_fd_inner(false)
     }
@@ -235,7 +336,7 @@ impl Client {
     /// completion on that ring. A ring signals one fd: a second client on
     /// the same ring gets `Error::Busy` (give each client its own ring:
     /// file `submit_queues`). Elsewhere it is the same fd as
-    /// `completion_fd`'s.
+    /// `completion_fd`'s (example: [`Client::completion_fd`]).
     pub fn standalone_completion_fd(&mut self) -> Result<RawFd, Error> {
         self.completion_fd_inner(true)
     }
@@ -265,13 +366,15 @@ impl Client {
     /// does, call `do_io` with min 0, which reaps that queue without
     /// sleeping. Wait on it beside `completion_fd` (a completion another
     /// client reaped for us signals the eventfd). None when the device
-    /// has no such fd (polling there means calling `do_io`).
+    /// has no such fd (polling there means calling `do_io`; example:
+    /// [`Client::completion_fd`]).
     pub fn poll_fd(&self) -> Option<RawFd> {
         let poll = self.poll_hctx?;
         self.q.submitter_reaps().then(|| self.q.hctx(poll).poll_fd()).flatten()
     }
 
-    /// Waits for every outstanding I/O and drops the completions.
+    /// Waits for every outstanding I/O and drops the completions (example:
+    /// [`Client`]).
     pub fn drain(&mut self) {
         let mut sink = Vec::with_capacity(self.capacity());
         while self.in_flight > 0 {

@@ -60,6 +60,26 @@ impl Client {
     /// Submits `bio`; its completion comes back from `do_io` with
     /// `user_data`. Sleeps for a tag if all are busy (unless the bio has
     /// `NOWAIT`). A refused bio comes back in the error, untouched.
+    ///
+    /// ```
+    /// # mod ram { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/ram.rs")); }
+    /// # ram::register();
+    /// use mqblk::{Bio, Buf, Device, SubmitError};
+    ///
+    /// let dev = Device::open("ram:size=64,irqmode=0")?;
+    /// let mut client = dev.client();
+    /// client.submit(Bio::write(0, Buf::new(4096)), 1)?;
+    ///
+    /// // Past the end of the device: refused, the bio and its buffer given back.
+    /// let refused = client.submit(Bio::read(64 << 20, Buf::new(4096)), 2).unwrap_err();
+    /// assert!(matches!(refused.error, SubmitError::OutOfRange { .. }));
+    /// assert_eq!(refused.bio.buf.map(|b| b.len()), Some(4096));
+    ///
+    /// let mut done = Vec::new();
+    /// client.do_io(&mut done, 1, 1, None)?;
+    /// assert_eq!(done[0].user_data, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     #[inline(always)]
     pub fn submit(&mut self, bio: Bio, user_data: u64) -> Result<(), Box<Rejected>> {
         self.submit_inner(bio, user_data, ORIGIN_USER, false)
@@ -68,7 +88,20 @@ impl Client {
     /// Submits `bio` on one of the driver's reserved tags (the kernel's
     /// BLK_MQ_REQ_RESERVED): for I/O that must not wait behind normal
     /// traffic. Refused with `NoReservedTags` if the device has no
-    /// reserved tags at all.
+    /// reserved tags at all (a driver reserves them in its
+    /// [`TagSetConfig::reserved_tags`](crate::TagSetConfig::reserved_tags)).
+    ///
+    /// ```
+    /// # mod ram { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/ram.rs")); }
+    /// # ram::register();
+    /// use mqblk::{Bio, Device, SubmitError};
+    ///
+    /// let dev = Device::open("ram:size=64,irqmode=0")?;
+    /// assert_eq!(dev.tag_set().reserved_tags, 0);
+    /// let refused = dev.client().submit_reserved(Bio::flush(), 1).unwrap_err();
+    /// assert_eq!(refused.error, SubmitError::NoReservedTags);
+    /// # Ok::<(), mqblk::Error>(())
+    /// ```
     pub fn submit_reserved(&mut self, bio: Bio, user_data: u64) -> Result<(), Box<Rejected>> {
         self.submit_inner(bio, user_data, ORIGIN_USER, true)
     }

@@ -20,6 +20,39 @@ use crate::sched::Sched;
 
 /// A device's configuration: which driver with which settings, and the
 /// block layer's. Its `Display` is the device's spec.
+///
+/// ```
+/// # mod ram { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/ram.rs")); }
+/// # ram::register();
+/// use mqblk::driver::SpecConfig;
+/// use mqblk::{DeviceConfig, PlugNesting, Sched, Wake};
+///
+/// let mut cfg: DeviceConfig = "ram:size=64,irqmode=0,sched=kyber".parse()?;
+/// assert_eq!(cfg.queue().sched.name(), "kyber");
+/// // A driver registered with a plain opening function keeps its keys as given.
+/// let ram = cfg.driver::<SpecConfig>().unwrap();
+/// assert_eq!(ram.params().raw("size"), Some("64"));
+/// assert_eq!(cfg.driver_config().driver_name(), "ram");
+///
+/// // Adjust by type, then print the spec that opens the same device.
+/// cfg.queue_mut().io_timeout_ms = Some(5000);
+/// let cfg = cfg
+///     .sched(Sched::None)
+///     .wake(Wake::Batch)
+///     .plug_nesting(PlugNesting::Outermost)
+///     .plug_sync(false)
+///     .nr_requests(64)
+///     .hybrid_poll_delay_us(0);
+/// assert_eq!(cfg.to_string(), "ram:size=64,irqmode=0,wake=batch,plug_sync=0,nr_requests=64,io_timeout=5000");
+/// cfg.validate()?;
+/// let dev = cfg.build()?;
+/// assert_eq!(dev.scheduler(), "none");
+///
+/// // Or all block-layer options at once.
+/// let cfg = DeviceConfig::parse("ram:size=64")?.options(cfg.queue().clone());
+/// assert_eq!(cfg.queue().nr_requests, Some(64));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct DeviceConfig {
@@ -29,21 +62,69 @@ pub struct DeviceConfig {
 
 impl Device {
     /// A device configuration over `driver`'s config, with the block
-    /// layer's defaults: set options, then `build`.
+    /// layer's defaults: set options, then `build`. mqblk-null's and
+    /// mqblk-file's configs (`NullConfig`, `FileConfig`) are such configs;
+    /// here one of a small driver's own.
+    ///
+    /// ```
+    /// use mqblk::config::{ConfigError, SpecWriter};
+    /// use mqblk::driver::{Driver, DriverConfig, Hctx, QueueRqResult, Rq};
+    /// use mqblk::{Device, QueueLimits, Sched, Status, TagSetConfig};
+    ///
+    /// #[derive(Debug, Clone)]
+    /// struct NopConfig {
+    ///     size_mb: u64,
+    /// }
+    ///
+    /// impl DriverConfig for NopConfig {
+    ///     fn driver_name(&self) -> &str { "nop" }
+    ///     fn validate(&self) -> Result<(), ConfigError> {
+    ///         mqblk::config::check_range("nop", "size_mb", self.size_mb, (1, 1024))
+    ///     }
+    ///     fn write_spec(&self, w: &mut SpecWriter) { w.pair("size_mb", self.size_mb) }
+    ///     fn open(&self) -> Result<Box<dyn Driver>, mqblk::Error> {
+    ///         Ok(Box::new(Nop(self.size_mb << 20)))
+    ///     }
+    /// }
+    ///
+    /// struct Nop(u64);
+    ///
+    /// impl Driver for Nop {
+    ///     fn name(&self) -> &str { "nop" }
+    ///     fn tag_set(&self) -> TagSetConfig { TagSetConfig::new(1, 16) }
+    ///     fn limits(&self) -> QueueLimits { QueueLimits::new(self.0, 512) }
+    ///     fn queue_rq(&self, _hctx: &Hctx, rq: Rq, _last: bool) -> QueueRqResult {
+    ///         rq.complete(Status::Ok);
+    ///         QueueRqResult::Queued
+    ///     }
+    /// }
+    ///
+    /// let mut cfg = Device::builder(NopConfig { size_mb: 8 }).sched(Sched::MqDeadline(Default::default()));
+    /// assert_eq!(cfg.to_string(), "nop:size_mb=8,sched=mq-deadline");
+    /// // A front end finds the driver's config by type and adjusts it.
+    /// cfg.driver_mut::<NopConfig>().unwrap().size_mb = 16;
+    /// assert_eq!(cfg.driver::<NopConfig>().map(|c| c.size_mb), Some(16));
+    /// let dev = cfg.build()?;
+    /// assert_eq!(dev.limits().capacity_bytes, 16 << 20);
+    /// // A bad value is refused at build, named as its spec key.
+    /// assert!(Device::builder(NopConfig { size_mb: 0 }).build().unwrap_err().to_string().contains("size_mb"));
+    /// # Ok::<(), mqblk::Error>(())
+    /// ```
     pub fn builder(driver: impl DriverConfig) -> DeviceConfig {
         DeviceConfig::new(driver)
     }
 }
 
 impl DeviceConfig {
-    /// `driver`'s config with the block layer's defaults.
+    /// `driver`'s config with the block layer's defaults (as
+    /// [`Device::builder`], whose example shows it).
     pub fn new(driver: impl DriverConfig) -> Self {
         Self { driver: Box::new(driver), queue: QueueConfig::default() }
     }
 
     /// Parses a spec: the driver (registered by name) reads its keys, the
     /// block layer its own and the chosen scheduler's tunables. Errors name
-    /// the key and what is accepted.
+    /// the key and what is accepted (example: [`DeviceConfig`]).
     pub fn parse(spec: &str) -> Result<Self, ConfigError> {
         let params = SpecParams::parse(spec)?;
         let Some(parse_driver) = crate::driver::registered(&params.driver) else {

@@ -28,6 +28,25 @@ pub use config::DeviceConfig;
 /// last handle and the last client are gone, the device is shut down
 /// (its threads joined, a backing file flushed and unlocked) before that
 /// drop returns.
+///
+/// ```
+/// # mod ram { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/ram.rs")); }
+/// # ram::register();
+/// use mqblk::Device;
+///
+/// let dev = Device::open("ram:size=64,submit_queues=2,poll_queues=0,hw_queue_depth=32,bs=4096")?;
+/// assert_eq!(dev.driver_name(), "ram");
+/// assert_eq!((dev.limits().capacity_bytes, dev.limits().logical_block_size), (64 << 20, 4096));
+/// assert_eq!((dev.nr_hw_queues(), dev.tag_set().queue_depth), (2, 32));
+///
+/// let other = dev.clone(); // the same device
+/// let mut client = other.client();
+/// client.write_at(&[0; 4096], 0)?;
+/// assert_eq!(dev.stats().completed, 1);
+/// assert_eq!(dev.busy_tags(), 0, "nothing in flight");
+/// assert!(dev.show_stats().contains("hctx0"));
+/// # Ok::<(), mqblk::Error>(())
+/// ```
 pub struct Device {
     pub(crate) q: Arc<RequestQueue>,
 }
@@ -61,28 +80,74 @@ impl Device {
     /// Block-layer keys (`wake=`, `sched=` and its tunables, ...) may appear
     /// in any driver's spec. The driver is one registered by name
     /// ([`register_driver`](crate::driver::register_driver); mqblk-null's `register` adds `null`).
+    ///
+    /// ```
+    /// # mod ram { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/ram.rs")); }
+    /// # ram::register();
+    /// use mqblk::{ConfigError, Device, Error};
+    ///
+    /// let dev = Device::open("ram:size=64,irqmode=0,sched=mq-deadline,read_expire=100")?;
+    /// assert_eq!(dev.scheduler(), "mq-deadline");
+    ///
+    /// // Errors name the key and what it accepts.
+    /// let Err(Error::Config(e)) = Device::open("ram:size=64,irqmod=0") else { panic!() };
+    /// assert!(matches!(e, ConfigError::UnknownKey { ref key, .. } if key == "irqmod"));
+    /// assert!(e.to_string().contains("did you mean 'irqmode'?"));
+    /// assert!(matches!(Device::open("nosuch:gb=1"), Err(Error::Config(ConfigError::UnknownDriver { .. }))));
+    /// # Ok::<(), mqblk::Error>(())
+    /// ```
     pub fn open(spec: &str) -> Result<Device, Error> {
         DeviceConfig::parse(spec)?.build()
     }
 
     /// A device over any driver, with the default block-layer options.
+    ///
+    /// ```
+    /// use mqblk::driver::{Driver, Hctx, QueueRqResult, Rq};
+    /// use mqblk::{Device, QueueConfig, QueueLimits, Sched, Status, TagSetConfig};
+    ///
+    /// /// Completes every request at once.
+    /// struct Nop;
+    ///
+    /// impl Driver for Nop {
+    ///     fn name(&self) -> &str { "nop" }
+    ///     fn tag_set(&self) -> TagSetConfig { TagSetConfig::new(1, 16) }
+    ///     fn limits(&self) -> QueueLimits { QueueLimits::new(1 << 20, 512) }
+    ///     fn queue_rq(&self, _hctx: &Hctx, rq: Rq, _last: bool) -> QueueRqResult {
+    ///         rq.complete(Status::Ok);
+    ///         QueueRqResult::Queued
+    ///     }
+    /// }
+    ///
+    /// let dev = Device::with_driver(Box::new(Nop))?;
+    /// assert_eq!((dev.driver_name(), dev.scheduler()), ("nop", "none".to_string()));
+    /// // With block-layer options of its own.
+    /// let opts = QueueConfig::default().sched(Sched::Kyber(Default::default()));
+    /// let dev = Device::with_driver_options(Box::new(Nop), opts)?;
+    /// assert_eq!(dev.scheduler(), "kyber");
+    /// dev.client().write_at(&[0; 512], 0)?;
+    /// # Ok::<(), mqblk::Error>(())
+    /// ```
     pub fn with_driver(driver: Box<dyn Driver>) -> Result<Device, Error> {
         Self::with_driver_options(driver, QueueConfig::default())
     }
 
-    /// A device over any driver with the given block-layer options.
+    /// A device over any driver with the given block-layer options
+    /// (example: [`Device::with_driver`]).
     pub fn with_driver_options(driver: Box<dyn Driver>, opts: QueueConfig) -> Result<Device, Error> {
         opts.validate()?;
         Ok(Device { q: RequestQueue::new(driver, opts)? })
     }
 
-    /// A client whose completion ring holds one hardware queue's depth.
+    /// A client whose completion ring holds one hardware queue's depth
+    /// (example: [`Client`]).
     pub fn client(&self) -> Client {
         self.client_with_capacity(self.q.tag_set.queue_depth as usize)
     }
 
     /// A client that may have up to `capacity` I/Os outstanding (rounded up
-    /// to a power of two). Clients are spread over the hardware queues.
+    /// to a power of two). Clients are spread over the hardware queues
+    /// (example: [`Client`]).
     pub fn client_with_capacity(&self, capacity: usize) -> Client {
         assert!(capacity > 0, "client capacity must be positive");
         let shared = self.q.acquire_client(capacity);
@@ -91,22 +156,27 @@ impl Device {
         Client::new(self.q.clone(), shared, seq)
     }
 
+    /// What the device looks like: capacity, block sizes, request limits.
     pub fn limits(&self) -> &QueueLimits {
         &self.q.limits
     }
 
+    /// The hardware queues and tags its driver asked for.
     pub fn tag_set(&self) -> &TagSetConfig {
         &self.q.tag_set
     }
 
+    /// Hardware queues, poll queues included.
     pub fn nr_hw_queues(&self) -> usize {
         self.q.nr_hw_queues()
     }
 
+    /// The driver's name (`Driver::name`).
     pub fn driver_name(&self) -> &str {
         self.q.driver.name()
     }
 
+    /// Device-wide counters (example: [`DeviceStats`]).
     pub fn stats(&self) -> DeviceStats {
         self.q.stats()
     }
@@ -127,6 +197,21 @@ impl Device {
     /// submissions wait); none is lost. Fails, leaving the scheduler as it
     /// was, on a bad tunable, or if the queue does not drain within 30 s
     /// (a thread holding requests in a plug).
+    ///
+    /// ```
+    /// # mod ram { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/ram.rs")); }
+    /// # ram::register();
+    /// use mqblk::{Device, Sched};
+    ///
+    /// let dev = Device::open("ram:size=64,irqmode=0")?;
+    /// assert_eq!(dev.scheduler(), "none");
+    /// dev.set_scheduler("bfq,slice_idle=0".parse()?)?;
+    /// assert_eq!(dev.scheduler(), "bfq");
+    /// dev.client().write_at(&[0; 4096], 0)?;
+    /// assert_eq!(dev.stats().nr_requests, 128, "2 x min(queue_depth, 128) scheduler tags");
+    /// dev.set_scheduler(Sched::None)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn set_scheduler(&self, sched: Sched) -> Result<(), Error> {
         self.q.set_scheduler(&sched, Duration::from_secs(30))
     }

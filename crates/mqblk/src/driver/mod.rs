@@ -11,13 +11,17 @@
 //!    `last` is set or in [`Driver::commit_rqs`].
 //! 4. Stop your threads in [`Driver::shutdown`]; every token they hold must
 //!    be completed before it returns.
-//! 5. Hand it to [`crate::Device::with_driver`] (or `Device::builder().driver`),
-//!    or register a factory by name ([`register_driver`](crate::driver::register_driver)) so that
-//!    specs such as `mine:key=value,sched=bfq` open it.
+//! 5. Hand it to [`Device::with_driver`](crate::Device::with_driver) (or
+//!    give [`Device::builder`](crate::Device::builder) its typed
+//!    [`DriverConfig`]), or register it by name ([`register_driver`]) so
+//!    that specs such as `mine:key=value,sched=bfq` open it.
+//! 6. Offer what it can do besides requests (zone reports, direct access,
+//!    block status, live attributes, power control, registered buffers)
+//!    through [`Driver::capabilities`] ([`Capabilities`]).
 //!
 //! ```
-//! use mqblk::driver::{Driver, QueueRqResult};
-//! use mqblk::{Hctx, QueueLimits, Rq, Status, TagSetConfig};
+//! use mqblk::driver::{Driver, Hctx, QueueRqResult, Rq};
+//! use mqblk::{QueueLimits, Status, TagSetConfig};
 //!
 //! /// Completes every request at once, successfully: the smallest driver.
 //! struct Nop;
@@ -35,7 +39,13 @@
 //! let dev = mqblk::Device::with_driver(Box::new(Nop)).unwrap();
 //! let mut client = dev.client();
 //! client.write_at(&[7u8; 512], 4096).unwrap();
+//! assert_eq!(dev.stats().dispatched, 1);
 //! ```
+//!
+//! [`Driver`] shows a driver that completes on a thread of its own,
+//! [`Rq`] the request's fields and data, [`QueueRqResult`] a busy device,
+//! [`TimeoutAction`] a timeout handler, and [`register_driver`] opening a
+//! driver from a spec.
 //!
 //! Threads: completion entry points may be called from any thread, but only
 //! from threads the driver owns (joined in `shutdown`) or from a thread that
@@ -64,7 +74,8 @@ pub use crate::tag::TagSetConfig;
 
 /// A hardware queue as its driver sees it (the kernel's
 /// `struct blk_mq_hw_ctx *hctx`): which one, its depth, and whether it is a
-/// poll queue. Every call about one hardware queue gets it.
+/// poll queue. Every call about one hardware queue gets it (example:
+/// [`Driver`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Hctx {
     index: usize,
@@ -97,6 +108,34 @@ impl Hctx {
 }
 
 /// What `queue_rq` did with a request.
+///
+/// ```
+/// use std::sync::atomic::{AtomicBool, Ordering};
+/// use mqblk::driver::{Driver, Hctx, QueueRqResult, Rq};
+/// use mqblk::{Device, QueueLimits, Status, TagSetConfig};
+///
+/// /// Busy once, then fine: the block layer keeps the request and retries it.
+/// struct BusyOnce(AtomicBool);
+///
+/// impl Driver for BusyOnce {
+///     fn name(&self) -> &str { "busy-once" }
+///     fn tag_set(&self) -> TagSetConfig { TagSetConfig::new(1, 4) }
+///     fn limits(&self) -> QueueLimits { QueueLimits::new(1 << 20, 512) }
+///     fn queue_rq(&self, _hctx: &Hctx, rq: Rq, _last: bool) -> QueueRqResult {
+///         if !self.0.swap(true, Ordering::Relaxed) {
+///             return QueueRqResult::Busy(rq);
+///         }
+///         rq.complete(Status::Ok);
+///         QueueRqResult::Queued
+///     }
+/// }
+///
+/// let dev = Device::with_driver(Box::new(BusyOnce(AtomicBool::new(false))))?;
+/// dev.client().write_at(&[0; 512], 0)?;
+/// let stats = dev.stats();
+/// assert_eq!((stats.busy, stats.dispatched, stats.completed), (1, 2, 1));
+/// # Ok::<(), mqblk::Error>(())
+/// ```
 #[derive(Debug)]
 pub enum QueueRqResult {
     /// The driver owns the request now (it may already have completed it).
@@ -108,6 +147,42 @@ pub enum QueueRqResult {
 }
 
 /// What the timeout handler decided.
+///
+/// ```
+/// use std::sync::Mutex;
+/// use std::time::Duration;
+/// use mqblk::driver::{Driver, Hctx, QueueRqResult, Rq, TimedOutRq, TimeoutAction};
+/// use mqblk::{Device, Error, QueueLimits, Status, TagSetConfig};
+///
+/// /// Never answers: the timeout handler ends what it holds.
+/// struct Lost(Mutex<Vec<Rq>>);
+///
+/// impl Driver for Lost {
+///     fn name(&self) -> &str { "lost" }
+///     fn tag_set(&self) -> TagSetConfig { TagSetConfig::new(1, 4) }
+///     fn limits(&self) -> QueueLimits { QueueLimits::new(1 << 20, 512) }
+///     fn rq_timeout(&self) -> Option<Duration> { Some(Duration::from_millis(10)) }
+///     fn queue_rq(&self, _hctx: &Hctx, rq: Rq, _last: bool) -> QueueRqResult {
+///         self.0.lock().unwrap().push(rq);
+///         QueueRqResult::Queued
+///     }
+///     fn timeout(&self, _hctx: &Hctx, timed_out: TimedOutRq) -> TimeoutAction {
+///         let mut held = self.0.lock().unwrap();
+///         // The driver finds its request by driver tag.
+///         match held.iter().position(|rq| rq.tag() == timed_out.tag) {
+///             Some(i) => held.swap_remove(i).complete(Status::Timeout),
+///             None => return TimeoutAction::ResetTimer,
+///         }
+///         TimeoutAction::Done
+///     }
+/// }
+///
+/// let dev = Device::with_driver(Box::new(Lost(Mutex::new(Vec::new()))))?;
+/// let err = dev.client().write_at(&[0; 512], 0).unwrap_err();
+/// assert!(matches!(err, Error::Status(Status::Timeout)));
+/// assert_eq!(dev.stats().timeouts, 1);
+/// # Ok::<(), mqblk::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TimeoutAction {
     /// Keep waiting: the deadline is pushed out by another `rq_timeout`.
@@ -117,14 +192,69 @@ pub enum TimeoutAction {
 }
 
 /// A request whose deadline passed, as the timeout handler sees it. The
-/// driver finds its own state for the request by `tag`.
+/// driver finds its own state for the request by `tag` (example:
+/// [`TimeoutAction`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimedOutRq {
+    /// Its hardware queue ([`Hctx::index`]).
     pub hctx_index: usize,
+    /// Its driver tag ([`Rq::tag`]).
     pub tag: u32,
 }
 
-/// A block device driver (`struct blk_mq_ops`).
+/// A block device driver (`struct blk_mq_ops`). The module docs list the
+/// steps of writing one. Here a driver that completes on a thread of its
+/// own, as a device's interrupt would, and stops it in `shutdown`:
+///
+/// ```
+/// use std::sync::mpsc::{channel, Sender};
+/// use std::sync::Mutex;
+/// use std::thread::JoinHandle;
+/// use mqblk::driver::{Driver, Hctx, QueueRqResult, Rq};
+/// use mqblk::{Device, QueueLimits, Status, TagSetConfig};
+///
+/// struct Threaded {
+///     to_irq: Mutex<Option<Sender<Rq>>>,
+///     irq: Mutex<Option<JoinHandle<()>>>,
+/// }
+///
+/// impl Threaded {
+///     fn new() -> Self {
+///         let (to_irq, requests) = channel::<Rq>();
+///         // The "interrupt": completes each request it receives.
+///         let irq = std::thread::spawn(move || requests.into_iter().for_each(|rq| rq.complete(Status::Ok)));
+///         Self { to_irq: Mutex::new(Some(to_irq)), irq: Mutex::new(Some(irq)) }
+///     }
+/// }
+///
+/// impl Driver for Threaded {
+///     fn name(&self) -> &str { "threaded" }
+///     fn tag_set(&self) -> TagSetConfig { TagSetConfig::new(2, 32) }
+///     fn limits(&self) -> QueueLimits { QueueLimits::new(64 << 20, 4096) }
+///     fn queue_rq(&self, hctx: &Hctx, rq: Rq, _last: bool) -> QueueRqResult {
+///         assert!(hctx.index() < 2 && hctx.queue_depth() == 32 && !hctx.is_poll());
+///         let to_irq = self.to_irq.lock().unwrap();
+///         to_irq.as_ref().expect("not shut down").send(rq).expect("the thread runs");
+///         QueueRqResult::Queued
+///     }
+///     /// Closes the channel and joins the thread, which completes all it
+///     /// was sent first: no request is left behind.
+///     fn shutdown(&self) {
+///         drop(self.to_irq.lock().unwrap().take());
+///         if let Some(irq) = self.irq.lock().unwrap().take() {
+///             irq.join().unwrap();
+///         }
+///     }
+/// }
+///
+/// let dev = Device::with_driver(Box::new(Threaded::new()))?;
+/// assert_eq!((dev.nr_hw_queues(), dev.limits().logical_block_size), (2, 4096));
+/// let mut client = dev.client();
+/// client.write_at(&[1; 8192], 0)?;
+/// drop(client);
+/// drop(dev); // the last handle: shutdown runs, and returns before the drop does
+/// # Ok::<(), mqblk::Error>(())
+/// ```
 pub trait Driver: Send + Sync + 'static {
     /// Short name for stats and errors ("null", "uring").
     fn name(&self) -> &str;

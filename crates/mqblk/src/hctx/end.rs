@@ -265,7 +265,8 @@ impl MergedEnd {
 /// here, where the hardware context frees its tags and delivers its bios.
 impl Rq {
     /// Ends the request: every bio completes to its client with `status`,
-    /// and the tag is freed. Callable from any thread.
+    /// and the tag is freed. Callable from any thread (examples: [`Rq`],
+    /// [`Driver`](crate::driver::Driver)).
     #[inline]
     pub fn complete(self, status: Status) {
         let ptr = self.into_raw();
@@ -277,6 +278,38 @@ impl Rq {
     /// `blk_update_request` + `blk_mq_end_request`): bios that lie wholly
     /// within the first `ok_bytes` complete with `Ok`, the rest with
     /// `status`.
+    ///
+    /// ```
+    /// use mqblk::driver::{Driver, Hctx, QueueRqResult, Rq};
+    /// use mqblk::{Bio, Buf, Device, QueueLimits, Status, TagSetConfig};
+    ///
+    /// /// A medium error 4 KiB into every request.
+    /// struct BadAt4k;
+    ///
+    /// impl Driver for BadAt4k {
+    ///     fn name(&self) -> &str { "bad-at-4k" }
+    ///     fn tag_set(&self) -> TagSetConfig { TagSetConfig::new(1, 8) }
+    ///     fn limits(&self) -> QueueLimits { QueueLimits::new(1 << 20, 512) }
+    ///     fn queue_rq(&self, _hctx: &Hctx, rq: Rq, _last: bool) -> QueueRqResult {
+    ///         rq.complete_bytes(4096, Status::Medium);
+    ///         QueueRqResult::Queued
+    ///     }
+    /// }
+    ///
+    /// let dev = Device::with_driver(Box::new(BadAt4k))?;
+    /// let mut client = dev.client();
+    /// {
+    ///     // Two adjacent 4 KiB writes, merged into one request.
+    ///     let mut plug = client.plug();
+    ///     plug.submit(Bio::write(0, Buf::new(4096)), 1).unwrap();
+    ///     plug.submit(Bio::write(4096, Buf::new(4096)), 2).unwrap();
+    /// }
+    /// let mut done = Vec::new();
+    /// client.do_io(&mut done, 2, 2, None)?;
+    /// done.sort_by_key(|c| c.user_data);
+    /// assert_eq!((done[0].status, done[1].status), (Status::Ok, Status::Medium));
+    /// # Ok::<(), mqblk::Error>(())
+    /// ```
     pub fn complete_bytes(self, ok_bytes: u64, status: Status) {
         assert!(
             ok_bytes <= self.len_bytes(),

@@ -19,7 +19,38 @@ const HYBRID_POLL_DELAY_RANGE: (u64, u64) = (0, 1_000_000);
 const IO_TIMEOUT_RANGE: (u64, u64) = (1, 3_600_000);
 
 /// The block layer's configuration of a device (the block-layer keys of a
-/// spec): `QueueConfig::default()` is every key's default.
+/// spec): `QueueConfig::default()` is every key's default, changed by a
+/// setter per field.
+///
+/// ```
+/// use mqblk::config::{SpecParams, SpecWriter};
+/// use mqblk::{PlugNesting, QueueConfig, Sched, Wake};
+///
+/// let opts = QueueConfig::default()
+///     .wake(Wake::Stash)
+///     .plug_nesting(PlugNesting::FlushEach)
+///     .plug_sync(true)
+///     .sched(Sched::Kyber(Default::default()))
+///     .nr_requests(Some(32))
+///     .hybrid_poll_delay_us(5)
+///     .io_timeout_ms(Some(1000));
+/// opts.validate()?;
+/// let mut w = SpecWriter::new("null");
+/// opts.write_spec(&mut w);
+/// let spec = w.finish();
+/// let expected = concat!(
+///     "null:wake=stash,plug_nesting=flush_each,sched=kyber,",
+///     "nr_requests=32,hybrid_poll_delay=5,io_timeout=1000",
+/// );
+/// assert_eq!(spec, expected);
+///
+/// // And back: the block layer's keys, the rest left to the driver.
+/// let (parsed, rest) = QueueConfig::from_params(&SpecParams::parse(&format!("{spec},gb=4"))?)?;
+/// assert_eq!(parsed, opts);
+/// assert_eq!(rest.pairs().len(), 1);
+/// assert!(QueueConfig::default().nr_requests(Some(2)).validate().is_err(), "nr_requests is 4..=65536");
+/// # Ok::<(), mqblk::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueConfig {
     /// Tag wakeup policy (`wake=`).
@@ -62,6 +93,18 @@ impl Default for QueueConfig {
 
 /// How freed tags wake sleeping submitters (`wake=`; ARCHITECTURE.md,
 /// "Tag wakeup policies").
+///
+/// ```
+/// use mqblk::Wake;
+///
+/// assert_eq!(Wake::default(), Wake::Handoff);
+/// assert_eq!("batch".parse::<Wake>()?, Wake::Batch);
+/// assert_eq!(Wake::Stash.to_string(), "stash");
+/// assert!("fastest".parse::<Wake>().is_err(), "not registered");
+/// // A policy registered with `register_wake_policy` (see `WakePolicy`).
+/// assert_eq!(Wake::custom("mine").name(), "mine");
+/// # Ok::<(), mqblk::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Wake {
@@ -216,6 +259,14 @@ impl QueueConfig {
 }
 
 /// Which plug levels flush (`plug_nesting=` in a device spec).
+///
+/// ```
+/// use mqblk::PlugNesting;
+///
+/// assert_eq!(PlugNesting::from_name("flush_each"), Some(PlugNesting::FlushEach));
+/// assert_eq!(PlugNesting::default().name(), "outermost");
+/// assert_eq!(PlugNesting::NAMES, ["outermost", "flush_each"]);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PlugNesting {
     /// Only the outermost plug flushes (Linux since 2015; the default).
@@ -228,8 +279,10 @@ pub enum PlugNesting {
 }
 
 impl PlugNesting {
+    /// The names `plug_nesting=` takes.
     pub const NAMES: &'static [&'static str] = &["outermost", "flush_each"];
 
+    /// The nesting `plug_nesting=name` chooses.
     pub fn from_name(name: &str) -> Option<Self> {
         match name {
             "outermost" => Some(Self::Outermost),
@@ -238,6 +291,7 @@ impl PlugNesting {
         }
     }
 
+    /// The name `plug_nesting=` chooses it by.
     pub fn name(self) -> &'static str {
         match self {
             Self::Outermost => "outermost",

@@ -3,7 +3,7 @@
 //! clients' completion sinks together, and validates bios against the
 //! limits.
 //!
-//! [`Device`] is the public, cloneable handle on a queue.
+//! [`Device`](crate::Device) is the public, cloneable handle on a queue.
 //!
 //! The rest of the queue is in this folder, one concept a file:
 //! sched_switch.rs installs a scheduler and switches it on a live queue

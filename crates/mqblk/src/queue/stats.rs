@@ -14,7 +14,26 @@ use crate::sync::Ordering;
 
 use super::RequestQueue;
 
-/// Device-wide counters, summed over hardware queues.
+/// Device-wide counters, summed over hardware queues and clients
+/// ([`Device::stats`](crate::Device::stats)).
+///
+/// ```
+/// # mod ram { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/ram.rs")); }
+/// # ram::register();
+/// use mqblk::{Bio, Buf, Device};
+///
+/// // Requests of at most 8 sectors (4 KiB): larger bios are split.
+/// let dev = Device::open("ram:size=64,irqmode=0,max_sectors=8")?;
+/// let mut client = dev.client();
+/// client.write_at(&[1; 16384], 0)?;
+/// client.read_at(&mut [0; 4096], 0)?;
+/// let stats = dev.stats();
+/// assert_eq!((stats.bios.write, stats.bios.read, stats.bios.total()), (1, 1, 2));
+/// assert_eq!((stats.splits, stats.requests.write), (1, 4), "one bio, four requests");
+/// assert_eq!((stats.dispatched, stats.completed), (5, 5));
+/// assert_eq!(stats.nr_requests, 0, "no scheduler");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct DeviceStats {
     /// Requests handed to the driver's `queue_rq`.
@@ -32,6 +51,7 @@ pub struct DeviceStats {
     /// Bios merged into another bio's request, by direction (fio's disk
     /// stats "merge"); `front_merges` of them preceded the request.
     pub merges: RwCount,
+    /// Merges of a bio in front of a request.
     pub front_merges: u64,
     /// Plug lists issued to the driver.
     pub plug_flushes: u64,
@@ -49,11 +69,11 @@ pub struct DeviceStats {
     pub tag_wait_ns: u64,
     /// Requests whose timeout handler ran.
     pub timeouts: u64,
-    /// Reads served by direct access (`Device::read_direct`), outside the
-    /// counts above.
+    /// Reads served by direct access ([`DirectReads`](crate::DirectReads)),
+    /// outside the counts above.
     pub direct_reads: u64,
     /// Of those, reads whose pages were lent past the call
-    /// (`Device::read_direct_lent`: a socket holding them by reference).
+    /// (`DirectReads::read_lent`: a socket holding them by reference).
     pub direct_reads_lent: u64,
 }
 

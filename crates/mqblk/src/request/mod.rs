@@ -283,20 +283,29 @@ impl RequestSlot {
     }
 }
 
-/// What a completed request looked like, for `Elevator::finish_request`.
+/// What a completed request looked like, for `Elevator::finish_request`
+/// (example: [`Elevator`](crate::sched::Elevator)); the fields are the
+/// request's (see [`Rq`]).
 #[derive(Debug, Clone, Copy)]
 pub struct DoneInfo {
+    /// [`Rq::sched_tag`].
     pub sched_tag: u32,
+    /// [`Rq::op`].
     pub op: Op,
+    /// [`Rq::flags`].
     pub flags: ReqFlags,
+    /// [`Rq::nr_sectors`].
     pub nr_sectors: u32,
+    /// [`Rq::client_id`].
     pub client_id: u32,
+    /// [`Rq::ioprio`].
     pub ioprio: IoPrio,
     /// `Rq::sched_time_ns` as the scheduler set it (kyber: insertion).
     pub inserted_ns: u64,
 }
 
 impl DoneInfo {
+    /// See [`op_is_sync`].
     pub fn is_sync(&self) -> bool {
         op_is_sync(self.op, self.flags)
     }

@@ -19,7 +19,72 @@ use super::{op_is_sync, IoPrio, Op, ReqFlags, Request, RequestSlot, SECTOR_SHIFT
 
 /// The driver's handle on one in-flight request: a move-only token. Hand it
 /// back with [`Rq::complete`]; dropping it completes the request with
-/// [`Status::IoErr`](crate::Status::IoErr).
+/// [`Status::IoErr`](crate::Status::IoErr). Positions are in 512-byte
+/// sectors ([`Rq::sector`]) or bytes ([`Rq::pos_bytes`]).
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// use mqblk::driver::{Driver, Hctx, QueueRqResult, Rq};
+/// use mqblk::{Bio, Buf, Device, IoPrio, IoPrioClass, Op, QueueLimits, ReqFlags, Status, TagSetConfig};
+///
+/// /// What the driver saw of a request.
+/// struct Seen {
+///     op: Op,
+///     sector: u64,
+///     nr_sectors: u32,
+///     pos_bytes: u64,
+///     len_bytes: u64,
+///     flags: ReqFlags,
+///     sync: bool,
+///     ioprio: IoPrio,
+///     client_id: u32,
+/// }
+///
+/// struct Recorder(Arc<Mutex<Vec<Seen>>>);
+///
+/// impl Driver for Recorder {
+///     fn name(&self) -> &str { "recorder" }
+///     fn tag_set(&self) -> TagSetConfig { TagSetConfig::new(1, 8) }
+///     fn limits(&self) -> QueueLimits { QueueLimits::new(1 << 20, 512) }
+///     fn queue_rq(&self, hctx: &Hctx, mut rq: Rq, _last: bool) -> QueueRqResult {
+///         assert_eq!(rq.hctx_index(), hctx.index());
+///         assert!(rq.tag() < hctx.queue_depth(), "a driver tag indexes per-queue state");
+///         assert_eq!(rq.sched_tag(), rq.tag(), "without a scheduler, one tag");
+///         assert_eq!((rq.nr_segments(), rq.sched_time_ns()), (1, 0));
+///         *rq.driver_data() = 0xd0; // a word of the driver's own
+///         let seen = Seen {
+///             op: rq.op(),
+///             sector: rq.sector(),
+///             nr_sectors: rq.nr_sectors(),
+///             pos_bytes: rq.pos_bytes(),
+///             len_bytes: rq.len_bytes(),
+///             flags: rq.flags(),
+///             sync: rq.is_sync(),
+///             ioprio: rq.ioprio(),
+///             client_id: rq.client_id(),
+///         };
+///         self.0.lock().unwrap().push(seen);
+///         rq.complete(Status::Ok);
+///         QueueRqResult::Queued
+///     }
+/// }
+///
+/// let seen = Arc::new(Mutex::new(Vec::new()));
+/// let dev = Device::with_driver(Box::new(Recorder(seen.clone())))?;
+/// let mut client = dev.client();
+/// client.submit_and_wait(Bio::write(4096, Buf::new(8192)).with_flags(ReqFlags::FUA))?;
+/// let urgent = IoPrio::new(IoPrioClass::Rt, 0);
+/// client.submit_and_wait(Bio::read(0, Buf::new(512)).with_ioprio(urgent))?;
+///
+/// let seen = seen.lock().unwrap();
+/// let (write, read) = (&seen[0], &seen[1]);
+/// assert_eq!((write.op, write.sector, write.nr_sectors), (Op::Write, 8, 16));
+/// assert_eq!((write.pos_bytes, write.len_bytes), (4096, 8192));
+/// assert_eq!((write.flags, write.sync, write.ioprio), (ReqFlags::FUA, true, IoPrio::default()));
+/// assert_eq!((read.op, read.sector, read.ioprio), (Op::Read, 0, urgent));
+/// assert_eq!(write.client_id, read.client_id, "one client");
+/// # Ok::<(), mqblk::Error>(())
+/// ```
 pub struct Rq {
     ptr: NonNull<RequestSlot>,
 }
@@ -78,11 +143,12 @@ impl Rq {
     }
 
     /// The submitting client, for schedulers that serve clients in
-    /// proportion (bfq).
+    /// proportion (bfq): the same for every request of one [`Client`](crate::Client).
     pub fn client_id(&self) -> u32 {
         self.rq().client_id
     }
 
+    /// The bio's I/O priority.
     pub fn ioprio(&self) -> IoPrio {
         self.rq().ioprio
     }
@@ -92,15 +158,18 @@ impl Rq {
         op_is_sync(self.rq().op, self.rq().flags)
     }
 
-    /// The scheduler's time stamp of the request (kyber: insertion, ns).
+    /// The scheduler's time stamp of the request (kyber: insertion, ns);
+    /// 0 under other schedulers, which cannot set it.
     pub fn sched_time_ns(&self) -> u64 {
         self.rq().sched_time_ns
     }
 
+    /// The operation.
     pub fn op(&self) -> Op {
         self.rq().op
     }
 
+    /// The bio's flags (FUA, SYNC ...).
     pub fn flags(&self) -> ReqFlags {
         self.rq().flags
     }
@@ -110,14 +179,17 @@ impl Rq {
         self.rq().sector
     }
 
+    /// Length in 512-byte sectors.
     pub fn nr_sectors(&self) -> u32 {
         self.rq().nr_sectors
     }
 
+    /// First byte on the device (`sector() * 512`).
     pub fn pos_bytes(&self) -> u64 {
         self.rq().sector << SECTOR_SHIFT
     }
 
+    /// Length in bytes (`nr_sectors() * 512`).
     pub fn len_bytes(&self) -> u64 {
         u64::from(self.rq().nr_sectors) << SECTOR_SHIFT
     }
@@ -135,6 +207,41 @@ impl Rq {
 
     /// The data of a write (empty for ops without data). Only for a request
     /// of one segment: use [`Rq::for_each_segment`] for merged requests.
+    ///
+    /// ```
+    /// use std::sync::Mutex;
+    /// use mqblk::driver::{Driver, Hctx, QueueRqResult, Rq};
+    /// use mqblk::{Device, Op, QueueLimits, Status, TagSetConfig};
+    ///
+    /// /// 64 KiB of memory. No merges here: every bio is one segment.
+    /// struct Mem(Mutex<Vec<u8>>);
+    ///
+    /// impl Driver for Mem {
+    ///     fn name(&self) -> &str { "mem" }
+    ///     fn tag_set(&self) -> TagSetConfig { TagSetConfig::new(1, 8) }
+    ///     fn limits(&self) -> QueueLimits { QueueLimits::new(64 << 10, 512) }
+    ///     fn queue_rq(&self, _hctx: &Hctx, mut rq: Rq, _last: bool) -> QueueRqResult {
+    ///         let range = rq.pos_bytes() as usize..(rq.pos_bytes() + rq.len_bytes()) as usize;
+    ///         let mut mem = self.0.lock().unwrap();
+    ///         match rq.op() {
+    ///             Op::Write => mem[range].copy_from_slice(rq.data()),
+    ///             Op::Read => rq.data_mut().copy_from_slice(&mem[range]),
+    ///             _ => {}
+    ///         }
+    ///         drop(mem);
+    ///         rq.complete(Status::Ok);
+    ///         QueueRqResult::Queued
+    ///     }
+    /// }
+    ///
+    /// let dev = Device::with_driver(Box::new(Mem(Mutex::new(vec![0; 64 << 10]))))?;
+    /// let mut client = dev.client();
+    /// client.write_at(b"0123456789abcdef".repeat(32).as_slice(), 512)?;
+    /// let mut back = [0; 512];
+    /// client.read_at(&mut back, 512)?;
+    /// assert_eq!(&back[..16], b"0123456789abcdef");
+    /// # Ok::<(), mqblk::Error>(())
+    /// ```
     pub fn data(&self) -> &[u8] {
         let rq = self.rq();
         assert_eq!(rq.nr_bios, 1, "Rq::data on a merged request: use for_each_segment");
@@ -142,7 +249,8 @@ impl Rq {
     }
 
     /// The buffer a read fills (empty for ops without data). Only for a
-    /// request of one segment: use [`Rq::for_each_segment_mut`] otherwise.
+    /// request of one segment: use [`Rq::for_each_segment_mut`] otherwise
+    /// (example: [`Rq::data`]).
     pub fn data_mut(&mut self) -> &mut [u8] {
         let rq = self.rq_mut();
         assert_eq!(rq.nr_bios, 1, "Rq::data_mut on a merged request: use for_each_segment_mut");
@@ -150,6 +258,55 @@ impl Rq {
     }
 
     /// Calls `f(pos_bytes, data)` for each segment, in device order.
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use mqblk::driver::{Driver, Hctx, QueueRqResult, Rq};
+    /// use mqblk::{Bio, Buf, Device, Op, QueueLimits, Status, TagSetConfig};
+    ///
+    /// /// 64 KiB of memory, any request: merged ones carry several bios.
+    /// struct Mem(Mutex<Vec<u8>>, Arc<Mutex<Vec<u32>>>);
+    ///
+    /// impl Driver for Mem {
+    ///     fn name(&self) -> &str { "mem" }
+    ///     fn tag_set(&self) -> TagSetConfig { TagSetConfig::new(1, 8) }
+    ///     fn limits(&self) -> QueueLimits { QueueLimits::new(64 << 10, 512) }
+    ///     fn queue_rq(&self, _hctx: &Hctx, mut rq: Rq, _last: bool) -> QueueRqResult {
+    ///         self.1.lock().unwrap().push(rq.nr_segments());
+    ///         let mut mem = self.0.lock().unwrap();
+    ///         match rq.op() {
+    ///             Op::Write => rq.for_each_segment(|pos, data| {
+    ///                 mem[pos as usize..][..data.len()].copy_from_slice(data);
+    ///             }),
+    ///             Op::Read => rq.for_each_segment_mut(|pos, buf| {
+    ///                 let len = buf.len();
+    ///                 buf.copy_from_slice(&mem[pos as usize..][..len]);
+    ///             }),
+    ///             _ => {}
+    ///         }
+    ///         drop(mem);
+    ///         rq.complete(Status::Ok);
+    ///         QueueRqResult::Queued
+    ///     }
+    /// }
+    ///
+    /// let segments = Arc::new(Mutex::new(Vec::new()));
+    /// let dev = Device::with_driver(Box::new(Mem(Mutex::new(vec![0; 64 << 10]), segments.clone())))?;
+    /// let mut client = dev.client();
+    /// {
+    ///     // Three adjacent writes under a plug: one request of three segments.
+    ///     let mut plug = client.plug();
+    ///     for i in 0..3u8 {
+    ///         plug.submit(Bio::write(u64::from(i) * 512, Buf::from_slice(&[i; 512])), 0).unwrap();
+    ///     }
+    /// }
+    /// client.drain();
+    /// let mut back = [9; 1536];
+    /// client.read_at(&mut back, 0)?;
+    /// assert_eq!((back[0], back[512], back[1024]), (0, 1, 2));
+    /// assert_eq!(*segments.lock().unwrap(), [3, 1]);
+    /// # Ok::<(), mqblk::Error>(())
+    /// ```
     pub fn for_each_segment(&self, mut f: impl FnMut(u64, &[u8])) {
         let rq = self.rq();
         let mut pos = rq.sector << SECTOR_SHIFT;
@@ -167,7 +324,7 @@ impl Rq {
     }
 
     /// Calls `f(pos_bytes, buffer)` for each segment, in device order, with
-    /// the buffer to fill (reads).
+    /// the buffer to fill (reads; example: [`Rq::for_each_segment`]).
     pub fn for_each_segment_mut(&mut self, mut f: impl FnMut(u64, &mut [u8])) {
         let rq = self.rq_mut();
         let mut pos = rq.sector << SECTOR_SHIFT;
@@ -184,13 +341,15 @@ impl Rq {
         unsafe { walk_chain_mut(rq.back, |d| emit(d.buf.as_deref_mut().unwrap_or(&mut []))) };
     }
 
-    /// A word of per-request driver state.
+    /// A word of per-request driver state (the kernel's PDU, as small as
+    /// it gets); 0 when the driver first sees the request (example: [`Rq`]).
     pub fn driver_data(&mut self) -> &mut u64 {
         &mut self.rq_mut().driver_data
     }
 
     /// Zone append: records where the data went (the zone's write pointer
-    /// when the driver wrote it), reported in the completion.
+    /// when the driver wrote it), reported in the completion (example:
+    /// [`Zoned`](crate::driver::Zoned)).
     pub fn set_append_sector(&mut self, sector: u64) {
         debug_assert_eq!(self.op(), Op::ZoneAppend);
         self.rq_mut().sector = sector;

@@ -10,7 +10,63 @@ use super::Rq;
 /// An ordered list of requests (the kernel's `struct rq_list`): what a
 /// plug holds and what `Driver::queue_rqs` receives. Taking from the front
 /// is O(1) and moves nothing; the storage is reused, so a plug never
-/// allocates once its list has grown to its largest size.
+/// allocates once its list has grown to its largest size. Iterating takes
+/// the requests from the front.
+///
+/// A driver that takes at most two requests of a plug's batch at once
+/// (its queue holds two), handing the rest back:
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// use mqblk::driver::{Driver, Hctx, QueueRqResult, Rq, RqList};
+/// use mqblk::{Bio, Buf, Device, QueueLimits, Status, TagSetConfig};
+///
+/// struct TwoAtOnce(Arc<Mutex<Vec<usize>>>);
+///
+/// impl Driver for TwoAtOnce {
+///     fn name(&self) -> &str { "two-at-once" }
+///     fn tag_set(&self) -> TagSetConfig { TagSetConfig::new(1, 8) }
+///     fn limits(&self) -> QueueLimits { QueueLimits::new(1 << 20, 512) }
+///     fn queue_rq(&self, _hctx: &Hctx, rq: Rq, _last: bool) -> QueueRqResult {
+///         rq.complete(Status::Ok);
+///         QueueRqResult::Queued
+///     }
+///     fn queue_rqs(&self, _hctx: &Hctx, rqs: &mut RqList) {
+///         self.0.lock().unwrap().push(rqs.len());
+///         assert!(rqs.front().is_some_and(|rq| rq.sector() == 0), "in submission order");
+///         let mut taken = RqList::with_capacity(2);
+///         while let Some(rq) = rqs.pop_front() {
+///             if taken.len() == 2 {
+///                 rqs.push_front(rq); // full: back in front, where it was
+///                 break;
+///             }
+///             taken.push_back(rq);
+///         }
+///         if let Some(rq) = taken.back_mut() {
+///             *rq.driver_data() = 1; // e.g. "ring the doorbell after this one"
+///         }
+///         for rq in taken {
+///             rq.complete(Status::Ok);
+///         }
+///         // What is left in `rqs` is kept, in order, and dispatched later.
+///     }
+/// }
+///
+/// let batches = Arc::new(Mutex::new(Vec::new()));
+/// let dev = Device::with_driver(Box::new(TwoAtOnce(batches.clone())))?;
+/// let mut client = dev.client();
+/// {
+///     let mut plug = client.plug();
+///     for i in 0..4 {
+///         // Not adjacent: four requests.
+///         plug.submit(Bio::write(i * 8192, Buf::new(4096)), i).unwrap();
+///     }
+/// }
+/// client.drain();
+/// assert_eq!(batches.lock().unwrap()[0], 4, "the whole batch at once");
+/// assert_eq!(dev.stats().completed, 4);
+/// # Ok::<(), mqblk::Error>(())
+/// ```
 #[derive(Default)]
 pub struct RqList {
     /// Requests from `head` on; slots before it were taken.
@@ -19,20 +75,24 @@ pub struct RqList {
 }
 
 impl RqList {
+    /// An empty list with room for `capacity` requests.
     pub fn with_capacity(capacity: usize) -> Self {
         Self { rqs: Vec::with_capacity(capacity), head: 0 }
     }
 
+    /// Requests in the list.
     #[inline(always)]
     pub fn len(&self) -> usize {
         self.rqs.len() - self.head
     }
 
+    /// Is the list empty?
     #[inline(always)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    /// Appends a request.
     #[inline(always)]
     pub fn push_back(&mut self, rq: Rq) {
         self.rqs.push(Some(rq));
@@ -75,10 +135,12 @@ impl RqList {
         self.rqs[self.head..].iter().flatten()
     }
 
+    /// The first request.
     pub fn front(&self) -> Option<&Rq> {
         self.rqs.get(self.head).and_then(Option::as_ref)
     }
 
+    /// The last request, to adjust.
     pub fn back_mut(&mut self) -> Option<&mut Rq> {
         if self.is_empty() {
             return None;

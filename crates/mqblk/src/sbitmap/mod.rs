@@ -77,7 +77,7 @@ struct SbitmapWord {
 }
 
 /// A caller's allocation hint: where its next search starts. One per thread
-/// or per client, like the kernel's per-CPU hint.
+/// or per client, like the kernel's per-CPU hint (example: [`Sbitmap`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AllocHint(pub u32);
 
@@ -89,7 +89,35 @@ impl AllocHint {
     }
 }
 
-/// The scalable bitmap.
+/// The scalable bitmap: allocates and frees bits without a lock, each word
+/// on its own cache line.
+///
+/// ```
+/// use mqblk::sbitmap::{default_shift, AllocHint, Sbitmap};
+///
+/// let sb = Sbitmap::new(64, None, false);
+/// assert_eq!((sb.depth(), sb.shift(), sb.map_nr()), (64, default_shift(64), 4));
+/// assert!(!sb.round_robin());
+///
+/// let mut hint = AllocHint::new(0); // one per thread: where its search starts
+/// let a = sb.get(&mut hint).unwrap();
+/// let b = sb.get(&mut hint).unwrap();
+/// assert_ne!(a, b);
+/// assert!(sb.test_bit(a) && sb.test_bit(b));
+/// assert_eq!(sb.weight(), 2);
+///
+/// // A caller limited to a shallow depth gets only a share of each word.
+/// let c = sb.get_shallow(&mut hint, 16).unwrap();
+/// assert!(sb.bit_allowed(c, 16));
+///
+/// // Up to 4 bits of one word with one compare-and-swap: (first, mask).
+/// let (first, mask) = sb.get_batch(4, &mut hint).unwrap();
+/// assert!(mask != 0 && first + mask.trailing_zeros() < 64);
+///
+/// sb.clear(a, Some(&mut hint)); // freed (deferred: allocatable again soon)
+/// assert!(!sb.test_bit(a));
+/// assert_eq!(sb.weight(), 2 + mask.count_ones());
+/// ```
 pub struct Sbitmap {
     depth: u32,
     shift: u32,
@@ -110,6 +138,13 @@ impl fmt::Debug for Sbitmap {
 
 /// The kernel's default word shift: a full word, lowered until the map spans
 /// at least 4 words, so that allocators spread out even for small depths.
+///
+/// ```
+/// use mqblk::sbitmap::default_shift;
+///
+/// assert_eq!(default_shift(64), 4, "4 words of 16 bits");
+/// assert_eq!(default_shift(4096), 6, "64 words of 64 bits");
+/// ```
 pub fn default_shift(depth: u32) -> u32 {
     let mut shift = BITS_PER_WORD.trailing_zeros();
     if depth >= 4 {
@@ -138,18 +173,22 @@ impl Sbitmap {
         Self { depth, shift, round_robin, words }
     }
 
+    /// Bits in the map.
     pub fn depth(&self) -> u32 {
         self.depth
     }
 
+    /// Words hold `1 << shift` bits.
     pub fn shift(&self) -> u32 {
         self.shift
     }
 
+    /// Words in the map.
     pub fn map_nr(&self) -> usize {
         self.words.len()
     }
 
+    /// Whether bits are handed out in strict round-robin order.
     pub fn round_robin(&self) -> bool {
         self.round_robin
     }
@@ -160,12 +199,11 @@ impl Sbitmap {
         (self.depth - start).min(1 << self.shift)
     }
 
-    /// Bits of word `index` usable under a whole-bitmap `shallow_depth`: the
-    /// limit is spread over the words in proportion to their size, with
-    /// cumulative rounding so the per-word limits add up to exactly
-    /// `shallow_depth` (the 6.17 semantics).
-    /// May a caller limited to `shallow_depth` hold `bit`? (The same rule
-    /// the search applies: a proportional share of each word's low bits.)
+    /// May a caller limited to `shallow_depth` hold `bit`? The same rule
+    /// the search applies: the limit is spread over the words in proportion
+    /// to their size, with cumulative rounding so the per-word limits add
+    /// up to exactly `shallow_depth` (the 6.17 semantics), each word's
+    /// share being its low bits.
     pub fn bit_allowed(&self, bit: u32, shallow_depth: u32) -> bool {
         if shallow_depth >= self.depth {
             return true;

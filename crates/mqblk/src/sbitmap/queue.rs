@@ -14,6 +14,19 @@ use crate::sync::{dekker_fence, Arc, AtomicU32, AtomicU64, AtomicUsize, Mutex, O
 /// One waiter: a thread that may sleep on an `SbitmapQueue`. Allocate it once
 /// per thread or client and reuse it (waiting allocates nothing after the
 /// first waits).
+///
+/// ```
+/// use mqblk::sbitmap::{HandoffWake, SbitmapQueue, SbqWaiter};
+///
+/// let sbq = SbitmapQueue::with_policy(8, None, false, 8, Box::new(HandoffWake::default()));
+/// let waiter = SbqWaiter::new();
+/// waiter.set_want(2); // its next wait needs 2 bits together (a split bio)
+/// // Bits a handoff policy granted it while it slept, not yet taken:
+/// assert_eq!(waiter.nr_granted(), 0);
+/// assert_eq!(waiter.take_granted(&sbq), None);
+/// assert_eq!(waiter.wakeups(), 0);
+/// sbq.release_granted(&waiter); // gives back leftovers: none here
+/// ```
 #[derive(Debug, Default)]
 pub struct SbqWaiter {
     parker: Parker,
@@ -43,6 +56,7 @@ struct Grants {
 }
 
 impl SbqWaiter {
+    /// A waiter, shared with the wait queues it sleeps on.
     pub fn new() -> Arc<Self> {
         Arc::new(Self::default())
     }
@@ -122,7 +136,40 @@ struct WaitState {
     list: Mutex<VecDeque<Arc<SbqWaiter>>>,
 }
 
-/// `Sbitmap` plus sleeping: the tag allocator's engine.
+/// `Sbitmap` plus sleeping: the tag allocator's engine. A caller that finds
+/// no free bit sleeps on one of 8 wait queues; the wakeup policy decides
+/// how freed bits wake sleepers.
+///
+/// ```
+/// use std::sync::Arc;
+/// use mqblk::sbitmap::{AllocHint, SbitmapQueue, SbqWaiter, SBQ_WAKE_BATCH};
+///
+/// let sbq = Arc::new(SbitmapQueue::new(1, false)); // one bit, batched wakeup
+/// assert_eq!((sbq.depth(), sbq.sb().depth(), sbq.policy_name()), (1, 1, "batch"));
+/// assert!(sbq.wake_batch() <= SBQ_WAKE_BATCH);
+/// assert_eq!(sbq.min_shallow_depth(), 1);
+///
+/// let mut hint = AllocHint::new(0);
+/// let bit = sbq.get(&mut hint).unwrap();
+/// assert_eq!(sbq.get_shallow(&mut hint, 1), None, "taken");
+/// assert_eq!(sbq.get_batch(1, &mut hint), None);
+///
+/// // Another thread sleeps for a bit until this one frees it.
+/// let other = sbq.clone();
+/// let sleeper = std::thread::spawn(move || {
+///     let waiter = SbqWaiter::new();
+///     other.get_or_wait(&mut AllocHint::new(0), 1, &waiter, 0, || { /* e.g. flush a plug */ })
+/// });
+/// sbq.clear(bit, Some(&mut hint));
+/// let (got, _slept) = sleeper.join().unwrap();
+/// assert_eq!(got, bit);
+///
+/// assert_eq!(sbq.ws_active(), 0, "nobody waits now");
+/// assert_eq!(sbq.wake_up_nr(1), 0, "nobody to wake");
+/// sbq.wake_all();
+/// assert_eq!(sbq.snapshot().busy, 1);
+/// assert!(sbq.show().contains("wake_policy=batch"));
+/// ```
 pub struct SbitmapQueue {
     sb: Sbitmap,
     wake_batch: AtomicU32,
@@ -205,35 +252,45 @@ impl SbitmapQueue {
         }
     }
 
+    /// The bitmap.
     pub fn sb(&self) -> &Sbitmap {
         &self.sb
     }
 
+    /// Bits in the bitmap.
     pub fn depth(&self) -> u32 {
         self.sb.depth
     }
 
+    /// Frees per wakeup (batch policy): `clamp(min(depth,
+    /// min_shallow_depth) / 8, 1, 8)`.
     pub fn wake_batch(&self) -> u32 {
         self.wake_batch.load(Ordering::Relaxed)
     }
 
+    /// The smallest shallow depth a caller may pass.
     pub fn min_shallow_depth(&self) -> u32 {
         self.min_shallow_depth
     }
 
+    /// The wakeup policy's name.
     pub fn policy_name(&self) -> &'static str {
         self.policy.name()
     }
 
+    /// Callers waiting now (a snapshot).
     pub fn ws_active(&self) -> u32 {
         self.ws_active.load(Ordering::SeqCst)
     }
 
+    /// Allocates one bit anywhere, without sleeping ([`Sbitmap::get`]).
     #[inline]
     pub fn get(&self, hint: &mut AllocHint) -> Option<u32> {
         self.sb.get(hint)
     }
 
+    /// Allocates one bit within `shallow_depth` (at least
+    /// `min_shallow_depth`), without sleeping ([`Sbitmap::get_shallow`]).
     #[inline]
     pub fn get_shallow(&self, hint: &mut AllocHint, shallow_depth: u32) -> Option<u32> {
         debug_assert!(
@@ -244,6 +301,7 @@ impl SbitmapQueue {
         self.sb.get_shallow(hint, shallow_depth)
     }
 
+    /// Allocates up to `nr` bits of one word ([`Sbitmap::get_batch`]).
     pub fn get_batch(&self, nr: u32, hint: &mut AllocHint) -> Option<(u32, usize)> {
         self.sb.get_batch(nr, hint)
     }
@@ -468,6 +526,8 @@ impl SbitmapQueue {
         }
     }
 
+    /// A point-in-time view of the queue (what [`SbitmapQueue::show`]
+    /// prints).
     pub fn snapshot(&self) -> SbqSnapshot {
         // First, Acquire: the waiting counts read below are at least as new
         // as what each counted sleeper did before it slept.

@@ -13,7 +13,7 @@ pub type WakePolicyFactory = dyn Fn() -> Box<dyn WakePolicy> + Send + Sync;
 static REGISTERED: Registry<WakePolicyFactory> = Registry::new("wake policy");
 
 /// Makes `wake=name` (in a spec, `Wake::from_str`) choose a wakeup policy
-/// built by `factory`.
+/// built by `factory` (example: [`WakePolicy`]).
 pub fn register_wake_policy(name: &str, factory: impl Fn() -> Box<dyn WakePolicy> + Send + Sync + 'static) {
     REGISTERED.register(WAKE_POLICIES, name, Arc::new(factory));
 }
@@ -22,7 +22,8 @@ pub(crate) fn registered(name: &str) -> Option<Arc<WakePolicyFactory>> {
     REGISTERED.get(name)
 }
 
-/// Every name `wake=` accepts.
+/// Every name `wake=` accepts: the built-in ones, then those registered
+/// (example: [`WakePolicy`]).
 pub fn wake_policy_names() -> Vec<String> {
     REGISTERED.names(WAKE_POLICIES)
 }

@@ -11,6 +11,53 @@ use crate::sync::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 /// the bitmap and only when `ws_active` was seen non-zero. An implementation
 /// must eventually wake a waiter whenever bits are free and waiters sleep
 /// (no lost wakeup), and must wake through [`SbitmapQueue::wake_up_nr`].
+///
+/// Every freed bit wakes one sleeper (the kernel's sbitmap before batched
+/// wakeups), registered as `one` for `wake=one`:
+///
+/// ```
+/// # mod ram { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/ram.rs")); }
+/// # ram::register();
+/// use std::fmt::Write as _;
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use mqblk::sbitmap::{register_wake_policy, wake_policy_names, SbitmapQueue, WakePolicy};
+/// use mqblk::{Device, DeviceConfig, Wake};
+///
+/// #[derive(Debug, Default)]
+/// struct WakeOne {
+///     woken: AtomicU64,
+/// }
+///
+/// impl WakePolicy for WakeOne {
+///     fn name(&self) -> &'static str {
+///         "one"
+///     }
+///     fn bits_freed(&self, sbq: &SbitmapQueue, nr: u32) {
+///         let woken = sbq.wake_up_nr(nr);
+///         self.woken.fetch_add(u64::from(woken), Ordering::Relaxed);
+///     }
+///     fn show(&self, out: &mut String) {
+///         let _ = writeln!(out, "woken={}", self.woken.load(Ordering::Relaxed));
+///     }
+/// }
+///
+/// register_wake_policy("one", || Box::new(WakeOne::default())); // one per tag set
+/// assert!(wake_policy_names().iter().any(|name| name == "one"));
+///
+/// let dev = Device::open("ram:size=64,hw_queue_depth=2,wake=one")?;
+/// let mut clients: Vec<_> = (0..4).map(|_| dev.client()).collect();
+/// let writers: Vec<_> = clients
+///     .drain(..)
+///     .map(|mut client| std::thread::spawn(move || client.write_at(&[0; 4096], 0)))
+///     .collect();
+/// for writer in writers {
+///     writer.join().unwrap()?; // 4 writers, 2 tags: some may sleep, none stays asleep
+/// }
+/// assert!(dev.show_stats().contains("wake_policy=one"));
+/// let cfg = DeviceConfig::parse("ram:size=64")?.wake(Wake::custom("one"));
+/// assert_eq!(cfg.to_string(), "ram:size=64,wake=one");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub trait WakePolicy: Send + Sync + fmt::Debug {
     /// The policy's name as chosen on the command line (`wake=NAME`).
     fn name(&self) -> &'static str;
@@ -43,6 +90,25 @@ pub trait WakePolicy: Send + Sync + fmt::Debug {
 /// `completion_cnt - wakeup_cnt >= wake_batch`, the freer that advances
 /// `wakeup_cnt` by `wake_batch` (compare-and-swap) wakes up to `wake_batch`
 /// waiters.
+///
+/// ```
+/// use mqblk::sbitmap::{wake_policy, BatchWake, HandoffWake, SbitmapQueue, StashWake};
+/// use mqblk::sbitmap::{DEFAULT_WAKE_POLICY, WAKE_POLICIES};
+///
+/// let batch = SbitmapQueue::with_policy(64, None, false, 64, Box::new(BatchWake::default()));
+/// assert_eq!((batch.policy_name(), batch.wake_batch()), ("batch", 8));
+/// // Stash from 2 waiters on (the RFC's default is 4).
+/// let stash = SbitmapQueue::with_policy(64, None, false, 64, Box::new(StashWake::with_min_waiters(2)));
+/// assert_eq!(stash.policy_name(), "stash");
+/// // Handoff that never falls back to publishing freed bits.
+/// let handoff = HandoffWake::with_max_idle_permille(u64::MAX);
+/// assert_eq!(handoff.idle_permille(64), 0, "nothing measured yet");
+///
+/// // By name, as `wake=` chooses them.
+/// assert_eq!(WAKE_POLICIES, ["batch", "stash", "handoff"]);
+/// assert_eq!(wake_policy(DEFAULT_WAKE_POLICY).unwrap().name(), "handoff");
+/// assert!(wake_policy("one").is_none(), "registered policies are Wake::custom's");
+/// ```
 #[derive(Debug, Default)]
 pub struct BatchWake {
     completion_cnt: AtomicU32,
@@ -83,7 +149,7 @@ impl WakePolicy for BatchWake {
     }
 }
 
-/// Hou Tao's stash-wake-use ("[RFC] blk-mq: provide more tags for woken-up
+/// Hou Tao's stash-wake-use ("\[RFC\] blk-mq: provide more tags for woken-up
 /// process when tag allocation is busy", 2020-06-03, in the form of his
 /// follow-up in that thread): with few waiters, the kernel's batched wakeup; once at least
 /// `min_waiters` wait, freed bits are *stashed* (left free, nobody woken)
@@ -121,7 +187,8 @@ impl Default for StashWake {
 }
 
 impl StashWake {
-    /// `min_waiters`: below this many active waiters, batch wakeup (the RFC's 4).
+    /// `min_waiters`: below this many active waiters, batch wakeup (the RFC's
+    /// 4; example: [`BatchWake`]).
     pub fn with_min_waiters(min_waiters: u32) -> Self {
         Self {
             batch: BatchWake::default(),
@@ -236,7 +303,7 @@ impl Default for HandoffWake {
 
 impl HandoffWake {
     /// A handoff policy that falls back to publishing above `permille` of
-    /// tag time idle in grants (`u64::MAX`: never).
+    /// tag time idle in grants (`u64::MAX`: never; example: [`BatchWake`]).
     pub fn with_max_idle_permille(permille: u64) -> Self {
         Self {
             batch: BatchWake::default(),
@@ -342,7 +409,8 @@ pub const WAKE_POLICIES: &[&str] = &["batch", "stash", "handoff"];
 /// than stash (1.93 against 1.45 per I/O) but waiting 2.5x less per wait.
 pub const DEFAULT_WAKE_POLICY: &str = "handoff";
 
-/// The wakeup policy called `name` (`wake=NAME`), or None.
+/// The built-in wakeup policy called `name` (`wake=NAME`), or None
+/// (example: [`BatchWake`]).
 pub fn wake_policy(name: &str) -> Option<Box<dyn WakePolicy>> {
     match name {
         "batch" => Some(Box::<BatchWake>::default()),

@@ -11,20 +11,54 @@ use super::{Bfq, Elevator, ElevatorArgs, Kyber, MqDeadline};
 use crate::config::{ConfigError, SpecParams, SpecWriter, TUNABLE_KEYS};
 use crate::error::Error;
 
-/// The I/O scheduler of a device (`sched=`).
+/// The I/O scheduler of a device (`sched=`), with its tunables. Its
+/// string form is what queue/scheduler takes: the name, then the tunables
+/// that differ from their defaults.
+///
+/// ```
+/// use mqblk::sched::{BfqTunables, DeadlineTunables, KyberTunables};
+/// use mqblk::Sched;
+///
+/// let deadline = Sched::MqDeadline(DeadlineTunables::default().read_expire(100).fifo_batch(8));
+/// assert_eq!(deadline.to_string(), "mq-deadline,read_expire=100,fifo_batch=8");
+/// assert_eq!("mq-deadline,fifo_batch=8,read_expire=100".parse::<Sched>()?, deadline);
+/// assert_eq!(deadline.name(), "mq-deadline");
+///
+/// let kyber = Sched::Kyber(KyberTunables::default().read_lat_nsec(1_000_000));
+/// assert_eq!(kyber.to_string(), "kyber,read_lat_nsec=1000000");
+/// let bfq = Sched::Bfq(BfqTunables::default().low_latency(false));
+/// assert_eq!(bfq.to_string(), "bfq,low_latency=0");
+/// assert_eq!(Sched::default(), Sched::None);
+///
+/// // Tunables set in code are checked as a spec's would be.
+/// let bad = Sched::MqDeadline(DeadlineTunables::default().fifo_batch(0));
+/// assert!(bad.validate().unwrap_err().to_string().contains("fifo_batch"));
+/// assert!("bfq,read_expire=5".parse::<Sched>().is_err(), "mq-deadline's, not bfq's");
+/// // An elevator registered by name (see `Elevator`) is `Sched::custom`.
+/// assert_eq!(Sched::custom("sstf").name(), "sstf");
+/// # Ok::<(), mqblk::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Sched {
     /// No elevator: requests go to the driver in submission order.
     #[default]
     None,
+    /// mq-deadline: a sorted and a FIFO queue per direction, reads
+    /// favoured, expiry times against starvation.
     MqDeadline(DeadlineTunables),
+    /// kyber: read and write latency targets, enforced by per-domain depth
+    /// limits.
     Kyber(KyberTunables),
+    /// bfq: budgets per client, proportional share, low latency for
+    /// interactive I/O.
     Bfq(BfqTunables),
     /// An elevator added with [`register_elevator`](crate::sched::register_elevator), with the
     /// tunables its factory reads (`"sstf,key=value"`).
     Custom {
+        /// The name it was registered by.
         name: String,
+        /// Its tunables as given (key, value).
         tunables: Vec<(String, String)>,
     },
 }
@@ -117,7 +151,8 @@ impl Tunable for bool {
 }
 
 tunables! {
-    /// mq-deadline's tunables (block/mq-deadline.c names; times in ms).
+    /// mq-deadline's tunables (block/mq-deadline.c names; times in ms), a
+    /// setter each (example: [`Sched`]).
     DeadlineTunables {
         read_expire: u64 = key("read_expire", 500, 0, 3_600_000),
         write_expire: u64 = key("write_expire", 5000, 0, 3_600_000),
@@ -131,7 +166,8 @@ tunables! {
 }
 
 tunables! {
-    /// kyber's tunables: latency targets in ns.
+    /// kyber's tunables: latency targets in ns, a setter each (example:
+    /// [`Sched`]).
     KyberTunables {
         read_lat_nsec: u64 = key("read_lat_nsec", 2_000_000, 1, u64::MAX),
         write_lat_nsec: u64 = key("write_lat_nsec", 10_000_000, 1, u64::MAX),
@@ -140,7 +176,8 @@ tunables! {
 
 tunables! {
     /// bfq's tunables (times in ms; `limit_depths` is mqblk's switch for
-    /// the depth limits of "bfq: limit tags for writes and async I/O").
+    /// the depth limits of "bfq: limit tags for writes and async I/O"), a
+    /// setter each (example: [`Sched`]).
     BfqTunables {
         low_latency: bool = key("low_latency", 1, 0, 1),
         limit_depths: bool = key("limit_depths", 1, 0, 1),
@@ -152,7 +189,9 @@ tunables! {
 }
 
 impl Sched {
-    /// An elevator registered with [`register_elevator`](crate::sched::register_elevator).
+    /// An elevator registered with
+    /// [`register_elevator`](crate::sched::register_elevator), with no
+    /// tunables given.
     pub fn custom(name: impl Into<String>) -> Self {
         Sched::Custom { name: name.into(), tunables: Vec::new() }
     }

@@ -47,6 +47,82 @@ pub const SCHEDULERS: &[&str] = &["none", "mq-deadline", "kyber", "bfq"];
 /// An I/O scheduler (`struct elevator_mq_ops`). One instance serves a whole
 /// device; `hctx` arguments are hardware queue indexes. Every method may be
 /// called from any thread; implementations lock their per-queue state.
+///
+/// A first-in, first-out elevator whose async requests may hold only
+/// `async_depth` scheduler tags, registered as `fifo`:
+///
+/// ```
+/// # mod ram { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/ram.rs")); }
+/// # ram::register();
+/// use std::fmt::Write as _;
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use std::sync::Mutex;
+/// use mqblk::sched::{elevator_names, op_is_sync, register_elevator, DoneInfo, Elevator, ElevatorArgs};
+/// use mqblk::sched::{Op, ReqFlags, Rq, RqList};
+/// use mqblk::{Device, Sched};
+///
+/// /// Sync requests completed by every `fifo` of the process.
+/// static SYNC_DONE: AtomicU64 = AtomicU64::new(0);
+///
+/// struct Fifo {
+///     queues: Vec<Mutex<RqList>>, // one per hardware queue
+///     async_depth: u32,
+/// }
+///
+/// impl Elevator for Fifo {
+///     fn limit_depth(&self, _hctx: usize, op: Op, flags: ReqFlags) -> Option<u32> {
+///         (!op_is_sync(op, flags)).then_some(self.async_depth)
+///     }
+///     fn min_shallow_depth(&self) -> u32 {
+///         self.async_depth
+///     }
+///     fn insert_requests(&self, hctx: usize, rqs: &mut RqList) {
+///         let mut queue = self.queues[hctx].lock().unwrap();
+///         while let Some(rq) = rqs.pop_front() {
+///             queue.push_back(rq);
+///         }
+///     }
+///     fn dispatch_request(&self, hctx: usize) -> Option<Rq> {
+///         self.queues[hctx].lock().unwrap().pop_front()
+///     }
+///     fn has_work(&self, hctx: usize) -> bool {
+///         !self.queues[hctx].lock().unwrap().is_empty()
+///     }
+///     fn finish_request(&self, _hctx: usize, done: &DoneInfo) {
+///         if done.is_sync() {
+///             SYNC_DONE.fetch_add(1, Ordering::Relaxed);
+///         }
+///     }
+///     fn show(&self, out: &mut String) {
+///         let _ = writeln!(out, "async_depth={}", self.async_depth);
+///     }
+/// }
+///
+/// /// Builds a `fifo` for a device: `sched=fifo,async_depth=N` in a spec.
+/// fn fifo(args: &ElevatorArgs) -> Result<Box<dyn Elevator>, mqblk::Error> {
+///     let async_depth = args.tunables.u64_in("async_depth", 8, 1, args.nr_requests.into())? as u32;
+///     let queues = (0..args.nr_hw_queues).map(|_| Mutex::new(RqList::with_capacity(args.nr_requests as usize)));
+///     Ok(Box::new(Fifo { queues: queues.collect(), async_depth }))
+/// }
+///
+/// register_elevator("fifo", &["async_depth"], fifo);
+/// assert!(elevator_names().iter().any(|name| name == "fifo"));
+///
+/// let dev = Device::open("ram:size=64,irqmode=0,sched=fifo,async_depth=4")?;
+/// assert_eq!(dev.scheduler(), "fifo");
+/// let mut client = dev.client();
+/// client.write_at(&[1; 4096], 0)?; // async: limited to 4 scheduler tags
+/// client.read_at(&mut [0; 4096], 0)?; // sync
+/// assert_eq!(SYNC_DONE.load(Ordering::Relaxed), 1);
+/// assert!(dev.show_stats().contains("async_depth=4"));
+///
+/// // Chosen by name, with its tunables, like the built-in ones.
+/// dev.set_scheduler("fifo,async_depth=2".parse()?)?;
+/// assert!(Sched::custom("fifo").validate().is_ok());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// Merging bios into queued requests: see [`MergeKind`].
 pub trait Elevator: Send + Sync + 'static {
     /// The most scheduler tags an allocation of this op and flags may use
     /// (a shallow depth), or None for all of them.
@@ -111,19 +187,29 @@ pub trait Elevator: Send + Sync + 'static {
     fn show(&self, _out: &mut String) {}
 }
 
-/// What an elevator factory (see [`register_elevator`](crate::sched::register_elevator)) builds for:
+/// What an elevator factory (see [`register_elevator`]) builds for:
 /// the device's hardware queues, the scheduler tags of each (the most
 /// requests the elevator holds per hardware queue), and the tunables given
-/// with its name (`"sstf,key=value"`).
+/// with its name (`"sstf,key=value"`; example: [`Elevator`]).
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct ElevatorArgs {
+    /// The device's hardware queues (`hctx` arguments run below it).
     pub nr_hw_queues: usize,
+    /// Scheduler tags per hardware queue: the most requests the elevator
+    /// holds in one.
     pub nr_requests: u32,
+    /// The tunables given with the elevator's name, each one it
+    /// registered.
     pub tunables: SpecParams,
 }
 
 /// The default scheduler tag depth: 2 x min(queue_depth, 128).
+///
+/// ```
+/// assert_eq!(mqblk::sched::default_nr_requests(64), 128);
+/// assert_eq!(mqblk::sched::default_nr_requests(1024), 256);
+/// ```
 pub fn default_nr_requests(queue_depth: u32) -> u32 {
     2 * queue_depth.min(128)
 }

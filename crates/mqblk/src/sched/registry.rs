@@ -25,7 +25,8 @@ static ELEVATORS: Registry<ElevatorEntry> = Registry::new("elevator");
 /// choose an elevator built by `factory`, which takes the `tunables`
 /// named here (`sched=name,tunable=value` in a spec, `--sched=name,
 /// tunable=value` in bench, in `ElevatorArgs::tunables`); any other key
-/// given with it is refused, as for the built-in schedulers.
+/// given with it is refused, as for the built-in schedulers (example:
+/// [`Elevator`]).
 pub fn register_elevator(
     name: &str,
     tunables: &[&str],
@@ -51,7 +52,8 @@ pub(crate) fn is_elevator_tunable(key: &str) -> bool {
     ELEVATORS.any(|e| e.tunables.iter().any(|t| t == key))
 }
 
-/// Every name `sched=` accepts.
+/// Every name `sched=` accepts: the built-in [`SCHEDULERS`], then those
+/// registered (example: [`Elevator`]).
 pub fn elevator_names() -> Vec<String> {
     ELEVATORS.names(SCHEDULERS)
 }
