@@ -32,7 +32,7 @@
 macro_rules! setters {
     ($($field:ident: $ty:ty),* $(,)?) => {
         $(
-            #[doc = concat!("Sets `", stringify!($field), "` (the spec key of that name).")]
+            #[doc = concat!("Sets `", stringify!($field), "` (see the field for its spec key and unit).")]
             pub fn $field(mut self, value: $ty) -> Self {
                 self.$field = value;
                 self

@@ -194,7 +194,8 @@ impl Device {
     /// Switches the I/O scheduler of the live device, like writing
     /// `queue/scheduler` (whose string form, `"bfq,limit_depths=0"`,
     /// parses into a [`Sched`]). In-flight requests drain first (new
-    /// submissions wait); none is lost. Fails, leaving the scheduler as it
+    /// submissions wait); none is lost. The device's `nr_requests` (its
+    /// spec's, or the default) stays. Fails, leaving the scheduler as it
     /// was, on a bad tunable, or if the queue does not drain within 30 s
     /// (a thread holding requests in a plug).
     ///
@@ -210,6 +211,11 @@ impl Device {
     /// dev.client().write_at(&[0; 4096], 0)?;
     /// assert_eq!(dev.stats().nr_requests, 128, "2 x min(queue_depth, 128) scheduler tags");
     /// dev.set_scheduler(Sched::None)?;
+    /// assert_eq!(dev.stats().nr_requests, 0, "no scheduler, no scheduler tags");
+    ///
+    /// let dev = Device::open("ram:size=64,irqmode=0,nr_requests=16")?;
+    /// dev.set_scheduler("mq-deadline".parse()?)?;
+    /// assert_eq!(dev.stats().nr_requests, 16, "the configured nr_requests stays");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn set_scheduler(&self, sched: Sched) -> Result<(), Error> {

@@ -72,6 +72,9 @@ pub(crate) struct RequestQueue {
     tag_wait_ns: AtomicU64,
     /// Scheduler tags per hardware queue (0: no scheduler).
     nr_requests: AtomicU32,
+    /// The configured nr_requests (None: the default), for every
+    /// scheduler installed, at creation or by a live switch.
+    nr_requests_config: Option<u32>,
     timeouts: AtomicU64,
     splits: AtomicU64,
     /// Reads served by the driver's direct access (`Device::read_direct`).
@@ -137,6 +140,7 @@ impl RequestQueue {
             sched_tag_waits: AtomicU64::new(0),
             tag_wait_ns: AtomicU64::new(0),
             nr_requests: AtomicU32::new(0),
+            nr_requests_config: opts.nr_requests,
             timeouts: AtomicU64::new(0),
             splits: AtomicU64::new(0),
             direct_reads: AtomicU64::new(0),

@@ -74,13 +74,17 @@ impl RequestQueue {
     pub(crate) fn set_scheduler(&self, sched: &Sched, drain_timeout: Duration) -> Result<(), Error> {
         // Build first: a bad tunable fails before anything stops.
         self.check_zoned_sched(sched)?;
-        let nr_requests = crate::sched::default_nr_requests(self.tag_set.queue_depth);
+        let nr_requests =
+            self.nr_requests_config.unwrap_or_else(|| crate::sched::default_nr_requests(self.tag_set.queue_depth));
         sched.build(self.hctxs.len(), nr_requests)?;
         let _one_switch = self.switch_lock.lock();
         crate::sync::door::close(&self.frozen);
         let drained = self.wait_drained(drain_timeout);
         let result = match drained {
-            Ok(()) => self.install_scheduler(sched, None),
+            // The configured nr_requests stays (the kernel resets it to the
+            // default on a switch, and a write to queue/nr_requests sets it
+            // again: mqblk has no such write, so it keeps the device's).
+            Ok(()) => self.install_scheduler(sched, self.nr_requests_config),
             Err(e) => Err(e),
         };
         crate::sync::door::open(&self.frozen);

@@ -38,7 +38,7 @@ mod wake;
 
 mod registry;
 
-pub use queue::{SbitmapQueue, SbqWaiter};
+pub use queue::{SbitmapQueue, SbqSnapshot, SbqWaiter};
 pub(crate) use registry::registered as registered_wake_policy;
 pub use registry::{register_wake_policy, wake_policy_names, WakePolicyFactory};
 pub use wake::{wake_policy, BatchWake, HandoffWake, StashWake, WakePolicy, DEFAULT_WAKE_POLICY, WAKE_POLICIES};
