@@ -8,11 +8,7 @@
 //!
 //! Relies on: `SbitmapQueue` for allocation and sleeping.
 
-use std::ptr::NonNull;
-
-use crossbeam_utils::CachePadded;
-
-use crate::request::RequestSlot;
+use crate::request::Pool;
 use crate::sbitmap::{AllocHint, BatchWake, SbitmapQueue, SbqWaiter, WakePolicy};
 use crate::sync::Arc;
 
@@ -102,17 +98,14 @@ impl TagSetConfig {
     }
 }
 
-/// A request slot, on its own cache line(s) so that requests completed on
-/// different threads do not share lines.
-pub(crate) type RequestCell = CachePadded<RequestSlot>;
-
 /// The tags of one hardware queue (`struct blk_mq_tags`).
 pub(crate) struct Tags {
     nr_tags: u32,
     nr_reserved_tags: u32,
     pub(crate) bitmap_tags: SbitmapQueue,
     pub(crate) breserved_tags: Option<SbitmapQueue>,
-    rqs: Box<[RequestCell]>,
+    /// One request slot per tag (the kernel's `static_rqs`).
+    pub(crate) pool: Pool,
 }
 
 /// What a tag allocation needs from its caller (the kernel's
@@ -168,26 +161,7 @@ impl Tags {
                 Box::<BatchWake>::default(),
             )
         });
-        let rqs = (0..nr_tags).map(|tag| CachePadded::new(RequestSlot::new(tag))).collect();
-        Self { nr_tags, nr_reserved_tags, bitmap_tags, breserved_tags, rqs }
-    }
-
-    /// Points every request slot at its hardware context. Called once,
-    /// before any tag is handed out, with a shared reference to the hctx at
-    /// its final address: the pointer stays valid only if it is derived
-    /// from a reference no one later reborrows mutably (Miri checks it).
-    /// `hctx` is type-erased (tag.rs sits below hctx/); hctx/ turns it
-    /// back.
-    pub(crate) fn bind(&self, hctx: *const (), hctx_index: u32) {
-        for cell in self.rqs.iter() {
-            // SAFETY: no tag of this set has been handed out yet, so no one
-            // else can be using any slot's request.
-            unsafe {
-                let rq = &mut *cell.rq.get();
-                rq.hctx = hctx;
-                rq.hctx_index = hctx_index;
-            }
-        }
+        Self { nr_tags, nr_reserved_tags, bitmap_tags, breserved_tags, pool: Pool::new(nr_tags) }
     }
 
     pub(crate) fn nr_tags(&self) -> u32 {
@@ -259,17 +233,6 @@ impl Tags {
     fn put_reserved(&self, tag: u32) {
         let sbq = self.breserved_tags.as_ref().expect("reserved tag without reserved bitmap");
         sbq.clear(tag, None);
-    }
-
-    /// The request slot of `tag`. Only the holder of the tag may use it.
-    #[inline]
-    pub(crate) fn rq_ptr(&self, tag: u32) -> NonNull<RequestSlot> {
-        NonNull::from(&*self.rqs[tag as usize])
-    }
-
-    /// The slot of `tag`, for reading its atomics (timeout scan).
-    pub(crate) fn slot(&self, tag: u32) -> &RequestSlot {
-        &self.rqs[tag as usize]
     }
 
     /// Gives back tags granted to `data`'s waiter and not used.

@@ -10,15 +10,14 @@
 //! the merge rules; plug.rs for the plug; request/ for the slot and the
 //! `Rq` token; sync.rs for the door.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::buf::Buf;
 use crate::error::{Rejected, SubmitError};
 use crate::merge::{self, BioPos, MergedBio};
-use crate::request::{Bio, ReqFlags, RequestSlot, RqState, ORIGIN_POLLED, ORIGIN_USER, SECTOR_SHIFT, SPLIT_LAST};
+use crate::request::{Bio, ReqFlags, Rq, ORIGIN_POLLED, ORIGIN_USER, SECTOR_SHIFT, SPLIT_LAST};
 use crate::sync::{door, Ordering};
-use crate::tag::TagGot;
+use crate::tag::{TagGot, Tags};
 
 use super::Client;
 
@@ -168,14 +167,12 @@ impl Client {
         self.alloc.shallow_depth = u32::MAX;
         let Some(got) = hctx.tags.get(&mut self.alloc, false, true, || {}) else { return false };
         let head = RqHead::whole(bio, user_data, origin | self.plain.origin);
-        let ptr = hctx.tags.rq_ptr(got.tag);
-        self.init_request(ptr, &head, bio.buf.take(), false);
+        let rq = self.start_request(&hctx.tags, got, &head, bio.buf.take(), false);
         self.shared.counters.request(head.op);
         // Counted before the issue: a request completed at once is reaped
         // (and uncounted) only later, by do_io.
         self.polled_outstanding += usize::from(self.plain.origin != 0);
-        // SAFETY: the slot is initialised and we give up access to it.
-        hctx.issue(unsafe { crate::request::Rq::from_raw(ptr) }, true);
+        hctx.issue(rq, true);
         self.note_submitted(head.op);
         true
     }
@@ -421,12 +418,9 @@ impl Client {
         // (The scheduler cannot change meanwhile: switching freezes the
         // queue, which waits for this submission.)
         let sched = if use_sched { hctx.sched() } else { None };
-        let pool = sched.map_or(&hctx.tags, |s| &s.tags);
-        let ptr = pool.rq_ptr(got.tag);
-        self.init_request(ptr, head, buf.take(), sched.is_some());
+        let tags = sched.map_or(&hctx.tags, |s| &s.tags);
+        let mut rq = self.start_request(tags, got, head, buf.take(), sched.is_some());
         self.shared.counters.request(head.op);
-        // SAFETY: the slot is initialised and we give up access to it.
-        let mut rq = unsafe { crate::request::Rq::from_raw(ptr) };
         if let Some(s) = sched {
             s.elevator.prepare_request(self.cur_hctx, &mut rq);
         }
@@ -443,35 +437,34 @@ impl Client {
         true
     }
 
-    /// Fills the request slot `ptr` (whose tag the caller just took) from
-    /// `head` and `buf`, and marks it in flight.
+    /// Starts the request of the tag `got` just took from `tags`, filled
+    /// from `head` and `buf`: the token that owns it comes back.
     #[inline(always)]
-    fn init_request(&self, ptr: std::ptr::NonNull<RequestSlot>, head: &RqHead, buf: Option<Buf>, in_sched: bool) {
-        // SAFETY: slots live as long as the queue.
-        let slot = unsafe { ptr.as_ref() };
-        debug_assert_eq!(slot.state(), RqState::Idle);
-        // SAFETY: holding the tag gives us the request exclusively until
-        // we hand it on (to the driver, the plug or the scheduler).
-        let rq = unsafe { &mut *slot.rq.get() };
-        rq.op = head.op;
-        rq.flags = head.flags;
-        rq.sector = head.sector;
-        rq.nr_sectors = head.nr_sectors;
-        rq.buf = buf;
-        (rq.view, rq.view_len) = head.view.unwrap_or((std::ptr::null_mut(), 0));
-        rq.split = head.split;
-        rq.user_data = head.user_data;
-        rq.origin = head.origin;
-        rq.owner = Arc::as_ptr(&self.shared);
-        rq.driver_data = 0;
-        rq.client_id = self.client_id;
-        rq.ioprio = head.ioprio;
-        rq.in_sched = in_sched;
-        rq.plain_end = head.split == 0 && !in_sched && head.op != crate::request::Op::ZoneAppend;
-        debug_assert_eq!(rq.nr_bios, 1, "a finished request leaves no merged bios behind");
-        rq.front = std::ptr::null();
-        rq.back = std::ptr::null();
-        slot.set_state(RqState::InFlight);
+    fn start_request(&self, tags: &Tags, got: TagGot, head: &RqHead, buf: Option<Buf>, in_sched: bool) -> Rq {
+        let client_id = self.client_id;
+        // SAFETY: `got` is the tag the bitmap just gave us, not freed since;
+        // we start one request on it.
+        unsafe {
+            tags.pool.start(got.tag, &self.shared, |rq| {
+                rq.op = head.op;
+                rq.flags = head.flags;
+                rq.sector = head.sector;
+                rq.nr_sectors = head.nr_sectors;
+                rq.buf = buf;
+                (rq.view, rq.view_len) = head.view.unwrap_or((std::ptr::null_mut(), 0));
+                rq.split = head.split;
+                rq.user_data = head.user_data;
+                rq.origin = head.origin;
+                rq.driver_data = 0;
+                rq.client_id = client_id;
+                rq.ioprio = head.ioprio;
+                rq.in_sched = in_sched;
+                rq.plain_end = head.split == 0 && !in_sched && head.op != crate::request::Op::ZoneAppend;
+                debug_assert_eq!(rq.nr_bios, 1, "a finished request leaves no merged bios behind");
+                rq.front = std::ptr::null();
+                rq.back = std::ptr::null();
+            })
+        }
     }
 
     /// A tag on this client's hardware queue: from the plug's cache, a

@@ -8,8 +8,6 @@
 //! Relies on: the request queue's limits and counters (queue/), the
 //! driver's capability traits (driver/caps.rs).
 
-use std::sync::atomic::AtomicU64;
-
 use super::Device;
 use crate::buf::FixedBufs;
 use crate::driver::{self, ReadFn};
@@ -17,7 +15,7 @@ use crate::error::Error;
 use crate::limits::{QueueLimits, MAX_BIO_BYTES};
 use crate::request::SECTOR_SHIFT;
 use crate::status::Status;
-use crate::sync::Ordering;
+use crate::sync::{AtomicU64, Ordering};
 use crate::zoned::{Zone, ZonedLimits};
 
 impl Device {

@@ -9,11 +9,9 @@
 //! Relies on: request/ for the slot and its lifecycle, completion.rs for
 //! delivering to clients, sched/ for `finish_request`.
 
-use std::ptr::NonNull;
-
 use super::HwCtx;
-use crate::completion::{BioSlot, ClientShared, Completion};
-use crate::request::{Request, RequestSlot, Rq, RqState, TagRelease, SECTOR_SHIFT};
+use crate::completion::{BioSlot, Completion};
+use crate::request::{Ending, Owner, Request, RequestSlot, Rq, TagRelease, SECTOR_SHIFT};
 use crate::sched::{DoneInfo, SchedCtx};
 use crate::status::Status;
 use crate::sync::Ordering;
@@ -40,120 +38,79 @@ impl HwCtx {
     ///
     /// Everything needed is copied out of the slot before its tags go back:
     /// from then on another thread may initialise the slot for a new
-    /// request, so no reference into it may be live (the kernel likewise
-    /// reads what it needs before `blk_mq_put_tag`).
-    ///
-    /// # Safety
-    /// `ptr` is the slot of an in-flight request and the caller owns it (it
-    /// consumed the request's `Rq` token).
+    /// request, so nothing of it may be used (the kernel likewise reads
+    /// what it needs before `blk_mq_put_tag`): `Ending::finish` takes the
+    /// ending by value.
     #[inline(always)]
-    pub(crate) unsafe fn end_request(ptr: NonNull<RequestSlot>, status: Status, ok_bytes: u64) {
-        // SAFETY: slots live as long as the queue (see the Driver trait's
-        // thread rules); the consumed token makes the request ours until
-        // its tags go back, and this block ends every reference into it.
-        let slot = unsafe { ptr.as_ref() };
-        let (hctx, tag, owner, completion) = {
-            // SAFETY: as above.
-            let rq = unsafe { &*slot.rq.get() };
-            if !rq.plain_end {
-                debug_assert!(
-                    rq.nr_bios > 1 || rq.split != 0 || rq.in_sched || rq.op == crate::request::Op::ZoneAppend
-                );
-                // SAFETY: forwarded contract.
-                return unsafe { Self::end_request_general(ptr, status, ok_bytes) };
-            }
-            debug_assert!(rq.nr_bios == 1 && rq.split == 0 && !rq.in_sched);
-            // SAFETY: as above; the shared borrow above has ended.
-            let rq = unsafe { &mut *slot.rq.get() };
-            // SAFETY: slots point at their hctx, which outlives them.
-            let hctx = unsafe { HwCtx::of(rq.hctx) };
-            // SAFETY: owners are client completion sinks kept alive by the
-            // queue for its whole life; requests are only submitted with a
-            // valid one.
-            let owner = unsafe { &*rq.owner };
-            // Completed inline on the submitter's own thread: straight into
-            // its local queue (no one can take the tag and reuse the slot
-            // before we free it, so the order does not matter here).
-            if owner.deliver_local(|| Completion::new(rq.user_data, status, rq.buf.take(), rq.origin)) {
-                let tag = rq.tag;
-                hctx.release_slot(slot, TagRelease { tag, driver_tag: tag, sched: None });
-                hctx.restart_after_completion();
-                return;
-            }
-            (hctx, rq.tag, owner, Completion::new(rq.user_data, status, rq.buf.take(), rq.origin))
-        };
+    pub(crate) fn end_request(mut ending: Ending, status: Status, ok_bytes: u64) {
+        let owner = ending.owner();
+        let rq = ending.request();
+        if !rq.plain_end {
+            debug_assert!(rq.nr_bios > 1 || rq.split != 0 || rq.in_sched || rq.op == crate::request::Op::ZoneAppend);
+            return Self::end_request_general(ending, owner, status, ok_bytes);
+        }
+        debug_assert!(rq.nr_bios == 1 && rq.split == 0 && !rq.in_sched);
+        // SAFETY: slots point at their hctx, which outlives them.
+        let hctx = unsafe { HwCtx::of(rq.hctx) };
         // One bio, no split, no scheduler: the tag is the slot's own and the
-        // only one to free, before telling the client (see below).
-        hctx.release_slot(slot, TagRelease { tag, driver_tag: tag, sched: None });
-        owner.deliver(completion);
+        // only one to free.
+        let release = TagRelease::plain(rq.tag);
+        // Completed inline on the submitter's own thread: straight into its
+        // local queue (no one can take the tag and reuse the slot before we
+        // free it, so the order does not matter here).
+        if owner.get().deliver_local(|| Completion::new(rq.user_data, status, rq.buf.take(), rq.origin)) {
+            hctx.release_slot(ending, release);
+            hctx.restart_after_completion();
+            return;
+        }
+        let completion = Completion::new(rq.user_data, status, rq.buf.take(), rq.origin);
+        // Free the tag before telling the client: a client that submits
+        // again as soon as it sees this completion then finds a free tag.
+        hctx.release_slot(ending, release);
+        owner.get().deliver(completion);
         hctx.restart_after_completion();
     }
 
     /// `end_request` for a request with merged bios, a piece of a split
     /// bio, a scheduler's request or a zone append.
-    ///
-    /// # Safety
-    /// As `end_request`.
     #[inline(never)]
-    unsafe fn end_request_general(ptr: NonNull<RequestSlot>, status: Status, ok_bytes: u64) {
-        // SAFETY: as in `end_request`.
-        let slot = unsafe { ptr.as_ref() };
-        let (hctx, release, owner, split, completion) = {
-            // SAFETY: as above.
-            let rq = unsafe { &mut *slot.rq.get() };
-            // SAFETY: slots point at their hctx, which outlives them.
-            let hctx = unsafe { HwCtx::of(rq.hctx) };
-            if rq.nr_bios > 1 {
-                let merged = MergedEnd::take(rq, status, ok_bytes);
-                let release = TagRelease::of(slot, rq);
-                hctx.release_slot(slot, release);
-                // SAFETY: forwarded contract: the chain's bios are ours
-                // until each is delivered.
-                unsafe { merged.deliver() };
-                hctx.restart_after_completion();
-                return;
-            }
-            let mut completion = crate::completion::Completion::new(rq.user_data, status, rq.buf.take(), rq.origin);
-            if rq.op == crate::request::Op::ZoneAppend && status.is_ok() {
-                completion.append_offset = Some(rq.sector << SECTOR_SHIFT);
-            }
-            // (`split` and `view` are set on every issue: no need to reset them.)
-            (hctx, TagRelease::of(slot, rq), rq.owner, rq.split, completion)
-        };
-        // Free the tag before telling the client: a client that submits again
-        // as soon as it sees this completion then finds a free tag.
-        hctx.release_slot(slot, release);
-        // SAFETY: owners are client completion sinks kept alive by the queue
-        // for its whole life; requests are only submitted with a valid one.
-        let owner = unsafe { &*owner };
+    fn end_request_general(mut ending: Ending, owner: Owner, status: Status, ok_bytes: u64) {
+        let release = ending.release();
+        let rq = ending.request();
+        // SAFETY: slots point at their hctx, which outlives them.
+        let hctx = unsafe { HwCtx::of(rq.hctx) };
+        if rq.nr_bios > 1 {
+            let merged = MergedEnd::take(rq, owner, status, ok_bytes);
+            hctx.release_slot(ending, release);
+            // SAFETY: the chain's bios are ours until each is delivered.
+            unsafe { merged.deliver() };
+            hctx.restart_after_completion();
+            return;
+        }
+        let mut completion = Completion::new(rq.user_data, status, rq.buf.take(), rq.origin);
+        if rq.op == crate::request::Op::ZoneAppend && status.is_ok() {
+            completion.append_offset = Some(rq.sector << SECTOR_SHIFT);
+        }
+        // (`split` and `view` are set on every issue: no need to reset them.)
+        let split = rq.split;
+        hctx.release_slot(ending, release);
         if split != 0 {
             let last = split & crate::request::SPLIT_LAST != 0;
-            owner.piece_done((split & !crate::request::SPLIT_LAST) - 1, status, last);
+            owner.get().piece_done((split & !crate::request::SPLIT_LAST) - 1, status, last);
         } else {
-            owner.deliver(completion);
+            owner.get().deliver(completion);
         }
         hctx.restart_after_completion();
     }
 
     /// Marks a finished request's slot free and frees its tags, unless the
-    /// timeout scanner holds it: then the release is stashed in the slot and
-    /// the scanner frees the tags once the driver's handler has returned.
+    /// timeout scanner holds it: then the scanner frees them once the
+    /// driver's handler has returned.
     #[inline(always)]
-    fn release_slot(&self, slot: &RequestSlot, release: TagRelease) {
-        slot.deadline.store(0, Ordering::Relaxed);
+    fn release_slot(&self, ending: Ending, release: TagRelease) {
         self.stats.completed.fetch_add(1, Ordering::Relaxed);
-        loop {
-            if slot.try_complete() {
-                slot.set_state(RqState::Idle);
-                self.put_tags(release);
-                return;
-            }
-            // SAFETY: the request is still ours: its tags are held and the
-            // scanner reads the stash only after `hand_over` below.
-            unsafe { (*slot.rq.get()).held_release = Some(release) };
-            if slot.hand_over() {
-                return;
-            }
+        if let Some(release) = ending.finish(release) {
+            self.put_tags(release);
         }
     }
 
@@ -161,15 +118,10 @@ impl HwCtx {
     /// completed while held, frees it (its stashed release) and restarts
     /// the queue, as the completer would have.
     pub(crate) fn end_timeout_hold(&self, slot: &RequestSlot) {
-        if !slot.end_hold() {
-            return;
+        if let Some(release) = slot.end_hold_release() {
+            self.put_tags(release);
+            self.restart_after_completion();
         }
-        // SAFETY: Complete | HELD: the completer stashed the release and
-        // gave the request up; its tags are still held, so it is ours.
-        let release = unsafe { (*slot.rq.get()).held_release.take() };
-        slot.set_state(RqState::Idle);
-        self.put_tags(release.expect("a held request hands over its release"));
-        self.restart_after_completion();
     }
 
     /// Frees a finished request's tags: its slot's tag, and with a
@@ -200,7 +152,7 @@ struct MergedEnd {
     back: *const BioSlot,
     /// The request's own bio (delivered between the front and back ones).
     own: Option<Completion>,
-    owner: *const ClientShared,
+    owner: Owner,
     start: u64,
     status: Status,
     ok_bytes: u64,
@@ -211,7 +163,7 @@ impl MergedEnd {
     /// `ok_bytes` (or `status` is `Ok`), else with `status`.
     #[cold]
     #[inline(never)]
-    fn take(rq: &mut Request, status: Status, ok_bytes: u64) -> Self {
+    fn take(rq: &mut Request, owner: Owner, status: Status, ok_bytes: u64) -> Self {
         debug_assert_eq!(rq.split, 0, "split pieces are never merged");
         let start = rq.sector;
         let own_end = if rq.back.is_null() {
@@ -221,7 +173,7 @@ impl MergedEnd {
             // request's owner (our caller) uses.
             unsafe { (*rq.back).with_data(|d| d.sector) }
         };
-        let mut end = Self { front: rq.front, back: rq.back, own: None, owner: rq.owner, start, status, ok_bytes };
+        let mut end = Self { front: rq.front, back: rq.back, own: None, owner, start, status, ok_bytes };
         end.own = Some(Completion::new(rq.user_data, end.bio_status(own_end), rq.buf.take(), rq.origin));
         rq.nr_bios = 1;
         end
@@ -251,7 +203,7 @@ impl MergedEnd {
                 let end = (*p).with_data(|d| d.sector + u64::from(d.nr_sectors));
                 p = (*p).complete_merged(self.bio_status(end));
             }
-            (*self.owner).deliver(self.own.take().expect("taken with the request"));
+            self.owner.get().deliver(self.own.take().expect("taken with the request"));
             let mut p = self.back;
             while !p.is_null() {
                 let end = (*p).with_data(|d| d.sector + u64::from(d.nr_sectors));
@@ -269,9 +221,7 @@ impl Rq {
     /// [`Driver`](crate::driver::Driver)).
     #[inline]
     pub fn complete(self, status: Status) {
-        let ptr = self.into_raw();
-        // SAFETY: we consumed the unique token for this slot.
-        unsafe { HwCtx::end_request(ptr, status, 0) }
+        HwCtx::end_request(self.into_ending(), status, 0)
     }
 
     /// Ends the request after a partial transfer (the kernel's
@@ -317,9 +267,7 @@ impl Rq {
             self.len_bytes()
         );
         let status = if self.rq().nr_bios == 1 && ok_bytes >= self.len_bytes() { Status::Ok } else { status };
-        let ptr = self.into_raw();
-        // SAFETY: we consumed the unique token for this slot.
-        unsafe { HwCtx::end_request(ptr, status, ok_bytes) }
+        HwCtx::end_request(self.into_ending(), status, ok_bytes)
     }
 }
 
@@ -327,7 +275,8 @@ impl Rq {
 /// driver cannot leak a tag.
 impl Drop for Rq {
     fn drop(&mut self) {
-        // SAFETY: the token is being destroyed and owns the slot.
-        unsafe { HwCtx::end_request(self.as_raw(), Status::IoErr, 0) }
+        // SAFETY: called once, from the token's drop.
+        let ending = unsafe { self.ending_on_drop() };
+        HwCtx::end_request(ending, Status::IoErr, 0)
     }
 }

@@ -81,7 +81,7 @@ impl TimeoutClock {
 
     fn scan_pool(&self, hctx: &HwCtx, pool: &Tags, driver: &dyn Driver, now: u64, timeouts: &AtomicU64) {
         for tag in 0..pool.nr_tags() {
-            let slot = pool.slot(tag);
+            let slot = pool.pool.slot(tag);
             if is_expired(slot.deadline.load(Ordering::Acquire), now) {
                 self.time_out(hctx, slot, driver, now, timeouts);
             }

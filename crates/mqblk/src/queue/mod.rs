@@ -156,7 +156,7 @@ impl RequestQueue {
         // final shared reference: a pointer taken before the hctxs moved
         // into the queue would be invalidated by the move.
         for hctx in q.hctxs.iter() {
-            hctx.tags.bind(hctx.erased(), hctx.index() as u32);
+            hctx.tags.pool.bind(hctx.erased(), hctx.index() as u32);
         }
         q.start_worker()?;
         q.install_scheduler(&opts.sched, opts.nr_requests)?;

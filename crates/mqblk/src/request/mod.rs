@@ -26,12 +26,16 @@
 //! so the tag the handler was given cannot name a newer request.
 //!
 //! This file holds the slot and its lifecycle (`RequestSlot`, `Request`,
-//! `RqState`, `TagRelease`); the driver's token `Rq` (accessors, segments,
-//! complete) is in rq.rs, and `RqList` in rq_list.rs.
+//! `RqState`, `TagRelease`); the pool of slots and the two ends of a
+//! request's life that reach into a slot (starting one, ending one) are in
+//! pool.rs, the one place besides the token's own accessors that does; the
+//! driver's token `Rq` (accessors, segments) is in rq.rs, and `RqList` in
+//! rq_list.rs.
 //!
 //! Relies on: completion.rs for the client sinks and merged bios' slots;
 //! hctx/, which points slots at their queue and ends requests (end.rs).
 
+mod pool;
 mod rq;
 mod rq_list;
 
@@ -39,6 +43,7 @@ use crate::buf::Buf;
 use crate::completion::{BioSlot, ClientShared};
 use crate::sync::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
+pub(crate) use pool::{Ending, Owner, Pool};
 pub use rq::Rq;
 pub use rq_list::RqList;
 
@@ -161,8 +166,15 @@ pub(crate) struct TagRelease {
 }
 
 impl TagRelease {
+    /// A request without a scheduler: its slot's tag, which is its driver
+    /// tag too.
     #[inline(always)]
-    pub(crate) fn of(slot: &RequestSlot, rq: &Request) -> Self {
+    pub(crate) fn plain(tag: u32) -> Self {
+        Self { tag, driver_tag: tag, sched: None }
+    }
+
+    #[inline(always)]
+    fn of(rq: &Request, driver_tag: u32) -> Self {
         // Built only with a scheduler: this is the hot completion path.
         let sched = if rq.in_sched {
             Some(DoneInfo {
@@ -177,7 +189,7 @@ impl TagRelease {
         } else {
             None
         };
-        Self { tag: rq.tag, driver_tag: slot.driver_tag.load(Ordering::Relaxed), sched }
+        Self { tag: rq.tag, driver_tag, sched }
     }
 }
 
