@@ -8,6 +8,8 @@
 
 mod caps;
 mod config;
+mod direct;
+mod zones;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,8 +23,10 @@ use crate::sched::Sched;
 use crate::sync::Ordering;
 use crate::tag::TagSetConfig;
 
-pub use caps::{Attrs, BlockStatusMap, DirectReads, Power, RegisteredBuffers, Zones};
+pub use caps::{Attrs, BlockStatusMap, Power, RegisteredBuffers};
 pub use config::DeviceConfig;
+pub use direct::DirectReads;
+pub use zones::Zones;
 
 /// A block device: a cheap, cloneable handle on a request queue. When the
 /// last handle and the last client are gone, the device is shut down

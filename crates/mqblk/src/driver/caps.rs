@@ -18,9 +18,6 @@ use crate::error::Error;
 use crate::status::Status;
 use crate::zoned::Zone;
 
-/// Most extents one block-status answer carries (a prefix of the range).
-pub const MAX_EXTENTS: usize = 256;
-
 /// Reads `[offset, offset + len)` as slices of the driver's own memory.
 pub type ReadFn<'f> = dyn FnMut(&[IoSlice<'_>]) -> std::io::Result<()> + 'f;
 
@@ -247,7 +244,7 @@ pub trait DirectAccess: Send + Sync {
 pub trait BlockStatus: Send + Sync {
     /// Appends `(bytes, hole)` extents of `[offset, offset + len)` to
     /// `out`, in order, covering a prefix of the range (at most
-    /// [`MAX_EXTENTS`]); a hole reads as zeros. The device has checked the
+    /// [`MAX_EXTENTS`](super::MAX_EXTENTS)); a hole reads as zeros. The device has checked the
     /// range and cleared `out`.
     fn block_status(&self, offset: u64, len: u64, out: &mut Vec<(u64, bool)>);
 
@@ -570,51 +567,5 @@ impl std::fmt::Debug for Capabilities<'_> {
             .field("power", &self.power.is_some())
             .field("fixed_buffers", &self.fixed_buffers.is_some())
             .finish()
-    }
-}
-
-/// Extents of `[offset, offset + len)` by fixed `unit`s (pages), each
-/// unit a hole or not; neighbours of the same kind merge, and at most
-/// [`MAX_EXTENTS`] are appended (a prefix of the range). A helper for
-/// [`BlockStatus::block_status`].
-///
-/// ```
-/// use mqblk::driver::extents_by;
-///
-/// // Pages 1 and 2 of 4 KiB hold data; the range starts mid-page.
-/// let mut out = Vec::new();
-/// extents_by(2048, 4 * 4096, 4096, &mut out, |pos| !(4096..3 * 4096).contains(&pos));
-/// assert_eq!(out, [(2048, true), (8192, false), (6144, true)]);
-/// ```
-pub fn extents_by(offset: u64, len: u64, unit: u64, out: &mut Vec<(u64, bool)>, is_hole: impl Fn(u64) -> bool) {
-    let end = offset + len;
-    let mut pos = offset;
-    while pos < end {
-        let n = (unit - pos % unit).min(end - pos);
-        let hole = is_hole(pos);
-        let full = out.len() == MAX_EXTENTS;
-        match out.last_mut() {
-            Some((bytes, h)) if *h == hole => *bytes += n,
-            _ if full => return,
-            _ => out.push((n, hole)),
-        }
-        pos += n;
-    }
-}
-
-#[cfg(all(test, not(loom)))]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn extents_merge_neighbours_and_stop_at_the_cap() {
-        let mut out = Vec::new();
-        // Pages 1 and 2 hold data; the range starts mid-page.
-        extents_by(2048, 4 * 4096, 4096, &mut out, |pos| !(4096..3 * 4096).contains(&pos));
-        assert_eq!(out, vec![(2048, true), (8192, false), (6144, true)]);
-        out.clear();
-        extents_by(0, 4096 * 1000, 4096, &mut out, |pos| (pos / 4096) % 2 == 0);
-        assert_eq!(out.len(), MAX_EXTENTS, "a prefix of the range, no more extents than the cap");
-        assert!(out.iter().all(|e| e.0 == 4096));
     }
 }

@@ -54,15 +54,14 @@
 
 mod caps;
 mod config;
+mod extents;
 mod registry;
 
 use std::time::Duration;
 
-pub use caps::{
-    extents_by, Attributes, BlockStatus, Capabilities, DirectAccess, FixedBuffers, PowerControl, ReadFn, Zoned,
-    MAX_EXTENTS,
-};
+pub use caps::{Attributes, BlockStatus, Capabilities, DirectAccess, FixedBuffers, PowerControl, ReadFn, Zoned};
 pub use config::{DriverConfig, DriverConfigObject, OpenFn, SpecConfig};
+pub use extents::{extents_by, MAX_EXTENTS};
 pub(crate) use registry::driver as registered;
 pub use registry::{driver_names, register_driver, register_driver_config, DriverFactory};
 
