@@ -11,9 +11,9 @@
 //! A stop (the server's [`StopHandle`]) wakes the poll through its
 //! eventfd; what is in flight is answered before the connection closes.
 //!
-//! Relies on: proto.rs (requests, replies), sparse.rs (read runs), what
-//! handshake.rs negotiated, and mqblk's Client (completion_fd, poll_fd,
-//! plug, do_io, drain).
+//! Relies on: proto.rs (requests, replies), reads.rs (direct and sparse
+//! read replies), what handshake.rs negotiated, and mqblk's Client
+//! (completion_fd, poll_fd, plug, do_io, drain).
 
 use std::os::fd::RawFd;
 
@@ -24,6 +24,8 @@ use crate::handshake::Negotiated;
 use crate::proto::*;
 use crate::splice::Splicer;
 use crate::{Error, StopHandle};
+
+mod reads;
 
 /// In-flight requests per connection.
 const QUEUE_DEPTH: usize = 64;
@@ -379,36 +381,6 @@ impl<'a> Transmission<'a> {
         Ok(())
     }
 
-    /// The hole and data runs of a read at `offset` into `self.runs`;
-    /// true if it has a hole worth a chunk of its own.
-    fn sparse_runs(&mut self, offset: u64, d: &[u8]) -> bool {
-        let len = d.len() as u64;
-        let Some(map) = self.export.device.block_status() else { return false };
-        map.extents_into(offset, len, &mut self.extents) && crate::sparse::read_runs(&self.extents, len, &mut self.runs)
-    }
-
-    /// A structured read reply in chunks: OFFSET_HOLE for the holes of
-    /// `self.runs` (they read as zeros), OFFSET_DATA for the rest, then a
-    /// final NONE chunk.
-    fn reply_sparse(&mut self, cookie: u64, offset: u64, d: &[u8]) -> Result<(), Error> {
-        let runs = std::mem::take(&mut self.runs);
-        for &(at, bytes, hole) in &runs {
-            let chunk_offset = (offset + at).to_be_bytes();
-            if hole {
-                chunk_header(&mut self.out, 0, REPLY_TYPE_OFFSET_HOLE, cookie, 12);
-                self.out.extend_from_slice(&chunk_offset);
-                self.out.extend_from_slice(&(bytes as u32).to_be_bytes());
-            } else {
-                chunk_header(&mut self.out, 0, REPLY_TYPE_OFFSET_DATA, cookie, 8 + bytes as u32);
-                self.out.extend_from_slice(&chunk_offset);
-                self.queue_data(&d[at as usize..(at + bytes) as usize])?;
-            }
-        }
-        self.runs = runs;
-        chunk_header(&mut self.out, REPLY_FLAG_DONE, REPLY_TYPE_NONE, cookie, 0);
-        Ok(())
-    }
-
     /// Queues a reply's header: a simple reply, or a structured chunk
     /// (ERROR; OFFSET_DATA with its offset when `data_len` bytes of read
     /// data follow; NONE otherwise). The data itself is the caller's.
@@ -547,74 +519,6 @@ impl<'a> Transmission<'a> {
         self.bytes_in_flight += bytes;
         self.batch.push((bio, slot));
         Ok(true)
-    }
-
-    /// Answers a (checked) read by the device's direct access: the reply's
-    /// header, then the data written straight from the device's memory.
-    /// False, having sent nothing, where the device does not offer it or a
-    /// sparse reply is due (a structured read with a hole worth a chunk:
-    /// the bio path sends those). Requests read before it are submitted
-    /// first, so a write the client sent earlier is at least on its way.
-    fn read_direct(&mut self, r: &Request) -> Result<bool, Error> {
-        let (offset, len) = (r.offset, u64::from(r.length));
-        if self.sparse_reads
-            && r.flags & CMD_FLAG_DF == 0
-            && len >= SPARSE_READ_BYTES
-            && self.export.device.block_status().is_some_and(|m| m.extents_into(offset, len, &mut self.extents))
-            && crate::sparse::read_runs(&self.extents, len, &mut self.runs)
-        {
-            return Ok(false);
-        }
-        self.submit_batch()?;
-        self.reply_header(r.cookie, offset, 0, Some(len as usize));
-        if self.splicer.as_ref().is_some_and(|sp| sp.fits(offset, len)) && self.read_spliced(offset, len)? {
-            return Ok(true);
-        }
-        // The device's pages stay pinned while the callee runs (no page
-        // of the store is reclaimed meanwhile, device-wide), so the callee
-        // waits for room in the socket only so long: what the socket has
-        // not taken by then is copied out, and written once the read has
-        // returned.
-        let fd = self.s.as_raw_fd();
-        let until = std::time::Instant::now() + DIRECT_READ_PIN_WAIT;
-        let (out, spill) = (&self.out, &mut self.spill);
-        let mut header: &[u8] = out;
-        let Some(direct) = self.export.device.direct_access() else {
-            self.out.clear();
-            return Ok(false);
-        };
-        let sent = direct.read(offset, len, &mut |slices| {
-            let head = std::mem::take(&mut header);
-            let at = if spill.is_empty() { send_until(fd, head, slices, 0, until)? } else { 0 };
-            copy_from(head, slices, at, spill);
-            Ok(())
-        });
-        let Some(result) = sent else {
-            // Declined: nothing was written, the header not sent.
-            self.out.clear();
-            return Ok(false);
-        };
-        self.out.clear();
-        result.map_err(Error::Socket)?;
-        if !self.spill.is_empty() {
-            self.s.write_all(&self.spill).map_err(Error::Socket)?;
-            self.spill.clear();
-        }
-        Ok(true)
-    }
-
-    /// The data of a direct read by reference (splice.rs), after the
-    /// header queued in `out`; false, with nothing sent, where the device
-    /// declines (bad blocks appeared, or it stopped lending).
-    fn read_spliced(&mut self, offset: u64, len: u64) -> Result<bool, Error> {
-        let fd = self.s.as_raw_fd();
-        let sp = self.splicer.as_mut().expect("checked by the caller");
-        let sent = sp.send(&self.export.device, &mut *self.s, fd, &self.out, (offset, len));
-        if sent.map_err(Error::Socket)? {
-            self.out.clear();
-            return Ok(true);
-        }
-        Ok(false)
     }
 
     /// NBD_CMD_BLOCK_STATUS for base:allocation: the device's holes

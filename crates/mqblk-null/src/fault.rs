@@ -12,15 +12,21 @@
 //! `probability` percent; each failure spends one of `times` (-1: no
 //! limit).
 //!
-//! What a failure does is the driver's (mod.rs): a `timeout` request is
+//! What a failure does is the driver's (lib.rs): a `timeout` request is
 //! lost (never handled, never completed) until the block layer's timeout
 //! handler ends it with ETIMEDOUT, as null_blk's fake timeouts; a `requeue`
-//! request is handed back busy and dispatched again.
+//! request is handed back busy and dispatched again. `Faults` holds a
+//! device's attrs and the requests `timeout` lost.
 //!
-//! Relies on: atomics only (the decision is lock-free; the random draw is
-//! a seeded generator, so a run is reproducible).
+//! Relies on: atomics only for the decision (lock-free; the random draw is
+//! a seeded generator, so a run is reproducible); a lock per hardware
+//! queue for the lost requests.
 
-use mqblk_sync::{AtomicI64, AtomicU64, Ordering};
+use mqblk::driver::{Hctx, Rq};
+use mqblk::Op;
+use mqblk_sync::{AtomicI64, AtomicU64, Mutex, Ordering};
+
+use crate::config::NullConfig;
 
 /// A fault_attr as a spec gives it (`interval:probability:space:times`).
 ///
@@ -157,6 +163,54 @@ impl FaultAttr {
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
+    }
+}
+
+/// Fault injection in use, and the requests `timeout` lost: per hardware
+/// queue, by driver tag, until the timeout handler (or shutdown) ends them.
+pub(crate) struct Faults {
+    pub(crate) timeout: Option<FaultAttr>,
+    pub(crate) requeue: Option<FaultAttr>,
+    /// Transient EIO by op: read, write, flush, discard and write zeroes.
+    pub(crate) error: [Option<FaultAttr>; 4],
+    pub(crate) lost: Box<[Mutex<LostRqs>]>,
+}
+
+/// One hardware queue's lost requests, by driver tag.
+type LostRqs = Box<[Option<Rq>]>;
+
+impl Faults {
+    pub(crate) fn new(cfg: &NullConfig) -> Option<Self> {
+        if cfg.timeout.is_none() && cfg.requeue.is_none() && cfg.error.iter().all(Option::is_none) {
+            return None;
+        }
+        let nr_queues = cfg.submit_queues + cfg.poll_queues;
+        let depth = cfg.hw_queue_depth as usize;
+        Some(Self {
+            timeout: cfg.timeout.map(|f| FaultAttr::new(f, 0x7469_6d65)),
+            requeue: cfg.requeue.map(|f| FaultAttr::new(f, 0x7265_7175)),
+            error: std::array::from_fn(|i| cfg.error[i].map(|f| FaultAttr::new(f, 0x6572_7230 + i as u64))),
+            lost: (0..nr_queues).map(|_| Mutex::new((0..depth).map(|_| None).collect())).collect(),
+        })
+    }
+
+    /// The transient-error fault for `op`, if one is set.
+    pub(crate) fn error_for(&self, op: Op) -> Option<&FaultAttr> {
+        let i = match op {
+            Op::Read => 0,
+            Op::Write => 1,
+            Op::Flush => 2,
+            Op::Discard | Op::WriteZeroes => 3,
+            _ => return None,
+        };
+        self.error[i].as_ref()
+    }
+
+    /// Keeps `rq` without handling it: null_blk's fake timeout.
+    pub(crate) fn lose(&self, hctx: &Hctx, rq: Rq) {
+        let tag = rq.tag() as usize;
+        let old = self.lost[hctx.index()].lock()[tag].replace(rq);
+        assert!(old.is_none(), "driver tag {tag} of hctx {} lost twice", hctx.index());
     }
 }
 

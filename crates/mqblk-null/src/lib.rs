@@ -78,10 +78,13 @@
 //! completion threads, hybrid.rs for queues shared by polled and
 //! interrupt-style requests, store.rs (mem/, or a file with
 //! `backing_file`) for the data, cache.rs for the volatile write cache,
-//! service.rs for the service models, zoned.rs for zones.
+//! service.rs for the service models and the bandwidth limit, fault.rs
+//! for fault injection, zoned/ for zones, caps.rs for the capabilities
+//! offered besides the request path, show.rs for most of `show`.
 
 mod badblocks;
 mod cache;
+mod caps;
 mod config;
 mod data;
 mod fault;
@@ -89,6 +92,7 @@ pub(crate) mod hybrid;
 mod irq;
 mod mem;
 mod service;
+mod show;
 mod spec;
 mod store;
 pub mod zoned;
@@ -102,44 +106,21 @@ use mqblk::driver::Hctx;
 use mqblk::driver::Rq;
 use mqblk::driver::{Driver, QueueRqResult};
 use mqblk::QueueLimits;
+use mqblk::ReqFlags;
 use mqblk::Status;
 use mqblk::TagSetConfig;
-use mqblk::{Op, ReqFlags};
 use mqblk_sync::{AtomicU64, Mutex, Ordering};
 
 use badblocks::BadBlocks;
 use cache::WriteCache;
 pub use config::{CacheMode, FaultSpec, IrqMode, NullConfig, PollMode};
-use fault::FaultAttr;
+use fault::{FaultAttr, Faults};
 use hybrid::HybridQueue;
 use irq::{IrqQueue, Pending, SPIN_NS};
 use mem::MemStore;
-use service::{Channels, Rotational};
+use service::{Channels, Rotational, Throttle};
 use store::{FileStore, Store};
 use zoned::NullZoned;
-
-/// A device-wide bandwidth limit (`mbps`): transfers are laid end to end on
-/// one timeline; a request completes when its transfer would have finished.
-struct Throttle {
-    bytes_per_sec: u64,
-    next_free_ns: AtomicU64,
-}
-
-impl Throttle {
-    /// Reserves the transfer of `bytes` starting no earlier than `now`;
-    /// returns when it finishes.
-    fn reserve(&self, now: u64, bytes: u64) -> u64 {
-        let xfer_ns = (u128::from(bytes) * 1_000_000_000 / u128::from(self.bytes_per_sec)) as u64;
-        let mut cur = self.next_free_ns.load(Ordering::Relaxed);
-        loop {
-            let done = cur.max(now) + xfer_ns;
-            match self.next_free_ns.compare_exchange_weak(cur, done, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return done,
-                Err(actual) => cur = actual,
-            }
-        }
-    }
-}
 
 /// Ends a request with the status `handle` decided. A failure after a
 /// partial transfer (`badblocks_partial_io`) completes the first
@@ -186,54 +167,6 @@ pub fn register() {
 /// A `null:` spec's keys, typed.
 fn parse(p: &SpecParams) -> Result<Box<dyn mqblk::driver::DriverConfig>, mqblk::config::ConfigError> {
     Ok(Box::new(NullConfig::from_params(p)?))
-}
-
-/// Fault injection in use, and the requests `timeout` lost: per hardware
-/// queue, by driver tag, until the timeout handler (or shutdown) ends them.
-struct Faults {
-    timeout: Option<FaultAttr>,
-    requeue: Option<FaultAttr>,
-    /// Transient EIO by op: read, write, flush, discard and write zeroes.
-    error: [Option<FaultAttr>; 4],
-    lost: Box<[Mutex<LostRqs>]>,
-}
-
-/// One hardware queue's lost requests, by driver tag.
-type LostRqs = Box<[Option<Rq>]>;
-
-impl Faults {
-    fn new(cfg: &NullConfig) -> Option<Self> {
-        if cfg.timeout.is_none() && cfg.requeue.is_none() && cfg.error.iter().all(Option::is_none) {
-            return None;
-        }
-        let nr_queues = cfg.submit_queues + cfg.poll_queues;
-        let depth = cfg.hw_queue_depth as usize;
-        Some(Self {
-            timeout: cfg.timeout.map(|f| FaultAttr::new(f, 0x7469_6d65)),
-            requeue: cfg.requeue.map(|f| FaultAttr::new(f, 0x7265_7175)),
-            error: std::array::from_fn(|i| cfg.error[i].map(|f| FaultAttr::new(f, 0x6572_7230 + i as u64))),
-            lost: (0..nr_queues).map(|_| Mutex::new((0..depth).map(|_| None).collect())).collect(),
-        })
-    }
-
-    /// The transient-error fault for `op`, if one is set.
-    fn error_for(&self, op: Op) -> Option<&FaultAttr> {
-        let i = match op {
-            Op::Read => 0,
-            Op::Write => 1,
-            Op::Flush => 2,
-            Op::Discard | Op::WriteZeroes => 3,
-            _ => return None,
-        };
-        self.error[i].as_ref()
-    }
-
-    /// Keeps `rq` without handling it: null_blk's fake timeout.
-    fn lose(&self, hctx: &Hctx, rq: Rq) {
-        let tag = rq.tag() as usize;
-        let old = self.lost[hctx.index()].lock()[tag].replace(rq);
-        assert!(old.is_none(), "driver tag {tag} of hctx {} lost twice", hctx.index());
-    }
 }
 
 /// The null block device driver: what a [`NullConfig`] opens. Programs
@@ -295,37 +228,12 @@ pub struct NullDriver {
 }
 
 impl NullDriver {
-    /// The memory store, where a read may be served from it directly: a
-    /// plain memory-backed device (`direct_reads`) with no bad blocks now.
-    fn direct_store(&self) -> Option<&MemStore> {
-        match &self.mem {
-            Some(Store::Memory(mem)) if self.direct_reads && self.badblocks.is_empty() => Some(mem),
-            _ => None,
-        }
-    }
     /// A null device; `cfg` is checked first (`NullConfig::validate`).
     pub fn new(mut cfg: NullConfig) -> Result<Self, mqblk::Error> {
         cfg.validate()?;
         cfg.max_sectors = cfg.max_sectors_aligned();
-        let mut irq = Vec::new();
-        let mut hybrid = Vec::new();
         let modelled = cfg.mbps > 0 || cfg.rotational || cfg.channels > 0;
-        if cfg.irq_mode() != IrqMode::None || modelled {
-            for i in 0..cfg.submit_queues {
-                // Timer mode stays awake briefly when idle, for precision.
-                let idle_spin = cfg.irq_mode() == IrqMode::Timer;
-                let depth = cfg.hw_queue_depth as usize;
-                let cpu = (!cfg.irq_cpus.is_empty()).then(|| cfg.irq_cpus[i % cfg.irq_cpus.len()]);
-                let thread_err = |e| {
-                    let on = cpu.map_or(String::new(), |c| format!(" on CPU {c} (irq_cpus)"));
-                    mqblk::Error::Setup(format!("null: cannot start the completion thread of queue {i}{on}: {e}"))
-                };
-                match cfg.poll_mode {
-                    PollMode::Queues => irq.push(IrqQueue::start(i, depth, idle_spin, cpu).map_err(thread_err)?),
-                    PollMode::Hybrid => hybrid.push(HybridQueue::start(i, depth, idle_spin, cpu).map_err(thread_err)?),
-                }
-            }
-        }
+        let (irq, hybrid) = Self::start_completion_threads(&cfg, modelled)?;
         let zoned = match &cfg.zoned {
             Some(z) => Some(
                 NullZoned::new(z, cfg.size_bytes, cfg.bs, cfg.memory_backed)
@@ -333,23 +241,9 @@ impl NullDriver {
             ),
             None => None,
         };
-        let badblocks = BadBlocks::new(
-            cfg.badblocks_once,
-            cfg.badblocks_partial_io,
-            u64::from(cfg.bs) >> mqblk::SECTOR_SHIFT,
-            cfg.size_bytes >> mqblk::SECTOR_SHIFT,
-        );
-        for &(first, last) in &cfg.badblocks {
-            badblocks.set(first, last + 1);
-        }
+        let badblocks = Self::bad_blocks(&cfg);
         let faults = Faults::new(&cfg);
-        let mem = match (&cfg.backing_file, cfg.memory_backed) {
-            (Some(path), _) => Some(Store::File(
-                FileStore::open(path, cfg.size_bytes).map_err(|e| mqblk::Error::Setup(format!("null: {e}")))?,
-            )),
-            (None, true) => Some(Store::Memory(MemStore::new(cfg.size_bytes))),
-            (None, false) => None,
-        };
+        let mem = Self::open_medium(&cfg)?;
         let plain_inline = faults.is_none()
             && irq.is_empty()
             && hybrid.is_empty()
@@ -387,6 +281,59 @@ impl NullDriver {
             irq: irq.into_boxed_slice(),
             hybrid: hybrid.into_boxed_slice(),
             zoned,
+        })
+    }
+
+    /// One completion thread per submit queue, where requests complete on
+    /// threads (irqmode 1 or 2, or a service model): `IrqQueue`s, or the
+    /// shared queues of poll_mode=hybrid.
+    fn start_completion_threads(
+        cfg: &NullConfig,
+        modelled: bool,
+    ) -> Result<(Vec<IrqQueue>, Vec<HybridQueue>), mqblk::Error> {
+        let mut irq = Vec::new();
+        let mut hybrid = Vec::new();
+        if cfg.irq_mode() != IrqMode::None || modelled {
+            for i in 0..cfg.submit_queues {
+                // Timer mode stays awake briefly when idle, for precision.
+                let idle_spin = cfg.irq_mode() == IrqMode::Timer;
+                let depth = cfg.hw_queue_depth as usize;
+                let cpu = (!cfg.irq_cpus.is_empty()).then(|| cfg.irq_cpus[i % cfg.irq_cpus.len()]);
+                let thread_err = |e| {
+                    let on = cpu.map_or(String::new(), |c| format!(" on CPU {c} (irq_cpus)"));
+                    mqblk::Error::Setup(format!("null: cannot start the completion thread of queue {i}{on}: {e}"))
+                };
+                match cfg.poll_mode {
+                    PollMode::Queues => irq.push(IrqQueue::start(i, depth, idle_spin, cpu).map_err(thread_err)?),
+                    PollMode::Hybrid => hybrid.push(HybridQueue::start(i, depth, idle_spin, cpu).map_err(thread_err)?),
+                }
+            }
+        }
+        Ok((irq, hybrid))
+    }
+
+    /// The `badblocks` table, with the configured ranges set.
+    fn bad_blocks(cfg: &NullConfig) -> BadBlocks {
+        let badblocks = BadBlocks::new(
+            cfg.badblocks_once,
+            cfg.badblocks_partial_io,
+            u64::from(cfg.bs) >> mqblk::SECTOR_SHIFT,
+            cfg.size_bytes >> mqblk::SECTOR_SHIFT,
+        );
+        for &(first, last) in &cfg.badblocks {
+            badblocks.set(first, last + 1);
+        }
+        badblocks
+    }
+
+    /// The medium of memory_backed=1: the `backing_file`, else memory.
+    fn open_medium(cfg: &NullConfig) -> Result<Option<Store>, mqblk::Error> {
+        Ok(match (&cfg.backing_file, cfg.memory_backed) {
+            (Some(path), _) => Some(Store::File(
+                FileStore::open(path, cfg.size_bytes).map_err(|e| mqblk::Error::Setup(format!("null: {e}")))?,
+            )),
+            (None, true) => Some(Store::Memory(MemStore::new(cfg.size_bytes))),
+            (None, false) => None,
         })
     }
 
@@ -599,39 +546,8 @@ impl Driver for NullDriver {
         if !c.irq_cpus.is_empty() {
             let _ = writeln!(out, "null/irq_cpus={:?}", c.irq_cpus);
         }
-        if let Some(mem) = &self.mem {
-            let _ = writeln!(out, "{}", mem.describe());
-            let errors = self.medium_errors.load(Ordering::Relaxed);
-            if errors > 0 {
-                let _ = writeln!(out, "null/medium_errors={errors} last: {}", self.last_medium_error.lock().as_str());
-            }
-        }
-        if !self.badblocks.is_empty() {
-            let _ = writeln!(out, "null/badblocks={}", self.badblocks.list());
-        }
-        if let Some(c) = &self.cache {
-            let (cached, lost, torn, off) = c.counts();
-            let _ = writeln!(
-                out,
-                "null/cache_pages={cached}\nnull/powercut_lost_pages={lost}\nnull/powercut_torn_sectors={torn}\nnull/power={}",
-                if off { "off" } else { "on" }
-            );
-        }
-        if let Some(f) = &self.faults {
-            let [read, write, flush, discard] = &f.error;
-            for (name, attr) in [
-                ("timeout", &f.timeout),
-                ("requeue", &f.requeue),
-                ("error_read", read),
-                ("error_write", write),
-                ("error_flush", flush),
-                ("error_discard", discard),
-            ] {
-                if let Some(a) = attr {
-                    let _ = writeln!(out, "null/fault_{name}_injected={}", a.failed());
-                }
-            }
-        }
+        self.show_medium(out);
+        self.show_faults(out);
         if let Some(z) = &self.zoned {
             let _ = writeln!(out, "null/zone_lock={}", z.lock_name());
         }
@@ -643,127 +559,6 @@ impl Driver for NullDriver {
         if self.channels.is_some() {
             let _ = writeln!(out, "null/channels={} service_nsec={}", c.channels, c.completion_nsec);
         }
-        for (i, q) in self.hybrid.iter().enumerate() {
-            let s = q.stats();
-            let (hipri, lopri, on) = q.snapshot();
-            let _ = writeln!(
-                out,
-                "null/hybrid{i}/notify={} hipri={hipri} lopri={lopri} notify_off={} notify_on={} irq_reaped={} poll_reaped={}",
-                on as u8,
-                s.notify_off.load(Ordering::Relaxed),
-                s.notify_on.load(Ordering::Relaxed),
-                s.irq_reaped.load(Ordering::Relaxed),
-                s.poll_reaped.load(Ordering::Relaxed),
-            );
-        }
-        for (i, q) in self.irq.iter().enumerate() {
-            let (timed, late_mean, late_max) = q.lateness();
-            let _ = writeln!(
-                out,
-                "null/irq{i}/completed={} pending={} timed={timed} late_ns_mean={late_mean} late_ns_max={late_max}",
-                q.completed(),
-                q.pending()
-            );
-        }
-    }
-}
-
-/// Zone reports: offered when `zoned=1`.
-impl mqblk::driver::Zoned for NullDriver {
-    fn report_zones(&self, sector: u64, nr: usize, out: &mut Vec<mqblk::zoned::Zone>) -> Result<(), Status> {
-        let z = self.zoned.as_ref().expect("offered only when zoned");
-        z.report(sector, nr, out);
-        Ok(())
-    }
-}
-
-/// Direct access: offered when memory-backed; each read may still decline.
-impl mqblk::driver::DirectAccess for NullDriver {
-    /// Memory-backed, and a read would do nothing but copy: no cache in
-    /// front of the store, no faults or bad blocks, no zones, no service
-    /// model or completion thread (whose timing a direct read would skip).
-    fn read_direct(&self, offset: u64, len: u64, f: &mut mqblk::driver::ReadFn<'_>) -> Option<std::io::Result<()>> {
-        Some(self.direct_store()?.lend(offset, len, f))
-    }
-
-    /// Memory-backed (as `read_direct` is), on a kernel with 4 KiB pages
-    /// that takes lent frames back (mem/lent.rs).
-    #[cfg(not(loom))]
-    fn lends_past_reads(&self) -> bool {
-        matches!(&self.mem, Some(Store::Memory(mem)) if self.direct_reads && mem.lends())
-    }
-
-    /// As `read_direct`, the pages kept for whoever holds them (mem/lent.rs).
-    #[cfg(not(loom))]
-    fn read_direct_lent(
-        &self,
-        offset: u64,
-        len: u64,
-        f: &mut mqblk::driver::ReadFn<'_>,
-    ) -> Option<std::io::Result<()>> {
-        self.direct_store()?.lend_past(offset, len, f)
-    }
-}
-
-/// Holes and data: offered when memory-backed.
-impl mqblk::driver::BlockStatus for NullDriver {
-    /// Memory-backed: unwritten pages are holes. Without memory backing
-    /// reads return whatever the buffer held, so nothing is claimed.
-    fn block_status(&self, offset: u64, len: u64, out: &mut Vec<(u64, bool)>) {
-        let mem = self.mem.as_ref().expect("offered only when memory-backed");
-        mqblk::driver::extents_by(offset, len, mem::PAGE_SIZE, out, |pos| !mem.is_present(pos));
-    }
-
-    /// Memory-backed: a page-table lookup per page (a file asks the
-    /// kernel, SEEK_DATA, per page: not cheap).
-    fn is_cheap(&self) -> bool {
-        matches!(self.mem, Some(Store::Memory(_)))
-    }
-}
-
-/// Power cuts: offered with a volatile write cache (`cache_size`).
-impl mqblk::driver::PowerControl for NullDriver {
-    /// Drops the write cache: unflushed writes are lost (torn into the
-    /// medium with `powercut_tear`); the device goes on with the durable
-    /// state.
-    fn power_cut(&self, hold_off: bool) -> Result<u64, mqblk::Error> {
-        let (Some(c), Some(mem)) = (&self.cache, &self.mem) else {
-            unreachable!("offered only with a write cache, which needs memory_backed=1")
-        };
-        Ok(c.power_cut(mem, hold_off))
-    }
-
-    fn power_on(&self) -> Result<u64, mqblk::Error> {
-        let conflict =
-            |message: &str| mqblk::config::ConfigError::Conflict { driver: "null".into(), message: message.into() };
-        let c = self.cache.as_ref().expect("offered only with a write cache");
-        c.power_on().ok_or_else(|| conflict("power_on: the power is on (power_off first)").into())
-    }
-}
-
-/// Live attributes (`badblocks`): always offered.
-impl mqblk::driver::Attributes for NullDriver {
-    /// null_blk's configfs attributes that change a live device:
-    /// `badblocks` (`+START-END`, `-START-END`).
-    fn set_attr(&self, key: &str, value: &str) -> Result<(), mqblk::Error> {
-        let conflict = |message: String| mqblk::config::ConfigError::Conflict { driver: "null".into(), message };
-        match key {
-            "badblocks" if self.zoned.is_some() => {
-                Err(conflict("badblocks on a zoned device is not supported (zoned=1)".into()).into())
-            }
-            "badblocks" => self.badblocks.store(value).map_err(|e| conflict(e).into()),
-            _ => Err(conflict(format!("no attribute '{key}' to set on a live device (accepted: badblocks)")).into()),
-        }
-    }
-
-    fn attr(&self, key: &str) -> Result<String, mqblk::Error> {
-        match key {
-            "badblocks" => Ok(self.badblocks.list()),
-            _ => Err(mqblk::config::ConfigError::Conflict {
-                driver: "null".into(),
-                message: format!("no attribute '{key}' (accepted: badblocks)"),
-            }
-            .into()),
-        }
+        self.show_queues(out);
     }
 }

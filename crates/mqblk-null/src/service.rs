@@ -117,6 +117,29 @@ impl Channels {
     }
 }
 
+/// A device-wide bandwidth limit (`mbps`): transfers are laid end to end on
+/// one timeline; a request completes when its transfer would have finished.
+pub(crate) struct Throttle {
+    pub(crate) bytes_per_sec: u64,
+    pub(crate) next_free_ns: AtomicU64,
+}
+
+impl Throttle {
+    /// Reserves the transfer of `bytes` starting no earlier than `now`;
+    /// returns when it finishes.
+    pub(crate) fn reserve(&self, now: u64, bytes: u64) -> u64 {
+        let xfer_ns = (u128::from(bytes) * 1_000_000_000 / u128::from(self.bytes_per_sec)) as u64;
+        let mut cur = self.next_free_ns.load(Ordering::Relaxed);
+        loop {
+            let done = cur.max(now) + xfer_ns;
+            match self.next_free_ns.compare_exchange_weak(cur, done, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return done,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;

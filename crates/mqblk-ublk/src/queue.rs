@@ -31,21 +31,27 @@
 //! completion vectors are sized at start-up.
 //!
 //! Relies on: uapi.rs (structs, command numbers); mqblk's Client (submit,
-//! plug, do_io, completion_fd) and Buf; the io-uring crate.
+//! plug, do_io, completion_fd) and Buf; desc.rs (the descriptor area) and
+//! ring.rs (the io_uring and the commands queued on it).
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::RawFd;
 use std::os::unix::fs::FileExt;
-use std::ptr::NonNull;
 use std::sync::Arc;
 
-use io_uring::{opcode, squeue, types, IoUring};
+use io_uring::{squeue, IoUring};
 use mqblk::zoned::{Zone, ZoneMgmt, ZoneType};
 use mqblk::{Bio, Buf, Client, Completion, Device, Op, ReqFlags, SECTOR_SHIFT};
 
 use crate::error::Error;
-use crate::uapi::{self, IoCmd, IoDesc};
+use crate::uapi::{self, IoDesc};
+
+mod desc;
+mod ring;
+
+use desc::DescMap;
+use ring::build_ring;
 
 /// user_data of the eventfd poll (tags are below 4096).
 const EVENTFD_TOKEN: u64 = u64::MAX;
@@ -71,62 +77,6 @@ pub struct QueueStats {
     /// Zone appends done (each returned its sector to the kernel).
     pub zone_appends: u64,
 }
-
-/// The kernel's descriptor area of one queue, mapped read-only.
-struct DescMap {
-    ptr: NonNull<IoDesc>,
-    bytes: usize,
-    depth: u16,
-}
-
-impl DescMap {
-    fn map(cdev: &File, q_id: u16, depth: u16) -> Result<Self, Error> {
-        // SAFETY: sysconf has no memory-safety preconditions.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
-        let bytes = uapi::queue_desc_bytes(depth, page);
-        let offset = uapi::queue_desc_offset(q_id, page);
-        // SAFETY: a new shared read-only mapping of the device's descriptor
-        // pages (the kernel refuses writable ones); nothing else lives at
-        // the address the kernel picks, and the result is checked.
-        let raw = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ,
-                libc::MAP_SHARED | libc::MAP_POPULATE,
-                cdev.as_raw_fd(),
-                offset as libc::off_t,
-            )
-        };
-        if raw == libc::MAP_FAILED {
-            return Err(Error::Mmap { q_id, source: io::Error::last_os_error() });
-        }
-        let ptr = NonNull::new(raw.cast::<IoDesc>()).ok_or(Error::Mmap { q_id, source: io::Error::other("null") })?;
-        Ok(Self { ptr, bytes, depth })
-    }
-
-    /// A copy of tag `tag`'s descriptor. The kernel writes it before it
-    /// completes the tag's fetch command and not again until the next
-    /// fetch, so a copy taken after the CQE is stable.
-    fn get(&self, tag: u16) -> IoDesc {
-        assert!(tag < self.depth, "tag {tag} beyond the queue depth {}", self.depth);
-        // SAFETY: `tag < depth` and the mapping holds `depth` descriptors
-        // (aligned: page-aligned base, 24-byte entries of 8-byte fields);
-        // volatile because the kernel writes the memory.
-        unsafe { std::ptr::read_volatile(self.ptr.as_ptr().add(usize::from(tag))) }
-    }
-}
-
-impl Drop for DescMap {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping made in `map`, once.
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.bytes) };
-    }
-}
-
-// SAFETY: the mapping is read only through `get` (copies); moving it to the
-// queue thread moves the only handle.
-unsafe impl Send for DescMap {}
 
 /// Where a tag is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -288,16 +238,7 @@ impl Queue {
                     reports.push(tag_id);
                     continue;
                 }
-                let parsed = bio_for(&desc, tag).and_then(|(mut bio, result_bytes)| {
-                    if *user_copy && matches!(bio.op, Op::Write | Op::ZoneAppend) {
-                        if let Err(errno) = copy_in(cdev, *q_id, tag_id, &mut bio) {
-                            tag.buf = bio.buf.take();
-                            return Err(errno);
-                        }
-                    }
-                    Ok((bio, result_bytes))
-                });
-                let (bio, result_bytes) = match parsed {
+                let (bio, result_bytes) = match bio_with_data(&desc, tag, *user_copy, cdev, *q_id, tag_id) {
                     Ok(parsed) => parsed,
                     Err(errno) => {
                         log::debug!(
@@ -323,6 +264,17 @@ impl Queue {
                 }
             }
         });
+        self.commit_refused_and_reports()?;
+        if eventfd_fired {
+            self.drain_eventfd();
+            self.arm_eventfd()?;
+        }
+        Ok(())
+    }
+
+    /// Commits what `handle_cqes` answers itself: the errors of refused
+    /// requests, and zone reports (no bio).
+    fn commit_refused_and_reports(&mut self) -> Result<(), Error> {
         // Refused requests: commit their errors (the commit fetches again,
         // so the tag stays Fetching).
         while let Some((tag, result)) = self.refused.pop() {
@@ -335,10 +287,6 @@ impl Queue {
                 self.stats.errors += 1;
             }
             self.push_commit(tag, result, 0)?;
-        }
-        if eventfd_fired {
-            self.drain_eventfd();
-            self.arm_eventfd()?;
         }
         Ok(())
     }
@@ -396,13 +344,6 @@ impl Queue {
         }
     }
 
-    /// Queues COMMIT_AND_FETCH_REQ for `tag`; `zone_append_lba` goes in
-    /// the address field, which carries it for zone appends (user copy).
-    fn push_commit(&mut self, tag: u16, result: i32, zone_append_lba: u64) -> Result<(), Error> {
-        let addr = if self.user_copy { zone_append_lba } else { self.tags[usize::from(tag)].addr };
-        self.push_io_cmd(uapi::UBLK_U_IO_COMMIT_AND_FETCH_REQ, tag, result, addr)
-    }
-
     /// Answers a report-zones request (`nr_sectors` holds the number of
     /// zones): the device's zones from `start_sector`, written as
     /// `struct blk_zone`s into the request by user copy. Returns the
@@ -430,74 +371,6 @@ impl Queue {
         // ublk clamps a result beyond the request to its length
         // (__ublk_complete_rq), so the buffer's capacity is always enough.
         i32::try_from(buf.capacity()).unwrap_or(i32::MAX)
-    }
-
-    /// Queues one FETCH or COMMIT_AND_FETCH command for `tag`.
-    fn push_io_cmd(&mut self, op: u32, tag: u16, result: i32, addr: u64) -> Result<(), Error> {
-        let cmd = IoCmd { q_id: self.q_id, tag, result, addr };
-        let sqe = opcode::UringCmd16::new(types::Fd(self.cdev.as_raw_fd()), op)
-            .cmd(cmd.to_bytes())
-            .build()
-            .user_data(u64::from(tag));
-        self.push(&sqe)
-    }
-
-    /// Polls the client's completion eventfd (one shot, re-armed after it
-    /// fires).
-    fn arm_eventfd(&mut self) -> Result<(), Error> {
-        let sqe =
-            opcode::PollAdd::new(types::Fd(self.completion_fd), libc::POLLIN as u32).build().user_data(EVENTFD_TOKEN);
-        self.push(&sqe)
-    }
-
-    /// Clears the eventfd's count (it is non-blocking: EAGAIN means zero).
-    fn drain_eventfd(&mut self) {
-        let mut count: u64 = 0;
-        // SAFETY: reads 8 bytes into a live u64 from the client's eventfd.
-        let _ = unsafe { libc::read(self.completion_fd, std::ptr::addr_of_mut!(count).cast(), 8) };
-    }
-
-    fn push(&mut self, sqe: &squeue::Entry) -> Result<(), Error> {
-        loop {
-            // SAFETY: our SQEs name no memory of ours but the tags'
-            // buffers (by address, for the kernel's copies), which live as
-            // long as the queue; the ring is dropped first (field order).
-            if unsafe { self.ring.submission().push(sqe) }.is_ok() {
-                return Ok(());
-            }
-            // Full (cannot happen with one command per tag and a ring of
-            // depth + 1 or more, but cheap to survive): submit what is there.
-            self.ring.submit().map_err(|e| Error::Queue { q_id: self.q_id, what: "io_uring_enter", source: e })?;
-        }
-    }
-}
-
-/// The queue's ring. ublk hands each request to the queue thread as task
-/// work (`io_uring_cmd_complete_in_task`); by default the kernel signals
-/// the thread for it (TWA_SIGNAL), which costs an interrupt of the task and
-/// a trip through the signal path per wakeup. With DEFER_TASKRUN (6.1,
-/// which needs SINGLE_ISSUER: the ring is made and used by this thread
-/// alone) the work waits on the ring until the thread enters the kernel to
-/// wait, which it does anyway, as the ublk selftests' server does. Measured
-/// in the 6.12 guest: server CPU per 4k read 39.6 -> 31.8 us at QD1 and
-/// 11.4 -> 8.8 us at QD32 (docs/results/ublk-compare-disarm.txt, then
-/// ublk-compare-taskrun.txt). COOP_TASKRUN (5.19, what libublk sets) is
-/// the fallback, then no flag.
-fn build_ring(entries: u32) -> io::Result<IoUring<squeue::Entry>> {
-    let cq_entries = entries * 2;
-    let deferred = IoUring::builder()
-        .setup_cqsize(cq_entries)
-        .setup_coop_taskrun()
-        .setup_single_issuer()
-        .setup_defer_taskrun()
-        .build(entries);
-    match deferred {
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
-        other => return other,
-    }
-    match IoUring::builder().setup_cqsize(cq_entries).setup_coop_taskrun().build(entries) {
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => IoUring::builder().setup_cqsize(cq_entries).build(entries),
-        other => other,
     }
 }
 
@@ -541,6 +414,27 @@ fn bio_for(desc: &IoDesc, tag: &mut Tag) -> Result<(Bio, i32), i32> {
         uapi::UBLK_IO_OP_WRITE_ZEROES => Ok((Bio::write_zeroes(offset, bytes), 0)),
         _ => Err(libc::EOPNOTSUPP),
     }
+}
+
+/// `bio_for`, with a write's (or zone append's) data read in first under
+/// user copy; a failed copy gives the buffer back to the tag.
+fn bio_with_data(
+    desc: &IoDesc,
+    tag: &mut Tag,
+    user_copy: bool,
+    cdev: &File,
+    q_id: u16,
+    tag_id: u16,
+) -> Result<(Bio, i32), i32> {
+    bio_for(desc, tag).and_then(|(mut bio, result_bytes)| {
+        if user_copy && matches!(bio.op, Op::Write | Op::ZoneAppend) {
+            if let Err(errno) = copy_in(cdev, q_id, tag_id, &mut bio) {
+                tag.buf = bio.buf.take();
+                return Err(errno);
+            }
+        }
+        Ok((bio, result_bytes))
+    })
 }
 
 /// User copy in: a write's (or zone append's) data from the kernel's

@@ -183,78 +183,83 @@ pub fn to_json(
     process_cpu: Option<ProcessCpu>,
 ) -> Value {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let jobs: Vec<Value> = entries
-        .iter()
-        .enumerate()
-        .map(|(i, e)| {
-            let timed = !e.opts.gtod_reduce;
-            let cpu_base = e.secs() * 1e9 * e.nr_jobs as f64;
-            json!({
-                "jobname": e.opts.name,
-                "groupid": 0,
-                "job_index": i,
-                "jobs": e.nr_jobs,
-                "error": e.run.error,
-                "eta": 0,
-                "elapsed": (e.run.elapsed_ns as f64 / 1e9).ceil() as u64,
-                "job options": options_json(&e.opts.given),
-                "read": dir_json(e, &e.run.read, &e.read_samples, timed),
-                "write": dir_json(e, &e.run.write, &e.write_samples, timed),
-                "trim": dir_json(e, &DirStats::default(), &Samples::default(), false),
-                "job_runtime": e.run.elapsed_ns / 1_000_000,
-                "usr_cpu": e.run.rusage.user_ns as f64 / cpu_base * 100.0,
-                "sys_cpu": e.run.rusage.sys_ns as f64 / cpu_base * 100.0,
-                "ctx": e.run.rusage.voluntary_ctx + e.run.rusage.involuntary_ctx,
-                "majf": e.run.rusage.majflt,
-                "minf": e.run.rusage.minflt,
-                "mqblk": ctx_json(e),
-            })
-        })
-        .collect();
-    let total_secs = entries.iter().map(|e| e.secs()).fold(0.0, f64::max).max(1e-9);
-    let vol: u64 = entries.iter().map(|e| e.run.rusage.voluntary_ctx).sum();
-    let invol: u64 = entries.iter().map(|e| e.run.rusage.involuntary_ctx).sum();
-    let s = &dev.stats;
+    let jobs: Vec<Value> = entries.iter().enumerate().map(|(i, e)| job_json(i, e)).collect();
     json!({
         "fio version": format!("mqblk-{}", env!("CARGO_PKG_VERSION")),
         "timestamp": now.as_secs(),
         "timestamp_ms": now.as_millis() as u64,
         "global options": options_json(global_given),
         "jobs": jobs,
-        "mqblk": {
-            "device": dev.spec,
-            "driver": dev.driver,
-            "nr_hw_queues": dev.nr_hw_queues,
-            "hw_queue_depth": dev.queue_depth,
-            "poll_queues": dev.poll_queues,
-            "scheduler": dev.scheduler,
-            "nr_requests": s.nr_requests,
-            "dispatched": s.dispatched,
-            "completed": s.completed,
-            "bios": [s.bios.read, s.bios.write],
-            "requests": [s.requests.read, s.requests.write],
-            "merges": [s.merges.read, s.merges.write],
-            "merges_total": s.merges.total(),
-            "front_merges": s.front_merges,
-            "back_merges": s.merges.total() - s.front_merges,
-            "plug_flushes": s.plug_flushes,
-            "busy": s.busy,
-            "tag_waits": s.tag_waits,
-            "sched_tag_waits": s.sched_tag_waits,
-            "timeouts": s.timeouts,
-            "ctx_voluntary": vol,
-            "ctx_involuntary": invol,
-            "ctx_voluntary_per_sec": vol as f64 / total_secs,
-            "ctx_involuntary_per_sec": invol as f64 / total_secs,
-            "process_cpu": process_cpu.map(|p| json!({
-                "usr_ns": p.user_ns,
-                "sys_ns": p.sys_ns,
-                "ios": p.ios,
-                "window_ns": p.window_ns,
-                "cpu_ns_per_io": p.cpu_ns_per_io(),
-                "cpus_busy": p.cpus_busy(),
-            })),
-        }
+        "mqblk": device_json(entries, dev, process_cpu),
+    })
+}
+
+/// One job's object in fio's "jobs" array (`i`: its job_index).
+fn job_json(i: usize, e: &Entry) -> Value {
+    let timed = !e.opts.gtod_reduce;
+    let cpu_base = e.secs() * 1e9 * e.nr_jobs as f64;
+    json!({
+        "jobname": e.opts.name,
+        "groupid": 0,
+        "job_index": i,
+        "jobs": e.nr_jobs,
+        "error": e.run.error,
+        "eta": 0,
+        "elapsed": (e.run.elapsed_ns as f64 / 1e9).ceil() as u64,
+        "job options": options_json(&e.opts.given),
+        "read": dir_json(e, &e.run.read, &e.read_samples, timed),
+        "write": dir_json(e, &e.run.write, &e.write_samples, timed),
+        "trim": dir_json(e, &DirStats::default(), &Samples::default(), false),
+        "job_runtime": e.run.elapsed_ns / 1_000_000,
+        "usr_cpu": e.run.rusage.user_ns as f64 / cpu_base * 100.0,
+        "sys_cpu": e.run.rusage.sys_ns as f64 / cpu_base * 100.0,
+        "ctx": e.run.rusage.voluntary_ctx + e.run.rusage.involuntary_ctx,
+        "majf": e.run.rusage.majflt,
+        "minf": e.run.rusage.minflt,
+        "mqblk": ctx_json(e),
+    })
+}
+
+/// The "mqblk" object: the device's facts and block-layer counters, and
+/// the run's context switches and process CPU.
+fn device_json(entries: &[Entry], dev: &DeviceInfo, process_cpu: Option<ProcessCpu>) -> Value {
+    let total_secs = entries.iter().map(|e| e.secs()).fold(0.0, f64::max).max(1e-9);
+    let vol: u64 = entries.iter().map(|e| e.run.rusage.voluntary_ctx).sum();
+    let invol: u64 = entries.iter().map(|e| e.run.rusage.involuntary_ctx).sum();
+    let s = &dev.stats;
+    json!({
+        "device": dev.spec,
+        "driver": dev.driver,
+        "nr_hw_queues": dev.nr_hw_queues,
+        "hw_queue_depth": dev.queue_depth,
+        "poll_queues": dev.poll_queues,
+        "scheduler": dev.scheduler,
+        "nr_requests": s.nr_requests,
+        "dispatched": s.dispatched,
+        "completed": s.completed,
+        "bios": [s.bios.read, s.bios.write],
+        "requests": [s.requests.read, s.requests.write],
+        "merges": [s.merges.read, s.merges.write],
+        "merges_total": s.merges.total(),
+        "front_merges": s.front_merges,
+        "back_merges": s.merges.total() - s.front_merges,
+        "plug_flushes": s.plug_flushes,
+        "busy": s.busy,
+        "tag_waits": s.tag_waits,
+        "sched_tag_waits": s.sched_tag_waits,
+        "timeouts": s.timeouts,
+        "ctx_voluntary": vol,
+        "ctx_involuntary": invol,
+        "ctx_voluntary_per_sec": vol as f64 / total_secs,
+        "ctx_involuntary_per_sec": invol as f64 / total_secs,
+        "process_cpu": process_cpu.map(|p| json!({
+            "usr_ns": p.user_ns,
+            "sys_ns": p.sys_ns,
+            "ios": p.ios,
+            "window_ns": p.window_ns,
+            "cpu_ns_per_io": p.cpu_ns_per_io(),
+            "cpus_busy": p.cpus_busy(),
+        })),
     })
 }
 

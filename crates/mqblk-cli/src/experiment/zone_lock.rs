@@ -192,7 +192,14 @@ pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentErro
             "per_zone_over_global": g.ratio().json(),
         })).collect::<Vec<_>>(),
     });
-    let panels = SCHEDS
+    let panels = panels(&groups);
+    Ok((doc, panels, table))
+}
+
+/// A panel per scheduler and workload: median KIOPS by job count, a
+/// series per lock.
+fn panels(groups: &[Group]) -> Vec<Panel> {
+    SCHEDS
         .iter()
         .flat_map(|s| WORKLOADS.iter().map(move |w| (*s, *w)))
         .map(|(s, w)| Panel {
@@ -212,8 +219,7 @@ pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentErro
                 })
                 .collect(),
         })
-        .collect();
-    Ok((doc, panels, table))
+        .collect()
 }
 
 /// The KIOPS table: per scheduler and job count, each workload under each

@@ -58,9 +58,9 @@
 //! is dropped and the check retried, so two writers can never deadlock.
 //! Single-threaded, the result is the kernel's exactly.
 //!
-//! Relies on: zoned.rs (types), mem.rs (memory backing), parking_lot and
+//! Relies on: mqblk's zone types, mem/ (memory backing), parking_lot and
 //! spin (the two lock kinds). The open/active accounting is in res.rs,
-//! the locks in lock.rs.
+//! the locks in lock.rs, the zone management commands in mgmt.rs.
 
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
@@ -68,6 +68,7 @@ use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 mod lock;
+mod mgmt;
 mod res;
 
 use lock::{ZoneGuard, ZoneMutex};
@@ -244,45 +245,13 @@ impl NullZoned {
     /// device is `memory_backed`.
     pub(crate) fn new(cfg: &ZonedConfig, capacity_bytes: u64, bs: u32, memory_backed: bool) -> Result<Self, String> {
         let lock_kind = ZoneLockKind::for_memory_backed(memory_backed);
-        if !cfg.zone_size_mb.is_power_of_two() {
-            return Err(format!("zone_size={} MB must be a power of two", cfg.zone_size_mb));
-        }
-        let zone_sectors = (cfg.zone_size_mb << 20) >> SECTOR_SHIFT;
         let capacity_sectors = capacity_bytes >> SECTOR_SHIFT;
-        if zone_sectors > capacity_sectors {
-            return Err(format!("zone_size={} MB is larger than the device", cfg.zone_size_mb));
-        }
-        let cap_mb = if cfg.zone_capacity_mb == 0 { cfg.zone_size_mb } else { cfg.zone_capacity_mb };
-        if cap_mb > cfg.zone_size_mb {
-            return Err(format!("zone_capacity={cap_mb} MB is larger than zone_size={} MB", cfg.zone_size_mb));
-        }
-        // "null_blk: Do not allow runt zone with zone capacity smaller then
-        // zone size": no real device has both, and both oracle kernels
-        // (6.12, and 6.1 through its stable backport) refuse them.
-        if cap_mb != cfg.zone_size_mb && capacity_sectors % zone_sectors != 0 {
-            return Err(format!(
-                "a smaller last zone (the size is not a multiple of zone_size={} MB) is not allowed with \
-                 zone_capacity={cap_mb} MB below the zone size",
-                cfg.zone_size_mb
-            ));
-        }
-        if cfg.zone_full && cfg.compat == ZonedCompat::Linux6_1 {
-            return Err("zone_full=1 is a Linux 6.12 parameter: null_blk 6.1 has none (zoned_compat=6.1)".into());
-        }
+        let (zone_sectors, cap_mb) = Self::check_zones(cfg, capacity_sectors)?;
         let nr_zones = capacity_sectors.div_ceil(zone_sectors) as u32;
         // null_blk's adjustments, in its order.
         let nr_conv = cfg.zone_nr_conv.min(nr_zones - 1);
         let nr_seq = nr_zones - nr_conv;
-        let mut max_active = cfg.zone_max_active;
-        if max_active >= nr_seq {
-            max_active = 0;
-        }
-        let mut max_open = cfg.zone_max_open;
-        if max_active > 0 && max_open > max_active {
-            max_open = max_active;
-        } else if max_open >= nr_seq {
-            max_open = 0;
-        }
+        let (max_open, max_active) = Self::open_limits(cfg, nr_seq);
         if cfg.zone_readonly + cfg.zone_offline > nr_seq {
             return Err(format!(
                 "zone_readonly={} + zone_offline={} exceed the {nr_seq} sequential zones",
@@ -331,6 +300,54 @@ impl NullZoned {
             global: (cfg.zone_lock == ZoneLock::Global).then(|| ZoneMutex::new(lock_kind, ())),
             contended: CachePadded::new(AtomicU64::new(0)),
         })
+    }
+
+    /// null_init_zoned_dev's checks of the zone size and capacity against
+    /// a device of `capacity_sectors` (and of `zone_full` against the
+    /// kernel followed): the zone size in sectors and the zone capacity in
+    /// MB.
+    fn check_zones(cfg: &ZonedConfig, capacity_sectors: u64) -> Result<(u64, u64), String> {
+        if !cfg.zone_size_mb.is_power_of_two() {
+            return Err(format!("zone_size={} MB must be a power of two", cfg.zone_size_mb));
+        }
+        let zone_sectors = (cfg.zone_size_mb << 20) >> SECTOR_SHIFT;
+        if zone_sectors > capacity_sectors {
+            return Err(format!("zone_size={} MB is larger than the device", cfg.zone_size_mb));
+        }
+        let cap_mb = if cfg.zone_capacity_mb == 0 { cfg.zone_size_mb } else { cfg.zone_capacity_mb };
+        if cap_mb > cfg.zone_size_mb {
+            return Err(format!("zone_capacity={cap_mb} MB is larger than zone_size={} MB", cfg.zone_size_mb));
+        }
+        // "null_blk: Do not allow runt zone with zone capacity smaller then
+        // zone size": no real device has both, and both oracle kernels
+        // (6.12, and 6.1 through its stable backport) refuse them.
+        if cap_mb != cfg.zone_size_mb && capacity_sectors % zone_sectors != 0 {
+            return Err(format!(
+                "a smaller last zone (the size is not a multiple of zone_size={} MB) is not allowed with \
+                 zone_capacity={cap_mb} MB below the zone size",
+                cfg.zone_size_mb
+            ));
+        }
+        if cfg.zone_full && cfg.compat == ZonedCompat::Linux6_1 {
+            return Err("zone_full=1 is a Linux 6.12 parameter: null_blk 6.1 has none (zoned_compat=6.1)".into());
+        }
+        Ok((zone_sectors, cap_mb))
+    }
+
+    /// `zone_max_open` and `zone_max_active` as null_blk adjusts them, in
+    /// its order, for `nr_seq` sequential zones (0: no limit).
+    fn open_limits(cfg: &ZonedConfig, nr_seq: u32) -> (u32, u32) {
+        let mut max_active = cfg.zone_max_active;
+        if max_active >= nr_seq {
+            max_active = 0;
+        }
+        let mut max_open = cfg.zone_max_open;
+        if max_active > 0 && max_open > max_active {
+            max_open = max_active;
+        } else if max_open >= nr_seq {
+            max_open = 0;
+        }
+        (max_open, max_active)
     }
 
     /// The largest zone append in sectors. 6.12 ("null_blk: Introduce
@@ -568,126 +585,6 @@ impl NullZoned {
             _ => true,
         };
         assert!(ok, "zone {zno}: write pointer {} disagrees with {:?} (start {start}, capacity {cap})", z.wp, z.cond);
-    }
-
-    /// __null_close_zone.
-    fn close_zone(&self, zno: usize, z: &mut ZoneState, res: &mut Res) -> Status {
-        match z.cond {
-            ZoneCond::Closed => return Status::Ok,
-            ZoneCond::ImpOpen => res.dec(Count::ImpOpen),
-            ZoneCond::ExpOpen => res.dec(Count::ExpOpen),
-            _ => return Status::IoErr,
-        }
-        if z.wp == self.zone_start(zno) {
-            z.set_cond(ZoneCond::Empty);
-        } else {
-            z.set_cond(ZoneCond::Closed);
-            res.inc(Count::Closed);
-        }
-        Status::Ok
-    }
-
-    fn mgmt(&self, op: Op, sector: u64, mem: Option<&MemStore>) -> Status {
-        let zno = (sector / self.limits.zone_sectors) as usize;
-        if self.is_conv(zno) {
-            return Status::IoErr;
-        }
-        let mut z = self.lock_zone(zno);
-        let status = match op {
-            Op::ZoneReset => self.reset_zone(zno, &mut z, mem),
-            Op::ZoneOpen => self.open_zone(zno, &mut z),
-            Op::ZoneClose => {
-                let mut res = self.res_lock();
-                self.close_zone(zno, &mut z, &mut res)
-            }
-            Op::ZoneFinish => self.finish_zone(zno, &mut z),
-            _ => Status::NotSupp,
-        };
-        self.debug_check(zno, &z);
-        status
-    }
-
-    fn reset_all(&self, mem: Option<&MemStore>) {
-        for zno in self.nr_conv as usize..self.zones.len() {
-            let mut z = self.lock_zone(zno);
-            // blk_zone_reset_all_bio_endio: every plug's write pointer is 0.
-            z.need_wp_update = false;
-            if !matches!(z.cond, ZoneCond::Empty | ZoneCond::ReadOnly | ZoneCond::Offline) {
-                let _ = self.reset_zone(zno, &mut z, mem);
-            }
-        }
-    }
-
-    fn reset_zone(&self, zno: usize, z: &mut ZoneState, mem: Option<&MemStore>) -> Status {
-        {
-            let mut res = self.res_lock();
-            match z.cond {
-                ZoneCond::Empty => {
-                    z.need_wp_update = false;
-                    return Status::Ok;
-                }
-                ZoneCond::ImpOpen => res.dec(Count::ImpOpen),
-                ZoneCond::ExpOpen => res.dec(Count::ExpOpen),
-                ZoneCond::Closed => res.dec(Count::Closed),
-                ZoneCond::Full => {}
-                _ => return Status::IoErr,
-            }
-            z.set_cond(ZoneCond::Empty);
-            z.wp = self.zone_start(zno);
-            // blk_zone_reset_bio_endio: the plug's write pointer is 0 again.
-            z.need_wp_update = false;
-        }
-        if let Some(mem) = mem {
-            mem.zero(self.zone_start(zno) << SECTOR_SHIFT, self.zone_len(zno) << SECTOR_SHIFT);
-        }
-        Status::Ok
-    }
-
-    fn open_zone(&self, zno: usize, z: &mut ZoneState) -> Status {
-        let mut res = match z.cond {
-            ZoneCond::ExpOpen => return Status::Ok,
-            ZoneCond::Empty | ZoneCond::Closed => match self.admit(zno, z.cond) {
-                Ok(res) => res,
-                Err(status) => return status,
-            },
-            ZoneCond::ImpOpen => self.res_lock(),
-            _ => return Status::IoErr,
-        };
-        match z.cond {
-            ZoneCond::ImpOpen => res.dec(Count::ImpOpen),
-            ZoneCond::Closed => res.dec(Count::Closed),
-            _ => {}
-        }
-        z.set_cond(ZoneCond::ExpOpen);
-        res.inc(Count::ExpOpen);
-        Status::Ok
-    }
-
-    fn finish_zone(&self, zno: usize, z: &mut ZoneState) -> Status {
-        let mut res = match z.cond {
-            ZoneCond::Full => {
-                // blk_zone_finish_bio_endio: any successful finish sets the
-                // plug's write pointer to the zone's end.
-                z.need_wp_update = false;
-                return Status::Ok;
-            }
-            ZoneCond::Empty | ZoneCond::Closed => match self.admit(zno, z.cond) {
-                Ok(res) => res,
-                Err(status) => return status,
-            },
-            ZoneCond::ImpOpen | ZoneCond::ExpOpen => self.res_lock(),
-            _ => return Status::IoErr,
-        };
-        match z.cond {
-            ZoneCond::ImpOpen => res.dec(Count::ImpOpen),
-            ZoneCond::ExpOpen => res.dec(Count::ExpOpen),
-            ZoneCond::Closed => res.dec(Count::Closed),
-            _ => {}
-        }
-        z.set_cond(ZoneCond::Full);
-        z.wp = self.zone_start(zno) + self.zone_len(zno);
-        z.need_wp_update = false;
-        Status::Ok
     }
 }
 
