@@ -441,30 +441,28 @@ impl Client {
     /// from `head` and `buf`: the token that owns it comes back.
     #[inline(always)]
     fn start_request(&self, tags: &Tags, got: TagGot, head: &RqHead, buf: Option<Buf>, in_sched: bool) -> Rq {
-        let client_id = self.client_id;
         // SAFETY: `got` is the tag the bitmap just gave us, not freed since;
         // we start one request on it.
-        unsafe {
-            tags.pool.start(got.tag, &self.shared, |rq| {
-                rq.op = head.op;
-                rq.flags = head.flags;
-                rq.sector = head.sector;
-                rq.nr_sectors = head.nr_sectors;
-                rq.buf = buf;
-                (rq.view, rq.view_len) = head.view.unwrap_or((std::ptr::null_mut(), 0));
-                rq.split = head.split;
-                rq.user_data = head.user_data;
-                rq.origin = head.origin;
-                rq.driver_data = 0;
-                rq.client_id = client_id;
-                rq.ioprio = head.ioprio;
-                rq.in_sched = in_sched;
-                rq.plain_end = head.split == 0 && !in_sched && head.op != crate::request::Op::ZoneAppend;
-                debug_assert_eq!(rq.nr_bios, 1, "a finished request leaves no merged bios behind");
-                rq.front = std::ptr::null();
-                rq.back = std::ptr::null();
-            })
-        }
+        let mut starting = unsafe { tags.pool.start(got.tag, &self.shared) };
+        let rq = starting.request();
+        rq.op = head.op;
+        rq.flags = head.flags;
+        rq.sector = head.sector;
+        rq.nr_sectors = head.nr_sectors;
+        rq.buf = buf;
+        (rq.view, rq.view_len) = head.view.unwrap_or((std::ptr::null_mut(), 0));
+        rq.split = head.split;
+        rq.user_data = head.user_data;
+        rq.origin = head.origin;
+        rq.driver_data = 0;
+        rq.client_id = self.client_id;
+        rq.ioprio = head.ioprio;
+        rq.in_sched = in_sched;
+        rq.plain_end = head.split == 0 && !in_sched && head.op != crate::request::Op::ZoneAppend;
+        debug_assert_eq!(rq.nr_bios, 1, "a finished request leaves no merged bios behind");
+        rq.front = std::ptr::null();
+        rq.back = std::ptr::null();
+        starting.issue()
     }
 
     /// A tag on this client's hardware queue: from the plug's cache, a

@@ -3,8 +3,8 @@
 //! `UnsafeCell` (besides the `Rq` token's accessors, rq.rs). The rest of
 //! the crate works with what this module hands out:
 //!
-//! - [`Pool::start`]: the holder of a tag fills the slot's request and gets
-//!   the `Rq` token that owns it;
+//! - [`Pool::start`]: the holder of a tag fills the slot's request
+//!   ([`Starting`]) and gets the `Rq` token that owns it;
 //! - [`Ending`]: a consumed token (the driver completed the request); its
 //!   fields are taken out and the slot given back ([`Ending::finish`]),
 //!   or handed to the timeout scanner holding it;
@@ -54,9 +54,9 @@ impl Pool {
         &self.slots[tag as usize]
     }
 
-    /// Starts the request of `tag` for the client `owner`: `fill` sets its
-    /// fields from the bio, the slot goes in flight, and the token that
-    /// owns it comes back.
+    /// Starts the request of `tag` for the client `owner`: the caller
+    /// fills its fields (`Starting::request`), then `Starting::issue`
+    /// puts it in flight and hands back the token that owns it.
     ///
     /// # Safety
     /// The caller holds `tag` (a bitmap of its tag set gave it to the
@@ -64,22 +64,39 @@ impl Pool {
     /// it: holding the tag is what makes the slot's request exclusively
     /// the caller's.
     #[inline(always)]
-    pub(crate) unsafe fn start(&self, tag: u32, owner: &Arc<ClientShared>, fill: impl FnOnce(&mut Request)) -> Rq {
-        let slot = &self.slots[tag as usize];
+    pub(crate) unsafe fn start(&self, tag: u32, owner: &Arc<ClientShared>) -> Starting<'_> {
+        let slot = &*self.slots[tag as usize];
         debug_assert_eq!(slot.state(), RqState::Idle, "tag {tag}: started while its request is live");
-        {
-            // SAFETY: the caller holds the tag (forwarded contract).
-            let rq = unsafe { &mut *slot.rq.get() };
-            // Client sinks live as long as the queue (`RequestQueue::
-            // all_clients`): the pointer stays valid for any request.
-            rq.owner = Arc::as_ptr(owner);
-            fill(rq);
-            debug_assert_eq!(rq.tag, tag, "a slot's tag is its index");
-        }
-        slot.set_state(RqState::InFlight);
-        // SAFETY: the request is initialised and the caller gives up its
+        let mut starting = Starting { slot };
+        // Client sinks live as long as the queue (`RequestQueue::
+        // all_clients`): the pointer stays valid for any request.
+        starting.request().owner = Arc::as_ptr(owner);
+        starting
+    }
+}
+
+/// A request being started: its tag is held, its fields are being filled.
+pub(crate) struct Starting<'a> {
+    slot: &'a RequestSlot,
+}
+
+impl Starting<'_> {
+    /// The request to fill.
+    #[inline(always)]
+    pub(crate) fn request(&mut self) -> &mut Request {
+        // SAFETY: `Pool::start`'s caller holds the tag (its contract), and
+        // `&mut self` keeps this the only reference.
+        unsafe { &mut *self.slot.rq.get() }
+    }
+
+    /// Puts the filled request in flight: the token that owns it.
+    #[inline(always)]
+    pub(crate) fn issue(self) -> Rq {
+        debug_assert_eq!(self.slot.state(), RqState::Idle);
+        self.slot.set_state(RqState::InFlight);
+        // SAFETY: the request is initialised and the starter gives up its
         // access to the token.
-        unsafe { Rq::from_raw(NonNull::from(&**slot)) }
+        unsafe { Rq::from_raw(NonNull::from(self.slot)) }
     }
 }
 

@@ -31,17 +31,22 @@ use std::fmt;
 
 use crossbeam_utils::CachePadded;
 
-use crate::sync::{AtomicUsize, Mutex, Ordering};
+use crate::sync::{AtomicUsize, Ordering};
 
 mod queue;
 mod wake;
 
 mod registry;
 
+mod word;
+
 pub use queue::{SbitmapQueue, SbqSnapshot, SbqWaiter};
 pub(crate) use registry::registered as registered_wake_policy;
 pub use registry::{register_wake_policy, wake_policy_names, WakePolicyFactory};
 pub use wake::{wake_policy, BatchWake, HandoffWake, StashWake, WakePolicy, DEFAULT_WAKE_POLICY, WAKE_POLICIES};
+pub(crate) use word::low_mask;
+use word::SbitmapWord;
+pub use word::{default_shift, AllocHint};
 
 /// Bits per word at most (the machine word).
 pub const BITS_PER_WORD: u32 = usize::BITS;
@@ -49,45 +54,6 @@ pub const BITS_PER_WORD: u32 = usize::BITS;
 pub const SBQ_WAIT_QUEUES: usize = 8;
 /// Upper bound of `wake_batch`.
 pub const SBQ_WAKE_BATCH: u32 = 8;
-
-/// Mask of the low `n` bits (`n` may be a full word).
-#[inline(always)]
-pub(crate) fn low_mask(n: u32) -> usize {
-    debug_assert!(n <= BITS_PER_WORD);
-    if n >= BITS_PER_WORD {
-        usize::MAX
-    } else {
-        (1usize << n) - 1
-    }
-}
-
-/// One word of the bitmap with its deferred-clear mask, alone on a cache line.
-#[derive(Debug, Default)]
-struct SbitmapWord {
-    /// Allocated bits (set = busy).
-    word: AtomicUsize,
-    /// Bits freed but not yet cleared from `word`.
-    cleared: AtomicUsize,
-    /// Serialises moving `cleared` into `word` (the 2024 io-hang fix: without
-    /// it an allocator can see `cleared == 0` while another one holds the
-    /// swapped mask and has not yet cleared it from `word`, and give up).
-    swap_lock: Mutex<()>,
-    /// The word's usable bits (the last word may be short).
-    depth_mask: usize,
-}
-
-/// A caller's allocation hint: where its next search starts. One per thread
-/// or per client, like the kernel's per-CPU hint (example: [`Sbitmap`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AllocHint(pub u32);
-
-impl AllocHint {
-    /// A hint starting at `seed` (taken modulo the depth on first use), so
-    /// that different callers start in different words.
-    pub fn new(seed: u32) -> Self {
-        Self(seed)
-    }
-}
 
 /// The scalable bitmap: allocates and frees bits without a lock, each word
 /// on its own cache line.
@@ -134,25 +100,6 @@ impl fmt::Debug for Sbitmap {
             .field("busy", &self.weight())
             .finish()
     }
-}
-
-/// The kernel's default word shift: a full word, lowered until the map spans
-/// at least 4 words, so that allocators spread out even for small depths.
-///
-/// ```
-/// use mqblk::sbitmap::default_shift;
-///
-/// assert_eq!(default_shift(64), 4, "4 words of 16 bits");
-/// assert_eq!(default_shift(4096), 6, "64 words of 64 bits");
-/// ```
-pub fn default_shift(depth: u32) -> u32 {
-    let mut shift = BITS_PER_WORD.trailing_zeros();
-    if depth >= 4 {
-        while (4u32 << shift) > depth {
-            shift -= 1;
-        }
-    }
-    shift
 }
 
 impl Sbitmap {

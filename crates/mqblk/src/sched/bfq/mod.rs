@@ -30,125 +30,14 @@
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
 
+mod queue;
+
+use queue::*;
+
 use super::{BfqTunables, DoneInfo, Elevator, RqTable};
 use crate::clock::now_ns;
-use crate::request::{op_is_sync, IoPrio, IoPrioClass, Op, ReqFlags, Rq, RqList};
+use crate::request::{op_is_sync, IoPrio, Op, ReqFlags, Rq, RqList};
 use crate::sync::{AtomicU32, Mutex, Ordering};
-
-/// Weight multiplier while raised (the kernel's bfq_wr_coeff).
-const WR_COEFF: u64 = 30;
-/// Fixed-point shift of virtual times.
-const V_SHIFT: u32 = 20;
-/// The kernel's bfq_timeout: the longest a queue keeps the device.
-const BUDGET_TIMEOUT_NS: u64 = 125_000_000;
-/// `HctxState::idle_until_ns` while the in-service queue idles waiting for
-/// its requests in flight to complete (the idle timer starts then).
-const IDLE_AFTER_COMPLETION: u64 = u64::MAX;
-/// Sync queues that start within this of each other form a burst (the
-/// kernel's bfq_burst_interval, 180 ms)...
-const BURST_INTERVAL_NS: u64 = 180_000_000;
-/// ...and a burst this large is not interactive (bfq_large_burst_thresh).
-const LARGE_BURST: usize = 8;
-
-fn weight_of(ioprio: IoPrio) -> u64 {
-    (8 - u64::from(ioprio.level.min(7))) * 10
-}
-
-struct BfqQueue {
-    client_id: u32,
-    sync: bool,
-    class: IoPrioClass,
-    weight: u64,
-    fifo: VecDeque<u32>,
-    busy: bool,
-    ever_busy: bool,
-    /// When it last became empty (ns).
-    idle_since_ns: u64,
-    /// Raised until this time (0: not raised).
-    wr_until_ns: u64,
-    start: u64,
-    finish: u64,
-    /// Total sectors dispatched (for the dump and the tests).
-    served_sectors: u64,
-    /// Dispatched and not yet completed.
-    in_flight: u32,
-    ttime: ThinkTime,
-    /// Started with many others at once (a large burst): not raised.
-    in_large_burst: bool,
-}
-
-/// A queue's think time: how long its owner takes, once all its I/O is
-/// done, to issue the next (bfq_update_io_thinktime: a decaying average in
-/// fixed point, each sample capped at 2 x slice_idle). Idling only pays for
-/// a queue whose next request comes within the idle slice; a writer that
-/// sleeps for tags between its writes would make the device idle for
-/// nothing, slice after slice.
-#[derive(Default)]
-struct ThinkTime {
-    samples: u64,
-    total: u64,
-    mean_ns: u64,
-    /// When its last request completed (0: never).
-    last_end_ns: u64,
-}
-
-impl ThinkTime {
-    fn sample(&mut self, elapsed_ns: u64) {
-        self.samples = (7 * self.samples + 256) / 8;
-        self.total = (7 * self.total + 256 * elapsed_ns) / 8;
-        self.mean_ns = (self.total + 128) / self.samples;
-    }
-
-    /// The kernel's bfq_sample_valid: a few samples in, the mean counts.
-    fn short(&self, slice_idle_ns: u64) -> bool {
-        self.samples <= 80 || self.mean_ns <= slice_idle_ns
-    }
-}
-
-impl BfqQueue {
-    fn raised(&self) -> bool {
-        self.wr_until_ns != 0
-    }
-
-    fn eff_weight(&self) -> u64 {
-        if self.raised() {
-            self.weight * WR_COEFF
-        } else {
-            self.weight
-        }
-    }
-}
-
-struct HctxState {
-    queues: Vec<BfqQueue>,
-    by_owner: HashMap<(u32, bool), usize>,
-    rqs: RqTable,
-    vtime: u64,
-    busy_weight: u64,
-    in_service: Option<usize>,
-    budget_left: i64,
-    service_start_ns: u64,
-    /// The empty in-service queue keeps the device until then (0: not
-    /// idling; `IDLE_AFTER_COMPLETION`: until its requests complete, then
-    /// for slice_idle).
-    idle_until_ns: u64,
-    /// Idle slices that ended without the queue's next request (the timer
-    /// fired): for the dump and the tests.
-    idle_expired: u64,
-    burst: Burst,
-}
-
-/// Sync queues that became busy for the first time close together (the
-/// kernel's burst list, bfq_handle_burst): the many threads of one job
-/// starting at once (a parallel build, a storm of writers) are not an
-/// interactive application starting, so a large burst is not weight-raised,
-/// and the application that starts later still gets the device first.
-#[derive(Default)]
-struct Burst {
-    last_ns: u64,
-    members: Vec<usize>,
-    large: bool,
-}
 
 struct Tunables {
     low_latency: bool,
@@ -539,6 +428,7 @@ impl Elevator for Bfq {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::request::IoPrioClass;
 
     const MS: u64 = 1_000_000;
     const READER: (u32, bool, IoPrio) = (1, true, IoPrio { class: IoPrioClass::Be, level: 4 });
