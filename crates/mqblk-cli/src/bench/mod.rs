@@ -106,12 +106,23 @@ struct Running {
 }
 
 impl Running {
-    /// The job is ready: its ramp and runtime count from `now`.
+    /// The job is ready: its ramp counts from `now`, and so does its
+    /// runtime when it does not ramp.
     fn start(&mut self, opts: &JobOptions, now: Instant) {
         self.started = true;
         self.ramp_end = now + Duration::from_nanos(opts.ramp_time_ns);
-        self.stop_at = (opts.runtime_ns > 0).then(|| self.ramp_end + Duration::from_nanos(opts.runtime_ns));
+        self.stop_at =
+            (opts.runtime_ns > 0 && opts.ramp_time_ns == 0).then(|| now + Duration::from_nanos(opts.runtime_ns));
         self.last = (self.ramp_end, 0, 0, 0);
+    }
+
+    /// After a ramp, the runtime counts from when the job has seen the
+    /// ramp end and reset its statistics (fio resets `td->epoch` there),
+    /// so the measured part is never shorter than `runtime`.
+    fn measuring_from(&mut self, opts: &JobOptions, live: &Live, now: Instant) {
+        if self.stop_at.is_none() && opts.runtime_ns > 0 && live.measuring.load(Ordering::Acquire) {
+            self.stop_at = Some(now + Duration::from_nanos(opts.runtime_ns));
+        }
     }
 }
 
@@ -233,7 +244,6 @@ fn job_clones(plan: &BenchPlan, start: Instant) -> (Vec<Shared<'_>>, Vec<Running
     for opts in &plan.jobs {
         for clone in 0..opts.numjobs {
             let ramp_end = start + Duration::from_nanos(opts.ramp_time_ns);
-            let stop_at = (opts.runtime_ns > 0).then(|| ramp_end + Duration::from_nanos(opts.runtime_ns));
             let ctrl = Control::default();
             if opts.ramp_time_ns == 0 {
                 ctrl.phase.store(PHASE_RUN, Ordering::Release);
@@ -242,7 +252,7 @@ fn job_clones(plan: &BenchPlan, start: Instant) -> (Vec<Shared<'_>>, Vec<Running
             running.push(Running {
                 started: false,
                 ramp_end,
-                stop_at,
+                stop_at: None,
                 read_samples: Samples::default(),
                 write_samples: Samples::default(),
                 last: (ramp_end, 0, 0, 0),
@@ -395,6 +405,7 @@ fn supervise(shared: &[Shared], running: &mut [Running], bar: &Option<indicatif:
                 sh.ctrl.phase.store(PHASE_RUN, Ordering::Release);
                 r.last = (now, 0, 0, 0);
             }
+            r.measuring_from(sh.opts, &sh.live, now);
             if r.stop_at.is_some_and(|t| now >= t) {
                 window.close(shared);
                 sh.ctrl.phase.store(PHASE_STOP, Ordering::Release);
