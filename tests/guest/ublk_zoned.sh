@@ -11,7 +11,8 @@
 # own line ("ok: ..." or "FAIL: ..."):
 #   1. the block layer sees the same zoned queue on both: zoned model,
 #      chunk_sectors, nr_zones, max_open_zones, max_active_zones,
-#      logical_block_size and size;
+#      logical_block_size, size, and max_sectors_kb and max_hw_sectors_kb
+#      (so a large write splits into the same pieces on both);
 #   2. `blkzone report` prints the same zones on both (REPORT_ZONES);
 #   3. generated zone scripts (`mqblk zone gen`, SEEDS of them, OPS ops
 #      each) give identical JSON lines through `mqblk zone script
@@ -90,7 +91,8 @@ queue_attrs() {
   local q=/sys/block/$1/queue
   echo "zoned=$(cat $q/zoned) chunk_sectors=$(cat $q/chunk_sectors) nr_zones=$(cat $q/nr_zones)" \
     "max_open_zones=$(cat $q/max_open_zones) max_active_zones=$(cat $q/max_active_zones)" \
-    "logical_block_size=$(cat $q/logical_block_size) size=$(blockdev --getsize64 /dev/"$1")"
+    "logical_block_size=$(cat $q/logical_block_size) size=$(blockdev --getsize64 /dev/"$1")" \
+    "max_sectors_kb=$(cat $q/max_sectors_kb) max_hw_sectors_kb=$(cat $q/max_hw_sectors_kb)"
 }
 
 # Checks 1-5 for one configuration: $1 the null_blk module parameters

@@ -124,8 +124,16 @@ pub fn probe(ctrl: &mut Control, needed: u64) -> Result<u64, Error> {
     Ok(features)
 }
 
-/// The ublk parameters for a device with these limits, whose requests are
-/// at most `max_io_bytes`.
+/// The ublk parameters for a device with these limits, whose per-tag
+/// buffers hold `max_io_bytes`.
+///
+/// max_sectors is the device's own (null_blk's 255 for 512-byte blocks),
+/// not the page-rounded buffer's: the guest kernel then splits a large
+/// write into the same pieces as over the device itself, which a zoned
+/// device's write pointers show. What 6.12's ublk cannot pass on:
+/// max_segments and max_segment_size (ublk_ctrl_start_dev sets USHRT_MAX
+/// and UINT_MAX; null_blk has 128 and 64 KiB), which bind only for pieces
+/// of more than 128 segments, never for a 255-sector piece of 4 KiB pages.
 pub fn params_for(limits: &QueueLimits, max_io_bytes: u32) -> Params {
     let shift = |v: u32| v.trailing_zeros() as u8;
     let mut attrs = 0;
@@ -147,7 +155,7 @@ pub fn params_for(limits: &QueueLimits, max_io_bytes: u32) -> Params {
             physical_bs_shift: shift(physical),
             io_opt_shift: shift(physical),
             io_min_shift: shift(physical),
-            max_sectors: max_io_bytes >> 9,
+            max_sectors: max_sectors(limits, max_io_bytes),
             chunk_sectors: limits.zoned.map_or(0, |z| z.zone_sectors as u32),
             dev_sectors: limits.capacity_sectors(),
             virt_boundary_mask: 0,
@@ -170,7 +178,7 @@ pub fn params_for(limits: &QueueLimits, max_io_bytes: u32) -> Params {
         params.zoned = uapi::ParamZoned {
             max_open_zones: z.max_open_zones,
             max_active_zones: z.max_active_zones,
-            max_zone_append_sectors: z.zone_append_max_sectors.min(max_io_bytes >> 9),
+            max_zone_append_sectors: z.zone_append_max_sectors.min(max_sectors(limits, max_io_bytes)),
             reserved: [0; 20],
         };
     }
@@ -201,12 +209,23 @@ fn check_zoned(limits: &QueueLimits) -> Result<(), Error> {
     Ok(())
 }
 
-/// The per-tag buffer size: the device's largest request, at most
-/// `MAX_IO_BYTES`, a multiple of the page and of the block size.
+/// The per-tag buffer size: the device's largest request rounded up to
+/// whole pages and blocks (ublk_align_max_io_size rounds the buffer down
+/// to a page, and the kernel takes max_sectors only up to the buffer), at
+/// most `MAX_IO_BYTES`.
 fn max_io_bytes(limits: &QueueLimits) -> u32 {
-    let unit = limits.logical_block_size.max(4096) as u64;
+    let unit = u64::from(limits.logical_block_size.max(4096));
     let bytes = limits.max_transfer_bytes().min(MAX_IO_BYTES as u64);
-    ((bytes / unit) * unit).max(unit) as u32
+    (bytes.div_ceil(unit) * unit).max(unit) as u32
+}
+
+/// The largest request the device is advertised with: its own max_sectors
+/// in whole blocks, within the buffer, and at least the page that
+/// ublk_validate_params asks for.
+fn max_sectors(limits: &QueueLimits, max_io_bytes: u32) -> u32 {
+    let block_sectors = limits.logical_block_size >> 9;
+    let own = limits.max_sectors / block_sectors * block_sectors;
+    own.min(max_io_bytes >> 9).max(4096 >> 9)
 }
 
 impl Server {
@@ -447,11 +466,11 @@ mod tests {
         let mut limits = QueueLimits::new(1 << 30, 4096);
         limits.max_sectors = 250;
         let max_io = max_io_bytes(&limits);
-        assert_eq!(max_io, 126_976, "250 sectors rounded down to 31 pages");
+        assert_eq!(max_io, 131_072, "250 sectors rounded up to 32 pages");
         let p = params_for(&limits, max_io);
         assert_eq!(p.types, uapi::UBLK_PARAM_TYPE_BASIC);
         assert_eq!((p.basic.logical_bs_shift, p.basic.physical_bs_shift), (12, 12));
-        assert_eq!((p.basic.max_sectors, p.basic.dev_sectors, p.basic.attrs), (248, 1 << 21, 0));
+        assert_eq!((p.basic.max_sectors, p.basic.dev_sectors, p.basic.attrs), (248, 1 << 21, 0), "whole 4 KiB blocks");
 
         limits.write_cache = true;
         limits.fua = true;
@@ -488,6 +507,11 @@ mod tests {
         let p = params_for(limits, max_io_bytes(limits));
         assert_eq!(p.types & uapi::UBLK_PARAM_TYPE_ZONED, uapi::UBLK_PARAM_TYPE_ZONED);
         assert_eq!(p.basic.chunk_sectors, 64 * 2048, "the zone size, in sectors");
+        assert_eq!(
+            (p.basic.max_sectors, max_io_bytes(limits)),
+            (255, 131_072),
+            "null_blk's max_sectors, in a 128 KiB buffer"
+        );
         assert_eq!((p.zoned.max_open_zones, p.zoned.max_active_zones), (3, 5));
         assert!(p.zoned.max_zone_append_sectors > 0 && p.zoned.max_zone_append_sectors <= p.basic.max_sectors);
         assert!(Server::new(device.clone(), Options::default()).is_ok());
