@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use mqblk::{Bio, Buf, Client, Device, ReqFlags};
 
 mod common;
-use common::open;
+use common::{open, Step};
 
 const SECTOR: usize = 512;
 const SIZE_SECTORS: u64 = 2048; // size=1
@@ -43,26 +43,15 @@ fn workload(c: &mut Client, seed: u64, ops: usize) -> (HashMap<u64, u8>, HashMap
     let mut last = HashMap::new();
     let mut rng = seed;
     for op in 0..ops {
-        rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        let r = rng >> 33;
-        if r % 10 == 0 {
-            c.submit_and_wait(Bio::flush()).unwrap();
-            durable.extend(last.iter().map(|(&s, &v)| (s, v)));
-            continue;
-        }
-        let sector = (r >> 4) % SIZE_SECTORS;
-        let nr = (1 + (r >> 16) % 16).min(SIZE_SECTORS - sector);
-        let fill = (op % 250 + 1) as u8;
-        let fua = r % 7 == 0;
-        let mut bio = Bio::write(sector * SECTOR as u64, Buf::from_slice(&vec![fill; nr as usize * SECTOR]));
-        if fua {
-            bio = bio.with_flags(ReqFlags::FUA);
-        }
-        c.submit_and_wait(bio).unwrap();
-        for s in sector..sector + nr {
-            last.insert(s, fill);
-            if fua {
-                durable.insert(s, fill);
+        match common::seeded_step(c, &mut rng, op, SIZE_SECTORS, 10) {
+            Step::Flush => durable.extend(last.iter().map(|(&s, &v)| (s, v))),
+            Step::Write { sector, nr, fill, fua } => {
+                for s in sector..sector + nr {
+                    last.insert(s, fill);
+                    if fua {
+                        durable.insert(s, fill);
+                    }
+                }
             }
         }
     }

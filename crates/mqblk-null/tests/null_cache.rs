@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use mqblk::{Bio, Buf, Client, ReqFlags};
 
 mod common;
-use common::open;
+use common::{open, Step};
 
 const SECTOR: usize = 512;
 
@@ -62,33 +62,24 @@ fn workload(
     let mut pending: HashMap<u64, Vec<u8>> = HashMap::new();
     let mut rng = seed;
     for op in 0..cut {
-        rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        let r = rng >> 33;
-        if r % flush_every == 0 {
-            c.submit_and_wait(Bio::flush()).unwrap();
-            for (s, v) in pending.drain() {
-                durable.insert(s, *v.last().unwrap());
+        match common::seeded_step(c, &mut rng, op, region_sectors, flush_every) {
+            Step::Flush => {
+                for (s, v) in pending.drain() {
+                    durable.insert(s, *v.last().unwrap());
+                }
             }
-            continue;
-        }
-        let sector = (r >> 4) % region_sectors;
-        let nr = 1 + (r >> 16) % 16;
-        let nr = nr.min(region_sectors - sector);
-        let fill = (op % 250 + 1) as u8;
-        let fua = r % 7 == 0;
-        let mut bio = Bio::write(sector * SECTOR as u64, Buf::from_slice(&vec![fill; nr as usize * SECTOR]));
-        if fua {
-            bio = bio.with_flags(ReqFlags::FUA);
-        }
-        c.submit_and_wait(bio).unwrap();
-        for s in sector..sector + nr {
-            if fua {
-                // Durable at once; older unflushed writes to the sector
-                // stay in the cache's copy, which holds this one now.
-                durable.insert(s, fill);
-                pending.remove(&s);
-            } else {
-                pending.entry(s).or_default().push(fill);
+            Step::Write { sector, nr, fill, fua } => {
+                for s in sector..sector + nr {
+                    if fua {
+                        // Durable at once; older unflushed writes to the
+                        // sector stay in the cache's copy, which holds
+                        // this one now.
+                        durable.insert(s, fill);
+                        pending.remove(&s);
+                    } else {
+                        pending.entry(s).or_default().push(fill);
+                    }
+                }
             }
         }
     }

@@ -18,3 +18,34 @@ pub fn proptest_config(cases: u32) -> proptest::prelude::ProptestConfig {
     }
     config
 }
+
+/// One step of the power-cut workloads (null_cache, null_backing_file):
+/// from the seeded random `r`, a FLUSH (one in `flush_every`) or a write of
+/// 1-16 sectors inside `region_sectors` filled with a byte from `op`, one
+/// in seven FUA; submitted and waited for.
+pub enum Step {
+    Flush,
+    Write { sector: u64, nr: u64, fill: u8, fua: bool },
+}
+
+/// Runs step `op` of a workload whose generator stands at `rng` (advanced
+/// here, the LCG of Knuth's MMIX).
+pub fn seeded_step(c: &mut mqblk::Client, rng: &mut u64, op: usize, region_sectors: u64, flush_every: u64) -> Step {
+    use mqblk::{Bio, Buf, ReqFlags, SECTOR_SIZE};
+    *rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let r = *rng >> 33;
+    if r % flush_every == 0 {
+        c.submit_and_wait(Bio::flush()).unwrap();
+        return Step::Flush;
+    }
+    let sector = (r >> 4) % region_sectors;
+    let nr = (1 + (r >> 16) % 16).min(region_sectors - sector);
+    let fill = (op % 250 + 1) as u8;
+    let fua = r % 7 == 0;
+    let mut bio = Bio::write(sector * SECTOR_SIZE, Buf::from_slice(&vec![fill; (nr * SECTOR_SIZE) as usize]));
+    if fua {
+        bio = bio.with_flags(ReqFlags::FUA);
+    }
+    c.submit_and_wait(bio).unwrap();
+    Step::Write { sector, nr, fill, fua }
+}
