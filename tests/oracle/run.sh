@@ -64,11 +64,25 @@ module_params() {
   echo "$params"
 }
 
-# The guest's part, the same shell for both kernels: per pair, load
-# null_blk, run the script, unload; every output line is prefixed with the
-# pair's number (the 6.1 console mixes in firmware escapes: the host matches
-# lines by their content). $MQBLK and $MODULES come from the caller.
+# Huge pages for the largest write of all scripts: the guest's mqblk writes
+# from 2 MiB huge pages so that each write is one direct-I/O bio (see
+# crates/mqblk-cli/src/zone/blkdev.rs); reserved first thing after boot,
+# while the guest's memory is not yet fragmented. The guests have 2 GiB: a
+# memory-backed null_blk of 1 GiB may fill, beside these huge pages and the
+# script's own copy of its largest write.
+max_write=$(cat "${scripts[@]}" | sed 's/#.*//' |
+  awk '$1 == "noreport" { $1 = ""; $0 = $0 } $1 == "write" && $4 + 0 > m { m = $4 + 0 } END { print m + 0 }')
+huge_pages=$(((max_write * 512 + (2 << 20) - 1) / (2 << 20)))
+
+# The guest's part, the same shell for both kernels: reserve the huge pages
+# (a shortfall is reported, and mqblk then refuses to start, naming it),
+# then per pair load null_blk, run the script, unload; every output line is
+# prefixed with the pair's number (the 6.1 console mixes in firmware
+# escapes: the host matches lines by their content). $MQBLK and $MODULES
+# come from the caller.
 {
+  echo "echo $huge_pages > /proc/sys/vm/nr_hugepages"
+  echo "[ \"\$(cat /proc/sys/vm/nr_hugepages)\" = $huge_pages ] || echo \"ORACLE-HUGEPAGES: \$(cat /proc/sys/vm/nr_hugepages) of $huge_pages reserved\""
   cat <<'GUEST'
 oracle_job() { # N PARAMS (the script on stdin)
   cat > /tmp/oracle-script
@@ -96,7 +110,7 @@ if [ "$kernel_series" = 6.12 ]; then
     cat "$work/jobs.sh"
   } > "$work/guest.sh"
   status=0
-  MQBLK_GUEST_TIMEOUT=$timeout_s "$root/tests/guest/run.sh" "$work/guest.sh" --mem 1024 --cpus 1 > "$work/console.txt" || status=$?
+  MQBLK_GUEST_TIMEOUT=$timeout_s "$root/tests/guest/run.sh" "$work/guest.sh" --mem 2048 --cpus 1 > "$work/console.txt" || status=$?
   kver="6.12 guest"
   if [ "$status" != 0 ] || ! grep -q ORACLE-DONE "$work/console.txt"; then
     echo "oracle: the 6.12 guest run failed (status $status); its output:" >&2
@@ -133,7 +147,7 @@ else
   } > "$rd/init"
   chmod +x "$rd/init"
   (cd "$rd" && find . | cpio -o -H newc --quiet | gzip -1) > "$work/initrd.gz"
-  timeout "$timeout_s" qemu-system-x86_64 -accel tcg -cpu max -m 1024 -smp 1 -nographic -no-reboot -nic none \
+  timeout "$timeout_s" qemu-system-x86_64 -accel tcg -cpu max -m 2048 -smp 1 -nographic -no-reboot -nic none \
     -kernel "$kernel" -initrd "$work/initrd.gz" \
     -append "console=ttyS0 quiet panic=-1" < /dev/null > "$work/console.raw" 2>&1 || true
   tr -d '\r' < "$work/console.raw" > "$work/console.txt"
@@ -146,6 +160,7 @@ fi
 
 # Compare each pair.
 failed=0
+grep -o 'ORACLE-HUGEPAGES: .*' "$work/console.txt" >&2 || true
 for i in "${!specs[@]}"; do
   spec=${specs[$i]}
   mqblk_spec=$spec

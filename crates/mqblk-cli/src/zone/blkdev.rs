@@ -1,6 +1,21 @@
 //! A real zoned block device (the kernel's null_blk in the oracle's guest)
 //! as a script target: BLKREPORTZONE, BLK{RESET,OPEN,CLOSE,FINISH}ZONE
 //! (include/uapi/linux/blkzoned.h) and O_DIRECT pread/pwrite.
+//!
+//! Writes come from 2 MiB huge pages (`HugeBuf`), so that each is one
+//! direct-I/O bio whatever its size. From ordinary pages a pwrite of more
+//! than 1 MiB (BIO_MAX_VECS 4 KiB pages) is several bios whose boundaries
+//! follow the physical contiguity of the buffer's pages, which is random
+//! (bio_iov_iter_get_pages merges only physically adjacent pages into one
+//! bvec), and on 6.12 those bios race through the zone write plugs: how far
+//! such a write gets, and the conditions of the zones it spans, differed
+//! from run to run. A huge page is one folio, physically contiguous:
+//! __bio_iov_iter_get_pages (6.1: bio_iov_add_page merging page by page;
+//! 6.12: get_contig_folio_len and bio_iov_add_folio) makes it one bvec, a
+//! bio holds BIO_MAX_VECS (256) bvecs and up to UINT_MAX bytes, so
+//! __blkdev_direct_IO builds one bio for any write up to 512 MiB; the block
+//! layer then splits it (max_sectors, zone boundaries) the same way every
+//! time.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -50,6 +65,59 @@ pub struct BlkdevTarget {
     zone_sectors: u64,
     nr_zones: u32,
     capacity_sectors: u64,
+    /// Where writes are copied before their pwrite (grown on demand).
+    huge: Option<HugeBuf>,
+}
+
+/// A huge page's size (x86-64's PMD size, MAP_HUGE_2MB).
+const HUGE_PAGE: usize = 2 << 20;
+
+/// The largest write that is one bio: BIO_MAX_VECS huge pages, each one
+/// bvec (when two huge pages are physically adjacent they share a bvec,
+/// which only lowers the count).
+pub const MAX_ONE_BIO_WRITE: usize = 256 * HUGE_PAGE;
+
+/// An anonymous mapping of 2 MiB huge pages (MAP_HUGETLB).
+struct HugeBuf {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl HugeBuf {
+    /// Maps `len` bytes rounded up to whole huge pages. hugetlbfs reserves
+    /// the pages at mmap time, so a shortage fails here (ENOMEM), not at a
+    /// later fault.
+    fn new(len: usize) -> Result<Self, String> {
+        let len = len.max(1).div_ceil(HUGE_PAGE) * HUGE_PAGE;
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_HUGETLB | libc::MAP_HUGE_2MB;
+        // SAFETY: a fresh anonymous mapping; no existing memory is touched.
+        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
+        if ptr == libc::MAP_FAILED {
+            let pages = len / HUGE_PAGE;
+            return Err(format!(
+                "cannot map {pages} huge pages of 2 MiB for the writes ({}): reserve them first \
+                 (echo {pages} > /proc/sys/vm/nr_hugepages, and check that it took); from ordinary \
+                 pages a write over 1 MiB becomes several bios at places that change from run to run",
+                std::io::Error::last_os_error()
+            ));
+        }
+        Ok(Self { ptr: ptr.cast(), len })
+    }
+
+    /// The first `n` bytes (n <= len).
+    fn slice_mut(&mut self, n: usize) -> &mut [u8] {
+        assert!(n <= self.len);
+        // SAFETY: the mapping is len bytes, readable and writable, and
+        // owned by self, borrowed mutably here.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, n) }
+    }
+}
+
+impl Drop for HugeBuf {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in new, unmapped once.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
 }
 
 fn last_errno() -> i32 {
@@ -75,7 +143,7 @@ impl BlkdevTarget {
         if !ok || zone_sectors == 0 {
             return Err(format!("{path} is not a zoned block device ({})", std::io::Error::last_os_error()));
         }
-        Ok(Self { file, zone_sectors: u64::from(zone_sectors), nr_zones, capacity_sectors: bytes >> 9 })
+        Ok(Self { file, zone_sectors: u64::from(zone_sectors), nr_zones, capacity_sectors: bytes >> 9, huge: None })
     }
 
     fn range_ioctl(&self, request: u64, sector: u64, nr_sectors: u64) -> Result<(), i32> {
@@ -135,9 +203,33 @@ impl ZoneTarget for BlkdevTarget {
         }
     }
 
+    /// Maps the huge pages for writes of up to `bytes` before the script
+    /// starts, so a shortage stops the run with the reason instead of
+    /// failing a write in the middle.
+    fn prepare_writes(&mut self, bytes: usize) -> Result<(), String> {
+        if bytes > MAX_ONE_BIO_WRITE {
+            return Err(format!(
+                "a write of {bytes} bytes is more than one bio holds ({MAX_ONE_BIO_WRITE} bytes of huge pages)"
+            ));
+        }
+        if bytes > 0 && !matches!(&self.huge, Some(h) if h.len >= bytes) {
+            self.huge = None; // give the pages back before mapping more
+            self.huge = Some(HugeBuf::new(bytes)?);
+        }
+        Ok(())
+    }
+
     fn write(&mut self, offset_bytes: u64, data: &[u8]) -> Result<(), i32> {
-        let buf = Buf::from_slice(data); // aligned for O_DIRECT
-        match self.file.write_at(&buf, offset_bytes) {
+        if let Err(e) = self.prepare_writes(data.len()) {
+            eprintln!("zone script: {e}");
+            return Err(libc::ENOMEM);
+        }
+        let buf = match self.huge.as_mut() {
+            Some(huge) => huge.slice_mut(data.len()),
+            None => &mut [], // a zero-length write: the kernel answers it without a bio
+        };
+        buf.copy_from_slice(data); // huge pages are aligned for O_DIRECT
+        match self.file.write_at(buf, offset_bytes) {
             Ok(n) if n == data.len() => Ok(()),
             Ok(_) => Err(libc::EIO),
             Err(e) => Err(e.raw_os_error().unwrap_or(libc::EIO)),

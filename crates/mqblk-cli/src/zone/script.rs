@@ -43,6 +43,11 @@ pub trait ZoneTarget {
     /// `zone` None: every zone (reset all).
     fn mgmt(&mut self, op: ZoneMgmt, zone: Option<u64>) -> Result<(), i32>;
     fn write(&mut self, offset_bytes: u64, data: &[u8]) -> Result<(), i32>;
+    /// Readies the target for writes of up to `bytes` (called once before
+    /// a script runs, with its largest write); Err stops the script.
+    fn prepare_writes(&mut self, _bytes: usize) -> Result<(), String> {
+        Ok(())
+    }
     fn read(&mut self, offset_bytes: u64, out: &mut [u8]) -> Result<(), i32>;
 }
 
@@ -169,13 +174,29 @@ pub fn run_op(target: &mut dyn ZoneTarget, text: &str, op: &ZoneOp) -> String {
 
 /// Runs a whole script, one JSON line per op.
 pub fn run_script(target: &mut dyn ZoneTarget, script: &str) -> Result<String, String> {
-    let mut out = String::new();
+    let mut ops = Vec::new();
     for (n, line) in script.lines().enumerate() {
-        let Some((text, op)) = parse_line(line).map_err(|e| format!("line {}: {e}", n + 1))? else { continue };
-        out.push_str(&run_op(target, &text, &op));
+        if let Some(op) = parse_line(line).map_err(|e| format!("line {}: {e}", n + 1))? {
+            ops.push(op);
+        }
+    }
+    let largest = ops.iter().map(|(_, op)| write_sectors(op)).max().unwrap_or(0);
+    target.prepare_writes((largest * 512) as usize)?;
+    let mut out = String::new();
+    for (text, op) in &ops {
+        out.push_str(&run_op(target, text, op));
         out.push('\n');
     }
     Ok(out)
+}
+
+/// The sectors an op writes (0 for other ops).
+fn write_sectors(op: &ZoneOp) -> u64 {
+    match op {
+        ZoneOp::Write { nr, .. } => *nr,
+        ZoneOp::NoReport(inner) => write_sectors(inner),
+        _ => 0,
+    }
 }
 
 #[cfg(test)]
@@ -216,5 +237,51 @@ mod tests {
                 assert_eq!(*b, pattern_byte(zone, off, i as u64), "zone {zone} off {off} byte {i}");
             }
         }
+    }
+
+    /// Records what run_script asks of a target.
+    struct Recorder {
+        prepared: Vec<usize>,
+        writes: usize,
+        limit: usize,
+    }
+
+    impl ZoneTarget for Recorder {
+        fn zone_sectors(&self) -> u64 {
+            1024
+        }
+        fn report(&mut self) -> Result<Vec<(&'static str, u64)>, i32> {
+            Ok(vec![("EMPTY", 0)])
+        }
+        fn mgmt(&mut self, _: ZoneMgmt, _: Option<u64>) -> Result<(), i32> {
+            Ok(())
+        }
+        fn write(&mut self, _: u64, _: &[u8]) -> Result<(), i32> {
+            self.writes += 1;
+            Ok(())
+        }
+        fn prepare_writes(&mut self, bytes: usize) -> Result<(), String> {
+            self.prepared.push(bytes);
+            if bytes > self.limit {
+                return Err(format!("no room for {bytes} bytes"));
+            }
+            Ok(())
+        }
+        fn read(&mut self, _: u64, _: &mut [u8]) -> Result<(), i32> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_target_is_readied_once_for_the_largest_write_before_any_op() {
+        let script = "write 0 0 8\nnoreport write 1 0 3000\nread 0 0 5000\nwrite 2 0 16\n";
+        let mut t = Recorder { prepared: vec![], writes: 0, limit: usize::MAX };
+        let out = run_script(&mut t, script).unwrap();
+        assert_eq!((t.prepared, t.writes, out.lines().count()), (vec![3000 * 512], 3, 4));
+        // A target that cannot take the largest write stops the script
+        // before its first op, with the target's reason.
+        let mut t = Recorder { prepared: vec![], writes: 0, limit: 1 << 20 };
+        assert_eq!(run_script(&mut t, script).unwrap_err(), format!("no room for {} bytes", 3000 * 512));
+        assert_eq!(t.writes, 0);
     }
 }
