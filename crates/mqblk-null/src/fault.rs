@@ -242,12 +242,15 @@ mod tests {
 
     #[test]
     fn probability_fails_about_that_share_reproducibly() {
+        // Fewer draws under Miri (the bounds still stand 5 standard
+        // deviations of the binomial from its mean there, 11 natively).
+        const N: usize = if cfg!(miri) { 2_000 } else { 10_000 };
         let a = attr("1:25:0:-1");
-        let p = pattern(&a, 10_000);
+        let p = pattern(&a, N);
         let failed = p.matches('x').count();
         assert_eq!(failed as u64, a.failed());
-        assert!((2_000..3_000).contains(&failed), "{failed} of 10000 at 25%");
-        assert_eq!(p, pattern(&attr("1:25:0:-1"), 10_000), "the same seed, the same draws");
+        assert!((N / 5..N * 3 / 10).contains(&failed), "{failed} of {N} at 25%");
+        assert_eq!(p, pattern(&attr("1:25:0:-1"), N), "the same seed, the same draws");
     }
 
     #[test]
