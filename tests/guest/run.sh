@@ -27,6 +27,8 @@
 #       MQBLK_GUEST_MODULES=/run/mqblk-guest/modules  (decompressed .ko files)
 #       MQBLK_GUEST_KERNEL=<uname -r of the guest>
 #       MQBLK_GUEST_SCRIPT=<SCRIPT's absolute host path>
+#   - 36 huge pages of 2 MiB reserved (/proc/sys/vm/nr_hugepages), for
+#     `mqblk zone script --blkdev`'s writes; write that file to change it.
 #   - the working directory is the caller's (when the guest can see it).
 #     SCRIPT runs from its own host path, so "$(dirname "$0")" works; a
 #     SCRIPT under /tmp or /run (hidden by the guest's tmpfs) runs from a copy.
@@ -226,6 +228,9 @@ export PATH=/bin
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
+# Huge pages for `mqblk zone script --blkdev`, which writes from them (its
+# largest generated write, 72 MiB), reserved before memory fragments.
+echo 36 > /proc/sys/vm/nr_hugepages
 ctl=/dev/ttyS3
 echo "MQBLK-GUEST-INIT" > $ctl
 fail() { echo "mqblk-guest: $*" > /dev/console; echo "MQBLK-GUEST-FAIL: $*" > $ctl; poweroff -f; }

@@ -1,17 +1,47 @@
 //! `mqblk zone gen`: random zone op scripts for the kernel oracle, weighted
 //! toward edge cases: writes at and just off the write pointer, past the
-//! zone capacity, across zone boundaries and larger than max_sectors (so
-//! they split); opens and finishes at the open/active limits; reset all;
-//! zone indices out of range; a failing write without the zone report
-//! after it (`noreport`), followed by a write at the write pointer (Linux
-//! 6.12 fails it, 6.1 does not).
+//! zone capacity, across zone boundaries and the device's end, longer than
+//! a zone, of sizes around max_sectors (255 sectors, 248 with 4 KiB
+//! blocks) and over 1 MiB; opens and finishes at the open/active limits;
+//! reset all; zone indices out of range; a failing write without the zone
+//! report after it (`noreport`), followed by a write at the write pointer
+//! (Linux 6.12 fails it, 6.1 does not).
 //!
 //! With `--device SPEC` the generator runs each op on an mqblk device as it
-//! writes it and aims at the true write pointers; without, it guesses them
-//! (as if every write succeeded). Writes that fail part way are kept to at
-//! most 1 MiB: the kernel builds a larger direct-I/O write from several
-//! bios whose boundaries depend on the buffer's memory layout, so how far
-//! such a write gets before failing is not reproducible (seen on 6.1).
+//! writes it and aims at its true write pointers, zone conditions and
+//! open/active limits; without, it guesses them (as if every write
+//! succeeded).
+//!
+//! Which writes, as measured on the oracle's kernels
+//! (docs/results/zoned-spanning-writes.txt: the same scripts 3 and 5 times
+//! on Debian's 6.1 and 6.12 with null_blk, traced). `zone script --blkdev`
+//! issues each write as one direct-I/O bio (blkdev.rs), which the block
+//! layer splits at max_sectors and zone boundaries:
+//! - Deterministic on both kernels, so generated: writes past the zone
+//!   capacity of any size (the pieces before the one that crosses it land,
+//!   that one fails, the rest fail or, on 6.12, are aborted by
+//!   disk_zone_wplug_abort), across the zone's end into the next zones and
+//!   past the device's end (the pwrite is cut at the end, a short write),
+//!   longer than a zone from its start, and of any size around max_sectors.
+//! - Not deterministic on 6.12, so never generated: a write that reaches a
+//!   later zone while that zone could only open by implicitly closing
+//!   another or not at all (zone_max_open or zone_max_active reached). 6.12
+//!   issues the first piece of each zone from the writing task and the
+//!   zone's further pieces one at a time from its zone write plug's work
+//!   (blk_zone_wplug_bio_work) as each completes; whether the next zone's
+//!   first piece reaches null_blk before or after the current zone's last
+//!   ones changed from run to run, and with a limit reached null_blk then
+//!   closed a different zone or failed a different piece
+//!   (null_check_zone_resources): zone 7 ended CLOSED in one run and
+//!   IMP_OPEN in the next, and a write spanning three zones wrote two of
+//!   them in one run and three in another. So a write reaches past its
+//!   zone only when every zone it may open fits under both limits at once
+//!   (`Model::room`). 6.1 issues every piece in order from the task and was
+//!   deterministic in all of them.
+//!
+//! Writes are at most `MAX_WRITE` sectors, to keep a 1 GiB guest's memory
+//! (the huge pages of the write, its copy, the memory-backed null_blk)
+//! sane.
 
 use super::script::ZoneTarget;
 
@@ -55,6 +85,12 @@ pub struct GenArgs {
     /// Logical block size in sectors.
     #[arg(long, value_name = "N", default_value_t = 1)]
     block_sectors: u64,
+    /// The open zone limit (0: none); with --device, the device's.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    max_open: u64,
+    /// The active zone limit (0: none); with --device, the device's.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    max_active: u64,
     /// Run each op on this mqblk device as it is written and aim at its
     /// true write pointers.
     #[arg(long, value_name = "SPEC")]
@@ -71,17 +107,107 @@ pub struct Shape {
     /// Logical block size in sectors: most offsets and lengths are
     /// multiples of it (one op in 16 is not, to test the refusal).
     pub block_sectors: u64,
+    /// zone_max_open and zone_max_active (0: no limit).
+    pub max_open: u64,
+    pub max_active: u64,
 }
 
-/// Sectors of the largest write that may fail part way (one DIO bio).
-const MAX_FAILING_WRITE: u64 = 2048;
+/// The largest write in sectors (72 MiB: a 64 MiB zone and then some, two
+/// whole 32 MiB zones).
+pub const MAX_WRITE: u64 = 147_456;
+
+/// A zone's condition as the generator sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cond {
+    Conv,
+    Empty,
+    Open,
+    Closed,
+    Full,
+    /// Read-only or offline: takes no write.
+    Other,
+}
+
+impl Cond {
+    fn from_name(name: &str) -> Self {
+        match name {
+            "NOT_WP" => Self::Conv,
+            "EMPTY" => Self::Empty,
+            "IMP_OPEN" | "EXP_OPEN" => Self::Open,
+            "CLOSED" => Self::Closed,
+            "FULL" => Self::Full,
+            _ => Self::Other,
+        }
+    }
+}
+
+/// The write pointers (relative, at most the capacity) and conditions the
+/// next op is aimed at: the device's after each op, or guesses.
+struct Model {
+    shape: Shape,
+    wp: Vec<u64>,
+    cond: Vec<Cond>,
+}
+
+impl Model {
+    fn new(shape: Shape) -> Self {
+        let cond = (0..shape.zones).map(|z| if z < shape.nr_conv { Cond::Conv } else { Cond::Empty }).collect();
+        Self { shape, wp: vec![0; shape.zones as usize], cond }
+    }
+
+    /// Whether a write into zones `first..=last` cannot depend on the order
+    /// in which the zones' pieces reach the driver: every sequential zone it
+    /// may open or activate fits under zone_max_open and zone_max_active
+    /// together with the zones open and active now, so null_blk neither
+    /// closes a zone implicitly nor refuses one. Full zones are not counted
+    /// (their pieces fail before any resource check).
+    fn room(&self, first: u64, last: u64) -> bool {
+        let count = |f: &dyn Fn(Cond) -> bool| self.cond.iter().filter(|&&c| f(c)).count() as u64;
+        let open = count(&|c| c == Cond::Open);
+        let active = count(&|c| matches!(c, Cond::Open | Cond::Closed));
+        let span = &self.cond[first as usize..=last as usize];
+        let to_open = span.iter().filter(|&&c| matches!(c, Cond::Empty | Cond::Closed)).count() as u64;
+        let to_activate = span.iter().filter(|&&c| c == Cond::Empty).count() as u64;
+        let Shape { max_open, max_active, .. } = self.shape;
+        (max_open == 0 || open + to_open <= max_open) && (max_active == 0 || active + to_activate <= max_active)
+    }
+
+    /// The guess after `write z off n`, as if it succeeded where it starts
+    /// at a write pointer.
+    fn guess_write(&mut self, z: u64, off: u64, n: u64) {
+        let Shape { zones, zone_sectors, cap_sectors, .. } = self.shape;
+        let (mut z, mut off, mut left) = (z as usize, off, n);
+        while left > 0 && z < zones as usize {
+            let here = left.min(zone_sectors - off);
+            if self.cond[z] != Cond::Conv && off == self.wp[z] && off + here <= cap_sectors {
+                self.wp[z] += here;
+                self.cond[z] = if self.wp[z] == cap_sectors { Cond::Full } else { Cond::Open };
+            }
+            (z, off, left) = (z + 1, 0, left - here);
+        }
+    }
+
+    fn guess_reset(&mut self, z: usize) {
+        if self.cond[z] != Cond::Conv {
+            (self.wp[z], self.cond[z]) = (0, Cond::Empty);
+        }
+    }
+
+    /// Takes the device's zone report.
+    fn learn(&mut self, report: &[(&'static str, u64)]) {
+        for (z, (cond, rel)) in report.iter().enumerate().take(self.wp.len()) {
+            self.wp[z] = (*rel).min(self.shape.cap_sectors);
+            self.cond[z] = Cond::from_name(cond);
+        }
+    }
+}
 
 /// The script (one op per line) for the given shape; with a target, each
 /// op runs on it as it is generated.
 pub fn generate(seed: u64, ops: u64, shape: Shape, mut target: Option<&mut dyn ZoneTarget>) -> String {
-    let Shape { zones, nr_conv, zone_sectors, cap_sectors, block_sectors } = shape;
+    let Shape { zones, nr_conv, zone_sectors, cap_sectors, block_sectors, .. } = shape;
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-    let mut wp = vec![0u64; zones as usize];
+    let mut model = Model::new(shape);
     let mut out = format!("# mqblk zone gen --seed {seed} --ops {ops} --zones {zones}\n");
     let mut written = 0;
     while written < ops {
@@ -89,25 +215,33 @@ pub fn generate(seed: u64, ops: u64, shape: Shape, mut target: Option<&mut dyn Z
         let z =
             if nr_conv > 0 && rng.below(8) == 0 { rng.below(nr_conv) } else { nr_conv + rng.below(zones - nr_conv) };
         let zi = z as usize;
+        let block = if block_sectors > 1 && rng.below(16) != 0 { block_sectors } else { 1 };
         let line = match rng.below(100) {
-            0..=34 => write_op(&mut rng, &shape, &mut wp, z),
+            0..=34 => write_op(&mut rng, &mut model, z, block),
             35..=49 => {
                 let off = rng.below(zone_sectors);
                 let n = (1 + rng.below(300)).min((zones - z) * zone_sectors - off);
                 format!("read {z} {off} {n}")
             }
-            50..=61 => "open".to_string() + &format!(" {z}"),
+            50..=61 => {
+                if model.cond[zi] != Cond::Conv {
+                    model.cond[zi] = Cond::Open;
+                }
+                format!("open {z}")
+            }
             62..=71 => format!("close {z}"),
             72..=79 => {
-                wp[zi] = cap_sectors;
+                if model.cond[zi] != Cond::Conv {
+                    (model.wp[zi], model.cond[zi]) = (cap_sectors, Cond::Full);
+                }
                 format!("finish {z}")
             }
             80..=89 => {
-                wp[zi] = 0;
+                model.guess_reset(zi);
                 format!("reset {z}")
             }
             90..=92 => {
-                wp.iter_mut().for_each(|w| *w = 0);
+                (0..zones as usize).for_each(|z| model.guess_reset(z));
                 "reset all".to_string()
             }
             93..=95 => "report".to_string(),
@@ -116,11 +250,10 @@ pub fn generate(seed: u64, ops: u64, shape: Shape, mut target: Option<&mut dyn Z
                 format!("{verb} {}", zones + rng.below(3)) // out of range
             }
         };
-        let aligned = block_sectors > 1 && rng.below(16) != 0;
         for line in line.lines().take((ops - written) as usize) {
-            let line = if aligned { align(line, block_sectors) } else { line.to_string() };
+            let line = if block > 1 { align(line, block) } else { line.to_string() };
             if let Some(t) = target.as_deref_mut() {
-                run_on_target(t, &line, &mut wp, cap_sectors);
+                run_on_target(t, &line, &mut model);
             }
             out.push_str(&line);
             out.push('\n');
@@ -130,45 +263,74 @@ pub fn generate(seed: u64, ops: u64, shape: Shape, mut target: Option<&mut dyn Z
     out
 }
 
-/// A write op to zone `z`: mostly at the write pointer, sometimes past it,
-/// to or past capacity, or large enough to split; the write pointers
-/// follow it.
-fn write_op(rng: &mut Rng, shape: &Shape, wp: &mut [u64], z: u64) -> String {
-    let Shape { zones, zone_sectors, cap_sectors, .. } = *shape;
-    let zi = z as usize;
-    let (off, n) = match rng.below(6) {
-        0..=2 => (wp[zi], 1 + rng.below(64)), // at the wp
-        3 if rng.below(2) == 0 => {
+/// A write op to zone `z` (offsets and lengths in multiples of `block`),
+/// as one of: at the write pointer; past it (also without the report
+/// after it, then at it); to or past the capacity; of a size around
+/// max_sectors or over 1 MiB; across the zone's end; longer than a zone
+/// from its start. The model's guess follows it.
+fn write_op(rng: &mut Rng, model: &mut Model, z: u64, block: u64) -> String {
+    let Shape { zones, zone_sectors, cap_sectors, .. } = model.shape;
+    let wp = model.wp[z as usize];
+    let left = cap_sectors.saturating_sub(wp);
+    let to_zone_end = zone_sectors - wp.min(zone_sectors);
+    let (off, n) = match rng.below(10) {
+        0..=3 => (wp, 1 + rng.below(64)), // at the wp
+        4 if rng.below(2) == 0 => {
             // Past the wp with no report after it, then at the wp.
-            let (off, n) = (wp[zi] + 1 + rng.below(8), 1 + rng.below(16));
-            let n = n.min((zones - z) * zone_sectors - off.min((zones - z) * zone_sectors - 1));
-            let at_wp = (1 + rng.below(64)).min(cap_sectors.saturating_sub(wp[zi])).max(1);
-            return format!("noreport write {z} {off} {n}\nwrite {z} {} {at_wp}", wp[zi]);
+            let (off, n) = aligned((wp + 1 + rng.below(8)).min(zone_sectors - block), 1 + rng.below(16), block);
+            let n = n.min(zone_sectors - off);
+            let at_wp = aligned(wp, (1 + rng.below(64)).min(left).max(1), block).1;
+            return format!("noreport write {z} {off} {n}\nwrite {z} {wp} {at_wp}");
         }
-        3 => (wp[zi] + 1 + rng.below(8), 1 + rng.below(16)), // just past it
-        4 => {
-            // To or past capacity (past it only when small).
-            let left = cap_sectors.saturating_sub(wp[zi]);
-            let over = if left + 16 <= MAX_FAILING_WRITE { rng.below(16) } else { 0 };
-            (wp[zi], left + over)
+        4 => (wp + 1 + rng.below(8), 1 + rng.below(16)), // just past it
+        5 => {
+            // To the capacity, or past it by a little or a lot (across the
+            // zone's end, too, when the capacity is the zone size).
+            let over = [0, 1 + rng.below(16), 1 + rng.below(4096)][rng.below(3) as usize];
+            (wp, left + over)
         }
-        _ => (wp[zi], 200 + rng.below(400)), // splits at max_sectors
+        6 | 7 => {
+            // Around max_sectors (255 or 248 sectors a piece) and 1 MiB
+            // (2048 sectors: what one bio of ordinary pages held), or more.
+            let k = 1 + rng.below(8);
+            let n = match rng.below(5) {
+                0 => 255 * k + rng.below(3) - 1,
+                1 => 248 * k + 8 * rng.below(3) - 8,
+                2 => 2047 + rng.below(3),
+                3 => 200 + rng.below(400),
+                _ => 2049 + rng.below(16_384),
+            };
+            (wp, n)
+        }
+        8 => (wp, to_zone_end + 1 + rng.below(4096)), // across the zone's end
+        _ => {
+            // Longer than a zone from its start; now and then two zones.
+            let whole = if rng.below(4) == 0 { 2 * zone_sectors } else { zone_sectors };
+            (0, whole + 1 + rng.below(4096))
+        }
     };
-    let n = n.max(1);
-    // Keep inside the device (the kernel clips or fails past it).
-    let n = n.min((zones - z) * zone_sectors - off.min((zones - z) * zone_sectors - 1));
-    // Off the wp or past capacity, a write fails part way: keep it small.
-    let fits = off == wp[zi] && off + n <= cap_sectors;
-    let n = if fits { n } else { n.min(MAX_FAILING_WRITE) };
-    if off == wp[zi] {
-        wp[zi] = (wp[zi] + n).min(cap_sectors);
-    }
+    // MAX_WRITE is a multiple of any block size.
+    let (off, n) = aligned(off.min(zone_sectors - block), n.clamp(1, MAX_WRITE), block);
+    // Zones the write reaches on the device (it is cut at the device's end).
+    let last = ((z * zone_sectors + off + n - 1) / zone_sectors).min(zones - 1);
+    let n = if last == z || model.room(z, last) {
+        n
+    } else {
+        // No room for the next zones: up to the zone's end only.
+        n.min(zone_sectors - off)
+    };
+    model.guess_write(z, off, n);
     format!("write {z} {off} {n}")
 }
 
-/// Runs one op line on `t`, then aims the next ops at the true write
-/// pointers.
-fn run_on_target(t: &mut dyn ZoneTarget, line: &str, wp: &mut [u64], cap_sectors: u64) {
+/// `off` down and `n` up to whole blocks.
+fn aligned(off: u64, n: u64, block: u64) -> (u64, u64) {
+    (off / block * block, n.div_ceil(block) * block)
+}
+
+/// Runs one op line on `t`, then aims the next ops at the device's true
+/// zones.
+fn run_on_target(t: &mut dyn ZoneTarget, line: &str, model: &mut Model) {
     if let Ok(Some((text, op))) = super::script::parse_line(line) {
         let _ = super::script::run_op(t, &text, &op);
         if matches!(op, super::script::ZoneOp::NoReport(_)) {
@@ -176,9 +338,7 @@ fn run_on_target(t: &mut dyn ZoneTarget, line: &str, wp: &mut [u64], cap_sectors
         }
     }
     if let Ok(report) = t.report() {
-        for (w, (_, rel)) in wp.iter_mut().zip(report) {
-            *w = rel.min(cap_sectors);
-        }
+        model.learn(&report);
     }
 }
 
@@ -190,42 +350,51 @@ fn align(line: &str, block: u64) -> String {
     let w: Vec<&str> = line.split(' ').collect();
     match w.as_slice() {
         [verb @ ("read" | "write"), z, off, n] => {
-            let off: u64 = off.parse().unwrap_or(0);
-            let n: u64 = n.parse().unwrap_or(1);
-            format!("{verb} {z} {} {}", off / block * block, n.div_ceil(block) * block)
+            let (off, n) = aligned(off.parse().unwrap_or(0), n.parse().unwrap_or(1), block);
+            format!("{verb} {z} {off} {n}")
         }
         _ => line.to_string(),
     }
 }
 
 pub fn run(args: GenArgs) -> Result<String, String> {
-    let GenArgs { seed, ops, zones, nr_conv, zone_sectors, capacity_sectors, block_sectors, device } = args;
+    let GenArgs {
+        seed,
+        ops,
+        zones,
+        nr_conv,
+        zone_sectors,
+        capacity_sectors,
+        block_sectors,
+        max_open,
+        max_active,
+        device,
+    } = args;
     let cap_sectors = capacity_sectors.unwrap_or(zone_sectors);
-    if zones == 0 || nr_conv >= zones || cap_sectors > zone_sectors || zone_sectors == 0 || block_sectors == 0 {
-        return Err("zone gen: need zones > nr-conv, 0 < capacity-sectors <= zone-sectors, block-sectors >= 1".into());
+    if zones == 0
+        || nr_conv >= zones
+        || cap_sectors > zone_sectors
+        || zone_sectors == 0
+        || block_sectors == 0
+        || zone_sectors % block_sectors != 0
+    {
+        return Err("zone gen: need zones > nr-conv, 0 < capacity-sectors <= zone-sectors, block-sectors >= 1 \
+                    dividing zone-sectors"
+            .into());
     }
-    let shape = Shape { zones, nr_conv, zone_sectors, cap_sectors, block_sectors };
+    let mut shape = Shape { zones, nr_conv, zone_sectors, cap_sectors, block_sectors, max_open, max_active };
     let mut target = match device {
         Some(spec) => Some(super::DeviceTarget::open(&spec)?),
         None => None,
     };
+    if let Some(t) = &target {
+        // The limits as the device applies them (null_blk drops a limit
+        // that is not below the number of sequential zones).
+        shape.max_open = u64::from(t.zoned.max_open_zones);
+        shape.max_active = u64::from(t.zoned.max_active_zones);
+    }
     Ok(generate(seed, ops, shape, target.as_mut().map(|t| t as &mut dyn ZoneTarget)))
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn scripts_are_deterministic_and_parse() {
-        let shape = Shape { zones: 16, nr_conv: 2, zone_sectors: 131_072, cap_sectors: 100_000, block_sectors: 1 };
-        let a = generate(7, 300, shape, None);
-        assert_eq!(a, generate(7, 300, shape, None));
-        assert_ne!(a, generate(8, 300, shape, None));
-        let ops: Vec<_> = a.lines().filter_map(|l| super::super::script::parse_line(l).unwrap()).collect();
-        assert_eq!(ops.len(), 300);
-        for verb in ["write", "read", "open", "close", "finish", "reset", "reset all", "noreport write"] {
-            assert!(ops.iter().any(|(t, _)| t.starts_with(verb)), "{verb} never generated");
-        }
-    }
-}
+mod tests;
