@@ -195,7 +195,7 @@ struct Stress {
 }
 
 const STRESS: Stress = if cfg!(miri) {
-    Stress { threads: 3, shared_pages: 4, private_pages: 2, ops: 12 }
+    Stress { threads: 3, shared_pages: 4, private_pages: 2, ops: 6 }
 } else {
     Stress { threads: 4, shared_pages: 32, private_pages: 16, ops: 4000 }
 };
