@@ -33,8 +33,8 @@
 //!   ones changed from run to run, and with a limit reached null_blk then
 //!   closed a different zone or failed a different piece
 //!   (null_check_zone_resources): zone 7 ended CLOSED in one run and
-//!   IMP_OPEN in the next, and a write spanning three zones wrote two of
-//!   them in one run and three in another. So a write reaches past its
+//!   IMP_OPEN in the next, and a write over three zones filled one of them
+//!   in one run and two in another. So a write reaches past its
 //!   zone only when every zone it may open fits under both limits at once
 //!   (`Model::room`). 6.1 issues every piece in order from the task and was
 //!   deterministic in all of them.
