@@ -27,6 +27,36 @@
 //!   zone capacity (default: the capacity); 6.1 has no such parameter and
 //!   allows appends of a whole zone size.
 //!
+//! - One write larger than a request (measured through `mqblk zone
+//!   script --blkdev` in docs/results/zoned-spanning-writes.txt): both
+//!   kernels split the bio at max_sectors (255, or 248 with bs=4096) and
+//!   at the zone boundary (chunk_sectors), front piece first, as mqblk's
+//!   block layer does; 6.1's writing task issues every piece in order,
+//!   6.12 issues the first piece per zone and a kworker the zone's next
+//!   ones, each after the previous completes ("block: Introduce zone write
+//!   plugging"). The answers are the same in both kernels and in mqblk
+//!   (both modes) for a write past the zone capacity (the pieces before
+//!   the one that crosses it land, that one fails: EIO; 6.12 fails the
+//!   rest before the driver, disk_zone_wplug_abort, 6.1 lets them fail at
+//!   the driver, the zone is left alike), a write longer than a zone from
+//!   its start, one that crosses into the next zone while the open and
+//!   active limits leave room for every zone it opens, one off the write
+//!   pointer that runs into the next zone (its first zone's pieces fail,
+//!   the next zone's land, status EIO), and one past the device's end (a
+//!   short write, then ENOSPC). The pwrite's status is the last piece's
+//!   error if it failed, else the first failed piece's (bio_chain).
+//! - Not reproducible in 6.12 itself: a write that crosses zones when a
+//!   zone it opens finds zone_max_open or zone_max_active reached. The
+//!   per-zone kworkers interleave the zones' pieces differently from run
+//!   to run, so which zone null_blk closes implicitly, or whether it
+//!   refuses the next zone (EOVERFLOW), changes between runs of the same
+//!   script. mqblk answers as when the pieces arrive zone after zone (6.1's
+//!   order, one of 6.12's), and `mqblk zone gen` leaves such writes out.
+//!   From ordinary pages a pwrite over 1 MiB is several direct-I/O bios
+//!   whose boundaries follow the buffer's physical layout, in both
+//!   kernels: the script runner writes from huge pages so that a write is
+//!   one bio, as a test of these paths needs.
+//!
 //! Both kernels as Debian ships them refuse a smaller last zone with a
 //! zone capacity below the zone size ("null_blk: Do not allow runt zone
 //! with zone capacity smaller then zone size", 6.10, also in 6.1 stable),
@@ -59,17 +89,21 @@
 //! Single-threaded, the result is the kernel's exactly.
 //!
 //! Relies on: mqblk's zone types, mem/ (memory backing), parking_lot and
-//! spin (the two lock kinds). The open/active accounting is in res.rs,
-//! the locks in lock.rs, the zone management commands in mgmt.rs.
+//! spin (the two lock kinds). The typed parameters are in config.rs, the
+//! open/active accounting in res.rs, the locks in lock.rs, the zone
+//! management commands in mgmt.rs.
 
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+mod config;
 mod lock;
 mod mgmt;
 mod res;
+
+pub use config::{ZonedCompat, ZonedConfig};
 
 use lock::{ZoneGuard, ZoneMutex};
 pub use lock::{ZoneLock, ZoneLockKind};
@@ -80,121 +114,6 @@ use mqblk::driver::Rq;
 use mqblk::zoned::{Zone, ZoneCond, ZoneType, ZonedLimits};
 use mqblk::Status;
 use mqblk::{Op, SECTOR_SHIFT};
-
-/// `zoned_compat`: the Linux version whose zoned null_blk (and zoned block
-/// layer) the device follows (see the module doc for what differs;
-/// example: [`ZonedConfig`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ZonedCompat {
-    /// Linux 6.12 (the default): zone write plug errors, `zone_full`, the
-    /// zone append limit capped at the zone capacity.
-    #[default]
-    Linux6_12,
-    /// Linux 6.1 (Debian 12's kernel, the first oracle's).
-    Linux6_1,
-}
-
-impl ZonedCompat {
-    /// The spec value (`6.12` or `6.1`): `ZonedCompat::Linux6_1.name() == "6.1"`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Linux6_12 => "6.12",
-            Self::Linux6_1 => "6.1",
-        }
-    }
-}
-
-/// The zoned parameters of a null device (null_blk's names; MiB units):
-/// `ZonedConfig::new()` is null_blk's defaults (256 MiB zones, no limits),
-/// changed by a setter named as each field.
-///
-/// ```
-/// use mqblk::zoned::ZoneCond;
-/// use mqblk::{Bio, Buf, Device};
-/// use mqblk_null::zoned::{ZoneLock, ZonedCompat, ZonedConfig};
-/// use mqblk_null::{IrqMode, NullConfig};
-///
-/// let zoned = ZonedConfig::new()
-///     .zone_size_mb(4)
-///     .zone_nr_conv(1)
-///     .zone_max_open(2)
-///     .zone_lock(ZoneLock::PerZone)
-///     .compat(ZonedCompat::Linux6_12);
-/// zoned.validate()?;
-/// let cfg = NullConfig::new().size_mb(16).irqmode(IrqMode::None).zoned(Some(zoned));
-/// assert_eq!(Device::builder(cfg.clone()).to_string(), "null:size=16,irqmode=0,zoned=1,zone_size=4,zone_nr_conv=1,zone_max_open=2");
-///
-/// let dev = Device::builder(cfg).build()?;
-/// let zones = dev.zones().unwrap().report(0, 4)?;
-/// assert_eq!((zones.len(), zones[0].cond, zones[1].cond), (4, ZoneCond::NotWp, ZoneCond::Empty));
-/// let zone1 = 4 << 20; // byte offset of the first sequential zone
-/// let done = dev.client().submit_and_wait_completion(Bio::zone_append(zone1, Buf::new(4096)))?;
-/// assert_eq!(done.append_offset, Some(zone1));
-///
-/// // zone_full came with Linux 6.12: 6.1 refuses it, naming it.
-/// let e = ZonedConfig::new().zone_full(true).compat(ZonedCompat::Linux6_1).validate().unwrap_err();
-/// assert!(e.to_string().contains("zone_full"));
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ZonedConfig {
-    pub zone_size_mb: u64,
-    /// 0: the zone size.
-    pub zone_capacity_mb: u64,
-    pub zone_nr_conv: u32,
-    pub zone_max_open: u32,
-    pub zone_max_active: u32,
-    /// 0: the default (6.12: the zone capacity; 6.1: the zone size).
-    pub zone_append_max_sectors: u32,
-    /// Sequential zones (the last ones) that start READONLY / OFFLINE.
-    pub zone_readonly: u32,
-    pub zone_offline: u32,
-    /// Sequential zones start FULL (6.12's `zone_full`).
-    pub zone_full: bool,
-    pub zone_lock: ZoneLock,
-    /// `zoned_compat`.
-    pub compat: ZonedCompat,
-}
-
-impl Default for ZonedConfig {
-    fn default() -> Self {
-        Self {
-            zone_size_mb: 256,
-            zone_capacity_mb: 0,
-            zone_nr_conv: 0,
-            zone_max_open: 0,
-            zone_max_active: 0,
-            zone_append_max_sectors: 0,
-            zone_readonly: 0,
-            zone_offline: 0,
-            zone_full: false,
-            zone_lock: ZoneLock::PerZone,
-            compat: ZonedCompat::Linux6_12,
-        }
-    }
-}
-
-impl ZonedConfig {
-    /// null_blk's defaults (example: [`ZonedConfig`]).
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    mqblk::setters! {
-        zone_size_mb: u64,
-        zone_capacity_mb: u64,
-        zone_nr_conv: u32,
-        zone_max_open: u32,
-        zone_max_active: u32,
-        zone_append_max_sectors: u32,
-        zone_readonly: u32,
-        zone_offline: u32,
-        zone_full: bool,
-        zone_lock: ZoneLock,
-        compat: ZonedCompat,
-    }
-}
 
 /// What memory-backed reads past a sequential zone's wp return.
 pub(crate) const NULL_FILL_PATTERN: u8 = 0xff;
