@@ -44,8 +44,10 @@ while [ $# -gt 0 ]; do
 done
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
-# Under TCG a 300-op script takes 15-45 s: allow 2 minutes each.
-timeout_s=$((120 + 120 * ${#specs[@]}))
+# Under TCG a generated 300-op script (writes of up to 72 MiB) took 60-130
+# s, the longer with a third guest on this machine's two cores: allow 4
+# minutes each.
+timeout_s=$((120 + 240 * ${#specs[@]}))
 work=$(mktemp -d /tmp/mqblk-oracle.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 host_bin=$root/target/release/mqblk
