@@ -23,8 +23,9 @@ fn hipri_io_completes_by_polling_and_never_sleeps() {
     let mut c = dev.client();
     assert_eq!(c.poll_hctx_index(), Some(1));
     let mut done = Vec::new();
-    // 200 blocks each way (20 under Miri, which interprets every byte).
-    let blocks: u64 = if cfg!(miri) { 20 } else { 200 };
+    // 200 blocks each way (8 under Miri, where each poll loop is
+    // interpreted until the request's completion time).
+    let blocks: u64 = if cfg!(miri) { 8 } else { 200 };
     for i in 0..blocks {
         let data = Buf::from_slice(&[(i % 251) as u8; 4096]);
         c.submit(Bio::write(i * 4096, data).with_flags(ReqFlags::HIPRI | ReqFlags::SYNC), i).unwrap();
@@ -81,7 +82,8 @@ fn mixed_hipri_and_interrupt_io_each_complete_once() {
 fn several_clients_poll_one_queue_safely() {
     // One poll queue shared by four clients: a poll by one completes the
     // others' requests too, each to its own client.
-    const PER_CLIENT: u64 = if cfg!(miri) { 100 } else { 5000 };
+    // 30 each under Miri, where every poll is interpreted.
+    const PER_CLIENT: u64 = if cfg!(miri) { 30 } else { 5000 };
     let dev = open("ram:gb=1,irqmode=0,poll_queues=1,hw_queue_depth=32").unwrap();
     let threads: Vec<_> = (0..4u64)
         .map(|t| {

@@ -34,7 +34,7 @@ proptest! {
         depth in 1u32..200,
         shift in prop::option::of(0u32..=6),
         round_robin in any::<bool>(),
-        steps in prop::collection::vec(step(), 1..if cfg!(miri) { 60 } else { 300 }),
+        steps in prop::collection::vec(step(), 1..if cfg!(miri) { 30 } else { 300 }),
     ) {
         let sb = Sbitmap::new(depth, shift, round_robin);
         let mut held: Vec<u32> = Vec::new();

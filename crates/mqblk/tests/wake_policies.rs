@@ -11,11 +11,11 @@ use std::sync::Arc;
 use mqblk::sbitmap::{wake_policy, AllocHint, SbqWaiter, WAKE_POLICIES};
 use mqblk::sbitmap::{BatchWake, HandoffWake, SbitmapQueue, StashWake};
 
-// Miri interprets every thread: 16 threads and 40 rounds there (still twice
+// Miri interprets every thread: 16 threads and 20 rounds there (still twice
 // as many threads as tags).
 const THREADS: u32 = if cfg!(miri) { 16 } else { 64 };
 const TAGS: u32 = 8;
-const ROUNDS: u64 = if cfg!(miri) { 40 } else { 300 };
+const ROUNDS: u64 = if cfg!(miri) { 20 } else { 300 };
 
 fn contend(policy: &str) -> Overtakes {
     contend_with(policy, wake_policy(policy).unwrap())
