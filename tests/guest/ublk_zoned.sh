@@ -19,6 +19,7 @@
 #      --blkdev` on /dev/nullb0 and on /dev/ublkb0 (writes, reads, zone
 #      open/close/finish/reset, reports: errors included); `blkzone reset`
 #      of the whole device (REQ_OP_ZONE_RESET_ALL) between scripts, on both;
+#      and the last script once more on /dev/ublkb0 gives the same lines;
 #   4. fio zonemode=zbd, random writes with verify=crc32c, on /dev/ublkb0;
 #   5. SIGTERM stops the server: exit 0, /dev/ublkb0 gone.
 # Then, on a zoned device without open/active limits:
@@ -141,6 +142,16 @@ check_config() {
       fail "seed $seed: blkzone reset"
     fi
   done
+  # The last script again on ublkb0 alone: the same answers on every run
+  # (writes larger than a zone, across zones and past the capacity among
+  # them; each is one bio from zone script's huge pages).
+  "$mqblk" zone script --blkdev /dev/ublkb0 /tmp/script.txt > /tmp/ublk-again.jsonl 2> /tmp/ublk.err
+  if cmp -s /tmp/ublk.jsonl /tmp/ublk-again.jsonl; then
+    pass "seed $seeds again on ublkb0: the same $(wc -l < /tmp/ublk.jsonl) JSON lines as its first run"
+  else
+    fail "seed $seeds again on ublkb0 differs: $(diff /tmp/ublk.jsonl /tmp/ublk-again.jsonl | head -n 4)"
+  fi
+  blkzone reset /dev/ublkb0 || fail "blkzone reset after the rerun"
 
   # ---- 4. fio zonemode=zbd with verify ----------------------------------------------
   t0=$(now)
