@@ -269,8 +269,8 @@ fn concurrent_writers_to_distinct_zones_and_readers_everywhere() {
         assert!(d.show_stats().contains(&format!("null/zone_lock={lock} {kind} contended=")), "{spec}");
         // Fewer under Miri, where each I/O costs thousands of interpreted
         // steps (4 writers and 2 readers still overlap on every lock).
-        const BLOCKS: u64 = if cfg!(miri) { 10 } else { 400 };
-        const READS: u64 = if cfg!(miri) { 20 } else { 2000 };
+        const BLOCKS: u64 = if cfg!(miri) { 6 } else { 400 };
+        const READS: u64 = if cfg!(miri) { 10 } else { 2000 };
         let writers: Vec<_> = (0..4u64)
             .map(|z| {
                 let d = d.clone();
