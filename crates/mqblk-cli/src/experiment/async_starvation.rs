@@ -19,7 +19,7 @@
 
 use serde_json::{json, Value};
 
-use super::svg::{Panel, Series};
+use super::plot::{Origin, Panel, Series, XAxis};
 use super::{ExperimentError, Options, Spread};
 use crate::bench::report::Entry;
 
@@ -127,7 +127,10 @@ pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentErro
         title: "async-starvation: start-up time / idle (median)".into(),
         x_label: "case (table order)".into(),
         y_label: "x idle".into(),
+        x: XAxis::Numeric { oversubscribed_from: None },
         series: vec![Series {
+            spread: Vec::new(),
+            origin: Origin::Measured,
             label: "start-up".into(),
             points: rows.iter().enumerate().map(|(i, r)| ((i + 1) as f64, r.startup_s.median / idle)).collect(),
         }],

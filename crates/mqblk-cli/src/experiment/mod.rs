@@ -11,6 +11,7 @@
 
 mod async_starvation;
 mod loop_anchor;
+pub mod plot;
 mod plug_merge;
 mod poll;
 mod spread;
@@ -137,9 +138,7 @@ fn run_one(opts: &Options) -> Result<String, ExperimentError> {
     let json = serde_json::to_string_pretty(&doc).expect("JSON encoding") + "\n";
     std::fs::write(&json_path, json).map_err(|e| ExperimentError::Failed(format!("{}: {e}", json_path.display())))?;
     std::fs::write(&txt_path, &table).map_err(|e| ExperimentError::Failed(format!("{}: {e}", txt_path.display())))?;
-    let chart = svg::chart(&panels, panels.len().clamp(1, 3));
-    std::fs::write(&svg_path, &chart).map_err(|e| ExperimentError::Failed(format!("{}: {e}", svg_path.display())))?;
-    svg::write_png(&chart, &png_path).map_err(|e| ExperimentError::Failed(format!("{}: {e}", png_path.display())))?;
+    plot::write_chart(&panels, panels.len().clamp(1, 3), &svg_path, &png_path).map_err(ExperimentError::Failed)?;
     Ok(format!(
         "{table}\nwrote {}, {}, {} and {}\n",
         json_path.display(),

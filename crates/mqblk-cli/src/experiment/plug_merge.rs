@@ -25,7 +25,7 @@
 
 use serde_json::{json, Value};
 
-use super::svg::{Panel, Series};
+use super::plot::{Origin, Panel, Series, XAxis};
 use super::{alternate, Cell, ExperimentError, Options, Spread};
 
 /// A device the jobs run on, with the parameters of its closed form.
@@ -337,8 +337,11 @@ fn panels(cells: &[Measured]) -> Vec<Panel> {
             title: format!("plug-merge (serial device): {label}"),
             x_label: "iodepth_batch".into(),
             y_label: label.to_string(),
+            x: XAxis::Numeric { oversubscribed_from: None },
             series: (0..VARIANTS.len())
                 .map(|v| Series {
+                    spread: Vec::new(),
+                    origin: Origin::Measured,
                     label: VARIANTS[v].name.to_string(),
                     points: cells
                         .iter()

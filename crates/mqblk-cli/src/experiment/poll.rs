@@ -20,7 +20,7 @@
 
 use serde_json::{json, Value};
 
-use super::svg::{Panel, Series};
+use super::plot::{Origin, Panel, Series, XAxis};
 use super::{alternate, ExperimentError, Options, Spread};
 use crate::bench::cpus;
 
@@ -386,6 +386,8 @@ fn gain_panels(rws: &[&str], bss: &[&str], cells: &[Cell]) -> Vec<Panel> {
             let mut series: Vec<Series> = DESIGNS
                 .iter()
                 .map(|&(design, _)| Series {
+                    spread: Vec::new(),
+                    origin: Origin::Measured,
                     label: design.replace('_', " "),
                     points: bss
                         .iter()
@@ -394,6 +396,8 @@ fn gain_panels(rws: &[&str], bss: &[&str], cells: &[Cell]) -> Vec<Panel> {
                 })
                 .collect();
             series.push(Series {
+                spread: Vec::new(),
+                origin: Origin::Source,
                 label: "source".into(),
                 points: bss.iter().filter_map(|bs| source(rw, bs).map(|(a, b)| (kib(bs), b / a))).collect(),
             });
@@ -401,6 +405,7 @@ fn gain_panels(rws: &[&str], bss: &[&str], cells: &[Cell]) -> Vec<Panel> {
                 title: format!("poll: {rw}, IOPS hipri=1 / hipri=0"),
                 x_label: "block size (KiB)".into(),
                 y_label: "IOPS ratio (1: no gain)".into(),
+                x: XAxis::Numeric { oversubscribed_from: None },
                 series,
             }
         })

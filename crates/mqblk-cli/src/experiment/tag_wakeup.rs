@@ -16,7 +16,7 @@
 
 use serde_json::{json, Value};
 
-use super::svg::{Panel, Series};
+use super::plot::{Origin, Panel, Series, XAxis};
 use super::{Cell, ExperimentError, Options, Spread};
 
 /// A device the jobs run on (the wake policy is appended per cell).
@@ -427,6 +427,8 @@ fn panels(measured: &[Measured]) -> Vec<Panel> {
     let series = |rows: &[&Measured], f: fn(&Cell) -> f64| -> Vec<Series> {
         (0..POLICIES.len())
             .map(|p| Series {
+                spread: Vec::new(),
+                origin: Origin::Measured,
                 label: POLICIES[p].to_string(),
                 points: rows.iter().map(|m| (m.row.jobs as f64, spread(m, p, f).median)).collect(),
             })
@@ -445,6 +447,7 @@ fn panels(measured: &[Measured]) -> Vec<Panel> {
                 title: format!("1 MB randread, {}: {label}", profile.name),
                 x_label: "jobs".into(),
                 y_label: label.into(),
+                x: XAxis::Numeric { oversubscribed_from: None },
                 series: series(&rows, f),
             });
         }
@@ -458,6 +461,7 @@ fn panels(measured: &[Measured]) -> Vec<Panel> {
             title: format!("4k randread, ssd, total iodepth {depth}: IOPS"),
             x_label: "jobs".into(),
             y_label: "IOPS".into(),
+            x: XAxis::Numeric { oversubscribed_from: None },
             series: series(&rows, |c| c.iops),
         });
     }

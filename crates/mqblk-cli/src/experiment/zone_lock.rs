@@ -22,7 +22,7 @@
 
 use serde_json::{json, Value};
 
-use super::svg::{Panel, Series};
+use super::plot::{Origin, Panel, Series, XAxis};
 use super::{alternate, ExperimentError, Options, Spread};
 
 const LOCKS: [&str; 2] = ["global", "per-zone"];
@@ -206,10 +206,13 @@ fn panels(groups: &[Group]) -> Vec<Panel> {
             title: format!("zone-lock: 4k {w}, sched {s}"),
             x_label: "jobs".into(),
             y_label: "KIOPS (median)".into(),
+            x: XAxis::Numeric { oversubscribed_from: None },
             series: LOCKS
                 .iter()
                 .enumerate()
                 .map(|(i, l)| Series {
+                    spread: Vec::new(),
+                    origin: Origin::Measured,
                     label: (*l).to_string(),
                     points: groups
                         .iter()

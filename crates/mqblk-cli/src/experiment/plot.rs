@@ -1,0 +1,122 @@
+//! The experiments' charts: what a panel shows (our medians with their
+//! min-max spread over the rounds, the source's figures beside them,
+//! categorical cases as labelled bars, points where the jobs outnumber the
+//! CPUs marked), drawn to SVG and PNG.
+//!
+//! Relies on `svg` for the drawing.
+
+use std::path::Path;
+
+use super::svg;
+
+/// Whose figures a series carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// Measured here: medians, with the spread over the rounds.
+    Measured,
+    /// Printed in the source thread, as printed (same units as ours).
+    Source,
+}
+
+/// One series of a panel.
+#[derive(Debug, Clone)]
+pub struct Series {
+    pub label: String,
+    /// (x, median): on a categorical panel x is the category's index.
+    pub points: Vec<(f64, f64)>,
+    /// (min, max) over the rounds for each point, or empty.
+    pub spread: Vec<(f64, f64)>,
+    pub origin: Origin,
+}
+
+impl Series {
+    /// Our medians (add the spread with `with_spread`).
+    pub fn measured(label: impl Into<String>, points: Vec<(f64, f64)>) -> Series {
+        Series { label: label.into(), points, spread: Vec::new(), origin: Origin::Measured }
+    }
+
+    /// The source's figures, as it printed them.
+    pub fn source(label: impl Into<String>, points: Vec<(f64, f64)>) -> Series {
+        Series { label: label.into(), points, spread: Vec::new(), origin: Origin::Source }
+    }
+
+    /// The min-max over the rounds, one pair per point.
+    pub fn with_spread(mut self, spread: Vec<(f64, f64)>) -> Series {
+        assert_eq!(spread.len(), self.points.len(), "one (min, max) per point of '{}'", self.label);
+        self.spread = spread;
+        self
+    }
+}
+
+/// A panel's horizontal axis.
+#[derive(Debug, Clone)]
+pub enum XAxis {
+    /// A number (jobs, block size); points at or past `oversubscribed_from`
+    /// ran more threads than the machine has CPUs and are marked.
+    Numeric { oversubscribed_from: Option<f64> },
+    /// Named cases, drawn as bars grouped by case (x = index).
+    Categories(Vec<String>),
+}
+
+/// One panel of a chart.
+#[derive(Debug, Clone)]
+pub struct Panel {
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    pub x: XAxis,
+    pub series: Vec<Series>,
+}
+
+impl Panel {
+    /// A panel over a numeric axis.
+    pub fn numeric(title: impl Into<String>, x_label: impl Into<String>, y_label: impl Into<String>) -> Panel {
+        Panel {
+            title: title.into(),
+            x_label: x_label.into(),
+            y_label: y_label.into(),
+            x: XAxis::Numeric { oversubscribed_from: None },
+            series: Vec::new(),
+        }
+    }
+
+    /// A panel of named cases (bars).
+    pub fn categories(title: impl Into<String>, y_label: impl Into<String>, names: Vec<String>) -> Panel {
+        Panel {
+            title: title.into(),
+            x_label: String::new(),
+            y_label: y_label.into(),
+            x: XAxis::Categories(names),
+            series: Vec::new(),
+        }
+    }
+
+    /// Marks the points at or past `x` as run with more threads than CPUs.
+    pub fn oversubscribed_from(mut self, x: f64) -> Panel {
+        assert!(matches!(self.x, XAxis::Numeric { .. }), "only a numeric axis marks oversubscribed points");
+        self.x = XAxis::Numeric { oversubscribed_from: Some(x) };
+        self
+    }
+
+    pub fn with(mut self, series: Series) -> Panel {
+        self.series.push(series);
+        self
+    }
+}
+
+/// Writes the panels, `columns` to a row, as SVG to `svg_path` and PNG to
+/// `png_path`.
+pub fn write_chart(panels: &[Panel], columns: usize, svg_path: &Path, png_path: &Path) -> Result<(), String> {
+    let old: Vec<svg::Panel> = panels
+        .iter()
+        .map(|p| svg::Panel {
+            title: p.title.clone(),
+            x_label: p.x_label.clone(),
+            y_label: p.y_label.clone(),
+            series: p.series.iter().map(|s| svg::Series { label: s.label.clone(), points: s.points.clone() }).collect(),
+        })
+        .collect();
+    let chart = svg::chart(&old, columns);
+    std::fs::write(svg_path, &chart).map_err(|e| format!("{}: {e}", svg_path.display()))?;
+    svg::write_png(&chart, png_path).map_err(|e| format!("{}: {e}", png_path.display()))
+}
