@@ -62,8 +62,10 @@ fi
 # btrfs-progs for the zoned btrfs on /dev/ublkb0 (guest_ublk_zoned),
 # nbd-client for the kernel nbd client in the guest (guest_nbd),
 # valgrind for the performance gate's instruction counts, and sqlite3 for
-# the power-cut test in the guest (guest_crash).
+# the power-cut test in the guest (guest_crash), and a sans-serif font for
+# the experiments' charts (plotters lays text out with it).
 need=()
+[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
 for tool in nbdinfo:libnbd-bin nbdcopy:libnbd-bin qemu-img:qemu-utils qemu-io:qemu-utils fio:fio losetup:mount mkfs.btrfs:btrfs-progs nbd-client:nbd-client valgrind:valgrind sqlite3:sqlite3 mkfs.ext4:e2fsprogs; do
   command -v "${tool%%:*}" >/dev/null || need+=("${tool#*:}")
 done

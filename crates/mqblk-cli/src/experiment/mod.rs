@@ -14,8 +14,8 @@ mod loop_anchor;
 pub mod plot;
 mod plug_merge;
 mod poll;
+mod provenance;
 mod spread;
-pub mod svg;
 mod tag_wakeup;
 mod zone_lock;
 
@@ -118,6 +118,7 @@ pub fn run(opts: &Options) -> Result<String, ExperimentError> {
 }
 
 fn run_one(opts: &Options) -> Result<String, ExperimentError> {
+    let started = provenance::Start::now();
     let (mut doc, panels, table) = match opts.name.as_str() {
         "tag-wakeup" => tag_wakeup::run(opts)?,
         "plug-merge" => plug_merge::run(opts)?,
@@ -128,7 +129,7 @@ fn run_one(opts: &Options) -> Result<String, ExperimentError> {
     };
     if let Some(map) = doc.as_object_mut() {
         map.insert("rounds".into(), opts.rounds.into());
-        map.insert("machine".into(), machine().into());
+        map.insert("provenance".into(), started.finish());
         map.insert("table".into(), table.clone().into());
     }
     std::fs::create_dir_all(&opts.out_dir)
@@ -146,12 +147,4 @@ fn run_one(opts: &Options) -> Result<String, ExperimentError> {
         svg_path.display(),
         png_path.display()
     ))
-}
-
-/// What the figures were measured on: CPUs, kernel, and the build.
-fn machine() -> String {
-    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let profile = if cfg!(debug_assertions) { "debug" } else { "release" };
-    format!("{cpus} CPUs, Linux {}, mqblk {} ({profile} build)", kernel.trim(), env!("CARGO_PKG_VERSION"))
 }

@@ -3,11 +3,15 @@
 //! categorical cases as labelled bars, points where the jobs outnumber the
 //! CPUs marked), drawn to SVG and PNG.
 //!
-//! Relies on `svg` for the drawing.
+//! Relies on plotters for the drawing (`draw`) and resvg for the PNG
+//! (`png`), both with the system's sans-serif font (`font`; Debian:
+//! fonts-dejavu-core).
+
+mod draw;
+mod font;
+mod png;
 
 use std::path::Path;
-
-use super::svg;
 
 /// Whose figures a series carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,16 +111,7 @@ impl Panel {
 /// Writes the panels, `columns` to a row, as SVG to `svg_path` and PNG to
 /// `png_path`.
 pub fn write_chart(panels: &[Panel], columns: usize, svg_path: &Path, png_path: &Path) -> Result<(), String> {
-    let old: Vec<svg::Panel> = panels
-        .iter()
-        .map(|p| svg::Panel {
-            title: p.title.clone(),
-            x_label: p.x_label.clone(),
-            y_label: p.y_label.clone(),
-            series: p.series.iter().map(|s| svg::Series { label: s.label.clone(), points: s.points.clone() }).collect(),
-        })
-        .collect();
-    let chart = svg::chart(&old, columns);
-    std::fs::write(svg_path, &chart).map_err(|e| format!("{}: {e}", svg_path.display()))?;
-    svg::write_png(&chart, png_path).map_err(|e| format!("{}: {e}", png_path.display()))
+    let svg = draw::chart(panels, columns)?;
+    std::fs::write(svg_path, &svg).map_err(|e| format!("{}: {e}", svg_path.display()))?;
+    png::write(&svg, png_path).map_err(|e| format!("{}: {e}", png_path.display()))
 }

@@ -1,0 +1,296 @@
+//! Panels drawn with plotters into one SVG: a numeric axis as lines with
+//! min-max error bars (the source's figures as dashed grey triangles, the
+//! oversubscribed range shaded), named cases as horizontal grouped bars
+//! (long names stay readable on the vertical axis) with their values.
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+use super::{Origin, Panel, Series, XAxis};
+
+const PANEL_W: u32 = 600;
+const PANEL_H: u32 = 380;
+const PALETTE: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
+    RGBColor(255, 127, 14),
+    RGBColor(140, 86, 75),
+];
+const SOURCE_GREY: RGBColor = RGBColor(110, 110, 110);
+
+type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
+
+/// The panels in a grid of `columns`, as SVG text.
+pub fn chart(panels: &[Panel], columns: usize) -> Result<String, String> {
+    super::font::ready()?;
+    let columns = columns.clamp(1, panels.len().max(1));
+    let rows = panels.len().div_ceil(columns).max(1);
+    let height = panels.iter().map(panel_height).max().unwrap_or(PANEL_H);
+    let mut svg = String::new();
+    {
+        let size = (PANEL_W * columns as u32, height * rows as u32);
+        let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
+        root.fill(&WHITE).map_err(failed)?;
+        for (p, area) in panels.iter().zip(root.split_evenly((rows, columns)).iter()) {
+            match &p.x {
+                XAxis::Numeric { oversubscribed_from } => numeric(area, p, *oversubscribed_from)?,
+                XAxis::Categories(names) => bars(area, p, names)?,
+            }
+        }
+        root.present().map_err(failed)?;
+    }
+    Ok(svg)
+}
+
+fn failed<E: std::fmt::Debug>(e: E) -> String {
+    format!("drawing a chart: {e:?}")
+}
+
+/// A bar panel grows with its cases so bars stay readable.
+fn panel_height(p: &Panel) -> u32 {
+    match &p.x {
+        XAxis::Categories(names) => {
+            let band = 12 + 16 * p.series.len().max(1) as u32;
+            PANEL_H.max(110 + band * names.len() as u32)
+        }
+        XAxis::Numeric { .. } => PANEL_H,
+    }
+}
+
+/// The top of a value axis: the largest median or spread, with headroom
+/// for the legend.
+fn value_top(series: &[Series]) -> f64 {
+    let top = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1).chain(s.spread.iter().map(|r| r.1)))
+        .fold(0.0, f64::max);
+    if top > 0.0 {
+        top * 1.25
+    } else {
+        1.0
+    }
+}
+
+fn numeric(area: &Area, p: &Panel, oversubscribed_from: Option<f64>) -> Result<(), String> {
+    let xs = || p.series.iter().flat_map(|s| s.points.iter().map(|q| q.0));
+    let (x_lo, x_hi) = (xs().fold(f64::MAX, f64::min).min(0.0), xs().fold(0.0, f64::max).max(1.0));
+    let x_hi = x_hi + (x_hi - x_lo) * 0.05;
+    let y_hi = value_top(&p.series);
+    let mut chart = ChartBuilder::on(area)
+        .caption(&p.title, ("sans-serif", 15))
+        .margin(12)
+        .x_label_area_size(42)
+        .y_label_area_size(70)
+        .build_cartesian_2d(x_lo..x_hi, 0.0..y_hi)
+        .map_err(failed)?;
+    chart
+        .configure_mesh()
+        .x_desc(p.x_label.as_str())
+        .y_desc(p.y_label.as_str())
+        .x_label_formatter(&|v| number(*v))
+        .y_label_formatter(&|v| number(*v))
+        .label_style(("sans-serif", 12))
+        .axis_desc_style(("sans-serif", 13))
+        .light_line_style(RGBColor(238, 238, 238))
+        .draw()
+        .map_err(failed)?;
+    if let Some(from) = oversubscribed_from {
+        let shade = RGBColor(0, 0, 0).mix(0.07).filled();
+        let start = from - (x_hi - x_lo) * 0.02;
+        chart
+            .draw_series(std::iter::once(Rectangle::new([(start, 0.0), (x_hi, y_hi)], shade)))
+            .map_err(failed)?
+            .label(format!("shaded: jobs >= {}, more threads than CPUs", number(from)))
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 16, y + 5)], RGBColor(0, 0, 0).mix(0.18).filled()));
+    }
+    for (i, s) in p.series.iter().enumerate() {
+        let color = PALETTE[i % PALETTE.len()];
+        match s.origin {
+            Origin::Measured => {
+                chart
+                    .draw_series(LineSeries::new(s.points.iter().copied(), color.stroke_width(2)))
+                    .map_err(failed)?
+                    .label(s.label.as_str())
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2)));
+                chart.draw_series(s.points.iter().map(|&q| Circle::new(q, 3, color.filled()))).map_err(failed)?;
+                let bars = s.points.iter().zip(&s.spread);
+                chart
+                    .draw_series(bars.map(|(&(x, y), &(lo, hi))| ErrorBar::new_vertical(x, lo, y, hi, color, 8)))
+                    .map_err(failed)?;
+            }
+            Origin::Source => {
+                let dashed = DashedLineSeries::new(s.points.iter().copied(), 5, 4, SOURCE_GREY.stroke_width(1));
+                chart.draw_series(dashed).map_err(failed)?;
+                chart
+                    .draw_series(s.points.iter().map(|&q| TriangleMarker::new(q, 6, SOURCE_GREY.filled())))
+                    .map_err(failed)?
+                    .label(s.label.as_str())
+                    .legend(|(x, y)| TriangleMarker::new((x + 8, y), 6, SOURCE_GREY.filled()));
+            }
+        }
+    }
+    legend(&mut chart)
+}
+
+fn legend<'a, X, Y>(chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>) -> Result<(), String>
+where
+    X: Ranged,
+    Y: Ranged,
+{
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font(("sans-serif", 11))
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(190, 190, 190))
+        .draw()
+        .map_err(failed)
+}
+
+/// Named cases top to bottom, a bar per series in each case's band.
+fn bars(area: &Area, p: &Panel, names: &[String]) -> Result<(), String> {
+    let n = names.len().max(1);
+    let k = p.series.len().max(1) as f64;
+    let x_hi = value_top(&p.series);
+    let longest = names.iter().map(|s| s.chars().count()).max().unwrap_or(4) as u32;
+    let mut chart = ChartBuilder::on(area)
+        .caption(&p.title, ("sans-serif", 15))
+        .margin(12)
+        .x_label_area_size(42)
+        .y_label_area_size((longest * 7 + 12).clamp(60, 300))
+        .build_cartesian_2d(0.0..x_hi, -0.5..(n as f64 - 0.5))
+        .map_err(failed)?;
+    // Case i sits at y = n - 1 - i, so the first case is on top.
+    let name_at = |v: &f64| {
+        let r = v.round();
+        let i = n as f64 - 1.0 - r;
+        if (v - r).abs() < 1e-6 && (0.0..n as f64).contains(&i) {
+            names.get(i as usize).cloned().unwrap_or_default()
+        } else {
+            String::new()
+        }
+    };
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_labels(n)
+        .y_label_formatter(&name_at)
+        .x_desc(p.y_label.as_str())
+        .x_label_formatter(&|v| number(*v))
+        .label_style(("sans-serif", 12))
+        .axis_desc_style(("sans-serif", 13))
+        .light_line_style(RGBColor(238, 238, 238))
+        .draw()
+        .map_err(failed)?;
+    let band = 0.8 / k;
+    for (j, s) in p.series.iter().enumerate() {
+        let color = match s.origin {
+            Origin::Measured => PALETTE[j % PALETTE.len()],
+            Origin::Source => SOURCE_GREY,
+        };
+        let centre = |case: f64| (n as f64 - 1.0 - case) + 0.4 - band * (j as f64 + 0.5);
+        let rects = s.points.iter().map(|&(case, v)| {
+            let c = centre(case);
+            Rectangle::new([(0.0, c - band * 0.42), (v, c + band * 0.42)], color.mix(0.85).filled())
+        });
+        chart
+            .draw_series(rects)
+            .map_err(failed)?
+            .label(s.label.as_str())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 16, y + 5)], color.filled()));
+        let spread = s.points.iter().zip(&s.spread);
+        chart
+            .draw_series(spread.map(|(&(case, v), &(lo, hi))| ErrorBar::new_horizontal(centre(case), lo, v, hi, BLACK, 6)))
+            .map_err(failed)?;
+        let style = TextStyle::from(("sans-serif", 10).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
+        let values = s.points.iter().enumerate().map(|(i, &(case, v))| {
+            let end = s.spread.get(i).map_or(v, |r| r.1.max(v));
+            Text::new(number(v), (end + x_hi * 0.01, centre(case)), style.clone())
+        });
+        chart.draw_series(values).map_err(failed)?;
+    }
+    legend(&mut chart)
+}
+
+/// An axis or bar value at round precision, thousands separated, no SI
+/// suffix (an axis named "KIOPS" reads "15", not "15.0k").
+pub fn number(v: f64) -> String {
+    let a = v.abs();
+    if a >= 10_000.0 {
+        let digits = format!("{}", v.abs().round() as u64);
+        let mut out = String::new();
+        for (i, c) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i) % 3 == 0 {
+                out.push(',');
+            }
+            out.push(c);
+        }
+        if v < 0.0 {
+            out.insert(0, '-');
+        }
+        out
+    } else if a >= 100.0 || v == v.round() {
+        format!("{v:.0}")
+    } else {
+        let places = if a >= 1.0 { 2 } else { 3 };
+        let s = format!("{v:.places$}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_read_as_written() {
+        assert_eq!(number(15_000.0), "15,000");
+        assert_eq!(number(1_361_000.0), "1,361,000");
+        assert_eq!(number(250.4), "250");
+        assert_eq!(number(2.5), "2.5");
+        assert_eq!(number(1.25), "1.25");
+        assert_eq!(number(0.0), "0");
+        assert_eq!(number(0.125), "0.125");
+        assert_eq!(number(-12_345.0), "-12,345");
+    }
+
+    fn sample() -> Vec<Panel> {
+        let jobs = Panel::numeric("jobs panel", "jobs", "IOPS")
+            .oversubscribed_from(4.0)
+            .with(Series::measured("per-zone", vec![(1.0, 10.0), (8.0, 20.0)]).with_spread(vec![(9.0, 11.0), (18.0, 21.0)]))
+            .with(Series::source("source", vec![(8.0, 25.0)]));
+        let cases = Panel::categories("cases panel", "x idle", vec!["idle".into(), "bfq without limits".into()])
+            .with(Series::measured("mqblk", vec![(0.0, 1.0), (1.0, 51.8)]).with_spread(vec![(1.0, 1.0), (50.0, 53.0)]))
+            .with(Series::source("source", vec![(0.0, 1.0), (1.0, 75.0)]));
+        vec![jobs, cases]
+    }
+
+    #[test]
+    fn chart_draws_every_series_spread_and_case_name() {
+        let svg = chart(&sample(), 2).expect("a sans-serif font (fonts-dejavu-core)");
+        assert!(svg.starts_with("<svg"));
+        for text in ["jobs panel", "cases panel", "per-zone", "source", "bfq without limits", "idle", "51.8", "shaded: jobs"]
+        {
+            assert!(svg.contains(text), "no '{text}' in the chart");
+        }
+        // Two lines of the numeric panel (measured, dashed source) and the
+        // bars of the categorical one.
+        assert!(svg.matches("<polyline").count() >= 2, "lines missing");
+        assert!(svg.matches("<rect").count() >= 4, "bars missing");
+    }
+
+    #[test]
+    fn png_is_written() {
+        let dir = std::env::temp_dir().join(format!("mqblk-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (svg, png) = (dir.join("c.svg"), dir.join("c.png"));
+        super::super::write_chart(&sample(), 2, &svg, &png).unwrap();
+        let bytes = std::fs::read(&png).unwrap();
+        assert_eq!(&bytes[1..4], b"PNG");
+        assert!(bytes.len() > 10_000, "an empty image ({} bytes)", bytes.len());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
