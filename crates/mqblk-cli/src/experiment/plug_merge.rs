@@ -15,18 +15,67 @@
 //! - `flush_each` (`plug_nesting=flush_each`): every nesting level flushes.
 //!   Hypothetical: the patch's premise, which no kernel did.
 //!
-//! Bandwidth follows the device model, so each table prints the model's
-//! closed form beside the measurement: on the serial device (a fixed cost
-//! per request plus transfer time) merging pays; on the one with no
-//! per-request cost it cannot. The kernel's own merge count for the same
-//! fio job on a loop device (loop_anchor.rs) is printed when it can run.
+//! The device is the source's disk in miniature: a serial device (one
+//! request at a time, a fixed cost per request plus transfer time) whose
+//! two constants are solved from the source's own two figures (see
+//! `calibration`), so that the closed form gives the source's 283,638 KB/s
+//! unmerged and 873,224 KB/s merged. Each table prints that closed form
+//! beside the measurement. A second device with no per-request cost shows
+//! that merging cannot pay there. The kernel's own merge count for the
+//! same fio job on a loop device (loop_anchor.rs) is printed when it can
+//! run.
 //!
 //! Every cell runs `--rounds` times, all cells alternating within a round.
 
 use serde_json::{json, Value};
 
-use super::plot::{Origin, Panel, Series, XAxis};
+use super::plot::{Panel, Series};
 use super::{alternate, Cell, ExperimentError, Options, Spread};
+
+/// The source's figures, as it printed them (Jeff Moyer's rig, fio
+/// `--rw=read --bs=4k --iodepth=128 --iodepth_batch=16
+/// --iodepth_batch_complete=16 --runtime=10s --direct=1 --ioengine=libaio`).
+/// fio of 2015 printed KB for 1024 bytes (kb_base=1024), our KiB.
+pub(crate) const SOURCE_PRINTED: &str = "Unpatched kernel: Read B/W: 283,638 KB/s, Read Merges: 0; \
+                                         Patched kernel: Read B/W: 873,224 KB/s, Read Merges: 2,046K";
+const SOURCE_BW_UNPATCHED_KIB: f64 = 283_638.0;
+const SOURCE_BW_PATCHED_KIB: f64 = 873_224.0;
+const SOURCE_MERGES_PATCHED: f64 = 2_046_000.0;
+const SOURCE_RUNTIME_S: f64 = 10.0;
+
+/// The calibrated device's two constants, solved from the source's figures.
+///
+/// Unpatched, nothing merged: each 4 KiB bio was one request, so one
+/// request took 4096 B / (283,638 x 1024 B/s) = 14.10 us (fixed cost plus
+/// the transfer of 4 KiB). Patched: 873,224 KiB/s over the 10 s run is
+/// 2,183,060 bios of 4 KiB; 2,046K of them merged, leaving 137,060
+/// requests of 15.93 bios each, one every 10 s / 137,060 = 72.96 us. Two
+/// equations, per_request + 4096 B / rate = 14.10 us and per_request +
+/// 15.93 x 4096 B / rate = 72.96 us, give a transfer of 3.94 us per 4 KiB
+/// (rate 990.7 MiB/s) and a fixed cost of 10.16 us per request.
+pub(crate) struct Calibration {
+    pub(crate) unmerged_request_ns: f64,
+    pub(crate) bios_per_merged_request: f64,
+    pub(crate) merged_request_ns: f64,
+    pub(crate) per_request_ns: f64,
+    pub(crate) bytes_per_sec: f64,
+}
+
+pub(crate) fn calibration() -> Calibration {
+    let unmerged_request_ns = BS_BYTES as f64 / (SOURCE_BW_UNPATCHED_KIB * 1024.0) * 1e9;
+    let bios = SOURCE_BW_PATCHED_KIB * 1024.0 * SOURCE_RUNTIME_S / BS_BYTES as f64;
+    let requests = bios - SOURCE_MERGES_PATCHED;
+    let bios_per_merged_request = bios / requests;
+    let merged_request_ns = SOURCE_RUNTIME_S * 1e9 / requests;
+    let transfer_ns_per_bio = (merged_request_ns - unmerged_request_ns) / (bios_per_merged_request - 1.0);
+    Calibration {
+        unmerged_request_ns,
+        bios_per_merged_request,
+        merged_request_ns,
+        per_request_ns: unmerged_request_ns - transfer_ns_per_bio,
+        bytes_per_sec: BS_BYTES as f64 / transfer_ns_per_bio * 1e9,
+    }
+}
 
 /// A device the jobs run on, with the parameters of its closed form.
 struct Device {
@@ -39,14 +88,20 @@ struct Device {
     bytes_per_sec: f64,
 }
 
+/// The calibrated device's constants: `calibration()` rounded to the
+/// spec's units (whole ns, whole MiB/s).
+const CALIBRATED_PER_REQUEST_NS: u64 = 10_160;
+const CALIBRATED_MIB_PER_SEC: u64 = 991;
+
 const DEVICES: &[Device] = &[
     Device {
-        name: "serial",
-        spec: "null:gb=16,irqmode=2,channels=1,completion_nsec=20000,mbps=1000,hw_queue_depth=128",
-        model: "one request at a time: 20 us per request + transfer at 1000 MiB/s (a 4 KiB request 23.9 us, \
-                16 merged 82.5 us); 128 tags",
-        per_request_ns: 20_000.0,
-        bytes_per_sec: 1000.0 * 1048576.0,
+        name: "calibrated",
+        spec: "null:gb=16,irqmode=2,channels=1,completion_nsec=10160,mbps=991,hw_queue_depth=128",
+        model: "the source's disk: one request at a time, 10.16 us per request + transfer at 991 MiB/s (a 4 KiB \
+                request 14.10 us, 16 merged 73.2 us), solved from 283,638 KB/s unmerged and 873,224 KB/s with \
+                2,046K merges; 128 tags",
+        per_request_ns: CALIBRATED_PER_REQUEST_NS as f64,
+        bytes_per_sec: (CALIBRATED_MIB_PER_SEC * 1048576) as f64,
     },
     Device {
         name: "no-per-request-cost",
@@ -101,8 +156,8 @@ struct Plan {
 
 fn plans(quick: bool) -> Vec<Plan> {
     let mut plans = Vec::new();
-    let serial_batches: &[u64] = if quick { &[16] } else { &[1, 4, 16, 32] };
-    for &batch in serial_batches {
+    let calibrated_batches: &[u64] = if quick { &[16] } else { &[1, 4, 16, 32] };
+    for &batch in calibrated_batches {
         for variant in 0..VARIANTS.len() {
             plans.push(Plan { device: 0, batch, variant });
         }
@@ -192,12 +247,28 @@ pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentErro
         )),
         Err(why) => table.push_str(&format!("\nkernel loop-device anchor not run: {why}\n")),
     }
+    let cal = calibration();
     let doc = json!({
         "experiment": "plug-merge",
         "source": "blk-plug: don't flush nested plug lists (Jeff Moyer, 2015) and Shaohua Li's reply: the kernel \
                    always flushed only the outermost plug; sync bios were not plugged in blk_sq_make_request \
-                   (fixed by 'blk-mq: fix plugging in blk_sq_make_request'). Source figures: 283,638 KB/s with \
-                   0 merges before, 873,224 KB/s with 2,046K merges after (3.08x)",
+                   (fixed by 'blk-mq: fix plugging in blk_sq_make_request')",
+        "source_figures_as_printed": SOURCE_PRINTED,
+        "source_units": "fio of 2015: KB = 1024 bytes (kb_base=1024), our KiB",
+        "calibration": {
+            "device": DEVICES[0].name,
+            "targets": "the source's two figures: 283,638 KB/s with 0 merges (one 4 KiB request) and 873,224 KB/s \
+                        with 2,046K merges over the 10 s run (requests of 15.93 bios)",
+            "unmerged_request_ns": cal.unmerged_request_ns,
+            "bios_per_merged_request": cal.bios_per_merged_request,
+            "merged_request_ns": cal.merged_request_ns,
+            "solved_per_request_ns": cal.per_request_ns,
+            "solved_bytes_per_sec": cal.bytes_per_sec,
+            "spec_per_request_ns": CALIBRATED_PER_REQUEST_NS,
+            "spec_mbps_mib": CALIBRATED_MIB_PER_SEC,
+            "model_unmerged_kib_per_sec": model_bw(&DEVICES[0], 16, false) / 1024.0,
+            "model_merged_batch16_kib_per_sec": model_bw(&DEVICES[0], 16, true) / 1024.0,
+        },
         "quick": opts.quick,
         "runtime_s": runtime,
         "devices": DEVICES.iter().map(|d| json!({
@@ -213,6 +284,7 @@ pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentErro
                   B x 4 KiB / rate, with requests = ceil(B / 31) when merged, else B",
         "results": cells.iter().map(cell_json).collect::<Vec<_>>(),
         "ratios": ratios(&cells).iter().map(|r| r.json()).collect::<Vec<_>>(),
+        "source_ratio": SOURCE_BW_PATCHED_KIB / SOURCE_BW_UNPATCHED_KIB,
         "kernel_loop_anchor": anchor.unwrap_or_else(|why| json!({ "not_run": why })),
     });
     Ok((doc, panels(&cells), table))
@@ -283,14 +355,14 @@ fn table(cells: &[Measured], rounds: u32) -> String {
     for (di, d) in DEVICES.iter().enumerate() {
         out.push_str(&format!("\n{} device: {}\n\n", d.name, d.model));
         out.push_str(&format!(
-            "{:<5} | {:<11} | {:<27} | {:>13} | {:<25} | {:<25}\n",
+            "{:<5} | {:<26} | {:<27} | {:>13} | {:<25} | {:<25}\n",
             "batch", "variant", "bandwidth KiB/s", "model KiB/s", "merges", "requests issued"
         ));
         for m in cells.iter().filter(|m| m.plan.device == di) {
             out.push_str(&format!(
-                "{:<5} | {:<11} | {:<27} | {:>13.0} | {:<25} | {:<25}\n",
+                "{:<5} | {:<26} | {:<27} | {:>13.0} | {:<25} | {:<25}\n",
                 m.plan.batch,
-                VARIANTS[m.plan.variant].name,
+                variant_label(m.plan.variant),
                 m.bw_kib().show(0),
                 m.model_kib(),
                 m.spread(|c| c.stats.merges.read as f64).show(0),
@@ -304,7 +376,7 @@ fn table(cells: &[Measured], rounds: u32) -> String {
     }
     out.push_str(
         "\nbandwidth ratio outermost / sync-bypass, measured per round (median (min-max)) beside the device \
-         model's closed form; the ratio follows the device model, not the block layer:\n",
+         model's closed form:\n",
     );
     for r in ratios(cells) {
         out.push_str(&format!(
@@ -315,43 +387,85 @@ fn table(cells: &[Measured], rounds: u32) -> String {
             r.model
         ));
     }
-    out.push_str(
-        "\nsource (fio libaio direct=1 4k read, iodepth 128, batch 16, virtio-blk on blk-mq's single-queue \
-         path): unpatched 283,638 KB/s with 0 merges; patched 873,224 KB/s with 2,046K merges (3.08x)\n",
-    );
+    let cal = calibration();
+    out.push_str(&format!(
+        "\ncalibration (the calibrated device, from the source's two figures): unmerged, one 4 KiB request took \
+         4096 B / 283,638 KiB/s = {:.2} us; merged, 873,224 KiB/s x 10 s / 4 KiB = 2,183,060 bios, less 2,046K \
+         merges = 137,060 requests of {:.2} bios, one every {:.2} us; solved: {:.2} us per request + transfer at \
+         {:.1} MiB/s (spec: completion_nsec={CALIBRATED_PER_REQUEST_NS}, mbps={CALIBRATED_MIB_PER_SEC})\n",
+        cal.unmerged_request_ns / 1e3,
+        cal.bios_per_merged_request,
+        cal.merged_request_ns / 1e3,
+        cal.per_request_ns / 1e3,
+        cal.bytes_per_sec / 1048576.0,
+    ));
+    out.push_str(&format!(
+        "\nsource, as printed (fio libaio direct=1 4k read, iodepth 128, batch 16, --runtime=10s, virtio-blk on \
+         blk-mq's single-queue path; fio's KB = 1024 bytes):\n  Unpatched kernel: Read B/W: 283,638 KB/s, Read \
+         Merges: 0\n  Patched kernel:   Read B/W: 873,224 KB/s, Read Merges: 2,046K\n  (ratio {:.2}x)\n",
+        SOURCE_BW_PATCHED_KIB / SOURCE_BW_UNPATCHED_KIB
+    ));
     out
 }
 
+/// A variant's name as tables and plots show it (the hypothetical one
+/// says so).
+fn variant_label(v: usize) -> String {
+    let variant = &VARIANTS[v];
+    if variant.hypothetical {
+        format!("{} (hypothetical)", variant.name)
+    } else {
+        variant.name.to_string()
+    }
+}
+
+/// Named bars for the variants at batch 16 on the calibrated device
+/// (bandwidth, merged bios per bio), the source's figures beside them; and
+/// the bandwidth ratio by batch.
 fn panels(cells: &[Measured]) -> Vec<Panel> {
-    type Metric = (&'static str, fn(&Measured) -> f64);
-    let metrics: [Metric; 2] = [
-        ("bandwidth MiB/s", |m| m.bw_kib().median / 1024.0),
-        ("merges per bio", |m| {
-            let merges = m.spread(|c| c.stats.merges.read as f64).median;
-            merges / m.spread(|c| c.stats.bios.read as f64).median.max(1.0)
-        }),
-    ];
-    metrics
-        .iter()
-        .map(|(label, f)| Panel {
-            title: format!("plug-merge (serial device): {label}"),
-            x_label: "iodepth_batch".into(),
-            y_label: label.to_string(),
-            x: XAxis::Numeric { oversubscribed_from: None },
-            series: (0..VARIANTS.len())
-                .map(|v| Series {
-                    spread: Vec::new(),
-                    origin: Origin::Measured,
-                    label: VARIANTS[v].name.to_string(),
-                    points: cells
-                        .iter()
-                        .filter(|m| m.plan.device == 0 && m.plan.variant == v)
-                        .map(|m| (m.plan.batch as f64, f(m)))
-                        .collect(),
-                })
-                .collect(),
-        })
-        .collect()
+    let names: Vec<String> = (0..VARIANTS.len()).map(variant_label).collect();
+    let at16: Vec<&Measured> = (0..VARIANTS.len())
+        .filter_map(|v| cells.iter().find(|m| m.plan.device == 0 && m.plan.batch == 16 && m.plan.variant == v))
+        .collect();
+    let bars = |f: &dyn Fn(&Cell) -> f64| -> Series {
+        let spreads: Vec<Spread> = at16.iter().map(|m| m.spread(f)).collect();
+        Series::measured(
+            "mqblk, median (min-max)",
+            spreads.iter().enumerate().map(|(i, s)| (i as f64, s.median)).collect(),
+        )
+        .with_spread(spreads.iter().map(|s| (s.min, s.max)).collect())
+    };
+    let source_bios = SOURCE_BW_PATCHED_KIB * 1024.0 * SOURCE_RUNTIME_S / BS_BYTES as f64;
+    let bandwidth = Panel::categories(
+        "plug-merge: bandwidth, batch 16, device calibrated to the source's",
+        "KiB/s (the source's KB/s: 1024 bytes)",
+        names.clone(),
+    )
+    .with(bars(&|c| c.bw_bytes_per_sec / 1024.0))
+    .with(Series::source(
+        "source: 283,638 and 873,224 KB/s",
+        vec![(0.0, SOURCE_BW_UNPATCHED_KIB), (1.0, SOURCE_BW_PATCHED_KIB)],
+    ));
+    let merged = Panel::categories("plug-merge: merged bios per bio, batch 16", "merges / bios", names)
+        .with(bars(&|c| c.stats.merges.read as f64 / c.stats.bios.read.max(1) as f64))
+        .with(Series::source(
+            "source: 0 and 2,046K merges of 2,183K bios",
+            vec![(0.0, 0.0), (1.0, SOURCE_MERGES_PATCHED / source_bios)],
+        ));
+    let rs: Vec<Ratio> = ratios(cells).into_iter().filter(|r| r.device == 0).collect();
+    let ratio = Panel::numeric("plug-merge: outermost / sync-bypass bandwidth", "iodepth_batch", "ratio")
+        .with(
+            Series::measured(
+                "mqblk, calibrated device",
+                rs.iter().map(|r| (r.batch as f64, r.measured.median)).collect(),
+            )
+            .with_spread(rs.iter().map(|r| (r.measured.min, r.measured.max)).collect()),
+        )
+        .with(Series::source(
+            "source, batch 16: 873,224 / 283,638",
+            vec![(16.0, SOURCE_BW_PATCHED_KIB / SOURCE_BW_UNPATCHED_KIB)],
+        ));
+    vec![bandwidth, merged, ratio]
 }
 
 #[cfg(test)]
@@ -359,13 +473,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_closed_form_of_the_serial_device() {
-        let serial = &DEVICES[0];
-        let one = model_bw(serial, 16, false);
-        assert!((one - 4096.0 / 23.90625e-6).abs() < 1.0, "{one}");
-        let ratio = model_bw(serial, 16, true) / one;
-        assert!((ratio - 4.636).abs() < 0.01, "{ratio}");
-        assert_eq!(model_bw(serial, 1, true), model_bw(serial, 1, false), "a batch of one cannot merge");
+    fn the_calibration_solves_the_source_figures() {
+        let cal = calibration();
+        assert!((cal.unmerged_request_ns - 14_102.5).abs() < 1.0, "{}", cal.unmerged_request_ns);
+        assert!((cal.bios_per_merged_request - 15.93).abs() < 0.01, "{}", cal.bios_per_merged_request);
+        assert_eq!(cal.per_request_ns.round() as u64, CALIBRATED_PER_REQUEST_NS);
+        assert_eq!((cal.bytes_per_sec / 1048576.0).round() as u64, CALIBRATED_MIB_PER_SEC);
+        let spec = DEVICES[0].spec;
+        assert!(spec.contains(&format!("completion_nsec={CALIBRATED_PER_REQUEST_NS},mbps={CALIBRATED_MIB_PER_SEC}")));
+    }
+
+    #[test]
+    fn the_closed_form_of_the_calibrated_device_gives_the_source_figures() {
+        let d = &DEVICES[0];
+        let unmerged = model_bw(d, 16, false) / 1024.0;
+        assert!((unmerged / SOURCE_BW_UNPATCHED_KIB - 1.0).abs() < 0.001, "{unmerged}");
+        let merged = model_bw(d, 16, true) / 1024.0;
+        assert!((merged / SOURCE_BW_PATCHED_KIB - 1.0).abs() < 0.002, "{merged}");
+        assert_eq!(model_bw(d, 1, true), model_bw(d, 1, false), "a batch of one cannot merge");
         let free = &DEVICES[1];
         assert_eq!(model_bw(free, 16, true), model_bw(free, 16, false), "no per-request cost: merging cannot pay");
     }
