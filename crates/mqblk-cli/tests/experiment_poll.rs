@@ -23,12 +23,15 @@ mod common;
 
 use serde_json::Value;
 
+/// A named check of one run's table and JSON; panics if the claim fails.
+type Check = (&'static str, fn(&str, &Value));
+
 #[test]
 fn quick_run_supports_every_claim() {
     let run = common::quick_experiment("poll");
     assert!(run.svg.starts_with("<svg") && run.svg.contains("<polyline"));
     let (table, v) = (&run.table, &run.json);
-    let checks: [(&str, fn(&str, &Value)); 8] = [
+    let checks: [Check; 8] = [
         (
             "reports_every_cell_headline_design_first_with_spreads",
             reports_every_cell_headline_design_first_with_spreads,

@@ -9,10 +9,11 @@ use super::{gain, pick, Cell, Design, Measured, DESIGNS, HYBRID};
 use crate::experiment::plot::{Panel, Series};
 use crate::experiment::{Options, Spread};
 
-/// The calibrated per-I/O time at 4k randread with interrupts, as
-/// measured on the headline design (ns).
-fn measured_ns_per_io(m: &Measured) -> Option<f64> {
-    pick(&m.cells, HYBRID, "randread", "4k", false).map(|c| c.spread(|r| r.ns_per_io_per_job).median)
+/// The calibrated per-I/O time (jobs / IOPS) and median latency at 4k
+/// randread with interrupts, as measured on the headline design (ns).
+fn measured_4k(m: &Measured) -> Option<(f64, f64)> {
+    pick(&m.cells, HYBRID, "randread", "4k", false)
+        .map(|c| (c.spread(|r| r.ns_per_io_per_job).median, c.spread(|r| r.lat_p50_us).median * 1e3))
 }
 
 /// The rows of the grid: one per design, rw and block size, the
@@ -75,7 +76,7 @@ pub(super) fn tables(opts: &Options, m: &Measured) -> String {
         "calibration: target {:.2} us per I/O per job at 4k randread with interrupts = {SOURCE_JOBS} jobs / \
          149,426 IOPS (the source's numjobs={SOURCE_JOBS} at QD1);\n  bandwidth {} MiB/s = 17,655 IOPS x 128 KiB \
          (the source's 128k randread, bandwidth-bound); service time {:.1} us + transfer (4k {:.1} us, 16k {:.1}, \
-         64k {:.1}, 128k {:.1});\n  measured here at 4k randread hipri=0 (hybrid): {} us per I/O per job\n",
+         64k {:.1}, 128k {:.1});\n  measured here at 4k randread hipri=0 (hybrid): {} us per I/O per job, median latency {} us\n",
         cal.target_ns_per_io / 1e3,
         cal.mbps,
         cal.service_nsec as f64 / 1e3,
@@ -85,6 +86,7 @@ pub(super) fn tables(opts: &Options, m: &Measured) -> String {
         cal.transfer_ns(131072) as f64 / 1e3,
         pick(&m.cells, HYBRID, "randread", "4k", false)
             .map_or("-".into(), |c| c.spread(|r| r.ns_per_io_per_job / 1e3).show(1)),
+        pick(&m.cells, HYBRID, "randread", "4k", false).map_or("-".into(), |c| c.spread(|r| r.lat_p50_us).show(1)),
     ));
     for design in DESIGNS {
         out.push_str(&format!("{:<11}: {} (4k)\n", design.name, m.place.device(cal, design, "4k", m.place.jobs)));
@@ -228,7 +230,7 @@ pub(super) fn document(opts: &Options, m: &Measured) -> Value {
             "gain_printed": printed(s.gain_printed_pct),
         })).collect::<Vec<_>>(),
         "quick": opts.quick,
-        "calibration": m.cal.json(measured_ns_per_io(m)),
+        "calibration": m.cal.json(measured_4k(m)),
         "designs": DESIGNS.iter().map(|d| json!({
             "name": d.name,
             "keys": d.keys,
@@ -300,10 +302,13 @@ fn label(design: Design) -> String {
     }
 }
 
+/// A bar of the CPU chart: its name, the hipri of its cell, its figure.
+type CpuCase = (&'static str, bool, fn(&super::Run) -> f64);
+
 /// CPU per I/O at 4k randread: job threads and device threads, hipri=0
 /// and hipri=1, one bar per design.
 fn cpu_panel(m: &Measured) -> Panel {
-    let cases: [(&str, bool, fn(&super::Run) -> f64); 4] = [
+    let cases: [CpuCase; 4] = [
         ("job threads, hipri=0", false, |r| r.job_cpu_us_per_io),
         ("job threads, hipri=1", true, |r| r.job_cpu_us_per_io),
         ("device threads, hipri=0", false, |r| r.device_cpu_us_per_io),
