@@ -147,33 +147,32 @@ impl Calibration {
     }
 }
 
-/// Probes per calibration step: the least of their figures counts, since
-/// contention only ever adds time.
+/// Probes per calibration step.
 const PROBES_PER_STEP: usize = 3;
 
 /// Finds the service time: probes 4k randread with interrupts on the
 /// hybrid device, `PROBES_PER_STEP` at a time (one step with `--quick`,
-/// else two, the second refining the first). Each step takes this
-/// machine's overhead per I/O as the least median latency of its probes
-/// minus the device's time, and sets the service time to the target minus
-/// that overhead. The median I/O, not the mean: on a shared machine a
-/// probe's mean carries the milliseconds some I/Os waited for a CPU that
-/// another process held, which is no part of the I/O path.
+/// else two, the second probing the first's device). Each probe's median
+/// latency minus the device's time is this machine's overhead per I/O; the
+/// least over every probe so far sets the service time (the target minus
+/// it). The median I/O, not the mean: on a shared machine a probe's mean
+/// carries the milliseconds some I/Os waited for a CPU that another
+/// process held, which is no part of the I/O path; and the least, since
+/// contention only ever adds time.
 pub(super) fn calibrate(place: &Placement, quick: bool) -> Result<Calibration, ExperimentError> {
     let mut cal = Calibration::uncalibrated();
     let steps = if quick { 1 } else { 2 };
+    let mut least_overhead_ns = f64::INFINITY;
     for _ in 0..steps {
-        let mut least_ns = f64::INFINITY;
         for _ in 0..PROBES_PER_STEP {
             let args = place.job_args(&cal, HYBRID, "randread", "4k", false, "200ms");
             eprintln!("poll: calibration probe, service time {} ns", cal.service_nsec);
             let (run, _) = measure(&args, "randread", place.jobs)?;
             let lat_p50_ns = run.lat_p50_us * 1e3;
             cal.probes.push(Probe { service_nsec: cal.service_nsec, lat_p50_ns, ns_per_io: run.ns_per_io_per_job });
-            least_ns = least_ns.min(lat_p50_ns);
+            least_overhead_ns = least_overhead_ns.min(lat_p50_ns - cal.completion_nsec("4k") as f64);
         }
-        let overhead_ns = least_ns - cal.completion_nsec("4k") as f64;
-        cal.service_nsec = cal.service_for(overhead_ns);
+        cal.service_nsec = cal.service_for(least_overhead_ns);
     }
     Ok(cal)
 }
