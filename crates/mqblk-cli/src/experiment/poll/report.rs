@@ -54,6 +54,11 @@ fn headline(m: &Measured) -> String {
     {
         let med = |c: &Cell, f: fn(&super::Run) -> f64| c.spread(f).median;
         out.push_str(&format!(
+            ";\n  the median 4k I/O completes in {:.1} us polled against {:.1} us with the interrupt",
+            med(poll, |r| r.lat_p50_us),
+            med(irq, |r| r.lat_p50_us),
+        ));
+        out.push_str(&format!(
             ";\n  at 4k the job threads spend {:.1} us of CPU per I/O polling against {:.1} us waiting for the \
              interrupt, and the device's completion threads {:.1} against {:.1} us",
             med(poll, |r| r.job_cpu_us_per_io),
