@@ -1,67 +1,259 @@
 //! `mqblk experiment poll --quick` end to end ("virtio_blk: implement
-//! blk_mq_ops->poll()", 2021): the JSON's shape (every cell's median,
-//! spread and runs, its bench command, the source's table, where jobs and
-//! completion threads ran) and that the CPU column counts the completion
-//! threads. No direction of the IOPS gain is asserted: on a loaded 2-core
-//! machine spinning pollers lose their CPU to other processes and the gain
-//! flips sign between runs (seen: -68% to +53% for one cell under load).
+//! blk_mq_ops->poll()", 2021): the JSON's shape, the calibration against
+//! the source's figures, and the direction of every claim the headline
+//! makes, each a ratio of figures measured side by side in one run, with
+//! generous margins (the machine is shared):
+//! - hybrid polling (the patch's design, the headline) gains IOPS at 4k,
+//!   and a polled 4k I/O completes sooner than an interrupt-driven one;
+//! - at 64k the gain is about nothing (the device's bandwidth bounds both);
+//! - 16k costs the device more than 4k (the transfer term);
+//! - polling job threads spend more CPU per I/O than the interrupt path's
+//!   job threads, and the device's completion threads less.
+//!
+//! The IOPS assertions are the ones a loaded machine can break: a
+//! spinning poller gets only its fair share of a CPU that other processes
+//! want (seen: polling job threads running a quarter of the time at a load
+//! of 10 on 2 cores, and "gains" of -70%), while a sleeping job is
+//! favoured at wakeup. So they pool the rounds of randread and randwrite
+//! in which the polling job threads held their CPUs (ran at least 70% of
+//! the time, from their own CPU time); a run with no such round says so on
+//! stderr and leaves the IOPS claims to the latency checks, which hold
+//! under load (a descheduled poller delays one I/O, not the median one).
+//!
+//! One run serves every check (nextest runs each test in a process of its
+//! own, and two runs side by side would compete for the CPUs): the test
+//! runs each check and reports every one that failed.
 
 mod common;
 
 use serde_json::Value;
 
-fn run_quick() -> Value {
+/// A named check of one run's table and JSON; panics if the claim fails.
+type Check = (&'static str, fn(&str, &Value));
+
+#[test]
+fn quick_run_supports_every_claim() {
     let run = common::quick_experiment("poll");
-    let stdout = &run.table;
-    assert!(stdout.contains("source IOPS") && stdout.contains("CPU us/IO"), "{stdout}");
     assert!(run.svg.starts_with("<svg") && run.svg.contains("<polyline"));
-    run.json
+    let (table, v) = (&run.table, &run.json);
+    let checks: [Check; 8] = [
+        (
+            "reports_every_cell_headline_design_first_with_spreads",
+            reports_every_cell_headline_design_first_with_spreads,
+        ),
+        ("source_gains_are_quoted_as_printed", source_gains_are_quoted_as_printed),
+        ("calibration_targets_the_source_per_io_time", calibration_targets_the_source_per_io_time),
+        ("hybrid_polling_gains_iops_at_4k", hybrid_polling_gains_iops_at_4k),
+        ("a_polled_4k_io_completes_sooner", a_polled_4k_io_completes_sooner),
+        ("gain_at_64k_is_about_nothing", gain_at_64k_is_about_nothing),
+        ("sixteen_k_costs_the_device_more_than_4k", sixteen_k_costs_the_device_more_than_4k),
+        (
+            "polling_moves_cpu_from_the_device_threads_to_the_job_threads",
+            polling_moves_cpu_from_the_device_threads_to_the_job_threads,
+        ),
+    ];
+    let failed: Vec<String> = checks
+        .iter()
+        .filter_map(|(name, check)| {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(table, v)));
+            r.err().map(|e| {
+                let msg =
+                    e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()));
+                format!("{name}: {}", msg.unwrap_or_default())
+            })
+        })
+        .collect();
+    assert!(failed.is_empty(), "{} check(s) failed:\n{}\n\n{table}", failed.len(), failed.join("\n"));
 }
 
 fn median(v: &Value) -> f64 {
     v["median"].as_f64().unwrap_or_else(|| panic!("no median in {v}"))
 }
 
-/// A figure's summary: median within min..max, one run per round.
-fn check_spread(v: &Value, rounds: usize) {
-    let (min, max) = (v["min"].as_f64().unwrap(), v["max"].as_f64().unwrap());
-    assert!(min <= median(v) && median(v) <= max, "{v}");
-    assert_eq!(v["runs"].as_array().unwrap().len(), rounds, "{v}");
+fn runs(v: &Value) -> Vec<f64> {
+    v["runs"].as_array().unwrap_or_else(|| panic!("no runs in {v}")).iter().map(|r| r.as_f64().unwrap()).collect()
 }
 
-#[test]
-fn quick_run_counts_completion_thread_cpu_and_reports_every_cell() {
-    let v = run_quick();
+fn median_of(mut v: Vec<f64>) -> f64 {
+    assert!(!v.is_empty());
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// The result cell of design, rw, bs and hipri.
+fn cell<'a>(v: &'a Value, design: &str, rw: &str, bs: &str, hipri: bool) -> &'a Value {
+    v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["design"] == design && r["rw"] == rw && r["bs"] == bs && r["hipri"] == hipri)
+        .unwrap_or_else(|| panic!("no cell {design} {rw} {bs} hipri={hipri}"))
+}
+
+/// A round is one in which the polling job threads held their CPUs if
+/// each ran for at least this share of the wall time.
+const HELD_CPU_SHARE: f64 = 0.7;
+
+/// The gain (%) of design at bs in every round, randread and randwrite
+/// pooled, in which the polling job threads held their CPUs: their CPU
+/// per I/O times IOPS, per job, is the share of the time each ran.
+fn pooled_gains(v: &Value, design: &str, bs: &str) -> Vec<f64> {
+    let jobs = v["jobs"].as_f64().unwrap();
+    let mut out = Vec::new();
+    for rw in ["randread", "randwrite"] {
+        let g = v["gains"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["design"] == design && g["rw"] == rw && g["bs"] == bs)
+            .unwrap_or_else(|| panic!("no gain for {design} {rw} {bs}"));
+        let poll = cell(v, design, rw, bs, true);
+        let shares = runs(&poll["job_threads_cpu_us_per_io"])
+            .iter()
+            .zip(runs(&poll["iops"]))
+            .map(|(cpu_us, iops)| cpu_us * iops / jobs / 1e6)
+            .collect::<Vec<_>>();
+        let held = runs(&g["gain_pct"]).into_iter().zip(&shares).filter(|(_, &s)| s >= HELD_CPU_SHARE);
+        out.extend(held.map(|(gain, _)| gain));
+        if !shares.iter().any(|&s| s >= HELD_CPU_SHARE) {
+            eprintln!("{design} {rw} {bs}: no round in which the pollers held their CPUs (shares {shares:?})");
+        }
+    }
+    out
+}
+
+/// Median over randread and randwrite of a figure's medians.
+fn both_rw(v: &Value, design: &str, bs: &str, hipri: bool, key: &str) -> f64 {
+    median_of(["randread", "randwrite"].iter().map(|rw| median(&cell(v, design, rw, bs, hipri)[key])).collect())
+}
+
+fn reports_every_cell_headline_design_first_with_spreads(table: &str, v: &Value) {
     assert_eq!(v["experiment"], "poll");
     let rounds = v["rounds"].as_u64().unwrap() as usize;
     assert_eq!(rounds, 3, "the default");
+    assert_eq!(v["headline_design"], "hybrid");
     assert_eq!(v["source_table"].as_array().unwrap().len(), 16, "rw x bs of the patch's table");
-    let place = &v["placement"];
-    let cores = place["cores"].as_u64().unwrap();
-    assert_eq!(place["cores_shared"].as_bool().unwrap(), cores < 4, "{place}");
-    assert!(place["description"].as_str().unwrap().contains("jobs"), "{place}");
-
     let results = v["results"].as_array().unwrap();
-    assert_eq!(results.len(), 2 * 2 * 2 * 2, "rw x bs x design x hipri");
+    assert_eq!(results.len(), 2 * 3 * 2 * 2, "rw x bs x design x hipri");
+    assert_eq!(results[0]["design"], "hybrid", "the patch's design leads");
     for r in results {
-        for key in ["iops", "lat_mean_us", "lat_p99_us", "cpu_us_per_io", "job_threads_cpu_us_per_io"] {
-            check_spread(&r[key], rounds);
+        for key in ["iops", "lat_mean_us", "lat_p99_us", "job_threads_cpu_us_per_io", "device_threads_cpu_us_per_io"] {
+            let (min, max) = (r[key]["min"].as_f64().unwrap(), r[key]["max"].as_f64().unwrap());
+            assert!(min <= median(&r[key]) && median(&r[key]) <= max, "{key}: {r}");
+            assert_eq!(runs(&r[key]).len(), rounds, "{key}: {r}");
         }
         assert!(median(&r["iops"]) > 0.0, "{r}");
         assert!(r["command"].as_str().unwrap().starts_with("mqblk bench --device null:"), "{r}");
-        // With hipri=0 the completion threads spin to every due time (the
-        // emulated device's 10 us timer): the process's CPU per I/O must
-        // exceed the job threads' own, or the completion threads were not
-        // counted (measured: 14 vs 4 us per I/O).
-        if r["hipri"] == false {
-            let (process, jobs) = (median(&r["cpu_us_per_io"]), median(&r["job_threads_cpu_us_per_io"]));
-            assert!(process > jobs, "process {process} us/IO <= job threads {jobs} us/IO: {r}");
-        }
     }
     let gains = v["gains"].as_array().unwrap();
-    assert_eq!(gains.len(), 2 * 2 * 2, "rw x bs x design");
-    assert!(gains.iter().all(|g| g["source_gain_pct"].is_f64()), "{gains:?}");
+    assert_eq!(gains.len(), 2 * 3 * 2, "rw x bs x design");
+    assert!(gains.iter().all(|g| runs(&g["gain_pct"]).len() == rounds), "a spread for every gain");
+    // The table: the headline design's rows come first, no CPU column is
+    // CPUs over IOPS, and no guess about other processes is printed.
+    let first_row = table.lines().find(|l| l.contains("| randread  | 4k")).expect("a 4k randread row");
+    assert!(first_row.starts_with("hybrid"), "{first_row}");
+    assert!(table.contains("job CPU us/IO") && table.contains("device CPU us/IO"), "{table}");
+    assert!(!table.contains("competed") && !table.contains("CPUs busy"), "{table}");
     let mixed = v["mixed"].as_array().unwrap();
     assert_eq!(mixed.len(), 2 * 2, "design x (hipri job, plain job)");
-    assert!(mixed.iter().all(|r| median(&r["iops"]) > 0.0), "{mixed:?}");
+}
+
+fn source_gains_are_quoted_as_printed(table: &str, v: &Value) {
+    let printed = |rw: &str, bs: &str| {
+        v["source_table"].as_array().unwrap().iter().find(|s| s["rw"] == rw && s["bs"] == bs).unwrap()["gain_printed"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    // Recomputed from the IOPS these would read +13%, +17%, +13%, +6%.
+    assert_eq!(printed("randread", "16k"), "+12%");
+    assert_eq!(printed("read", "4k"), "+16%");
+    assert_eq!(printed("write", "4k"), "+12%");
+    assert_eq!(printed("write", "16k"), "+5%");
+    assert_eq!(printed("randwrite", "4k"), "+18%");
+    assert!(table.contains("118,939 / 134,269 (+12%)"), "{table}");
+    let g = v["gains"].as_array().unwrap().iter().find(|g| g["rw"] == "randread" && g["bs"] == "16k").unwrap();
+    assert_eq!(g["source_gain_printed"], "+12%");
+}
+
+fn calibration_targets_the_source_per_io_time(_: &str, v: &Value) {
+    let cal = &v["calibration"];
+    let target = cal["target_ns_per_io"].as_f64().unwrap();
+    assert!((target - 4.0 / 149_426.0 * 1e9).abs() < 1.0, "4 jobs / 149,426 IOPS: {cal}");
+    assert!(cal["source_figure"].as_str().unwrap().contains("149,426"), "{cal}");
+    assert_eq!(cal["device_keys"]["mbps"], 2207, "17,655 x 128 KiB/s: {cal}");
+    let by_bs = &cal["device_keys"]["completion_nsec_by_bs"];
+    let (c4, c16) = (by_bs["4k"].as_f64().unwrap(), by_bs["16k"].as_f64().unwrap());
+    assert!(c16 > c4, "16k costs the device more than 4k: {cal}");
+    // The calibrated device's 4k time with interrupts, as measured: the
+    // median I/O within a factor of two of the source's per-I/O time (the
+    // mean is what a loaded machine moves most, and is not asserted).
+    let measured = cal["measured_lat_p50_ns_4k_randread_hipri0"].as_f64().unwrap();
+    assert!(measured > target / 2.0 && measured < target * 2.0, "median {measured} ns, target {target} ns");
+    assert!(cal["measured_ns_per_io_4k_randread_hipri0"].as_f64().unwrap() > 0.0, "{cal}");
+    // Every cell's device carries the calibrated keys for its block size.
+    let command = cell(v, "hybrid", "randread", "16k", false)["command"].as_str().unwrap();
+    assert!(command.contains(&format!("completion_nsec={c16},mbps=2207")), "{command}");
+}
+
+fn hybrid_polling_gains_iops_at_4k(_: &str, v: &Value) {
+    let gains = pooled_gains(v, "hybrid", "4k");
+    if gains.is_empty() {
+        eprintln!("hybrid 4k: IOPS gain not checked (the pollers never held their CPUs); see the latency checks");
+        return;
+    }
+    assert!(median_of(gains.clone()) > 0.0, "hybrid 4k gains (rounds in which the pollers held their CPUs): {gains:?}");
+}
+
+fn a_polled_4k_io_completes_sooner(_: &str, v: &Value) {
+    for design in ["hybrid", "poll_queues"] {
+        let (irq, poll) = (both_rw(v, design, "4k", false, "lat_p50_us"), both_rw(v, design, "4k", true, "lat_p50_us"));
+        assert!(poll < irq * 0.97, "{design}: median 4k latency polled {poll} us, interrupt {irq} us");
+    }
+}
+
+fn gain_at_64k_is_about_nothing(_: &str, v: &Value) {
+    let (g4, g64) = (pooled_gains(v, "hybrid", "4k"), pooled_gains(v, "hybrid", "64k"));
+    if g64.is_empty() {
+        eprintln!("hybrid 64k: IOPS gain not checked (the pollers never held their CPUs)");
+        return;
+    }
+    let g64 = median_of(g64);
+    assert!(g64.abs() < 10.0, "hybrid 64k gain {g64}% (rounds in which the pollers held their CPUs)");
+    if !g4.is_empty() {
+        let g4 = median_of(g4);
+        assert!(g64 < g4, "64k gains less than 4k: {g64}% vs {g4}%");
+    }
+}
+
+fn sixteen_k_costs_the_device_more_than_4k(_: &str, v: &Value) {
+    // Polled: the median I/O's latency is the device's time.
+    let (l4, l16) = (both_rw(v, "hybrid", "4k", true, "lat_p50_us"), both_rw(v, "hybrid", "16k", true, "lat_p50_us"));
+    assert!(l16 > l4 * 1.05, "median polled latency 16k {l16} us, 4k {l4} us");
+}
+
+fn polling_moves_cpu_from_the_device_threads_to_the_job_threads(_: &str, v: &Value) {
+    for design in ["hybrid", "poll_queues"] {
+        for bs in ["4k", "16k", "64k"] {
+            let jobs = |hipri| both_rw(v, design, bs, hipri, "job_threads_cpu_us_per_io");
+            let device = |hipri| both_rw(v, design, bs, hipri, "device_threads_cpu_us_per_io");
+            assert!(
+                jobs(true) > jobs(false) * 1.5,
+                "{design} {bs}: job threads {} vs {} us/IO",
+                jobs(true),
+                jobs(false)
+            );
+            assert!(
+                device(true) < device(false) * 0.5,
+                "{design} {bs}: device {} vs {} us/IO",
+                device(true),
+                device(false)
+            );
+        }
+    }
 }

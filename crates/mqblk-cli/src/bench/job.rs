@@ -15,7 +15,7 @@
 //! to back), one read closes each chunk, and one read per reap stamps all of
 //! its completions.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering};
 
 use crossbeam_utils::CachePadded;
 use mqblk::clock::Clock;
@@ -55,6 +55,9 @@ pub struct Live {
     pub write_bytes: AtomicU64,
     pub measuring: AtomicBool,
     pub done: AtomicBool,
+    /// The job thread's id (gettid; 0 until it starts), so the supervisor
+    /// can tell its CPU time from the device's threads'.
+    pub tid: AtomicI32,
 }
 
 /// What one job thread measured.

@@ -13,9 +13,11 @@ mod pattern;
 pub mod report;
 mod setter;
 pub mod stats;
+pub mod thread_cpu;
 pub mod values;
 pub mod verify;
 
+use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -208,6 +210,7 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
                         // Done whatever the outcome (even a panic), so the
                         // supervisor stops.
                         let _done = DoneOnDrop(&r.live.done);
+                        r.live.tid.store(thread_cpu::current_tid(), Ordering::Release);
                         if let Some(cpus) = &r.opts.cpus_allowed {
                             cpus::pin_current_thread(&cpus.for_job(r.opts.cpus_allowed_split, r.clone))?;
                         }
@@ -340,8 +343,17 @@ fn progress_bar(human: bool) -> Option<indicatif::ProgressBar> {
 /// instants, so the figure per I/O does not depend on the 20 ms tick.
 #[derive(Default)]
 struct ProcessWindow {
-    start: Option<(Instant, Rusage, u64)>,
+    start: Option<WindowStart>,
     result: Option<ProcessCpu>,
+}
+
+/// What the window's opening saw.
+struct WindowStart {
+    at: Instant,
+    rusage: Rusage,
+    ios: u64,
+    /// Every thread's CPU time (thread_cpu.rs).
+    threads: HashMap<i32, u64>,
 }
 
 impl ProcessWindow {
@@ -354,19 +366,42 @@ impl ProcessWindow {
         let all =
             shared.iter().all(|sh| sh.live.measuring.load(Ordering::Acquire) && !sh.live.done.load(Ordering::Acquire));
         if self.start.is_none() && self.result.is_none() && all {
-            self.start = Some((Instant::now(), Rusage::process_now(), Self::ios(shared)));
+            self.start = Some(WindowStart {
+                threads: thread_cpu::snapshot(),
+                at: Instant::now(),
+                rusage: Rusage::process_now(),
+                ios: Self::ios(shared),
+            });
         }
     }
 
     /// Closes an open window.
     fn close(&mut self, shared: &[Shared]) {
-        let Some((t0, ru0, ios0)) = self.start.take() else { return };
-        let ru = Rusage::process_now().since(&ru0);
+        let Some(start) = self.start.take() else { return };
+        let ru = Rusage::process_now().since(&start.rusage);
+        let (ios, window_ns) = (Self::ios(shared).saturating_sub(start.ios), start.at.elapsed().as_nanos() as u64);
+        let spent = thread_cpu::since(&start.threads, &thread_cpu::snapshot());
+        // Every job had started (the window opens once all measure), so
+        // every job thread's id is set.
+        let jobs: Vec<i32> = shared.iter().map(|sh| sh.live.tid.load(Ordering::Acquire)).collect();
+        let supervisor = thread_cpu::current_tid();
+        let (mut job_threads_ns, mut device_threads_ns, mut device_threads) = (0, 0, 0);
+        for (tid, ns) in spent {
+            if jobs.contains(&tid) {
+                job_threads_ns += ns;
+            } else if tid != supervisor {
+                device_threads_ns += ns;
+                device_threads += 1;
+            }
+        }
         self.result = Some(ProcessCpu {
             user_ns: ru.user_ns,
             sys_ns: ru.sys_ns,
-            ios: Self::ios(shared).saturating_sub(ios0),
-            window_ns: t0.elapsed().as_nanos() as u64,
+            ios,
+            window_ns,
+            job_threads_ns,
+            device_threads_ns,
+            device_threads,
         });
     }
 }

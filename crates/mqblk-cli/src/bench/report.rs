@@ -259,6 +259,9 @@ fn device_json(entries: &[Entry], dev: &DeviceInfo, process_cpu: Option<ProcessC
             "window_ns": p.window_ns,
             "cpu_ns_per_io": p.cpu_ns_per_io(),
             "cpus_busy": p.cpus_busy(),
+            "job_threads_cpu_ns_per_io": p.job_threads_ns_per_io(),
+            "device_threads_cpu_ns_per_io": p.device_threads_ns_per_io(),
+            "device_threads": p.device_threads,
         })),
     })
 }
@@ -365,6 +368,13 @@ pub fn to_human(entries: &[Entry], dev: &DeviceInfo, process_cpu: Option<Process
             p.cpu_ns_per_io() / 1e3,
             p.ios,
             p.window_ns / 1_000_000
+        );
+        let _ = writeln!(
+            out,
+            "  of which job threads {:.2} usec per I/O, the device's {} thread(s) {:.2} usec per I/O",
+            p.job_threads_ns_per_io() / 1e3,
+            p.device_threads,
+            p.device_threads_ns_per_io() / 1e3
         );
     }
     human_device(&mut out, dev);

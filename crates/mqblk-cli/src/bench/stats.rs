@@ -1,6 +1,7 @@
 //! Per-job measurements: latency summaries and histograms per data
 //! direction, and the thread's CPU use and context switches (getrusage);
-//! and the whole process's CPU while every job ran (`ProcessCpu`).
+//! and the whole process's CPU while every job ran, split into the job
+//! threads' and the device's threads' (`ProcessCpu`).
 
 use hdrhistogram::Histogram;
 
@@ -214,18 +215,39 @@ impl Rusage {
 /// every job was measuring, with the I/Os completed in that window: what a
 /// job's own CPU (RUSAGE_THREAD) leaves out, e.g. a null device's
 /// completion threads spinning to their due times.
+///
+/// The same window split by thread (thread_cpu.rs): the job threads
+/// (submitting, and with hipri polling), and the device's own threads
+/// (every thread but the jobs and the supervisor: a null device's
+/// completion threads, a file device's rings).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ProcessCpu {
     pub user_ns: u64,
     pub sys_ns: u64,
     pub ios: u64,
     pub window_ns: u64,
+    /// The job threads' CPU time in the window, summed.
+    pub job_threads_ns: u64,
+    /// The device's threads' CPU time in the window, summed.
+    pub device_threads_ns: u64,
+    /// How many device threads ran in the window.
+    pub device_threads: u32,
 }
 
 impl ProcessCpu {
     /// CPU time per I/O, ns.
     pub fn cpu_ns_per_io(&self) -> f64 {
         (self.user_ns + self.sys_ns) as f64 / self.ios.max(1) as f64
+    }
+
+    /// The job threads' CPU time per I/O, ns.
+    pub fn job_threads_ns_per_io(&self) -> f64 {
+        self.job_threads_ns as f64 / self.ios.max(1) as f64
+    }
+
+    /// The device's threads' CPU time per I/O, ns.
+    pub fn device_threads_ns_per_io(&self) -> f64 {
+        self.device_threads_ns as f64 / self.ios.max(1) as f64
     }
 
     /// CPUs kept busy on average (1.0: one CPU all the time).

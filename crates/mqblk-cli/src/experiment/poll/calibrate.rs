@@ -1,0 +1,197 @@
+//! The emulated device, calibrated to the source's: a fixed per-I/O
+//! service time plus the request's transfer at the device's rate, with
+//! every transfer laid on one device-wide timeline at that rate.
+//!
+//! - Per-I/O time: at QD1 each of the source's 4 jobs has one I/O in
+//!   flight, so its 149,426 IOPS of 4k randread with interrupts (hipri=0)
+//!   are one I/O per 4 / 149,426 s = 26.77 us per job: submission, the
+//!   device, the interrupt and the wakeup together.
+//! - Bandwidth: the source's 128k randread (17,655 IOPS, hipri=0) is
+//!   bandwidth-bound (64k ran at the same bytes per second): 17,655 x 128
+//!   KiB/s = 2,207 MiB/s.
+//!
+//! The null keys: `completion_nsec` = service time + the cell's own
+//! transfer at 2,207 MiB/s (a cell has one block size, so 16k costs 5.3 us
+//! more than 4k), and `mbps=2207`, which lays every request's transfer on
+//! one timeline for the device (a request is due at the later of the two),
+//! so that 64k and 128k jobs queue for the device's bandwidth as the
+//! source's did. The service time is what the run measures: probes at 4k
+//! randread with interrupts find this machine's own per-I/O overhead
+//! (submission, completion thread, wakeup; from the median I/O) and the
+//! service time is the target minus it, so the calibrated device's
+//! per-I/O time with interrupts is the source's. Where the overhead alone exceeds the
+//! target (a debug build on a loaded machine), the service time floors at
+//! `MIN_SERVICE_NSEC` and the JSON's `target_met` says false.
+
+use serde_json::{json, Value};
+
+use super::source::{source, SOURCE_JOBS};
+use super::{measure, Placement, HYBRID};
+use crate::experiment::ExperimentError;
+
+/// Keys common to every cell: 4 GiB (the jobs' random offsets), the timer
+/// completion (irqmode=2), no memory backing (the source's disk moves data
+/// by DMA: neither side copies).
+const BASE_KEYS: &str = "gb=4,irqmode=2,memory_backed=0";
+
+/// The shortest service time the calibration may set (ns): if this
+/// machine's own overhead already exceeds the target, the device does not
+/// go below it and the JSON says the target was missed.
+const MIN_SERVICE_NSEC: u64 = 1_000;
+
+/// One probe: the service time tried, the median I/O's latency and the
+/// per-I/O time (jobs / IOPS) measured.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Probe {
+    pub service_nsec: u64,
+    pub lat_p50_ns: f64,
+    pub ns_per_io: f64,
+}
+
+/// The calibrated device.
+#[derive(Debug, Clone)]
+pub(super) struct Calibration {
+    /// The source's per-I/O time at 4k randread with interrupts (ns).
+    pub target_ns_per_io: f64,
+    /// The source's device bandwidth (MiB/s).
+    pub mbps: u64,
+    /// The fixed per-I/O service time the probes settled on (ns).
+    pub service_nsec: u64,
+    pub probes: Vec<Probe>,
+}
+
+/// The source's per-I/O time at QD1 (ns): jobs / IOPS of 4k randread
+/// with interrupts.
+pub(super) fn target_ns_per_io() -> f64 {
+    let iops = source("randread", "4k").expect("the source's 4k randread").iops_hipri0;
+    f64::from(SOURCE_JOBS) / iops * 1e9
+}
+
+/// The source's bandwidth (MiB/s): its 128k randread, bandwidth-bound.
+pub(super) fn source_mbps() -> u64 {
+    let iops = source("randread", "128k").expect("the source's 128k randread").iops_hipri0;
+    (iops * 128.0 / 1024.0).round() as u64
+}
+
+/// Bytes of a block size ("16k").
+pub(super) fn bs_bytes(bs: &str) -> u64 {
+    bs.trim_end_matches('k').parse::<u64>().unwrap_or(0) * 1024
+}
+
+impl Calibration {
+    /// A device before any probe: the target with no overhead of ours.
+    fn uncalibrated() -> Self {
+        let mut c =
+            Calibration { target_ns_per_io: target_ns_per_io(), mbps: source_mbps(), service_nsec: 0, probes: vec![] };
+        c.service_nsec = c.service_for(0.0);
+        c
+    }
+
+    /// The transfer of `bytes` at the device's rate (ns).
+    pub fn transfer_ns(&self, bytes: u64) -> u64 {
+        bytes * 1_000_000_000 / (self.mbps << 20)
+    }
+
+    /// `completion_nsec` for a cell of block size `bs`.
+    pub fn completion_nsec(&self, bs: &str) -> u64 {
+        self.service_nsec + self.transfer_ns(bs_bytes(bs))
+    }
+
+    /// The service time that meets the target given this machine's
+    /// per-I/O overhead `overhead_ns` at 4k.
+    fn service_for(&self, overhead_ns: f64) -> u64 {
+        let want = self.target_ns_per_io - overhead_ns - self.transfer_ns(4096) as f64;
+        (want.max(0.0) as u64).max(MIN_SERVICE_NSEC)
+    }
+
+    /// The device keys of a cell of block size `bs`.
+    pub fn keys(&self, bs: &str) -> String {
+        format!("{BASE_KEYS},completion_nsec={},mbps={}", self.completion_nsec(bs), self.mbps)
+    }
+
+    /// `measured`: the headline cell's (4k randread, hipri=0) per-I/O time
+    /// (jobs / IOPS) and median latency, ns.
+    pub fn json(&self, measured: Option<(f64, f64)>) -> Value {
+        let measured_ns_per_io = measured.map(|m| m.0);
+        let per_bs: serde_json::Map<String, Value> =
+            ["4k", "16k", "64k", "128k"].iter().map(|bs| (bs.to_string(), self.completion_nsec(bs).into())).collect();
+        json!({
+            "target": "per-I/O time of one QD1 job at 4k randread with interrupts (hipri=0)",
+            "target_ns_per_io": self.target_ns_per_io,
+            "source_figure": format!(
+                "149,426 IOPS, randread 4k hipri=0, fio pvsync2 numjobs={SOURCE_JOBS} at QD1 on 4 vCPUs: \
+                 {SOURCE_JOBS} / 149,426 s = {:.2} us per I/O per job",
+                self.target_ns_per_io / 1e3
+            ),
+            "bandwidth_source_figure": format!(
+                "17,655 IOPS, randread 128k hipri=0 (bandwidth-bound; 64k ran at the same bytes per second): \
+                 17,655 x 128 KiB/s = {} MiB/s",
+                self.mbps
+            ),
+            "device_keys": {
+                "irqmode": 2,
+                "mbps": self.mbps,
+                "completion_nsec_by_bs": per_bs,
+                "memory_backed": 0,
+            },
+            "service_nsec": self.service_nsec,
+            "transfer_ns_4k": self.transfer_ns(4096),
+            "probes": self.probes.iter().map(|p| {
+                json!({"service_nsec": p.service_nsec, "lat_p50_ns": p.lat_p50_ns, "ns_per_io": p.ns_per_io})
+            })
+                .collect::<Vec<_>>(),
+            "measured_ns_per_io_4k_randread_hipri0": measured_ns_per_io,
+            "measured_lat_p50_ns_4k_randread_hipri0": measured.map(|m| m.1),
+            "target_met": measured_ns_per_io.map(|m| (m / self.target_ns_per_io - 1.0).abs() < 0.15),
+        })
+    }
+}
+
+/// Probes per calibration step.
+const PROBES_PER_STEP: usize = 3;
+
+/// Finds the service time: probes 4k randread with interrupts on the
+/// hybrid device, `PROBES_PER_STEP` at a time (one step with `--quick`,
+/// else two, the second probing the first's device). Each probe's median
+/// latency minus the device's time is this machine's overhead per I/O; the
+/// least over every probe so far sets the service time (the target minus
+/// it). The median I/O, not the mean: on a shared machine a probe's mean
+/// carries the milliseconds some I/Os waited for a CPU that another
+/// process held, which is no part of the I/O path; and the least, since
+/// contention only ever adds time.
+pub(super) fn calibrate(place: &Placement, quick: bool) -> Result<Calibration, ExperimentError> {
+    let mut cal = Calibration::uncalibrated();
+    let steps = if quick { 1 } else { 2 };
+    let mut least_overhead_ns = f64::INFINITY;
+    for _ in 0..steps {
+        for _ in 0..PROBES_PER_STEP {
+            let args = place.job_args(&cal, HYBRID, "randread", "4k", false, "200ms");
+            eprintln!("poll: calibration probe, service time {} ns", cal.service_nsec);
+            let (run, _) = measure(&args, "randread", place.jobs)?;
+            let lat_p50_ns = run.lat_p50_us * 1e3;
+            cal.probes.push(Probe { service_nsec: cal.service_nsec, lat_p50_ns, ns_per_io: run.ns_per_io_per_job });
+            least_overhead_ns = least_overhead_ns.min(lat_p50_ns - cal.completion_nsec("4k") as f64);
+        }
+        cal.service_nsec = cal.service_for(least_overhead_ns);
+    }
+    Ok(cal)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_come_from_the_source_figures() {
+        let t = target_ns_per_io();
+        assert!((t - 26_769.0).abs() < 1.0, "4 / 149,426 s: {t}");
+        assert_eq!(source_mbps(), 2207, "17,655 x 128 KiB/s");
+        let c = Calibration::uncalibrated();
+        assert_eq!(c.transfer_ns(4096), 1769);
+        assert!(c.completion_nsec("16k") > c.completion_nsec("4k"), "16k costs more than 4k");
+        let extra_ns = c.completion_nsec("128k") - c.completion_nsec("64k");
+        assert!(extra_ns.abs_diff(c.transfer_ns(65536)) <= 1, "64 KiB more costs its transfer: {extra_ns}");
+        assert_eq!(c.completion_nsec("4k"), 26_769, "no overhead yet: the target itself");
+        assert_eq!(c.service_for(1e9), MIN_SERVICE_NSEC, "an overhead past the target floors");
+    }
+}
