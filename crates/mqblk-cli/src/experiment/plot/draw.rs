@@ -79,6 +79,10 @@ fn numeric(area: &Area, p: &Panel, oversubscribed_from: Option<f64>) -> Result<(
     let (x_lo, x_hi) = (xs().fold(f64::MAX, f64::min).min(0.0), xs().fold(0.0, f64::max).max(1.0));
     let x_hi = x_hi + (x_hi - x_lo) * 0.05;
     let y_hi = value_top(&p.series);
+    // Counts (jobs) get whole-number ticks, one per unit up to 16.
+    let whole = xs().all(|x| x.fract() == 0.0);
+    let x_ticks = if whole && x_hi - x_lo <= 16.0 { (x_hi - x_lo) as usize + 1 } else { 10 };
+    let x_text = |v: &f64| if whole && v.fract() != 0.0 { String::new() } else { number(*v) };
     let mut chart = ChartBuilder::on(area)
         .caption(&p.title, ("sans-serif", 15))
         .margin(12)
@@ -90,11 +94,13 @@ fn numeric(area: &Area, p: &Panel, oversubscribed_from: Option<f64>) -> Result<(
         .configure_mesh()
         .x_desc(p.x_label.as_str())
         .y_desc(p.y_label.as_str())
-        .x_label_formatter(&|v| number(*v))
+        .x_labels(x_ticks)
+        .x_label_formatter(&x_text)
         .y_label_formatter(&|v| number(*v))
         .label_style(("sans-serif", 12))
         .axis_desc_style(("sans-serif", 13))
-        .light_line_style(RGBColor(238, 238, 238))
+        .bold_line_style(RGBColor(225, 225, 225))
+        .light_line_style(WHITE)
         .draw()
         .map_err(failed)?;
     if let Some(from) = oversubscribed_from {
@@ -182,7 +188,8 @@ fn bars(area: &Area, p: &Panel, names: &[String]) -> Result<(), String> {
         .x_label_formatter(&|v| number(*v))
         .label_style(("sans-serif", 12))
         .axis_desc_style(("sans-serif", 13))
-        .light_line_style(RGBColor(238, 238, 238))
+        .bold_line_style(RGBColor(225, 225, 225))
+        .light_line_style(WHITE)
         .draw()
         .map_err(failed)?;
     let band = 0.8 / k;
