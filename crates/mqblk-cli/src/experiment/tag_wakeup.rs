@@ -464,7 +464,9 @@ fn panels(measured: &[Measured]) -> Vec<Panel> {
     };
     let mut panels = Vec::new();
     type Figures = fn(&Source1) -> &'static [(u32, u32)];
-    let table1: [(&str, &str, fn(&Cell) -> f64, Figures, &[&str]); 2] = [
+    /// Title, y label, our metric, the source's column, the profiles.
+    type Table1Panel = (&'static str, &'static str, fn(&Cell) -> f64, Figures, &'static [&'static str]);
+    let table1: [Table1Panel; 2] = [
         (
             "context switches per second",
             "voluntary ctx switches/s",

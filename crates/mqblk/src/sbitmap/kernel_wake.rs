@@ -29,6 +29,30 @@ use std::fmt::Write as _;
 use super::{SbitmapQueue, WakePolicy, SBQ_WAIT_QUEUES};
 use crate::sync::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
+/// Wakes up to `nr` waiters of queue `index`, the one `wake_ptr` chose.
+/// mqblk's one departure from these kernels: if the queue's waiters left
+/// in the meantime (they found a bit on their own between `wake_ptr`
+/// seeing them and this wakeup), the wakeup goes to the next queue with
+/// waiters instead of being lost. In the kernels it was lost (a waker
+/// picks a queue by `waitqueue_active`, the waiter leaves, `wake_up`
+/// finds nobody) and a waiter elsewhere slept on with bits free until
+/// later frees came: one of the lost wakeups 6.2's counters
+/// ("sbitmap: Use single per-bitmap counting to wake up queued tags")
+/// removed. The loom models find it with two waiters and two frees.
+fn wake_up_chosen(sbq: &SbitmapQueue, mut index: usize, nr: u32) -> u32 {
+    for _ in 0..SBQ_WAIT_QUEUES {
+        let woken = sbq.wake_up_queue(index, nr);
+        if woken > 0 {
+            return woken;
+        }
+        match sbq.wake_ptr() {
+            Some(next) => index = next,
+            None => return 0,
+        }
+    }
+    0
+}
+
 /// Per wait queue, the frees counted against it since its last wakeup:
 /// the kernel's `ws->wait_cnt` is `wake_batch - pending` (kept this way
 /// round so that it needs no initial value: wake_batch is the queue's).
@@ -100,7 +124,7 @@ impl WakePolicy for Batch2017Wake {
             let _ = pending.compare_exchange(done, done - wake_batch, Ordering::SeqCst, Ordering::SeqCst);
             sbq.advance_wake_index();
             // wake_up() on non-exclusive waiters: all of this queue's.
-            sbq.wake_up_queue(index, u32::MAX);
+            wake_up_chosen(sbq, index, u32::MAX);
             self.counts.wakeups.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -153,7 +177,7 @@ impl Batch2020Wake {
             return true;
         }
         sbq.advance_wake_index();
-        sbq.wake_up_queue(index, wake_batch);
+        wake_up_chosen(sbq, index, wake_batch);
         self.counts.wakeups.fetch_add(1, Ordering::Relaxed);
         false
     }
@@ -270,7 +294,7 @@ impl StashWake {
         }
         let Some(index) = sbq.wake_ptr() else { return false };
         sbq.advance_wake_index();
-        sbq.wake_up_queue(index, 1);
+        wake_up_chosen(sbq, index, 1);
         self.single_wakes.fetch_add(1, Ordering::Relaxed);
         true
     }
