@@ -48,8 +48,12 @@ fn tag_wakeup_quick_reproduces_the_source_directions() {
         let commands = c["commands"].as_array().unwrap();
         assert_eq!(commands.len() as u64, rounds);
         assert!(commands.iter().all(|s| s.as_str().unwrap().starts_with("mqblk bench --device null:")), "{c}");
-        // Every cell meant to contend for tags does, in every round.
-        if c["contention"] == true {
+        // Every cell meant to contend for tags does, in every round; but
+        // one 4k job on the 4k device (2.56M IOPS) is CPU-bound far below
+        // the rate at which it would hold 256 tags (100 us each), so
+        // whether it ever waits depends on the machine's speed.
+        let one_cpu_bound_job = c["table"] == 2 && c["jobs"] == 1;
+        if c["contention"] == true && !one_cpu_bound_job {
             assert!(c["metrics"]["tag_waits"]["min"].as_f64().unwrap() > 0.0, "no tag wait in a contention cell: {c}");
         }
     }

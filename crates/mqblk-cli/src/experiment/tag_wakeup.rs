@@ -10,10 +10,11 @@
 //! 1. fio randread 1 MB with max_sectors_kb=256 (every read is 4 requests)
 //!    on an HDD-, SSD- and NVMe-like null device, by jobs 1 / 24 / 48 / 72:
 //!    IOPS and context switches per second (the commit message's tables).
-//!    The source ran iodepth=1024 per job; here each job gets the
-//!    iodepth at which its own limit never binds (the tags of its queue
-//!    over 4 requests per read: a job can never hold more), because 1024 1
-//!    MB buffers per job do not fit this machine's memory at 72 jobs.
+//!    The source ran iodepth=1024 per job; here each job gets one more
+//!    read than it could hold with every tag of its queue (tags / 4
+//!    requests per read, + 1): past that, a deeper iodepth changes nothing
+//!    (the job sleeps for a tag either way), and 1024 1 MB buffers per job
+//!    do not fit this machine's memory at 72 jobs (14 GB resident, tried).
 //! 2. fio randread 4 KB (the reply to Ming Lei: nr_requests 256, "total
 //!    iodepth=256, so when jobs=2, iodepth=256/2=128") with total iodepth
 //!    256 / 512 / 1024 by jobs up to 128, on a device with 256-way
@@ -35,8 +36,9 @@ struct Profile {
     /// Hardware queues, and tags per hardware queue (`hw_queue_depth`).
     queues: usize,
     tags: usize,
-    /// Table 1: iodepth per job (a queue's tags over the 4 requests of a
-    /// 1 MB read: the most reads a job can hold).
+    /// Table 1: iodepth per job: one more than a job can hold with every
+    /// tag of its queue (tags / 4 requests per 1 MB read), so that even a
+    /// single job sleeps for tags, as the source's iodepth=1024 did.
     iodepth_1m: usize,
     what: &'static str,
 }
@@ -47,7 +49,7 @@ const HDD: Profile = Profile {
              hw_queue_depth=64",
     queues: 1,
     tags: 64,
-    iodepth_1m: 16,
+    iodepth_1m: 17,
     what: "rotational: one request at a time, 1 ms + seek by distance (8 ms full stroke) + 200 MiB/s; 64 tags (a SATA \
            disk's nr_requests: 2 x queue depth 32)",
 };
@@ -57,7 +59,7 @@ const SSD_1M: Profile = Profile {
     device: "null:gb=2000,irqmode=2,completion_nsec=100000,channels=8,mbps=128,max_sectors=512,hw_queue_depth=256",
     queues: 1,
     tags: 256,
-    iodepth_1m: 64,
+    iodepth_1m: 65,
     what: "8 channels x (100 us + 128 MiB/s), 1 GiB/s in all (the source's SSD: 1,077 MB/s); 256 tags",
 };
 
@@ -67,7 +69,7 @@ const NVME: Profile = Profile {
              hw_queue_depth=64",
     queues: 4,
     tags: 64,
-    iodepth_1m: 16,
+    iodepth_1m: 17,
     what: "4 hardware queues x 64 tags, 32 channels x (20 us + 100 MiB/s), 3.1 GiB/s in all (the source's NVMe: \
            3,018 MB/s)",
 };
