@@ -440,7 +440,40 @@ fn table2(rows: &[&Measured], first: Row) -> String {
             }
         }
     }
+    out.push_str(&control_2(rows));
     out
+}
+
+/// What limits table 2 at the most jobs, measured: the same jobs with no
+/// more I/O wanted than tags (total iodepth 256: no tag wait) against the
+/// deepest total, per policy, and one job's IOPS. When the jobs alone
+/// (threads over 2 CPUs) bring IOPS down as far without a tag wait, no
+/// wakeup policy can win 5x there.
+fn control_2(rows: &[&Measured]) -> String {
+    let Some(most) = rows.iter().map(|m| m.row.jobs).max() else { return String::new() };
+    let Some(deepest) = rows.iter().map(|m| m.row.total_iodepth).max() else { return String::new() };
+    let find = |depth: usize, jobs: usize| rows.iter().find(|m| m.row.total_iodepth == depth && m.row.jobs == jobs);
+    let (Some(control), Some(deep)) = (find(256, most), find(deepest, most)) else { return String::new() };
+    let one = find(deepest, 1);
+    let cells: Vec<String> = (0..POLICIES.len())
+        .map(|p| {
+            let iops = |m: &Measured| spread(m, p, |c| c.iops).median;
+            let waits = spread(control, p, |c| c.stats.tag_waits as f64 / c.stats.bios.read.max(1) as f64).median;
+            format!(
+                "{}: {:.0} with no more wanted than tags ({waits:.3} tag waits per I/O), {:.0} at total {deepest}{}",
+                POLICY_TITLES[p],
+                iops(control),
+                iops(deep),
+                one.map_or(String::new(), |o| format!(", one job {:.0}", iops(o)))
+            )
+        })
+        .collect();
+    format!(
+        "
+control, {most} jobs (IOPS): {}
+",
+        cells.join("; ")
+    )
 }
 
 /// Table 1: voluntary context switches per second (the source's unit) per
