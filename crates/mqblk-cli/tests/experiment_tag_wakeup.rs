@@ -35,7 +35,7 @@ fn tag_wakeup_quick_reproduces_the_source_directions() {
     let rounds = v["rounds"].as_u64().unwrap();
     let results = v["results"].as_array().unwrap();
     // 1 MB: ssd and nvme x jobs 1, 48; 4k: total iodepth 1024 x jobs 1, 128.
-    assert_eq!(results.len(), (2 * 2 + 2) * 3, "rows x policies");
+    assert_eq!(results.len(), (2 * 2 + 2) * 4, "rows x policies");
     for c in results {
         for metric in ["iops", "ctx_voluntary_per_sec", "ctx_voluntary_per_io", "tag_waits_per_io", "tag_wait_us_mean"]
         {
@@ -48,23 +48,33 @@ fn tag_wakeup_quick_reproduces_the_source_directions() {
         let commands = c["commands"].as_array().unwrap();
         assert_eq!(commands.len() as u64, rounds);
         assert!(commands.iter().all(|s| s.as_str().unwrap().starts_with("mqblk bench --device null:")), "{c}");
-        // Every cell meant to contend for tags does, in every round.
-        if c["contention"] == true {
+        // Every cell meant to contend for tags does, in every round; but
+        // one 4k job on the 4k device (2.56M IOPS) is CPU-bound far below
+        // the rate at which it would hold 256 tags (100 us each), so
+        // whether it ever waits depends on the machine's speed.
+        let one_cpu_bound_job = c["table"] == 2 && c["jobs"] == 1;
+        if c["contention"] == true && !one_cpu_bound_job {
             assert!(c["metrics"]["tag_waits"]["min"].as_f64().unwrap() > 0.0, "no tag wait in a contention cell: {c}");
         }
     }
     // Every 1 MB row contends (256 reads of 4 requests over 256 tags, or
     // over 64 per nvme queue); so does 4k at 128 jobs x iodepth 8.
     assert!(results.iter().filter(|c| c["table"] == 1).all(|c| c["contention"] == true));
-    assert_eq!(cell(results, 2, "ssd", 128, "batch")["contention"], true);
+    assert_eq!(cell(results, 2, "ssd", 128, "batch2020")["contention"], true);
+    // Table 1 runs the same iodepth per job whatever the jobs (the
+    // source's fio jobs: iodepth=1024 each), not a total split over them.
+    for profile in ["ssd", "nvme"] {
+        let depth = |jobs| cell(results, 1, profile, jobs, "batch2020")["iodepth_per_job"].as_u64().unwrap();
+        assert_eq!(depth(1), depth(48), "{profile}");
+    }
     // The source's main result (SSD, 48 jobs: 19,015 vs 3,617 context
-    // switches/s): stash, and mqblk's handoff, sleep less per I/O than batch.
-    let batch = median(cell(results, 1, "ssd", 48, "batch"), "ctx_voluntary_per_io");
+    // switches/s, 5x): against the source kernel's wakeup, the RFC sleeps
+    // less per I/O; so does mqblk's handoff. A margin of 1.5x.
+    let batch = median(cell(results, 1, "ssd", 48, "batch2020"), "ctx_voluntary_per_io");
     for policy in ["stash", "handoff"] {
         let other = median(cell(results, 1, "ssd", 48, policy), "ctx_voluntary_per_io");
-        assert!(other < batch, "{policy} {other:.3} vs batch {batch:.3} voluntary context switches per I/O");
+        assert!(1.5 * other < batch, "{policy} {other:.3} vs batch2020 {batch:.3} voluntary context switches per I/O");
     }
-    // One line per policy in each panel: 1 MB IOPS and ctx per I/O for ssd
-    // and nvme, 4k IOPS for one depth.
-    assert_eq!(svg.matches("<polyline").count(), (2 * 2 + 1) * 3, "one line per policy per panel");
+    // The plots carry the source's figures beside ours.
+    assert!(svg.contains("source 5.6.15"), "the source's figures are plotted");
 }

@@ -106,10 +106,45 @@ fn loom_waiters_are_woken_by_frees() {
 }
 
 #[test]
+fn loom_batch2017_policy_wakes_waiters() {
+    use mqblk::sbitmap::Batch2017Wake;
+    two_waiters_one_freer(|| SbitmapQueue::with_policy(2, None, false, 2, Box::new(Batch2017Wake::default())));
+}
+
+#[test]
+fn loom_batch2020_policy_wakes_waiters() {
+    use mqblk::sbitmap::Batch2020Wake;
+    two_waiters_one_freer(|| SbitmapQueue::with_policy(2, None, false, 2, Box::new(Batch2020Wake::default())));
+}
+
+/// The RFC's stash engaged (thresholds lowered to a stash of 1 bit of 4,
+/// from 1 waiter): the first free is stashed and wakes nobody, the
+/// second finds the stash full and wakes; a free while the waiter is not
+/// yet listed falls back to the 5.6 wakeup. The waiter must get a bit
+/// (a lost wakeup is a loom deadlock) and the bits add up.
+#[test]
 fn loom_stash_policy_wakes_waiters() {
     use mqblk::sbitmap::StashWake;
-    // min_waiters 1 so that two waiters already engage the stash logic.
-    two_waiters_one_freer(|| SbitmapQueue::with_policy(2, None, false, 2, Box::new(StashWake::with_min_waiters(1))));
+    model(|| {
+        let sbq = Arc::new(SbitmapQueue::with_policy(4, Some(2), false, 4, Box::new(StashWake::with_thresholds(1, 1))));
+        let mut hint = AllocHint::new(0);
+        let held: Vec<u32> = (0..4).map(|_| sbq.get(&mut hint).unwrap()).collect();
+        let (keep, free) = (held[..2].to_vec(), held[2..].to_vec());
+        let freer = {
+            let sbq = sbq.clone();
+            thread::spawn(move || {
+                for bit in free {
+                    sbq.clear(bit, None);
+                }
+            })
+        };
+        let w = SbqWaiter::new();
+        let mine = sbq.get_or_wait(&mut AllocHint::new(1), 4, &w, 0, || {}).0;
+        freer.join().unwrap();
+        assert!(!keep.contains(&mine), "a held bit was handed out");
+        assert_eq!(sbq.sb().weight(), 3, "the two kept, the waiter's: nothing lost or doubled");
+        assert_eq!(sbq.ws_active(), 0);
+    });
 }
 
 #[test]

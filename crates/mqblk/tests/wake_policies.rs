@@ -2,14 +2,16 @@
 //! accounting (each acquisition is one bit held by one thread), every thread
 //! finishes, and for pure handoff a bound on the waits (the 99th percentile
 //! of grants to others while a thread waits).
-//! Plus the stash policy's defining behaviour, checked through its counters.
+//! Plus each policy's defining behaviour, checked through its counters and
+//! the waiters' wakeup counts: the RFC's stash, the 2017 and 2020 kernels'
+//! per-queue wakeups, and where a woken waiter that lost the race waits.
 #![cfg(not(loom))]
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use mqblk::sbitmap::{wake_policy, AllocHint, SbqWaiter, WAKE_POLICIES};
-use mqblk::sbitmap::{BatchWake, HandoffWake, SbitmapQueue, StashWake};
+use mqblk::sbitmap::{Batch2017Wake, Batch2020Wake, BatchWake, HandoffWake, SbitmapQueue, StashWake, WakePolicy};
 
 // Miri interprets every thread: 16 threads and 20 rounds there (still twice
 // as many threads as tags).
@@ -21,6 +23,10 @@ fn contend(policy: &str) -> Overtakes {
     contend_with(policy, wake_policy(policy).unwrap())
 }
 
+fn contend_with(policy: &str, wake: Box<dyn WakePolicy>) -> Overtakes {
+    contend_over(policy, wake, TAGS, THREADS)
+}
+
 /// How many grants went to others while a thread waited for one, over all
 /// acquisitions: the worst and the 99th percentile.
 struct Overtakes {
@@ -28,12 +34,13 @@ struct Overtakes {
     p99: u64,
 }
 
-fn contend_with(policy: &str, wake: Box<dyn mqblk::sbitmap::WakePolicy>) -> Overtakes {
-    let sbq = SbitmapQueue::with_policy(TAGS, None, false, TAGS, wake);
-    let owner: Vec<AtomicBool> = (0..TAGS).map(|_| AtomicBool::new(false)).collect();
+/// `threads` threads take and free one of `tags` bits `ROUNDS` times each.
+fn contend_over(policy: &str, wake: Box<dyn WakePolicy>, tags: u32, threads: u32) -> Overtakes {
+    let sbq = SbitmapQueue::with_policy(tags, None, false, tags, wake);
+    let owner: Vec<AtomicBool> = (0..tags).map(|_| AtomicBool::new(false)).collect();
     let grants = AtomicU64::new(0);
     let all = std::thread::scope(|s| {
-        let threads: Vec<_> = (0..THREADS)
+        let threads: Vec<_> = (0..threads)
             .map(|t| {
                 let (sbq, owner, grants) = (&sbq, &owner, &grants);
                 s.spawn(move || {
@@ -42,7 +49,7 @@ fn contend_with(policy: &str, wake: Box<dyn mqblk::sbitmap::WakePolicy>) -> Over
                     let mut hint = AllocHint::new(t);
                     for _ in 0..ROUNDS {
                         let before = grants.load(Ordering::SeqCst);
-                        let (bit, _) = sbq.get_or_wait(&mut hint, TAGS, &waiter, t as usize, || {});
+                        let (bit, _) = sbq.get_or_wait(&mut hint, tags, &waiter, t as usize, || {});
                         counts.push(grants.fetch_add(1, Ordering::SeqCst) - before);
                         assert!(!owner[bit as usize].swap(true, Ordering::AcqRel), "{policy}: bit {bit} granted twice");
                         std::thread::yield_now(); // hold the tag across a reschedule
@@ -57,12 +64,12 @@ fn contend_with(policy: &str, wake: Box<dyn mqblk::sbitmap::WakePolicy>) -> Over
             .collect();
         threads.into_iter().flat_map(|t| t.join().unwrap()).collect::<Vec<u64>>()
     });
-    assert_eq!(grants.load(Ordering::SeqCst), u64::from(THREADS) * ROUNDS, "{policy}");
+    assert_eq!(grants.load(Ordering::SeqCst), u64::from(threads) * ROUNDS, "{policy}");
     let snap = sbq.snapshot();
     assert_eq!((snap.busy, snap.ws_active), (0, 0), "{policy}: every tag back, no waiter left");
     let mut all = all;
     all.sort_unstable();
-    assert_eq!(all.len() as u64, u64::from(THREADS) * ROUNDS);
+    assert_eq!(all.len() as u64, u64::from(threads) * ROUNDS);
     Overtakes { worst: all[all.len() - 1], p99: all[all.len() * 99 / 100] }
 }
 
@@ -86,50 +93,171 @@ fn every_policy_64_threads_over_8_tags() {
 }
 
 #[test]
-fn stash_holds_wakeups_until_a_quarter_is_free() {
-    // 16 bits all held, 4 sleeping waiters (the stash threshold).
-    let sbq = Arc::new(SbitmapQueue::with_policy(16, None, false, 16, Box::new(StashWake::default())));
+fn kernel_policies_with_their_own_batches_64_threads_over_64_tags() {
+    // 8 tags make wake_batch 1, and the RFC stashes nothing below 64 bits:
+    // here wake_batch is 8, the 2017 and 2020 per-queue counts and the
+    // stash (16 bits, 4 waiters) all engage. Exact accounting, every
+    // thread finishes (no lost wakeup).
+    let tags = 64;
+    for wake in [
+        Box::<Batch2017Wake>::default() as Box<dyn WakePolicy>,
+        Box::<Batch2020Wake>::default(),
+        Box::<StashWake>::default(),
+    ] {
+        let name = wake.name();
+        let o = contend_over(name, wake, tags, 2 * tags);
+        eprintln!("{name} over {tags} tags: overtakes worst {}, p99 {}", o.worst, o.p99);
+    }
+    // The stash with its thresholds lowered, on 8 tags (a stash of 2).
+    let o = contend_with("stash", Box::new(StashWake::with_thresholds(1, 4)));
+    eprintln!("stash (stash of 2, from 4 waiters): overtakes worst {}, p99 {}", o.worst, o.p99);
+}
+
+/// `n` waiters sleeping, one after another, on a queue of `depth` bits all
+/// held (wake_batch from `min_shallow_depth`): each waiter holds the bit it
+/// gets until `release` is waited on, then frees it. Returns the queue,
+/// the held bits, the waiters and their threads.
+struct Sleepers {
+    sbq: Arc<SbitmapQueue>,
+    held: Vec<u32>,
+    waiters: Vec<Arc<SbqWaiter>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    release: Arc<std::sync::Barrier>,
+}
+
+fn sleepers(depth: u32, min_shallow_depth: u32, n: usize, wake: Box<dyn WakePolicy>) -> Sleepers {
+    let sbq = Arc::new(SbitmapQueue::with_policy(depth, None, false, min_shallow_depth, wake));
     let mut hint = AllocHint::new(0);
-    let held: Vec<u32> = (0..16).map(|_| sbq.get(&mut hint).unwrap()).collect();
-    let waiters: Vec<_> = (0..4)
-        .map(|i| {
-            let sbq = sbq.clone();
-            std::thread::spawn(move || {
-                let w = SbqWaiter::new();
-                // Take a bit, then give it back: the stash is consumed.
-                let (bit, _) = sbq.get_or_wait(&mut AllocHint::new(i), 16, &w, i as usize, || {});
-                sbq.clear(bit, None);
-            })
-        })
-        .collect();
-    // All 4 queued and past their last look at the bitmap: a waiter counts
-    // its sleep after that look. Queued is not enough: a waiter not yet
-    // asleep would take a freed bit itself (seen under Miri), and the stash
-    // would have nobody to hold the wakeup for.
-    loop {
-        let snap = sbq.snapshot();
-        if snap.ws_waiting.iter().sum::<u32>() == 4 && snap.nr_sleeps >= 4 {
-            break;
+    let held: Vec<u32> = (0..depth).map(|_| sbq.get(&mut hint).unwrap()).collect();
+    let release = Arc::new(std::sync::Barrier::new(n + 1));
+    let mut waiters = Vec::new();
+    let mut threads = Vec::new();
+    for i in 0..n {
+        let w = SbqWaiter::new();
+        let (sbq2, w2, release) = (sbq.clone(), w.clone(), release.clone());
+        threads.push(std::thread::spawn(move || {
+            let (bit, _) = sbq2.get_or_wait(&mut AllocHint::new(i as u32), depth, &w2, i, || {});
+            release.wait();
+            sbq2.clear(bit, None);
+        }));
+        // Listed and past its last look at the bitmap before the next one
+        // comes: the waiters take the wait queues in order.
+        while sbq.snapshot().nr_sleeps <= i {
+            std::thread::yield_now();
         }
+        waiters.push(w);
+    }
+    Sleepers { sbq, held, waiters, threads, release }
+}
+
+impl Sleepers {
+    fn wakeups(&self) -> Vec<u64> {
+        self.waiters.iter().map(|w| w.wakeups()).collect()
+    }
+
+    /// Frees every held bit from `from` on, lets the waiters go, and checks
+    /// that every bit came back.
+    fn finish(self, from: usize) {
+        for &bit in &self.held[from..] {
+            self.sbq.clear(bit, None);
+        }
+        self.release.wait();
+        for t in self.threads {
+            t.join().unwrap();
+        }
+        assert_eq!((self.sbq.snapshot().busy, self.sbq.ws_active()), (0, 0));
+    }
+}
+
+#[test]
+fn kernel_waiters_take_the_wait_queues_round_robin() {
+    // bt_wait_ptr: waiter i sleeps on queue i % 8, whatever ws_index its
+    // caller passed (all passed their own i here, so pass 0 to see it).
+    let s = sleepers(32, 8, 10, Box::<Batch2020Wake>::default());
+    assert_eq!(s.sbq.snapshot().ws_waiting, [2, 2, 1, 1, 1, 1, 1, 1]);
+    s.finish(0);
+}
+
+#[test]
+fn batch2017_wakes_every_waiter_of_one_queue() {
+    // wake_batch 1 (min_shallow_depth 8); 17 waiters: queue 0 holds
+    // waiters 0, 8 and 16. One free: wake_up() on queue 0, whose
+    // non-exclusive waiters all wake.
+    let s = sleepers(32, 8, 17, Box::<Batch2017Wake>::default());
+    assert_eq!(s.sbq.wake_batch(), 1);
+    s.sbq.clear(s.held[0], None);
+    let woken: Vec<usize> = s.wakeups().iter().enumerate().filter(|(_, &n)| n > 0).map(|(i, _)| i).collect();
+    assert_eq!(woken, [0, 8, 16], "queue 0's waiters, all of them");
+    assert!(s.sbq.show().contains("queue_wakeups=1"), "{}", s.sbq.show());
+    s.finish(1);
+}
+
+#[test]
+fn batch2020_wakes_wake_batch_waiters_of_one_queue() {
+    // The same, with the 5.6 wakeup: wake_up_nr(wake_batch = 1) wakes the
+    // first exclusive waiter of queue 0 only.
+    let s = sleepers(32, 8, 17, Box::<Batch2020Wake>::default());
+    s.sbq.clear(s.held[0], None);
+    let woken: Vec<usize> = s.wakeups().iter().enumerate().filter(|(_, &n)| n > 0).map(|(i, _)| i).collect();
+    assert_eq!(woken, [0]);
+    s.finish(1);
+}
+
+#[test]
+fn batch2020_counts_wake_batch_frees_per_queue() {
+    // 64 bits, wake_batch 8: 7 frees wake nobody, the 8th wakes up to 8
+    // waiters of the first queue with waiters (queue 0: waiters 0 and 8).
+    let s = sleepers(64, 64, 9, Box::<Batch2020Wake>::default());
+    assert_eq!(s.sbq.wake_batch(), 8);
+    for &bit in &s.held[..7] {
+        s.sbq.clear(bit, None);
+    }
+    assert_eq!(s.wakeups().iter().sum::<u64>(), 0, "7 frees: wait_cnt not yet 0");
+    s.sbq.clear(s.held[7], None);
+    assert_eq!((s.waiters[0].wakeups(), s.waiters[8].wakeups()), (1, 1), "queue 0's two waiters");
+    assert_eq!(s.wakeups().iter().sum::<u64>(), 2);
+    s.finish(8);
+}
+
+#[test]
+fn stash_as_posted_holds_wakeups_until_the_stash_fills() {
+    // 64 bits: a stash of 16. 4 sleeping waiters (the RFC's minimum).
+    let s = sleepers(64, 64, 4, Box::<StashWake>::default());
+    // 16 frees fill the stash: nobody is woken, not even by the batch.
+    for &bit in &s.held[..16] {
+        s.sbq.clear(bit, None);
+    }
+    let dump = s.sbq.show();
+    assert!(dump.contains("stashed=16") && dump.contains("single_wakes=0"), "{dump}");
+    assert_eq!(s.wakeups().iter().sum::<u64>(), 0, "{dump}");
+    // The 17th finds it full: stash_ready, and it wakes one waiter.
+    s.sbq.clear(s.held[16], None);
+    let dump = s.sbq.show();
+    assert!(dump.contains("single_wakes=1") && dump.contains("stash_ready=1"), "{dump}");
+    assert_eq!(s.wakeups().iter().sum::<u64>(), 1, "{dump}");
+    s.finish(17);
+}
+
+#[test]
+fn stash_allocations_use_up_the_stash() {
+    // The found_tag hunk: while stash_ready, each allocation takes one from
+    // stashed_bits; the last one clears stash_ready.
+    let s = sleepers(64, 64, 4, Box::<StashWake>::default());
+    for &bit in &s.held[..17] {
+        s.sbq.clear(bit, None); // stash of 16 full, then ready
+    }
+    // One waiter was woken and holds a bit (one allocation: 15 left).
+    while s.sbq.snapshot().busy != 64 - 17 + 1 {
         std::thread::yield_now();
     }
-    // Frees 1..3 leave busy at 15, 14, 13 > 12 = 3/4 depth: stashed.
-    for &bit in &held[..3] {
-        sbq.clear(bit, None);
+    let mut hint = AllocHint::new(0);
+    let taken: Vec<u32> = (0..15).map(|_| s.sbq.get(&mut hint).unwrap()).collect();
+    let dump = s.sbq.show();
+    assert!(dump.contains("stashed_bits=0") && dump.contains("stash_ready=0"), "{dump}");
+    for bit in taken {
+        s.sbq.clear(bit, None);
     }
-    let dump = sbq.show();
-    assert!(dump.contains("stashed=3"), "{dump}");
-    assert!(dump.contains("single_wakes=0"), "{dump}");
-    // The 4th free makes busy 12: from now on each free wakes one waiter.
-    sbq.clear(held[3], None);
-    assert!(sbq.show().contains("single_wakes=1"), "{}", sbq.show());
-    for &bit in &held[4..] {
-        sbq.clear(bit, None);
-    }
-    for w in waiters {
-        w.join().unwrap();
-    }
-    assert_eq!(sbq.snapshot().busy, 0);
+    s.finish(17);
 }
 
 #[test]
@@ -283,11 +411,30 @@ fn batch_requeues_a_waiter_that_lost_the_race_at_the_tail() {
 }
 
 #[test]
-fn stash_and_handoff_keep_a_woken_waiters_place() {
-    // mqblk's choice for these two: A keeps its place at the head.
-    for wake in [Box::<StashWake>::default() as Box<dyn mqblk::sbitmap::WakePolicy>, Box::<HandoffWake>::default()] {
+fn handoff_keeps_a_woken_waiters_place() {
+    // mqblk's choice: A keeps its place at the head.
+    let (a, b) = woken_after_a_lost_race(Box::<HandoffWake>::default());
+    assert_eq!((a, b), (2, 0), "the next free went to A again");
+}
+
+#[test]
+fn kernel_waiters_that_lost_the_race_sleep_on_the_next_queue() {
+    // 2017, 2020 and the RFC: after a wakeup without a bit, bt_wait_ptr
+    // gives the next queue (the hardware context's wait_index), at its tail.
+    for wake in [
+        Box::<Batch2017Wake>::default() as Box<dyn WakePolicy>,
+        Box::<Batch2020Wake>::default(),
+        Box::<StashWake>::default(),
+    ] {
         let name = wake.name();
-        let (a, b) = woken_after_a_lost_race(wake);
-        assert_eq!((a, b), (2, 0), "{name}: the next free went to A again");
+        let s = sleepers(8, 8, 2, wake);
+        assert_eq!(s.sbq.snapshot().ws_waiting, [1, 1, 0, 0, 0, 0, 0, 0], "{name}");
+        let nr_sleeps = s.sbq.snapshot().nr_sleeps;
+        assert_eq!(s.sbq.wake_up_queue(0, 1), 1, "{name}");
+        while s.sbq.snapshot().nr_sleeps == nr_sleeps {
+            std::thread::yield_now();
+        }
+        assert_eq!(s.sbq.snapshot().ws_waiting, [0, 1, 1, 0, 0, 0, 0, 0], "{name}: waiter 0 now on queue 2");
+        s.finish(0);
     }
 }

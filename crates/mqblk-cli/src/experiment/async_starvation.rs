@@ -8,25 +8,43 @@
 //! queue is weight-raised, as the starting app's is), so a read always
 //! finds one.
 //!
+//! The source's kernel (4.15-rc, 2017) is modelled in its wakeup,
+//! `wake=batch2017` (v4.13-era lib/sbitmap.c: one wait queue's waiters
+//! woken per wake_batch frees), and in its request allocation: every
+//! writeback request, like every read of the app, takes a scheduler tag in
+//! blk_mq_get_tag, sleeping there per request when none is free. The
+//! cause, made here: the writeback jobs (async writes, iodepth 32 each, 8
+//! of them: 256 wanted for 64 tags) hold every scheduler tag; a read of the
+//! app that finds none sleeps among them; bfq, favouring the app's
+//! weight-raised queue, idles for the read that cannot come (slice_idle,
+//! 8 ms) while the writes that would free tags wait in bfq.
+//!
 //! Rows: the idle device; the schedulers (none, mq-deadline, kyber); bfq
 //! without its limits (the source's "before") and with them ("after");
-//! the same two against a storm of sync writes (what the 75% limit is
-//! for); and the bfq pair once more with the kernel's batched wakeup
-//! (`wake=batch`), so the tag waits are not an artefact of mqblk's own
-//! wakeup policy. Reports the start-up time (the app's run time) against
-//! the idle device, its read latency (submission to completion, tag waits
-//! included) and its tag waits, each the median and spread of the rounds.
+//! the "before" without bfq's idling (slice_idle=0, isolating what the
+//! idle slice adds to each tag wait); the pair against a storm of sync
+//! writes (what the 75% limit is for); all with the 2017 wakeup. Then the
+//! bfq pair with today's kernel wakeup (`wake=batch`) and with mqblk's own
+//! (`wake=handoff`), labelled: handoff gives freed tags to sleepers in
+//! order, so the app never barges past the writers and waits on every
+//! read. Reports the start-up time (the app's run time) against the idle
+//! device, its read latency (submission to completion, tag waits
+//! included) and its tag waits, each the median and spread (min-max) of
+//! the rounds, and below the table how much of the "before" time is tag
+//! waits.
 
 use serde_json::{json, Value};
 
-use super::plot::{Origin, Panel, Series, XAxis};
+use super::plot::{Panel, Series};
 use super::{ExperimentError, Options, Spread};
 use crate::bench::report::Entry;
 
-/// An SSD-like device: 4 channels, 200 us per request + 200 MiB/s each,
-/// 32 driver tags (so nr_requests = 64 scheduler tags).
-const DEVICE: &str = "null:gb=64,irqmode=2,channels=4,completion_nsec=200000,mbps=200,hw_queue_depth=32";
-const DEVICE_MODEL: &str = "4 channels x (200 us + 200 MiB/s) per request, 32 driver tags, 64 scheduler tags";
+/// An SSD calibrated to the source's (DEVICE_MODEL), 32 driver tags (so
+/// nr_requests = 64 scheduler tags).
+const DEVICE: &str = "null:gb=64,irqmode=2,channels=4,completion_nsec=100000,mbps=65,hw_queue_depth=32";
+const DEVICE_MODEL: &str = "a SATA SSD like the source's PLEXTOR PX-256M5S: 4 channels x (100 us + 65 MiB/s) per \
+                            request (a 4k read at QD1 in about 0.1 ms, 260 MiB/s of sequential writes), 32 driver \
+                            tags (NCQ), 64 scheduler tags";
 /// bfq's limits on this device (nr_requests 64), as sched/bfq.rs computes
 /// them.
 const LIMITS: &str = "bfq's depth limits of 64 scheduler tags: async writes 32 (50%), sync writes 48 (75%); \
@@ -47,36 +65,38 @@ struct Case {
     label: &'static str,
     sched: &'static str,
     background: Background,
-    /// Wake policy override (None: the library's default).
-    wake: Option<&'static str>,
+    /// The wakeup policy (`wake=`).
+    wake: &'static str,
 }
 
+/// The wakeup of the source's kernel (2017: v4.13-era lib/sbitmap.c, with
+/// blk_mq_get_tag sleeping non-exclusively per request).
+const SOURCE_WAKE: &str = "batch2017";
+
+const fn case(label: &'static str, sched: &'static str, background: Background, wake: &'static str) -> Case {
+    Case { label, sched, background, wake }
+}
+
+const BEFORE: &str = "bfq without limits (before)";
+const AFTER: &str = "bfq (after)";
+
 const CASES: &[Case] = &[
-    Case { label: "idle", sched: "none", background: Background::None, wake: None },
-    Case { label: "none", sched: "none", background: Background::AsyncWrites, wake: None },
-    Case { label: "mq-deadline", sched: "mq-deadline", background: Background::AsyncWrites, wake: None },
-    Case { label: "kyber", sched: "kyber", background: Background::AsyncWrites, wake: None },
-    Case {
-        label: "bfq without limits (before)",
-        sched: "bfq,limit_depths=0",
-        background: Background::AsyncWrites,
-        wake: None,
-    },
-    Case { label: "bfq (after)", sched: "bfq", background: Background::AsyncWrites, wake: None },
-    Case {
-        label: "sync storm: bfq without limits",
-        sched: "bfq,limit_depths=0",
-        background: Background::SyncWrites,
-        wake: None,
-    },
-    Case { label: "sync storm: bfq", sched: "bfq", background: Background::SyncWrites, wake: None },
-    Case {
-        label: "wake=batch: bfq without limits",
-        sched: "bfq,limit_depths=0",
-        background: Background::AsyncWrites,
-        wake: Some("batch"),
-    },
-    Case { label: "wake=batch: bfq", sched: "bfq", background: Background::AsyncWrites, wake: Some("batch") },
+    case("idle", "none", Background::None, SOURCE_WAKE),
+    case("none", "none", Background::AsyncWrites, SOURCE_WAKE),
+    case("mq-deadline", "mq-deadline", Background::AsyncWrites, SOURCE_WAKE),
+    case("kyber", "kyber", Background::AsyncWrites, SOURCE_WAKE),
+    case(BEFORE, "bfq,limit_depths=0", Background::AsyncWrites, SOURCE_WAKE),
+    case(AFTER, "bfq", Background::AsyncWrites, SOURCE_WAKE),
+    // Isolates what bfq's idling adds to a tag wait: the same "before"
+    // without the 8 ms idle slice.
+    case("bfq without limits, slice_idle=0", "bfq,limit_depths=0,slice_idle=0", Background::AsyncWrites, SOURCE_WAKE),
+    case("sync storm: bfq without limits", "bfq,limit_depths=0", Background::SyncWrites, SOURCE_WAKE),
+    case("sync storm: bfq", "bfq", Background::SyncWrites, SOURCE_WAKE),
+    // Other wakeups, labelled: today's kernel and mqblk's own.
+    case("wake=batch (6.2+): bfq without limits", "bfq,limit_depths=0", Background::AsyncWrites, "batch"),
+    case("wake=batch (6.2+): bfq", "bfq", Background::AsyncWrites, "batch"),
+    case("wake=handoff (mqblk): bfq without limits", "bfq,limit_depths=0", Background::AsyncWrites, "handoff"),
+    case("wake=handoff (mqblk): bfq", "bfq", Background::AsyncWrites, "handoff"),
 ];
 
 /// One round of one case.
@@ -123,19 +143,27 @@ pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentErro
     let idle = rows[0].startup_s.median.max(1e-9);
     let table = table(&rows, idle, &shape);
     let doc = document(opts, &rows, idle, &shape);
-    let panels = vec![Panel {
-        title: "async-starvation: start-up time / idle (median)".into(),
-        x_label: "case (table order)".into(),
-        y_label: "x idle".into(),
-        x: XAxis::Numeric { oversubscribed_from: None },
-        series: vec![Series {
-            spread: Vec::new(),
-            origin: Origin::Measured,
-            label: "start-up".into(),
-            points: rows.iter().enumerate().map(|(i, r)| ((i + 1) as f64, r.startup_s.median / idle)).collect(),
-        }],
-    }];
-    Ok((doc, panels, table))
+    Ok((doc, panels(&rows, idle), table))
+}
+
+/// The source's start-up times against its idle 0.6 s, by case label.
+const SOURCE_X_IDLE: &[(&str, f64)] = &[("idle", 1.0), (BEFORE, 45.0 / 0.6), (AFTER, 1.2 / 0.6)];
+
+/// One panel of bars: start-up time against idle per case, the spread of
+/// the rounds (each round's time over the idle median), and the source's
+/// three figures beside ours.
+fn panels(rows: &[Row], idle: f64) -> Vec<Panel> {
+    let names: Vec<String> = rows.iter().map(|r| r.case.label.to_string()).collect();
+    let ours: Vec<(f64, f64)> = rows.iter().enumerate().map(|(i, r)| (i as f64, r.startup_s.median / idle)).collect();
+    let spread: Vec<(f64, f64)> = rows.iter().map(|r| (r.startup_s.min / idle, r.startup_s.max / idle)).collect();
+    let source: Vec<(f64, f64)> = rows
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| SOURCE_X_IDLE.iter().find(|(l, _)| *l == r.case.label).map(|(_, x)| (i as f64, *x)))
+        .collect();
+    vec![Panel::categories("application start-up time (x idle)", "x idle", names)
+        .with(Series::measured(format!("ours (wake={SOURCE_WAKE} unless named), median"), ours).with_spread(spread))
+        .with(Series::source("source (Linux 4.15-rc, PLEXTOR PX-256M5S)", source))]
 }
 
 fn run_case(case: &Case, shape: &Shape) -> Result<Run, ExperimentError> {
@@ -154,10 +182,7 @@ fn run_case(case: &Case, shape: &Shape) -> Result<Run, ExperimentError> {
 /// One case's bench arguments: `writers` writeback jobs from the start
 /// (unless idle); then the app's reads after `delay`, ending the run.
 fn case_args(case: &Case, shape: &Shape) -> Vec<String> {
-    let device = match case.wake {
-        Some(wake) => format!("{DEVICE},wake={wake}"),
-        None => DEVICE.to_string(),
-    };
+    let device = format!("{DEVICE},wake={}", case.wake);
     let mut args = vec!["--device".to_string(), device, format!("--sched={}", case.sched)];
     if case.background != Background::None {
         args.extend(
@@ -218,7 +243,7 @@ fn document(opts: &Options, rows: &[Row], idle: f64, shape: &Shape) -> Value {
                     Background::AsyncWrites => "async writes",
                     Background::SyncWrites => "sync writes",
                 },
-                "wake": r.case.wake.unwrap_or(mqblk::Wake::default().name()),
+                "wake": r.case.wake,
                 "startup_s": r.startup_s.json(),
                 "startup_vs_idle": r.startup_s.median / idle,
                 "read_lat_p50_us": r.lat_p50_us.json(),
@@ -246,12 +271,32 @@ fn document(opts: &Options, rows: &[Row], idle: f64, shape: &Shape) -> Value {
     })
 }
 
+/// The headline's magnitude taken apart: how much of the "before" start-up
+/// time is the app sleeping for tags, how many of its reads did, and what
+/// the start-up would be if every read had (the source's 45 s is 75 idle
+/// start-ups: about one idle slice per read).
+fn explain(rows: &[Row], idle: f64, shape: &Shape) -> String {
+    let Some(before) = rows.iter().find(|r| r.case.label == BEFORE) else { return String::new() };
+    let waits = before.tag_waits.median;
+    let wait_s = before.tag_wait_ms.median / 1e3;
+    let per_wait_ms = if waits > 0.0 { before.tag_wait_ms.median / waits } else { 0.0 };
+    let all_wait = idle + shape.reads as f64 * per_wait_ms / 1e3;
+    format!(
+        "before (wake={SOURCE_WAKE}): {waits:.0} of {} reads slept for a tag, {per_wait_ms:.1} ms each ({wait_s:.2} s of \
+         the {:.2} s start-up); had every read slept as long, the start-up would be {:.0}x idle. \
+         slice_idle=0 removes bfq's idling from the same case.\n",
+        shape.reads,
+        before.startup_s.median,
+        all_wait / idle.max(1e-9)
+    )
+}
+
 fn table(rows: &[Row], idle: f64, shape: &Shape) -> String {
     let mut out = format!(
         "\n== async-starvation ({DEVICE_MODEL}; {} writers; app: {} random 4k reads at iodepth 1) ==\n\
          {LIMITS}\n\
          cells: median (min-max) over the rounds\n\n\
-         {:<31} | {:>22} | {:>6} | {:>19} | {:>22} | {:>22} | {:>16} | {:>19} | writeback MiB/s\n",
+         {:<41} | {:>22} | {:>6} | {:>19} | {:>22} | {:>22} | {:>16} | {:>19} | writeback MiB/s\n",
         shape.writers,
         shape.reads,
         "case",
@@ -265,7 +310,7 @@ fn table(rows: &[Row], idle: f64, shape: &Shape) -> String {
     );
     for r in rows {
         out.push_str(&format!(
-            "{:<31} | {:>22} | {:>6.1} | {:>19} | {:>22} | {:>22} | {:>16} | {:>19} | {}\n",
+            "{:<41} | {:>22} | {:>6.1} | {:>19} | {:>22} | {:>22} | {:>16} | {:>19} | {}\n",
             r.case.label,
             r.startup_s.show(3),
             r.startup_s.median / idle,
@@ -281,5 +326,6 @@ fn table(rows: &[Row], idle: f64, shape: &Shape) -> String {
         "\nsource: idle 0.6 s; background writes 45 s before the patch (bfq without the limits: 75x), \
          1.2 s after (2x)\n",
     );
+    out.push_str(&explain(rows, idle, shape));
     out
 }

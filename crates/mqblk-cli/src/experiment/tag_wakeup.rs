@@ -1,22 +1,32 @@
 //! `mqblk experiment tag-wakeup`: Hou Tao's "blk-mq: provide more tags for
 //! woken-up process when tag allocation is busy" (RFC, 2020-06-03) and its
-//! replies. Many jobs sleep for few tags; each wakeup policy (`batch`, the
-//! kernel 6.2+ counters; `stash`, the RFC's stash-wake-use; `handoff`,
-//! mqblk's own) is measured side by side, every cell over `--rounds` rounds
-//! with the policies alternating. Two tables, shaped like the source's:
+//! replies. Many jobs sleep for few tags; each wakeup policy is measured
+//! side by side, every cell over `--rounds` rounds with the policies
+//! alternating: `batch2020`, the source kernel's (5.6) wakeup, the
+//! headline baseline; `stash`, the RFC as posted on top of it; `batch`,
+//! today's kernel (6.2+ counters); `handoff`, mqblk's own. Two tables,
+//! shaped like the source's:
 //!
 //! 1. fio randread 1 MB with max_sectors_kb=256 (every read is 4 requests)
 //!    on an HDD-, SSD- and NVMe-like null device, by jobs 1 / 24 / 48 / 72:
 //!    IOPS and context switches per second (the commit message's tables).
-//! 2. fio randread 4 KB on the SSD (the reply to Ming Lei: nr_requests 256)
-//!    with total iodepth 256 / 512 / 1024, by jobs up to 128: IOPS.
+//!    The source ran iodepth=1024 per job; here each job gets one more
+//!    read than it could hold with every tag of its queue (tags / 4
+//!    requests per read, + 1): past that, a deeper iodepth changes nothing
+//!    (the job sleeps for a tag either way), and 1024 1 MB buffers per job
+//!    do not fit this machine's memory at 72 jobs (14 GB resident, tried).
+//! 2. fio randread 4 KB (the reply to Ming Lei: nr_requests 256, "total
+//!    iodepth=256, so when jobs=2, iodepth=256/2=128") with total iodepth
+//!    256 / 512 / 1024 by jobs up to 128, on a device with 256-way
+//!    parallelism that the CPUs, not the device model, limit: IOPS.
 //!
 //! Beside them every table prints tag waits per I/O and the mean time a
-//! tag wait slept, so a row without contention is visible as such.
+//! tag wait slept, so a row without contention is visible as such, and
+//! table 2 what Little's law says of the source's 5x.
 
 use serde_json::{json, Value};
 
-use super::plot::{Origin, Panel, Series, XAxis};
+use super::plot::{Panel, Series};
 use super::{Cell, ExperimentError, Options, Spread};
 
 /// A device the jobs run on (the wake policy is appended per cell).
@@ -26,9 +36,10 @@ struct Profile {
     /// Hardware queues, and tags per hardware queue (`hw_queue_depth`).
     queues: usize,
     tags: usize,
-    /// Table 1: outstanding 1 MB reads over all jobs (4 requests each, 4x
-    /// the tags of a queue).
-    total_iodepth_1m: usize,
+    /// Table 1: iodepth per job: one more than a job can hold with every
+    /// tag of its queue (tags / 4 requests per 1 MB read), so that even a
+    /// single job sleeps for tags, as the source's iodepth=1024 did.
+    iodepth_1m: usize,
     what: &'static str,
 }
 
@@ -38,7 +49,7 @@ const HDD: Profile = Profile {
              hw_queue_depth=64",
     queues: 1,
     tags: 64,
-    total_iodepth_1m: 64,
+    iodepth_1m: 17,
     what: "rotational: one request at a time, 1 ms + seek by distance (8 ms full stroke) + 200 MiB/s; 64 tags (a SATA \
            disk's nr_requests: 2 x queue depth 32)",
 };
@@ -48,7 +59,7 @@ const SSD_1M: Profile = Profile {
     device: "null:gb=2000,irqmode=2,completion_nsec=100000,channels=8,mbps=128,max_sectors=512,hw_queue_depth=256",
     queues: 1,
     tags: 256,
-    total_iodepth_1m: 256,
+    iodepth_1m: 65,
     what: "8 channels x (100 us + 128 MiB/s), 1 GiB/s in all (the source's SSD: 1,077 MB/s); 256 tags",
 };
 
@@ -58,21 +69,26 @@ const NVME: Profile = Profile {
              hw_queue_depth=64",
     queues: 4,
     tags: 64,
-    total_iodepth_1m: 256,
+    iodepth_1m: 17,
     what: "4 hardware queues x 64 tags, 32 channels x (20 us + 100 MiB/s), 3.1 GiB/s in all (the source's NVMe: \
            3,018 MB/s)",
 };
 
 const SSD_4K: Profile = Profile {
     name: "ssd",
-    device: "null:gb=2000,irqmode=2,completion_nsec=100000,channels=8,hw_queue_depth=256",
+    device: "null:gb=2000,irqmode=2,completion_nsec=100000,channels=256,hw_queue_depth=256",
     queues: 1,
     tags: 256,
-    total_iodepth_1m: 0,
-    what: "8 channels x 100 us per request (80k IOPS at most); 256 tags (the source's nr_requests=256)",
+    iodepth_1m: 0,
+    what: "256 channels x 100 us per request: 2.56M IOPS with every tag busy, far above what 2 CPUs submit, so \
+           the submitters and their wakeups are the limit; 256 tags (the source's nr_requests=256)",
 };
 
-const POLICIES: &[&str] = &["batch", "stash", "handoff"];
+/// The source kernel's wakeup first (the baseline), the RFC, today's
+/// kernel, mqblk's own.
+const POLICIES: &[&str] = &["batch2020", "stash", "batch", "handoff"];
+/// Column titles of the policies.
+const POLICY_TITLES: &[&str] = &["batch2020 (5.6)", "stash (RFC)", "batch (6.2+)", "handoff (mqblk)"];
 
 /// The source's figures for table 1 (5.6.15, 5.6.15-patched), by jobs.
 struct Source1 {
@@ -133,6 +149,9 @@ struct Row {
 
 impl Row {
     fn iodepth(&self) -> usize {
+        if self.table == 1 {
+            return self.profile.iodepth_1m;
+        }
         (self.total_iodepth / self.jobs).max(1)
     }
 
@@ -174,7 +193,7 @@ fn rows(quick: bool) -> Vec<Row> {
             (false, _) => "1",
         };
         for &jobs in jobs_1m {
-            let total_iodepth = profile.total_iodepth_1m;
+            let total_iodepth = profile.iodepth_1m * jobs;
             rows.push(Row { table: 1, profile, bs: "1m", total_iodepth, jobs, pieces: 4, runtime });
         }
     }
@@ -323,7 +342,7 @@ fn tables(measured: &[Measured], opts: &Options) -> String {
 }
 
 fn header(title: &str, extra: &[&str]) -> String {
-    let mut cols: Vec<&str> = POLICIES.to_vec();
+    let mut cols: Vec<&str> = POLICY_TITLES.to_vec();
     cols.extend_from_slice(extra);
     format!("\n{title}\njobs | {}\n", cols.join(" | "))
 }
@@ -334,17 +353,17 @@ fn policy_cells(m: &Measured, f: fn(&Cell) -> f64, decimals: usize) -> Vec<Strin
 
 fn table1(profile: &Profile, source: &Source1, rows: &[&Measured], first: Row) -> String {
     let mut out = format!(
-        "\n== table 1, {}: fio randread bs=1M, max_sectors_kb=256 (4 requests per read), total iodepth {} ==\n\
+        "\n== table 1, {}: fio randread bs=1M, max_sectors_kb=256 (4 requests per read), iodepth {} per job ==\n\
          model: {}\n\
-         ours: --device {},wake=P --rw=randread --bs=1m --numjobs=J --iodepth={}/J --runtime={} --time_based \
+         ours: --device {},wake=P --rw=randread --bs=1m --numjobs=J --iodepth={} --runtime={} --time_based \
          --gtod_reduce=1\n\
          source ({}, fio randread 1MB libaio iodepth=1024): 5.6.15 vs 5.6.15-patched (stash); the 4.18-sq column \
          is left out (mqblk has no single-queue path)\n",
         profile.name,
-        first.total_iodepth,
+        first.iodepth(),
         profile.what,
         profile.device,
-        first.total_iodepth,
+        first.iodepth(),
         first.runtime,
         source.device
     );
@@ -394,7 +413,11 @@ fn table2(rows: &[&Measured], first: Row) -> String {
          ours: --device {},wake=P --rw=randread --bs=4k --numjobs=J --iodepth=D/J --runtime={} --time_based \
          --gtod_reduce=1\n\
          source (1.8TB SSD, nr_tags=1024, nr_requests=256, fio randread 4KB): kIOPS 5.6 vs 5.6 patched (stash); \
-         128 jobs at total iodepth 1024: 197k vs 986k\n",
+         128 jobs at total iodepth 1024: 197k vs 986k. Little's law: IOPS <= tags in flight / latency; the source's \
+         256 jobs x iodepth 1 (256 in flight, no tag wait) gave 198k, so its device answered in about 1.3 ms at 256 \
+         in flight, and 986k with at most 256 tags in flight needs 0.26 ms: the device, not the wakeup, would have \
+         had to get 5x faster. Ours: the device allows 2.56M IOPS; total iodepth 256 (never more wanted than tags) is the \
+         control without tag waits.\n",
         SSD_4K.what, SSD_4K.device, first.runtime
     );
     let mut depths: Vec<usize> = rows.iter().map(|m| m.row.total_iodepth).collect();
@@ -417,39 +440,100 @@ fn table2(rows: &[&Measured], first: Row) -> String {
             }
         }
     }
+    out.push_str(&control_2(rows));
     out
 }
 
-/// Medians: table 1's IOPS and voluntary context switches per I/O per
-/// profile, table 2's IOPS per total iodepth.
+/// What limits table 2 at the most jobs, measured: the same jobs with no
+/// more I/O wanted than tags (total iodepth 256: no tag wait) against the
+/// deepest total, per policy, and one job's IOPS. When the jobs alone
+/// (threads over 2 CPUs) bring IOPS down as far without a tag wait, no
+/// wakeup policy can win 5x there.
+fn control_2(rows: &[&Measured]) -> String {
+    let Some(most) = rows.iter().map(|m| m.row.jobs).max() else { return String::new() };
+    let Some(deepest) = rows.iter().map(|m| m.row.total_iodepth).max() else { return String::new() };
+    let find = |depth: usize, jobs: usize| rows.iter().find(|m| m.row.total_iodepth == depth && m.row.jobs == jobs);
+    let (Some(control), Some(deep)) = (find(256, most), find(deepest, most)) else { return String::new() };
+    let one = find(deepest, 1);
+    let cells: Vec<String> = (0..POLICIES.len())
+        .map(|p| {
+            let iops = |m: &Measured| spread(m, p, |c| c.iops).median;
+            let waits = spread(control, p, |c| c.stats.tag_waits as f64 / c.stats.bios.read.max(1) as f64).median;
+            format!(
+                "{}: {:.0} with no more wanted than tags ({waits:.3} tag waits per I/O), {:.0} at total {deepest}{}",
+                POLICY_TITLES[p],
+                iops(control),
+                iops(deep),
+                one.map_or(String::new(), |o| format!(", one job {:.0}", iops(o)))
+            )
+        })
+        .collect();
+    format!(
+        "
+control, {most} jobs (IOPS): {}
+",
+        cells.join("; ")
+    )
+}
+
+/// Table 1: voluntary context switches per second (the source's unit) per
+/// profile, and the hdd's IOPS (the only 1 MB IOPS the wakeup moves; the
+/// ssd's and nvme's sit at the device's bandwidth, as the source's do);
+/// table 2: IOPS per total iodepth. Our medians with their min-max, the
+/// source's 5.6 and patched figures beside them, points with more jobs
+/// than CPUs marked.
 fn panels(measured: &[Measured]) -> Vec<Panel> {
-    let mut panels = Vec::new();
-    let series = |rows: &[&Measured], f: fn(&Cell) -> f64| -> Vec<Series> {
-        (0..POLICIES.len())
-            .map(|p| Series {
-                spread: Vec::new(),
-                origin: Origin::Measured,
-                label: POLICIES[p].to_string(),
-                points: rows.iter().map(|m| (m.row.jobs as f64, spread(m, p, f).median)).collect(),
-            })
-            .collect()
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get()) as f64;
+    let ours = |panel: Panel, rows: &[&Measured], f: fn(&Cell) -> f64| -> Panel {
+        (0..POLICIES.len()).fold(panel, |panel, p| {
+            let points = rows.iter().map(|m| (m.row.jobs as f64, spread(m, p, f).median)).collect();
+            let minmax = rows
+                .iter()
+                .map(|m| {
+                    let s = spread(m, p, f);
+                    (s.min, s.max)
+                })
+                .collect();
+            panel.with(Series::measured(POLICY_TITLES[p], points).with_spread(minmax))
+        })
     };
-    type PanelMetric = (&'static str, fn(&Cell) -> f64);
-    let metrics: [PanelMetric; 2] = [("IOPS", |c| c.iops), ("vol. ctx switches per I/O", |c| c.ctx_voluntary_per_io)];
-    for (label, f) in metrics {
-        for profile in [&HDD, &SSD_1M, &NVME] {
+    let mut panels = Vec::new();
+    type Figures = fn(&Source1) -> &'static [(u32, u32)];
+    /// Title, y label, our metric, the source's column, the profiles.
+    type Table1Panel = (&'static str, &'static str, fn(&Cell) -> f64, Figures, &'static [&'static str]);
+    let table1: [Table1Panel; 2] = [
+        (
+            "context switches per second",
+            "voluntary ctx switches/s",
+            |c| c.ctx_voluntary_per_sec,
+            |s| s.cs,
+            &["hdd", "ssd", "nvme"],
+        ),
+        ("IOPS", "IOPS", |c| c.iops, |s| s.iops, &["hdd"]),
+    ];
+    for (what, y_label, f, figures, profiles) in table1 {
+        for (profile, source) in [(&HDD, &SRC_HDD), (&SSD_1M, &SRC_SSD), (&NVME, &SRC_NVME)] {
+            if !profiles.contains(&profile.name) {
+                continue;
+            }
             let rows: Vec<&Measured> =
                 measured.iter().filter(|m| m.row.table == 1 && std::ptr::eq(m.row.profile, profile)).collect();
             if rows.is_empty() {
                 continue;
             }
-            panels.push(Panel {
-                title: format!("1 MB randread, {}: {label}", profile.name),
-                x_label: "jobs".into(),
-                y_label: label.into(),
-                x: XAxis::Numeric { oversubscribed_from: None },
-                series: series(&rows, f),
-            });
+            let panel = Panel::numeric(format!("1 MB randread, {}: {what}", profile.name), "jobs", y_label)
+                .oversubscribed_from(cpus + 1.0);
+            let mut panel = ours(panel, &rows, f);
+            for (i, label) in [(0, "source 5.6.15"), (1, "source 5.6.15-patched (stash)")] {
+                let points = source
+                    .jobs
+                    .iter()
+                    .zip(figures(source))
+                    .map(|(&j, v)| (j as f64, f64::from(if i == 0 { v.0 } else { v.1 })))
+                    .collect();
+                panel = panel.with(Series::source(label, points));
+            }
+            panels.push(panel);
         }
     }
     let mut depths: Vec<usize> = measured.iter().filter(|m| m.row.table == 2).map(|m| m.row.total_iodepth).collect();
@@ -457,13 +541,18 @@ fn panels(measured: &[Measured]) -> Vec<Panel> {
     for depth in depths {
         let rows: Vec<&Measured> =
             measured.iter().filter(|m| m.row.table == 2 && m.row.total_iodepth == depth).collect();
-        panels.push(Panel {
-            title: format!("4k randread, ssd, total iodepth {depth}: IOPS"),
-            x_label: "jobs".into(),
-            y_label: "IOPS".into(),
-            x: XAxis::Numeric { oversubscribed_from: None },
-            series: series(&rows, |c| c.iops),
-        });
+        let panel = Panel::numeric(format!("4k randread, total iodepth {depth}: IOPS"), "jobs", "IOPS")
+            .oversubscribed_from(cpus + 1.0);
+        let mut panel = ours(panel, &rows, |c| c.iops);
+        for (i, label) in [(0, "source 5.6"), (1, "source 5.6 patched (stash)")] {
+            let points = SRC_4K
+                .iter()
+                .filter(|s| s.0 == depth)
+                .map(|s| (s.1 as f64, f64::from(if i == 0 { s.2 } else { s.3 }) * 1000.0))
+                .collect();
+            panel = panel.with(Series::source(label, points));
+        }
+        panels.push(panel);
     }
     panels
 }

@@ -33,6 +33,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::sync::{AtomicUsize, Ordering};
 
+mod kernel_wake;
 mod queue;
 mod wake;
 
@@ -40,10 +41,11 @@ mod registry;
 
 mod word;
 
+pub use kernel_wake::{Batch2017Wake, Batch2020Wake, StashWake};
 pub use queue::{SbitmapQueue, SbqSnapshot, SbqWaiter};
 pub(crate) use registry::registered as registered_wake_policy;
 pub use registry::{register_wake_policy, wake_policy_names, WakePolicyFactory};
-pub use wake::{wake_policy, BatchWake, HandoffWake, StashWake, WakePolicy, DEFAULT_WAKE_POLICY, WAKE_POLICIES};
+pub use wake::{wake_policy, BatchWake, HandoffWake, WakePolicy, DEFAULT_WAKE_POLICY, WAKE_POLICIES};
 pub(crate) use word::low_mask;
 use word::SbitmapWord;
 pub use word::{default_shift, AllocHint};

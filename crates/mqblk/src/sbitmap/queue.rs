@@ -183,6 +183,15 @@ pub struct SbitmapQueue {
     /// A woken waiter that found no bit goes back at the head of its queue
     /// (cached `policy.requeue_at_head()`), else at the tail.
     requeue_at_head: bool,
+    /// Waiters pick their queue with `wait_index` (cached
+    /// `policy.waits_round_robin()`), else by the caller's `ws_index`.
+    waits_round_robin: bool,
+    /// The policy sees every single-bit allocation (cached
+    /// `policy.counts_allocations()`).
+    counts_allocations: bool,
+    /// The kernel's `hctx->wait_index` (one `SbitmapQueue` per hardware
+    /// context here): the next wait queue `bt_wait_ptr` gives a waiter.
+    wait_index: AtomicU32,
     /// Times a caller went to sleep waiting for a bit (slow path only).
     nr_sleeps: AtomicUsize,
 }
@@ -247,6 +256,9 @@ impl SbitmapQueue {
             ws,
             handoff: policy.hands_off(),
             requeue_at_head: policy.requeue_at_head(),
+            waits_round_robin: policy.waits_round_robin(),
+            counts_allocations: policy.counts_allocations(),
+            wait_index: AtomicU32::new(0),
             policy,
             nr_sleeps: AtomicUsize::new(0),
         }
@@ -286,7 +298,7 @@ impl SbitmapQueue {
     /// Allocates one bit anywhere, without sleeping ([`Sbitmap::get`]).
     #[inline]
     pub fn get(&self, hint: &mut AllocHint) -> Option<u32> {
-        self.sb.get(hint)
+        self.get_shallow(hint, self.sb.depth)
     }
 
     /// Allocates one bit within `shallow_depth` (at least
@@ -298,7 +310,11 @@ impl SbitmapQueue {
             "shallow depth {shallow_depth} below min_shallow_depth {}",
             self.min_shallow_depth
         );
-        self.sb.get_shallow(hint, shallow_depth)
+        let bit = self.sb.get_shallow(hint, shallow_depth);
+        if self.counts_allocations && bit.is_some() {
+            self.policy.bit_allocated();
+        }
+        bit
     }
 
     /// Allocates up to `nr` bits of one word ([`Sbitmap::get_batch`]).
@@ -360,6 +376,48 @@ impl SbitmapQueue {
             self.wake_index.store(index as u32, Ordering::Relaxed);
         }
         woken_total
+    }
+
+    /// The kernel's `sbq_wake_ptr`: the first wait queue with waiters from
+    /// `wake_index` on (None without an active waiter); `wake_index` moves
+    /// to it if it was not there.
+    pub fn wake_ptr(&self) -> Option<usize> {
+        if self.ws_active.load(Ordering::SeqCst) == 0 {
+            return None;
+        }
+        let start = self.wake_index.load(Ordering::Relaxed) as usize % SBQ_WAIT_QUEUES;
+        for i in 0..SBQ_WAIT_QUEUES {
+            let index = (start + i) % SBQ_WAIT_QUEUES;
+            // SeqCst: waitqueue_active after the freer's clear (the Dekker
+            // pair of the module header, with the waiter's enqueue).
+            if self.ws[index].nr_waiting.load(Ordering::SeqCst) != 0 {
+                if index != start {
+                    self.wake_index.store(index as u32, Ordering::Relaxed);
+                }
+                return Some(index);
+            }
+        }
+        None
+    }
+
+    /// `sbq_index_atomic_inc(&sbq->wake_index)`: the next wakeup starts
+    /// its search at the next queue.
+    pub fn advance_wake_index(&self) {
+        let _ = self.wake_index.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |i| {
+            Some((i as usize % SBQ_WAIT_QUEUES + 1) as u32 % SBQ_WAIT_QUEUES as u32)
+        });
+    }
+
+    /// Wakes up to `nr` waiters of wait queue `index` (`wake_up_nr` on one
+    /// `ws->wait`; `u32::MAX`: all, as `wake_up` does to non-exclusive
+    /// waiters). Returns the number woken.
+    pub fn wake_up_queue(&self, index: usize, nr: u32) -> u32 {
+        Self::wake_queue(&self.ws[index % SBQ_WAIT_QUEUES], nr)
+    }
+
+    /// `bt_wait_ptr`: the wait queue at `wait_index`, which advances.
+    fn next_wait_queue(&self) -> usize {
+        self.wait_index.fetch_add(1, Ordering::Relaxed) as usize % SBQ_WAIT_QUEUES
     }
 
     fn wake_queue(ws: &WaitState, nr: u32) -> u32 {
@@ -445,7 +503,7 @@ impl SbitmapQueue {
             return (bit, false);
         }
         waiter.set_shallow_depth(shallow_depth);
-        let ws = &self.ws[ws_index % SBQ_WAIT_QUEUES];
+        let mut ws_index = if self.waits_round_robin { self.next_wait_queue() } else { ws_index % SBQ_WAIT_QUEUES };
         // Registered as an active waiter for the whole wait, like the
         // kernel's sbitmap_prepare_to_wait .. sbitmap_finish_wait.
         self.ws_active.fetch_add(1, Ordering::SeqCst);
@@ -455,7 +513,7 @@ impl SbitmapQueue {
             if let Some(bit) = waiter.take_granted(self) {
                 break bit;
             }
-            self.enqueue(ws, waiter, woken && self.requeue_at_head);
+            self.enqueue(&self.ws[ws_index], waiter, woken && self.requeue_at_head);
             dekker_fence();
             if let Some(bit) = waiter.take_granted(self).or_else(|| self.get_shallow(hint, shallow_depth)) {
                 break bit;
@@ -478,8 +536,14 @@ impl SbitmapQueue {
             woken = true;
             // Woken (and removed from the list by the waker) or, after a
             // racing unpark, still listed: enqueue() handles both.
+            if self.waits_round_robin {
+                // The kernel's loop: sbitmap_finish_wait, then bt_wait_ptr
+                // picks the next queue for the next sleep.
+                self.unlist(&self.ws[ws_index], waiter);
+                ws_index = self.next_wait_queue();
+            }
         };
-        self.finish_wait(ws, waiter);
+        self.finish_wait(&self.ws[ws_index], waiter);
         (bit, slept)
     }
 
@@ -501,21 +565,24 @@ impl SbitmapQueue {
         }
     }
 
+    /// Takes `waiter` off `ws` if it is listed there; true if it was.
+    fn unlist(&self, ws: &WaitState, waiter: &Arc<SbqWaiter>) -> bool {
+        let mut list = ws.list.lock();
+        match list.iter().position(|w| Arc::ptr_eq(w, waiter)) {
+            Some(pos) => {
+                list.remove(pos);
+                ws.nr_waiting.fetch_sub(1, Ordering::SeqCst);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Leaves the wait: off the list if still there, `ws_active -= 1`. If a
     /// wakeup was meant for us but we got a bit on our own, pass it on so it
     /// is not lost to the other waiters.
     fn finish_wait(&self, ws: &WaitState, waiter: &Arc<SbqWaiter>) {
-        let was_listed = {
-            let mut list = ws.list.lock();
-            match list.iter().position(|w| Arc::ptr_eq(w, waiter)) {
-                Some(pos) => {
-                    list.remove(pos);
-                    ws.nr_waiting.fetch_sub(1, Ordering::SeqCst);
-                    true
-                }
-                None => false,
-            }
-        };
+        let was_listed = self.unlist(ws, waiter);
         self.ws_active.fetch_sub(1, Ordering::SeqCst);
         // Consume a pending unpark so the next wait starts clean.
         let had_wakeup = !was_listed && waiter.parker.park(Some(std::time::Duration::ZERO));

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{WakePolicy, WAKE_POLICIES};
+use super::{wake_policy, WakePolicy, WAKE_POLICIES};
 use crate::registry::Registry;
 
 /// Builds a wakeup policy: one instance per tag set (hardware queue).
@@ -18,8 +18,16 @@ pub fn register_wake_policy(name: &str, factory: impl Fn() -> Box<dyn WakePolicy
     REGISTERED.register(WAKE_POLICIES, name, Arc::new(factory));
 }
 
+/// The factory `wake=name` uses when `Wake` has no variant for it: a
+/// registered policy, or a built-in one named only here (the kernels'
+/// `batch2017` and `batch2020`).
 pub(crate) fn registered(name: &str) -> Option<Arc<WakePolicyFactory>> {
-    REGISTERED.get(name)
+    if let Some(factory) = REGISTERED.get(name) {
+        return Some(factory);
+    }
+    let name: &'static str = WAKE_POLICIES.iter().copied().find(|&n| n == name)?;
+    let factory: Arc<WakePolicyFactory> = Arc::new(move || wake_policy(name).expect("a built-in wake policy"));
+    Some(factory)
 }
 
 /// Every name `wake=` accepts: the built-in ones, then those registered

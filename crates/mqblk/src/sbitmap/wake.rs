@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use super::SbitmapQueue;
+use super::{Batch2017Wake, Batch2020Wake, SbitmapQueue, StashWake};
 use crate::sync::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// How freed bits become wakeups. Implementations keep their own state.
@@ -84,6 +84,22 @@ pub trait WakePolicy: Send + Sync + fmt::Debug {
     fn requeue_at_head(&self) -> bool {
         false
     }
+    /// Does a waiter pick its wait queue as the kernel's blk_mq_get_tag
+    /// does, with `bt_wait_ptr` (the hardware context's `wait_index`,
+    /// advanced at every wait, so a woken waiter that sleeps again moves to
+    /// the next queue)? false, the default: the caller's `ws_index`, kept
+    /// for the whole wait.
+    fn waits_round_robin(&self) -> bool {
+        false
+    }
+    /// Does the policy want `bit_allocated` after every single-bit
+    /// allocation (fast path included)? Cached by the queue: false costs
+    /// one predictable branch per allocation.
+    fn counts_allocations(&self) -> bool {
+        false
+    }
+    /// With `counts_allocations`, a bit was allocated.
+    fn bit_allocated(&self) {}
 }
 
 /// The kernel 6.2+ wakeup: freed bits add to `completion_cnt`; whenever
@@ -98,14 +114,14 @@ pub trait WakePolicy: Send + Sync + fmt::Debug {
 /// let batch = SbitmapQueue::with_policy(64, None, false, 64, Box::new(BatchWake::default()));
 /// assert_eq!((batch.policy_name(), batch.wake_batch()), ("batch", 8));
 /// // Stash from 2 waiters on (the RFC's default is 4).
-/// let stash = SbitmapQueue::with_policy(64, None, false, 64, Box::new(StashWake::with_min_waiters(2)));
+/// let stash = SbitmapQueue::with_policy(64, None, false, 64, Box::new(StashWake::with_thresholds(16, 2)));
 /// assert_eq!(stash.policy_name(), "stash");
 /// // Handoff that never falls back to publishing freed bits.
 /// let handoff = HandoffWake::with_max_idle_permille(u64::MAX);
 /// assert_eq!(handoff.idle_permille(64), 0, "nothing measured yet");
 ///
 /// // By name, as `wake=` chooses them.
-/// assert_eq!(WAKE_POLICIES, ["batch", "stash", "handoff"]);
+/// assert_eq!(WAKE_POLICIES, ["batch", "stash", "handoff", "batch2017", "batch2020"]);
 /// assert_eq!(wake_policy(DEFAULT_WAKE_POLICY).unwrap().name(), "handoff");
 /// assert!(wake_policy("one").is_none(), "registered policies are Wake::custom's");
 /// ```
@@ -146,96 +162,6 @@ impl WakePolicy for BatchWake {
         use std::fmt::Write;
         let _ = writeln!(out, "completion_cnt={}", self.completion_cnt.load(Ordering::Relaxed));
         let _ = writeln!(out, "wakeup_cnt={}", self.wakeup_cnt.load(Ordering::Relaxed));
-    }
-}
-
-/// Hou Tao's stash-wake-use ("\[RFC\] blk-mq: provide more tags for woken-up
-/// process when tag allocation is busy", 2020-06-03, in the form of his
-/// follow-up in that thread): with few waiters, the kernel's batched wakeup; once at least
-/// `min_waiters` wait, freed bits are *stashed* (left free, nobody woken)
-/// until at least a quarter of the depth is free (busy <= 3/4 depth), and
-/// from then on every freed bit wakes one waiter, who finds the stash and
-/// consumes several bits in a row without sleeping again.
-///
-/// The busy count is taken from the bitmap's words (popcount) only on this
-/// slow path, when waiters exist, instead of an atomic counter updated on
-/// every get and put (the cost that kept the RFC out of mainline).
-///
-/// A stash is also cut short after depth/4 consecutive stashed frees (the
-/// stash size of the original RFC): one waiter is woken, so a waiter waits
-/// a bounded number of frees even when threads that never sleep keep the
-/// bitmap more than 3/4 busy.
-///
-/// No lost wakeup: a stashed free leaves more than 3/4 of the depth busy;
-/// those bits are in flight and each of their frees runs this policy again,
-/// so the wakeups resume before the bitmap can drain.
-#[derive(Debug)]
-pub struct StashWake {
-    batch: BatchWake,
-    min_waiters: u32,
-    /// Frees stashed since the last wakeup.
-    stash_run: AtomicU32,
-    /// Frees that were stashed (no wakeup), and single wakeups made.
-    stashed: AtomicUsize,
-    single_wakes: AtomicUsize,
-}
-
-impl Default for StashWake {
-    fn default() -> Self {
-        Self::with_min_waiters(4)
-    }
-}
-
-impl StashWake {
-    /// `min_waiters`: below this many active waiters, batch wakeup (the RFC's
-    /// 4; example: [`BatchWake`]).
-    pub fn with_min_waiters(min_waiters: u32) -> Self {
-        Self {
-            batch: BatchWake::default(),
-            min_waiters,
-            stash_run: AtomicU32::new(0),
-            stashed: AtomicUsize::new(0),
-            single_wakes: AtomicUsize::new(0),
-        }
-    }
-}
-
-impl WakePolicy for StashWake {
-    fn name(&self) -> &'static str {
-        "stash"
-    }
-
-    /// mqblk's stash keeps a woken waiter that lost the race at the head of
-    /// its queue (the RFC itself did not change where the kernel re-queues:
-    /// the tail).
-    fn requeue_at_head(&self) -> bool {
-        true
-    }
-
-    fn bits_freed(&self, sbq: &SbitmapQueue, nr: u32) {
-        if sbq.ws_active() < self.min_waiters {
-            return self.batch.bits_freed(sbq, nr);
-        }
-        let max_busy = (sbq.depth() * 3 / 4).max(1);
-        let stash_size = (sbq.depth() / 4).max(1);
-        if sbq.sb().weight() > max_busy {
-            let run = self.stash_run.fetch_add(nr, Ordering::Relaxed) + nr;
-            if run < stash_size {
-                self.stashed.fetch_add(nr as usize, Ordering::Relaxed);
-                return;
-            }
-        }
-        self.stash_run.store(0, Ordering::Relaxed);
-        self.single_wakes.fetch_add(1, Ordering::Relaxed);
-        sbq.wake_up_nr(nr);
-    }
-
-    fn show(&self, out: &mut String) {
-        use std::fmt::Write;
-        let _ = writeln!(out, "stash_min_waiters={}", self.min_waiters);
-        let _ = writeln!(out, "stashed={}", self.stashed.load(Ordering::Relaxed));
-        let _ = writeln!(out, "single_wakes={}", self.single_wakes.load(Ordering::Relaxed));
-        self.batch.show(out);
     }
 }
 
@@ -397,16 +323,16 @@ impl WakePolicy for HandoffWake {
     }
 }
 
-/// Names accepted by `wake=`.
-pub const WAKE_POLICIES: &[&str] = &["batch", "stash", "handoff"];
+/// Names accepted by `wake=`: today's kernel (`batch`), the RFC as posted
+/// (`stash`), mqblk's own (`handoff`), and the wakeups of the 2017 and
+/// 2020 kernels the source threads measured (kernel_wake.rs).
+pub const WAKE_POLICIES: &[&str] = &["batch", "stash", "handoff", "batch2017", "batch2020"];
 
 /// The policy a device uses unless its spec says `wake=`: mqblk's own.
-/// Decided on the tag-wakeup experiment's rows with tag contention
-/// (docs/results/tag-wakeup.json, 3 rounds): at equal IOPS it sleeps least
-/// per I/O on the ssd at 48 jobs (0.61 voluntary context switches per I/O
-/// against stash 0.69 and batch 3.87), on nvme and on 4k reads; on the hdd
-/// it keeps 1 job's IOPS at 72 jobs (74, stash 70, batch 62), sleeping more
-/// than stash (1.93 against 1.45 per I/O) but waiting 2.5x less per wait.
+/// Chosen on the tag-wakeup experiment's rows with tag contention, where
+/// it sleeps least per I/O at equal IOPS; the figures, with the command
+/// and commit that produced them, are in docs/results/tag-wakeup.json
+/// (BENCHMARKS.md, "tag-wakeup"), not repeated here.
 pub const DEFAULT_WAKE_POLICY: &str = "handoff";
 
 /// The built-in wakeup policy called `name` (`wake=NAME`), or None
@@ -416,6 +342,8 @@ pub fn wake_policy(name: &str) -> Option<Box<dyn WakePolicy>> {
         "batch" => Some(Box::<BatchWake>::default()),
         "stash" => Some(Box::<StashWake>::default()),
         "handoff" => Some(Box::<HandoffWake>::default()),
+        "batch2017" => Some(Box::<Batch2017Wake>::default()),
+        "batch2020" => Some(Box::<Batch2020Wake>::default()),
         _ => None,
     }
 }
