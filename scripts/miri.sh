@@ -3,23 +3,30 @@
 # null driver (mqblk-null): their unit tests and the integration tests that
 # need only threads, futexes, eventfds and the clock (plug, split,
 # schedulers, zoned, polling, wake policies, sbitmap properties, the
-# memory store), under Tree Borrows and then Stacked Borrows. Test sizes
+# memory store), under Tree Borrows; the block layer and its primitives
+# again under Stacked Borrows (see below for the null driver). Test sizes
 # shrink under cfg(miri). Left out: the file driver (mqblk-file: Miri does
 # not emulate io_uring), the loom models (tests/loom_sbitmap.rs) and the
 # stress binary (tests/stress.rs: sizes made for native speed).
 #
-# Every test runs even after one fails (findings are collected), each
-# model's output is kept in target/miri/logs/MODEL.log, and the exit
-# status is non-zero if any test failed or Miri reported undefined
-# behaviour.
+# Two lanes run side by side, one per core: the integration binaries
+# through nextest (a process per test: a hang is cut at 3 minutes and
+# every test runs), and the unit tests one Miri process per crate. Each
+# Miri process first checks the whole crate it runs, which for a unit-test
+# binary is the crate itself: a process per unit test paid that about 4 s
+# a test (110 unit tests). A unit-test binary stops at the first report
+# of undefined behaviour; its tests one per process (to see every
+# failure): cargo +nightly miri nextest run -p CRATE --lib.
 #
-#   scripts/miri.sh             both borrow models, every binary
-#   scripts/miri.sh tree plug   one model, some binaries (--lib for unit tests)
+# Every lane runs to its end even after a failure; each one's output is
+# kept in target/miri/logs/MODEL-*.log, and the exit status is non-zero if
+# any test failed or Miri reported undefined behaviour.
+#
+#   scripts/miri.sh             both borrow models
+#   scripts/miri.sh tree        one model
 #   scripts/miri.sh none        no aliasing model (diagnosis only: data
 #                               races, use after free, leaks and
-#                               uninitialised reads are still checked; shows
-#                               what an aliasing report hides and how long
-#                               tests take when they run to the end)
+#                               uninitialised reads are still checked)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -49,17 +56,29 @@ logs=target/miri/logs
 mkdir -p "$logs"
 
 models=(tree stacked)
-binaries=(--lib plug split sched zoned poll poll_hybrid null_memory driver_contract wake_policies sbitmap_props)
 if [ $# -gt 0 ]; then
   models=("$1")
-  shift
-fi
-if [ $# -gt 0 ]; then
-  binaries=("$@")
 fi
 
-# Isolation stays on (the default): the monotonic clock, sleeps, futexes
-# and eventfds all work inside it, and nothing here needs the host.
+# crossbeam-epoch (the memory store's grace periods, mqblk-null's mem/)
+# does not satisfy Stacked Borrows: every pin reports a retag in its own
+# internal.rs before any of our code runs past it (crossbeam-rs/crossbeam
+# #545, open; crossbeam's CI checks epoch under Tree Borrows since #996,
+# and Miri's README holds Tree Borrows sound for what the compiler
+# exploits). Nearly every null test pins it, so Stacked Borrows runs the
+# crates that do not use it.
+integration_for() {
+  case "$1" in
+    stacked) echo "binary(=plug) | binary(=split) | binary(=sched) | binary(=poll) | binary(=driver_contract) | binary(=wake_policies) | binary(=sbitmap_props)" ;;
+    *) echo "binary(=plug) | binary(=split) | binary(=sched) | binary(=poll) | binary(=driver_contract) | binary(=wake_policies) | binary(=sbitmap_props) | binary(=zoned) | binary(=poll_hybrid) | binary(=null_memory)" ;;
+  esac
+}
+units_for() {
+  case "$1" in
+    stacked) echo "mqblk mqblk-sync" ;;
+    *) echo "mqblk-null mqblk mqblk-sync" ;;
+  esac
+}
 flags_for() {
   case "$1" in
     tree) echo "-Zmiri-tree-borrows" ;;
@@ -69,88 +88,63 @@ flags_for() {
   esac
 }
 
-# crossbeam-epoch (the memory store's grace periods, driver/null/mem/)
-# does not satisfy Stacked Borrows: every pin reports a retag in its own
-# internal.rs before any of our code runs past it (crossbeam-rs/crossbeam
-# #545, open; crossbeam's CI checks epoch under Tree Borrows since #996,
-# and Miri's README holds Tree Borrows sound for what the compiler
-# exploits). Under Stacked Borrows a test that fails with exactly that
-# report, and nothing else, is counted as stopped, not failed: those tests
-# run to the end under Tree Borrows above, and any other failure, in the
-# same binary or the same test, still fails the run.
-#
-# known_upstream LOG: prints how many failed tests failed only that way,
-# or 0 when any failure (a panic, a timeout, a report elsewhere) is other.
-known_upstream() {
-  awk '/^ +(FAIL|SIGSEGV|SIGABRT|SIGKILL|TIMEOUT) \[/ {
-         cur = $(NF-1) " " $NF; if (!(cur in seen)) seen[cur] = $1; want = 0; next }
-       cur != "" && /^ +error: / && !/aborting due to/ && !(cur in class) {
-         msg = $0; want = 1; next }
-       want && /-->/ {
-         class[cur] = (msg ~ /borrow stack/ && $2 ~ /crossbeam-epoch-[0-9.]+\/src\//) ? "known" : "other"
-         want = 0 }
-       END { n = 0
-             for (t in seen) {
-               if (seen[t] != "FAIL" || class[t] != "known") { print 0; exit }
-               n++ }
-             print n }' "$1"
+# The integration lane: one nextest run over every binary (slowest tests
+# first, scripts/miri-nextest.toml). Prints nextest's failures, passing
+# tests of 30 s or more (candidates for a smaller size under cfg(miri))
+# and its summary.
+integration_lane() {
+  local model=$1 log=$logs/$1-integration.log
+  local pkgs=(-p mqblk)
+  [ "$model" != stacked ] && pkgs+=(-p mqblk-null)
+  MIRIFLAGS="$(flags_for "$model")" cargo +nightly miri nextest run "${pkgs[@]}" -E "$(integration_for "$model")" \
+    --tool-config-file "miri:$PWD/scripts/miri-nextest.toml" --no-fail-fast >"$log" 2>&1
+  local rc=$?
+  awk '/Summary \[/ { print; exit }
+       /^ +(FAIL|SIGSEGV|SIGABRT|SIGKILL|TIMEOUT) \[/ { print }
+       /^ +PASS \[/ { t = $0; sub(/^ +PASS \[ */, "", t); sub(/s\].*/, "", t); if (t + 0 >= 30) print }' "$log"
+  return $rc
 }
 
-# One nextest run per model over every binary, so a long test in one
-# binary overlaps the short ones of the next instead of leaving a core
-# idle at each binary's end (per-binary runs: 1,511 s; see the summary).
-filter=""
-for bin in "${binaries[@]}"; do
-  if [ "$bin" = --lib ]; then term="kind(lib)"; else term="binary(=$bin)"; fi
-  filter="${filter:+$filter | }$term"
-done
+# The unit lane: each crate's unit tests in one Miri process, one crate
+# after another (a crate past 25 minutes is hung; the slowest takes about
+# 5 under Tree Borrows).
+unit_lane() {
+  local model=$1 crate rc=0 start log
+  for crate in $(units_for "$model"); do
+    log=$logs/$model-unit-$crate.log
+    start=$SECONDS
+    MIRIFLAGS="$(flags_for "$model")" timeout 1500 \
+      cargo +nightly miri test -p "$crate" --lib -- --test-threads=1 >"$log" 2>&1
+    local one=$?
+    local result
+    result=$(grep -h '^test result:' "$log" | tail -n 1)
+    printf '   %-12s unit tests: %4d s  %s\n' "$crate" $((SECONDS - start)) "${result:-no result (exit $one)}"
+    if [ $one -ne 0 ]; then
+      rc=1
+      grep -hE '^error: |panicked at|^test .* FAILED$|^---- ' "$log" | grep -v 'aborting due to' | head -n 8 | sed 's/^/      /'
+    fi
+  done
+  return $rc
+}
 
 failed=()
 summary=()
 total_start=$SECONDS
 for model in "${models[@]}"; do
-  flags=$(flags_for "$model") || exit 2
-  log=$logs/$model.log
-  echo "== Miri, ${model} borrows: ${binaries[*]}"
+  flags_for "$model" >/dev/null || exit 2
+  echo "== Miri, $model borrows: integration tests (nextest) beside the unit tests of $(units_for "$model")"
   start=$SECONDS
-  MIRIFLAGS="$flags" cargo +nightly miri nextest run -p mqblk -p mqblk-sync -p mqblk-null -E "$filter" \
-    --tool-config-file "miri:$PWD/scripts/miri-nextest.toml" --no-fail-fast \
-    >"$log" 2>&1
-  rc=$?
+  integration_lane "$model" >"$logs/$model-integration.summary" 2>&1 &
+  lane=$!
+  unit_lane "$model" >"$logs/$model-unit.summary" 2>&1
+  unit_rc=$?
+  wait $lane
+  integration_rc=$?
+  cat "$logs/$model-integration.summary" "$logs/$model-unit.summary"
   secs=$((SECONDS - start))
-  # Failures, and passing tests that took 30 s or more (candidates for
-  # a smaller size under cfg(miri)), once each, then nextest's summary.
-  awk '/Summary \[/ { print; exit }
-       /^ +(FAIL|SIGSEGV|SIGABRT|SIGKILL|TIMEOUT) \[/ { print }
-       /^ +PASS \[/ { t = $0; sub(/^ +PASS \[ */, "", t); sub(/s\].*/, "", t); if (t + 0 >= 30) print }' "$log"
-  # Tests passed and failed per binary (nextest names "CRATE" the unit
-  # tests and "CRATE::NAME" an integration binary).
-  awk '/^ +PASS \[/ { p[$(NF-1)]++ }
-       /^ +(FAIL|SIGSEGV|SIGABRT|SIGKILL|TIMEOUT) \[/ { f[$(NF-1)]++ }
-       END { for (b in p) printf "   %-24s %4d passed %4d failed\n", b, p[b], f[b]
-             for (b in f) if (!(b in p)) printf "   %-24s %4d passed %4d failed\n", b, 0, f[b] }' "$log" | sort
-  known=0
-  if [ $rc -ne 0 ] && [ "$model" = stacked ]; then
-    known=$(known_upstream "$log")
-  fi
-  if [ "$known" -gt 0 ]; then
-    echo "   $known tests stopped at crossbeam-epoch's own Stacked Borrows report (crossbeam-rs/crossbeam#545); every other test passed"
-    summary+=("$(printf '%-8s %5ss  ok (%s stopped in crossbeam-epoch, #545)' "$model" "$secs" "$known")")
-  elif [ $rc -ne 0 ]; then
+  if [ $unit_rc -ne 0 ] || [ $integration_rc -ne 0 ]; then
     failed+=("$model")
-    # Miri's own words for each failure (and each panic's first line), one
-    # line per distinct report: how often it came, the error, where,
-    # and the first such test.
-    awk '/^ +(FAIL|SIGSEGV|SIGABRT|TIMEOUT) \[/ { test = $(NF-1) " " $NF }
-         /^ +error: / && !/aborting due to/ { msg = $0; sub(/^ +error: /, "", msg)
-           gsub(/<[0-9]+>/, "<tag>", msg); gsub(/alloc[0-9]+/, "alloc", msg); want = 1; next }
-         want && /-->/ { print msg "  at " $2 "\t" test; want = 0 }
-         panic { m = $0; sub(/^ +/, "", m); print where ": " m "\t" test; panic = 0 }
-         /^ +thread .* panicked at / { where = $0; sub(/^.* panicked at /, "panicked at ", where)
-           sub(/:$/, "", where); panic = 1 }' "$log" |
-      awk -F'\t' '{ n[$1]++; if (!($1 in first)) first[$1] = $2 }
-         END { for (m in n) printf "   %3d x %s  (e.g. %s)\n", n[m], m, first[m] }' | sort -rn
-    summary+=("$(printf '%-8s %5ss  FAILED (log: %s)' "$model" "$secs" "$log")")
+    summary+=("$(printf '%-8s %5ss  FAILED (logs: %s/%s-*.log)' "$model" "$secs" "$logs" "$model")")
   else
     summary+=("$(printf '%-8s %5ss  ok' "$model" "$secs")")
   fi
@@ -160,7 +154,7 @@ echo "== Miri summary (wall time per model, $(nproc) cores)"
 printf '%s\n' "${summary[@]}"
 echo "total $((SECONDS - total_start)) s"
 if [ ${#failed[@]} -gt 0 ]; then
-  echo "Miri: failures in ${failed[*]}: see the logs above for Miri's reports" >&2
+  echo "Miri: failures in ${failed[*]}: see the reports above and the logs in $logs" >&2
   exit 1
 fi
 echo "Miri: clean"

@@ -30,7 +30,14 @@ stage_report() {
   done
   printf '%6d  total\n' $((SECONDS - suite_start))
 }
-trap stage_report EXIT
+# A stage that fails ends the suite: the background guest tests with it.
+on_exit() {
+  if [ -n "${guest_pid:-}" ] && kill -0 "$guest_pid" 2>/dev/null; then
+    kill "$guest_pid" 2>/dev/null || true
+  fi
+  stage_report
+}
+trap on_exit EXIT
 
 # Tools the tests need. The Rust toolchain is assumed (rustup's cargo).
 stage "installs (cargo-nextest, Debian packages)"
@@ -85,8 +92,16 @@ cargo clippy --workspace --all-targets -- -D warnings
 # climbs back up (no import cycle).
 python3 scripts/module-order.py
 
-stage "unit, integration and CLI tests"
-cargo nextest run --workspace
+# The qemu guest tests (one TCG vCPU each, one at a time: about 15
+# minutes) run in the background from here to the end, beside the stages
+# below, so that the second core is not idle while a guest runs; their
+# report comes at the end.
+guests='test(/^guest_.*_script_passes$/)'
+stage "unit, integration and CLI tests (the qemu guest tests start after them, in the background)"
+cargo nextest run --workspace -E "not $guests"
+guest_log=target/guest-tests.log
+cargo nextest run -p mqblk-cli -E "$guests" > "$guest_log" 2>&1 &
+guest_pid=$!
 
 # Ignored by default (an unprivileged run lists it as skipped); as root it
 # runs here, and a failure fails the suite.
@@ -134,7 +149,19 @@ stage "zoned kernel oracle (Linux 6.1 and 6.12 null_blk under qemu vs mqblk: 5 c
 # The 6.12 kernel comes through tests/guest/run.sh (fetched once, cached).
 tests/oracle/ci.sh 300 100
 
+stage "the qemu guest tests (Linux 6.12: ublk, zoned ublk, nbd, power cuts, smoke), started after the unit tests"
+guest_status=0
+wait "$guest_pid" || guest_status=$?
+grep -E '^ +(PASS|FAIL|SIGSEGV|SIGABRT|SIGKILL|TIMEOUT) \[|Summary \[' "$guest_log" || true
+if [ "$guest_status" -ne 0 ]; then
+  echo "== the guest tests' output (the last 150 lines of $guest_log)"
+  tail -n 150 "$guest_log"
+fi
+
+if [ "$guest_status" -ne 0 ]; then
+  echo "FAILED: the qemu guest tests (cargo nextest exited $guest_status; $guest_log)" >&2
+fi
 if [ "$miri_status" -ne 0 ]; then
   echo "FAILED: Miri (scripts/miri.sh exited $miri_status; its reports are above and in target/miri/logs/)" >&2
-  exit 1
 fi
+[ "$guest_status" -eq 0 ] && [ "$miri_status" -eq 0 ]

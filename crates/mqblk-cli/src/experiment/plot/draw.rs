@@ -210,7 +210,9 @@ fn bars(area: &Area, p: &Panel, names: &[String]) -> Result<(), String> {
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 16, y + 5)], color.filled()));
         let spread = s.points.iter().zip(&s.spread);
         chart
-            .draw_series(spread.map(|(&(case, v), &(lo, hi))| ErrorBar::new_horizontal(centre(case), lo, v, hi, BLACK, 6)))
+            .draw_series(
+                spread.map(|(&(case, v), &(lo, hi))| ErrorBar::new_horizontal(centre(case), lo, v, hi, BLACK, 6)),
+            )
             .map_err(failed)?;
         let style = TextStyle::from(("sans-serif", 10).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
         let values = s.points.iter().enumerate().map(|(i, &(case, v))| {
@@ -267,7 +269,10 @@ mod tests {
     fn sample() -> Vec<Panel> {
         let jobs = Panel::numeric("jobs panel", "jobs", "IOPS")
             .oversubscribed_from(4.0)
-            .with(Series::measured("per-zone", vec![(1.0, 10.0), (8.0, 20.0)]).with_spread(vec![(9.0, 11.0), (18.0, 21.0)]))
+            .with(
+                Series::measured("per-zone", vec![(1.0, 10.0), (8.0, 20.0)])
+                    .with_spread(vec![(9.0, 11.0), (18.0, 21.0)]),
+            )
             .with(Series::source("source", vec![(8.0, 25.0)]));
         let cases = Panel::categories("cases panel", "x idle", vec!["idle".into(), "bfq without limits".into()])
             .with(Series::measured("mqblk", vec![(0.0, 1.0), (1.0, 51.8)]).with_spread(vec![(1.0, 1.0), (50.0, 53.0)]))
@@ -279,7 +284,8 @@ mod tests {
     fn chart_draws_every_series_spread_and_case_name() {
         let svg = chart(&sample(), 2).expect("a sans-serif font (fonts-dejavu-core)");
         assert!(svg.starts_with("<svg"));
-        for text in ["jobs panel", "cases panel", "per-zone", "source", "bfq without limits", "idle", "51.8", "shaded: jobs"]
+        for text in
+            ["jobs panel", "cases panel", "per-zone", "source", "bfq without limits", "idle", "51.8", "shaded: jobs"]
         {
             assert!(svg.contains(text), "no '{text}' in the chart");
         }
