@@ -265,7 +265,7 @@ fn wake_policy_is_chosen_per_device() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("hctx0/tags/bitmap_tags/wake_policy=stash"), "{text}");
-    assert!(text.contains("hctx0/tags/bitmap_tags/stash_min_waiters=4"), "{text}");
+    assert!(text.contains("hctx0/tags/bitmap_tags/stashed_bits="), "{text}");
     let out = mqblk(&["bench", "--device", "null:wake=fast"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2));

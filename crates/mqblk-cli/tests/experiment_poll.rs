@@ -186,7 +186,11 @@ fn calibration_targets_the_source_per_io_time(_: &str, v: &Value) {
     let target = cal["target_ns_per_io"].as_f64().unwrap();
     assert!((target - 4.0 / 149_426.0 * 1e9).abs() < 1.0, "4 jobs / 149,426 IOPS: {cal}");
     assert!(cal["source_figure"].as_str().unwrap().contains("149,426"), "{cal}");
-    assert_eq!(cal["device_keys"]["mbps"], 2207, "17,655 x 128 KiB/s: {cal}");
+    assert_eq!(cal["device_keys"]["transfer_mbps"], 2207, "17,655 x 128 KiB/s: {cal}");
+    // The timeline: the source's 4 jobs' share per job, times our jobs.
+    let jobs = v["jobs"].as_u64().expect("the jobs in the JSON");
+    let timeline = cal["device_keys"]["mbps"].as_u64().unwrap();
+    assert_eq!(timeline, 2207 * jobs / 4, "{cal}");
     let by_bs = &cal["device_keys"]["completion_nsec_by_bs"];
     let (c4, c16) = (by_bs["4k"].as_f64().unwrap(), by_bs["16k"].as_f64().unwrap());
     assert!(c16 > c4, "16k costs the device more than 4k: {cal}");
@@ -198,7 +202,7 @@ fn calibration_targets_the_source_per_io_time(_: &str, v: &Value) {
     assert!(cal["measured_ns_per_io_4k_randread_hipri0"].as_f64().unwrap() > 0.0, "{cal}");
     // Every cell's device carries the calibrated keys for its block size.
     let command = cell(v, "hybrid", "randread", "16k", false)["command"].as_str().unwrap();
-    assert!(command.contains(&format!("completion_nsec={c16},mbps=2207")), "{command}");
+    assert!(command.contains(&format!("completion_nsec={c16},mbps={timeline}")), "{command}");
 }
 
 fn hybrid_polling_gains_iops_at_4k(_: &str, v: &Value) {

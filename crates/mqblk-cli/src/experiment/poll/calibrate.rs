@@ -12,10 +12,14 @@
 //!
 //! The null keys: `completion_nsec` = service time + the cell's own
 //! transfer at 2,207 MiB/s (a cell has one block size, so 16k costs 5.3 us
-//! more than 4k), and `mbps=2207`, which lays every request's transfer on
-//! one timeline for the device (a request is due at the later of the two),
-//! so that 64k and 128k jobs queue for the device's bandwidth as the
-//! source's did. The service time is what the run measures: probes at 4k
+//! more than 4k), and `mbps`, which lays every request's transfer on one
+//! timeline for the device (a request is due at the later of the two), so
+//! that 64k and 128k jobs queue for the device's bandwidth as the source's
+//! did. The timeline runs at the source's bandwidth per job times our jobs
+//! (2,207 x 2 / 4 = 1,103 MiB/s with 2 jobs): the source's 4 jobs shared
+//! 2,207 MiB/s, and at the full rate 2 jobs would never fill it, so 64k
+//! would stay latency-bound and polling would gain there where the
+//! source's did not. The service time is what the run measures: probes at 4k
 //! randread with interrupts find this machine's own per-I/O overhead
 //! (submission, completion thread, wakeup; from the median I/O) and the
 //! service time is the target minus it, so the calibrated device's
@@ -53,8 +57,10 @@ pub(super) struct Probe {
 pub(super) struct Calibration {
     /// The source's per-I/O time at 4k randread with interrupts (ns).
     pub target_ns_per_io: f64,
-    /// The source's device bandwidth (MiB/s).
+    /// The source's device bandwidth (MiB/s): each request's transfer.
     pub mbps: u64,
+    /// Our jobs: the shared timeline runs at their share of `mbps`.
+    pub jobs: u32,
     /// The fixed per-I/O service time the probes settled on (ns).
     pub service_nsec: u64,
     pub probes: Vec<Probe>,
@@ -80,11 +86,22 @@ pub(super) fn bs_bytes(bs: &str) -> u64 {
 
 impl Calibration {
     /// A device before any probe: the target with no overhead of ours.
-    fn uncalibrated() -> Self {
-        let mut c =
-            Calibration { target_ns_per_io: target_ns_per_io(), mbps: source_mbps(), service_nsec: 0, probes: vec![] };
+    fn uncalibrated(jobs: u32) -> Self {
+        let mut c = Calibration {
+            target_ns_per_io: target_ns_per_io(),
+            mbps: source_mbps(),
+            jobs,
+            service_nsec: 0,
+            probes: vec![],
+        };
         c.service_nsec = c.service_for(0.0);
         c
+    }
+
+    /// The device-wide timeline's rate (MiB/s): the source's bandwidth per
+    /// job, times our jobs.
+    pub fn timeline_mbps(&self) -> u64 {
+        (self.mbps * u64::from(self.jobs) / u64::from(SOURCE_JOBS)).max(1)
     }
 
     /// The transfer of `bytes` at the device's rate (ns).
@@ -106,7 +123,7 @@ impl Calibration {
 
     /// The device keys of a cell of block size `bs`.
     pub fn keys(&self, bs: &str) -> String {
-        format!("{BASE_KEYS},completion_nsec={},mbps={}", self.completion_nsec(bs), self.mbps)
+        format!("{BASE_KEYS},completion_nsec={},mbps={}", self.completion_nsec(bs), self.timeline_mbps())
     }
 
     /// `measured`: the headline cell's (4k randread, hipri=0) per-I/O time
@@ -130,7 +147,13 @@ impl Calibration {
             ),
             "device_keys": {
                 "irqmode": 2,
-                "mbps": self.mbps,
+                "transfer_mbps": self.mbps,
+                "mbps": self.timeline_mbps(),
+                "mbps_is": format!(
+                    "the device-wide timeline: {} MiB/s per source job x {} jobs",
+                    self.mbps / u64::from(SOURCE_JOBS),
+                    self.jobs
+                ),
                 "completion_nsec_by_bs": per_bs,
                 "memory_backed": 0,
             },
@@ -160,7 +183,7 @@ const PROBES_PER_STEP: usize = 3;
 /// process held, which is no part of the I/O path; and the least, since
 /// contention only ever adds time.
 pub(super) fn calibrate(place: &Placement, quick: bool) -> Result<Calibration, ExperimentError> {
-    let mut cal = Calibration::uncalibrated();
+    let mut cal = Calibration::uncalibrated(place.jobs as u32);
     let steps = if quick { 1 } else { 2 };
     let mut least_overhead_ns = f64::INFINITY;
     for _ in 0..steps {
@@ -186,7 +209,8 @@ mod tests {
         let t = target_ns_per_io();
         assert!((t - 26_769.0).abs() < 1.0, "4 / 149,426 s: {t}");
         assert_eq!(source_mbps(), 2207, "17,655 x 128 KiB/s");
-        let c = Calibration::uncalibrated();
+        let c = Calibration::uncalibrated(2);
+        assert_eq!(c.timeline_mbps(), 1103, "2,207 MiB/s shared by the source's 4 jobs, 2 of them here");
         assert_eq!(c.transfer_ns(4096), 1769);
         assert!(c.completion_nsec("16k") > c.completion_nsec("4k"), "16k costs more than 4k");
         let extra_ns = c.completion_nsec("128k") - c.completion_nsec("64k");

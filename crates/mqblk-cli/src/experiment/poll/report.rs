@@ -80,10 +80,13 @@ pub(super) fn tables(opts: &Options, m: &Measured) -> String {
     out.push_str(&format!(
         "calibration: target {:.2} us per I/O per job at 4k randread with interrupts = {SOURCE_JOBS} jobs / \
          149,426 IOPS (the source's numjobs={SOURCE_JOBS} at QD1);\n  bandwidth {} MiB/s = 17,655 IOPS x 128 KiB \
-         (the source's 128k randread, bandwidth-bound); service time {:.1} us + transfer (4k {:.1} us, 16k {:.1}, \
+         (the source's 128k randread, bandwidth-bound), a device-wide timeline of {} MiB/s (its share per job x {} \
+         jobs); service time {:.1} us + transfer (4k {:.1} us, 16k {:.1}, \
          64k {:.1}, 128k {:.1});\n  measured here at 4k randread hipri=0 (hybrid): {} us per I/O per job, median latency {} us\n",
         cal.target_ns_per_io / 1e3,
         cal.mbps,
+        cal.timeline_mbps(),
+        cal.jobs,
         cal.service_nsec as f64 / 1e3,
         cal.transfer_ns(4096) as f64 / 1e3,
         cal.transfer_ns(16384) as f64 / 1e3,
