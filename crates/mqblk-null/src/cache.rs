@@ -13,8 +13,13 @@
 //! A power cut drops every cached page: what no FLUSH or FUA made durable
 //! is lost, and the device goes on at once with exactly the durable state.
 //! With `powercut_tear=1` each cached page first reaches the medium
-//! sector by sector at random, as a multi-sector write interrupted by a
-//! power loss may leave some sectors new and some old.
+//! block by block at random, as a multi-block write interrupted by a
+//! power loss may leave some blocks new and some old. The unit is the
+//! logical block (`bs`): the kernel takes a device's logical block as
+//! the least it writes atomically, so a tear never splits one. (At
+//! bs=512 that may split ext4's 1,024-byte superblock, which ext4 then
+//! refuses to mount until fsck restores it from a backup: what a
+//! 512-byte disk may really do.)
 //!
 //! A cut that holds the power off (`power_off`, until `power_on`) also
 //! drops every write, write zeroes, discard and flush that comes after it,
@@ -45,7 +50,6 @@ use std::io;
 use parking_lot::Mutex;
 
 use super::store::Store;
-use mqblk::SECTOR_SIZE;
 
 const PAGE: usize = 4096;
 type Page = Box<[u8; PAGE]>;
@@ -53,7 +57,9 @@ type Page = Box<[u8; PAGE]>;
 pub(crate) struct WriteCache {
     inner: Mutex<Inner>,
     capacity_pages: usize,
-    tear: bool,
+    /// With `powercut_tear`, the unit a power cut tears a page into: the
+    /// logical block size.
+    tear_block: Option<usize>,
     writethrough: bool,
 }
 
@@ -63,10 +69,10 @@ struct Inner {
     pages: HashMap<u64, Page>,
     free: Vec<Page>,
     rng: u64,
-    /// Pages dropped by power cuts, and their sectors that reached the
+    /// Pages dropped by power cuts, and their blocks that reached the
     /// medium anyway (`powercut_tear`).
     lost_pages: u64,
-    torn_sectors: u64,
+    torn_blocks: u64,
     /// Powered off: writes, zeroes and flushes are dropped.
     off: bool,
     /// Requests dropped while off.
@@ -74,7 +80,10 @@ struct Inner {
 }
 
 impl WriteCache {
-    pub(crate) fn new(cache_bytes: u64, tear: bool, writethrough: bool) -> Self {
+    /// A cache of `cache_bytes`; `tear_block` is the logical block size a
+    /// power cut tears pages into, or None to drop them whole.
+    pub(crate) fn new(cache_bytes: u64, tear_block: Option<usize>, writethrough: bool) -> Self {
+        assert!(tear_block.map_or(true, |b| b.is_power_of_two() && (512..=PAGE).contains(&b)));
         let capacity_pages = (cache_bytes / PAGE as u64).max(1) as usize;
         Self {
             inner: Mutex::new(Inner {
@@ -82,12 +91,12 @@ impl WriteCache {
                 free: Vec::with_capacity(capacity_pages),
                 rng: 0x706f_7765_7263_7574,
                 lost_pages: 0,
-                torn_sectors: 0,
+                torn_blocks: 0,
                 off: false,
                 dropped: 0,
             }),
             capacity_pages,
-            tear,
+            tear_block,
             writethrough,
         }
     }
@@ -173,16 +182,15 @@ impl WriteCache {
         let mut inner = self.inner.lock();
         inner.off |= hold_off;
         let nr = inner.pages.len() as u64;
-        let Inner { pages, free, rng, lost_pages, torn_sectors, .. } = &mut *inner;
+        let Inner { pages, free, rng, lost_pages, torn_blocks, .. } = &mut *inner;
         for (page, p) in pages.drain() {
-            if self.tear {
-                for s in 0..PAGE / SECTOR_SIZE as usize {
+            if let Some(block) = self.tear_block {
+                for at in (0..PAGE).step_by(block) {
                     *rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                     if *rng >> 63 == 1 {
-                        let at = s * SECTOR_SIZE as usize;
-                        // A sector the medium refuses is simply not torn.
-                        let sector = &p[at..at + SECTOR_SIZE as usize];
-                        *torn_sectors += u64::from(mem.write(page * PAGE as u64 + at as u64, sector).is_ok());
+                        // A block the medium refuses is simply not torn.
+                        let ok = mem.write(page * PAGE as u64 + at as u64, &p[at..at + block]).is_ok();
+                        *torn_blocks += u64::from(ok);
                     }
                 }
             }
@@ -203,11 +211,11 @@ impl WriteCache {
         Some(std::mem::take(&mut inner.dropped))
     }
 
-    /// (cached pages, pages lost to power cuts, sectors torn into the
+    /// (cached pages, pages lost to power cuts, blocks torn into the
     /// medium by them, powered off).
     pub(crate) fn counts(&self) -> (usize, u64, u64, bool) {
         let inner = self.inner.lock();
-        (inner.pages.len(), inner.lost_pages, inner.torn_sectors, inner.off)
+        (inner.pages.len(), inner.lost_pages, inner.torn_blocks, inner.off)
     }
 }
 
@@ -278,7 +286,7 @@ mod tests {
     #[test]
     fn writes_are_cached_until_flush_and_lost_at_a_power_cut() {
         let m = Store::Memory(MemStore::new(1 << 30));
-        let c = WriteCache::new(1 << 20, false, false);
+        let c = WriteCache::new(1 << 20, None, false);
         c.write(&m, 1000, &[1; 5000], false).unwrap();
         assert_eq!(read(&c, &m, 1000, 5000), vec![1; 5000]);
         assert_eq!(medium(&m, 1000, 5000), vec![0; 5000], "nothing durable yet");
@@ -293,7 +301,7 @@ mod tests {
     #[test]
     fn fua_is_durable_and_coherent_with_cached_neighbours() {
         let m = Store::Memory(MemStore::new(1 << 30));
-        let c = WriteCache::new(1 << 20, false, false);
+        let c = WriteCache::new(1 << 20, None, false);
         c.write(&m, 0, &[1; 4096], false).unwrap();
         c.write(&m, 512, &[2; 512], true).unwrap();
         let mut want = vec![1u8; 4096];
@@ -308,7 +316,7 @@ mod tests {
     #[test]
     fn a_full_cache_is_written_back_before_it_takes_another_page() {
         let m = Store::Memory(MemStore::new(1 << 30));
-        let c = WriteCache::new(2 * 4096, false, false);
+        let c = WriteCache::new(2 * 4096, None, false);
         c.write(&m, 0, &[1; 8192], false).unwrap();
         assert_eq!(c.counts().0, 2);
         c.write(&m, 8192, &[2; 10], false).unwrap();
@@ -321,7 +329,7 @@ mod tests {
     #[test]
     fn zeroes_reach_the_medium_and_the_cached_copy() {
         let m = Store::Memory(MemStore::new(1 << 30));
-        let c = WriteCache::new(1 << 20, false, false);
+        let c = WriteCache::new(1 << 20, None, false);
         m.write(0, &[9; 8192]).unwrap();
         c.write(&m, 0, &[1; 100], false).unwrap();
         c.zero(&m, 0, 8192).unwrap();
@@ -333,7 +341,7 @@ mod tests {
     #[test]
     fn held_off_it_drops_every_change_until_power_on() {
         let m = Store::Memory(MemStore::new(1 << 30));
-        let c = WriteCache::new(1 << 20, false, false);
+        let c = WriteCache::new(1 << 20, None, false);
         c.write(&m, 0, &[1; 4096], false).unwrap();
         c.flush(&m).unwrap();
         c.write(&m, 0, &[2; 4096], false).unwrap();
@@ -351,26 +359,37 @@ mod tests {
         assert_eq!(medium(&m, 0, 4096), vec![4; 4096]);
     }
 
-    #[test]
-    fn a_torn_power_cut_leaves_each_sector_old_or_new() {
+    /// Tears BYTES of cached writes at `block`; asserts every block came
+    /// out whole, old or new, and both kinds occur.
+    fn torn_cut_at(block: usize) {
         // 16 pages, 4 under Miri (each page's copy and check is interpreted).
         const BYTES: usize = if cfg!(miri) { 16384 } else { 65536 };
         let m = Store::Memory(MemStore::new(1 << 30));
-        let c = WriteCache::new(1 << 20, true, false);
+        let c = WriteCache::new(1 << 20, Some(block), false);
         m.write(0, &[1; BYTES]).unwrap();
         c.write(&m, 0, &[2; BYTES], false).unwrap();
         c.power_cut(&m, false);
         let after = medium(&m, 0, BYTES);
         let mut new = 0;
-        for sector in after.chunks(512) {
-            assert!(sector.iter().all(|&b| b == sector[0]), "a sector is never torn inside");
-            assert!(sector[0] == 1 || sector[0] == 2);
-            new += usize::from(sector[0] == 2);
+        for b in after.chunks(block) {
+            assert!(b.iter().all(|&x| x == b[0]), "a {block}-byte block is never torn inside");
+            assert!(b[0] == 1 || b[0] == 2);
+            new += usize::from(b[0] == 2);
         }
         let (cached, lost, torn, _) = c.counts();
         assert_eq!((cached, lost), (0, BYTES as u64 / 4096));
         assert_eq!(torn, new as u64);
-        let sectors = BYTES / 512;
-        assert!(new > 0 && new < sectors, "some sectors new, some old: {new} of {sectors}");
+        let blocks = BYTES / block;
+        assert!(new > 0 && new < blocks, "some blocks new, some old: {new} of {blocks}");
+    }
+
+    #[test]
+    fn a_torn_power_cut_leaves_each_512_byte_block_old_or_new() {
+        torn_cut_at(512);
+    }
+
+    #[test]
+    fn a_torn_power_cut_never_splits_a_4k_logical_block() {
+        torn_cut_at(4096);
     }
 }

@@ -45,7 +45,7 @@
 //! | cache_size | 0 | a volatile write cache of this many MiB (needs memory_backed; not zoned): writes are acknowledged from it, FLUSH and FUA make them durable, a power cut (`Device::power`) loses the rest |
 //! | cache_mode | writeback | `writeback`: as above; `writethrough`: every write also reaches the medium before it completes (a power cut loses nothing; no volatile cache is advertised) |
 //! | backing_file | (none) | memory_backed's data in this file instead of memory (mqblk's; not zoned): created sparse at the device's size, or reopened if it has exactly that size, so the durable state outlives the process; FLUSH and FUA `fdatasync` it |
-//! | powercut_tear | 0 | a power cut first writes each cached page's sectors to the medium at random (torn multi-sector writes) |
+//! | powercut_tear | 0 | a power cut first writes each cached page's logical blocks (bs) to the medium at random (torn multi-block writes; a block is never split) |
 //! | mbps | 0 | bandwidth limit in MiB/s (0: none); with rotational or channels, the transfer rate of the head or of each channel |
 //! | max_sectors | 255 | largest request in sectors (aligned down to bs) |
 //! | max_segments | 128 | most bios one merged request may carry (the kernel's BLK_MAX_SEGMENTS) |
@@ -261,7 +261,11 @@ impl NullDriver {
             medium_errors: AtomicU64::new(0),
             last_medium_error: Mutex::new(String::new()),
             cache: (cfg.cache_size_mb > 0).then(|| {
-                WriteCache::new(cfg.cache_size_mb << 20, cfg.powercut_tear, cfg.cache_mode == CacheMode::Writethrough)
+                WriteCache::new(
+                    cfg.cache_size_mb << 20,
+                    cfg.powercut_tear.then_some(cfg.bs as usize),
+                    cfg.cache_mode == CacheMode::Writethrough,
+                )
             }),
             // Rotational media transfer at mbps within their own timeline.
             throttle: (cfg.mbps > 0 && !cfg.rotational && cfg.channels == 0)

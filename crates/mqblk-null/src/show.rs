@@ -30,7 +30,7 @@ impl NullDriver {
             let (cached, lost, torn, off) = c.counts();
             let _ = writeln!(
                 out,
-                "null/cache_pages={cached}\nnull/powercut_lost_pages={lost}\nnull/powercut_torn_sectors={torn}\nnull/power={}",
+                "null/cache_pages={cached}\nnull/powercut_lost_pages={lost}\nnull/powercut_torn_blocks={torn}\nnull/power={}",
                 if off { "off" } else { "on" }
             );
         }

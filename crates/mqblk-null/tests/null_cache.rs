@@ -148,10 +148,10 @@ fn a_torn_power_cut_leaves_each_sector_durable_or_last_written() {
         check_after_cut(&mut c, &durable, &pending, 2048, true, &format!("torn, seed {seed}"));
         let stats = dev.show_stats();
         let torn: u64 =
-            stats.lines().find_map(|l| l.strip_prefix("null/powercut_torn_sectors=")).unwrap().parse().unwrap();
+            stats.lines().find_map(|l| l.strip_prefix("null/powercut_torn_blocks=")).unwrap().parse().unwrap();
         torn_total += torn;
     }
-    assert!(torn_total > 0, "a torn cut wrote some cached sectors");
+    assert!(torn_total > 0, "a torn cut wrote some cached blocks");
 }
 
 #[test]
