@@ -7,6 +7,7 @@
 #![cfg(not(loom))]
 
 mod common;
+use common::filled;
 use common::proptest_config;
 
 use std::sync::mpsc;
@@ -310,7 +311,7 @@ fn front_and_back_merges_put_data_in_place() {
     let mut back = vec![0u8; 4 * 4096];
     c.read_at(&mut back, 3 * 4096).unwrap();
     for (i, byte) in [0x33u8, 0x44, 0x55, 0x66].into_iter().enumerate() {
-        assert!(back[i * 4096..(i + 1) * 4096].iter().all(|b| *b == byte), "block {}", i + 3);
+        assert!(filled(&back[i * 4096..(i + 1) * 4096], byte), "block {}", i + 3);
     }
 }
 
@@ -334,7 +335,7 @@ fn a_bad_bio_fails_alone_and_its_neighbours_merge() {
     assert_eq!((dev.stats().requests.write, dev.stats().merges.write), (1, 1));
     let mut back = vec![0u8; 8192];
     c.read_at(&mut back, 0).unwrap();
-    assert!(back[..4096].iter().all(|b| *b == 1) && back[4096..].iter().all(|b| *b == 2));
+    assert!(filled(&back[..4096], 1) && filled(&back[4096..], 2));
 }
 
 #[test]

@@ -2,6 +2,13 @@
 //! drivers registered (null, and file for the tests that compare with it).
 #![allow(dead_code)] // each test binary uses what it needs
 
+/// True if every byte of `buf` is `byte`. A slice comparison (one memcmp)
+/// rather than a loop over the bytes: Miri interprets such a loop byte by
+/// byte, and 4 KiB reads checked that way cost a zoned test a minute.
+pub fn filled(buf: &[u8], byte: u8) -> bool {
+    buf == vec![byte; buf.len()].as_slice()
+}
+
 /// `Device::open` with `null:` and `file:` registered.
 pub fn open(spec: &str) -> Result<mqblk::Device, mqblk::Error> {
     mqblk_null::register();

@@ -14,6 +14,13 @@ use mqblk::driver::{Driver, QueueRqResult, TimedOutRq, TimeoutAction};
 use mqblk::driver::{Hctx, Rq};
 use mqblk::{QueueLimits, Status, TagSetConfig};
 
+/// True if every byte of `buf` is `byte`. A slice comparison (one memcmp)
+/// rather than a loop over the bytes: Miri interprets such a loop byte by
+/// byte, and 4 KiB reads checked that way cost a zoned test a minute.
+pub fn filled(buf: &[u8], byte: u8) -> bool {
+    buf == vec![byte; buf.len()].as_slice()
+}
+
 /// Holds every request until the test completes it: "nothing has
 /// completed yet" or "every tag is taken" is then a fact, not a race
 /// against a completion timer. Held requests end with `IoErr` at shutdown.
