@@ -60,8 +60,9 @@ fn commit() -> String {
         Some(head) => {
             // The results folder is the experiments' output: the files a
             // run has already written do not make the code dirty.
-            let dirty = git(&["status", "--porcelain", "--untracked-files=no", "--", ":(top)", ":(top,exclude)docs/results"])
-                .is_some_and(|s| !s.is_empty());
+            let dirty =
+                git(&["status", "--porcelain", "--untracked-files=no", "--", ":(top)", ":(top,exclude)docs/results"])
+                    .is_some_and(|s| !s.is_empty());
             if dirty {
                 format!("{head}+dirty")
             } else {

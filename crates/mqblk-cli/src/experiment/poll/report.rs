@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use super::calibrate::bs_bytes;
 use super::source::{printed, source, SOURCE, SOURCE_JOBS};
 use super::{gain, pick, Cell, Design, Measured, DESIGNS, HYBRID};
-use crate::experiment::plot::{Panel, Series};
+use crate::experiment::plot::{thousands, Panel, Series};
 use crate::experiment::{Options, Spread};
 
 /// The calibrated per-I/O time (jobs / IOPS) and median latency at 4k
@@ -161,19 +161,6 @@ pub(super) fn tables(opts: &Options, m: &Measured) -> String {
         );
     }
     out + &mixed_table(&m.mixed)
-}
-
-/// 149426 -> "149,426".
-fn thousands(v: f64) -> String {
-    let s = format!("{:.0}", v);
-    let mut out = String::new();
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    out
 }
 
 fn mixed_table(cells: &[Cell]) -> String {
@@ -341,16 +328,4 @@ fn cpu_panel(m: &Measured) -> Panel {
         );
     }
     panel
-}
-
-#[cfg(test)]
-mod tests {
-    use super::thousands;
-
-    #[test]
-    fn thousands_groups_digits() {
-        assert_eq!(thousands(149_426.0), "149,426");
-        assert_eq!(thousands(17_655.0), "17,655");
-        assert_eq!(thousands(999.0), "999");
-    }
 }
