@@ -100,11 +100,18 @@ fn cell<'a>(v: &'a Value, design: &str, rw: &str, bs: &str, hipri: bool) -> &'a 
 /// each ran for at least this share of the wall time.
 const HELD_CPU_SHARE: f64 = 0.7;
 
+/// Per round, the share of the wall time each polling job thread ran:
+/// its CPU per I/O times IOPS, per job.
+fn held_shares(v: &Value, poll: &Value) -> Vec<f64> {
+    let jobs = v["jobs"].as_f64().unwrap();
+    let cpu = runs(&poll["job_threads_cpu_us_per_io"]);
+    cpu.iter().zip(runs(&poll["iops"])).map(|(cpu_us, iops)| cpu_us * iops / jobs / 1e6).collect()
+}
+
 /// The gain (%) of design at bs in every round, randread and randwrite
 /// pooled, in which the polling job threads held their CPUs: their CPU
 /// per I/O times IOPS, per job, is the share of the time each ran.
 fn pooled_gains(v: &Value, design: &str, bs: &str) -> Vec<f64> {
-    let jobs = v["jobs"].as_f64().unwrap();
     let mut out = Vec::new();
     for rw in ["randread", "randwrite"] {
         let g = v["gains"]
@@ -113,12 +120,7 @@ fn pooled_gains(v: &Value, design: &str, bs: &str) -> Vec<f64> {
             .iter()
             .find(|g| g["design"] == design && g["rw"] == rw && g["bs"] == bs)
             .unwrap_or_else(|| panic!("no gain for {design} {rw} {bs}"));
-        let poll = cell(v, design, rw, bs, true);
-        let shares = runs(&poll["job_threads_cpu_us_per_io"])
-            .iter()
-            .zip(runs(&poll["iops"]))
-            .map(|(cpu_us, iops)| cpu_us * iops / jobs / 1e6)
-            .collect::<Vec<_>>();
+        let shares = held_shares(v, cell(v, design, rw, bs, true));
         let held = runs(&g["gain_pct"]).into_iter().zip(&shares).filter(|(_, &s)| s >= HELD_CPU_SHARE);
         out.extend(held.map(|(gain, _)| gain));
         if !shares.iter().any(|&s| s >= HELD_CPU_SHARE) {
@@ -226,15 +228,10 @@ fn a_polled_4k_io_completes_sooner(_: &str, v: &Value) {
 /// pooled, in the rounds in which the polling job threads held their CPUs
 /// (as `pooled_gains`).
 fn pooled_savings(v: &Value, bs: &str) -> Vec<f64> {
-    let jobs = v["jobs"].as_f64().unwrap();
     let mut out = Vec::new();
     for rw in ["randread", "randwrite"] {
         let (irq, poll) = (cell(v, "hybrid", rw, bs, false), cell(v, "hybrid", rw, bs, true));
-        let held = runs(&poll["job_threads_cpu_us_per_io"])
-            .iter()
-            .zip(runs(&poll["iops"]))
-            .map(|(cpu_us, iops)| cpu_us * iops / jobs / 1e6 >= HELD_CPU_SHARE)
-            .collect::<Vec<_>>();
+        let held = held_shares(v, poll).into_iter().map(|s| s >= HELD_CPU_SHARE);
         let rounds = runs(&irq["lat_p50_us"]).into_iter().zip(runs(&poll["lat_p50_us"])).zip(held);
         out.extend(rounds.filter(|(_, held)| *held).map(|((i, p), _)| i - p));
     }
