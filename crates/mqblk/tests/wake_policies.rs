@@ -296,6 +296,28 @@ fn stash_allocations_use_up_the_stash() {
 }
 
 #[test]
+fn stash_batched_allocations_use_up_the_stash_bit_by_bit() {
+    // A plug takes its tags in one batch: each bit of it takes one from
+    // stashed_bits, as single allocations would.
+    let s = sleepers(64, 64, 4, Box::<StashWake>::default());
+    for &bit in &s.held[..17] {
+        s.sbq.clear(bit, None); // stash of 16 full, then ready
+    }
+    while s.sbq.snapshot().busy != 64 - 17 + 1 {
+        std::thread::yield_now(); // the woken waiter took one: 15 left
+    }
+    let (base, mask) = s.sbq.get_batch(15, &mut AllocHint::new(0)).expect("16 bits are free");
+    let n = mask.count_ones();
+    assert!(n > 0);
+    let dump = s.sbq.show();
+    assert!(dump.contains(&format!("stashed_bits={}", 15 - n)), "{n} bits taken: {dump}");
+    for i in (0..usize::BITS).filter(|i| mask & (1 << i) != 0) {
+        s.sbq.clear(base + i, None);
+    }
+    s.finish(17);
+}
+
+#[test]
 fn pure_handoff_is_fair_64_threads_over_8_tags() {
     // Always handing off, nobody barges: a waiter is served after those
     // queued before it. The bound is far tighter than for batch and stash.
