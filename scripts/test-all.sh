@@ -131,9 +131,13 @@ stage "performance gate (scripts/perf-gate.sh)"
 scripts/perf-gate.sh
 
 stage "loom models"
-RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
+# Optimised, but without the release profile's debug info, thin LTO and
+# single codegen unit (kept there for the bench's profiles and speed): the
+# build was half of this stage, and a model's failure prints its
+# interleaving either way.
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
   cargo test -p mqblk --release --test loom_sbitmap --lib -- loom
-RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
   cargo test -p mqblk-null -p mqblk-sync --release --lib -- loom
 
 # Miri reports go to target/miri/logs/; a failure here fails the suite at

@@ -124,26 +124,39 @@ fn batch2020_64_threads_over_8_tags() {
     policy_64_threads_over_8_tags("batch2020");
 }
 
-#[test]
-fn kernel_policies_with_their_own_batches_64_threads_over_64_tags() {
-    // 8 tags make wake_batch 1, and the RFC stashes nothing below 64 bits:
-    // here wake_batch is 8, the 2017 and 2020 per-queue counts and the
-    // stash (16 bits, 4 waiters) all engage. Exact accounting, every
-    // thread finishes (no lost wakeup). Under Miri 16 tags and 24 threads
-    // (128 interpreted threads pass nextest's 180 s): the per-queue counts
-    // still engage (wake_batch 2), the full-size stash only natively; the
-    // lowered stash below runs under both.
+/// The kernel's policies with their own batches: 8 tags make wake_batch 1,
+/// and the RFC stashes nothing below 64 bits; over 64 tags wake_batch is 8,
+/// the 2017 and 2020 per-queue counts and the stash (16 bits, 4 waiters)
+/// all engage. Exact accounting, every thread finishes (no lost wakeup).
+/// Under Miri 16 tags and 24 threads (128 interpreted threads pass
+/// nextest's 180 s): the per-queue counts still engage (wake_batch 2), the
+/// full-size stash only natively; the lowered stash runs under both. One
+/// test per policy, so that each one's interpreted run has its own process.
+fn over_their_own_batches(wake: Box<dyn WakePolicy>) {
     let (tags, threads) = if cfg!(miri) { (16, 24) } else { (64, 128) };
-    for wake in [
-        Box::<Batch2017Wake>::default() as Box<dyn WakePolicy>,
-        Box::<Batch2020Wake>::default(),
-        Box::<StashWake>::default(),
-    ] {
-        let name = wake.name();
-        let o = contend_over(name, wake, tags, threads);
-        eprintln!("{name} over {tags} tags: overtakes worst {}, p99 {}", o.worst, o.p99);
-    }
-    // The stash with its thresholds lowered, on 8 tags (a stash of 2).
+    let name = wake.name();
+    let o = contend_over(name, wake, tags, threads);
+    eprintln!("{name} over {tags} tags: overtakes worst {}, p99 {}", o.worst, o.p99);
+}
+
+#[test]
+fn batch2017_with_its_own_batch_128_threads_over_64_tags() {
+    over_their_own_batches(Box::<Batch2017Wake>::default());
+}
+
+#[test]
+fn batch2020_with_its_own_batch_128_threads_over_64_tags() {
+    over_their_own_batches(Box::<Batch2020Wake>::default());
+}
+
+#[test]
+fn stash_with_its_own_stash_128_threads_over_64_tags() {
+    over_their_own_batches(Box::<StashWake>::default());
+}
+
+#[test]
+fn stash_of_2_from_4_waiters_64_threads_over_8_tags() {
+    // The stash with its thresholds lowered, on 8 tags.
     let o = contend_with("stash", Box::new(StashWake::with_thresholds(1, 4)));
     eprintln!("stash (stash of 2, from 4 waiters): overtakes worst {}, p99 {}", o.worst, o.p99);
 }
