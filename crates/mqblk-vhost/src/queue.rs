@@ -244,7 +244,9 @@ impl VirtQueue {
                 let written = request::write_segments(mem, data, &self.id).unwrap_or(0);
                 return Some(self.answer(req.status, VIRTIO_BLK_S_OK as u8, written as u32, mem));
             }
-            Kind::Flush if !self.disk.write_cache => return Some(self.answer(req.status, VIRTIO_BLK_S_OK as u8, 0, mem)),
+            Kind::Flush if !self.disk.write_cache => {
+                return Some(self.answer(req.status, VIRTIO_BLK_S_OK as u8, 0, mem))
+            }
             Kind::Flush => Bio::flush(),
             Kind::Discard { offset, len } => Bio::discard(offset, len),
             Kind::WriteZeroes { offset, len } => Bio::write_zeroes(offset, len),
@@ -275,7 +277,10 @@ impl VirtQueue {
         loop {
             self.done.clear();
             let max = self.slots.len();
-            let got = self.client.do_io(&mut self.done, min.min(self.client.in_flight()), max, None).map_err(io::Error::other)?;
+            let got = self
+                .client
+                .do_io(&mut self.done, min.min(self.client.in_flight()), max, None)
+                .map_err(io::Error::other)?;
             for i in 0..got {
                 let c = &mut self.done[i];
                 let (slot_id, status, buf) = (c.user_data as usize, c.status, c.buf.take());
@@ -349,3 +354,7 @@ pub fn virtio_status(status: Status) -> u8 {
         _ => VIRTIO_BLK_S_IOERR as u8,
     }
 }
+
+#[cfg(test)]
+#[path = "queue_tests.rs"]
+mod tests;

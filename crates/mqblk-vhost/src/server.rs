@@ -196,10 +196,9 @@ impl Server {
         let mut daemon = VhostUserDaemon::new("mqblk-vhost".into(), backend.clone(), mem).map_err(daemon_error)?;
         let event = completion_event(usize::from(self.opts.queues));
         for (handler, fd) in daemon.get_epoll_handlers().iter().zip(backend.completion_fds()) {
-            handler.register_listener(fd, EventSet::IN, event).map_err(|source| Error::Io {
-                what: "registering a completion eventfd",
-                source,
-            })?;
+            handler
+                .register_listener(fd, EventSet::IN, event)
+                .map_err(|source| Error::Io { what: "registering a completion eventfd", source })?;
         }
         daemon.start(&mut self.listener).map_err(daemon_error)?;
         log::info!("guest connected");
