@@ -4,32 +4,39 @@
 #   cargo build --release -p mqblk-cli && tests/guest/vhost.sh
 #
 # Two halves in one file. On the host (as root, MQBLK_GUEST unset) it
-# starts target/release/mqblk (MQBLK_BIN overrides it):
-#   mqblk vhost add --device null:gb=1,memory_backed=1,discard=1 --socket S --queues 2
+# starts two servers of target/release/mqblk (MQBLK_BIN overrides it):
+#   mqblk vhost add --device null:gb=1,memory_backed=1,discard=1,cache_size=16 \
+#       --socket S0 --queues 2
+#   mqblk vhost add --device null:gb=1 --socket S1 --read-only
 # then boots the guest through tests/guest/run.sh with the guest's memory
-# in a shared memfd and `-chardev socket,path=S -device
-# vhost-user-blk-pci,num-queues=2`, which runs this same file inside the
-# guest; afterwards it stops the server with SIGTERM and checks that it
-# exits 0 having served one connection with no failed request.
+# in a shared memfd and one `-chardev socket -device vhost-user-blk-pci`
+# per socket (num-queues=2 and 1), which runs this same file inside the
+# guest; afterwards it stops each server with SIGTERM and checks that it
+# exits 0 having served one connection with no failed request (the
+# read-only disk's refused write counts as its one failure).
 #
 # In the guest, each check on its own line ("ok: ..." or "FAIL: ..."):
 #   1. insmod virtio_blk: /dev/vda appears (bounded wait) with 1 GiB, 2
-#      hardware queues and the serial "mqblk" (GET_ID);
+#      hardware queues, a write-back cache (VIRTIO_BLK_F_FLUSH) and the
+#      serial "mqblk" (GET_ID);
 #   2. fio with verify=crc32c on /dev/vda: engines libaio and io_uring, QD 1
 #      and 32, 4k random writes and 1M sequential writes, each read back
 #      and verified;
 #   3. blkdiscard (DISCARD) of 1 MiB and blkdiscard -z (WRITE_ZEROES) of
 #      1 MiB of random data, which then reads as zeros;
 #   4. ext4: mkfs, mount, a 16 MiB file and small files, sync, umount,
-#      `fsck.ext4 -fn` clean, remount, every file's SHA-256 the same.
+#      `fsck.ext4 -fn` clean, remount, every file's SHA-256 the same;
+#   5. /dev/vdb is read-only (VIRTIO_BLK_F_RO): reads work, a write with
+#      O_DIRECT fails (the kernel refuses it, or the server answers IOERR
+#      once the device is forced writable with blockdev --setrw).
 # Exits 0 only when all pass; every wait is bounded (the guest as a whole by
-# MQBLK_GUEST_TIMEOUT, fio by its own --runtime cap and `timeout`).
+# MQBLK_GUEST_TIMEOUT, fio by `timeout`).
 #
 # SPDX-License-Identifier: MIT OR Apache-2.0
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
-spec=null:gb=1,memory_backed=1,discard=1
+spec=null:gb=1,memory_backed=1,discard=1,cache_size=16
 
 # ---------------------------------------------------------------------------
 # The host half.
@@ -38,51 +45,61 @@ if [ "${MQBLK_GUEST:-}" != 1 ]; then
   [ -x "$mqblk" ] || { echo "vhost.sh: no $mqblk (cargo build --release -p mqblk-cli)" >&2; exit 2; }
   [ "$(id -u)" = 0 ] || { echo "vhost.sh: needs root (tests/guest/run.sh does)" >&2; exit 2; }
   work=$(mktemp -d "${TMPDIR:-/tmp}/mqblk-vhost.XXXXXX")
-  sock=$work/vhost.sock
-  server_pid=""
+  pids=()
   # shellcheck disable=SC2317 # invoked by the EXIT trap
   cleanup() {
-    [ -z "$server_pid" ] || kill -KILL "$server_pid" 2>/dev/null || true
+    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
     rm -rf "$work"
   }
   trap cleanup EXIT
-  "$mqblk" vhost add --device "$spec" --socket "$sock" --queues 2 \
-    > "$work/server.out" 2> "$work/server.err" &
-  server_pid=$!
-  for _ in $(seq 100); do
-    [ -S "$sock" ] && grep -q serving "$work/server.out" && break
-    kill -0 "$server_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  if ! [ -S "$sock" ]; then
-    echo "FAIL: host: no socket at $sock; server said: $(cat "$work/server.out" "$work/server.err")" >&2
-    exit 1
-  fi
-  echo "ok: host: $(cat "$work/server.out")"
+  # start_server N ARGS...: server N on $work/vhostN.sock, waited for (10 s).
+  start_server() {
+    local n=$1; shift
+    "$mqblk" vhost add --socket "$work/vhost$n.sock" "$@" > "$work/server$n.out" 2> "$work/server$n.err" &
+    pids[n]=$!
+    for _ in $(seq 100); do
+      [ -S "$work/vhost$n.sock" ] && grep -q serving "$work/server$n.out" && break
+      kill -0 "${pids[n]}" 2>/dev/null || break
+      sleep 0.1
+    done
+    if ! [ -S "$work/vhost$n.sock" ]; then
+      echo "FAIL: host: no socket $n; server said: $(cat "$work/server$n.out" "$work/server$n.err")" >&2
+      exit 1
+    fi
+    echo "ok: host: $(cat "$work/server$n.out")"
+  }
+  start_server 0 --device "$spec" --queues 2
+  start_server 1 --device null:gb=1 --read-only
   guest_status=0
   "$root/tests/guest/run.sh" "$0" --shared-mem \
-    --qemu -chardev --qemu "socket,id=vh0,path=$sock" \
-    --qemu -device --qemu vhost-user-blk-pci,chardev=vh0,num-queues=2 || guest_status=$?
-  kill -TERM "$server_pid"
-  status=timeout
-  for _ in $(seq 300); do
-    kill -0 "$server_pid" 2>/dev/null || { wait "$server_pid"; status=$?; break; }
-    sleep 0.1
-  done
-  [ "$status" = timeout ] || server_pid=""
-  summary=$(tail -n 1 "$work/server.out")
+    --qemu -chardev --qemu "socket,id=vh0,path=$work/vhost0.sock" \
+    --qemu -device --qemu vhost-user-blk-pci,chardev=vh0,num-queues=2 \
+    --qemu -chardev --qemu "socket,id=vh1,path=$work/vhost1.sock" \
+    --qemu -device --qemu vhost-user-blk-pci,chardev=vh1,num-queues=1 || guest_status=$?
   failures=0
-  if [ "$status" = 0 ] && grep -Eq '\(1 connections, [0-9]+ requests, 0 failed\)' <<< "$summary"; then
-    echo "ok: host: SIGTERM: server exited 0: $summary"
-  else
-    echo "FAIL: host: SIGTERM: status $status: $summary; stderr: $(tail -n 5 "$work/server.err")" >&2
-    failures=1
-  fi
+  # stop_server N FAILED: SIGTERM, exit 0 within 30 s, FAILED failed requests.
+  stop_server() {
+    local n=$1 want_failed=$2 status=timeout summary
+    kill -TERM "${pids[n]}"
+    for _ in $(seq 300); do
+      kill -0 "${pids[n]}" 2>/dev/null || { wait "${pids[n]}"; status=$?; break; }
+      sleep 0.1
+    done
+    summary=$(tail -n 1 "$work/server$n.out")
+    if [ "$status" = 0 ] && grep -Eq "\(1 connections, [0-9]+ requests, $want_failed failed\)" <<< "$summary"; then
+      echo "ok: host: SIGTERM: server $n exited 0: $summary"
+    else
+      echo "FAIL: host: SIGTERM: server $n status $status: $summary; stderr: $(tail -n 5 "$work/server$n.err")" >&2
+      failures=$((failures + 1))
+    fi
+  }
+  stop_server 0 0
+  stop_server 1 '[0-9]+'
   if [ "$guest_status" = 0 ] && [ "$failures" = 0 ]; then
     echo "vhost: all checks passed"
     exit 0
   fi
-  echo "vhost: guest status $guest_status, server stderr: $(tail -n 5 "$work/server.err")" >&2
+  echo "vhost: guest status $guest_status, $failures server checks failed" >&2
   exit 1
 fi
 
@@ -104,10 +121,11 @@ echo "queue limits: logical $(cat $q/logical_block_size) physical $(cat $q/physi
 size=$(blockdev --getsize64 /dev/vda)
 nr_hw=$(find /sys/block/vda/mq -mindepth 1 -maxdepth 1 -type d | wc -l)
 serial=$(cat /sys/block/vda/serial 2>/dev/null)
-if [ "$size" = 1073741824 ] && [ "$nr_hw" = 2 ] && [ "$serial" = mqblk ]; then
-  pass "/dev/vda: $size bytes, $nr_hw hardware queues, serial '$serial' ($(since "$t0"))"
+cache=$(cat $q/write_cache)
+if [ "$size" = 1073741824 ] && [ "$nr_hw" = 2 ] && [ "$serial" = mqblk ] && [ "$cache" = "write back" ]; then
+  pass "/dev/vda: $size bytes, $nr_hw hardware queues, serial '$serial', '$cache' cache ($(since "$t0"))"
 else
-  fail "/dev/vda: size $size (want 1073741824), $nr_hw hardware queues (want 2), serial '$serial' (want mqblk)"
+  fail "/dev/vda: size $size (want 1073741824), $nr_hw hardware queues (want 2), serial '$serial' (want mqblk), cache '$cache' (want write back)"
 fi
 echo none > $q/scheduler 2>/dev/null || true
 
@@ -176,6 +194,18 @@ if [ $ext4_ok = 1 ]; then
 else
   fail "ext4 setup: $(tail -n 5 /tmp/ext4.log)"
   umount $mnt 2>/dev/null
+fi
+
+# ---- 5. the read-only disk ---------------------------------------------------------------
+for _ in $(seq 100); do [ -b /dev/vdb ] && break; sleep 0.1; done
+ro=$(cat /sys/block/vdb/ro 2>/dev/null)
+if [ "$ro" = 1 ] && dd if=/dev/vdb of=/dev/null bs=1M count=4 iflag=direct status=none &&
+    ! head -c 4096 /dev/zero | dd of=/dev/vdb bs=4k oflag=direct status=none 2>/dev/null &&
+    blockdev --setrw /dev/vdb &&
+    ! head -c 4096 /dev/zero | dd of=/dev/vdb bs=4k oflag=direct status=none 2> /tmp/ro-write.txt; then
+  pass "/dev/vdb read-only: reads work, writes fail (forced writable: $(tail -n 1 /tmp/ro-write.txt))"
+else
+  fail "/dev/vdb: ro '$ro' (want 1), or a read failed, or a write succeeded"
 fi
 
 if [ "$failures" = 0 ]; then

@@ -80,13 +80,14 @@ fn add(args: AddArgs) -> Result<String, (u8, String)> {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(
             out,
-            "mqblk vhost: serving {} on {} ({} queues x {} requests, {} MiB, {} byte blocks{})",
+            "mqblk vhost: serving {} on {} ({} queues x {} requests, {} MiB, {} byte blocks{}{})",
             args.device,
             server.socket().display(),
             d.num_queues,
             args.depth,
             d.capacity_bytes >> 20,
             d.logical_block_size,
+            if d.write_cache { ", write cache" } else { "" },
             if d.read_only { ", read-only" } else { "" }
         );
         let _ = out.flush();

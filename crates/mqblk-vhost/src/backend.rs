@@ -18,7 +18,6 @@
 //! vmm-sys-util (eventfds).
 
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use vhost::vhost_user::message::VhostUserProtocolFeatures;
@@ -42,7 +41,6 @@ pub struct BlkBackend {
     queue_size: u16,
     mem: GuestMemoryAtomic<Mem>,
     queues: Vec<Mutex<VirtQueue>>,
-    event_idx: AtomicBool,
 }
 
 impl BlkBackend {
@@ -54,7 +52,6 @@ impl BlkBackend {
             queue_size,
             mem,
             queues: queues.into_iter().map(Mutex::new).collect(),
-            event_idx: AtomicBool::new(false),
         }
     }
 
@@ -105,8 +102,9 @@ impl VhostUserBackend for BlkBackend {
         VhostUserProtocolFeatures::CONFIG | VhostUserProtocolFeatures::MQ | VhostUserProtocolFeatures::REPLY_ACK
     }
 
-    fn set_event_idx(&self, enabled: bool) {
-        self.event_idx.store(enabled, Ordering::Relaxed);
+    fn set_event_idx(&self, _enabled: bool) {
+        // The daemon sets it on each vring's queue, whose
+        // needs_notification and enable_notification then follow it.
     }
 
     fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
