@@ -172,6 +172,11 @@ impl VirtQueue {
     fn pop_and_submit(&mut self, vring: &Vring, mem: &Mem) -> io::Result<(usize, usize)> {
         let (mut popped, mut answered) = (0, 0);
         let mut state = vring.get_mut();
+        // A completion event may come after the frontend stopped the ring
+        // (GET_VRING_BASE): its rings must not be touched then.
+        if !state.get_queue().ready() {
+            return Ok((0, 0));
+        }
         loop {
             state.disable_notification().map_err(io::Error::other)?;
             while let Some(&slot_id) = self.free_slots.last() {

@@ -137,3 +137,29 @@ fn more_chains_than_slots_are_all_served() {
         assert_eq!(status_at(&mem, BUF + i * 0x10_0000 + 0x1000 + 4096), VIRTIO_BLK_S_OK as u8);
     }
 }
+
+#[test]
+fn stopping_the_ring_waits_for_requests_in_flight() {
+    let mem = Mem::from_ranges(&[(GuestAddress(0), 0x40_0000)]).unwrap();
+    let q = MockSplitQueue::new(&mem, QUEUE_SIZE);
+    mqblk_null::register();
+    // Completions 2 ms after submission, on the device's timer thread.
+    let dev = Device::open("null:gb=1,memory_backed=1,irqmode=2,completion_nsec=2000000").unwrap();
+    let disk = disk(&dev, false);
+    let mut vq = VirtQueue::new(0, dev.client_with_capacity(4), 4, disk, "x").unwrap();
+    let vring = vring(&mem, &q);
+    let mut descs = Vec::new();
+    for i in 0..3u16 {
+        descs.extend(chain(&mem, i * 3, BUF + u64::from(i) * 0x10_0000, VIRTIO_BLK_T_OUT, u64::from(i) * 8, 4096));
+    }
+    q.add_desc_chains(&descs, 0).unwrap();
+
+    vq.run(&vring, &mem).unwrap();
+    vq.finish_in_flight(&mem).unwrap();
+
+    assert_eq!(vq.in_flight(), 0);
+    assert_eq!(q.used().idx().load(), 3, "every request in the used ring before the ring stops");
+    for i in 0..3u64 {
+        assert_eq!(status_at(&mem, BUF + i * 0x10_0000 + 0x1000 + 4096), VIRTIO_BLK_S_OK as u8);
+    }
+}

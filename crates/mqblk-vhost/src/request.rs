@@ -107,6 +107,43 @@ pub struct Refused {
     pub status: Option<GuestAddress>,
 }
 
+/// A chain's descriptors, walked: byte counts of each part, where the
+/// writable part starts in `data`, and the first error met.
+struct Walk {
+    readable_bytes: u64,
+    writable_bytes: u64,
+    first_writable: Option<usize>,
+    refused: Option<ParseError>,
+}
+
+/// Pushes every descriptor of `chain` (at most `max`) into `data`,
+/// checking each lies in `mem` and that readable ones come first.
+fn walk<M: GuestMemory>(chain: impl Iterator<Item = Descriptor>, mem: &M, max: usize, data: &mut Vec<Segment>) -> Walk {
+    let mut w = Walk { readable_bytes: 0, writable_bytes: 0, first_writable: None, refused: None };
+    for (i, desc) in chain.enumerate() {
+        if i >= max {
+            w.refused.get_or_insert(ParseError::TooManyDescriptors(max));
+            break;
+        }
+        let seg = Segment { addr: desc.addr(), len: desc.len() };
+        let access = if desc.is_write_only() { Permissions::Write } else { Permissions::Read };
+        if !mem.check_range(seg.addr, seg.len as usize, access) {
+            w.refused.get_or_insert(ParseError::OutsideMemory { addr: seg.addr.0, len: seg.len });
+        }
+        if desc.is_write_only() {
+            w.first_writable.get_or_insert(data.len());
+            w.writable_bytes += u64::from(seg.len);
+        } else {
+            if w.first_writable.is_some() {
+                w.refused.get_or_insert(ParseError::ReadableAfterWritable);
+            }
+            w.readable_bytes += u64::from(seg.len);
+        }
+        data.push(seg);
+    }
+    w
+}
+
 /// Reads the request in `chain` (its descriptors, as virtio-queue yields
 /// them, indirect tables followed) from `mem`, holding it to `disk`.
 /// `data` receives the data segments (cleared first).
@@ -117,48 +154,23 @@ pub fn parse<M: GuestMemory>(
     data: &mut Vec<Segment>,
 ) -> Result<Request, Refused> {
     data.clear();
-    let max_descriptors = disk.seg_max as usize + 2;
-    let mut readable_bytes = 0u64;
-    let mut writable_bytes = 0u64;
-    let mut first_writable = None;
-    let mut refused = None;
-    for (i, desc) in chain.enumerate() {
-        if i >= max_descriptors {
-            refused.get_or_insert(ParseError::TooManyDescriptors(max_descriptors));
-            break;
-        }
-        let seg = Segment { addr: desc.addr(), len: desc.len() };
-        let access = if desc.is_write_only() { Permissions::Write } else { Permissions::Read };
-        if !mem.check_range(seg.addr, seg.len as usize, access) {
-            refused.get_or_insert(ParseError::OutsideMemory { addr: seg.addr.0, len: seg.len });
-        }
-        if desc.is_write_only() {
-            first_writable.get_or_insert(data.len());
-            writable_bytes += u64::from(seg.len);
-        } else {
-            if first_writable.is_some() {
-                refused.get_or_insert(ParseError::ReadableAfterWritable);
-            }
-            readable_bytes += u64::from(seg.len);
-        }
-        data.push(seg);
-    }
-    let status = status_address(data, writable_bytes, refused.is_none());
+    let w = walk(chain, mem, disk.seg_max as usize + 2, data);
+    let status = status_address(data, w.writable_bytes, w.refused.is_none());
     let fail = |error| Refused { error, status };
-    if let Some(error) = refused {
+    if let Some(error) = w.refused {
         return Err(fail(error));
     }
     let status = status.ok_or(fail(ParseError::NoStatus))?;
-    if readable_bytes < HEADER_BYTES {
-        return Err(fail(ParseError::ShortHeader(readable_bytes)));
+    if w.readable_bytes < HEADER_BYTES {
+        return Err(fail(ParseError::ShortHeader(w.readable_bytes)));
     }
-    let first_writable = first_writable.unwrap_or(data.len());
+    let first_writable = w.first_writable.unwrap_or(data.len());
     let mut header = [0u8; HEADER_BYTES as usize];
     read_segments(mem, &data[..first_writable], 0, &mut header).map_err(fail)?;
     let req_type = u32::from_le_bytes(header[0..4].try_into().expect("4 bytes"));
     let sector = u64::from_le_bytes(header[8..16].try_into().expect("8 bytes"));
-    let out_bytes = readable_bytes - HEADER_BYTES;
-    let in_bytes = writable_bytes - 1;
+    let out_bytes = w.readable_bytes - HEADER_BYTES;
+    let in_bytes = w.writable_bytes - 1;
     let kind = match req_type {
         VIRTIO_BLK_T_IN => Kind::Read { offset: byte_offset(sector).map_err(fail)?, len: in_bytes },
         VIRTIO_BLK_T_OUT => Kind::Write { offset: byte_offset(sector).map_err(fail)?, len: out_bytes },
