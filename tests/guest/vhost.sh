@@ -131,7 +131,7 @@ echo none > $q/scheduler 2>/dev/null || true
 
 # ---- 2. fio with verify ----------------------------------------------------------------
 for engine in libaio io_uring; do
-  for job in "randwrite 4k 1 4m" "randwrite 4k 32 8m" "write 1m 1 16m" "write 1m 32 32m"; do
+  for job in "randwrite 4k 1 2m" "randwrite 4k 32 4m" "write 1m 1 8m" "write 1m 32 16m"; do
     read -r rw bs qd size <<< "$job"
     out=/tmp/fio-$engine-$rw-$bs-$qd.txt
     t0=$(now)
