@@ -62,6 +62,12 @@ pub enum ParseError {
     OutsideMemory { addr: u64, len: u32 },
     #[error("more than {0} descriptors")]
     TooManyDescriptors(usize),
+    /// The chain stopped at a descriptor whose NEXT flag is set: it loops,
+    /// outgrows its table, names a descriptor past the table's end, or
+    /// leads to an indirect table that is unreadable or malformed
+    /// (virtio-queue ends such a chain early rather than fail it).
+    #[error("the chain ends at a descriptor that names a next one")]
+    Truncated,
     #[error("a device-readable descriptor after a device-writable one")]
     ReadableAfterWritable,
     #[error("no device-writable byte for the status")]
@@ -117,14 +123,17 @@ struct Walk {
 }
 
 /// Pushes every descriptor of `chain` (at most `max`) into `data`,
-/// checking each lies in `mem` and that readable ones come first.
+/// checking each lies in `mem`, that readable ones come first, and that
+/// the chain really ended (its last descriptor has no NEXT flag).
 fn walk<M: GuestMemory>(chain: impl Iterator<Item = Descriptor>, mem: &M, max: usize, data: &mut Vec<Segment>) -> Walk {
     let mut w = Walk { readable_bytes: 0, writable_bytes: 0, first_writable: None, refused: None };
+    let mut last_has_next = false;
     for (i, desc) in chain.enumerate() {
         if i >= max {
             w.refused.get_or_insert(ParseError::TooManyDescriptors(max));
-            break;
+            return w;
         }
+        last_has_next = desc.has_next();
         let seg = Segment { addr: desc.addr(), len: desc.len() };
         let access = if desc.is_write_only() { Permissions::Write } else { Permissions::Read };
         if !mem.check_range(seg.addr, seg.len as usize, access) {
@@ -140,6 +149,9 @@ fn walk<M: GuestMemory>(chain: impl Iterator<Item = Descriptor>, mem: &M, max: u
             w.readable_bytes += u64::from(seg.len);
         }
         data.push(seg);
+    }
+    if last_has_next {
+        w.refused.get_or_insert(ParseError::Truncated);
     }
     w
 }

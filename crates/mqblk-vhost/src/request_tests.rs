@@ -270,3 +270,115 @@ fn segment_copies_span_descriptors() {
     let mut long = [0u8; 9];
     assert!(read_segments(&m, &segs, 0, &mut long).is_err());
 }
+
+/// A descriptor with its NEXT flag and index as given.
+fn raw(addr: u64, len: u32, flags: u32, next: u16) -> RawDescriptor {
+    RawDescriptor::from(SplitDescriptor::new(addr, len, flags as u16, next))
+}
+
+/// Parses the first chain of `descs`, stored in a 16-entry table as they
+/// are (NEXT flags and indices untouched).
+fn run_raw(mem: &GuestMemoryMmap<()>, descs: &[RawDescriptor], disk: &DiskLimits) -> Result<Request, Refused> {
+    let queue = MockSplitQueue::new(mem, 16);
+    let chain = queue.build_multiple_desc_chains(descs).unwrap();
+    parse(chain, mem, disk, &mut Vec::new())
+}
+
+/// A disk whose descriptor limit (seg_max + 2) is the 16-entry table.
+fn disk_as_long_as_the_table() -> DiskLimits {
+    DiskLimits { seg_max: 14, ..disk(false) }
+}
+
+use virtio_bindings::virtio_ring::{VRING_DESC_F_INDIRECT, VRING_DESC_F_NEXT};
+const NEXT: u32 = VRING_DESC_F_NEXT;
+const WRITE: u32 = VRING_DESC_F_WRITE;
+
+#[test]
+fn chain_that_loops_is_refused() {
+    let m = mem();
+    header(&m, VIRTIO_BLK_T_IN, 0);
+    // Header, then two writable descriptors naming each other.
+    let looped = [raw(HDR, 16, NEXT, 1), raw(DATA, 512, NEXT | WRITE, 2), raw(STATUS, 1, NEXT | WRITE, 1)];
+    let r = run_raw(&m, &looped, &disk_as_long_as_the_table()).unwrap_err();
+    assert_eq!((r.error, r.status), (ParseError::Truncated, None));
+    assert_eq!(r.error.status(), VIRTIO_BLK_S_IOERR as u8);
+    // With a descriptor limit under the table's size, the limit stops it first.
+    let r = run_raw(&m, &looped, &disk(false)).unwrap_err();
+    assert_eq!(r.error, ParseError::TooManyDescriptors(10));
+}
+
+#[test]
+fn chain_that_outgrows_the_queue_is_refused() {
+    let m = mem();
+    header(&m, VIRTIO_BLK_T_IN, 0);
+    // All 16 entries in a line, the last naming a 17th.
+    let mut line = vec![raw(HDR, 16, NEXT, 1)];
+    line.extend((1..16u16).map(|i| raw(DATA + u64::from(i) * 512, 512, NEXT | WRITE, (i + 1) % 16)));
+    let r = run_raw(&m, &line, &disk_as_long_as_the_table()).unwrap_err();
+    assert_eq!(r.error, ParseError::Truncated);
+    // A next index past the table's end.
+    let past = [raw(HDR, 16, NEXT, 1), raw(STATUS, 1, NEXT | WRITE, 16)];
+    let r = run_raw(&m, &past, &disk(false)).unwrap_err();
+    assert_eq!(r.error, ParseError::Truncated);
+}
+
+#[test]
+fn header_of_the_wrong_size_is_ioerr() {
+    let m = mem();
+    header(&m, VIRTIO_BLK_T_IN, 0);
+    // No readable byte at all.
+    let r = refused(&m, &[wr(DATA, 512), wr(STATUS, 1)], &disk(false));
+    assert_eq!((r.error, r.status), (ParseError::ShortHeader(0), Some(GuestAddress(STATUS))));
+    // A 24-byte header descriptor: 8 readable bytes a read cannot take.
+    let r = refused(&m, &[rd(HDR, 24), wr(DATA, 512), wr(STATUS, 1)], &disk(false));
+    assert_eq!(r.error, ParseError::WrongDirection);
+    assert_eq!(r.error.status(), VIRTIO_BLK_S_IOERR as u8);
+    // A header split over descriptors of 5 and 11 bytes is a header.
+    assert!(run(&m, &[rd(HDR, 5), rd(HDR + 5, 11), wr(DATA, 512), wr(STATUS, 1)], &disk(false)).0.is_ok());
+}
+
+#[test]
+fn io_straddling_the_end_is_ioerr() {
+    let m = mem();
+    header(&m, VIRTIO_BLK_T_OUT, (1 << 20) / 512 - 1);
+    let r = refused(&m, &[rd(HDR, 16), rd(DATA, 1024), wr(STATUS, 1)], &disk(false));
+    assert_eq!(r.error, ParseError::PastEnd { offset: (1 << 20) - 512, len: 1024 });
+    assert_eq!(r.status, Some(GuestAddress(STATUS)));
+    // The same for the sector of a discard range.
+    header(&m, VIRTIO_BLK_T_DISCARD, 0);
+    let mut range = [0u8; 16];
+    range[0..8].copy_from_slice(&((1u64 << 20) / 512).to_le_bytes());
+    range[8..12].copy_from_slice(&8u32.to_le_bytes());
+    m.write_slice(&range, GuestAddress(DATA)).unwrap();
+    let r = refused(&m, &[rd(HDR, 16), rd(DATA, 16), wr(STATUS, 1)], &disk(false));
+    assert_eq!(r.error, ParseError::PastEnd { offset: 1 << 20, len: 4096 });
+}
+
+#[test]
+fn indirect_table_outside_memory_is_refused() {
+    let m = mem();
+    header(&m, VIRTIO_BLK_T_IN, 0);
+    let indirect = VRING_DESC_F_INDIRECT;
+    let far = MEM_BYTES as u64 + 0x1000;
+    // The head names a table outside memory: the chain is empty.
+    let r = run_raw(&m, &[raw(far, 48, indirect, 0)], &disk(false)).unwrap_err();
+    assert_eq!((r.error, r.status), (ParseError::NoStatus, None));
+    // A table straddling the end of memory.
+    let r = run_raw(&m, &[raw(MEM_BYTES as u64 - 16, 48, indirect, 0)], &disk(false)).unwrap_err();
+    assert_eq!(r.status, None);
+    // Reached from a header descriptor: the chain stops at a NEXT flag.
+    let r = run_raw(&m, &[raw(HDR, 16, NEXT, 1), raw(far, 48, indirect, 0)], &disk(false)).unwrap_err();
+    assert_eq!(r.error, ParseError::Truncated);
+    // A table length that is not a whole number of descriptors.
+    let r = run_raw(&m, &[raw(HDR, 16, NEXT, 1), raw(DATA, 20, indirect, 0)], &disk(false)).unwrap_err();
+    assert_eq!(r.error, ParseError::Truncated);
+    // A table in memory whose data descriptor is not.
+    const TABLE: u64 = 0x38_0000;
+    let table = [raw(HDR, 16, NEXT, 1), raw(far, 512, NEXT | WRITE, 2), raw(STATUS, 1, WRITE, 0)];
+    for (i, d) in table.iter().enumerate() {
+        m.write_obj(*d, GuestAddress(TABLE + 16 * i as u64)).unwrap();
+    }
+    let r = run_raw(&m, &[raw(TABLE, 48, indirect, 0)], &disk(false)).unwrap_err();
+    assert_eq!(r.error, ParseError::OutsideMemory { addr: far, len: 512 });
+    assert_eq!(r.error.status(), VIRTIO_BLK_S_IOERR as u8);
+}
