@@ -168,8 +168,25 @@ impl VirtQueue {
     }
 
     /// Pops chains while slots are free and submits their bios under one
-    /// plug; returns (chains popped, answered without a bio).
+    /// plug; returns (chains popped, answered without a bio). A broken
+    /// ring is an error (see `pop`); the bios prepared before it are
+    /// still submitted, so no slot is left holding an unsent request.
     fn pop_and_submit(&mut self, vring: &Vring, mem: &Mem) -> io::Result<(usize, usize)> {
+        let popped = self.pop(vring, mem);
+        let submitted = self.submit_pending(vring, mem);
+        let (popped, answered) = popped?;
+        Ok((popped, answered + submitted?))
+    }
+
+    /// Pops chains while slots are free, parses each and prepares its bio
+    /// (`start`); returns (chains popped, answered without a bio).
+    ///
+    /// An avail index more than a ring ahead of ours, a head index past
+    /// the table, or rings outside guest memory make the ring unusable:
+    /// virtio-queue then pops nothing (or refuses the used entry), and the
+    /// error returned here ends the queue's worker until the guest resets
+    /// the device, as vhost does with a ring it cannot parse.
+    fn pop(&mut self, vring: &Vring, mem: &Mem) -> io::Result<(usize, usize)> {
         let (mut popped, mut answered) = (0, 0);
         let mut state = vring.get_mut();
         // A completion event may come after the frontend stopped the ring
@@ -179,10 +196,11 @@ impl VirtQueue {
         }
         loop {
             state.disable_notification().map_err(io::Error::other)?;
+            let mut popped_now = 0;
             while let Some(&slot_id) = self.free_slots.last() {
                 let Some(chain) = state.get_queue_mut().pop_descriptor_chain(mem) else { break };
                 self.free_slots.pop();
-                popped += 1;
+                popped_now += 1;
                 self.stats.requests += 1;
                 let head = chain.head_index();
                 let parsed = request::parse(chain, mem, &self.disk, &mut self.slots[usize::from(slot_id)].data);
@@ -192,13 +210,18 @@ impl VirtQueue {
                     answered += 1;
                 }
             }
+            popped += popped_now;
             // Out of slots: notifications stay off; completions run us again.
             if self.free_slots.is_empty() || !state.enable_notification().map_err(io::Error::other)? {
                 break;
             }
+            // The avail index moved, yet with slots free nothing popped:
+            // the index is more than a ring ahead (virtio-queue refuses
+            // it), and asking again would spin.
+            if popped_now == 0 {
+                return Err(io::Error::other(format!("queue {}: avail index out of range", self.index)));
+            }
         }
-        drop(state);
-        answered += self.submit_pending(vring, mem)?;
         Ok((popped, answered))
     }
 
@@ -220,6 +243,7 @@ impl VirtQueue {
             }
         });
         let answered = self.rejected.len();
+        let mut failed = None;
         while let Some((slot_id, status, buf)) = self.rejected.pop() {
             if let Some(buf) = buf {
                 self.free_bufs.push(buf);
@@ -227,9 +251,12 @@ impl VirtQueue {
             let (head, status_addr) = (self.slots[usize::from(slot_id)].head, self.slots[usize::from(slot_id)].status);
             self.free_slots.push(slot_id);
             let used_len = self.answer(status_addr, virtio_status(status), 0, mem);
-            vring.add_used(head, used_len).map_err(io::Error::other)?;
+            // The remaining refusals still free their slots.
+            if let Err(e) = vring.add_used(head, used_len) {
+                failed.get_or_insert(io::Error::other(e));
+            }
         }
-        Ok(answered)
+        failed.map_or(Ok(answered), Err)
     }
 
     /// Starts the request parsed into slot `slot_id`: its bio goes to
@@ -279,6 +306,7 @@ impl VirtQueue {
     /// ring; returns how many.
     fn reap(&mut self, vring: &Vring, mem: &Mem, min: usize) -> io::Result<usize> {
         let mut total = 0;
+        let mut failed = None;
         loop {
             self.done.clear();
             let max = self.slots.len();
@@ -306,9 +334,15 @@ impl VirtQueue {
                 }
                 self.free_slots.push(slot_id as u16);
                 let used_len = self.answer(status_addr, code, written, mem);
-                vring.add_used(head, used_len).map_err(io::Error::other)?;
+                // The remaining completions still free their slots.
+                if let Err(e) = vring.add_used(head, used_len) {
+                    failed.get_or_insert(io::Error::other(e));
+                }
             }
             total += got;
+            if let Some(e) = failed.take() {
+                return Err(e);
+            }
             if got < max {
                 return Ok(total);
             }

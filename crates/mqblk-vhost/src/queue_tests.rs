@@ -163,3 +163,68 @@ fn stopping_the_ring_waits_for_requests_in_flight() {
         assert_eq!(status_at(&mem, BUF + i * 0x10_0000 + 0x1000 + 4096), VIRTIO_BLK_S_OK as u8);
     }
 }
+
+#[test]
+fn avail_index_more_than_a_ring_ahead_is_an_error_not_a_spin() {
+    let mem = Mem::from_ranges(&[(GuestAddress(0), 0x40_0000)]).unwrap();
+    let q = MockSplitQueue::new(&mem, QUEUE_SIZE);
+    let dev = device();
+    let disk = disk(&dev, false);
+    let mut vq = VirtQueue::new(0, dev.client_with_capacity(4), 4, disk, "x").unwrap();
+    let vring = vring(&mem, &q);
+    q.add_desc_chains(&chain(&mem, 0, BUF, VIRTIO_BLK_T_IN, 0, 512), 0).unwrap();
+    q.avail().idx().store(QUEUE_SIZE + 1);
+
+    assert!(vq.run(&vring, &mem).is_err(), "the ring is unusable");
+    assert_eq!(q.used().idx().load(), 0);
+    assert_eq!(vq.stats().requests, 0);
+}
+
+#[test]
+fn head_index_past_the_table_is_an_error() {
+    let mem = Mem::from_ranges(&[(GuestAddress(0), 0x40_0000)]).unwrap();
+    let q = MockSplitQueue::new(&mem, QUEUE_SIZE);
+    let dev = device();
+    let disk = disk(&dev, false);
+    let mut vq = VirtQueue::new(0, dev.client_with_capacity(4), 4, disk, "x").unwrap();
+    let vring = vring(&mem, &q);
+    // A valid read first, then a head that names entry 200 of 16.
+    q.add_desc_chains(&chain(&mem, 0, BUF, VIRTIO_BLK_T_IN, 0, 512), 0).unwrap();
+    q.avail().ring().ref_at(1).unwrap().store(200);
+    q.avail().idx().store(2);
+
+    assert!(vq.run(&vring, &mem).is_err(), "the bad head cannot be put in the used ring");
+    vq.finish_in_flight(&mem).unwrap();
+    assert_eq!(vq.in_flight(), 0, "the read before it was still submitted");
+    assert_eq!(q.used().idx().load(), 1);
+    assert_eq!(status_at(&mem, BUF + 0x1000 + 512), VIRTIO_BLK_S_OK as u8);
+}
+
+#[test]
+fn looping_chain_is_given_back_and_the_next_one_served() {
+    let mem = Mem::from_ranges(&[(GuestAddress(0), 0x40_0000)]).unwrap();
+    let q = MockSplitQueue::new(&mem, QUEUE_SIZE);
+    let dev = device();
+    let disk = disk(&dev, false);
+    let mut vq = VirtQueue::new(0, dev.client_with_capacity(4), 4, disk, "x").unwrap();
+    let vring = vring(&mem, &q);
+    // Chain 0: its status descriptor names its data descriptor again.
+    let mut looped = chain(&mem, 0, BUF, VIRTIO_BLK_T_IN, 0, 512);
+    looped[2] = RawDescriptor::from(SplitDescriptor::new(
+        BUF + 0x1000 + 512,
+        1,
+        (VRING_DESC_F_NEXT | VRING_DESC_F_WRITE) as u16,
+        1,
+    ));
+    q.add_desc_chains(&looped, 0).unwrap();
+    q.add_desc_chains(&chain(&mem, 3, BUF + 0x10_0000, VIRTIO_BLK_T_IN, 0, 512), 3).unwrap();
+
+    vq.run(&vring, &mem).unwrap();
+
+    assert_eq!(q.used().idx().load(), 2);
+    let mut answers: Vec<(u32, u32)> = (0..2).map(|i| used(&q, i)).collect();
+    answers.sort();
+    assert_eq!(answers, [(0, 0), (3, 513)], "the loop given back with nothing written");
+    assert_eq!(status_at(&mem, BUF + 0x10_0000 + 0x1000 + 512), VIRTIO_BLK_S_OK as u8);
+    assert_eq!((vq.stats().errors, vq.stats().dropped), (1, 1));
+}
