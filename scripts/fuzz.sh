@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Runs the cargo-fuzz targets of the NBD server for a bounded time:
-# nbd_connection (a whole connection fed arbitrary client bytes) for SECS
-# seconds, nbd_parsers (the request and option parsers) for SECS/3.
+# Runs the cargo-fuzz targets of the NBD and vhost-user-blk servers for a
+# bounded time: nbd_connection (a whole connection fed arbitrary client
+# bytes) for SECS seconds, nbd_parsers (the request and option parsers)
+# for SECS/3, vhost_request (a virtqueue whose guest memory and rings are
+# arbitrary bytes) for SECS/3.
 # Usage: scripts/fuzz.sh [SECS]   (default 60). Installs cargo-fuzz and a
 # C++ compiler (libFuzzer is built from source) when missing.
 set -euo pipefail
@@ -24,8 +26,12 @@ fi
 export RUSTC_BOOTSTRAP=1
 # A crash or a leak fails the run and leaves its input in fuzz/artifacts/.
 # New inputs go to corpus/ (kept between local runs, not committed); the
-# committed seeds hold every command and option once.
-mkdir -p corpus/nbd_connection
+# committed seeds hold every command and option once (and one chain of
+# each common vhost request type).
+mkdir -p corpus/nbd_connection corpus/vhost_request
 cargo fuzz run -O nbd_connection corpus/nbd_connection seeds/nbd_connection -- \
   -max_total_time="$secs" -rss_limit_mb=4096 -print_final_stats=1
 cargo fuzz run -O nbd_parsers -- -max_total_time="$((secs / 3))" -print_final_stats=1
+# -max_len: the target's 26-byte preamble and both guest regions.
+cargo fuzz run -O vhost_request corpus/vhost_request seeds/vhost_request -- \
+  -max_total_time="$((secs / 3))" -max_len=32794 -rss_limit_mb=4096 -print_final_stats=1

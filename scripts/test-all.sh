@@ -4,8 +4,8 @@
 # lifecycle assertions are on; the guest tests boot Linux 6.12 under qemu),
 # stock fio's libblkio engine on libblkio.so.1 (tests/blkio/fio.sh), the
 # performance gate (scripts/perf-gate.sh), the loom models (bounded
-# preemptions), Miri (scripts/miri.sh), cargo-fuzz on the NBD server
-# (bounded) and the zoned kernel oracle (installs qemu, a Debian kernel and
+# preemptions), Miri (scripts/miri.sh), cargo-fuzz on the NBD and
+# vhost-user-blk servers (bounded) and the zoned kernel oracle (installs qemu, a Debian kernel and
 # busybox).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -146,7 +146,7 @@ stage "Miri (Tree Borrows and Stacked Borrows)"
 miri_status=0
 scripts/miri.sh || miri_status=$?
 
-stage "fuzzing the NBD server (cargo-fuzz, bounded: 60 s + 20 s)"
+stage "fuzzing the NBD and vhost-user-blk servers (cargo-fuzz, bounded: 60 s + 20 s + 20 s)"
 scripts/fuzz.sh 60
 
 stage "zoned kernel oracle (Linux 6.1 and 6.12 null_blk under qemu vs mqblk: 5 configurations x 300 ops, one boot per kernel)"
