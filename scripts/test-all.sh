@@ -5,8 +5,8 @@
 # stock fio's libblkio engine on libblkio.so.1 (tests/blkio/fio.sh), the
 # performance gate (scripts/perf-gate.sh), the loom models (bounded
 # preemptions), Miri (scripts/miri.sh), cargo-fuzz on the NBD and
-# vhost-user-blk servers (bounded) and the zoned kernel oracle (installs qemu, a Debian kernel and
-# busybox).
+# vhost-user-blk servers (bounded) and the zoned kernel oracle (installs
+# qemu, a Debian kernel and busybox).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
