@@ -10,6 +10,11 @@
 //! buffer and timestamps, allocated before the run: nothing is allocated per
 //! I/O.
 //!
+//! A job with `read_iolog` takes each I/O (direction, offset, length) and
+//! its time from the trace (replay.rs) instead of its pattern, and ends
+//! with the trace; with `write_iolog`, each I/O is logged as it is issued
+//! (iolog.rs).
+//!
 //! Timing (unless `gtod_reduce`): one clock read per I/O at issue; the next
 //! issue's read closes the previous I/O's submission latency (they are back
 //! to back), one read closes each chunk, and one read per reap stamps all of
@@ -21,9 +26,13 @@ use crossbeam_utils::CachePadded;
 use mqblk::clock::Clock;
 use mqblk::{Bio, Buf, Client, ClientStats, Completion, Device, ReqFlags};
 
-use super::job_setup::{job_region, new_verifier, new_zone_writer, slot_buffers};
+use super::iolog::{IoAction, IologWriter, TraceEntry};
+use super::job_setup::{
+    buffer_sizes, job_region, new_iolog_writer, new_replay, new_verifier, new_zone_writer, slot_buffers,
+};
 use super::options::JobOptions;
 use super::pattern::{Pattern, ZoneWriter};
+use super::replay::{replayed_bio, Replay};
 use super::stats::{DirStats, Rusage};
 use super::verify::Verifier;
 
@@ -108,7 +117,11 @@ struct Slot {
     issue_ns: u64,
     slat_ns: u64,
     offset: u64,
+    len_bytes: u64,
     is_write: bool,
+    /// A read or write (a replayed trim or sync is neither: it has no
+    /// buffer and is not in the read and write stats).
+    data: bool,
 }
 
 /// Runs one job to completion on the calling thread.
@@ -147,7 +160,8 @@ fn run_loop<const TIMED: bool>(
     offset: u64,
     region_len: u64,
 ) -> Result<JobResult, String> {
-    let job = JobLoop::<TIMED>::new(opts, clock, live, region_len);
+    let mut io = IoState::new(opts, dev, fixed, opts.effective_iodepth(), job_index, offset, region_len)?;
+    let job = JobLoop::<TIMED>::new(opts, clock, live, ctrl, region_len, io.replay.is_some());
     let read_pct = opts.rw.read_pct(opts.rwmixread);
     let mut progress = Progress {
         pattern: Pattern {
@@ -164,8 +178,8 @@ fn run_loop<const TIMED: bool>(
         total_ios: 0,
         error: 0,
         measuring: false,
+        source_done: false,
     };
-    let mut io = IoState::new(opts, dev, fixed, job.depth, read_pct, job_index, offset, region_len)?;
     let mut client = dev.client_with_capacity(job.depth);
     job.start(ctrl, &mut io, &mut progress);
     job.run(&mut client, ctrl, &mut io, &mut progress)?;
@@ -182,6 +196,7 @@ struct JobLoop<'a, const TIMED: bool> {
     opts: &'a JobOptions,
     clock: Clock,
     live: &'a Live,
+    ctrl: &'a Control,
     depth: usize,
     /// I/Os submitted per chunk (`iodepth_batch_submit`, 0: `iodepth`).
     batch: usize,
@@ -200,6 +215,10 @@ struct JobLoop<'a, const TIMED: bool> {
 struct IoState {
     zone_writer: Option<ZoneWriter>,
     verifier: Option<Verifier>,
+    /// `read_iolog`: the trace the job replays.
+    replay: Option<Replay>,
+    /// `write_iolog`: the log of what the job issues.
+    iolog: Option<IologWriter>,
     /// Indexed by an I/O's `user_data`.
     slots: Vec<Slot>,
     read_bufs: Vec<Option<Buf>>,
@@ -222,27 +241,34 @@ struct Progress {
     /// First error's errno (0: none).
     error: i32,
     measuring: bool,
+    /// The replayed trace is over.
+    source_done: bool,
 }
 
 impl IoState {
-    /// fio's job setup: the zones and verifier, and every slot's buffers.
-    #[allow(clippy::too_many_arguments)]
+    /// fio's job setup: the zones and verifier, the trace and the log, and
+    /// every slot's buffers.
     fn new(
         opts: &JobOptions,
         dev: &Device,
         fixed: Option<&mqblk::FixedBufs>,
         depth: usize,
-        read_pct: u32,
         job_index: usize,
         offset: u64,
         region_len: u64,
     ) -> Result<Self, String> {
+        let read_pct = opts.rw.read_pct(opts.rwmixread);
         let zone_writer = new_zone_writer(opts, dev, offset, region_len)?;
         let verifier = new_verifier(opts, read_pct, offset, region_len)?;
-        let (read_bufs, write_bufs) = slot_buffers(opts, fixed, depth, read_pct, job_index);
+        let (replay, trace) = new_replay(opts, dev)?.unzip();
+        let sizes = buffer_sizes(opts, read_pct, trace.as_ref());
+        let (read_bufs, write_bufs) = slot_buffers(fixed, depth, sizes, job_index);
+        let iolog = new_iolog_writer(opts, opts.filename.as_deref().unwrap_or(dev.driver_name()))?;
         Ok(Self {
             zone_writer,
             verifier,
+            replay,
+            iolog,
             slots: vec![Slot::default(); depth],
             read_bufs,
             write_bufs,
@@ -255,7 +281,7 @@ impl IoState {
 }
 
 impl<'a, const TIMED: bool> JobLoop<'a, TIMED> {
-    fn new(opts: &'a JobOptions, clock: Clock, live: &'a Live, region_len: u64) -> Self {
+    fn new(opts: &'a JobOptions, clock: Clock, live: &'a Live, ctrl: &'a Control, region_len: u64, replay: bool) -> Self {
         let depth = opts.effective_iodepth();
         // Writes are sync (O_DIRECT) unless the job is async (writeback).
         let hipri = if opts.hipri { ReqFlags::HIPRI } else { ReqFlags::NONE };
@@ -264,13 +290,15 @@ impl<'a, const TIMED: bool> JobLoop<'a, TIMED> {
             opts,
             clock,
             live,
+            ctrl,
             depth,
             // fio: iodepth_batch_submit=0 means iodepth.
             batch: if opts.iodepth_batch_submit == 0 { depth } else { opts.iodepth_batch_submit },
             complete_min: opts.iodepth_batch_complete_min.max(1),
             complete_max: opts.complete_max(),
             lat_hist: opts.lat_percentiles,
-            io_limit_bytes: if opts.time_based { u64::MAX } else { opts.io_size.unwrap_or(region_len) },
+            // A replay ends with its trace (fio: its size is the trace's).
+            io_limit_bytes: if opts.time_based || replay { u64::MAX } else { opts.io_size.unwrap_or(region_len) },
             io_limit_count: if opts.number_ios == 0 { u64::MAX } else { opts.number_ios },
             hipri,
             write_flags,
@@ -282,6 +310,9 @@ impl<'a, const TIMED: bool> JobLoop<'a, TIMED> {
         p.measuring = ctrl.phase.load(Ordering::Acquire) != PHASE_RAMP;
         io.start_ns = self.clock.now_ns();
         io.start_ru = Rusage::thread_now();
+        if let Some(replay) = io.replay.as_mut() {
+            replay.start();
+        }
         self.live.measuring.store(p.measuring, Ordering::Release);
         self.live.ready.store(true, Ordering::Release);
     }
@@ -327,10 +358,10 @@ impl<'a, const TIMED: bool> JobLoop<'a, TIMED> {
     }
 
     /// The job may issue more: below `size` (unless `time_based`) and
-    /// `number_ios`.
+    /// `number_ios`, and before the end of a replayed trace.
     #[inline(always)]
     fn below_limits(&self, p: &Progress) -> bool {
-        p.issued_bytes < self.io_limit_bytes && p.issued_ios < self.io_limit_count
+        p.issued_bytes < self.io_limit_bytes && p.issued_ios < self.io_limit_count && !p.source_done
     }
 
     /// Fills the queue to `iodepth` in chunks of up to `batch` I/Os.
@@ -376,7 +407,10 @@ impl<'a, const TIMED: bool> JobLoop<'a, TIMED> {
         let mut in_chunk = 0;
         while in_chunk < chunk && p.issued_bytes < self.io_limit_bytes {
             let idx = io.free.pop().expect("a free slot per I/O below iodepth");
-            self.submit_one(c, idx, prev, plugged, io, p)?;
+            if !self.submit_one(c, idx, prev, plugged, io, p)? {
+                io.free.push(idx); // the trace is over: the slot stays free
+                break;
+            }
             prev = Some(idx);
             in_chunk += 1;
         }
@@ -387,7 +421,8 @@ impl<'a, const TIMED: bool> JobLoop<'a, TIMED> {
     }
 
     /// Issues one I/O in slot `idx`; its clock read closes the previous
-    /// I/O's (`prev`) submission latency.
+    /// I/O's (`prev`) submission latency. False if there was none to issue
+    /// (the replayed trace is over).
     #[inline(always)]
     fn submit_one(
         &self,
@@ -397,16 +432,38 @@ impl<'a, const TIMED: bool> JobLoop<'a, TIMED> {
         plugged: bool,
         io: &mut IoState,
         p: &mut Progress,
-    ) -> Result<(), String> {
-        let is_write = p.pattern.next_is_write();
-        let bs = if is_write { self.opts.bs_write } else { self.opts.bs_read };
-        let offset = self.next_offset(c, is_write, bs, io, p)?;
-        let bio = self.prep_bio(idx, is_write, offset, io);
+    ) -> Result<bool, String> {
+        let (bio, action, offset, bs) = match io.replay.is_some() {
+            false => {
+                let is_write = p.pattern.next_is_write();
+                let bs = if is_write { self.opts.bs_write } else { self.opts.bs_read };
+                let offset = self.next_offset(c, is_write, bs, io, p)?;
+                let action = if is_write { IoAction::Write } else { IoAction::Read };
+                (self.prep_bio(idx, is_write, offset, io), action, offset, bs)
+            }
+            true => match self.next_replayed(io, p)? {
+                // A sync's range is the trace's (its bio has none).
+                Some(e) => {
+                    let (bufs, flags) = match e.action_io() {
+                        IoAction::Write => (&mut io.write_bufs, self.write_flags),
+                        _ => (&mut io.read_bufs, self.hipri),
+                    };
+                    let bio = replayed_bio(&e, &mut bufs[idx as usize], flags).with_ioprio(self.opts.ioprio);
+                    (bio, e.action_io(), e.offset, e.len_bytes)
+                }
+                None => return Ok(false),
+            },
+        };
+        let is_write = action == IoAction::Write;
+        let data = matches!(action, IoAction::Read | IoAction::Write);
         let t = if TIMED { self.clock.now_ns() } else { 0 };
         if let Some(prev) = prev {
             io.slots[prev as usize].slat_ns = t - io.slots[prev as usize].issue_ns;
         }
-        io.slots[idx as usize] = Slot { issue_ns: t, slat_ns: 0, offset, is_write };
+        io.slots[idx as usize] = Slot { issue_ns: t, slat_ns: 0, offset, len_bytes: bs, is_write, data };
+        if let Some(log) = io.iolog.as_mut() {
+            log.record(action, offset, bs);
+        }
         let submitted = if plugged && self.opts.plug_per_io {
             c.plug().submit(bio, u64::from(idx))
         } else {
@@ -417,7 +474,17 @@ impl<'a, const TIMED: bool> JobLoop<'a, TIMED> {
         }
         p.issued_bytes += bs;
         p.issued_ios += 1;
-        Ok(())
+        Ok(true)
+    }
+
+    /// The replayed trace's next I/O, after its delay; None (and the job's
+    /// source done) at its end or when the run stops.
+    fn next_replayed(&self, io: &mut IoState, p: &mut Progress) -> Result<Option<TraceEntry>, String> {
+        let replay = io.replay.as_mut().expect("a replaying job has its trace");
+        let stopped = || self.ctrl.phase.load(Ordering::Acquire) == PHASE_STOP;
+        let next = replay.next_io(stopped).map_err(|e| format!("job '{}': {e}", self.opts.name))?;
+        p.source_done = next.is_none();
+        Ok(next)
     }
 
     /// The next I/O's offset: a zone's write pointer for a `zonemode=zbd`
@@ -482,16 +549,18 @@ impl<'a, const TIMED: bool> JobLoop<'a, TIMED> {
         let idx = c.user_data as usize;
         let slot = io.slots[idx];
         let stats = &mut io.stats[usize::from(slot.is_write)];
-        let bs = if slot.is_write { self.opts.bs_write } else { self.opts.bs_read };
         if c.status.is_ok() {
             if let (true, Some(v)) = (slot.is_write, io.verifier.as_mut()) {
                 v.written(slot.offset);
             }
-            stats.ios += 1;
-            stats.bytes += bs;
-            if TIMED {
-                let clat = now.saturating_sub(slot.issue_ns + slot.slat_ns);
-                stats.record_latency(slot.slat_ns, clat, self.lat_hist);
+            // A replayed trim or sync is outside the read and write stats.
+            if slot.data {
+                stats.ios += 1;
+                stats.bytes += slot.len_bytes;
+                if TIMED {
+                    let clat = now.saturating_sub(slot.issue_ns + slot.slat_ns);
+                    stats.record_latency(slot.slat_ns, clat, self.lat_hist);
+                }
             }
         } else {
             stats.errors += 1;
@@ -499,11 +568,13 @@ impl<'a, const TIMED: bool> JobLoop<'a, TIMED> {
                 p.error = c.status.errno();
             }
         }
-        let buf = c.buf.expect("data I/O completions carry their buffer");
-        if slot.is_write {
-            io.write_bufs[idx] = Some(buf);
-        } else {
-            io.read_bufs[idx] = Some(buf);
+        if slot.data {
+            let buf = c.buf.expect("data I/O completions carry their buffer");
+            if slot.is_write {
+                io.write_bufs[idx] = Some(buf);
+            } else {
+                io.read_bufs[idx] = Some(buf);
+            }
         }
         io.free.push(idx as u32);
         p.total_ios += 1;
@@ -522,6 +593,9 @@ impl<'a, const TIMED: bool> JobLoop<'a, TIMED> {
     fn finish(&self, mut client: Client, mut io: IoState, p: &Progress) -> Result<JobResult, String> {
         let elapsed_ns = self.clock.now_ns() - io.start_ns;
         let rusage = Rusage::thread_now().since(&io.start_ru);
+        if let Some(log) = io.iolog.take() {
+            log.finish().map_err(|e| format!("job '{}': {e}", self.opts.name))?;
+        }
         if let Some(v) = &io.verifier {
             if p.error == 0 {
                 let bufs = io.write_bufs.drain(..).flatten().collect();

@@ -4,12 +4,15 @@
 //! the main thread keeps time (ramp, runtime), samples bandwidth every
 //! 500 ms, draws the progress bar on a terminal, and writes the report.
 
+mod blktrace_input;
 pub mod cpus;
+mod iolog;
 pub mod job;
 mod job_setup;
 pub mod options;
 mod parse;
 mod pattern;
+mod replay;
 pub mod report;
 mod setter;
 pub mod stats;
@@ -480,12 +483,12 @@ fn take_sample(sh: &Shared, r: &mut Running, now: Instant) {
     let (drb, dwb) = (rb.saturating_sub(last_rb), wb.saturating_sub(last_wb));
     let dios = ios.saturating_sub(last_ios) as f64;
     let total = (drb + dwb).max(1) as f64;
-    let read_pct = sh.opts.rw.read_pct(sh.opts.rwmixread);
-    if read_pct > 0 {
+    let (reads, writes) = sh.opts.directions();
+    if reads {
         r.read_samples.bw_kib.push(drb as f64 / 1024.0 / secs);
         r.read_samples.iops.push(dios * drb as f64 / total / secs);
     }
-    if read_pct < 100 {
+    if writes {
         r.write_samples.bw_kib.push(dwb as f64 / 1024.0 / secs);
         r.write_samples.iops.push(dios * dwb as f64 / total / secs);
     }
