@@ -202,9 +202,9 @@ impl IologParser {
         }
         let key = if self.rules.redirect { "" } else { name };
         match (offset, len) {
-            (None, None) => self.file_action(key, name, action).map(|()| {
-                Some(TraceEntry { action: Action::File, offset: 0, len_bytes: 0, delay_us })
-            }),
+            (None, None) => self
+                .file_action(key, name, action)
+                .map(|()| Some(TraceEntry { action: Action::File, offset: 0, len_bytes: 0, delay_us })),
             (Some(offset), Some(len)) => self.io_action(key, name, action, offset, len, delay_us),
             _ => Err(format!("'{action}' needs an offset and a length, or neither (a file action)")),
         }
@@ -241,7 +241,8 @@ impl IologParser {
             if self.version == 3 {
                 return Err("'wait' is not allowed in a version 3 iolog (timestamps do its job)".into());
             }
-            let entry = TraceEntry { action: Action::Wait, offset: 0, len_bytes: 0, delay_us: offset.saturating_mul(1000) };
+            let entry =
+                TraceEntry { action: Action::Wait, offset: 0, len_bytes: 0, delay_us: offset.saturating_mul(1000) };
             return Ok((!self.rules.no_stall).then_some(entry));
         }
         let io = IoAction::parse(action).ok_or_else(|| {
@@ -261,7 +262,7 @@ impl IologParser {
 }
 
 /// fio's `write_iolog`: a version-3 log of what the job issued, as fio
-/// writes it: the header, `0 NAME add`, `T NAME open`, a line per I/O
+/// writes it: the header, `T NAME add`, `T NAME open`, a line per I/O
 /// (`T NAME read|write|trim|sync OFFSET LENGTH`, microseconds since the
 /// log was opened), and `T NAME close` at the end. Like fio, the file is
 /// opened for appending. Lines go through a buffer: nothing is allocated
@@ -289,8 +290,9 @@ impl IologWriter {
             start: Instant::now(),
             error: None,
         };
-        let r = writeln!(w.out, "{HEADER_V3}").and_then(|()| writeln!(w.out, "0 {} add", w.name));
+        let r = writeln!(w.out, "{HEADER_V3}");
         w.keep(r);
+        w.file_line("add");
         w.file_line("open");
         Ok(w)
     }
@@ -300,7 +302,7 @@ impl IologWriter {
     }
 
     fn keep(&mut self, r: std::io::Result<()>) {
-        if let (Err(e), None) = (r, &self.error) {
+        if let (Err(e), true) = (r, self.error.is_none()) {
             self.error = Some(e);
         }
     }
@@ -313,8 +315,7 @@ impl IologWriter {
     /// Records one I/O as it is issued.
     #[inline]
     pub(super) fn record(&mut self, action: IoAction, offset: u64, len_bytes: u64) {
-        let r =
-            writeln!(self.out, "{} {} {} {offset} {len_bytes}", self.since_start_us(), self.name, action.name());
+        let r = writeln!(self.out, "{} {} {} {offset} {len_bytes}", self.since_start_us(), self.name, action.name());
         self.keep(r);
     }
 
@@ -408,7 +409,10 @@ mod tests {
 
     #[test]
     fn bad_lines_say_why() {
-        let bad = |version, line: &str| parse_all(version, rules(), &format!("f add\nf open\n{line}\n")).unwrap_err();
+        let bad = |version, line: &str| {
+            let opened = if version == 3 { "0 f add\n0 f open" } else { "f add\nf open" };
+            parse_all(version, rules(), &format!("{opened}\n{line}\n")).unwrap_err()
+        };
         assert!(bad(2, "f frobnicate 0 512").contains("unknown action 'frobnicate'"));
         assert!(bad(2, "f reopen").contains("unknown file action 'reopen'"));
         assert!(bad(2, "f read 0").contains("needs an offset and a length"));

@@ -281,7 +281,14 @@ impl IoState {
 }
 
 impl<'a, const TIMED: bool> JobLoop<'a, TIMED> {
-    fn new(opts: &'a JobOptions, clock: Clock, live: &'a Live, ctrl: &'a Control, region_len: u64, replay: bool) -> Self {
+    fn new(
+        opts: &'a JobOptions,
+        clock: Clock,
+        live: &'a Live,
+        ctrl: &'a Control,
+        region_len: u64,
+        replay: bool,
+    ) -> Self {
         let depth = opts.effective_iodepth();
         // Writes are sync (O_DIRECT) unless the job is async (writeback).
         let hipri = if opts.hipri { ReqFlags::HIPRI } else { ReqFlags::NONE };

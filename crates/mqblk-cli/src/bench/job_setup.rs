@@ -91,9 +91,15 @@ pub(super) fn new_iolog_writer(opts: &JobOptions, dev_name: &str) -> Result<Opti
 /// The buffer size of each slot for reads and for writes (None: the job
 /// does not do them): the block sizes of its mix, or the largest transfer
 /// of the trace it replays.
-pub(super) fn buffer_sizes(opts: &JobOptions, read_pct: u32, trace: Option<&TraceSummary>) -> (Option<u64>, Option<u64>) {
+pub(super) fn buffer_sizes(
+    opts: &JobOptions,
+    read_pct: u32,
+    trace: Option<&TraceSummary>,
+) -> (Option<u64>, Option<u64>) {
     match trace {
-        Some(t) => ((t.max_read_bytes > 0).then_some(t.max_read_bytes), (t.max_write_bytes > 0).then_some(t.max_write_bytes)),
+        Some(t) => {
+            ((t.max_read_bytes > 0).then_some(t.max_read_bytes), (t.max_write_bytes > 0).then_some(t.max_write_bytes))
+        }
         None => ((read_pct > 0).then_some(opts.bs_read), (read_pct < 100).then_some(opts.bs_write)),
     }
 }

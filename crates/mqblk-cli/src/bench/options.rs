@@ -363,14 +363,7 @@ pub struct ReplayOptions {
 
 impl Default for ReplayOptions {
     fn default() -> Self {
-        Self {
-            chunked: false,
-            no_stall: false,
-            time_scale_pct: 100,
-            redirect: None,
-            align_bytes: 0,
-            scale: 1,
-        }
+        Self { chunked: false, no_stall: false, time_scale_pct: 100, redirect: None, align_bytes: 0, scale: 1 }
     }
 }
 

@@ -52,7 +52,13 @@ impl TraceReader {
                 iolog::HEADER_V3
             ));
         };
-        Ok(TraceReader::Text { path: path.to_string(), input, line, line_no: 1, parser: IologParser::new(version, rules) })
+        Ok(TraceReader::Text {
+            path: path.to_string(),
+            input,
+            line,
+            line_no: 1,
+            parser: IologParser::new(version, rules),
+        })
     }
 
     /// The next entry; None at the end. Errors name the file and line or
@@ -70,7 +76,9 @@ impl TraceReader {
                     return Ok(Some(entry));
                 }
             },
-            TraceReader::Blktrace { path, reader } => reader.next_entry().map_err(|e| format!("read_iolog={path}: {e}")),
+            TraceReader::Blktrace { path, reader } => {
+                reader.next_entry().map_err(|e| format!("read_iolog={path}: {e}"))
+            }
         }
     }
 }
@@ -133,7 +141,8 @@ impl Replay {
         if chunked {
             entries = Vec::with_capacity(CHUNK_ENTRIES);
         }
-        let replay = Self { chunks, entries, next: 0, start: Instant::now(), last_issue: None, overslept: Duration::ZERO };
+        let replay =
+            Self { chunks, entries, next: 0, start: Instant::now(), last_issue: None, overslept: Duration::ZERO };
         Ok((replay, summary))
     }
 
