@@ -125,7 +125,7 @@ impl ReplayRules {
 
     /// The offset as replayed: fio's replay_scale, then replay_align.
     pub(super) fn map_offset(&self, offset: u64) -> u64 {
-        let scaled = if self.scale > 0 { offset / self.scale } else { offset };
+        let scaled = offset.checked_div(self.scale).unwrap_or(offset); // replay_scale=0: none
         if self.align_bytes > 0 {
             scaled & !(self.align_bytes - 1)
         } else {
