@@ -176,6 +176,31 @@ fn log_fio_recorded_replays_as_fio_replays_it() {
 }
 
 #[test]
+fn fio_replays_the_log_mqblk_writes() {
+    let dir = scratch("ours");
+    let log = dir.join("ours.log");
+    let l = format!("--write_iolog={}", log.display());
+    let args = [
+        "bench",
+        "--device",
+        "null:gb=1",
+        "--name=g",
+        "--rw=randrw",
+        "--bs=4k,16k",
+        "--iodepth=4",
+        "--number_ios=200",
+        &l,
+    ];
+    let out = mqblk(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let ours = iolog_ios(&log);
+    assert_eq!(ours.len(), 200);
+    assert!(ours.iter().any(|io| io.0 == "read") && ours.iter().any(|io| io.0 == "write"));
+    assert_eq!(fio_replay(&log, &dir), ours, "fio 3.33 reads mqblk's version 3 log");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn options_scale_and_align_offsets_as_fio() {
     let dir = scratch("scale");
     let trace = dir.join("t.log");
