@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering};
 
 use crossbeam_utils::CachePadded;
 use mqblk::clock::Clock;
-use mqblk::{Bio, Buf, Client, ClientStats, Completion, Device, ReqFlags};
+use mqblk::{Bio, Buf, Client, Completion, Device, ReqFlags};
 
 use super::iolog::{IoAction, IologWriter, TraceEntry};
 use super::job_setup::{
@@ -33,6 +33,7 @@ use super::job_setup::{
 use super::options::JobOptions;
 use super::pattern::{Pattern, ZoneWriter};
 use super::replay::{replayed_bio, Replay};
+pub use super::stats::JobResult;
 use super::stats::{DirStats, Rusage};
 use super::verify::Verifier;
 
@@ -67,49 +68,6 @@ pub struct Live {
     /// The job thread's id (gettid; 0 until it starts), so the supervisor
     /// can tell its CPU time from the device's threads'.
     pub tid: AtomicI32,
-}
-
-/// What one job thread measured.
-#[derive(Debug, Clone)]
-pub struct JobResult {
-    pub read: DirStats,
-    pub write: DirStats,
-    pub elapsed_ns: u64,
-    pub rusage: Rusage,
-    pub client: ClientStats,
-    /// First error's errno (0: none), as fio's "error".
-    pub error: i32,
-}
-
-impl JobResult {
-    /// A job that did nothing (stopped before it started).
-    pub fn empty() -> Self {
-        Self {
-            read: DirStats::default(),
-            write: DirStats::default(),
-            elapsed_ns: 0,
-            rusage: Rusage::default(),
-            client: ClientStats::default(),
-            error: 0,
-        }
-    }
-
-    /// Adds another job's measurements (group reporting): totals add up,
-    /// the run lasts as long as the longest job, the first error stays.
-    pub fn merge(&mut self, o: &JobResult) {
-        self.read.merge(&o.read);
-        self.write.merge(&o.write);
-        self.elapsed_ns = self.elapsed_ns.max(o.elapsed_ns);
-        self.rusage.add(&o.rusage);
-        self.client.submitted += o.client.submitted;
-        self.client.completed += o.client.completed;
-        self.client.tag_waits += o.client.tag_waits;
-        self.client.tag_wait_ns += o.client.tag_wait_ns;
-        self.client.completion_sleeps += o.client.completion_sleeps;
-        if self.error == 0 {
-            self.error = o.error;
-        }
-    }
 }
 
 #[derive(Debug, Clone, Copy, Default)]
