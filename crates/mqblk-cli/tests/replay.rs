@@ -239,14 +239,16 @@ fn timestamps_are_honoured_without_replay_no_stall() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// Runs mqblk on a trace of `lines` and returns its error (it must fail).
+/// Runs mqblk on a trace of `content` and returns its error (it must
+/// fail as bad input, exit code 2, before reporting anything).
 fn replay_error(test: &str, content: &[u8]) -> String {
     let dir = scratch(test);
     let trace = dir.join("bad.log");
     std::fs::write(&trace, content).unwrap();
     let t = format!("--read_iolog={}", trace.display());
     let out = mqblk(&["bench", "--device", "null:gb=1", "--name=r", &t, "--replay_no_stall=1"]);
-    assert!(!out.status.success(), "a bad trace must fail the run: {}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(out.status.code(), Some(2), "a bad trace is bad input, found before any I/O: {out:?}");
+    assert!(out.stdout.is_empty(), "no report of a partial run: {}", String::from_utf8_lossy(&out.stdout));
     std::fs::remove_dir_all(&dir).unwrap();
     String::from_utf8_lossy(&out.stderr).into_owned()
 }

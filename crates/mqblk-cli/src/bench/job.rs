@@ -27,12 +27,10 @@ use mqblk::clock::Clock;
 use mqblk::{Bio, Buf, Client, Completion, Device, ReqFlags};
 
 use super::iolog::{IoAction, IologWriter, TraceEntry};
-use super::job_setup::{
-    buffer_sizes, job_region, new_iolog_writer, new_replay, new_verifier, new_zone_writer, slot_buffers,
-};
+use super::job_setup::{buffer_sizes, job_region, new_iolog_writer, new_verifier, new_zone_writer, slot_buffers};
 use super::options::JobOptions;
 use super::pattern::{Pattern, ZoneWriter};
-use super::replay::{replayed_bio, Replay};
+use super::replay::{replayed_bio, OpenTrace, Replay};
 pub use super::stats::JobResult;
 use super::stats::{DirStats, Rusage};
 use super::verify::Verifier;
@@ -82,8 +80,10 @@ struct Slot {
     data: bool,
 }
 
-/// Runs one job to completion on the calling thread.
-pub fn run_job(
+/// Runs one job to completion on the calling thread; `trace` is the
+/// trace it replays (`read_iolog`, opened by `job_setup::new_replay`).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run_job(
     opts: &JobOptions,
     dev: &Device,
     fixed: Option<&mqblk::FixedBufs>,
@@ -91,6 +91,7 @@ pub fn run_job(
     job_index: usize,
     ctrl: &Control,
     live: &Live,
+    trace: Option<OpenTrace>,
 ) -> Result<JobResult, String> {
     let (offset, region_len) = job_region(opts, dev, job_index)?;
     if opts.startdelay_ns > 0 && !start_delay(opts.startdelay_ns, ctrl) {
@@ -99,9 +100,9 @@ pub fn run_job(
     // Two copies of the loop, with and without clock reads (gtod_reduce),
     // so that neither tests the choice per I/O.
     if opts.gtod_reduce {
-        run_loop::<false>(opts, dev, fixed, clock, job_index, ctrl, live, offset, region_len)
+        run_loop::<false>(opts, dev, fixed, clock, job_index, ctrl, live, (offset, region_len), trace)
     } else {
-        run_loop::<true>(opts, dev, fixed, clock, job_index, ctrl, live, offset, region_len)
+        run_loop::<true>(opts, dev, fixed, clock, job_index, ctrl, live, (offset, region_len), trace)
     }
 }
 
@@ -115,10 +116,11 @@ fn run_loop<const TIMED: bool>(
     job_index: usize,
     ctrl: &Control,
     live: &Live,
-    offset: u64,
-    region_len: u64,
+    (offset, region_len): (u64, u64),
+    trace: Option<OpenTrace>,
 ) -> Result<JobResult, String> {
-    let mut io = IoState::new(opts, dev, fixed, opts.effective_iodepth(), job_index, offset, region_len)?;
+    let depth = opts.effective_iodepth();
+    let mut io = IoState::new(opts, dev, fixed, depth, job_index, (offset, region_len), trace)?;
     let job = JobLoop::<TIMED>::new(opts, clock, live, ctrl, region_len, io.replay.is_some());
     let read_pct = opts.rw.read_pct(opts.rwmixread);
     let mut progress = Progress {
@@ -204,21 +206,21 @@ struct Progress {
 }
 
 impl IoState {
-    /// fio's job setup: the zones and verifier, the trace and the log, and
-    /// every slot's buffers.
+    /// fio's job setup: the zones and verifier, the log, and every slot's
+    /// buffers (for a replay, of the trace's largest transfers).
     fn new(
         opts: &JobOptions,
         dev: &Device,
         fixed: Option<&mqblk::FixedBufs>,
         depth: usize,
         job_index: usize,
-        offset: u64,
-        region_len: u64,
+        (offset, region_len): (u64, u64),
+        trace: Option<OpenTrace>,
     ) -> Result<Self, String> {
         let read_pct = opts.rw.read_pct(opts.rwmixread);
         let zone_writer = new_zone_writer(opts, dev, offset, region_len)?;
         let verifier = new_verifier(opts, read_pct, offset, region_len)?;
-        let (replay, trace) = new_replay(opts, dev)?.unzip();
+        let (replay, trace) = trace.unzip();
         let sizes = buffer_sizes(opts, read_pct, trace.as_ref());
         let (read_bufs, write_bufs) = slot_buffers(fixed, depth, sizes, job_index);
         let iolog = new_iolog_writer(opts, opts.filename.as_deref().unwrap_or(dev.driver_name()))?;

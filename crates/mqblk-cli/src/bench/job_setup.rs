@@ -1,15 +1,15 @@
 //! A job's setup before its I/O loop (job.rs): its region of the device,
 //! the zones it writes (`zonemode=zbd`), its verifier (`verify`), the
-//! trace it replays (`read_iolog`), the log it writes (`write_iolog`) and
-//! every slot's buffers. All allocation of a job happens here, before the
-//! run.
+//! trace it replays (`read_iolog`, opened by the main thread before the
+//! jobs start), the log it writes (`write_iolog`) and every slot's
+//! buffers. All allocation of a job happens here, before the run.
 
 use mqblk::{Buf, Device};
 
 use super::iolog::{IologWriter, ReplayRules};
 use super::options::JobOptions;
 use super::pattern::ZoneWriter;
-use super::replay::{Replay, TraceSummary};
+use super::replay::{OpenTrace, Replay, TraceSummary};
 use super::verify::Verifier;
 
 /// The job's region of the device: (offset, length), bytes.
@@ -62,8 +62,8 @@ pub(super) fn new_verifier(
 }
 
 /// fio's `read_iolog`: the job's trace, parsed and checked against the
-/// device, and what it holds.
-pub(super) fn new_replay(opts: &JobOptions, dev: &Device) -> Result<Option<(Replay, TraceSummary)>, String> {
+/// device before the run (a bad trace is bad input), and what it holds.
+pub(super) fn new_replay(opts: &JobOptions, dev: &Device) -> Result<Option<OpenTrace>, String> {
     let Some(path) = &opts.read_iolog else { return Ok(None) };
     let limits = dev.limits();
     let rules = ReplayRules {

@@ -199,12 +199,14 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
     let fixed = fixed_bufs(plan, &dev)?;
     let clock = bench_clock(plan)?;
     let (shared, mut running) = job_clones(plan, Instant::now());
+    let traces = open_traces(&shared, &dev)?;
     let bar = progress_bar(!plan.json);
     let (results, process_cpu): (Vec<Result<JobResult, String>>, _) = std::thread::scope(|scope| {
         let handles: Vec<_> = shared
             .iter()
+            .zip(traces)
             .enumerate()
-            .map(|(i, r)| {
+            .map(|(i, (r, trace))| {
                 let dev = &dev;
                 let fixed = fixed.as_ref().filter(|_| r.opts.fixedbufs);
                 std::thread::Builder::new()
@@ -217,7 +219,7 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
                         if let Some(cpus) = &r.opts.cpus_allowed {
                             cpus::pin_current_thread(&cpus.for_job(r.opts.cpus_allowed_split, r.clone))?;
                         }
-                        job::run_job(r.opts, dev, fixed, clock, i, &r.ctrl, &r.live)
+                        job::run_job(r.opts, dev, fixed, clock, i, &r.ctrl, &r.live, trace)
                     })
                     .expect("spawn job thread")
             })
@@ -240,6 +242,12 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
         stats: dev.stats(),
     };
     Ok(RunOutput { entries, device: info, process_cpu, stats: dev.show_stats() })
+}
+
+/// Each job clone's trace (`read_iolog`), parsed and checked against the
+/// device before any job starts: a bad one is bad input.
+fn open_traces(shared: &[Shared<'_>], dev: &Device) -> Result<Vec<Option<replay::OpenTrace>>, BenchError> {
+    shared.iter().map(|sh| job_setup::new_replay(sh.opts, dev).map_err(BenchError::BadInput)).collect()
 }
 
 /// Every job's clones (`numjobs`), each with its run control and its

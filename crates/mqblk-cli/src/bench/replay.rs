@@ -3,7 +3,7 @@
 //! records (blktrace_input.rs), told apart as fio does: by blktrace's
 //! magic, else by the text header.
 //!
-//! The whole trace is parsed when the job is set up, into a vector (or,
+//! The whole trace is parsed before the run starts, into a vector (or,
 //! with `read_iolog_chunked`, validated in a first pass and then read
 //! into a vector of `CHUNK_ENTRIES` refilled as it drains), so a bad
 //! trace fails before any I/O and the replay loop allocates nothing.
@@ -105,6 +105,9 @@ impl TraceSummary {
     }
 }
 
+/// A trace opened for a job: parsed and checked, and what it holds.
+pub(super) type OpenTrace = (Replay, TraceSummary);
+
 /// A job's trace being replayed: its entries and its pacing.
 pub(super) struct Replay {
     /// Some with `read_iolog_chunked`: where the next chunk comes from.
@@ -121,7 +124,7 @@ pub(super) struct Replay {
 impl Replay {
     /// Parses the trace at `path` (the whole of it, validating every
     /// entry, even when `chunked`); the error names the line or record.
-    pub(super) fn open(path: &str, rules: ReplayRules, chunked: bool) -> Result<(Self, TraceSummary), String> {
+    pub(super) fn open(path: &str, rules: ReplayRules, chunked: bool) -> Result<OpenTrace, String> {
         let mut reader = TraceReader::open(path, rules)?;
         let mut summary = TraceSummary::default();
         let mut entries = Vec::new();
