@@ -9,7 +9,10 @@
 //! by fio's rule (iolog.rs), offsets from sectors of 512 bytes, scaled and
 //! aligned as in text logs; replay_align also rounds lengths up. A
 //! truncated record or a bad magic or version is an error naming the
-//! record; every device of the trace is mqblk's one device.
+//! record; every device of the trace is mqblk's one device. Unless the job
+//! gives `iodepth`, it replays at the trace's depth, probed as fio does:
+//! per direction, the most I/Os queued (less those merged) before a
+//! completion, at most `MAX_PROBED_DEPTH`, at least 1.
 
 use std::io::Read;
 
@@ -27,8 +30,15 @@ const TC_WRITE: u32 = 1 << (1 + 16);
 const TC_FLUSH: u32 = 1 << (2 + 16);
 const TC_NOTIFY: u32 = 1 << (10 + 16);
 const TC_DISCARD: u32 = 1 << (13 + 16);
-/// `__BLK_TA_QUEUE`, the basic action in `action`'s lower half.
+const TC_READ: u32 = 1 << 16;
+/// The basic actions (`__BLK_TA_*`) in `action`'s lower half: queued,
+/// merged at the back or front of a request, completed.
 const TA_QUEUE: u32 = 1;
+const TA_BACKMERGE: u32 = 2;
+const TA_FRONTMERGE: u32 = 3;
+const TA_COMPLETE: u32 = 8;
+/// fio's cap on a probed depth (stacked devices may miss completions).
+const MAX_PROBED_DEPTH: u64 = 1024;
 
 /// Whether `first` (a file's first record) is blktrace's, and if so,
 /// whether its byte order is big endian.
@@ -95,11 +105,36 @@ pub(super) struct BlktraceReader<R> {
     /// Records read so far (the next one's number is this plus one).
     records: u64,
     pdu: Vec<u8>,
+    /// Per direction (read, write, trim): I/Os queued since the last
+    /// completion, the most seen at a completion, and I/Os replayed.
+    queued: [u64; 3],
+    depth: [u64; 3],
+    ios: [u64; 3],
 }
 
 impl<R: Read> BlktraceReader<R> {
     pub(super) fn new(input: R, big_endian: bool, rules: ReplayRules) -> Self {
-        Self { input, big_endian, rules, last_time_ns: 0, records: 0, pdu: vec![0; usize::from(u16::MAX)] }
+        Self {
+            input,
+            big_endian,
+            rules,
+            last_time_ns: 0,
+            records: 0,
+            pdu: vec![0; usize::from(u16::MAX)],
+            queued: [0; 3],
+            depth: [0; 3],
+            ios: [0; 3],
+        }
+    }
+
+    /// fio's probed depth of what was read so far: the deepest direction,
+    /// capped, and at least 1 for a direction with I/O.
+    pub(super) fn probed_depth(&self) -> usize {
+        let per_dir = (0..3).map(|d| match self.depth[d] {
+            0 if self.ios[d] > 0 => 1,
+            depth => depth.min(MAX_PROBED_DEPTH),
+        });
+        per_dir.max().unwrap_or(1).max(1) as usize
     }
 
     /// The next entry to replay; None at the end of the trace. The error
@@ -107,6 +142,7 @@ impl<R: Read> BlktraceReader<R> {
     pub(super) fn next_entry(&mut self) -> Result<Option<TraceEntry>, String> {
         loop {
             let Some(rec) = self.read_record()? else { return Ok(None) };
+            self.track_depth(&rec);
             let n = self.records;
             if let Some(entry) = self.entry_of(&rec).map_err(|e| format!("record {n}: {e}"))? {
                 return Ok(Some(entry));
@@ -141,6 +177,29 @@ impl<R: Read> BlktraceReader<R> {
         Ok(Some(rec))
     }
 
+    /// fio's depth probe: a queued I/O adds one to its direction, a merge
+    /// takes one off, a completion ends the run of queued I/Os.
+    fn track_depth(&mut self, rec: &Record) {
+        if rec.action & TC_NOTIFY != 0 {
+            return;
+        }
+        let dir = match rec.action {
+            a if a & TC_READ != 0 => 0,
+            a if a & TC_WRITE != 0 => 1,
+            a if a & TC_DISCARD != 0 => 2,
+            _ => return,
+        };
+        match rec.action & 0xffff {
+            TA_QUEUE => self.queued[dir] += 1,
+            TA_BACKMERGE | TA_FRONTMERGE => self.queued[dir] = self.queued[dir].saturating_sub(1),
+            TA_COMPLETE => {
+                self.depth[dir] = self.depth[dir].max(self.queued[dir]);
+                self.queued[dir] = 0;
+            }
+            _ => {}
+        }
+    }
+
     /// fio's `queue_trace`: a Q event's entry; None for any other event.
     fn entry_of(&mut self, rec: &Record) -> Result<Option<TraceEntry>, String> {
         if rec.action & 0xffff != TA_QUEUE || rec.action & TC_NOTIFY != 0 {
@@ -161,6 +220,12 @@ impl<R: Read> BlktraceReader<R> {
         };
         let offset = self.rules.map_offset(rec.sector.checked_mul(512).ok_or("sector overflows")?);
         self.rules.check_range(offset, len_bytes)?;
+        let dir = match io {
+            IoAction::Read => 0,
+            IoAction::Write => 1,
+            _ => 2,
+        };
+        self.ios[dir] += 1;
         Ok(Some(TraceEntry { action: Action::Io(io), offset, len_bytes, delay_us }))
     }
 }
@@ -235,6 +300,20 @@ mod tests {
         assert_eq!((e[0].action, e[0].offset, e[0].len_bytes), (Action::Io(IoAction::Read), 4096, 4096));
         assert_eq!((e[1].action, e[1].offset, e[1].delay_us), (Action::Io(IoAction::Write), 8192, 50));
         assert_eq!((e[2].action, e[2].delay_us), (Action::Io(IoAction::Trim), 9));
+    }
+
+    #[test]
+    fn depth_is_probed_as_fio_does() {
+        let mut t = Vec::new();
+        for i in 0..3 {
+            t.extend(record(1_000 + i, 8 * i, 4096, Q_READ));
+        }
+        t.extend(record(2_000, 8, 4096, (2 | (1 << 16)) | (1 << 20))); // a back merge
+        t.extend(record(3_000, 8, 4096, COMPLETE_READ));
+        t.extend(record(4_000, 64, 4096, Q_WRITE)); // never completes
+        let mut r = BlktraceReader::new(&t[..], false, rules());
+        while r.next_entry().unwrap().is_some() {}
+        assert_eq!(r.probed_depth(), 2, "3 reads queued, one merged; the write's depth is 1");
     }
 
     #[test]

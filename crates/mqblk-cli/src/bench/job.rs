@@ -27,7 +27,9 @@ use mqblk::clock::Clock;
 use mqblk::{Bio, Buf, Client, Completion, Device, ReqFlags};
 
 use super::iolog::{IoAction, IologWriter, TraceEntry};
-use super::job_setup::{buffer_sizes, job_region, new_iolog_writer, new_verifier, new_zone_writer, slot_buffers};
+use super::job_setup::{
+    buffer_sizes, job_depth, job_region, new_iolog_writer, new_verifier, new_zone_writer, slot_buffers,
+};
 use super::options::JobOptions;
 use super::pattern::{Pattern, ZoneWriter};
 use super::replay::{replayed_bio, OpenTrace, Replay};
@@ -119,9 +121,9 @@ fn run_loop<const TIMED: bool>(
     (offset, region_len): (u64, u64),
     trace: Option<OpenTrace>,
 ) -> Result<JobResult, String> {
-    let depth = opts.effective_iodepth();
+    let depth = job_depth(opts, trace.as_ref());
     let mut io = IoState::new(opts, dev, fixed, depth, job_index, (offset, region_len), trace)?;
-    let job = JobLoop::<TIMED>::new(opts, clock, live, ctrl, region_len, io.replay.is_some());
+    let job = JobLoop::<TIMED>::new(opts, clock, live, ctrl, depth, region_len, io.replay.is_some());
     let read_pct = opts.rw.read_pct(opts.rwmixread);
     let mut progress = Progress {
         pattern: Pattern {
@@ -246,10 +248,10 @@ impl<'a, const TIMED: bool> JobLoop<'a, TIMED> {
         clock: Clock,
         live: &'a Live,
         ctrl: &'a Control,
+        depth: usize,
         region_len: u64,
         replay: bool,
     ) -> Self {
-        let depth = opts.effective_iodepth();
         // Writes are sync (O_DIRECT) unless the job is async (writeback).
         let hipri = if opts.hipri { ReqFlags::HIPRI } else { ReqFlags::NONE };
         let write_flags = if opts.mqblk_async { ReqFlags::NONE } else { ReqFlags::SYNC } | hipri;

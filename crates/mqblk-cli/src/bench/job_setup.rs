@@ -79,6 +79,17 @@ pub(super) fn new_replay(opts: &JobOptions, dev: &Device) -> Result<Option<OpenT
     Ok(Some(replay))
 }
 
+/// The job's queue depth: its `iodepth` (1 with a sync engine), or, as
+/// fio, the depth probed from a replayed blktrace when `iodepth` was not
+/// given.
+pub(super) fn job_depth(opts: &JobOptions, trace: Option<&OpenTrace>) -> usize {
+    let iodepth_given = opts.given.iter().any(|(k, _)| k == "iodepth");
+    match trace.and_then(|(_, summary)| summary.probed_depth) {
+        Some(depth) if !iodepth_given && opts.effective_iodepth() == opts.iodepth => depth,
+        _ => opts.effective_iodepth(),
+    }
+}
+
 /// fio's `write_iolog`: the log of what the job issues, naming the device
 /// by its spec.
 pub(super) fn new_iolog_writer(opts: &JobOptions, dev_name: &str) -> Result<Option<IologWriter>, String> {

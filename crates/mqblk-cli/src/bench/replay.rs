@@ -90,6 +90,8 @@ pub(super) struct TraceSummary {
     pub(super) max_read_bytes: u64,
     pub(super) max_write_bytes: u64,
     pub(super) ios: u64,
+    /// A blktrace's queue depth, probed as fio does (blktrace_input.rs).
+    pub(super) probed_depth: Option<usize>,
 }
 
 impl TraceSummary {
@@ -136,6 +138,9 @@ impl Replay {
         }
         if summary.ios == 0 {
             return Err(format!("read_iolog={path}: the trace has no I/O"));
+        }
+        if let TraceReader::Blktrace { reader, .. } = &reader {
+            summary.probed_depth = Some(reader.probed_depth());
         }
         let chunks = match chunked {
             true => Some(TraceReader::open(path, rules)?),
