@@ -236,8 +236,8 @@ check_device() {
   fi
 }
 
-check_device null:gb=1,memory_backed=1 $((1 << 30)) null 8m 32m 2 || { echo "nbd: cannot go on without the device" >&2; exit 1; }
-check_device file:path=/tmp/nbd.img,create=1,size=512m $((512 << 20)) file 8m 32m 1
+check_device null:gb=1,memory_backed=1 $((1 << 30)) null 4m 16m 2 || { echo "nbd: cannot go on without the device" >&2; exit 1; }
+check_device file:path=/tmp/nbd.img,create=1,size=512m $((512 << 20)) file 4m 16m 1
 rm -f /tmp/nbd.img
 spec=null:gb=1,memory_backed=1
 

@@ -180,8 +180,8 @@ check_device() {
 
 }
 
-check_device null:gb=1,memory_backed=1 null 8m 32m || { echo "ublk: cannot go on without the device" >&2; exit 1; }
-check_device file:path=/tmp/ublk.img,create=1,size=512m file 4m 16m
+check_device null:gb=1,memory_backed=1 null 4m 16m || { echo "ublk: cannot go on without the device" >&2; exit 1; }
+check_device file:path=/tmp/ublk.img,create=1,size=512m file 2m 8m
 rm -f /tmp/ublk.img
 spec=null:gb=1,memory_backed=1
 

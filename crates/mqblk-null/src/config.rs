@@ -350,6 +350,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "safe parsing code only: Miri checks unsafe code and concurrency, and interprets this one for minutes"
+    )]
     fn a_mistyped_key_or_driver_names_the_closest() {
         let e = open("null:irqmod=1").unwrap_err().to_string();
         assert!(e.contains("unknown key 'irqmod' (did you mean 'irqmode'?)"), "{e}");
@@ -368,6 +372,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "safe parsing code only: Miri checks unsafe code and concurrency, and interprets this one for minutes"
+    )]
     fn a_config_prints_as_the_spec_that_opens_it() {
         crate::register();
         for spec in [
@@ -421,6 +429,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "safe parsing code only: Miri checks unsafe code and concurrency, and interprets this one for minutes"
+    )]
     fn zoned_compat_parses_round_trips_and_names_its_errors() {
         let z = |spec: &str| cfg(spec).map(|c| c.zoned.expect("zoned"));
         assert_eq!(z("null:zoned=1").unwrap().compat, ZonedCompat::Linux6_12, "6.12 by default");

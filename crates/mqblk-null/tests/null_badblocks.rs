@@ -10,6 +10,7 @@ use mqblk::{Bio, Buf, Error, Status};
 
 mod common;
 use common::open;
+use common::periodic;
 
 fn is_eio(r: Result<(), Error>) -> bool {
     matches!(r, Err(Error::Status(Status::IoErr)))
@@ -44,7 +45,7 @@ fn partial_io_transfers_the_blocks_before_the_first_bad_sector() {
     // 4 KiB blocks; sector 20 lies in the third block (sectors 16-23).
     let dev = open("null:size=1,bs=4096,memory_backed=1,irqmode=0,badblocks=20-20,badblocks_partial_io=1").unwrap();
     let mut c = dev.client();
-    let data: Vec<u8> = (0..16384u32).map(|i| (i % 251) as u8).collect();
+    let data = periodic(16384, 251, |i| (i % 251) as u8);
     let done = c.submit_and_wait_completion(Bio::write(0, Buf::from_slice(&data))).unwrap();
     assert_eq!(done.status, Status::IoErr);
     let mut back = vec![0u8; 16384];

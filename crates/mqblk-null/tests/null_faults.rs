@@ -13,6 +13,7 @@ use mqblk::{Bio, Buf, Completion, Device, Status};
 
 mod common;
 use common::open;
+use common::periodic;
 
 /// The count a `null/NAME=N` line of the stats dump reports.
 fn stat(dev: &Device, name: &str) -> u64 {
@@ -44,7 +45,7 @@ fn a_timeout_fault_ends_the_request_with_etimedout_and_moves_no_data() {
 fn a_requeue_fault_dispatches_again_and_the_data_arrives() {
     let dev = open("null:size=1,memory_backed=1,irqmode=1,requeue=1:100:0:3").unwrap();
     let mut c = dev.client();
-    let data: Vec<u8> = (0..8192u32).map(|i| (i % 253) as u8).collect();
+    let data = periodic(8192, 253, |i| (i % 253) as u8);
     c.write_at(&data, 4096).unwrap();
     let mut out = vec![0u8; 8192];
     c.read_at(&mut out, 4096).unwrap();

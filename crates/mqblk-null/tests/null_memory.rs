@@ -9,6 +9,7 @@ use proptest::prelude::*;
 mod common;
 use common::filled;
 use common::open;
+use common::periodic;
 use common::proptest_config;
 
 const DEV_BYTES: u64 = 1 << 20;
@@ -31,7 +32,7 @@ fn read_after_write_across_completion_modes() {
     for mode in ["irqmode=0", "irqmode=1", "irqmode=2,completion_nsec=5000"] {
         let dev = open(&format!("null:size=4,memory_backed=1,{mode}")).unwrap();
         let mut c = dev.client();
-        let data: Vec<u8> = (0..12288u32).map(|i| (i * 31 % 256) as u8).collect();
+        let data = periodic(12288, 256, |i| (i * 31 % 256) as u8);
         c.write_at(&data, 4096 * 5).unwrap();
         let mut back = vec![0u8; data.len()];
         c.read_at(&mut back, 4096 * 5).unwrap();
@@ -104,7 +105,7 @@ fn read_direct(dev: &Device, offset: u64, len: u64) -> Option<(Vec<u8>, Vec<usiz
 fn direct_reads_lend_what_a_read_returns() {
     let dev = open("null:size=4,bs=512,irqmode=0,memory_backed=1").unwrap();
     let mut c = dev.client();
-    let data: Vec<u8> = (0..20480u32).map(|i| (i * 7 % 251) as u8).collect();
+    let data = periodic(20480, 251, |i| (i * 7 % 251) as u8);
     c.write_at(&data, 4096 * 3 + 512).unwrap();
     c.write_at(&data[..4096], (1 << 20) + 4096).unwrap();
     for (offset, len) in
@@ -199,7 +200,7 @@ proptest! {
         for op in ops {
             match op {
                 ModelOp::Write { block, blocks, seed } => {
-                    let data: Vec<u8> = (0..blocks * 512).map(|i| (i as u8).wrapping_mul(seed | 1).wrapping_add(seed)).collect();
+                    let data = periodic(blocks as usize * 512, 256, |i| (i as u8).wrapping_mul(seed | 1).wrapping_add(seed));
                     c.write_at(&data, block * 512).unwrap();
                     model[(block * 512) as usize..((block + blocks) * 512) as usize].copy_from_slice(&data);
                 }

@@ -8,6 +8,7 @@
 
 mod common;
 use common::filled;
+use common::periodic;
 use common::proptest_config;
 
 use std::sync::mpsc;
@@ -448,7 +449,7 @@ proptest! {
                     let range = (block * BS) as usize..((block + len) * BS) as usize;
                     let bio = if write {
                         stamp = stamp.wrapping_add(1).max(1);
-                        let data: Vec<u8> = (0..range.len()).map(|j| stamp ^ (j as u8)).collect();
+                        let data = periodic(range.len(), 256, |j| stamp ^ (j as u8));
                         model[range.clone()].copy_from_slice(&data);
                         Bio::write(block * BS, Buf::from_slice(&data))
                     } else {

@@ -9,6 +9,7 @@ mod common;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use common::periodic;
 use common::ram::open;
 use common::Held;
 use mqblk::driver::{Driver, QueueRqResult};
@@ -25,7 +26,7 @@ const BIO_BYTES: usize = if cfg!(miri) { 16 << 10 } else { 1 << 20 };
 const PIECES: u64 = BIO_BYTES.div_ceil(MAX_SECTORS * 512) as u64;
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    periodic(len, 256, |i| (i as u8).wrapping_mul(31).wrapping_add(seed))
 }
 
 #[test]

@@ -9,6 +9,16 @@ pub fn filled(buf: &[u8], byte: u8) -> bool {
     buf == vec![byte; buf.len()].as_slice()
 }
 
+/// `len` bytes of `byte_at(i)`, a function of period `period` in `i`: the
+/// first period is computed and the rest copied (`repeat`, a memcpy), since
+/// Miri interprets a byte-by-byte generator at tens of steps a byte.
+pub fn periodic(len: usize, period: usize, byte_at: impl Fn(usize) -> u8) -> Vec<u8> {
+    let one: Vec<u8> = (0..period.min(len)).map(byte_at).collect();
+    let mut bytes = one.repeat(len.div_ceil(period.max(1)));
+    bytes.truncate(len);
+    bytes
+}
+
 /// `Device::open` with `null:` and `file:` registered.
 pub fn open(spec: &str) -> Result<mqblk::Device, mqblk::Error> {
     mqblk_null::register();

@@ -203,7 +203,17 @@ impl SbitmapQueue {
 
     /// Allocates up to `nr` bits of one word ([`Sbitmap::get_batch`]).
     pub fn get_batch(&self, nr: u32, hint: &mut AllocHint) -> Option<(u32, usize)> {
-        self.sb.get_batch(nr, hint)
+        let got = self.sb.get_batch(nr, hint);
+        if self.counts_allocations {
+            if let Some((_, mask)) = got {
+                // Each bit of a batch is an allocation to the policy, as if
+                // taken one at a time: the stash RFC predates batched tag
+                // allocation ("blk-mq: add support for allocating multiple
+                // tags at once"), and its found_tag hunk counts tags.
+                (0..mask.count_ones()).for_each(|_| self.policy.bit_allocated());
+            }
+        }
+        got
     }
 
     /// Frees `bit` and lets the wakeup policy wake waiters.

@@ -21,6 +21,16 @@ pub fn filled(buf: &[u8], byte: u8) -> bool {
     buf == vec![byte; buf.len()].as_slice()
 }
 
+/// `len` bytes of `byte_at(i)`, a function of period `period` in `i`: the
+/// first period is computed and the rest copied (`repeat`, a memcpy), since
+/// Miri interprets a byte-by-byte generator at tens of steps a byte.
+pub fn periodic(len: usize, period: usize, byte_at: impl Fn(usize) -> u8) -> Vec<u8> {
+    let one: Vec<u8> = (0..period.min(len)).map(byte_at).collect();
+    let mut bytes = one.repeat(len.div_ceil(period.max(1)));
+    bytes.truncate(len);
+    bytes
+}
+
 /// Holds every request until the test completes it: "nothing has
 /// completed yet" or "every tag is taken" is then a fact, not a race
 /// against a completion timer. Held requests end with `IoErr` at shutdown.
