@@ -155,7 +155,7 @@ stage "zoned kernel oracle (Linux 6.1 and 6.12 null_blk under qemu vs mqblk: 5 c
 # The 6.12 kernel comes through tests/guest/run.sh (fetched once, cached).
 tests/oracle/ci.sh 300 100
 
-stage "the qemu guest tests (Linux 6.12: ublk, zoned ublk, nbd, power cuts, smoke), started after the unit tests"
+stage "the qemu guest tests (Linux 6.12: ublk, zoned ublk, nbd, vhost-user-blk, power cuts, smoke), started after the unit tests"
 guest_status=0
 wait "$guest_pid" || guest_status=$?
 grep -E '^ +(PASS|FAIL|SIGSEGV|SIGABRT|SIGKILL|TIMEOUT) \[|Summary \[' "$guest_log" || true

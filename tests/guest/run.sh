@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Runs a shell script as root inside a Linux 6.12 guest.
 #
-#   tests/guest/run.sh SCRIPT [--mem MiB] [--cpus N]
+#   tests/guest/run.sh SCRIPT [--mem MiB] [--cpus N] [--shared-mem] [--qemu ARG]...
 #
 # Boots Debian's 6.12 kernel (bookworm-backports) under qemu with TCG
 # (`-accel tcg -cpu max`: KVM hangs on this machine). The
 # guest mounts the host's / read-only over 9p and chroots into it, so SCRIPT
 # and every host program (fio, nbd-client, mkfs.ext4, target/release/mqblk)
 # run as they would on the host, on the guest's kernel. Defaults: --mem 2048,
-# --cpus 2.
+# --cpus 2. --shared-mem backs the guest's memory with a shared memfd (what
+# a vhost-user backend needs); each --qemu ARG is appended to qemu's command
+# line (tests/guest/vhost.sh adds its vhost-user-blk disk this way).
 #
 # What the script sees (inside the chroot, as root, stdin /dev/null):
 #   - /proc, /sys, /dev (devtmpfs, with /dev/pts and a tmpfs /dev/shm);
@@ -20,7 +22,7 @@
 #     skipped). null_blk is NOT loaded: the script picks its parameters:
 #       insmod "$MQBLK_GUEST_MODULES/null_blk.ko" nr_devices=1 gb=1
 #     Also shipped, not loaded: xor, raid6_pq, libcrc32c, btrfs (insmod in
-#     that order for a zoned btrfs).
+#     that order for a zoned btrfs), virtio_blk (for a --qemu disk).
 #   - environment (nothing else is passed from the host):
 #       PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 #       HOME=/root TERM=dumb LANG=C.UTF-8 MQBLK_GUEST=1
@@ -64,14 +66,17 @@
 # SPDX-License-Identifier: MIT OR Apache-2.0
 set -euo pipefail
 
-usage="usage: tests/guest/run.sh SCRIPT [--mem MiB] [--cpus N]"
+usage="usage: tests/guest/run.sh SCRIPT [--mem MiB] [--cpus N] [--shared-mem] [--qemu ARG]..."
 die() { echo "guest: $*" >&2; exit 2; }
 
 # ---- arguments --------------------------------------------------------------
-script="" mem_mib=2048 cpus=2
+script="" mem_mib=2048 cpus=2 shared_mem=0
+qemu_extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --mem) [ $# -ge 2 ] || die "$usage"; mem_mib=$2; shift 2 ;;
+    --shared-mem) shared_mem=1; shift ;;
+    --qemu) [ $# -ge 2 ] || die "$usage"; qemu_extra+=("$2"); shift 2 ;;
     --cpus) [ $# -ge 2 ] || die "$usage"; cpus=$2; shift 2 ;;
     -h|--help) echo "$usage"; exit 0 ;;
     -*) die "unknown option $1; $usage" ;;
@@ -185,7 +190,7 @@ moddir=$root_dir/lib/modules/$kver
 load_modules=(netfs 9pnet 9pnet_virtio 9p nbd ublk_drv configfs crc16 crc32c_generic mbcache jbd2 ext4)
 # Shipped for the script to insmod itself, in this order (null_blk's
 # dependency, configfs, is loaded by /init; btrfs's come before it).
-extra_modules=(null_blk xor raid6_pq libcrc32c btrfs)
+extra_modules=(null_blk xor raid6_pq libcrc32c btrfs virtio_blk)
 
 # Prints the path of module $1's .ko.xz (file names may spell _ as -).
 module_file() {
@@ -302,17 +307,24 @@ cp "$script" "$work/job/job/script.sh"
 (cd "$work/job" && find job | cpio -o -H newc --quiet | gzip -1) > "$work/job.cpio.gz"
 cat "$initrd" "$work/job.cpio.gz" > "$work/initrd.gz"
 
+# The guest's memory: private, or a shared memfd for a vhost-user backend.
+mem_args=(-m "$mem_mib")
+if [ "$shared_mem" = 1 ]; then
+  mem_args+=(-object "memory-backend-memfd,id=mem,size=${mem_mib}M,share=on" -numa node,memdev=mem)
+fi
+
 # boot: one run of the guest; sets qemu_status.
 boot() {
   : > "$work/console.txt"; : > "$work/stdout.txt"; : > "$work/stderr.txt"; : > "$work/ctl.txt"
   timeout --kill-after=10 "$timeout_s" qemu-system-x86_64 \
-    -accel tcg -cpu max -m "$mem_mib" -smp "$cpus" \
+    -accel tcg -cpu max "${mem_args[@]}" -smp "$cpus" \
     -display none -monitor none -no-reboot -nic none \
     -kernel "$kernel" -initrd "$work/initrd.gz" \
     -append "console=ttyS0 quiet panic=-1" \
     -serial "file:$work/console.txt" -serial "file:$work/stdout.txt" \
     -serial "file:$work/stderr.txt" -serial "file:$work/ctl.txt" \
     -virtfs local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap \
+    "${qemu_extra[@]}" \
     < /dev/null > "$work/qemu.txt" 2>&1 &
   qemu_pid=$!
   # Stream the script's output as the guest writes it.

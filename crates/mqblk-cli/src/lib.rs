@@ -7,7 +7,8 @@
 //!
 //! Commands: `bench` (fio-compatible benchmark), `serve` (NBD server),
 //! `control` (faults and power cuts on a running server's devices),
-//! `ublk` (a Linux /dev/ublkbN served by an mqblk device), `zone` (zone reports, management and op scripts), `experiment`
+//! `ublk` (a Linux /dev/ublkbN served by an mqblk device), `vhost` (a
+//! vhost-user-blk disk of a QEMU guest), `zone` (zone reports, management and op scripts), `experiment`
 //! (reproduces a source experiment). The command line stands on clap,
 //! except bench's options, which are fio's and parsed as fio parses them
 //! (bench/options.rs).
@@ -20,6 +21,7 @@ mod control;
 mod experiment;
 mod serve;
 mod ublk;
+mod vhost;
 mod zone;
 
 use std::io::Write;
@@ -79,6 +81,11 @@ enum Command {
         #[command(subcommand)]
         command: ublk::UblkCommand,
     },
+    /// vhost-user-blk: any mqblk device as the virtio-blk disk of a QEMU guest (add).
+    Vhost {
+        #[command(subcommand)]
+        command: vhost::VhostCommand,
+    },
     /// Zone reports, zone management and zone op scripts on a zoned device.
     Zone {
         #[command(subcommand)]
@@ -108,6 +115,7 @@ pub fn run<I: IntoIterator<Item = String>>(args: I) -> ExitCode {
         Command::Experiment(opts) => run_experiment(&opts),
         Command::Zone { command } => finish("zone", zone::run(command)),
         Command::Ublk { command } => finish("ublk", ublk::run(command)),
+        Command::Vhost { command } => finish("vhost", vhost::run(command)),
         Command::Control { path, words } => finish("control", control::request(&path, &words)),
         Command::Serve(opts) => {
             let sub: &ArgMatches = matches.subcommand_matches("serve").expect("the serve subcommand matched");

@@ -122,7 +122,7 @@ pub fn run(args: ServeArgs, matches: &clap::ArgMatches) -> Result<String, (u8, S
 /// with two, 3.1M context switches fewer and a fifth less server CPU. File exports keep their
 /// completion threads: reaping in the connections gained nothing there
 /// (docs/results/serve-default-reap.txt).
-fn fast_config(spec: &str) -> Result<DeviceConfig, String> {
+pub(crate) fn fast_config(spec: &str) -> Result<DeviceConfig, String> {
     crate::register_drivers();
     let mut cfg = DeviceConfig::parse(spec).map_err(|e| format!("cannot open device '{spec}': {e}"))?;
     if let Some(null) = cfg.driver_mut::<mqblk_null::NullConfig>() {
@@ -169,7 +169,7 @@ pub(crate) fn init_logger(command: &'static str) {
     use std::io::Write;
     let filters = std::env::var("MQBLK_LOG")
         .or_else(|_| std::env::var("RUST_LOG"))
-        .unwrap_or_else(|_| "warn,mqblk_nbd=info,mqblk_ublk=info,mqblk=info".into());
+        .unwrap_or_else(|_| "warn,mqblk_nbd=info,mqblk_ublk=info,mqblk_vhost=info,mqblk=info".into());
     let _ = env_logger::Builder::new()
         .parse_filters(&filters)
         .format(move |buf, record| match record.level() {

@@ -48,29 +48,30 @@ pub fn quick_experiment(name: &str) -> QuickRun {
 /// Runs tests/guest/run.sh SCRIPT from the workspace root with `envs`,
 /// asserts it succeeded and printed `passed`, and returns its stdout.
 pub fn guest_script(script: &str, envs: &[(&str, &str)], passed: &str) -> String {
+    run_checked("tests/guest/run.sh", &[script], envs, passed)
+}
+
+/// Runs `program ARGS` from the workspace root with `envs`, asserts it
+/// succeeded and printed `passed`, and returns its stdout.
+fn run_checked(program: &str, args: &[&str], envs: &[(&str, &str)], passed: &str) -> String {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let output = Command::new("tests/guest/run.sh")
-        .arg(script)
+    let output = Command::new(program)
+        .args(args)
         .envs(envs.iter().copied())
         .current_dir(&root)
         .output()
-        .expect("spawn tests/guest/run.sh");
+        .unwrap_or_else(|e| panic!("spawn {program}: {e}"));
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "tests/guest/run.sh {script}: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        output.status
-    );
+    assert!(output.status.success(), "{program} {args:?}: {}\nstdout:\n{stdout}\nstderr:\n{stderr}", output.status);
     assert!(stdout.contains(passed), "stdout:\n{stdout}\nstderr:\n{stderr}");
     stdout
 }
 
 /// Builds the release binary the guest runs (`cargo build --release -p
-/// mqblk-cli`), then runs tests/guest/run.sh SCRIPT as `guest_script`
-/// does, with the guest's time limit at 30 minutes unless
+/// mqblk-cli`); returns the guest's time limit: 30 minutes unless
 /// MQBLK_GUEST_TIMEOUT says otherwise (TCG on a loaded machine is slow).
-pub fn guest_script_release(script: &str, passed: &str) -> String {
+fn build_release() -> String {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let build = Command::new(cargo)
@@ -79,6 +80,20 @@ pub fn guest_script_release(script: &str, passed: &str) -> String {
         .status()
         .expect("spawn cargo build --release -p mqblk-cli");
     assert!(build.success(), "cargo build --release -p mqblk-cli: {build}");
-    let timeout_s = std::env::var("MQBLK_GUEST_TIMEOUT").unwrap_or_else(|_| "1800".into());
+    std::env::var("MQBLK_GUEST_TIMEOUT").unwrap_or_else(|_| "1800".into())
+}
+
+/// Builds the release binary the guest runs, then runs tests/guest/run.sh
+/// SCRIPT as `guest_script` does, with the guest's time limit at 30
+/// minutes unless MQBLK_GUEST_TIMEOUT says otherwise.
+pub fn guest_script_release(script: &str, passed: &str) -> String {
+    let timeout_s = build_release();
     guest_script(script, &[("MQBLK_GUEST_TIMEOUT", &timeout_s)], passed)
+}
+
+/// As `guest_script_release`, for a script that boots the guest itself
+/// (tests/guest/vhost.sh: its server runs on the host, then run.sh).
+pub fn host_script_release(script: &str, passed: &str) -> String {
+    let timeout_s = build_release();
+    run_checked(script, &[], &[("MQBLK_GUEST_TIMEOUT", &timeout_s)], passed)
 }

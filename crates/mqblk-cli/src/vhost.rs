@@ -1,0 +1,105 @@
+//! `mqblk vhost`: any mqblk device as a vhost-user-blk disk of a QEMU
+//! guest (crates/mqblk-vhost).
+//!
+//! `add --device SPEC --socket PATH [--queues N] [--depth D] [--read-only]
+//! [--control PATH]` listens on PATH and serves QEMU's connections in the
+//! foreground until SIGINT or SIGTERM, then flushes the device.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use mqblk_vhost::{Error, Options, Server};
+
+/// vhost-user-blk disks served by mqblk.
+#[derive(clap::Subcommand, Debug)]
+pub enum VhostCommand {
+    /// Serve an mqblk device on a vhost-user socket (QEMU: -chardev
+    /// socket,id=vh0,path=PATH -device vhost-user-blk-pci,chardev=vh0) until
+    /// SIGINT or SIGTERM.
+    Add(AddArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct AddArgs {
+    /// The device to serve: driver:key=value,...
+    #[arg(long, value_name = "SPEC")]
+    device: String,
+    /// The vhost-user socket to listen on (an old socket file is replaced).
+    #[arg(long, value_name = "PATH")]
+    socket: PathBuf,
+    /// Virtqueues offered (one worker thread and mqblk client each; QEMU's
+    /// num-queues may ask for fewer).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    queues: u16,
+    /// Requests in flight per virtqueue.
+    #[arg(long, value_name = "D", default_value_t = 128)]
+    depth: u16,
+    /// Offer a read-only disk (VIRTIO_BLK_F_RO); writes fail.
+    #[arg(long)]
+    read_only: bool,
+    /// A control socket at PATH for `mqblk control PATH ...`: power cuts
+    /// and live attributes (bad blocks) of the device.
+    #[arg(long, value_name = "PATH")]
+    control: Option<PathBuf>,
+}
+
+/// Runs `mqblk vhost ...`. Err((exit code, message)).
+pub fn run(command: VhostCommand) -> Result<String, (u8, String)> {
+    crate::serve::init_logger("vhost");
+    match command {
+        VhostCommand::Add(args) => add(args),
+    }
+}
+
+fn failed(e: Error) -> (u8, String) {
+    let code = match e {
+        Error::BadOption(_) | Error::Device(mqblk::Error::Config(_)) => 2,
+        _ => 1,
+    };
+    (code, e.to_string())
+}
+
+fn add(args: AddArgs) -> Result<String, (u8, String)> {
+    crate::register_drivers();
+    let config = crate::serve::fast_config(&args.device).map_err(|e| (2, format!("--device {}: {e}", args.device)))?;
+    let device = config.build().map_err(|e| (2, format!("--device {}: {e}", args.device)))?;
+    let opts = Options { queues: args.queues, depth: args.depth, read_only: args.read_only, ..Options::default() };
+    let control = match &args.control {
+        Some(path) => {
+            Some(crate::control::Control::start(path, vec![(String::new(), device.clone())]).map_err(|e| (2, e))?)
+        }
+        None => None,
+    };
+    let server = Server::new(device, &args.socket, opts).map_err(failed)?;
+    let signals = crate::serve::stop_on_signals({
+        let stopper = server.stopper();
+        move || stopper.stop()
+    })?;
+    {
+        let d = server.disk();
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(
+            out,
+            "mqblk vhost: serving {} on {} ({} queues x {} requests, {} MiB, {} byte blocks{}{})",
+            args.device,
+            server.socket().display(),
+            d.num_queues,
+            args.depth,
+            d.capacity_bytes >> 20,
+            d.logical_block_size,
+            if d.write_cache { ", write cache" } else { "" },
+            if d.read_only { ", read-only" } else { "" }
+        );
+        let _ = out.flush();
+    }
+    let summary = server.run();
+    signals.close();
+    if let Some(c) = control {
+        c.close();
+    }
+    let summary = summary.map_err(failed)?;
+    Ok(format!(
+        "mqblk vhost: stopped ({} connections, {} requests, {} failed)\n",
+        summary.connections, summary.requests, summary.errors
+    ))
+}

@@ -1,0 +1,157 @@
+//! The vhost-user backend of one connection: what vhost-user-backend's
+//! daemon asks of a device (features, configuration space, queues) and the
+//! events it hands over (kicks, completions), each passed to the queue's
+//! `VirtQueue`.
+//!
+//! One worker thread per virtqueue (`queues_per_thread`: one bit each), so
+//! a queue's `Client` is only ever used from its own thread, except while
+//! the frontend stops the ring (GET_VRING_BASE runs `stop_vring` on the
+//! connection's thread). The `Mutex` around each queue is therefore
+//! uncontended in steady state; it makes the stop safe.
+//!
+//! Events of a worker's epoll (vhost-user-backend numbers them per thread):
+//! 0 is the thread's one vring's kick, `num_queues` the library's own exit
+//! and enable events, and `num_queues + 1` the queue client's completion
+//! eventfd, registered by the server (`COMPLETION_EVENT`).
+//!
+//! Relies on: queue.rs, config.rs; vhost-user-backend (the trait),
+//! vmm-sys-util (eventfds).
+
+use std::io;
+use std::sync::Mutex;
+
+use vhost::vhost_user::message::VhostUserProtocolFeatures;
+use vhost_user_backend::VhostUserBackend;
+use vm_memory::{GuestAddressSpace, GuestMemoryAtomic};
+use vmm_sys_util::epoll::EventSet;
+use vmm_sys_util::event::{new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier};
+
+use crate::config::{DiskLimits, CONFIG_BYTES};
+use crate::queue::{Mem, QueueStats, VirtQueue, Vring};
+
+/// The epoll event number of a queue's completion eventfd, in its
+/// worker's epoll: the first one vhost-user-backend leaves to backends.
+pub fn completion_event(num_queues: usize) -> u64 {
+    num_queues as u64 + 1
+}
+
+pub struct BlkBackend {
+    disk: DiskLimits,
+    config: [u8; CONFIG_BYTES],
+    queue_size: u16,
+    mem: GuestMemoryAtomic<Mem>,
+    queues: Vec<Mutex<VirtQueue>>,
+}
+
+impl BlkBackend {
+    pub fn new(disk: DiskLimits, queue_size: u16, mem: GuestMemoryAtomic<Mem>, queues: Vec<VirtQueue>) -> Self {
+        assert_eq!(queues.len(), usize::from(disk.num_queues), "one VirtQueue per virtqueue");
+        Self {
+            config: disk.config_space(),
+            disk,
+            queue_size,
+            mem,
+            queues: queues.into_iter().map(Mutex::new).collect(),
+        }
+    }
+
+    /// Each queue's completion eventfd, in queue order.
+    pub fn completion_fds(&self) -> Vec<std::os::fd::RawFd> {
+        self.queues.iter().map(|q| lock(q).completion_fd()).collect()
+    }
+
+    /// After the connection: drops every answer still in flight and sums
+    /// the queues' counts.
+    pub fn finish(&self) -> QueueStats {
+        let mut total = QueueStats::default();
+        for q in &self.queues {
+            let mut q = lock(q);
+            q.abandon_in_flight();
+            let s = q.stats();
+            total.requests += s.requests;
+            total.errors += s.errors;
+            total.dropped += s.dropped;
+        }
+        total
+    }
+}
+
+/// A queue's lock; a worker that panicked holding it leaves a queue whose
+/// state is still consistent between requests, so poisoning is ignored.
+fn lock(q: &Mutex<VirtQueue>) -> std::sync::MutexGuard<'_, VirtQueue> {
+    q.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl VhostUserBackend for BlkBackend {
+    type Bitmap = ();
+    type Vring = Vring;
+
+    fn num_queues(&self) -> usize {
+        self.queues.len()
+    }
+
+    fn max_queue_size(&self) -> usize {
+        usize::from(self.queue_size)
+    }
+
+    fn features(&self) -> u64 {
+        self.disk.features()
+    }
+
+    fn protocol_features(&self) -> VhostUserProtocolFeatures {
+        VhostUserProtocolFeatures::CONFIG | VhostUserProtocolFeatures::MQ | VhostUserProtocolFeatures::REPLY_ACK
+    }
+
+    fn set_event_idx(&self, _enabled: bool) {
+        // The daemon sets it on each vring's queue, whose
+        // needs_notification and enable_notification then follow it.
+    }
+
+    fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
+        let mut out = vec![0u8; size as usize];
+        let start = (offset as usize).min(CONFIG_BYTES);
+        let end = (offset as usize).saturating_add(size as usize).min(CONFIG_BYTES);
+        out[..end - start].copy_from_slice(&self.config[start..end]);
+        out
+    }
+
+    fn set_config(&self, _offset: u32, _buf: &[u8]) -> io::Result<()> {
+        // The writeback field is the only writable one (CONFIG_WCE), which
+        // is not offered.
+        Ok(())
+    }
+
+    fn update_memory(&self, _mem: GuestMemoryAtomic<Mem>) -> io::Result<()> {
+        // The daemon updates the GuestMemoryAtomic we were built with.
+        Ok(())
+    }
+
+    fn queues_per_thread(&self) -> Vec<u64> {
+        (0..self.queues.len()).map(|i| 1u64 << i).collect()
+    }
+
+    fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
+        new_event_consumer_and_notifier(EventFlag::NONBLOCK | EventFlag::CLOEXEC).ok()
+    }
+
+    fn stop_vring(&self, queue_index: u32) -> io::Result<()> {
+        let q = self.queues.get(queue_index as usize).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+        lock(q).finish_in_flight(&self.mem.memory())
+    }
+
+    fn handle_event(&self, device_event: u16, evset: EventSet, vrings: &[Vring], thread_id: usize) -> io::Result<()> {
+        if evset != EventSet::IN {
+            return Err(io::Error::other(format!("queue {thread_id}: unexpected events {evset:?}")));
+        }
+        let (Some(q), [vring]) = (self.queues.get(thread_id), vrings) else {
+            return Err(io::Error::other(format!("queue {thread_id}: not one vring per worker")));
+        };
+        let mut q = lock(q);
+        if u64::from(device_event) == completion_event(self.queues.len()) {
+            q.drain_eventfd();
+        } else if device_event != 0 {
+            return Err(io::Error::other(format!("queue {thread_id}: unknown event {device_event}")));
+        }
+        q.run(vring, &self.mem.memory())
+    }
+}

@@ -1,0 +1,365 @@
+//! One virtqueue served through one mqblk `Client`: pops descriptor chains,
+//! parses them (request.rs), submits a bio each, and puts each completion
+//! in the used ring.
+//!
+//! A queue runs on its own worker thread of vhost-user-backend (one thread
+//! per virtqueue), woken by the guest's kick or by the client's completion
+//! eventfd, both in that thread's epoll; it sleeps nowhere else. Each
+//! wakeup runs `run`: pop and submit under one plug until the avail ring is
+//! empty or every slot is in flight, reap what completed, and repeat while
+//! either made progress; the guest is signalled once at the end if the
+//! used ring's event index asks for it (VIRTIO_RING_F_EVENT_IDX).
+//!
+//! Data is copied: a write's segments into a `Buf` before submission, a
+//! read's `Buf` into its segments at completion. Buffers are kept for
+//! reuse, so a steady load allocates nothing after warm-up.
+//!
+//! Relies on: request.rs (parsing, segment copies), config.rs
+//! (`DiskLimits`); mqblk's Client (submit, plug, do_io, completion_fd);
+//! vhost-user-backend's `VringMutex` and virtio-queue's `Queue`.
+
+use std::io;
+use std::os::fd::RawFd;
+
+use mqblk::{Bio, Buf, Client, Completion, Status};
+use vhost_user_backend::{VringMutex, VringT};
+use virtio_bindings::virtio_blk::{VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, VIRTIO_BLK_S_UNSUPP};
+use virtio_queue::QueueT;
+use vm_memory::{Bytes, GuestAddress, GuestMemoryAtomic, GuestMemoryMmap};
+
+use crate::config::DiskLimits;
+use crate::request::{self, Kind, Request, Segment, ID_BYTES};
+
+/// The guest memory type served.
+pub type Mem = GuestMemoryMmap<()>;
+/// The vring type served.
+pub type Vring = VringMutex<GuestMemoryAtomic<Mem>>;
+
+/// Counts of one queue's life.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct QueueStats {
+    pub requests: u64,
+    /// Requests answered with IOERR or UNSUPP.
+    pub errors: u64,
+    /// Chains with no status byte, given back with nothing written.
+    pub dropped: u64,
+}
+
+/// A request in flight: what its completion needs.
+struct Slot {
+    head: u16,
+    status: GuestAddress,
+    kind: Kind,
+    /// The request's data segments in the guest (request::parse).
+    data: Vec<Segment>,
+}
+
+pub struct VirtQueue {
+    index: u16,
+    client: Client,
+    completion_fd: RawFd,
+    disk: DiskLimits,
+    id: [u8; ID_BYTES],
+    slots: Vec<Slot>,
+    free_slots: Vec<u16>,
+    free_bufs: Vec<Buf>,
+    done: Vec<Completion>,
+    /// Bios prepared while the vring is locked, submitted after.
+    pending: Vec<(u16, Bio)>,
+    /// Bios the device refused at submission: (slot, status, buffer).
+    rejected: Vec<(u16, Status, Option<Buf>)>,
+    /// The vring, kept from the first event so `stop` can finish requests.
+    vring: Option<Vring>,
+    stats: QueueStats,
+}
+
+impl VirtQueue {
+    /// A queue of `depth` requests in flight at most, over `client`.
+    pub fn new(index: u16, mut client: Client, depth: u16, disk: DiskLimits, id: &str) -> Result<Self, mqblk::Error> {
+        assert!(depth > 0, "a queue needs at least one slot");
+        let completion_fd = client.completion_fd()?;
+        let mut id_bytes = [0u8; ID_BYTES];
+        let n = id.len().min(ID_BYTES);
+        id_bytes[..n].copy_from_slice(&id.as_bytes()[..n]);
+        let slots = (0..depth)
+            .map(|_| Slot {
+                head: 0,
+                status: GuestAddress(0),
+                kind: Kind::Flush,
+                data: Vec::with_capacity(disk.seg_max as usize + 2),
+            })
+            .collect();
+        Ok(Self {
+            index,
+            client,
+            completion_fd,
+            disk,
+            id: id_bytes,
+            slots,
+            free_slots: (0..depth).rev().collect(),
+            free_bufs: Vec::with_capacity(usize::from(depth)),
+            done: Vec::with_capacity(usize::from(depth)),
+            pending: Vec::with_capacity(usize::from(depth)),
+            rejected: Vec::with_capacity(usize::from(depth)),
+            vring: None,
+            stats: QueueStats::default(),
+        })
+    }
+
+    /// The client's completion eventfd, for the worker's epoll.
+    pub fn completion_fd(&self) -> RawFd {
+        self.completion_fd
+    }
+
+    pub fn stats(&self) -> QueueStats {
+        self.stats
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.client.in_flight()
+    }
+
+    /// Empties the completion eventfd (level-triggered in epoll).
+    pub fn drain_eventfd(&self) {
+        let mut count: u64 = 0;
+        // SAFETY: reads 8 bytes into a live u64 from the client's eventfd,
+        // which is non-blocking and lives as long as the client.
+        let _ = unsafe { libc::read(self.completion_fd, std::ptr::addr_of_mut!(count).cast(), 8) };
+    }
+
+    /// Serves the queue until nothing more can be done now: the avail ring
+    /// empty (or every slot in flight) and no completion waiting.
+    pub fn run(&mut self, vring: &Vring, mem: &Mem) -> io::Result<()> {
+        if self.vring.is_none() {
+            self.vring = Some(vring.clone());
+        }
+        self.client.disarm_completion_fd();
+        let mut used = 0;
+        loop {
+            let (popped, answered) = self.pop_and_submit(vring, mem)?;
+            let reaped = self.reap(vring, mem, 0)?;
+            used += answered + reaped;
+            if popped == 0 && reaped == 0 {
+                break;
+            }
+        }
+        if used > 0 && vring.needs_notification().map_err(io::Error::other)? {
+            vring.signal_used_queue()?;
+        }
+        Ok(())
+    }
+
+    /// Waits for every request in flight and puts it in the used ring (the
+    /// vring is being stopped: GET_VRING_BASE), then signals the guest.
+    pub fn finish_in_flight(&mut self, mem: &Mem) -> io::Result<()> {
+        let Some(vring) = self.vring.clone() else { return Ok(()) };
+        while self.client.in_flight() > 0 {
+            self.reap(&vring, mem, 1)?;
+        }
+        vring.signal_used_queue()
+    }
+
+    /// Waits for every request in flight and drops the answers (the guest
+    /// is gone).
+    pub fn abandon_in_flight(&mut self) {
+        self.client.drain();
+        self.free_slots = (0..self.slots.len() as u16).rev().collect();
+        self.vring = None;
+    }
+
+    /// Pops chains while slots are free and submits their bios under one
+    /// plug; returns (chains popped, answered without a bio).
+    fn pop_and_submit(&mut self, vring: &Vring, mem: &Mem) -> io::Result<(usize, usize)> {
+        let (mut popped, mut answered) = (0, 0);
+        let mut state = vring.get_mut();
+        // A completion event may come after the frontend stopped the ring
+        // (GET_VRING_BASE): its rings must not be touched then.
+        if !state.get_queue().ready() {
+            return Ok((0, 0));
+        }
+        loop {
+            state.disable_notification().map_err(io::Error::other)?;
+            while let Some(&slot_id) = self.free_slots.last() {
+                let Some(chain) = state.get_queue_mut().pop_descriptor_chain(mem) else { break };
+                self.free_slots.pop();
+                popped += 1;
+                self.stats.requests += 1;
+                let head = chain.head_index();
+                let parsed = request::parse(chain, mem, &self.disk, &mut self.slots[usize::from(slot_id)].data);
+                if let Some(used_len) = self.start(slot_id, head, parsed, mem) {
+                    self.free_slots.push(slot_id);
+                    state.add_used(head, used_len).map_err(io::Error::other)?;
+                    answered += 1;
+                }
+            }
+            // Out of slots: notifications stay off; completions run us again.
+            if self.free_slots.is_empty() || !state.enable_notification().map_err(io::Error::other)? {
+                break;
+            }
+        }
+        drop(state);
+        answered += self.submit_pending(vring, mem)?;
+        Ok((popped, answered))
+    }
+
+    /// Submits the bios `start` prepared, under one plug; a bio the device
+    /// refuses is answered at once. Returns how many were.
+    fn submit_pending(&mut self, vring: &Vring, mem: &Mem) -> io::Result<usize> {
+        if self.pending.is_empty() {
+            return Ok(0);
+        }
+        let Self { client, pending, rejected, .. } = self;
+        let nr_ios = u32::try_from(pending.len()).unwrap_or(u32::MAX);
+        client.with_plug(nr_ios, |client| {
+            for (slot_id, bio) in pending.drain(..) {
+                if let Err(r) = client.submit(bio, u64::from(slot_id)) {
+                    let r = *r;
+                    log::debug!("request refused by the device: {}", r.error);
+                    rejected.push((slot_id, Status::from_errno(r.error.errno()), r.bio.buf));
+                }
+            }
+        });
+        let answered = self.rejected.len();
+        while let Some((slot_id, status, buf)) = self.rejected.pop() {
+            if let Some(buf) = buf {
+                self.free_bufs.push(buf);
+            }
+            let (head, status_addr) = (self.slots[usize::from(slot_id)].head, self.slots[usize::from(slot_id)].status);
+            self.free_slots.push(slot_id);
+            let used_len = self.answer(status_addr, virtio_status(status), 0, mem);
+            vring.add_used(head, used_len).map_err(io::Error::other)?;
+        }
+        Ok(answered)
+    }
+
+    /// Starts the request parsed into slot `slot_id`: its bio goes to
+    /// `pending`. Some(used length) if it was answered at once instead
+    /// (refused, GET_ID, a flush with no cache to flush).
+    fn start(&mut self, slot_id: u16, head: u16, parsed: Result<Request, request::Refused>, mem: &Mem) -> Option<u32> {
+        let req = match parsed {
+            Ok(req) => req,
+            Err(refused) => {
+                log::debug!("queue {}: request {head} refused: {}", self.index, refused.error);
+                return Some(self.answer_refused(refused, mem));
+            }
+        };
+        let data = &self.slots[usize::from(slot_id)].data;
+        let bio = match req.kind {
+            Kind::GetId => {
+                let written = request::write_segments(mem, data, &self.id).unwrap_or(0);
+                return Some(self.answer(req.status, VIRTIO_BLK_S_OK as u8, written as u32, mem));
+            }
+            Kind::Flush if !self.disk.write_cache => {
+                return Some(self.answer(req.status, VIRTIO_BLK_S_OK as u8, 0, mem))
+            }
+            Kind::Flush => Bio::flush(),
+            Kind::Discard { offset, len } => Bio::discard(offset, len),
+            Kind::WriteZeroes { offset, len } => Bio::write_zeroes(offset, len),
+            Kind::Read { offset, len } => Bio::read(offset, self.take_buf(len as usize)),
+            Kind::Write { offset, len } => {
+                let mut buf = self.take_buf(len as usize);
+                let data = &self.slots[usize::from(slot_id)].data;
+                if let Err(e) = request::read_segments(mem, data, 0, &mut buf) {
+                    self.free_bufs.push(buf);
+                    let refused = request::Refused { error: e, status: Some(req.status) };
+                    return Some(self.answer_refused(refused, mem));
+                }
+                Bio::write(offset, buf)
+            }
+        };
+        let slot = &mut self.slots[usize::from(slot_id)];
+        slot.head = head;
+        slot.status = req.status;
+        slot.kind = req.kind;
+        self.pending.push((slot_id, bio));
+        None
+    }
+
+    /// Reaps completions (waiting for `min`), answers each in the used
+    /// ring; returns how many.
+    fn reap(&mut self, vring: &Vring, mem: &Mem, min: usize) -> io::Result<usize> {
+        let mut total = 0;
+        loop {
+            self.done.clear();
+            let max = self.slots.len();
+            let got = self
+                .client
+                .do_io(&mut self.done, min.min(self.client.in_flight()), max, None)
+                .map_err(io::Error::other)?;
+            for i in 0..got {
+                let c = &mut self.done[i];
+                let (slot_id, status, buf) = (c.user_data as usize, c.status, c.buf.take());
+                let slot = &self.slots[slot_id];
+                let (head, status_addr) = (slot.head, slot.status);
+                let mut code = virtio_status(status);
+                let mut written = 0u32;
+                if let (Kind::Read { .. }, Some(b)) = (slot.kind, buf.as_ref()) {
+                    if status.is_ok() {
+                        match request::write_segments(mem, &slot.data, b) {
+                            Ok(n) => written = n as u32,
+                            Err(_) => code = VIRTIO_BLK_S_IOERR as u8,
+                        }
+                    }
+                }
+                if let Some(b) = buf {
+                    self.free_bufs.push(b);
+                }
+                self.free_slots.push(slot_id as u16);
+                let used_len = self.answer(status_addr, code, written, mem);
+                vring.add_used(head, used_len).map_err(io::Error::other)?;
+            }
+            total += got;
+            if got < max {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// Writes the status byte; returns the used length (data written + 1).
+    fn answer(&mut self, status: GuestAddress, code: u8, written: u32, mem: &Mem) -> u32 {
+        if code != VIRTIO_BLK_S_OK as u8 {
+            self.stats.errors += 1;
+        }
+        if mem.write_obj(code, status).is_err() {
+            log::warn!("queue {}: status byte at {:#x} not writable", self.index, status.0);
+            self.stats.dropped += 1;
+            return written;
+        }
+        written + 1
+    }
+
+    fn answer_refused(&mut self, refused: request::Refused, mem: &Mem) -> u32 {
+        match refused.status {
+            Some(status) => self.answer(status, refused.error.status(), 0, mem),
+            None => {
+                log::warn!("queue {}: a chain with no usable status byte: {}", self.index, refused.error);
+                self.stats.errors += 1;
+                self.stats.dropped += 1;
+                0
+            }
+        }
+    }
+
+    /// A buffer of `len` bytes: a kept one if large enough.
+    fn take_buf(&mut self, len: usize) -> Buf {
+        let mut buf = match self.free_bufs.pop() {
+            Some(b) if b.capacity() >= len => b,
+            _ => Buf::new(len.next_power_of_two().max(4096)),
+        };
+        buf.set_len(len);
+        buf
+    }
+}
+
+/// The virtio-blk status for an mqblk completion status.
+pub fn virtio_status(status: Status) -> u8 {
+    match status {
+        Status::Ok => VIRTIO_BLK_S_OK as u8,
+        Status::NotSupp => VIRTIO_BLK_S_UNSUPP as u8,
+        _ => VIRTIO_BLK_S_IOERR as u8,
+    }
+}
+
+#[cfg(test)]
+#[path = "queue_tests.rs"]
+mod tests;
