@@ -5,10 +5,18 @@
 //! and each of its I/Os under an inner plug (`plug`, `plug_per_io`: as an
 //! io_submit call and the kernel's direct-I/O path do, so adjacent I/Os of
 //! a chunk merge), then reaps at least `iodepth_batch_complete_min`
-//! (at least one) and at most `iodepth_batch_complete_max` completions, like
-//! fio's `do_io`. Every in-flight I/O owns one slot (its `user_data`) with its
+//! (at least one) and at most `iodepth_batch_complete_max` completions
+//! (job/complete.rs), like fio's `do_io`. Every in-flight I/O owns one slot (its `user_data`) with its
 //! buffer and timestamps, allocated before the run: nothing is allocated per
 //! I/O.
+//!
+//! A job with `read_iolog` takes each I/O (direction, offset, length) and
+//! its time from the trace (replay.rs) instead of its pattern, and ends
+//! with the trace (job/replayed.rs); with `write_iolog`, each I/O is
+//! logged as it is issued (iolog.rs). Each is a copy of the loop of its
+//! own (`REPLAY`, `LOG`), as timing is (`TIMED`): the synthetic loop
+//! without a log tests neither per I/O, and its slots carry nothing for
+//! them.
 //!
 //! Timing (unless `gtod_reduce`): one clock read per I/O at issue; the next
 //! issue's read closes the previous I/O's submission latency (they are back
@@ -19,12 +27,17 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering};
 
 use crossbeam_utils::CachePadded;
 use mqblk::clock::Clock;
-use mqblk::{Bio, Buf, Client, ClientStats, Completion, Device, ReqFlags};
+use mqblk::{Bio, Buf, Client, Device, ReqFlags};
 
-use super::job_setup::{job_region, new_verifier, new_zone_writer, slot_buffers};
+use super::iolog::{IoAction, IologWriter};
+use super::job_setup::{
+    buffer_sizes, job_depth, job_region, new_iolog_writer, new_verifier, new_zone_writer, slot_buffers,
+};
 use super::options::JobOptions;
 use super::pattern::{Pattern, ZoneWriter};
+use super::replay::OpenTrace;
 use super::start::StartGate;
+pub use super::stats::JobResult;
 use super::stats::{DirStats, Rusage};
 use super::verify::Verifier;
 
@@ -66,49 +79,13 @@ pub struct Live {
     pub tid: AtomicI32,
 }
 
-/// What one job thread measured.
-#[derive(Debug, Clone)]
-pub struct JobResult {
-    pub read: DirStats,
-    pub write: DirStats,
-    pub elapsed_ns: u64,
-    pub rusage: Rusage,
-    pub client: ClientStats,
-    /// First error's errno (0: none), as fio's "error".
-    pub error: i32,
-}
+mod complete;
+mod replayed;
 
-impl JobResult {
-    /// A job that did nothing (stopped before it started).
-    pub fn empty() -> Self {
-        Self {
-            read: DirStats::default(),
-            write: DirStats::default(),
-            elapsed_ns: 0,
-            rusage: Rusage::default(),
-            client: ClientStats::default(),
-            error: 0,
-        }
-    }
+use replayed::ReplaySource;
 
-    /// Adds another job's measurements (group reporting): totals add up,
-    /// the run lasts as long as the longest job, the first error stays.
-    pub fn merge(&mut self, o: &JobResult) {
-        self.read.merge(&o.read);
-        self.write.merge(&o.write);
-        self.elapsed_ns = self.elapsed_ns.max(o.elapsed_ns);
-        self.rusage.add(&o.rusage);
-        self.client.submitted += o.client.submitted;
-        self.client.completed += o.client.completed;
-        self.client.tag_waits += o.client.tag_waits;
-        self.client.tag_wait_ns += o.client.tag_wait_ns;
-        self.client.completion_sleeps += o.client.completion_sleeps;
-        if self.error == 0 {
-            self.error = o.error;
-        }
-    }
-}
-
+/// An I/O in flight. A replayed I/O's length is kept beside it
+/// (`ReplaySource`), so that the synthetic loop's slots stay this small.
 #[derive(Debug, Clone, Copy, Default)]
 struct Slot {
     issue_ns: u64,
@@ -117,8 +94,10 @@ struct Slot {
     is_write: bool,
 }
 
-/// Runs one job to completion on the calling thread.
-pub fn run_job(
+/// Runs one job to completion on the calling thread; `trace` is the
+/// trace it replays (`read_iolog`, opened by `job_setup::new_replay`).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run_job(
     opts: &JobOptions,
     dev: &Device,
     fixed: Option<&mqblk::FixedBufs>,
@@ -126,20 +105,23 @@ pub fn run_job(
     job_index: usize,
     ctrl: &Control,
     live: &Live,
+    trace: Option<OpenTrace>,
 ) -> Result<JobResult, String> {
-    let (offset, region_len) = job_region(opts, dev, job_index)?;
+    let region = job_region(opts, dev, job_index)?;
     // Two copies of the loop, with and without clock reads (gtod_reduce),
     // so that neither tests the choice per I/O.
     if opts.gtod_reduce {
-        run_loop::<false>(opts, dev, fixed, clock, job_index, ctrl, live, offset, region_len)
+        run_source::<false>(opts, dev, fixed, clock, job_index, ctrl, live, region, trace)
     } else {
-        run_loop::<true>(opts, dev, fixed, clock, job_index, ctrl, live, offset, region_len)
+        run_source::<true>(opts, dev, fixed, clock, job_index, ctrl, live, region, trace)
     }
 }
 
-/// `run_job` after the start delay, for `TIMED` (not `gtod_reduce`).
+/// `run_job` for `TIMED`: a copy of the loop for each source of I/Os (the
+/// pattern, or the trace it replays) with and without `write_iolog`, so
+/// that none tests either per I/O.
 #[allow(clippy::too_many_arguments)]
-fn run_loop<const TIMED: bool>(
+fn run_source<const TIMED: bool>(
     opts: &JobOptions,
     dev: &Device,
     fixed: Option<&mqblk::FixedBufs>,
@@ -147,10 +129,38 @@ fn run_loop<const TIMED: bool>(
     job_index: usize,
     ctrl: &Control,
     live: &Live,
-    offset: u64,
-    region_len: u64,
+    region: (u64, u64),
+    trace: Option<OpenTrace>,
 ) -> Result<JobResult, String> {
-    let job = JobLoop::<TIMED>::new(opts, clock, live, region_len);
+    match (trace.is_some(), opts.write_iolog.is_some()) {
+        (false, false) => {
+            run_loop::<TIMED, false, false>(opts, dev, fixed, clock, job_index, ctrl, live, region, trace)
+        }
+        (false, true) => run_loop::<TIMED, false, true>(opts, dev, fixed, clock, job_index, ctrl, live, region, trace),
+        (true, false) => run_loop::<TIMED, true, false>(opts, dev, fixed, clock, job_index, ctrl, live, region, trace),
+        (true, true) => run_loop::<TIMED, true, true>(opts, dev, fixed, clock, job_index, ctrl, live, region, trace),
+    }
+}
+
+/// One copy of the loop: `TIMED` (not `gtod_reduce`), `REPLAY` (`trace`
+/// is Some), `LOG` (`write_iolog`).
+#[allow(clippy::too_many_arguments)]
+fn run_loop<const TIMED: bool, const REPLAY: bool, const LOG: bool>(
+    opts: &JobOptions,
+    dev: &Device,
+    fixed: Option<&mqblk::FixedBufs>,
+    clock: Clock,
+    job_index: usize,
+    ctrl: &Control,
+    live: &Live,
+    (offset, region_len): (u64, u64),
+    trace: Option<OpenTrace>,
+) -> Result<JobResult, String> {
+    let depth = job_depth(opts, trace.as_ref());
+    let mut io = IoState::new(opts, dev, fixed, depth, job_index, (offset, region_len), trace)?;
+    debug_assert_eq!(io.replay.is_some(), REPLAY);
+    debug_assert_eq!(io.iolog.is_some(), LOG);
+    let job = JobLoop::<TIMED, REPLAY, LOG>::new(opts, clock, live, ctrl, depth, region_len);
     let read_pct = opts.rw.read_pct(opts.rwmixread);
     let mut progress = Progress {
         pattern: Pattern {
@@ -167,8 +177,8 @@ fn run_loop<const TIMED: bool>(
         total_ios: 0,
         error: 0,
         measuring: false,
+        source_done: false,
     };
-    let mut io = IoState::new(opts, dev, fixed, job.depth, read_pct, job_index, offset, region_len)?;
     let mut client = dev.client_with_capacity(job.depth);
     ctrl.start.arrive_and_wait(&live.arrived);
     // fio's startdelay counts from the run's start.
@@ -185,11 +195,14 @@ fn run_loop<const TIMED: bool>(
 /// by `&mut`: `IoState` (slots, buffers, stats: handed to calls outside
 /// the loop) and `Progress` (the pattern and counters: touched only by
 /// the loop's inlined steps, so they stay in registers). Every step is
-/// inlined into `run`. `TIMED`: clock reads per I/O (not `gtod_reduce`).
-struct JobLoop<'a, const TIMED: bool> {
+/// inlined into `run`. `TIMED`: clock reads per I/O (not `gtod_reduce`);
+/// `REPLAY`: the I/Os come from a trace (`read_iolog`), not the pattern;
+/// `LOG`: each I/O is logged (`write_iolog`).
+struct JobLoop<'a, const TIMED: bool, const REPLAY: bool, const LOG: bool> {
     opts: &'a JobOptions,
     clock: Clock,
     live: &'a Live,
+    ctrl: &'a Control<'a>,
     depth: usize,
     /// I/Os submitted per chunk (`iodepth_batch_submit`, 0: `iodepth`).
     batch: usize,
@@ -208,6 +221,11 @@ struct JobLoop<'a, const TIMED: bool> {
 struct IoState {
     zone_writer: Option<ZoneWriter>,
     verifier: Option<Verifier>,
+    /// `read_iolog`: the trace the job replays, and the length of each
+    /// slot's I/O.
+    replay: Option<ReplaySource>,
+    /// `write_iolog`: the log of what the job issues.
+    iolog: Option<IologWriter>,
     /// Indexed by an I/O's `user_data`.
     slots: Vec<Slot>,
     read_bufs: Vec<Option<Buf>>,
@@ -230,27 +248,35 @@ struct Progress {
     /// First error's errno (0: none).
     error: i32,
     measuring: bool,
+    /// The replayed trace is over (read only by the `REPLAY` loop).
+    source_done: bool,
 }
 
 impl IoState {
-    /// fio's job setup: the zones and verifier, and every slot's buffers.
-    #[allow(clippy::too_many_arguments)]
+    /// fio's job setup: the zones and verifier, the log, and every slot's
+    /// buffers (for a replay, of the trace's largest transfers).
     fn new(
         opts: &JobOptions,
         dev: &Device,
         fixed: Option<&mqblk::FixedBufs>,
         depth: usize,
-        read_pct: u32,
         job_index: usize,
-        offset: u64,
-        region_len: u64,
+        (offset, region_len): (u64, u64),
+        trace: Option<OpenTrace>,
     ) -> Result<Self, String> {
+        let read_pct = opts.rw.read_pct(opts.rwmixread);
         let zone_writer = new_zone_writer(opts, dev, offset, region_len)?;
         let verifier = new_verifier(opts, read_pct, offset, region_len)?;
-        let (read_bufs, write_bufs) = slot_buffers(opts, fixed, depth, read_pct, job_index);
+        let (replay, trace) = trace.unzip();
+        let sizes = buffer_sizes(opts, read_pct, trace.as_ref());
+        let replay = replay.map(|r| ReplaySource::new(r, depth));
+        let (read_bufs, write_bufs) = slot_buffers(fixed, depth, sizes, job_index);
+        let iolog = new_iolog_writer(opts, opts.filename.as_deref().unwrap_or(dev.driver_name()))?;
         Ok(Self {
             zone_writer,
             verifier,
+            replay,
+            iolog,
             slots: vec![Slot::default(); depth],
             read_bufs,
             write_bufs,
@@ -262,9 +288,15 @@ impl IoState {
     }
 }
 
-impl<'a, const TIMED: bool> JobLoop<'a, TIMED> {
-    fn new(opts: &'a JobOptions, clock: Clock, live: &'a Live, region_len: u64) -> Self {
-        let depth = opts.effective_iodepth();
+impl<'a, const TIMED: bool, const REPLAY: bool, const LOG: bool> JobLoop<'a, TIMED, REPLAY, LOG> {
+    fn new(
+        opts: &'a JobOptions,
+        clock: Clock,
+        live: &'a Live,
+        ctrl: &'a Control<'a>,
+        depth: usize,
+        region_len: u64,
+    ) -> Self {
         // Writes are sync (O_DIRECT) unless the job is async (writeback).
         let hipri = if opts.hipri { ReqFlags::HIPRI } else { ReqFlags::NONE };
         let write_flags = if opts.mqblk_async { ReqFlags::NONE } else { ReqFlags::SYNC } | hipri;
@@ -272,13 +304,15 @@ impl<'a, const TIMED: bool> JobLoop<'a, TIMED> {
             opts,
             clock,
             live,
+            ctrl,
             depth,
             // fio: iodepth_batch_submit=0 means iodepth.
             batch: if opts.iodepth_batch_submit == 0 { depth } else { opts.iodepth_batch_submit },
             complete_min: opts.iodepth_batch_complete_min.max(1),
             complete_max: opts.complete_max(),
             lat_hist: opts.lat_percentiles,
-            io_limit_bytes: if opts.time_based { u64::MAX } else { opts.io_size.unwrap_or(region_len) },
+            // A replay ends with its trace (fio: its size is the trace's).
+            io_limit_bytes: if opts.time_based || REPLAY { u64::MAX } else { opts.io_size.unwrap_or(region_len) },
             io_limit_count: if opts.number_ios == 0 { u64::MAX } else { opts.number_ios },
             hipri,
             write_flags,
@@ -290,6 +324,9 @@ impl<'a, const TIMED: bool> JobLoop<'a, TIMED> {
         p.measuring = ctrl.phase.load(Ordering::Acquire) != PHASE_RAMP;
         io.start_ns = self.clock.now_ns();
         io.start_ru = Rusage::thread_now();
+        if let Some(replay) = io.replay.as_mut() {
+            replay.trace.start();
+        }
         self.live.measuring.store(p.measuring, Ordering::Release);
         self.live.ready.store(true, Ordering::Release);
     }
@@ -335,10 +372,10 @@ impl<'a, const TIMED: bool> JobLoop<'a, TIMED> {
     }
 
     /// The job may issue more: below `size` (unless `time_based`) and
-    /// `number_ios`.
+    /// `number_ios`, and before the end of a replayed trace.
     #[inline(always)]
     fn below_limits(&self, p: &Progress) -> bool {
-        p.issued_bytes < self.io_limit_bytes && p.issued_ios < self.io_limit_count
+        p.issued_bytes < self.io_limit_bytes && p.issued_ios < self.io_limit_count && !(REPLAY && p.source_done)
     }
 
     /// Fills the queue to `iodepth` in chunks of up to `batch` I/Os.
@@ -384,7 +421,14 @@ impl<'a, const TIMED: bool> JobLoop<'a, TIMED> {
         let mut in_chunk = 0;
         while in_chunk < chunk && p.issued_bytes < self.io_limit_bytes {
             let idx = io.free.pop().expect("a free slot per I/O below iodepth");
-            self.submit_one(c, idx, prev, plugged, io, p)?;
+            if REPLAY {
+                if !self.submit_replayed(c, idx, prev, plugged, io, p)? {
+                    io.free.push(idx); // the trace is over: the slot stays free
+                    break;
+                }
+            } else {
+                self.submit_one(c, idx, prev, plugged, io, p)?;
+            }
             prev = Some(idx);
             in_chunk += 1;
         }
@@ -394,8 +438,7 @@ impl<'a, const TIMED: bool> JobLoop<'a, TIMED> {
         Ok(in_chunk)
     }
 
-    /// Issues one I/O in slot `idx`; its clock read closes the previous
-    /// I/O's (`prev`) submission latency.
+    /// Issues the pattern's next I/O in slot `idx`.
     #[inline(always)]
     fn submit_one(
         &self,
@@ -410,11 +453,33 @@ impl<'a, const TIMED: bool> JobLoop<'a, TIMED> {
         let bs = if is_write { self.opts.bs_write } else { self.opts.bs_read };
         let offset = self.next_offset(c, is_write, bs, io, p)?;
         let bio = self.prep_bio(idx, is_write, offset, io);
+        let action = if is_write { IoAction::Write } else { IoAction::Read };
+        self.issue(c, (idx, prev, plugged), bio, (action, offset, bs), io)?;
+        p.issued_bytes += bs;
+        p.issued_ios += 1;
+        Ok(())
+    }
+
+    /// Submits `bio` (`action` of `len_bytes` at `offset`) in slot `idx`
+    /// (`plugged`: under the chunk's plug); its clock read closes the
+    /// previous I/O's (`prev`) submission latency.
+    #[inline(always)]
+    fn issue(
+        &self,
+        c: &mut Client,
+        (idx, prev, plugged): (u32, Option<u32>, bool),
+        bio: Bio,
+        (action, offset, len_bytes): (IoAction, u64, u64),
+        io: &mut IoState,
+    ) -> Result<(), String> {
         let t = if TIMED { self.clock.now_ns() } else { 0 };
         if let Some(prev) = prev {
             io.slots[prev as usize].slat_ns = t - io.slots[prev as usize].issue_ns;
         }
-        io.slots[idx as usize] = Slot { issue_ns: t, slat_ns: 0, offset, is_write };
+        io.slots[idx as usize] = Slot { issue_ns: t, slat_ns: 0, offset, is_write: action == IoAction::Write };
+        if LOG {
+            io.iolog.as_mut().expect("a logging job has its log").record(action, offset, len_bytes);
+        }
         let submitted = if plugged && self.opts.plug_per_io {
             c.plug().submit(bio, u64::from(idx))
         } else {
@@ -423,8 +488,6 @@ impl<'a, const TIMED: bool> JobLoop<'a, TIMED> {
         if let Err(rejected) = submitted {
             return Err(format!("job '{}': submit failed: {}", self.opts.name, rejected.error));
         }
-        p.issued_bytes += bs;
-        p.issued_ios += 1;
         Ok(())
     }
 
@@ -469,54 +532,6 @@ impl<'a, const TIMED: bool> JobLoop<'a, TIMED> {
         .with_ioprio(self.opts.ioprio)
     }
 
-    /// Reaps at least `iodepth_batch_complete_min` (at most what is in
-    /// flight) and at most `iodepth_batch_complete_max` completions,
-    /// accounting each as it is reaped (no vector in between); one clock
-    /// read, at the first completion, stamps them all.
-    #[inline(always)]
-    fn reap(&self, client: &mut Client, in_flight: usize, io: &mut IoState, p: &mut Progress) -> Result<(), String> {
-        let min = self.complete_min.min(in_flight);
-        client
-            .do_io_each(min, self.complete_max, None, Reaped { job: self, now: None, io, p })
-            .map_err(|e| format!("job '{}': do_io: {e}", self.opts.name))?;
-        Ok(())
-    }
-
-    /// Accounts one completion (fio's `io_completed`): its direction's
-    /// stats and latencies or the job's first error, the verifier's map,
-    /// and the slot and its buffer free again.
-    #[inline(always)]
-    fn account(&self, c: Completion, now: u64, io: &mut IoState, p: &mut Progress) {
-        let idx = c.user_data as usize;
-        let slot = io.slots[idx];
-        let stats = &mut io.stats[usize::from(slot.is_write)];
-        let bs = if slot.is_write { self.opts.bs_write } else { self.opts.bs_read };
-        if c.status.is_ok() {
-            if let (true, Some(v)) = (slot.is_write, io.verifier.as_mut()) {
-                v.written(slot.offset);
-            }
-            stats.ios += 1;
-            stats.bytes += bs;
-            if TIMED {
-                let clat = now.saturating_sub(slot.issue_ns + slot.slat_ns);
-                stats.record_latency(slot.slat_ns, clat, self.lat_hist);
-            }
-        } else {
-            stats.errors += 1;
-            if p.error == 0 {
-                p.error = c.status.errno();
-            }
-        }
-        let buf = c.buf.expect("data I/O completions carry their buffer");
-        if slot.is_write {
-            io.write_bufs[idx] = Some(buf);
-        } else {
-            io.read_bufs[idx] = Some(buf);
-        }
-        io.free.push(idx as u32);
-        p.total_ios += 1;
-    }
-
     /// Publishes progress for the progress bar and bandwidth samples.
     #[inline(always)]
     fn publish(&self, io: &IoState, p: &Progress) {
@@ -530,6 +545,9 @@ impl<'a, const TIMED: bool> JobLoop<'a, TIMED> {
     fn finish(&self, mut client: Client, mut io: IoState, p: &Progress) -> Result<JobResult, String> {
         let elapsed_ns = self.clock.now_ns() - io.start_ns;
         let rusage = Rusage::thread_now().since(&io.start_ru);
+        if let Some(log) = io.iolog.take() {
+            log.finish().map_err(|e| format!("job '{}': {e}", self.opts.name))?;
+        }
         if let Some(v) = &io.verifier {
             if p.error == 0 {
                 let bufs = io.write_bufs.drain(..).flatten().collect();
@@ -538,24 +556,6 @@ impl<'a, const TIMED: bool> JobLoop<'a, TIMED> {
         }
         let [read, write] = io.stats;
         Ok(JobResult { read, write, elapsed_ns, rusage, client: client.stats(), error: p.error })
-    }
-}
-
-/// The reap's sink: accounts each completion where it is reaped (a
-/// `CompletionSink` rather than a closure, so that it is inlined into the
-/// reaping loop); one clock read, at the first completion, stamps them all.
-struct Reaped<'j, 'a, const TIMED: bool> {
-    job: &'j JobLoop<'a, TIMED>,
-    now: Option<u64>,
-    io: &'j mut IoState,
-    p: &'j mut Progress,
-}
-
-impl<const TIMED: bool> mqblk::CompletionSink for Reaped<'_, '_, TIMED> {
-    #[inline(always)]
-    fn complete(&mut self, c: Completion) {
-        let t = if TIMED { *self.now.get_or_insert_with(|| self.job.clock.now_ns()) } else { 0 };
-        self.job.account(c, t, self.io, self.p);
     }
 }
 

@@ -1,11 +1,15 @@
 //! A job's setup before its I/O loop (job.rs): its region of the device,
-//! the zones it writes (`zonemode=zbd`), its verifier (`verify`) and every
-//! slot's buffers. All allocation of a job happens here, before the run.
+//! the zones it writes (`zonemode=zbd`), its verifier (`verify`), the
+//! trace it replays (`read_iolog`, opened by the main thread before the
+//! jobs start), the log it writes (`write_iolog`) and every slot's
+//! buffers. All allocation of a job happens here, before the run.
 
 use mqblk::{Buf, Device};
 
+use super::iolog::{IologWriter, ReplayRules};
 use super::options::JobOptions;
 use super::pattern::ZoneWriter;
+use super::replay::{OpenTrace, Replay, TraceSummary};
 use super::verify::Verifier;
 
 /// The job's region of the device: (offset, length), bytes.
@@ -57,24 +61,77 @@ pub(super) fn new_verifier(
     }
 }
 
-/// Each slot's read and write buffers (those the job's mix uses): of our
-/// own, or slots of the registered pool (`fixedbufs=1`).
-pub(super) fn slot_buffers(
+/// fio's `read_iolog`: the job's trace, parsed and checked against the
+/// device before the run (a bad trace is bad input), and what it holds.
+pub(super) fn new_replay(opts: &JobOptions, dev: &Device) -> Result<Option<OpenTrace>, String> {
+    let Some(path) = &opts.read_iolog else { return Ok(None) };
+    let limits = dev.limits();
+    let rules = ReplayRules {
+        no_stall: opts.replay.no_stall,
+        time_scale_pct: opts.replay.time_scale_pct,
+        redirect: opts.replay.redirect.is_some(),
+        align_bytes: opts.replay.align_bytes,
+        scale: opts.replay.scale,
+        capacity_bytes: limits.capacity_bytes,
+        logical_block_size: u64::from(limits.logical_block_size),
+    };
+    let replay = Replay::open(path, rules, opts.replay.chunked).map_err(|e| format!("job '{}': {e}", opts.name))?;
+    Ok(Some(replay))
+}
+
+/// The job's queue depth: its `iodepth` (1 with a sync engine), or, as
+/// fio, the depth probed from a replayed blktrace when `iodepth` was not
+/// given.
+pub(super) fn job_depth(opts: &JobOptions, trace: Option<&OpenTrace>) -> usize {
+    let iodepth_given = opts.given.iter().any(|(k, _)| k == "iodepth");
+    match trace.and_then(|(_, summary)| summary.probed_depth) {
+        Some(depth) if !iodepth_given && opts.effective_iodepth() == opts.iodepth => depth,
+        _ => opts.effective_iodepth(),
+    }
+}
+
+/// fio's `write_iolog`: the log of what the job issues, naming the device
+/// by its spec.
+pub(super) fn new_iolog_writer(opts: &JobOptions, dev_name: &str) -> Result<Option<IologWriter>, String> {
+    match &opts.write_iolog {
+        Some(path) => Ok(Some(IologWriter::create(path, dev_name).map_err(|e| format!("job '{}': {e}", opts.name))?)),
+        None => Ok(None),
+    }
+}
+
+/// The buffer size of each slot for reads and for writes (None: the job
+/// does not do them): the block sizes of its mix, or the largest transfer
+/// of the trace it replays.
+pub(super) fn buffer_sizes(
     opts: &JobOptions,
+    read_pct: u32,
+    trace: Option<&TraceSummary>,
+) -> (Option<u64>, Option<u64>) {
+    match trace {
+        Some(t) => {
+            ((t.max_read_bytes > 0).then_some(t.max_read_bytes), (t.max_write_bytes > 0).then_some(t.max_write_bytes))
+        }
+        None => ((read_pct > 0).then_some(opts.bs_read), (read_pct < 100).then_some(opts.bs_write)),
+    }
+}
+
+/// Each slot's read and write buffers (of `sizes`, from `buffer_sizes`):
+/// of our own, or slots of the registered pool (`fixedbufs=1`).
+pub(super) fn slot_buffers(
     fixed: Option<&mqblk::FixedBufs>,
     depth: usize,
-    read_pct: u32,
+    sizes: (Option<u64>, Option<u64>),
     job_index: usize,
 ) -> (Vec<Option<Buf>>, Vec<Option<Buf>>) {
     let new_buf = |len: u64| match fixed {
         Some(pool) => pool.take(len as usize).expect("the fixedbufs pool has a slot for every job buffer"),
         None => Buf::new(len as usize),
     };
-    let read_bufs: Vec<Option<Buf>> = (0..depth).map(|_| (read_pct > 0).then(|| new_buf(opts.bs_read))).collect();
+    let read_bufs: Vec<Option<Buf>> = (0..depth).map(|_| sizes.0.map(new_buf)).collect();
     let write_bufs: Vec<Option<Buf>> = (0..depth)
         .map(|_| {
-            (read_pct < 100).then(|| {
-                let mut b = new_buf(opts.bs_write);
+            sizes.1.map(|len| {
+                let mut b = new_buf(len);
                 fill_random(&mut b, job_index);
                 b
             })

@@ -4,12 +4,15 @@
 //! the main thread keeps time (ramp, runtime), samples bandwidth every
 //! 500 ms, draws the progress bar on a terminal, and writes the report.
 
+mod blktrace_input;
 pub mod cpus;
+mod iolog;
 pub mod job;
 mod job_setup;
 pub mod options;
 mod parse;
 mod pattern;
+mod replay;
 pub mod report;
 mod setter;
 mod start;
@@ -209,12 +212,14 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
     let clock = bench_clock(plan)?;
     let gate = StartGate::new(plan.jobs.iter().map(|j| j.numjobs).sum());
     let (shared, mut running) = job_clones(plan, &gate, Instant::now());
+    let traces = open_traces(&shared, &dev)?;
     let bar = progress_bar(!plan.json);
     let (results, process_cpu): (Vec<Result<JobResult, String>>, _) = std::thread::scope(|scope| {
         let handles: Vec<_> = shared
             .iter()
+            .zip(traces)
             .enumerate()
-            .map(|(i, r)| {
+            .map(|(i, (r, trace))| {
                 let dev = &dev;
                 let fixed = fixed.as_ref().filter(|_| r.opts.fixedbufs);
                 std::thread::Builder::new()
@@ -230,7 +235,7 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
                         if let Some(cpus) = &r.opts.cpus_allowed {
                             cpus::pin_current_thread(&cpus.for_job(r.opts.cpus_allowed_split, r.clone))?;
                         }
-                        job::run_job(r.opts, dev, fixed, clock, i, &r.ctrl, &r.live)
+                        job::run_job(r.opts, dev, fixed, clock, i, &r.ctrl, &r.live, trace)
                     })
                     .expect("spawn job thread")
             })
@@ -253,6 +258,12 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
         stats: dev.stats(),
     };
     Ok(RunOutput { entries, device: info, process_cpu, stats: dev.show_stats() })
+}
+
+/// Each job clone's trace (`read_iolog`), parsed and checked against the
+/// device before any job starts: a bad one is bad input.
+fn open_traces(shared: &[Shared<'_>], dev: &Device) -> Result<Vec<Option<replay::OpenTrace>>, BenchError> {
+    shared.iter().map(|sh| job_setup::new_replay(sh.opts, dev).map_err(BenchError::BadInput)).collect()
 }
 
 /// Every job's clones (`numjobs`), each with its run control and its
@@ -496,12 +507,12 @@ fn take_sample(sh: &Shared, r: &mut Running, now: Instant) {
     let (drb, dwb) = (rb.saturating_sub(last_rb), wb.saturating_sub(last_wb));
     let dios = ios.saturating_sub(last_ios) as f64;
     let total = (drb + dwb).max(1) as f64;
-    let read_pct = sh.opts.rw.read_pct(sh.opts.rwmixread);
-    if read_pct > 0 {
+    let (reads, writes) = sh.opts.directions();
+    if reads {
         r.read_samples.bw_kib.push(drb as f64 / 1024.0 / secs);
         r.read_samples.iops.push(dios * drb as f64 / total / secs);
     }
-    if read_pct < 100 {
+    if writes {
         r.write_samples.bw_kib.push(dwb as f64 / 1024.0 / secs);
         r.write_samples.iops.push(dios * dwb as f64 / total / secs);
     }

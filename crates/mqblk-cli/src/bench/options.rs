@@ -74,6 +74,14 @@ pub const JOB_OPTIONS: &[&str] = &[
     "sched",
     "cpus_allowed",
     "cpus_allowed_policy",
+    "read_iolog",
+    "read_iolog_chunked",
+    "write_iolog",
+    "replay_no_stall",
+    "replay_time_scale",
+    "replay_redirect",
+    "replay_align",
+    "replay_scale",
 ];
 
 /// `ioengine` values accepted; the sync ones run one I/O at a time.
@@ -214,6 +222,12 @@ pub struct JobOptions {
     /// `cpus_allowed_policy=split` each clone of the job gets one of them.
     pub cpus_allowed: Option<super::cpus::CpuList>,
     pub cpus_allowed_split: bool,
+    /// fio's `read_iolog` (replay.rs): the job replays this trace instead
+    /// of generating I/O, as `replay` says.
+    pub read_iolog: Option<String>,
+    pub replay: ReplayOptions,
+    /// fio's `write_iolog`: a version-3 iolog of the I/O the job issues.
+    pub write_iolog: Option<String>,
     /// The options as given, for the JSON "job options" object.
     pub given: Vec<(String, String)>,
 }
@@ -261,6 +275,9 @@ impl JobOptions {
             fixedbufs: false,
             cpus_allowed: None,
             cpus_allowed_split: false,
+            read_iolog: None,
+            replay: ReplayOptions::default(),
+            write_iolog: None,
             given: Vec::new(),
         }
     }
@@ -286,11 +303,67 @@ impl JobOptions {
         }
     }
 
+    /// Whether the job may read and write: as its mix says, or both when
+    /// it replays a trace.
+    pub fn directions(&self) -> (bool, bool) {
+        let read_pct = self.rw.read_pct(self.rwmixread);
+        let replay = self.read_iolog.is_some();
+        (replay || read_pct > 0, replay || read_pct < 100)
+    }
+
     pub(super) fn validate(&self) -> Result<(), OptionError> {
         if self.time_based && self.runtime_ns == 0 {
             return err(format!("job '{}': time_based needs a runtime", self.name));
         }
-        Ok(())
+        self.validate_iolog()
+    }
+
+    /// read_iolog and write_iolog name one file per job: one clone, and
+    /// none of the options that shape generated I/O.
+    fn validate_iolog(&self) -> Result<(), OptionError> {
+        if self.read_iolog.is_none() {
+            return match (&self.write_iolog, self.numjobs) {
+                (Some(_), n) if n > 1 => {
+                    err(format!("job '{}': write_iolog with numjobs={n}: give each job its own log", self.name))
+                }
+                _ => Ok(()),
+            };
+        }
+        let conflict = [
+            (self.numjobs > 1, "numjobs > 1"),
+            (self.verify, "verify"),
+            (self.zonemode_zbd, "zonemode=zbd"),
+            (self.fixedbufs, "fixedbufs"),
+        ];
+        match conflict.iter().find(|(bad, _)| *bad) {
+            Some((_, what)) => err(format!("job '{}': read_iolog with {what} is not supported", self.name)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// How `read_iolog` replays: the `replay_*` options, with fio's defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayOptions {
+    /// `read_iolog_chunked`: read the trace a chunk at a time.
+    pub chunked: bool,
+    /// `replay_no_stall`: issue as fast as the queue allows, in order.
+    pub no_stall: bool,
+    /// `replay_time_scale`: percent of the trace's rate (100).
+    pub time_scale_pct: u64,
+    /// `replay_redirect`: the trace's files are all this one (mqblk replays
+    /// every file onto its one device anyway; with this set, re-adding and
+    /// re-opening a file are ignored, as in fio).
+    pub redirect: Option<String>,
+    /// `replay_align`: offsets rounded down to this power of 2 (0: none).
+    pub align_bytes: u64,
+    /// `replay_scale`: offsets divided by this (1).
+    pub scale: u64,
+}
+
+impl Default for ReplayOptions {
+    fn default() -> Self {
+        Self { chunked: false, no_stall: false, time_scale_pct: 100, redirect: None, align_bytes: 0, scale: 1 }
     }
 }
 

@@ -378,4 +378,31 @@ mod tests {
         assert_eq!(j.rw.read_pct(j.rwmixread), 70);
         assert_eq!((j.bs_read, j.bs_write), (4096, 65536));
     }
+
+    #[test]
+    fn iolog_options() {
+        use crate::bench::options::ReplayOptions;
+        let plan = parse_bench_args(&args(
+            "--name=r --read_iolog=t.log --replay_no_stall=1 --replay_time_scale=200 --replay_align=4k \
+             --replay_scale=2 --read_iolog_chunked --replay_redirect=/dev/x --write_iolog=o.log",
+        ))
+        .unwrap();
+        let j = &plan.jobs[0];
+        assert_eq!((j.read_iolog.as_deref(), j.write_iolog.as_deref()), (Some("t.log"), Some("o.log")));
+        let want = ReplayOptions {
+            chunked: true,
+            no_stall: true,
+            time_scale_pct: 200,
+            redirect: Some("/dev/x".into()),
+            align_bytes: 4096,
+            scale: 2,
+        };
+        assert_eq!(j.replay, want);
+        assert_eq!(JobOptions::defaults("d").replay, ReplayOptions::default(), "fio's defaults");
+        let e = |a: &str| parse_bench_args(&args(a)).unwrap_err().0;
+        assert!(e("--name=r --replay_align=3000").contains("power of 2"));
+        assert!(e("--name=r --replay_time_scale=0").starts_with("replay_time_scale"));
+        assert!(e("--name=r --read_iolog=t --numjobs=2").contains("numjobs"));
+        assert!(e("--name=r --read_iolog=t --verify=crc32c").contains("verify"));
+    }
 }

@@ -28,7 +28,8 @@ impl JobOptions {
         let known = self.set_pattern(key, value)?
             || self.set_queue(key, value)?
             || self.set_run(key, value)?
-            || self.set_file(key, value)?;
+            || self.set_file(key, value)?
+            || self.set_replay(key, value)?;
         if !known {
             return err(unknown_option(key, JOB_OPTIONS));
         }
@@ -170,6 +171,31 @@ impl JobOptions {
                             polling thread; use sqthread_poll=0")
             }
             "sqthread_poll" => {}
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// fio's iolog options: the trace to replay and how, the log to
+    /// write. False if `key` is none of these.
+    fn set_replay(&mut self, key: &str, value: Option<&str>) -> Result<bool, OptionError> {
+        let v = || need(key, value);
+        let replay = &mut self.replay;
+        match key {
+            "write_iolog" => self.write_iolog = Some(v()?.to_string()),
+            "read_iolog" => self.read_iolog = Some(v()?.to_string()),
+            "read_iolog_chunked" => replay.chunked = parse_flag(key, value)?,
+            "replay_no_stall" => replay.no_stall = parse_flag(key, value)?,
+            "replay_time_scale" => replay.time_scale_pct = parse_int(key, v()?, 1, u64::from(u32::MAX))?,
+            "replay_redirect" => replay.redirect = Some(v()?.to_string()),
+            "replay_align" => {
+                let align = parse_size(key, v()?)?;
+                if !align.is_power_of_two() && align != 0 {
+                    return err(format!("{key}: must be a power of 2, got '{}'", v()?));
+                }
+                replay.align_bytes = align;
+            }
+            "replay_scale" => replay.scale = parse_int(key, v()?, 0, u64::MAX)?,
             _ => return Ok(false),
         }
         Ok(true)

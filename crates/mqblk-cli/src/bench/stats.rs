@@ -1,9 +1,54 @@
-//! Per-job measurements: latency summaries and histograms per data
-//! direction, and the thread's CPU use and context switches (getrusage);
+//! Per-job measurements (`JobResult`): latency summaries and histograms
+//! per data direction, and the thread's CPU use and context switches
+//! (getrusage);
 //! and the whole process's CPU while every job ran, split into the job
 //! threads' and the device's threads' (`ProcessCpu`).
 
 use hdrhistogram::Histogram;
+use mqblk::ClientStats;
+
+/// What one job thread measured.
+#[derive(Debug, Clone)]
+pub struct JobResult {
+    pub read: DirStats,
+    pub write: DirStats,
+    pub elapsed_ns: u64,
+    pub rusage: Rusage,
+    pub client: ClientStats,
+    /// First error's errno (0: none), as fio's "error".
+    pub error: i32,
+}
+
+impl JobResult {
+    /// A job that did nothing (stopped before it started).
+    pub fn empty() -> Self {
+        Self {
+            read: DirStats::default(),
+            write: DirStats::default(),
+            elapsed_ns: 0,
+            rusage: Rusage::default(),
+            client: ClientStats::default(),
+            error: 0,
+        }
+    }
+
+    /// Adds another job's measurements (group reporting): totals add up,
+    /// the run lasts as long as the longest job, the first error stays.
+    pub fn merge(&mut self, o: &JobResult) {
+        self.read.merge(&o.read);
+        self.write.merge(&o.write);
+        self.elapsed_ns = self.elapsed_ns.max(o.elapsed_ns);
+        self.rusage.add(&o.rusage);
+        self.client.submitted += o.client.submitted;
+        self.client.completed += o.client.completed;
+        self.client.tag_waits += o.client.tag_waits;
+        self.client.tag_wait_ns += o.client.tag_wait_ns;
+        self.client.completion_sleeps += o.client.completion_sleeps;
+        if self.error == 0 {
+            self.error = o.error;
+        }
+    }
+}
 
 /// fio's default completion-latency percentiles.
 pub const PERCENTILES: &[f64] =

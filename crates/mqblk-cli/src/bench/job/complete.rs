@@ -1,0 +1,93 @@
+//! The completion side of the job loop (fio's `io_completed`): reaping
+//! completions in batches and accounting each where it is reaped, its
+//! stats and latencies, the verifier's map, its slot and buffer free again.
+
+use mqblk::{Client, Completion};
+
+use super::{IoState, JobLoop, Progress};
+
+impl<const TIMED: bool, const REPLAY: bool, const LOG: bool> JobLoop<'_, TIMED, REPLAY, LOG> {
+    /// Reaps at least `iodepth_batch_complete_min` (at most what is in
+    /// flight) and at most `iodepth_batch_complete_max` completions,
+    /// accounting each as it is reaped (no vector in between); one clock
+    /// read, at the first completion, stamps them all.
+    #[inline(always)]
+    pub(super) fn reap(
+        &self,
+        client: &mut Client,
+        in_flight: usize,
+        io: &mut IoState,
+        p: &mut Progress,
+    ) -> Result<(), String> {
+        let min = self.complete_min.min(in_flight);
+        client
+            .do_io_each(min, self.complete_max, None, Reaped { job: self, now: None, io, p })
+            .map_err(|e| format!("job '{}': do_io: {e}", self.opts.name))?;
+        Ok(())
+    }
+
+    /// Accounts one completion (fio's `io_completed`): its direction's
+    /// stats and latencies or the job's first error, the verifier's map,
+    /// and the slot and its buffer free again.
+    #[inline(always)]
+    fn account(&self, c: Completion, now: u64, io: &mut IoState, p: &mut Progress) {
+        let idx = c.user_data as usize;
+        let slot = io.slots[idx];
+        // A replayed trim or sync is no data I/O (it has no buffer) and is
+        // outside the read and write stats.
+        let (data, bs) = if REPLAY {
+            (c.buf.is_some(), io.replay.as_ref().expect("a replaying job has its trace").len_bytes[idx])
+        } else {
+            (true, if slot.is_write { self.opts.bs_write } else { self.opts.bs_read })
+        };
+        let stats = &mut io.stats[usize::from(slot.is_write)];
+        if c.status.is_ok() {
+            if let (true, Some(v)) = (slot.is_write, io.verifier.as_mut()) {
+                v.written(slot.offset);
+            }
+            if data {
+                stats.ios += 1;
+                stats.bytes += bs;
+                if TIMED {
+                    let clat = now.saturating_sub(slot.issue_ns + slot.slat_ns);
+                    stats.record_latency(slot.slat_ns, clat, self.lat_hist);
+                }
+            }
+        } else {
+            stats.errors += 1;
+            if p.error == 0 {
+                p.error = c.status.errno();
+            }
+        }
+        if data {
+            let buf = c.buf.expect("data I/O completions carry their buffer");
+            if slot.is_write {
+                io.write_bufs[idx] = Some(buf);
+            } else {
+                io.read_bufs[idx] = Some(buf);
+            }
+        }
+        io.free.push(idx as u32);
+        p.total_ios += 1;
+    }
+}
+
+/// The reap's sink: accounts each completion where it is reaped (a
+/// `CompletionSink` rather than a closure, so that it is inlined into the
+/// reaping loop); one clock read, at the first completion, stamps them all.
+struct Reaped<'j, 'a, const TIMED: bool, const REPLAY: bool, const LOG: bool> {
+    job: &'j JobLoop<'a, TIMED, REPLAY, LOG>,
+    now: Option<u64>,
+    io: &'j mut IoState,
+    p: &'j mut Progress,
+}
+
+impl<const TIMED: bool, const REPLAY: bool, const LOG: bool> mqblk::CompletionSink
+    for Reaped<'_, '_, TIMED, REPLAY, LOG>
+{
+    #[inline(always)]
+    fn complete(&mut self, c: Completion) {
+        let t = if TIMED { *self.now.get_or_insert_with(|| self.job.clock.now_ns()) } else { 0 };
+        self.job.account(c, t, self.io, self.p);
+    }
+}
