@@ -182,6 +182,11 @@ impl PlugState {
                 self.multiple_queues = true;
             }
         }
+        if let Some(t) = q.trace() {
+            if self.rqs.is_empty() {
+                t.plug(); // the list's first request (after a flush too)
+            }
+        }
         debug_assert_eq!(len_bytes, rq.len_bytes());
         self.last_len_bytes = len_bytes;
         self.last_sector = rq.sector();
@@ -218,6 +223,9 @@ impl PlugState {
             return;
         }
         counters.plug_flush();
+        if let Some(t) = q.trace() {
+            t.unplug(self.rqs.len());
+        }
         self.level_start = 0;
         if self.multiple_queues {
             issue_by_queue(q, &mut self.rqs, &mut self.group_buf);
@@ -242,6 +250,9 @@ impl PlugState {
             return;
         }
         counters.plug_flush();
+        if let Some(t) = q.trace() {
+            t.unplug(self.rqs.len() - start);
+        }
         self.rqs.move_tail_to(start, &mut self.level_buf);
         issue_by_queue(q, &mut self.level_buf, &mut self.group_buf);
     }

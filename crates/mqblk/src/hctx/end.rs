@@ -14,6 +14,7 @@ use crate::completion::{BioSlot, Completion};
 use crate::request::{Ending, Owner, Request, RequestSlot, Rq, TagRelease, SECTOR_SHIFT};
 use crate::sched::{DoneInfo, SchedCtx};
 use crate::status::Status;
+use crate::trace::Action;
 use crate::sync::Ordering;
 
 impl HwCtx {
@@ -79,6 +80,10 @@ impl HwCtx {
         let rq = ending.request();
         // SAFETY: slots point at their hctx, which outlives them.
         let hctx = unsafe { HwCtx::of(rq.hctx) };
+        // A traced queue ends every request here (`plain_end` is false).
+        if let Some(t) = &hctx.trace {
+            t.request(Action::Complete, rq.op, rq.flags, rq.sector, rq.nr_sectors, status.errno());
+        }
         if rq.nr_bios > 1 {
             let merged = MergedEnd::take(rq, owner, status, ok_bytes);
             hctx.release_slot(ending, release);
