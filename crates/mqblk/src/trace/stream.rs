@@ -148,10 +148,19 @@ impl Streams {
 }
 
 /// The calling thread's id (gettid).
+#[cfg(not(miri))]
 fn current_tid() -> u32 {
     // SAFETY: gettid has no preconditions and cannot fail.
     let tid = unsafe { libc::gettid() };
     tid as u32
+}
+
+/// Under Miri, which has no gettid: a number per thread.
+#[cfg(miri)]
+fn current_tid() -> u32 {
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    thread_local!(static TID: u32 = NEXT.fetch_add(1, Ordering::Relaxed));
+    TID.with(|t| *t)
 }
 
 #[cfg(test)]
