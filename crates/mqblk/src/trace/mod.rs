@@ -199,3 +199,34 @@ impl Drop for Tracer {
 fn sectors_to_bytes(nr_sectors: u32) -> u32 {
     (u64::from(nr_sectors) << SECTOR_SHIFT).min(u64::from(u32::MAX)) as u32
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_thread_writes_its_own_file_and_stale_files_go() {
+        let dir = std::env::temp_dir().join(format!("mqblk-trace-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for i in 0..3 {
+            std::fs::write(dir.join(format!("unit.blktrace.{i}")), b"stale").unwrap();
+        }
+        let t = Tracer::start(&dir, "unit").unwrap();
+        t.plug();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                t.unplug(3);
+                t.unplug(4);
+            });
+        });
+        let stats = t.stop().unwrap();
+        assert_eq!((stats.events, stats.dropped, stats.files), (3, 0, 2));
+        let len = |i: usize| std::fs::metadata(writer::file_path(&dir, "unit", i)).map(|m| m.len()).ok();
+        // Each file starts with a note naming its thread (48 + 16 bytes).
+        assert_eq!(len(0), Some(64 + 48), "P");
+        assert_eq!(len(1), Some(64 + 2 * 56), "two U with their counts");
+        assert_eq!(len(2), None, "an earlier trace's file is gone: blkparse would read it");
+        assert_eq!(t.stop().unwrap(), stats, "stopping again changes nothing");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
