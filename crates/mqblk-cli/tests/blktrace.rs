@@ -50,10 +50,8 @@ fn run_tool(tool: &str, args: &[&str]) -> String {
 fn blkparse(dir: &Path) -> (HashMap<String, u64>, PathBuf) {
     let dump = dir.join("dump.bin");
     let dir_arg = dir.to_str().expect("UTF-8 path");
-    let text = run_tool(
-        "blkparse",
-        &["-D", dir_arg, "-i", "null", "-f", "@@ %a %S %N\\n", "-d", dump.to_str().unwrap()],
-    );
+    let text =
+        run_tool("blkparse", &["-D", dir_arg, "-i", "null", "-f", "@@ %a %S %N\\n", "-d", dump.to_str().unwrap()]);
     assert!(text.contains("Input file"), "blkparse found the files: {text}");
     assert!(text.contains("Skips: 0 forward"), "no sequence number missing: {text}");
     let mut counts = HashMap::new();

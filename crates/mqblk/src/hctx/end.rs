@@ -14,8 +14,8 @@ use crate::completion::{BioSlot, Completion};
 use crate::request::{Ending, Owner, Request, RequestSlot, Rq, TagRelease, SECTOR_SHIFT};
 use crate::sched::{DoneInfo, SchedCtx};
 use crate::status::Status;
-use crate::trace::Action;
 use crate::sync::Ordering;
+use crate::trace::Action;
 
 impl HwCtx {
     /// The hardware context a request slot belongs to (request/'s

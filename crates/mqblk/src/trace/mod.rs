@@ -98,9 +98,8 @@ impl Tracer {
             stop: AtomicBool::new(false),
         });
         let for_writer = shared.clone();
-        let writer = std::thread::Builder::new()
-            .name("mqblk-blktrace".into())
-            .spawn(move || writer::run(for_writer))?;
+        let writer =
+            std::thread::Builder::new().name("mqblk-blktrace".into()).spawn(move || writer::run(for_writer))?;
         Ok(Arc::new(Self {
             shared,
             writer: Mutex::new(Some(writer)),

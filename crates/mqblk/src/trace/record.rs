@@ -226,7 +226,11 @@ mod tests {
         assert_eq!(c(Op::Read, ReqFlags::NONE), category::READ);
         assert_eq!(c(Op::Write, ReqFlags::SYNC), category::WRITE | category::SYNC);
         assert_eq!(c(Op::Write, ReqFlags::FUA), category::WRITE | category::FUA);
-        assert_eq!(c(Op::Flush, ReqFlags::NONE), category::READ | category::FLUSH, "as the kernel: op 2 is not a write");
+        assert_eq!(
+            c(Op::Flush, ReqFlags::NONE),
+            category::READ | category::FLUSH,
+            "as the kernel: op 2 is not a write"
+        );
         assert_eq!(c(Op::Discard, ReqFlags::NONE), category::WRITE | category::DISCARD);
     }
 }
