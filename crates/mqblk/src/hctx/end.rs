@@ -47,7 +47,14 @@ impl HwCtx {
         let owner = ending.owner();
         let rq = ending.request();
         if !rq.plain_end {
-            debug_assert!(rq.nr_bios > 1 || rq.split != 0 || rq.in_sched || rq.op == crate::request::Op::ZoneAppend);
+            debug_assert!(
+                rq.nr_bios > 1
+                    || rq.split != 0
+                    || rq.in_sched
+                    || rq.op == crate::request::Op::ZoneAppend
+                    // SAFETY: slots point at their hctx, which outlives them.
+                    || unsafe { HwCtx::of(rq.hctx) }.trace.is_some()
+            );
             return Self::end_request_general(ending, owner, status, ok_bytes);
         }
         debug_assert!(rq.nr_bios == 1 && rq.split == 0 && !rq.in_sched);
