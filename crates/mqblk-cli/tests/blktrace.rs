@@ -156,3 +156,29 @@ fn bios_past_max_sectors_split_in_the_trace_as_in_the_counters() {
     assert!(btt.contains("All Devices"), "btt read the dump: {btt}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_scheduler_s_inserts_show_between_getting_a_request_and_its_dispatch() {
+    let dir = trace_dir("sched");
+    let v = bench_traced(
+        &dir,
+        &[
+            "--device=null:gb=1,irqmode=2,completion_nsec=100000",
+            "--sched=mq-deadline",
+            "--name=seq",
+            "--rw=write",
+            "--bs=4k",
+            "--iodepth=32",
+            "--iodepth_batch_submit=16",
+            "--iodepth_batch_complete_min=16",
+            "--size=8m",
+        ],
+    );
+    let (counts, dump) = blkparse(&dir);
+    check_counts(&v, &counts);
+    // A plug's requests go into the scheduler (I); a lone request it would
+    // dispatch next anyway goes straight to the driver, without one.
+    assert!(counts["I"] > 0 && counts["I"] <= counts["G"], "inserted: {counts:?}");
+    check_latency(&v, &dump);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
