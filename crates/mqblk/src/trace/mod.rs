@@ -21,7 +21,8 @@
 //! | C | the request completed, with its errno (hctx/end.rs) | block_rq_complete |
 //!
 //! Cost when off: the block layer holds `Option<Arc<Tracer>>`s; each
-//! event point tests one. On the plain submission path only
+//! event point tests one (the event methods are `#[cold]`, so the
+//! compiler lays the traced side out of the hot code). On the plain submission path only
 //! `HwCtx::start_request` tests it: a traced device sends every bio down
 //! the general path (`RequestQueue::plain_max_bytes` is 0) and ends every
 //! request through the general end (`plain_end` false), where the other
@@ -149,6 +150,7 @@ impl Tracer {
     }
 
     /// A bio event: Q, M, F or G (the bio's or piece's position and size).
+    #[cold]
     #[inline(never)]
     pub(crate) fn bio(&self, action: Action, op: Op, flags: ReqFlags, sector: u64, nr_sectors: u32) {
         let what = action as u32 | op_categories(op, flags);
@@ -156,6 +158,7 @@ impl Tracer {
     }
 
     /// X: the piece at `sector` was split off; the rest starts at `next_sector`.
+    #[cold]
     #[inline(never)]
     pub(crate) fn split(&self, op: Op, flags: ReqFlags, sector: u64, nr_sectors: u32, next_sector: u64) {
         let what = Action::Split as u32 | op_categories(op, flags);
@@ -163,6 +166,7 @@ impl Tracer {
     }
 
     /// A request event: I, D, R or C (`errno`: 0, or the completion's).
+    #[cold]
     #[inline(never)]
     pub(crate) fn request(&self, action: Action, op: Op, flags: ReqFlags, sector: u64, nr_sectors: u32, errno: i32) {
         let what = action as u32 | op_categories(op, flags) | FS_CATEGORY;
@@ -173,12 +177,14 @@ impl Tracer {
     }
 
     /// P: a plug list got its first request.
+    #[cold]
     #[inline(never)]
     pub(crate) fn plug(&self) {
         self.record(Event::new(Action::Plug as u32, 0, 0));
     }
 
     /// U: a plug list of `depth` requests was issued.
+    #[cold]
     #[inline(never)]
     pub(crate) fn unplug(&self, depth: usize) {
         self.record(Event::new(Action::UnplugIo as u32, 0, 0).with_be64(depth as u64));
