@@ -95,6 +95,9 @@ fn check_counts(v: &Value, counts: &HashMap<String, u64>) {
     assert_eq!(n("R"), counter(v, "busy"), "R: one per Busy");
     assert_eq!(n("M") + n("F"), merges, "M and F: one per merged bio");
     assert_eq!(n("F"), counter(v, "front_merges"));
+    // A plug list starts with P and ends with U (or T, before a sleep).
+    assert_eq!(n("U") + n("T"), counter(v, "plug_flushes"), "U and T: one per plug list issued");
+    assert_eq!(n("P"), counter(v, "plug_flushes"), "P: one per plug list");
     // Each bio is one request, or none if merged, or one per piece: the
     // pieces split off are the requests beyond that.
     assert_eq!(n("X"), requests + merges - bios, "X: one per piece split off");

@@ -203,7 +203,7 @@ impl Client {
         loop {
             // The freeze waits for every tag: give back the plug's requests
             // and cached tags, and tags a handoff granted us in advance.
-            self.plug.flush(&self.q, &self.shared.counters);
+            self.plug.flush_before_sleep(&self.q, &self.shared.counters);
             self.release_granted();
             while self.q.frozen.load(Ordering::Acquire) {
                 std::thread::sleep(Duration::from_millis(1));
@@ -540,6 +540,6 @@ impl Client {
             }
         }
         // A thread must not sleep on I/O held in its own plug.
-        pool.get(&mut self.alloc, reserved, nowait, || plug.flush(q, counters))
+        pool.get(&mut self.alloc, reserved, nowait, || plug.flush_before_sleep(q, counters))
     }
 }

@@ -14,7 +14,7 @@
 //! | M, F | a bio merged at the back, front of a request (plug or scheduler) | block_bio_backmerge, _frontmerge |
 //! | G | a request (tag) allocated for a bio or piece | block_getrq |
 //! | P | a request added to an empty plug list (plug.rs) | block_plug |
-//! | U | a plug list issued, payload its request count | block_unplug |
+//! | U, T | a plug list issued, by its owner or as it goes to sleep; payload its request count | block_unplug |
 //! | I | a request inserted into the scheduler or the dispatch list (hctx/) | block_rq_insert |
 //! | D | a request handed to the driver (`start_request`) | block_rq_issue |
 //! | R | the driver answered Busy: the request goes back | block_rq_requeue |
@@ -183,11 +183,13 @@ impl Tracer {
         self.record(Event::new(Action::Plug as u32, 0, 0));
     }
 
-    /// U: a plug list of `depth` requests was issued.
+    /// U (T if its owner is going to sleep): a plug list of `depth`
+    /// requests was issued.
     #[cold]
     #[inline(never)]
-    pub(crate) fn unplug(&self, depth: usize) {
-        self.record(Event::new(Action::UnplugIo as u32, 0, 0).with_be64(depth as u64));
+    pub(crate) fn unplug(&self, depth: usize, before_sleep: bool) {
+        let action = if before_sleep { Action::UnplugTimer } else { Action::UnplugIo };
+        self.record(Event::new(action as u32, 0, 0).with_be64(depth as u64));
     }
 }
 
@@ -220,8 +222,8 @@ mod tests {
         t.plug();
         std::thread::scope(|s| {
             s.spawn(|| {
-                t.unplug(3);
-                t.unplug(4);
+                t.unplug(3, false);
+                t.unplug(4, true);
             });
         });
         let stats = t.stop().unwrap();
@@ -229,7 +231,7 @@ mod tests {
         let len = |i: usize| std::fs::metadata(writer::file_path(&dir, "unit", i)).map(|m| m.len()).ok();
         // Each file starts with a note naming its thread (48 + 16 bytes).
         assert_eq!(len(0), Some(64 + 48), "P");
-        assert_eq!(len(1), Some(64 + 2 * 56), "two U with their counts");
+        assert_eq!(len(1), Some(64 + 2 * 56), "U and T with their counts");
         assert_eq!(len(2), None, "an earlier trace's file is gone: blkparse would read it");
         assert_eq!(t.stop().unwrap(), stats, "stopping again changes nothing");
         std::fs::remove_dir_all(&dir).unwrap();

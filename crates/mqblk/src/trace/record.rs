@@ -62,9 +62,11 @@ pub(crate) enum Action {
     Complete = 8 | (category::COMPLETE << CATEGORY_SHIFT),
     /// A plug started collecting requests (P).
     Plug = 9 | (category::QUEUE << CATEGORY_SHIFT),
-    /// A plug's list was issued (U). (The kernel's UNPLUG_TIMER, code 11,
-    /// marks a flush because the task slept; mqblk records every flush as U.)
+    /// A plug's list was issued by its owner (U).
     UnplugIo = 10 | (category::QUEUE << CATEGORY_SHIFT),
+    /// A plug's list was issued because its owner was going to sleep (T:
+    /// the kernel's flush from schedule(), named after the old unplug timer).
+    UnplugTimer = 11 | (category::QUEUE << CATEGORY_SHIFT),
     /// A request went into the scheduler or the dispatch list (I).
     Insert = 12 | (category::QUEUE << CATEGORY_SHIFT),
     /// A bio was split at the queue's limits (X); no category, as in the kernel.
@@ -202,6 +204,7 @@ mod tests {
             (Action::Complete, 0x0080_0008),
             (Action::Plug, 0x0010_0009),
             (Action::UnplugIo, 0x0010_000a),
+            (Action::UnplugTimer, 0x0010_000b),
             (Action::Insert, 0x0010_000c),
             (Action::Split, 0x0000_000d),
             (Action::NoteProcess, 0x0400_0000),
