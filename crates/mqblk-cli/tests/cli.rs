@@ -126,6 +126,30 @@ fn mixed_jobs_with_numjobs_and_group_reporting() {
 }
 
 #[test]
+fn jobs_start_together_so_group_bandwidth_stays_within_the_device() {
+    // 24 jobs each allocating 17 MiB of buffers on a device that moves at
+    // most 4 channels x 100 MiB/s. Had each job started its clock as soon
+    // as it had set up (not after all had, as fio does), the early ones
+    // would run alone and the group would report more than the device can
+    // move (seen: 2x at 72 jobs).
+    let v = bench_json(&[
+        "--device",
+        "null:gb=64,irqmode=2,completion_nsec=20000,channels=4,mbps=100,max_sectors=512",
+        "--group_reporting",
+        "--name=t",
+        "--rw=randread",
+        "--bs=1m",
+        "--numjobs=24",
+        "--iodepth=17",
+        "--runtime=500ms",
+        "--time_based",
+        "--gtod_reduce=1",
+    ]);
+    let bw_mib = v["jobs"][0]["read"]["bw_bytes"].as_f64().unwrap() / f64::from(1 << 20);
+    assert!(bw_mib > 0.0 && bw_mib <= 4.0 * 100.0 * 1.05, "group bandwidth {bw_mib:.0} MiB/s");
+}
+
+#[test]
 fn time_based_run_with_gtod_reduce_and_ctx_counters() {
     let v = bench_json(&[
         "--device",

@@ -24,6 +24,7 @@ use mqblk::{Bio, Buf, Client, ClientStats, Completion, Device, ReqFlags};
 use super::job_setup::{job_region, new_verifier, new_zone_writer, slot_buffers};
 use super::options::JobOptions;
 use super::pattern::{Pattern, ZoneWriter};
+use super::start::StartGate;
 use super::stats::{DirStats, Rusage};
 use super::verify::Verifier;
 
@@ -35,16 +36,21 @@ pub const PHASE_RAMP: u8 = 0;
 pub const PHASE_RUN: u8 = 1;
 pub const PHASE_STOP: u8 = 2;
 
-/// Run control shared by the main thread and all jobs.
-#[derive(Debug, Default)]
-pub struct Control {
+/// A job's run control, shared with the supervisor: its phase, and the
+/// run's start gate (start.rs), which every job passes before its clock
+/// starts.
+#[derive(Debug)]
+pub struct Control<'g> {
     pub phase: AtomicU8,
+    pub start: &'g StartGate,
 }
 
 /// A job's progress, published once per loop iteration for the progress
 /// bar and the bandwidth samples.
 #[derive(Debug, Default)]
 pub struct Live {
+    /// Counted by the start gate (start.rs): set up, or failed before.
+    pub arrived: AtomicBool,
     /// Set/up is over (buffers allocated, startdelay slept): the job's
     /// ramp and runtime count from here, as in fio (allocating 256 MiB of
     /// buffers in a debug build took the whole 1 s runtime of an
@@ -122,9 +128,6 @@ pub fn run_job(
     live: &Live,
 ) -> Result<JobResult, String> {
     let (offset, region_len) = job_region(opts, dev, job_index)?;
-    if opts.startdelay_ns > 0 && !start_delay(opts.startdelay_ns, ctrl) {
-        return Ok(JobResult::empty());
-    }
     // Two copies of the loop, with and without clock reads (gtod_reduce),
     // so that neither tests the choice per I/O.
     if opts.gtod_reduce {
@@ -167,6 +170,11 @@ fn run_loop<const TIMED: bool>(
     };
     let mut io = IoState::new(opts, dev, fixed, job.depth, read_pct, job_index, offset, region_len)?;
     let mut client = dev.client_with_capacity(job.depth);
+    ctrl.start.arrive_and_wait(&live.arrived);
+    // fio's startdelay counts from the run's start.
+    if opts.startdelay_ns > 0 && !start_delay(opts.startdelay_ns, ctrl) {
+        return Ok(JobResult::empty());
+    }
     job.start(ctrl, &mut io, &mut progress);
     job.run(&mut client, ctrl, &mut io, &mut progress)?;
     job.finish(client, io, &progress)

@@ -12,6 +12,7 @@ mod parse;
 mod pattern;
 pub mod report;
 mod setter;
+mod start;
 pub mod stats;
 pub mod thread_cpu;
 pub mod values;
@@ -28,6 +29,7 @@ use mqblk::{Device, DeviceConfig};
 use job::{Control, JobResult, Live, PHASE_RUN, PHASE_STOP};
 use options::{BenchPlan, JobOptions};
 use report::{DeviceInfo, Entry, Samples};
+use start::StartGate;
 use stats::{ProcessCpu, Rusage};
 
 /// The device of a bare `mqblk bench`.
@@ -88,12 +90,22 @@ impl Drop for DoneOnDrop<'_> {
     }
 }
 
+/// Counts a job as arrived at the start gate when its thread leaves
+/// `run_job` (a no-op if it arrived on its way).
+struct ArriveOnDrop<'a>(&'a StartGate, &'a std::sync::atomic::AtomicBool);
+
+impl Drop for ArriveOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.arrive(self.1);
+    }
+}
+
 /// What a job thread shares with the supervisor.
 struct Shared<'a> {
     opts: &'a JobOptions,
     /// Which of the job's `numjobs` clones this is.
     clone: usize,
-    ctrl: Control,
+    ctrl: Control<'a>,
     live: Live,
 }
 
@@ -199,7 +211,8 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
     let dev = cfg.build().map_err(|e| BenchError::BadInput(format!("--device {spec}: {e}")))?;
     let fixed = fixed_bufs(plan, &dev)?;
     let clock = bench_clock(plan)?;
-    let (shared, mut running) = job_clones(plan, Instant::now());
+    let gate = StartGate::new(plan.jobs.iter().map(|j| j.numjobs).sum());
+    let (shared, mut running) = job_clones(plan, &gate, Instant::now());
     let bar = progress_bar(!plan.json);
     let (results, process_cpu): (Vec<Result<JobResult, String>>, _) = std::thread::scope(|scope| {
         let handles: Vec<_> = shared
@@ -214,6 +227,9 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
                         // Done whatever the outcome (even a panic), so the
                         // supervisor stops.
                         let _done = DoneOnDrop(&r.live.done);
+                        // Arrived at the start gate whatever the outcome,
+                        // so no other job waits for this one.
+                        let _arrived = ArriveOnDrop(r.ctrl.start, &r.live.arrived);
                         r.live.tid.store(thread_cpu::current_tid(), Ordering::Release);
                         if let Some(cpus) = &r.opts.cpus_allowed {
                             cpus::pin_current_thread(&cpus.for_job(r.opts.cpus_allowed_split, r.clone))?;
@@ -250,13 +266,13 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
 
 /// Every job's clones (`numjobs`), each with its run control and its
 /// supervisor's timeline from `start`: the ramp, then the runtime.
-fn job_clones(plan: &BenchPlan, start: Instant) -> (Vec<Shared<'_>>, Vec<Running>) {
+fn job_clones<'a>(plan: &'a BenchPlan, gate: &'a StartGate, start: Instant) -> (Vec<Shared<'a>>, Vec<Running>) {
     let mut shared: Vec<Shared> = Vec::new();
     let mut running: Vec<Running> = Vec::new();
     for opts in &plan.jobs {
         for clone in 0..opts.numjobs {
             let ramp_end = start + Duration::from_nanos(opts.ramp_time_ns);
-            let ctrl = Control::default();
+            let ctrl = Control { phase: Default::default(), start: gate };
             if opts.ramp_time_ns == 0 {
                 ctrl.phase.store(PHASE_RUN, Ordering::Release);
             }

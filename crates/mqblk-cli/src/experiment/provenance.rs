@@ -42,7 +42,8 @@ fn command_line() -> String {
     format!("mqblk {}", args.join(" "))
 }
 
-/// The checkout's commit, "+dirty" when tracked files differ from it, or
+/// The checkout's commit, "+dirty" when tracked files (docs/results
+/// aside) differ from it, or
 /// "unknown" when the binary runs away from its source tree.
 fn commit() -> String {
     let dir = env!("CARGO_MANIFEST_DIR");
@@ -57,7 +58,11 @@ fn commit() -> String {
     };
     match git(&["rev-parse", "HEAD"]) {
         Some(head) => {
-            let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+            // The results folder is the experiments' output: the files a
+            // run has already written do not make the code dirty.
+            let dirty =
+                git(&["status", "--porcelain", "--untracked-files=no", "--", ":(top)", ":(top,exclude)docs/results"])
+                    .is_some_and(|s| !s.is_empty());
             if dirty {
                 format!("{head}+dirty")
             } else {

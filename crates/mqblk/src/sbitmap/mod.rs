@@ -35,6 +35,7 @@ use crate::sync::{AtomicUsize, Ordering};
 
 mod kernel_wake;
 mod queue;
+mod waiter;
 mod wake;
 
 mod registry;
@@ -42,9 +43,10 @@ mod registry;
 mod word;
 
 pub use kernel_wake::{Batch2017Wake, Batch2020Wake, StashWake};
-pub use queue::{SbitmapQueue, SbqSnapshot, SbqWaiter};
+pub use queue::{SbitmapQueue, SbqSnapshot};
 pub(crate) use registry::registered as registered_wake_policy;
 pub use registry::{register_wake_policy, wake_policy_names, WakePolicyFactory};
+pub use waiter::SbqWaiter;
 pub use wake::{wake_policy, BatchWake, HandoffWake, WakePolicy, DEFAULT_WAKE_POLICY, WAKE_POLICIES};
 pub(crate) use word::low_mask;
 use word::SbitmapWord;

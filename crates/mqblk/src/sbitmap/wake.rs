@@ -329,10 +329,12 @@ impl WakePolicy for HandoffWake {
 pub const WAKE_POLICIES: &[&str] = &["batch", "stash", "handoff", "batch2017", "batch2020"];
 
 /// The policy a device uses unless its spec says `wake=`: mqblk's own.
-/// Chosen on the tag-wakeup experiment's rows with tag contention, where
-/// it sleeps least per I/O at equal IOPS; the figures, with the command
-/// and commit that produced them, are in docs/results/tag-wakeup.json
-/// (BENCHMARKS.md, "tag-wakeup"), not repeated here.
+/// Chosen on the tag-wakeup experiment's rows with tag contention: of the
+/// five it sleeps least per I/O on the ssd and nvme rows, and is the only
+/// one that keeps the hdd's 1-job IOPS at 72 jobs (where the RFC's stash
+/// sleeps less). The figures, with the command and commit that produced
+/// them, are in docs/results/tag-wakeup.json (BENCHMARKS.md,
+/// "tag-wakeup"), not repeated here.
 pub const DEFAULT_WAKE_POLICY: &str = "handoff";
 
 /// The built-in wakeup policy called `name` (`wake=NAME`), or None

@@ -224,23 +224,25 @@ fn bars(area: &Area, p: &Panel, names: &[String]) -> Result<(), String> {
     legend(&mut chart)
 }
 
+/// `v` rounded to a whole number, thousands separated: 149426 -> "149,426".
+pub fn thousands(v: f64) -> String {
+    let digits = format!("{}", v.abs().round() as u64);
+    let mut out = String::from(if v <= -0.5 { "-" } else { "" });
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// An axis or bar value at round precision, thousands separated, no SI
 /// suffix (an axis named "KIOPS" reads "15", not "15.0k").
 pub fn number(v: f64) -> String {
     let a = v.abs();
     if a >= 10_000.0 {
-        let digits = format!("{}", v.abs().round() as u64);
-        let mut out = String::new();
-        for (i, c) in digits.chars().enumerate() {
-            if i > 0 && (digits.len() - i) % 3 == 0 {
-                out.push(',');
-            }
-            out.push(c);
-        }
-        if v < 0.0 {
-            out.insert(0, '-');
-        }
-        out
+        thousands(v)
     } else if a >= 100.0 || v == v.round() {
         format!("{v:.0}")
     } else {
@@ -264,6 +266,10 @@ mod tests {
         assert_eq!(number(0.0), "0");
         assert_eq!(number(0.125), "0.125");
         assert_eq!(number(-12_345.0), "-12,345");
+        assert_eq!(
+            (thousands(149_426.0), thousands(999.0), thousands(17_654.6)),
+            ("149,426".into(), "999".into(), "17,655".into())
+        );
     }
 
     fn sample() -> Vec<Panel> {

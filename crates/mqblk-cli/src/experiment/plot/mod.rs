@@ -8,6 +8,8 @@
 //! fonts-dejavu-core).
 
 mod draw;
+
+pub use draw::thousands;
 mod font;
 mod png;
 
