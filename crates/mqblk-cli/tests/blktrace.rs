@@ -10,13 +10,18 @@
 //! The null device completes on a timer 100 us after submission
 //! (irqmode=2), so the device time dominates every latency and the
 //! comparison holds on a busy machine. Needs blkparse and btt (Debian's
-//! blktrace package, installed by scripts/test-all.sh).
+//! blktrace package, installed by scripts/test-all.sh). `mqblk serve`
+//! traces through the device spec's `blktrace=DIR`, driven by qemu-io.
 
 use std::collections::HashMap;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
+
+mod common;
+use common::nbd::{run, Server};
 
 /// A fresh directory for one test's trace.
 fn trace_dir(test: &str) -> PathBuf {
@@ -183,5 +188,36 @@ fn a_scheduler_s_inserts_show_between_getting_a_request_and_its_dispatch() {
     // dispatch next anyway goes straight to the driver, without one.
     assert!(counts["I"] > 0 && counts["I"] <= counts["G"], "inserted: {counts:?}");
     check_latency(&v, &dump);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `mqblk serve` takes the same key in its device spec (so does `ublk
+/// add`): qemu-io's write, read and flush over NBD leave a trace that
+/// blkparse reads, complete once the server stops on SIGTERM and says so.
+/// `--no-direct-reads`: a memory-backed export's reads of 64 KiB and more
+/// go around the block layer (`Device::read_direct`), so no event.
+#[test]
+fn serve_traces_its_device_through_the_spec_key() {
+    let dir = trace_dir("serve");
+    let spec = format!("null:size=64,memory_backed=1,blktrace={}", dir.display());
+    let mut s = Server::start("blktrace", &["--device", &spec, "--no-direct-reads"]);
+    let io = ["-c", "write -P 0x5a 0 64k", "-c", "read -P 0x5a 0 64k", "-c", "flush"];
+    run("qemu-io", &[&["-f", "raw"][..], &io, &[&s.uri()]].concat());
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) };
+    assert!(s.child.wait().unwrap().success(), "clean exit on SIGTERM");
+    let mut stderr = String::new();
+    s.child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert!(stderr.contains("blktrace:") && stderr.contains(" 0 dropped"), "the trace's summary: {stderr}");
+
+    let text = run_tool("blkparse", &["-D", dir.to_str().unwrap(), "-i", "null", "-f", "@@ %a %d %n\\n"]);
+    assert!(text.contains("Skips: 0 forward"), "no sequence number missing: {text}");
+    let events: Vec<Vec<&str>> =
+        text.lines().filter_map(|l| l.strip_prefix("@@ ")).map(|l| l.split_whitespace().collect()).collect();
+    let queued = |rw: char, sectors: &str| events.iter().any(|e| e[0] == "Q" && e[1].contains(rw) && e[2] == sectors);
+    assert!(queued('W', "128") && queued('R', "128"), "the 64 KiB write and read queued: {events:?}");
+    assert!(events.iter().any(|e| e[0] == "Q" && e[1].starts_with('F')), "the flush queued: {events:?}");
+    let count = |a: &str| events.iter().filter(|e| e[0] == a).count();
+    assert_eq!(count("D"), count("C"), "every dispatched request completed: {events:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -247,10 +247,8 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
         bar.finish_and_clear();
     }
     let entries = report_entries(&shared, running, results)?;
-    if let Some(trace) = dev.blktrace_stop() {
-        let t = trace.map_err(|e| BenchError::Failed(format!("--blktrace: {e}")))?;
-        let (events, dropped, files, dir, name) = (t.events, t.dropped, t.files, t.dir.display(), t.name);
-        eprintln!("blktrace: {events} events, {dropped} dropped, {files} files: blkparse -D {dir} -i {name}");
+    if let Some(line) = crate::blktrace_stop_line(&dev) {
+        eprintln!("{}", line.map_err(|e| BenchError::Failed(format!("--{e}")))?);
     }
     let info = DeviceInfo {
         spec,
