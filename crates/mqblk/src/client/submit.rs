@@ -173,7 +173,7 @@ impl Client {
         // Counted before the issue: a request completed at once is reaped
         // (and uncounted) only later, by do_io.
         self.polled_outstanding += usize::from(self.plain.origin != 0);
-        hctx.issue(rq, true);
+        hctx.issue_plain(rq, true);
         self.note_submitted(head.op);
         true
     }

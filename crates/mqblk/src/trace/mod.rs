@@ -22,11 +22,12 @@
 //!
 //! Cost when off: the block layer holds `Option<Arc<Tracer>>`s; each
 //! event point tests one (the event methods are `#[cold]`, so the
-//! compiler lays the traced side out of the hot code). On the plain
-//! submission path only `HwCtx::start_request` tests it: a traced device
-//! sends every bio down the general path (`RequestQueue::plain_max_bytes`
-//! is 0) and ends every request through the general end (`plain_end`
-//! false), where the other points are. BENCHMARKS.md ("blktrace") has
+//! compiler lays the traced side out of the hot code). The plain path
+//! tests nothing: a traced device sends every bio down the general path
+//! (`RequestQueue::plain_max_bytes` is 0), which issues through
+//! `HwCtx::issue` (the plain one through `issue_plain`, without the D
+//! point), and ends every request through the general end (`plain_end`
+//! false), where the event points are. BENCHMARKS.md ("blktrace") has
 //! the cost off and on, in instructions per I/O.
 //!
 //! When on: each thread stamps its events and pushes them into its own
