@@ -6,6 +6,9 @@
 #
 #   tests/guest/capture-traces.sh [OUTDIR]    (default tests/data/traces)
 #
+# Needs what tests/guest/run.sh needs (root, qemu), and on the host
+# blktrace's blkparse and xz; about 6 minutes under TCG.
+#
 # On the host it boots the guest (tests/guest/run.sh) with this same script,
 # which then runs the workloads below inside the guest, and writes each trace
 # as OUTDIR/NAME.bin.xz: one binary file of `struct blk_io_trace` records,
@@ -20,7 +23,7 @@
 # irqmode=0, one submit queue, mq-deadline. The traces:
 #   ext4-untar     mkfs.ext4, mount, untar a generated package tree (about
 #                  900 files, 20 MiB), sync, remount, read the tree back
-#                  (tar to /dev/null with a cold page cache), umount
+#                  (tar -cf - | wc -c after drop_caches), umount
 #   ext4-fsync     on that file system: fio, 4 KiB random writes with
 #                  fsync=1 (psync, 1,000 writes in a 16 MiB file), sync
 #
