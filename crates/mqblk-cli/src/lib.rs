@@ -36,6 +36,19 @@ pub fn register_drivers() {
     mqblk_file::register();
 }
 
+/// Ends a device's blktrace (`blktrace=DIR` in its spec, or bench's
+/// `--blktrace=DIR`) and says what it wrote: events, drops, files and the
+/// blkparse command that reads them. `None` for an untraced device. Every
+/// front end (bench, serve, ublk add) prints this line on stderr once its
+/// I/O is done, so a trace is complete when the line appears.
+pub(crate) fn blktrace_stop_line(dev: &mqblk::Device) -> Option<Result<String, String>> {
+    let stats = dev.blktrace_stop()?;
+    Some(stats.map_err(|e| format!("blktrace: {e}")).map(|t| {
+        let (events, dropped, files, dir, name) = (t.events, t.dropped, t.files, t.dir.display(), t.name);
+        format!("blktrace: {events} events, {dropped} dropped, {files} files: blkparse -D {dir} -i {name}")
+    }))
+}
+
 /// A block layer in user space: the Linux blk-mq design (tags, hardware
 /// contexts, plugging, schedulers, zoned devices) as a library, and tools
 /// over it.

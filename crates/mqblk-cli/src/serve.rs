@@ -89,8 +89,9 @@ pub fn run(args: ServeArgs, matches: &clap::ArgMatches) -> Result<String, (u8, S
         (_, Some(path)) => Listen::unix(path).map_err(nbd_error)?,
         (addr, None) => Listen::tcp(addr.as_deref().unwrap_or("127.0.0.1:10809")).map_err(nbd_error)?,
     };
-    // Devices to flush once stopped (the server owns the exports).
-    let writable: Vec<Export> = list.iter().filter(|e| !e.read_only).cloned().collect();
+    // Devices to flush and blktraces to end once stopped (the server owns
+    // the exports).
+    let held: Vec<Export> = list.clone();
     let control = match control {
         Some(path) => {
             let devices = list.iter().map(|e| (e.name.clone(), e.device.clone())).collect();
@@ -107,8 +108,13 @@ pub fn run(args: ServeArgs, matches: &clap::ArgMatches) -> Result<String, (u8, S
         c.close();
     }
     served.map_err(nbd_error)?;
-    for e in &writable {
+    for e in held.iter().filter(|e| !e.read_only) {
         e.device.client().submit_and_wait(Bio::flush()).map_err(|err| (1, format!("flush of '{}': {err}", e.name)))?;
+    }
+    for e in &held {
+        if let Some(line) = crate::blktrace_stop_line(&e.device) {
+            eprintln!("{}", line.map_err(|err| (1, format!("export '{}': {err}", e.name)))?);
+        }
     }
     Ok("mqblk serve: stopped; devices flushed\n".into())
 }

@@ -77,6 +77,8 @@ fn add(args: AddArgs) -> Result<String, (u8, String)> {
         }
         None => None,
     };
+    // Its blktrace, if traced, ends once the server stops.
+    let traced = device.clone();
     let server = Server::new(device, opts).map_err(failed)?;
     let signals = crate::serve::stop_on_signals({
         let stopper = server.stopper();
@@ -100,6 +102,9 @@ fn add(args: AddArgs) -> Result<String, (u8, String)> {
         c.close();
     }
     let summary = summary.map_err(failed)?;
+    if let Some(line) = crate::blktrace_stop_line(&traced) {
+        eprintln!("{}", line.map_err(|e| (1, e))?);
+    }
     let appends = if zoned { format!(", {} zone appends", summary.zone_appends) } else { String::new() };
     Ok(format!(
         "mqblk ublk: device {} stopped and deleted ({} requests, {} failed{appends})\n",

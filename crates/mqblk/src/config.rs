@@ -49,7 +49,7 @@ macro_rules! setters {
 /// assert!(mqblk::config::TUNABLE_KEYS.contains(&"read_expire"));
 /// ```
 pub const BLOCK_KEYS: &[&str] =
-    &["wake", "plug_nesting", "plug_sync", "sched", "nr_requests", "hybrid_poll_delay", "io_timeout"];
+    &["wake", "plug_nesting", "plug_sync", "sched", "nr_requests", "hybrid_poll_delay", "io_timeout", "blktrace"];
 
 /// Tunable keys of the built-in schedulers (accepted in any device spec,
 /// for the scheduler it names).

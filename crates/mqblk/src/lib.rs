@@ -105,6 +105,7 @@ pub mod sched;
 mod status;
 mod sync;
 mod tag;
+mod trace;
 pub mod zoned;
 
 pub use bio::{Bio, IoPrio, IoPrioClass, Op, ReqFlags, SECTOR_SHIFT, SECTOR_SIZE};
@@ -118,3 +119,4 @@ pub use queue::{DeviceStats, PlugNesting, QueueConfig, Wake};
 pub use sched::Sched;
 pub use status::Status;
 pub use tag::TagSetConfig;
+pub use trace::TraceStats;

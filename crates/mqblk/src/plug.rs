@@ -81,6 +81,8 @@ pub(crate) struct PlugState {
     /// `plug_sync=0`: sync bios bypass the plug (read once, when the
     /// client is made).
     bypass_sync: bool,
+    /// The flush in progress is before its owner sleeps (traced as T).
+    before_sleep: bool,
 }
 
 impl PlugState {
@@ -102,6 +104,7 @@ impl PlugState {
             cached_hctx: 0,
             nesting,
             bypass_sync: !plug_sync,
+            before_sleep: false,
         }
     }
 
@@ -182,6 +185,11 @@ impl PlugState {
                 self.multiple_queues = true;
             }
         }
+        if let Some(t) = q.trace() {
+            if self.rqs.is_empty() {
+                t.plug(); // the list's first request (after a flush too)
+            }
+        }
         debug_assert_eq!(len_bytes, rq.len_bytes());
         self.last_len_bytes = len_bytes;
         self.last_sector = rq.sector();
@@ -211,6 +219,14 @@ impl PlugState {
         self.release_cached(q);
     }
 
+    /// `flush` because the client is going to sleep (the kernel's flush
+    /// from schedule(): blktrace's T instead of U).
+    pub(crate) fn flush_before_sleep(&mut self, q: &RequestQueue, counters: &ClientCounters) {
+        self.before_sleep = true;
+        self.flush(q, counters);
+        self.before_sleep = false;
+    }
+
     /// Issues the whole list (cached tags stay: more requests are coming).
     #[inline(never)]
     fn flush_list(&mut self, q: &RequestQueue, counters: &ClientCounters) {
@@ -218,6 +234,9 @@ impl PlugState {
             return;
         }
         counters.plug_flush();
+        if let Some(t) = q.trace() {
+            t.unplug(self.rqs.len(), self.before_sleep);
+        }
         self.level_start = 0;
         if self.multiple_queues {
             issue_by_queue(q, &mut self.rqs, &mut self.group_buf);
@@ -242,6 +261,9 @@ impl PlugState {
             return;
         }
         counters.plug_flush();
+        if let Some(t) = q.trace() {
+            t.unplug(self.rqs.len() - start, self.before_sleep);
+        }
         self.rqs.move_tail_to(start, &mut self.level_buf);
         issue_by_queue(q, &mut self.level_buf, &mut self.group_buf);
     }

@@ -40,7 +40,7 @@ pub const DEFAULT_DEVICE: &str = "null:gb=1";
 
 /// `mqblk bench`'s usage line.
 pub const USAGE: &str =
-    "mqblk bench [--device SPEC] [--output-format=normal|json] [--stats] [fio options] [jobfile ...]";
+    "mqblk bench [--device SPEC] [--output-format=normal|json] [--stats] [--blktrace=DIR] [fio options] [jobfile ...]";
 
 /// The body of `mqblk bench --help`: mqblk's own options, then fio's.
 pub fn help() -> String {
@@ -50,6 +50,7 @@ mqblk's options (also as --option VALUE):
   --device SPEC                 The device: driver:key=value,... (default null:gb=1)
   --output-format=normal|json   fio's human report (default) or fio's JSON
   --stats                       Append the device's debugfs-like counters
+  --blktrace=DIR                Trace the block layer into DIR (blkparse -D DIR -i DRIVER)
   --sched=NAME[,tunable=value]  The device's I/O scheduler
   --plug_nesting=MODE           Plug nesting (flush_each: flush every level)
 
@@ -194,6 +195,9 @@ pub fn device_config(plan: &BenchPlan) -> Result<DeviceConfig, BenchError> {
         })?;
         cfg.queue_mut().plug_nesting = nesting;
     }
+    if let Some(dir) = &plan.blktrace {
+        cfg.queue_mut().blktrace = Some(dir.into());
+    }
     if let Some(sched) = &plan.sched {
         cfg.queue_mut().sched = sched.parse().map_err(|e| BenchError::BadInput(format!("--sched={sched}: {e}")))?;
     }
@@ -248,6 +252,9 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
         bar.finish_and_clear();
     }
     let entries = report_entries(&shared, running, results)?;
+    if let Some(line) = crate::blktrace_stop_line(&dev) {
+        eprintln!("{}", line.map_err(|e| BenchError::Failed(format!("--{e}")))?);
+    }
     let info = DeviceInfo {
         spec,
         driver: dev.driver_name().to_string(),

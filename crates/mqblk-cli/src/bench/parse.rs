@@ -7,7 +7,7 @@
 use super::options::{err, unknown_option, JobOptions, OptionError, JOB_OPTIONS};
 
 /// Options of `mqblk bench`'s command line only (not of job files).
-const BENCH_OPTIONS: &[&str] = &["output-format", "stats"];
+const BENCH_OPTIONS: &[&str] = &["output-format", "stats", "blktrace"];
 
 /// The unknown-option message of the command line, where mqblk's own
 /// options are known too.
@@ -29,6 +29,8 @@ pub struct BenchPlan {
     pub json: bool,
     pub stats: bool,
     pub global_given: Vec<(String, String)>,
+    /// `--blktrace=DIR`: trace the device's block layer into DIR.
+    pub blktrace: Option<String>,
 }
 
 /// The default job of a bare `mqblk bench`: 4k randread, iodepth 32, 10 s.
@@ -134,7 +136,7 @@ pub fn parse_bench_args(args: &[String]) -> Result<BenchPlan, OptionError> {
         let text = std::fs::read_to_string(path).map_err(|e| OptionError(format!("job file '{path}': {e}")))?;
         parse_job_file(&text, path, &mut c)?;
     }
-    let (json, stats) = (cli.json, cli.stats);
+    let (json, stats, blktrace) = (cli.json, cli.stats, cli.blktrace);
     if c.jobs.is_empty() && !cli.any_job_option && cli.job_files.is_empty() {
         let (device, plug_nesting, sched) = (c.device.take(), c.plug_nesting.take(), c.sched.take());
         return Ok(BenchPlan {
@@ -146,6 +148,7 @@ pub fn parse_bench_args(args: &[String]) -> Result<BenchPlan, OptionError> {
             json,
             stats,
             global_given: Vec::new(),
+            blktrace,
         });
     }
     if c.jobs.is_empty() {
@@ -157,7 +160,7 @@ pub fn parse_bench_args(args: &[String]) -> Result<BenchPlan, OptionError> {
     }
     let (plug_nesting, sched) = (c.plug_nesting.take(), c.sched.take());
     let (jobs, global_given, device, file) = c.finish()?;
-    Ok(BenchPlan { jobs, device, file, plug_nesting, sched, json, stats, global_given })
+    Ok(BenchPlan { jobs, device, file, plug_nesting, sched, json, stats, global_given, blktrace })
 }
 
 /// What the command line held besides job options.
@@ -165,6 +168,7 @@ pub fn parse_bench_args(args: &[String]) -> Result<BenchPlan, OptionError> {
 struct CliArgs {
     json: bool,
     stats: bool,
+    blktrace: Option<String>,
     job_files: Vec<String>,
     any_job_option: bool,
 }
@@ -204,6 +208,7 @@ fn parse_cli(args: &[String], c: &mut Collector) -> Result<CliArgs, OptionError>
                 };
             }
             "stats" => cli.stats = true,
+            "blktrace" => cli.blktrace = Some(take_value(inline)?),
             "device" => c.device = Some(take_value(inline)?),
             "plug_nesting" => c.plug_nesting = Some(take_value(inline)?),
             "sched" => c.sched = Some(take_value(inline)?),

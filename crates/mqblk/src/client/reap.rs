@@ -250,7 +250,7 @@ impl Client {
 
     pub(super) fn sleep_for_completions(&mut self, timeout: Option<Duration>) {
         // Never sleep on I/O held in our own plug.
-        self.plug.flush(&self.q, &self.shared.counters);
+        self.plug.flush_before_sleep(&self.q, &self.shared.counters);
         if let (Some(poll), true) = (self.poll_hctx, self.polled_outstanding > 0) {
             // Polled I/O completes only when we poll: reap instead of
             // sleeping (the caller loops, re-checking its ring and timeout).

@@ -18,6 +18,7 @@ use crate::merge::{self, BioPos, MergedBio};
 use crate::request::{Bio, ReqFlags, Rq, ORIGIN_POLLED, ORIGIN_USER, SECTOR_SHIFT, SPLIT_LAST};
 use crate::sync::{door, Ordering};
 use crate::tag::{TagGot, Tags};
+use crate::trace::Action;
 
 use super::Client;
 
@@ -167,12 +168,12 @@ impl Client {
         self.alloc.shallow_depth = u32::MAX;
         let Some(got) = hctx.tags.get(&mut self.alloc, false, true, || {}) else { return false };
         let head = RqHead::whole(bio, user_data, origin | self.plain.origin);
-        let rq = self.start_request(&hctx.tags, got, &head, bio.buf.take(), false);
+        let rq = self.start_request(&hctx.tags, got, &head, bio.buf.take(), false, true);
         self.shared.counters.request(head.op);
         // Counted before the issue: a request completed at once is reaped
         // (and uncounted) only later, by do_io.
         self.polled_outstanding += usize::from(self.plain.origin != 0);
-        hctx.issue(rq, true);
+        hctx.issue_plain(rq, true);
         self.note_submitted(head.op);
         true
     }
@@ -202,7 +203,7 @@ impl Client {
         loop {
             // The freeze waits for every tag: give back the plug's requests
             // and cached tags, and tags a handoff granted us in advance.
-            self.plug.flush(&self.q, &self.shared.counters);
+            self.plug.flush_before_sleep(&self.q, &self.shared.counters);
             self.release_granted();
             while self.q.frozen.load(Ordering::Acquire) {
                 std::thread::sleep(Duration::from_millis(1));
@@ -230,6 +231,9 @@ impl Client {
         }
         if let Err(error) = self.q.check_bio(&bio) {
             return Err(Box::new(Rejected { error, bio }));
+        }
+        if let Some(t) = self.q.trace() {
+            t.bio(Action::Queue, bio.op, bio.flags, bio.offset >> SECTOR_SHIFT, (bio.len >> SECTOR_SHIFT) as u32);
         }
         let max = self.q.max_request_bytes(bio.op);
         if bio.len > max || (bio.len > 0 && bio.len > self.q.bytes_to_zone_end(bio.offset)) {
@@ -288,6 +292,7 @@ impl Client {
         let (sector, len_bytes) = (rq.sector(), rq.len_bytes());
         self.plug.last_grew(sector, len_bytes);
         self.shared.counters.merge(head.op, kind == merge::MergeKind::Front);
+        self.trace_merge(head, kind == merge::MergeKind::Front);
         true
     }
 
@@ -322,8 +327,18 @@ impl Client {
         });
         if merged {
             self.shared.counters.merge(head.op, front);
+            self.trace_merge(head, front);
         }
         merged
+    }
+
+    /// Records M (or F, `front`) for the bio of `head` if the queue is traced.
+    #[inline(always)]
+    fn trace_merge(&self, head: &RqHead, front: bool) {
+        if let Some(t) = self.q.trace() {
+            let action = if front { Action::FrontMerge } else { Action::BackMerge };
+            t.bio(action, head.op, head.flags, head.sector, head.nr_sectors);
+        }
     }
 
     /// Splits a bio larger than a request into pieces of at most `max`
@@ -374,6 +389,9 @@ impl Client {
                 origin,
                 ioprio: bio.ioprio,
             };
+            if let Some(t) = self.q.trace().filter(|_| i + 1 < pieces) {
+                t.split(head.op, head.flags, head.sector, head.nr_sectors, head.sector + u64::from(head.nr_sectors));
+            }
             // If it must wait, it waits for the tags of all pieces left, so
             // they are issued back to back (locality on rotational media).
             self.alloc.want = (pieces - i).min(u64::from(u32::MAX)) as u32;
@@ -409,6 +427,9 @@ impl Client {
         let Some(got) = self.get_tag(head, use_sched, plugged, reserved, nowait) else {
             return false;
         };
+        if let Some(t) = self.q.trace() {
+            t.bio(Action::GetRq, head.op, head.flags, head.sector, head.nr_sectors);
+        }
         if got.slept {
             self.stats.tag_waits += 1;
             self.stats.tag_wait_ns += got.wait_ns;
@@ -419,7 +440,8 @@ impl Client {
         // queue, which waits for this submission.)
         let sched = if use_sched { hctx.sched() } else { None };
         let tags = sched.map_or(&hctx.tags, |s| &s.tags);
-        let mut rq = self.start_request(tags, got, head, buf.take(), sched.is_some());
+        let traced = self.q.trace.is_some();
+        let mut rq = self.start_request(tags, got, head, buf.take(), sched.is_some(), !traced);
         self.shared.counters.request(head.op);
         if let Some(s) = sched {
             s.elevator.prepare_request(self.cur_hctx, &mut rq);
@@ -439,8 +461,18 @@ impl Client {
 
     /// Starts the request of the tag `got` just took from `tags`, filled
     /// from `head` and `buf`: the token that owns it comes back.
+    /// `plain_end_ok`: it may end on the short path (not on a traced
+    /// queue, whose completion event is on the general one).
     #[inline(always)]
-    fn start_request(&self, tags: &Tags, got: TagGot, head: &RqHead, buf: Option<Buf>, in_sched: bool) -> Rq {
+    fn start_request(
+        &self,
+        tags: &Tags,
+        got: TagGot,
+        head: &RqHead,
+        buf: Option<Buf>,
+        in_sched: bool,
+        plain_end_ok: bool,
+    ) -> Rq {
         // SAFETY: `got` is the tag the bitmap just gave us, not freed since;
         // we start one request on it.
         let mut starting = unsafe { tags.pool.start(got.tag, &self.shared) };
@@ -458,7 +490,7 @@ impl Client {
         rq.client_id = self.client_id;
         rq.ioprio = head.ioprio;
         rq.in_sched = in_sched;
-        rq.plain_end = head.split == 0 && !in_sched && head.op != crate::request::Op::ZoneAppend;
+        rq.plain_end = plain_end_ok && head.split == 0 && !in_sched && head.op != crate::request::Op::ZoneAppend;
         debug_assert_eq!(rq.nr_bios, 1, "a finished request leaves no merged bios behind");
         rq.front = std::ptr::null();
         rq.back = std::ptr::null();
@@ -508,6 +540,6 @@ impl Client {
             }
         }
         // A thread must not sleep on I/O held in its own plug.
-        pool.get(&mut self.alloc, reserved, nowait, || plug.flush(q, counters))
+        pool.get(&mut self.alloc, reserved, nowait, || plug.flush_before_sleep(q, counters))
     }
 }

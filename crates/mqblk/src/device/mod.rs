@@ -22,6 +22,7 @@ use crate::queue::{DeviceStats, QueueConfig, RequestQueue};
 use crate::sched::Sched;
 use crate::sync::Ordering;
 use crate::tag::TagSetConfig;
+use crate::trace::TraceStats;
 
 pub use caps::{Attrs, BlockStatusMap, Power, RegisteredBuffers};
 pub use config::DeviceConfig;
@@ -229,5 +230,29 @@ impl Device {
     /// A debugfs-like dump of every hardware queue and sbitmap.
     pub fn show_stats(&self) -> String {
         self.q.show()
+    }
+
+    /// Ends the blktrace of a device opened with `blktrace=DIR`: every
+    /// event recorded so far is written to DIR/NAME.blktrace.N (NAME the
+    /// driver's name), ready for `blkparse -D DIR -i NAME`; later events
+    /// are not. None if the device is not traced. Idempotent: the last
+    /// handle's drop ends the trace too, without the stats.
+    ///
+    /// ```
+    /// # mod ram { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/ram.rs")); }
+    /// # ram::register();
+    /// use mqblk::Device;
+    ///
+    /// let dir = std::env::temp_dir().join(format!("mqblk-doc-trace-{}", std::process::id()));
+    /// let dev = Device::open(&format!("ram:size=64,irqmode=0,blktrace={}", dir.display()))?;
+    /// dev.client().write_at(&[1; 4096], 0)?;
+    /// let stats = dev.blktrace_stop().expect("traced")?;
+    /// assert_eq!((stats.events, stats.dropped, stats.files), (4, 0, 1), "Q, G, D, C on one stream");
+    /// assert_eq!(std::fs::metadata(dir.join("ram.blktrace.0"))?.len(), 4 * 48 + 64, "and the thread's name");
+    /// # std::fs::remove_dir_all(&dir)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn blktrace_stop(&self) -> Option<Result<TraceStats, Error>> {
+        self.q.trace().map(|t| t.stop().map_err(Error::Io))
     }
 }

@@ -73,6 +73,7 @@ impl HwCtx {
                 }
                 QueueRqResult::Busy(rq) => {
                     self.stats.busy.fetch_add(1, Ordering::Relaxed);
+                    self.trace_rq(&rq, crate::trace::Action::Requeue);
                     rq.slot().deadline.store(0, Ordering::Relaxed);
                     // Back in front, still counted.
                     self.dispatch.lock().push_front(rq);

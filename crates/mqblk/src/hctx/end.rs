@@ -15,6 +15,7 @@ use crate::request::{Ending, Owner, Request, RequestSlot, Rq, TagRelease, SECTOR
 use crate::sched::{DoneInfo, SchedCtx};
 use crate::status::Status;
 use crate::sync::Ordering;
+use crate::trace::Action;
 
 impl HwCtx {
     /// The hardware context a request slot belongs to (request/'s
@@ -46,7 +47,14 @@ impl HwCtx {
         let owner = ending.owner();
         let rq = ending.request();
         if !rq.plain_end {
-            debug_assert!(rq.nr_bios > 1 || rq.split != 0 || rq.in_sched || rq.op == crate::request::Op::ZoneAppend);
+            debug_assert!(
+                rq.nr_bios > 1
+                    || rq.split != 0
+                    || rq.in_sched
+                    || rq.op == crate::request::Op::ZoneAppend
+                    // SAFETY: slots point at their hctx, which outlives them.
+                    || unsafe { HwCtx::of(rq.hctx) }.trace.is_some()
+            );
             return Self::end_request_general(ending, owner, status, ok_bytes);
         }
         debug_assert!(rq.nr_bios == 1 && rq.split == 0 && !rq.in_sched);
@@ -79,6 +87,10 @@ impl HwCtx {
         let rq = ending.request();
         // SAFETY: slots point at their hctx, which outlives them.
         let hctx = unsafe { HwCtx::of(rq.hctx) };
+        // A traced queue ends every request here (`plain_end` is false).
+        if let Some(t) = &hctx.trace {
+            t.request(Action::Complete, rq.op, rq.flags, rq.sector, rq.nr_sectors, status.errno());
+        }
         if rq.nr_bios > 1 {
             let merged = MergedEnd::take(rq, owner, status, ok_bytes);
             hctx.release_slot(ending, release);

@@ -75,6 +75,10 @@ pub struct QueueConfig {
     /// handler runs (`io_timeout=` in ms, the queue's sysfs io_timeout);
     /// None: the driver's `rq_timeout` (30 s for most).
     pub io_timeout_ms: Option<u64>,
+    /// Trace the block layer's events in blktrace's format into this
+    /// directory (`blktrace=DIR`): files NAME.blktrace.N, NAME the
+    /// driver's name, for `blkparse -D DIR -i NAME` (trace/).
+    pub blktrace: Option<std::path::PathBuf>,
 }
 
 impl Default for QueueConfig {
@@ -87,6 +91,7 @@ impl Default for QueueConfig {
             nr_requests: None,
             hybrid_poll_delay_us: 0,
             io_timeout_ms: None,
+            blktrace: None,
         }
     }
 }
@@ -210,6 +215,7 @@ impl QueueConfig {
                 HYBRID_POLL_DELAY_RANGE.1,
             )? as u32,
             io_timeout_ms: optional("io_timeout", IO_TIMEOUT_RANGE)?,
+            blktrace: ours.raw("blktrace").map(std::path::PathBuf::from),
         };
         Ok((cfg, rest))
     }
@@ -245,6 +251,9 @@ impl QueueConfig {
         if let Some(ms) = self.io_timeout_ms {
             w.pair("io_timeout", ms);
         }
+        if let Some(dir) = &self.blktrace {
+            w.pair("blktrace", dir.display());
+        }
     }
 
     crate::setters! {
@@ -255,6 +264,7 @@ impl QueueConfig {
         nr_requests: Option<u32>,
         hybrid_poll_delay_us: u32,
         io_timeout_ms: Option<u64>,
+        blktrace: Option<std::path::PathBuf>,
     }
 }
 

@@ -31,6 +31,7 @@ use crate::request::{Bio, Op};
 use crate::sched::SchedCtx;
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Mutex, Ordering};
 use crate::tag::{TagSetConfig, Tags};
+use crate::trace::Tracer;
 
 pub use config::{PlugNesting, QueueConfig, Wake};
 pub use stats::DeviceStats;
@@ -93,6 +94,8 @@ pub(crate) struct RequestQueue {
     /// drop had returned.
     users: AtomicUsize,
     shut_down: AtomicBool,
+    /// The blktrace of this queue (`blktrace=DIR`), if it is traced.
+    pub(crate) trace: Option<Arc<Tracer>>,
 }
 
 impl RequestQueue {
@@ -108,12 +111,17 @@ impl RequestQueue {
         };
         let clock = Arc::new(TimeoutClock::new(rq_timeout));
         let kblockd = Arc::new(Kblockd::new());
+        let trace = match &opts.blktrace {
+            Some(dir) => Some(Tracer::start(dir, driver.name())?),
+            None => None,
+        };
         let hctxs: Box<[HwCtx]> = (0..tag_set.nr_hw_queues)
             .map(|i| {
                 let policy = opts.wake.policy()?;
                 let is_poll = i >= tag_set.nr_hw_queues - tag_set.poll_queues;
                 let tags = Tags::new(&tag_set, policy);
-                Ok(HwCtx::new(i, tags, driver.clone(), is_poll, clock.clone(), kblockd.clone()))
+                let hctx = HwCtx::new(i, tags, driver.clone(), is_poll, clock.clone(), kblockd.clone());
+                Ok(hctx.traced(trace.clone()))
             })
             .collect::<Result<Vec<_>, Error>>()?
             .into_iter()
@@ -151,6 +159,7 @@ impl RequestQueue {
             // The Device that `Device::with_driver_options` makes of it.
             users: AtomicUsize::new(1),
             shut_down: AtomicBool::new(false),
+            trace,
         });
         // Bind each hctx's request slots to it only now, through the queue's
         // final shared reference: a pointer taken before the hctxs moved
@@ -205,8 +214,10 @@ impl RequestQueue {
     /// The largest read or write that is one request as it is: no split at
     /// `max_sectors` and, on zoned devices, none at a zone boundary (so 0:
     /// every zoned bio takes the general path, which checks its zone).
+    /// A traced queue takes the general path for every bio too (its event
+    /// points are there: trace/).
     pub(crate) fn plain_max_bytes(&self) -> u64 {
-        if self.limits.zoned.is_some() {
+        if self.limits.zoned.is_some() || self.trace.is_some() {
             return 0;
         }
         self.max_request_bytes(Op::Read).min(self.max_request_bytes(Op::Write))
@@ -296,6 +307,16 @@ impl RequestQueue {
         // hold while the hctxs and client sinks are still alive.
         self.driver.shutdown();
         self.stop_worker();
+        if let Some(trace) = &self.trace {
+            // Errors were the user's to see through `Device::blktrace_stop`.
+            let _ = trace.stop();
+        }
+    }
+
+    /// The blktrace of this queue, if it is traced.
+    #[inline(always)]
+    pub(crate) fn trace(&self) -> Option<&Tracer> {
+        self.trace.as_deref()
     }
 }
 
