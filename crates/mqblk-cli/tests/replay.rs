@@ -84,20 +84,24 @@ fn mqblk_replay(trace: &Path, dir: &Path, extra: &[&str]) -> Vec<Io> {
 /// log with offsets (one line per I/O, in completion order, which at
 /// iodepth 1 is issue order).
 fn fio_replay(trace: &Path, dir: &Path) -> Vec<Io> {
+    fio_replay_with(trace, dir, &[])
+}
+
+/// `fio_replay` with more of fio's options.
+fn fio_replay_with(trace: &Path, dir: &Path, extra: &[&str]) -> Vec<Io> {
     let t = format!("--read_iolog={}", trace.display());
-    fio(
-        &[
-            "--name=r",
-            "--ioengine=null",
-            "--thread",
-            &t,
-            "--replay_no_stall=1",
-            "--replay_redirect=target",
-            "--write_lat_log=fio",
-            "--log_offset=1",
-        ],
-        dir,
-    );
+    let mut args = vec![
+        "--name=r",
+        "--ioengine=null",
+        "--thread",
+        &t,
+        "--replay_no_stall=1",
+        "--replay_redirect=target",
+        "--write_lat_log=fio",
+        "--log_offset=1",
+    ];
+    args.extend_from_slice(extra);
+    fio(&args, dir);
     let log = dir.join("fio_clat.1.log");
     let text = std::fs::read_to_string(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
     let dirs = ["read", "write", "trim"];
@@ -336,28 +340,7 @@ fn guest_trace(name: &str, dir: &Path) -> PathBuf {
 fn guest_trace_replays_as_fio_replays_it(name: &str, reads: usize, writes: usize) {
     let dir = scratch(name);
     let trace = guest_trace(name, &dir);
-    let t = format!("--read_iolog={}", trace.display());
-    fio(
-        &[
-            "--name=r",
-            "--ioengine=null",
-            "--thread",
-            &t,
-            "--replay_no_stall=1",
-            "--iodepth=1",
-            "--replay_redirect=target",
-            "--write_lat_log=fio",
-            "--log_offset=1",
-        ],
-        &dir,
-    );
-    let log = std::fs::read_to_string(dir.join("fio_clat.1.log")).unwrap();
-    let dirs = ["read", "write", "trim"];
-    let theirs: Vec<Io> = log
-        .lines()
-        .map(|l| l.split(',').map(str::trim).collect::<Vec<_>>())
-        .map(|f| (dirs[f[2].parse::<usize>().unwrap()].to_string(), f[4].parse().unwrap(), f[3].parse().unwrap()))
-        .collect();
+    let theirs = fio_replay_with(&trace, &dir, &["--iodepth=1"]);
     let count = |ios: &[Io], d: &str| ios.iter().filter(|io| io.0 == d).count();
     assert_eq!((count(&theirs, "read"), count(&theirs, "write")), (reads, writes), "fio's replay of {name}");
     for sched in ["none", "mq-deadline", "kyber", "bfq"] {
