@@ -71,12 +71,7 @@ fn add(args: AddArgs) -> Result<String, (u8, String)> {
     let device = Device::open(&args.device).map_err(|e| (2, format!("--device {}: {e}", args.device)))?;
     let opts = Options { queues: args.queues, depth: args.depth, id: args.id };
     let zoned = device.limits().zoned.is_some();
-    let control = match &args.control {
-        Some(path) => {
-            Some(crate::control::Control::start(path, vec![(String::new(), device.clone())]).map_err(|e| (2, e))?)
-        }
-        None => None,
-    };
+    let control = crate::control::Control::for_one_device(args.control.as_deref(), &device)?;
     // Its blktrace, if traced, ends once the server stops.
     let traced = device.clone();
     let server = Server::new(device, opts).map_err(failed)?;

@@ -64,12 +64,7 @@ fn add(args: AddArgs) -> Result<String, (u8, String)> {
     let config = crate::serve::fast_config(&args.device).map_err(|e| (2, format!("--device {}: {e}", args.device)))?;
     let device = config.build().map_err(|e| (2, format!("--device {}: {e}", args.device)))?;
     let opts = Options { queues: args.queues, depth: args.depth, read_only: args.read_only, ..Options::default() };
-    let control = match &args.control {
-        Some(path) => {
-            Some(crate::control::Control::start(path, vec![(String::new(), device.clone())]).map_err(|e| (2, e))?)
-        }
-        None => None,
-    };
+    let control = crate::control::Control::for_one_device(args.control.as_deref(), &device)?;
     let server = Server::new(device, &args.socket, opts).map_err(failed)?;
     let signals = crate::serve::stop_on_signals({
         let stopper = server.stopper();
