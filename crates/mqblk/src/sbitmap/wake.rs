@@ -330,8 +330,9 @@ pub const WAKE_POLICIES: &[&str] = &["batch", "stash", "handoff", "batch2017", "
 
 /// The policy a device uses unless its spec says `wake=`: mqblk's own.
 /// Chosen on the tag-wakeup experiment's rows with tag contention: of the
-/// five it sleeps least per I/O on the ssd and nvme rows, and is the only
-/// one that keeps the hdd's 1-job IOPS at 72 jobs (where the RFC's stash
+/// four policies it runs, this one sleeps least per I/O on the nvme rows
+/// and about as little as the RFC's stash on the ssd's, and is the only
+/// one that keeps the hdd's 1-job IOPS at 72 jobs (where the stash
 /// sleeps less). The figures, with the command and commit that produced
 /// them, are in docs/results/tag-wakeup.json (BENCHMARKS.md,
 /// "tag-wakeup"), not repeated here.
