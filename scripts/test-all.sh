@@ -102,7 +102,7 @@ cargo nextest run --workspace -E "not $guests"
 guest_log=target/guest-tests.log
 # Their whole output stays in the log, passing or not: each check prints
 # its own time, which is where the suite's minutes in a guest go.
-cargo nextest run -p mqblk-cli -E "$guests" --success-output final > "$guest_log" 2>&1 &
+cargo nextest run -p mqblk-cli -E "$guests" --no-fail-fast --success-output final > "$guest_log" 2>&1 &
 guest_pid=$!
 
 # Ignored by default (an unprivileged run lists it as skipped); as root it
@@ -159,9 +159,18 @@ stage "the qemu guest tests (Linux 6.12: ublk, zoned ublk, nbd, vhost-user-blk, 
 guest_status=0
 wait "$guest_pid" || guest_status=$?
 grep -E '^ +(PASS|FAIL|SIGSEGV|SIGABRT|SIGKILL|TIMEOUT) \[|Summary \[' "$guest_log" || true
+# Each guest test writes its script's output to target/guest-logs/NAME.out
+# and .err as it runs (a test nextest killed leaves them too): show the
+# tails of those that did not pass.
 if [ "$guest_status" -ne 0 ]; then
-  echo "== the guest tests' output (the last 150 lines of $guest_log)"
-  tail -n 150 "$guest_log"
+  for name in $(grep -oE '^ +(FAIL|SIGSEGV|SIGABRT|SIGKILL|TIMEOUT) \[.*guest_[a-z_]+_script_passes' "$guest_log" |
+      sed -E 's/.*guest_([a-z_]+)_script_passes/\1/' | sort -u); do
+    # (.err holds a hung guest's report: every task's state and stack.)
+    for tail in out:80 err:320; do
+      echo "== the guest test $name: the last ${tail#*:} lines of target/guest-logs/$name.${tail%:*}"
+      tail -n "${tail#*:}" "target/guest-logs/$name.${tail%:*}" 2>/dev/null || echo "(none)"
+    done
+  done
 fi
 
 if [ "$guest_status" -ne 0 ]; then

@@ -44,7 +44,10 @@
 # with "guest:" names what failed: fetch, boot, crash, timeout). On any
 # failure (non-zero status, no exit marker) the guest's dmesg tail (or the
 # console's tail when the guest died before it could run dmesg) goes to
-# stderr. The whole run is killed after MQBLK_GUEST_TIMEOUT seconds (900).
+# stderr. A script still running a minute before MQBLK_GUEST_TIMEOUT seconds
+# (900) is hung: the guest reports every task's state, wait channel and
+# kernel stack, the tails of /tmp/*.err and /tmp/*.out, and the blocked
+# tasks' dmesg, then ends with status 124; qemu is killed at the timeout.
 #
 # Needs root (apt, and qemu reads all of / for the share). Installs with apt
 # when missing: qemu-system-x86, busybox-static. Nothing else on the host is
@@ -268,7 +271,35 @@ chroot /host /usr/bin/env -i \
   MQBLK_GUEST_MODULES=/run/mqblk-guest/modules \
   MQBLK_GUEST_KERNEL="$(uname -r)" MQBLK_GUEST_SCRIPT="$(cat /job/script)" \
   /bin/sh -c 'cd "$1" && if [ -x "$2" ]; then exec "$2"; else exec /bin/sh "$2"; fi' \
-  sh "$cwd" "$script" < /dev/null > /dev/ttyS1 2> /dev/ttyS2
+  sh "$cwd" "$script" < /dev/null > /dev/ttyS1 2> /dev/ttyS2 &
+script_pid=$!
+# The watchdog: a script still running at the deadline (a minute before the
+# host kills qemu) is hung. Say where every process sleeps, kernel and
+# user-space state both, then end the guest: the host prints it all.
+(
+  sleep "$(cat /job/deadline)"
+  kill -0 $script_pid 2>/dev/null || exit 0
+  {
+    echo "MQBLK-GUEST-HUNG after $(cat /job/deadline) s"
+    ps -o pid,ppid,stat,comm,args
+    for task in /proc/[0-9]*/task/[0-9]*; do
+      comm=$(cat $task/comm 2>/dev/null) || continue
+      case "$comm" in kworker*|ksoftirq*|rcu*|migration*|cpuhp*|idle_inject*|kthreadd|watchdog*) continue ;; esac
+      echo "-- $task ($comm) state $(cut -d' ' -f3 $task/stat 2>/dev/null) wchan $(cat $task/wchan 2>/dev/null)"
+      cat $task/stack 2>/dev/null
+    done
+    for f in /host/tmp/*.err /host/tmp/*.out; do
+      [ -s "$f" ] && { echo "-- tail of $f"; tail -n 20 "$f"; }
+    done
+    echo w > /proc/sysrq-trigger
+    echo "MQBLK-GUEST-DMESG-BEGIN"; dmesg | tail -n 120; echo "MQBLK-GUEST-DMESG-END"
+  } > $ctl 2>&1
+  sync
+  sleep 1
+  echo "MQBLK-GUEST-EXIT=124" > $ctl
+  poweroff -f
+) &
+wait $script_pid
 status=$?
 { echo "MQBLK-GUEST-DMESG-BEGIN"; dmesg | tail -n 60; echo "MQBLK-GUEST-DMESG-END"; } > $ctl
 sync
@@ -303,6 +334,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/mqblk-guest.XXXXXX")
 mkdir -p "$work/job/job"
 printf '%s' "$script" > "$work/job/job/script"
 printf '%s' "$PWD" > "$work/job/job/cwd"
+printf '%s' "$(( timeout_s > 120 ? timeout_s - 60 : timeout_s / 2 ))" > "$work/job/job/deadline"
 cp "$script" "$work/job/job/script.sh"
 (cd "$work/job" && find job | cpio -o -H newc --quiet | gzip -1) > "$work/job.cpio.gz"
 cat "$initrd" "$work/job.cpio.gz" > "$work/initrd.gz"
@@ -356,6 +388,10 @@ marker=$(grep -o 'MQBLK-GUEST-EXIT=[0-9]*' <<< "$ctl" | tail -n 1 || true)
 status=${marker#MQBLK-GUEST-EXIT=}
 if [ -n "$marker" ] && [ "$status" = 0 ]; then
   exit 0
+fi
+if grep -q 'MQBLK-GUEST-HUNG' <<< "$ctl"; then
+  echo "guest: the script was still running at the deadline; where each task slept:" >&2
+  sed -n '/MQBLK-GUEST-HUNG/,/MQBLK-GUEST-DMESG-BEGIN/p' <<< "$ctl" | sed '$d' >&2
 fi
 if grep -q 'MQBLK-GUEST-DMESG-BEGIN' <<< "$ctl"; then
   echo "guest: dmesg tail (kernel $kver):" >&2

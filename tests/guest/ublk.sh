@@ -224,13 +224,18 @@ if start_server; then
   if [ "$fio_status" != timeout ] && [ "$fio_status" != 0 ] && gone; then
     pass "SIGKILL mid-I/O: fio failed with status $fio_status ($(grep -o 'err= *[0-9]*[^)]*' /tmp/fio-crash.txt | head -n 1)) after $(since "$t0"); /dev/ublkb0 gone"
   else
-    fail "SIGKILL mid-I/O: fio status $fio_status, ublkb0 $([ -e /dev/ublkb0 ] && echo present || echo gone)"
+    # Once the server is dead only the kernel can end its requests: say
+    # where fio waits (a request never ended leaves it in D state).
+    fail "SIGKILL mid-I/O: fio status $fio_status, ublkb0 $([ -e /dev/ublkb0 ] && echo present || echo gone); fio's threads: $(for t in /proc/"$fio_pid"/task/*; do echo "[$(cut -d' ' -f3 "$t/stat" 2>/dev/null) $(cat "$t/wchan" 2>/dev/null)] $(head -n 3 "$t/stack" 2>/dev/null | tr '\n' ' ')"; done)"
     [ "$fio_status" = timeout ] && kill -KILL "$fio_pid" 2>/dev/null
   fi
-  if "$mqblk" ublk del 0 > /tmp/ublk-del.txt 2>&1 && [ ! -e /dev/ublkc0 ]; then
+  # DEL_DEV waits, interruptibly, until every opener of /dev/ublkb0 has
+  # closed it: bounded, so that a fio that never ends fails this check
+  # instead of hanging the guest.
+  if timeout 60 "$mqblk" ublk del 0 > /tmp/ublk-del.txt 2>&1 && [ ! -e /dev/ublkc0 ]; then
     pass "after the crash, ublk del 0 removes the device"
   else
-    fail "after the crash, ublk del 0: $(cat /tmp/ublk-del.txt); ublkc0 $([ -e /dev/ublkc0 ] && echo present || echo gone)"
+    fail "after the crash, ublk del 0 (bounded at 60 s): $(cat /tmp/ublk-del.txt); ublkc0 $([ -e /dev/ublkc0 ] && echo present || echo gone)"
   fi
 fi
 

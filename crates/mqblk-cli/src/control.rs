@@ -43,13 +43,13 @@ pub(crate) struct Control {
 }
 
 impl Control {
-    /// Listens on `path` for the `(name, device)` exports.
     /// `--control PATH` of a front end serving one device (`ublk add`,
     /// `vhost add`): the socket if a path is given, its error as bad input.
     pub(crate) fn for_one_device(path: Option<&Path>, device: &Device) -> Result<Option<Self>, (u8, String)> {
         path.map(|path| Self::start(path, vec![(String::new(), device.clone())])).transpose().map_err(|e| (2, e))
     }
 
+    /// Listens on `path` for the `(name, device)` exports.
     pub(crate) fn start(path: &Path, exports: Vec<(String, Device)>) -> Result<Self, String> {
         let listener = UnixListener::bind(path).map_err(|e| format!("--control {}: {e}", path.display()))?;
         let stop = Arc::new(AtomicBool::new(false));

@@ -11,7 +11,7 @@
 //! The guest runs the release binary, so this test builds it first
 //! (`cargo build --release -p mqblk-cli`). Needs root, nbd-client on the
 //! host (scripts/test-all.sh installs it), network for the first kernel
-//! fetch, and several minutes (the guest's own limit is raised to 30
+//! fetch, and several minutes (the guest's own limit is raised to 25
 //! unless MQBLK_GUEST_TIMEOUT says otherwise); it never skips.
 
 mod common;

@@ -9,7 +9,7 @@
 //! The guest runs the release binary, so this test builds it first
 //! (`cargo build --release -p mqblk-cli`). Needs root, network for the
 //! first kernel fetch, and 5 to 10 minutes (the guest's own limit is raised
-//! to 30 unless MQBLK_GUEST_TIMEOUT says otherwise); it never skips.
+//! to 25 unless MQBLK_GUEST_TIMEOUT says otherwise); it never skips.
 
 mod common;
 

@@ -53,24 +53,40 @@ pub fn guest_script(script: &str, envs: &[(&str, &str)], passed: &str) -> String
 
 /// Runs `program ARGS` from the workspace root with `envs`, asserts it
 /// succeeded and printed `passed`, and returns its stdout.
+///
+/// Its stdout and stderr go to target/guest-logs/SCRIPT.out and .err as it
+/// writes them (SCRIPT: the last argument's file stem), so a run that
+/// nextest kills still leaves what it printed (scripts/test-all.sh shows
+/// them for each guest test that did not pass).
 fn run_checked(program: &str, args: &[&str], envs: &[(&str, &str)], passed: &str) -> String {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let output = Command::new(program)
+    let logs = root.join("target/guest-logs");
+    std::fs::create_dir_all(&logs).unwrap_or_else(|e| panic!("mkdir {}: {e}", logs.display()));
+    let script = args.last().copied().unwrap_or(program);
+    let stem = script.rsplit('/').next().unwrap_or(script).trim_end_matches(".sh");
+    let log = |ext: &str| logs.join(format!("{stem}.{ext}"));
+    let create = |path: PathBuf| std::fs::File::create(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let status = Command::new(program)
         .args(args)
         .envs(envs.iter().copied())
         .current_dir(&root)
-        .output()
+        .stdout(create(log("out")))
+        .stderr(create(log("err")))
+        .status()
         .unwrap_or_else(|e| panic!("spawn {program}: {e}"));
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{program} {args:?}: {}\nstdout:\n{stdout}\nstderr:\n{stderr}", output.status);
+    let read = |ext: &str| std::fs::read_to_string(log(ext)).unwrap_or_default();
+    let (stdout, stderr) = (read("out"), read("err"));
+    assert!(status.success(), "{program} {args:?}: {status}\nstdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(stdout.contains(passed), "stdout:\n{stdout}\nstderr:\n{stderr}");
     stdout
 }
 
 /// Builds the release binary the guest runs (`cargo build --release -p
-/// mqblk-cli`); returns the guest's time limit: 30 minutes unless
+/// mqblk-cli`); returns the guest's time limit: 25 minutes unless
 /// MQBLK_GUEST_TIMEOUT says otherwise (TCG on a loaded machine is slow).
+/// It stays below nextest's 30 (.config/nextest.toml) with the build
+/// before it, so a hung guest reports where it hung (tests/guest/run.sh)
+/// instead of being killed with the test.
 fn build_release() -> String {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -80,11 +96,11 @@ fn build_release() -> String {
         .status()
         .expect("spawn cargo build --release -p mqblk-cli");
     assert!(build.success(), "cargo build --release -p mqblk-cli: {build}");
-    std::env::var("MQBLK_GUEST_TIMEOUT").unwrap_or_else(|_| "1800".into())
+    std::env::var("MQBLK_GUEST_TIMEOUT").unwrap_or_else(|_| "1500".into())
 }
 
 /// Builds the release binary the guest runs, then runs tests/guest/run.sh
-/// SCRIPT as `guest_script` does, with the guest's time limit at 30
+/// SCRIPT as `guest_script` does, with the guest's time limit at 25
 /// minutes unless MQBLK_GUEST_TIMEOUT says otherwise.
 pub fn guest_script_release(script: &str, passed: &str) -> String {
     let timeout_s = build_release();
