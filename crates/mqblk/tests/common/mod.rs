@@ -97,10 +97,11 @@ impl<D: Driver> Driver for Forward<D> {
     }
 }
 
-/// `cases` random cases natively; a few under Miri, which also has no
-/// getcwd in its isolation for proptest's file of failing cases.
+/// `cases` random cases natively; two under Miri (each costs it 20 s or
+/// more), which also has no getcwd in its isolation for proptest's file of
+/// failing cases.
 pub fn proptest_config(cases: u32) -> proptest::prelude::ProptestConfig {
-    let mut config = proptest::prelude::ProptestConfig::with_cases(if cfg!(miri) { 3 } else { cases });
+    let mut config = proptest::prelude::ProptestConfig::with_cases(if cfg!(miri) { 2 } else { cases });
     if cfg!(miri) {
         config.failure_persistence = None;
     }
