@@ -28,7 +28,11 @@
 #   5. /dev/vdb is read-only (VIRTIO_BLK_F_RO): reads work, a write with
 #      O_DIRECT fails (the guest kernel refuses it, even after blockdev
 #      --setrw, so no write reaches the server; the server's own refusal,
-#      IOERR, is checked by mqblk-vhost's queue tests).
+#      IOERR, is checked by mqblk-vhost's queue tests);
+#   6. virtio_blk reloaded with poll_queues=1: /dev/vda has a hardware
+#      context of type poll (io_poll 1), and fio io_uring with hipri=1 (4k
+#      random writes, QD8, verified) completes its requests by polling:
+#      fewer than one interrupt from the disk per ten requests.
 # Exits 0 only when all pass; every wait is bounded (the guest as a whole by
 # MQBLK_GUEST_TIMEOUT, fio by `timeout`).
 #
@@ -206,6 +210,49 @@ if [ "$ro" = 1 ] && dd if=/dev/vdb of=/dev/null bs=1M count=4 iflag=direct statu
   pass "/dev/vdb read-only: reads work, writes fail, also after blockdev --setrw: $(tail -n 1 /tmp/ro-write.txt)"
 else
   fail "/dev/vdb: ro '$ro' (want 1), or a read failed, or a write succeeded"
+fi
+
+# ---- 6. the guest's poll queues ---------------------------------------------------------
+# virtio_blk.poll_queues=1 (the merged virtio-blk polling: a virtqueue of
+# its own with no interrupt, reaped by the submitter) with HIPRI io_uring
+# I/O: /dev/vda gets a hardware context of type "poll", and fio's I/Os
+# complete with almost no interrupt from the disk (its request queues'
+# lines in /proc/interrupts), where each would otherwise raise one.
+t0=$(now)
+mount -t debugfs none /sys/kernel/debug 2>/dev/null
+# Interrupts of /dev/vda's request virtqueues, all CPUs.
+vda_irqs() {
+  local virtio; virtio=$(basename "$(readlink -f /sys/block/vda/device)")
+  awk -v name="$virtio-req" 'NR == 1 { cpus = NF; next } $0 ~ name { for (i = 2; i <= cpus + 1; i++) s += $i } END { print s + 0 }' /proc/interrupts
+}
+vda_ios() { awk '{ print $1 + $5 }' /sys/block/vda/stat; }
+if rmmod virtio_blk && insmod "$MQBLK_GUEST_MODULES/virtio_blk.ko" poll_queues=1; then
+  for _ in $(seq 300); do [ -b /dev/vda ] && break; sleep 0.1; done
+  echo none > $q/scheduler 2>/dev/null || true
+  types=$(cat /sys/kernel/debug/block/vda/hctx*/type 2>/dev/null | paste -sd' ')
+  io_poll=$(cat $q/io_poll 2>/dev/null)
+  if grep -qw poll <<< "$types" && [ "$io_poll" = 1 ]; then
+    ios0=$(vda_ios) irqs0=$(vda_irqs)
+    out=/tmp/fio-hipri.txt
+    if timeout -k 10 600 fio --name=hipri --filename=/dev/vda --direct=1 --ioengine=io_uring --hipri=1 \
+        --rw=randwrite --bs=4k --iodepth=8 --size=2m \
+        --verify=crc32c --do_verify=1 --verify_fatal=1 --verify_state_save=0 \
+        --output-format=terse --terse-version=3 --output="$out" > /dev/null 2>&1; then
+      ios=$(($(vda_ios) - ios0)) irqs=$(($(vda_irqs) - irqs0))
+      # 2 MiB written and read back in 4 KiB: 1,024 requests.
+      if [ "$ios" -ge 1024 ] && [ $((irqs * 10)) -lt "$ios" ]; then
+        pass "poll_queues=1: hardware contexts '$types', io_poll $io_poll; fio io_uring hipri=1 randwrite 4k QD8 verify=crc32c: $(cut -d';' -f6 "$out") KiB verified, $ios requests completed with $irqs interrupts ($(since "$t0"))"
+      else
+        fail "poll_queues=1: $ios requests completed with $irqs interrupts (want at least 1024 requests and under one interrupt in ten)"
+      fi
+    else
+      fail "poll_queues=1: fio hipri: $(tail -n 5 "$out" 2>/dev/null)"
+    fi
+  else
+    fail "poll_queues=1: hardware contexts '$types' (want one of type poll), io_poll '$io_poll'"
+  fi
+else
+  fail "reloading virtio_blk with poll_queues=1"
 fi
 
 if [ "$failures" = 0 ]; then
