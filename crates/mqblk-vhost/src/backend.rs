@@ -152,6 +152,8 @@ impl VhostUserBackend for BlkBackend {
         } else if device_event != 0 {
             return Err(io::Error::other(format!("queue {thread_id}: unknown event {device_event}")));
         }
-        q.run(vring, &self.mem.memory())
+        // An error ends this queue's worker (vhost-user-backend stops its
+        // thread): say so now, not at the connection's end.
+        q.run(vring, &self.mem.memory()).inspect_err(|e| log::error!("queue {thread_id} stopped: {e}"))
     }
 }

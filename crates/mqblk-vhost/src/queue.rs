@@ -215,10 +215,11 @@ impl VirtQueue {
             if self.free_slots.is_empty() || !state.enable_notification().map_err(io::Error::other)? {
                 break;
             }
-            // The avail index moved, yet with slots free nothing popped:
-            // the index is more than a ring ahead (virtio-queue refuses
-            // it), and asking again would spin.
-            if popped_now == 0 {
+            // The avail index moved: the guest published chains after the
+            // last pop found none (served on the next pass), unless nothing
+            // popped because the index is more than a ring ahead, which
+            // virtio-queue refuses and asking again would spin on.
+            if popped_now == 0 && avail_out_of_range(state.get_queue(), mem)? {
                 return Err(io::Error::other(format!("queue {}: avail index out of range", self.index)));
             }
         }
@@ -383,6 +384,13 @@ impl VirtQueue {
         buf.set_len(len);
         buf
     }
+}
+
+/// Whether the guest's avail index is more than a ring ahead of the next
+/// chain to pop (a driver bug: it never has more chains than the ring).
+fn avail_out_of_range(queue: &virtio_queue::Queue, mem: &Mem) -> io::Result<bool> {
+    let avail = queue.avail_idx(mem, std::sync::atomic::Ordering::Acquire).map_err(io::Error::other)?;
+    Ok((avail - std::num::Wrapping(queue.next_avail())).0 > queue.size())
 }
 
 /// The virtio-blk status for an mqblk completion status.
