@@ -138,10 +138,13 @@ status=${PIPESTATUS[0]}
 [ "$status" = 0 ] || { echo "compare-vhost.sh: the guest failed (status $status)" >&2; exit 1; }
 
 # One line per row and disk: median IOPS (min-max) over the rounds, and
-# the server's CPU per request in microseconds (median).
+# the server's CPU per request in microseconds (median). The commit is read
+# before OUT is opened (and docs/results left out): the output file
+# itself would mark the tree dirty.
+commit="$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet -- . ':!docs/results' || echo +dirty)"
 {
   echo "# mqblk vhost-user-blk against qemu-storage-daemon $(qemu-storage-daemon --version | head -n 1 | awk '{ print $3 }'), one Linux 6.12 guest (qemu TCG, 2 vCPUs)"
-  echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet || echo +dirty), $(nproc) CPUs, host kernel $(uname -r)"
+  echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $commit, $(nproc) CPUs, host kernel $(uname -r)"
   echo "# scripts/compare-vhost.sh $rounds $seconds: $rounds rounds, ${seconds} s per fio run (io_uring, direct=1, ramp 1 s), the servers alternating within each round"
   echo "# backing: null = mqblk null:gb=1 / qemu-storage-daemon null-co; file = one 1 GiB file in the page cache through both (buffered)"
   echo "# CPU per request = the server's utime+stime from just before fio starts to just after it ends (ramp included; 1/${hz} s ticks) / the I/Os fio counted after its ramp"
