@@ -137,6 +137,18 @@ MQBLK_GUEST_TIMEOUT=$((600 + rounds * 12 * (seconds + 8) * 3)) \
 status=${PIPESTATUS[0]}
 [ "$status" = 0 ] || { echo "compare-vhost.sh: the guest failed (status $status)" >&2; exit 1; }
 
+# summary DISK: "median (min-max) cpu" of DISK's runs of the row in $rw
+# $bs $qd: IOPS over the rounds and the server's CPU us per request.
+summary() {
+  awk -v d="$1" -v rw="$rw" -v bs="$bs" -v qd="$qd" -v hz="$hz" '
+    $2 == d && $3 == rw && $4 == bs && $5 == qd { n++; iops[n] = $7; cpu[n] = ($6 > 0 ? $8 / hz * 1e6 / $6 : 0) }
+    function median(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+    END { if (!n) { print "- -"; exit }
+      m = median(iops, n); lo = iops[1]; hi = iops[n]; c = median(cpu, n)
+      printf "%.0f (%.0f-%.0f) %.1f\n", m, lo, hi, c }' "$results"
+}
+
 # One line per row and disk: median IOPS (min-max) over the rounds, and
 # the server's CPU per request in microseconds (median). The commit is read
 # before OUT is opened (and docs/results left out): the output file
@@ -153,15 +165,6 @@ commit="$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet --
     read -r rw bs qd <<< "$row"
     for pair in "null vda vdb" "file vdc vdd"; do
       read -r backing ours theirs <<< "$pair"
-      summary() {
-        awk -v d="$1" -v rw="$rw" -v bs="$bs" -v qd="$qd" -v hz="$hz" '
-          $2 == d && $3 == rw && $4 == bs && $5 == qd { n++; iops[n] = $7; cpu[n] = ($6 > 0 ? $8 / hz * 1e6 / $6 : 0) }
-          function median(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-            return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
-          END { if (!n) { print "- -"; exit }
-            m = median(iops, n); lo = iops[1]; hi = iops[n]; c = median(cpu, n)
-            printf "%.0f (%.0f-%.0f) %.1f\n", m, lo, hi, c }' "$results"
-      }
       read -r m1 r1 c1 <<< "$(summary "$ours")"
       read -r m2 r2 c2 <<< "$(summary "$theirs")"
       printf '%-8s %-18s %-26s %-26s %-12s %-12s\n' "$backing" "$rw $bs QD$qd" "$m1 $r1" "$m2 $r2" "$c1" "$c2"
