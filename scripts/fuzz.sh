@@ -24,14 +24,16 @@ fi
 # only nightly rustc accepts; RUSTC_BOOTSTRAP lets the stable toolchain
 # (which ships the sanitizer runtimes) accept it, so no nightly is needed.
 export RUSTC_BOOTSTRAP=1
-# A crash or a leak fails the run and leaves its input in fuzz/artifacts/.
+# A crash, a leak or an input that runs past 30 s (a hang; libFuzzer's
+# own limit is 20 minutes) fails the run and leaves its input in
+# fuzz/artifacts/.
 # New inputs go to corpus/ (kept between local runs, not committed); the
 # committed seeds hold every command and option once (and one chain of
-# each common vhost request type).
+# each common vhost request type), and inputs that once failed a run.
 mkdir -p corpus/nbd_connection corpus/vhost_request
 cargo fuzz run -O nbd_connection corpus/nbd_connection seeds/nbd_connection -- \
-  -max_total_time="$secs" -rss_limit_mb=4096 -print_final_stats=1
-cargo fuzz run -O nbd_parsers -- -max_total_time="$((secs / 3))" -print_final_stats=1
+  -max_total_time="$secs" -timeout=30 -rss_limit_mb=4096 -print_final_stats=1
+cargo fuzz run -O nbd_parsers -- -max_total_time="$((secs / 3))" -timeout=30 -print_final_stats=1
 # -max_len: the target's 26-byte preamble and both guest regions.
 cargo fuzz run -O vhost_request corpus/vhost_request seeds/vhost_request -- \
-  -max_total_time="$((secs / 3))" -max_len=32794 -rss_limit_mb=4096 -print_final_stats=1
+  -max_total_time="$((secs / 3))" -max_len=32794 -timeout=30 -rss_limit_mb=4096 -print_final_stats=1

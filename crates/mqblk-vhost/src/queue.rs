@@ -181,11 +181,13 @@ impl VirtQueue {
     /// Pops chains while slots are free, parses each and prepares its bio
     /// (`start`); returns (chains popped, answered without a bio).
     ///
-    /// An avail index more than a ring ahead of ours, a head index past
-    /// the table, or rings outside guest memory make the ring unusable:
-    /// virtio-queue then pops nothing (or refuses the used entry), and the
-    /// error returned here ends the queue's worker until the guest resets
-    /// the device, as vhost does with a ring it cannot parse.
+    /// An avail index that moved while no chain can be read from the ring
+    /// (more than a ring ahead of ours, or an avail ring partly outside
+    /// guest memory), a head index past the table, or rings outside guest
+    /// memory make the ring unusable: virtio-queue then pops nothing (or
+    /// refuses the used entry), and the error returned here ends the
+    /// queue's worker until the guest resets the device, as vhost does with
+    /// a ring it cannot parse.
     fn pop(&mut self, vring: &Vring, mem: &Mem) -> io::Result<(usize, usize)> {
         let (mut popped, mut answered) = (0, 0);
         let mut state = vring.get_mut();
@@ -194,6 +196,9 @@ impl VirtQueue {
         if !state.get_queue().ready() {
             return Ok((0, 0));
         }
+        // Whether the last re-enabling of notifications found the avail
+        // index moved (chains published after the last pop found none).
+        let mut avail_moved = false;
         loop {
             state.disable_notification().map_err(io::Error::other)?;
             let mut popped_now = 0;
@@ -211,17 +216,16 @@ impl VirtQueue {
                 }
             }
             popped += popped_now;
+            // The index moved, yet with slots free nothing could be popped:
+            // asking again would spin on the same broken ring.
+            if avail_moved && popped_now == 0 {
+                return Err(unreadable_avail(self.index, state.get_queue(), mem));
+            }
             // Out of slots: notifications stay off; completions run us again.
             if self.free_slots.is_empty() || !state.enable_notification().map_err(io::Error::other)? {
                 break;
             }
-            // The avail index moved: the guest published chains after the
-            // last pop found none (served on the next pass), unless nothing
-            // popped because the index is more than a ring ahead, which
-            // virtio-queue refuses and asking again would spin on.
-            if popped_now == 0 && avail_out_of_range(state.get_queue(), mem)? {
-                return Err(io::Error::other(format!("queue {}: avail index out of range", self.index)));
-            }
+            avail_moved = true;
         }
         Ok((popped, answered))
     }
@@ -386,11 +390,19 @@ impl VirtQueue {
     }
 }
 
-/// Whether the guest's avail index is more than a ring ahead of the next
-/// chain to pop (a driver bug: it never has more chains than the ring).
-fn avail_out_of_range(queue: &virtio_queue::Queue, mem: &Mem) -> io::Result<bool> {
-    let avail = queue.avail_idx(mem, std::sync::atomic::Ordering::Acquire).map_err(io::Error::other)?;
-    Ok((avail - std::num::Wrapping(queue.next_avail())).0 > queue.size())
+/// The error for an avail index that moved while no chain could be popped:
+/// it is more than a ring ahead of ours (a driver never has more chains
+/// than the ring), or the avail ring's entries are outside guest memory.
+fn unreadable_avail(index: u16, queue: &virtio_queue::Queue, mem: &Mem) -> io::Error {
+    let next = queue.next_avail();
+    match queue.avail_idx(mem, std::sync::atomic::Ordering::Acquire) {
+        Ok(avail) if (avail - std::num::Wrapping(next)).0 > queue.size() => io::Error::other(format!(
+            "queue {index}: avail index {} is more than a ring ({}) ahead of {next}",
+            avail.0,
+            queue.size()
+        )),
+        _ => io::Error::other(format!("queue {index}: avail index moved past {next} but no chain could be read")),
+    }
 }
 
 /// The virtio-blk status for an mqblk completion status.

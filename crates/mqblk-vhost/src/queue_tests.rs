@@ -180,8 +180,26 @@ fn avail_index_more_than_a_ring_ahead_is_an_error_not_a_spin() {
     q.add_desc_chains(&chain(&mem, 0, BUF, VIRTIO_BLK_T_IN, 0, 512), 0).unwrap();
     q.avail().idx().store(QUEUE_SIZE + 1);
 
-    assert!(vq.run(&vring, &mem).is_err(), "the ring is unusable");
+    let err = vq.run(&vring, &mem).expect_err("the ring is unusable");
+    assert!(err.to_string().contains("more than a ring (16) ahead"), "{err}");
     assert_eq!(q.used().idx().load(), 0);
+    assert_eq!(vq.stats().requests, 0);
+}
+
+/// An avail ring at guest address 0: virtio-queue takes it for a ring not
+/// yet set up and pops nothing, while the index it reads there says chains
+/// wait. The fuzzer found this spinning the worker forever.
+#[test]
+fn avail_ring_that_cannot_be_popped_is_an_error_not_a_spin() {
+    let mem = Mem::from_ranges(&[(GuestAddress(0), 0x40_0000)]).unwrap();
+    let dev = device();
+    let disk = disk(&dev, false);
+    let mut vq = VirtQueue::new(0, dev.client_with_capacity(4), 4, disk, "x").unwrap();
+    let vring = vring_at(&mem, GuestAddress(0x1000), GuestAddress(0), GuestAddress(0x2000));
+    mem.write_obj(3u16, GuestAddress(2)).unwrap();
+
+    let err = vq.run(&vring, &mem).expect_err("the ring is unusable");
+    assert!(err.to_string().contains("no chain could be read"), "{err}");
     assert_eq!(vq.stats().requests, 0);
 }
 
