@@ -10,26 +10,32 @@
 # not emulate io_uring), the loom models (tests/loom_sbitmap.rs) and the
 # stress binary (tests/stress.rs: sizes made for native speed).
 #
-# Two lanes run side by side, one per core: the integration binaries
-# through nextest (a process per test: a hang is cut at 3 minutes and
-# every test runs), and the unit tests one Miri process per crate. Each
-# Miri process first checks the whole crate it runs, which for a unit-test
-# binary is the crate itself: a process per unit test paid that about 4 s
-# a test (110 unit tests). A unit-test binary stops at the first report
-# of undefined behaviour; its tests one per process (to see every
-# failure): cargo +nightly miri nextest run -p CRATE --lib.
+# Each test binary (an integration test file, or a crate's unit tests) is
+# one Miri process, and two run at a time, one per core, the longest
+# first, both borrow models' binaries in one pool. Each Miri process first
+# checks the whole crate it runs: a process per test paid that 2-4 s a
+# test (111 tests), 40% of a binary's CPU time (plug: 102 CPU-s as a
+# process per test, 61 as one process). A binary stops at the first
+# report of undefined behaviour, and a binary past 25 minutes is hung and
+# cut (the slowest, mqblk-null's unit tests, takes 5 to 13 minutes under
+# Tree Borrows, as busy as the machine is); to see every
+# failure of one binary, a process per test:
+#   cargo +nightly miri nextest run -p CRATE --test NAME   (or --lib)
 #
-# Every lane runs to its end even after a failure; each one's output is
-# kept in target/miri/logs/MODEL-*.log, and the exit status is non-zero if
-# any test failed or Miri reported undefined behaviour.
+# Every binary runs to its end even after another fails; each one's
+# output is kept in target/miri/logs/MODEL-CRATE-BINARY.log, and the exit
+# status is non-zero if any test failed or Miri reported undefined
+# behaviour.
 #
 #   scripts/miri.sh             both borrow models
 #   scripts/miri.sh tree        one model
+#   MIRI_BINARIES="mqblk:plug mqblk:lib" scripts/miri.sh tree
+#                               those binaries only
 #   scripts/miri.sh none        no aliasing model (diagnosis only: data
 #                               races, use after free, leaks and
 #                               uninitialised reads are still checked)
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 
 if ! cargo +nightly miri --version >/dev/null 2>&1; then
   echo "== installing Miri (nightly: miri, rust-src)"
@@ -61,6 +67,10 @@ if [ $# -gt 0 ]; then
   models=("$1")
 fi
 
+# The binaries, as CRATE:BINARY ("lib": the crate's unit tests), the
+# longest first (Tree Borrows, wall seconds with both cores busy: 785, 665,
+# 431, 400, 236, 195, 158, 61, 46, 45, 34, 15).
+#
 # crossbeam-epoch (the memory store's grace periods, mqblk-null's mem/)
 # does not satisfy Stacked Borrows: every pin reports a retag in its own
 # internal.rs before any of our code runs past it (crossbeam-rs/crossbeam
@@ -68,7 +78,11 @@ fi
 # and Miri's README holds Tree Borrows sound for what the compiler
 # exploits). Nearly every null test pins it, so Stacked Borrows runs the
 # crates that do not use it.
-integration_for() {
+binaries_for() {
+  if [ -n "${MIRI_BINARIES:-}" ]; then
+    echo "$MIRI_BINARIES"
+    return
+  fi
   case "$1" in
     # Stacked Borrows only where it can differ from Tree Borrows: the
     # binaries that drive the request path's unsafe code (requests,
@@ -77,20 +91,14 @@ integration_for() {
     # schedulers (sched) are safe code over the same request path: an
     # aliasing model has nothing more to check there than Tree Borrows
     # already does (data races are checked under both).
-    stacked) echo "binary(=plug) | binary(=split) | binary(=poll) | binary(=driver_contract)" ;;
+    stacked) echo "mqblk:plug mqblk:lib mqblk:driver_contract mqblk:poll mqblk:split mqblk-sync:lib" ;;
     # Tree Borrows leaves out wake_policies: the wakeup policies are safe
     # code over atomics and mqblk-sync's waiter (whose unit tests run here
     # under both models); loom checks each policy's wakeup protocol
     # (tests/loom_sbitmap.rs), and the native run keeps the 64-thread
     # contention with exact accounting. Under Miri the binary cost six CPU
     # minutes of the suite's budget for no unsafe code.
-    *) echo "binary(=plug) | binary(=split) | binary(=sched) | binary(=poll) | binary(=driver_contract) | binary(=sbitmap_props) | binary(=zoned) | binary(=poll_hybrid) | binary(=null_memory)" ;;
-  esac
-}
-units_for() {
-  case "$1" in
-    stacked) echo "mqblk mqblk-sync" ;;
-    *) echo "mqblk-null mqblk mqblk-sync" ;;
+    *) echo "mqblk-null:lib mqblk-null:zoned mqblk-null:poll_hybrid mqblk:sched mqblk:lib mqblk:plug mqblk-null:null_memory mqblk:driver_contract mqblk:poll mqblk:sbitmap_props mqblk:split mqblk-sync:lib" ;;
   esac
 }
 flags_for() {
@@ -102,73 +110,63 @@ flags_for() {
   esac
 }
 
-# The integration lane: one nextest run over every binary (slowest tests
-# first, scripts/miri-nextest.toml). Prints nextest's failures, passing
-# tests of 30 s or more (candidates for a smaller size under cfg(miri))
-# and its summary.
-integration_lane() {
-  local model=$1 log=$logs/$1-integration.log
-  local pkgs=(-p mqblk)
-  [ "$model" != stacked ] && pkgs+=(-p mqblk-null)
-  MIRIFLAGS="$(flags_for "$model")" cargo +nightly miri nextest run "${pkgs[@]}" -E "$(integration_for "$model")" \
-    --tool-config-file "miri:$PWD/scripts/miri-nextest.toml" --no-fail-fast >"$log" 2>&1
+# Runs one binary ("MODEL CRATE BINARY") and prints one line: its time and
+# libtest's result, or why it failed. Exit status: the binary's.
+run_binary() {
+  local model=$1 crate=$2 binary=$3 start=$SECONDS
+  local log=$logs/$model-$crate-$binary.log target=(--lib)
+  [ "$binary" != lib ] && target=(--test "$binary")
+  MIRIFLAGS="$(flags_for "$model")" timeout "$binary_limit_s" \
+    cargo +nightly miri test -p "$crate" "${target[@]}" -- --test-threads=1 >"$log" 2>&1
   local rc=$?
-  awk '/Summary \[/ { print; exit }
-       /^ +(FAIL|SIGSEGV|SIGABRT|SIGKILL|TIMEOUT) \[/ { print }
-       /^ +PASS \[/ { t = $0; sub(/^ +PASS \[ */, "", t); sub(/s\].*/, "", t); if (t + 0 >= 30) print }' "$log"
+  local result
+  result=$(grep -h '^test result:' "$log" | tail -n 1)
+  [ $rc -eq 124 ] && result="hung: cut after $binary_limit_s s"
+  printf '   %-8s %-11s %-16s %4d s  %s\n' "$model" "$crate" "$binary" $((SECONDS - start)) "${result:-no result (exit $rc)}"
+  if [ $rc -ne 0 ]; then
+    grep -hE '^error: |panicked at|^test .* FAILED$|^---- ' "$log" | grep -v 'aborting due to' | head -n 8 | sed 's/^/      /'
+  fi
   return $rc
 }
 
-# The unit lane: each crate's unit tests in one Miri process, one crate
-# after another (a crate past 25 minutes is hung; the slowest takes about
-# 5 under Tree Borrows).
-unit_lane() {
-  local model=$1 crate rc=0 start log
-  for crate in $(units_for "$model"); do
-    log=$logs/$model-unit-$crate.log
-    start=$SECONDS
-    MIRIFLAGS="$(flags_for "$model")" timeout 1500 \
-      cargo +nightly miri test -p "$crate" --lib -- --test-threads=1 >"$log" 2>&1
-    local one=$?
-    local result
-    result=$(grep -h '^test result:' "$log" | tail -n 1)
-    printf '   %-12s unit tests: %4d s  %s\n' "$crate" $((SECONDS - start)) "${result:-no result (exit $one)}"
-    if [ $one -ne 0 ]; then
-      rc=1
-      grep -hE '^error: |panicked at|^test .* FAILED$|^---- ' "$log" | grep -v 'aborting due to' | head -n 8 | sed 's/^/      /'
-    fi
-  done
-  return $rc
-}
-
-failed=()
-summary=()
-total_start=$SECONDS
+binary_limit_s=1500
+lanes=$(nproc)
+jobs_list=()
 for model in "${models[@]}"; do
   flags_for "$model" >/dev/null || exit 2
-  echo "== Miri, $model borrows: integration tests (nextest) beside the unit tests of $(units_for "$model")"
-  start=$SECONDS
-  integration_lane "$model" >"$logs/$model-integration.summary" 2>&1 &
-  lane=$!
-  unit_lane "$model" >"$logs/$model-unit.summary" 2>&1
-  unit_rc=$?
-  wait $lane
-  integration_rc=$?
-  cat "$logs/$model-integration.summary" "$logs/$model-unit.summary"
-  secs=$((SECONDS - start))
-  if [ $unit_rc -ne 0 ] || [ $integration_rc -ne 0 ]; then
-    failed+=("$model")
-    summary+=("$(printf '%-8s %5ss  FAILED (logs: %s/%s-*.log)' "$model" "$secs" "$logs" "$model")")
-  else
-    summary+=("$(printf '%-8s %5ss  ok' "$model" "$secs")")
-  fi
+  for b in $(binaries_for "$model"); do
+    jobs_list+=("$model ${b%%:*} ${b#*:}")
+  done
 done
+# The longest first: Tree Borrows' heaviest binaries, then the rest.
+mapfile -t jobs_list < <(printf '%s\n' "${jobs_list[@]}" | awk '{ print ($1 == "tree" ? 0 : 1) "\t" NR "\t" $0 }' | sort -n -k1,1 -k2,2 | cut -f3-)
 
-echo "== Miri summary (wall time per model, $(nproc) cores)"
-printf '%s\n' "${summary[@]}"
-echo "total $((SECONDS - total_start)) s"
-if [ ${#failed[@]} -gt 0 ]; then
-  echo "Miri: failures in ${failed[*]}: see the reports above and the logs in $logs" >&2
+total_start=$SECONDS
+echo "== Miri: building the test binaries"
+crates=()
+for model in "${models[@]}"; do
+  for b in $(binaries_for "$model"); do crates+=(-p "${b%%:*}"); done
+done
+if ! cargo +nightly miri test --no-run "${crates[@]}" --lib --tests >"$logs/build.log" 2>&1; then
+  grep -hE '^error' -A 8 "$logs/build.log" | head -n 40 >&2
+  echo "miri.sh: the Miri build failed (log: $logs/build.log)" >&2
+  exit 1
+fi
+echo "== Miri: ${#jobs_list[@]} test binaries, $lanes at a time ($(printf '%s ' "${models[@]}")borrows), built in $((SECONDS - total_start)) s"
+rm -f "$logs"/*.failed
+for job in "${jobs_list[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$lanes" ]; do
+    wait -n || true
+  done
+  # shellcheck disable=SC2086 # job is "MODEL CRATE BINARY"
+  { run_binary $job || touch "$logs/${job// /-}.failed"; } &
+done
+wait
+
+failed=$(find "$logs" -name '*.failed' -printf '%f\n' | sed 's/\.failed$//' | sort)
+echo "== Miri: $((SECONDS - total_start)) s, $lanes cores"
+if [ -n "$failed" ]; then
+  echo "Miri: failures in $(echo "$failed" | paste -sd " "): see the reports above and the logs in $logs" >&2
   exit 1
 fi
 echo "Miri: clean"
