@@ -53,6 +53,8 @@ fi
 # ---- guest --------------------------------------------------------------------
 step() { echo "capture: $*" >&2; }
 mods=$MQBLK_GUEST_MODULES
+# The lean fio tests/guest/run.sh passes (Debian's loads 64 libraries over 9p).
+fio=${MQBLK_GUEST_FIO:-fio}
 insmod "$mods/null_blk.ko" nr_devices=0
 mount -t configfs none /sys/kernel/config 2>/dev/null || true
 mount -t debugfs none /sys/kernel/debug
@@ -133,7 +135,7 @@ stop_trace ext4-untar
 step "trace ext4-fsync"
 mount -t ext4 "$dev" /tmp/mnt
 start_trace ext4-fsync
-fio --name=fsync --directory=/tmp/mnt --rw=randwrite --bs=4k --size=16m --ioengine=psync \
+"$fio" --name=fsync --directory=/tmp/mnt --rw=randwrite --bs=4k --size=16m --ioengine=psync \
   --fsync=1 --number_ios=1000 --randseed=20261127 --eta=never --output=/tmp/out/fio.txt
 sync
 stop_trace ext4-fsync

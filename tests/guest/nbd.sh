@@ -38,6 +38,8 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 mqblk=${MQBLK_BIN:-$root/target/release/mqblk}
 [ -x "$mqblk" ] || { echo "nbd.sh: no $mqblk (cargo build --release -p mqblk-cli)" >&2; exit 2; }
+# The lean fio tests/guest/run.sh passes (Debian's loads 64 libraries over 9p).
+fio=${MQBLK_GUEST_FIO:-fio}
 command -v nbd-client > /dev/null || { echo "nbd.sh: no nbd-client on the host (apt-get install nbd-client)" >&2; exit 2; }
 [ -b /dev/nbd0 ] || { echo "nbd.sh: no /dev/nbd0 (is the nbd module loaded?)" >&2; exit 2; }
 
@@ -169,7 +171,7 @@ check_device() {
     read -r rw bs qd size <<< "$job"
     out=/tmp/fio-$rw-$bs-$qd.txt
     t0=$(now)
-    if timeout 600 fio --name=nbd --filename="$dev" --direct=1 --ioengine=libaio \
+    if timeout 600 "$fio" --name=nbd --filename="$dev" --direct=1 --ioengine=libaio \
         --rw="$rw" --bs="$bs" --iodepth="$qd" --size="$size" \
         --verify=crc32c --do_verify=1 --verify_fatal=1 --verify_state_save=0 --allow_file_create=0 \
         --output-format=terse --terse-version=3 --output="$out" > /dev/null 2> /tmp/fio-stderr.txt; then
@@ -263,7 +265,7 @@ start_fio() {
   local base; base=$(completed)
   # allow_file_create=0: should the device be gone before fio opens it,
   # fio must fail rather than fill a regular file at /dev/nbd0.
-  fio --name=crash --filename="$dev" --direct=1 --ioengine=libaio --rw=randrw --bs=4k \
+  "$fio" --name=crash --filename="$dev" --direct=1 --ioengine=libaio --rw=randrw --bs=4k \
     --iodepth=32 --size=1g --time_based --runtime=600 --allow_file_create=0 \
     --output=/tmp/fio-crash.txt > /dev/null 2>&1 &
   fio_pid=$!

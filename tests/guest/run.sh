@@ -6,10 +6,11 @@
 # Boots Debian's 6.12 kernel (bookworm-backports) under qemu with TCG
 # (`-accel tcg -cpu max`: KVM hangs on this machine). The
 # guest mounts the host's / read-only over 9p and chroots into it, so SCRIPT
-# and every host program (fio, nbd-client, mkfs.ext4, target/release/mqblk)
-# run as they would on the host, on the guest's kernel. Defaults: --mem 2048,
-# --cpus 2. --shared-mem backs the guest's memory with a shared memfd (what
-# a vhost-user backend needs); each --qemu ARG is appended to qemu's command
+# and every host program (nbd-client, mkfs.ext4, target/release/mqblk) run
+# as they would on the host, on the guest's kernel (fio: the scripts run the
+# lean build MQBLK_GUEST_FIO names, below). Defaults: --mem 2048, --cpus 2.
+# --shared-mem backs the guest's memory with a shared memfd (what a
+# vhost-user backend needs); each --qemu ARG is appended to qemu's command
 # line (tests/guest/vhost.sh adds its vhost-user-blk disk this way).
 #
 # What the script sees (inside the chroot, as root, stdin /dev/null):
@@ -29,6 +30,12 @@
 #       MQBLK_GUEST_MODULES=/run/mqblk-guest/modules  (decompressed .ko files)
 #       MQBLK_GUEST_KERNEL=<uname -r of the guest>
 #       MQBLK_GUEST_SCRIPT=<SCRIPT's absolute host path>
+#       MQBLK_GUEST_FIO=<path of the fio to run>: the stock fio that
+#         `scripts/fio-libblkio.sh --guest` builds once and caches (libaio
+#         and io_uring, a handful of libraries; Debian's /usr/bin/fio loads
+#         64 over 9p, 11-17 s per start under TCG). Scripts run
+#         "${MQBLK_GUEST_FIO:-fio}". MQBLK_GUEST_FIO set on the host names
+#         another fio to pass instead (e.g. /usr/bin/fio), with no build.
 #   - 36 huge pages of 2 MiB reserved (/proc/sys/vm/nr_hugepages), for
 #     `mqblk zone script --blkdev`'s writes; write that file to change it.
 #   - the working directory is the caller's (when the guest can see it).
@@ -41,7 +48,7 @@
 # are written. The kernel console (ttyS0) is kept apart and shown on failure.
 #
 # Exit status: SCRIPT's own. 2 when the harness fails (a message starting
-# with "guest:" names what failed: fetch, boot, crash, timeout). On any
+# with "guest:" names what failed: fetch, fio, boot, crash, timeout). On any
 # failure (non-zero status, no exit marker) the guest's dmesg tail (or the
 # console's tail when the guest died before it could run dmesg) goes to
 # stderr. A script still running a minute before MQBLK_GUEST_TIMEOUT seconds
@@ -50,10 +57,12 @@
 # tasks' dmesg, then ends with status 124; qemu is killed at the timeout.
 #
 # Needs root (apt, and qemu reads all of / for the share). Installs with apt
-# when missing: qemu-system-x86, busybox-static. Nothing else on the host is
-# installed or reconfigured: the kernel package is fetched with `apt-get
-# download` through a private sources list, lists, cache and an empty dpkg
-# status (all under the cache below), and unpacked with `dpkg-deb -x`.
+# when missing: qemu-system-x86, busybox-static (and what
+# scripts/fio-libblkio.sh --guest needs to build fio). Nothing else on the
+# host is installed or reconfigured: the kernel package is fetched with
+# `apt-get download` through a private sources list, lists, cache and an
+# empty dpkg status (all under the cache below), and unpacked with
+# `dpkg-deb -x`.
 #
 # Cache (outside the checkout): ${MQBLK_CACHE:-$HOME/.cache/mqblk}/
 #   apt/                     private apt state; lists refreshed when older
@@ -63,6 +72,7 @@
 #   kernel-<pkg version>/initrd-<hash>.cpio.gz  busybox + modules + /init,
 #                            keyed by a hash of /init, the module list and
 #                            busybox
+#   fio-<version>-guest/     MQBLK_GUEST_FIO (scripts/fio-libblkio.sh)
 # MQBLK_GUEST_KERNEL_VERSION=<pkg version> pins a version already cached
 # (no apt at all).
 #
@@ -188,6 +198,23 @@ kver=${kernel##*/vmlinuz-}
 moddir=$root_dir/lib/modules/$kver
 [ -d "$moddir" ] || die "no modules at $moddir"
 
+# ---- fio for the scripts -------------------------------------------------------
+# Built once (one run at a time, as for the kernel) and cached; a cached
+# build needs no apt and no network.
+if [ -n "${MQBLK_GUEST_FIO:-}" ]; then
+  guest_fio=$(command -v "$MQBLK_GUEST_FIO") || die "fio: MQBLK_GUEST_FIO=$MQBLK_GUEST_FIO is not a program"
+else
+  exec {fio_lock}>"$cache/.fio-guest.lock"
+  flock "$fio_lock"
+  repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  guest_fio=$("$repo/scripts/fio-libblkio.sh" --guest) ||
+    die "fio: could not build the guests' fio (scripts/fio-libblkio.sh --guest, its messages above)"
+  flock -u "$fio_lock"
+  exec {fio_lock}>&-
+fi
+[ -x "$guest_fio" ] || die "fio: $guest_fio is not an executable"
+guest_fio=$(realpath "$guest_fio")
+
 # ---- modules: decompressed, in dependency order ---------------------------------
 # Loaded by /init in this order (with their dependencies first).
 load_modules=(netfs 9pnet 9pnet_virtio 9p nbd ublk_drv configfs crc16 crc32c_generic mbcache jbd2 ext4)
@@ -228,7 +255,8 @@ for m in "${extra_modules[@]}"; do visit "$m"; done
 # Channels: ttyS0 the kernel console (quiet), ttyS1 the script's stdout,
 # ttyS2 its stderr, ttyS3 the harness: dmesg after the script, then the
 # exit marker. /job (a second cpio appended per run) holds the script's path,
-# the caller's working directory and a copy of the script.
+# the caller's working directory, a copy of the script and fio's path (and
+# a copy of fio, fio.bin, when its path is under /tmp or /run).
 init_text=$(cat <<'INIT'
 #!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -258,18 +286,22 @@ mount -t tmpfs -o mode=755 tmpfs /host/run || fail "tmpfs on /run"
 mkdir -p /host/run/mqblk-guest/modules
 cp /modules/*.ko /host/run/mqblk-guest/modules/
 cp /job/script.sh /host/run/mqblk-guest/script.sh
+[ -f /job/fio.bin ] && cp /job/fio.bin /host/run/mqblk-guest/fio
 ifconfig lo 127.0.0.1 up
 stty -F /dev/ttyS1 raw -echo 2>/dev/null
 stty -F /dev/ttyS2 raw -echo 2>/dev/null
 script=$(cat /job/script)
 cwd=$(cat /job/cwd)
 chroot /host /bin/sh -c '[ -f "$1" ]' sh "$script" || script=/run/mqblk-guest/script.sh
+fio=$(cat /job/fio)
+[ -f /job/fio.bin ] && fio=/run/mqblk-guest/fio
 chroot /host /bin/sh -c 'cd "$1"' sh "$cwd" 2>/dev/null || cwd=/
 chroot /host /usr/bin/env -i \
   PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   HOME=/root TERM=dumb LANG=C.UTF-8 MQBLK_GUEST=1 \
   MQBLK_GUEST_MODULES=/run/mqblk-guest/modules \
   MQBLK_GUEST_KERNEL="$(uname -r)" MQBLK_GUEST_SCRIPT="$(cat /job/script)" \
+  MQBLK_GUEST_FIO="$fio" \
   /bin/sh -c 'cd "$1" && if [ -x "$2" ]; then exec "$2"; else exec /bin/sh "$2"; fi' \
   sh "$cwd" "$script" < /dev/null > /dev/ttyS1 2> /dev/ttyS2 &
 script_pid=$!
@@ -336,6 +368,9 @@ printf '%s' "$script" > "$work/job/job/script"
 printf '%s' "$PWD" > "$work/job/job/cwd"
 printf '%s' "$(( timeout_s > 120 ? timeout_s - 60 : timeout_s / 2 ))" > "$work/job/job/deadline"
 cp "$script" "$work/job/job/script.sh"
+printf '%s' "$guest_fio" > "$work/job/job/fio"
+# The guest's tmpfs /tmp and /run hide the host's.
+case $guest_fio in /tmp/*|/run/*) cp "$guest_fio" "$work/job/job/fio.bin" ;; esac
 (cd "$work/job" && find job | cpio -o -H newc --quiet | gzip -1) > "$work/job.cpio.gz"
 cat "$initrd" "$work/job.cpio.gz" > "$work/initrd.gz"
 

@@ -39,6 +39,8 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 mqblk=${MQBLK_BIN:-$root/target/release/mqblk}
 [ -x "$mqblk" ] || { echo "ublk.sh: no $mqblk (cargo build --release -p mqblk-cli)" >&2; exit 2; }
+# The lean fio tests/guest/run.sh passes (Debian's loads 64 libraries over 9p).
+fio=${MQBLK_GUEST_FIO:-fio}
 
 failures=0
 pass() { echo "ok: $*"; }
@@ -120,7 +122,7 @@ check_device() {
       read -r rw bs qd size <<< "$job"
       out=/tmp/fio-$engine-$rw-$bs-$qd.txt
       t0=$(now)
-      if fio --name=ublk --filename=/dev/ublkb0 --direct=1 --ioengine="$engine" \
+      if "$fio" --name=ublk --filename=/dev/ublkb0 --direct=1 --ioengine="$engine" \
           --rw="$rw" --bs="$bs" --iodepth="$qd" --size="$size" \
           --verify=crc32c --do_verify=1 --verify_fatal=1 --verify_state_save=0 \
           --output-format=terse --terse-version=3 --output="$out" > /dev/null 2>&1; then
@@ -203,7 +205,7 @@ fi
 if start_server; then
   # allow_file_create=0: should the device be gone before fio opens it,
   # fio must fail rather than fill a regular file at /dev/ublkb0.
-  fio --name=crash --filename=/dev/ublkb0 --direct=1 --ioengine=io_uring --rw=randrw --bs=4k \
+  "$fio" --name=crash --filename=/dev/ublkb0 --direct=1 --ioengine=io_uring --rw=randrw --bs=4k \
     --iodepth=32 --size=1g --time_based --runtime=120 --allow_file_create=0 \
     --output=/tmp/fio-crash.txt > /dev/null 2>&1 &
   fio_pid=$!

@@ -38,6 +38,8 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 mqblk=${MQBLK_BIN:-$root/target/release/mqblk}
 [ -x "$mqblk" ] || { echo "ublk_zoned.sh: no $mqblk (cargo build --release -p mqblk-cli)" >&2; exit 2; }
+# The lean fio tests/guest/run.sh passes (Debian's loads 64 libraries over 9p).
+fio=${MQBLK_GUEST_FIO:-fio}
 seeds=${MQBLK_ZONED_SEEDS:-1}
 ops=${MQBLK_ZONED_OPS:-300}
 mods=$MQBLK_GUEST_MODULES
@@ -160,7 +162,7 @@ check_config() {
 
   # ---- 4. fio zonemode=zbd with verify ----------------------------------------------
   t0=$(now)
-  if fio --name=zbd --filename=/dev/ublkb0 --direct=1 --ioengine=io_uring --iodepth=8 \
+  if "$fio" --name=zbd --filename=/dev/ublkb0 --direct=1 --ioengine=io_uring --iodepth=8 \
       --zonemode=zbd --rw=randwrite --bs=16k --io_size=16m --verify=crc32c --do_verify=1 \
       --verify_fatal=1 --verify_state_save=0 --output=/tmp/fio-zbd.txt > /dev/null 2>&1; then
     pass "fio zonemode=zbd randwrite bs=16k iodepth=8 verify=crc32c: $(grep -o 'WRITE: bw=[^,]*' /tmp/fio-zbd.txt) ($(since "$t0"))"
