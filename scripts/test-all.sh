@@ -30,9 +30,11 @@ stage_report() {
   done
   printf '%6d  total\n' $((SECONDS - suite_start))
 }
-# A stage that fails ends the suite: the background guest tests with it.
+# A stage that fails ends the suite: the background lane (the guest tests
+# and the oracle) with it.
 on_exit() {
   if [ -n "${guest_pid:-}" ] && kill -0 "$guest_pid" 2>/dev/null; then
+    pkill -P "$guest_pid" 2>/dev/null || true
     kill "$guest_pid" 2>/dev/null || true
   fi
   stage_report
@@ -82,6 +84,11 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
+# The guests' fio: stock fio built lean (libaio and io_uring, a handful of
+# libraries: Debian's loads 64 over 9p, 11-17 s a start under TCG), once
+# and cached (tests/guest/run.sh would build it too, inside a guest test).
+scripts/fio-libblkio.sh --guest >/dev/null
+
 stage "formatting and lints (cargo fmt --check, clippy -D warnings, module order)"
 for component in rustfmt clippy; do
   rustup component list --installed 2>/dev/null | grep -q "^$component" || rustup component add "$component"
@@ -92,17 +99,34 @@ cargo clippy --workspace --all-targets -- -D warnings
 # climbs back up (no import cycle).
 python3 scripts/module-order.py
 
-# The qemu guest tests (one TCG vCPU each, one at a time: about 15
-# minutes) run in the background from here to the end, beside the stages
-# below, so that the second core is not idle while a guest runs; their
-# report comes at the end.
+# The qemu guests run in a background lane from the end of the unit tests
+# to the end of the suite, beside the stages below, so that the second core
+# is not idle while a guest runs: the guest tests one at a time, then the
+# zoned kernel oracle (Linux 6.1 and 6.12 null_blk under qemu against
+# mqblk: 5 configurations x 300 ops, one boot per kernel). Their reports
+# come at the end.
 guests='test(/^guest_.*_script_passes$/)'
-stage "unit, integration and CLI tests (the qemu guest tests start after them, in the background)"
+stage "unit, integration and CLI tests (then the guest tests and the oracle start, in the background)"
 cargo nextest run --workspace -E "not $guests"
 guest_log=target/guest-tests.log
-# Their whole output stays in the log, passing or not: each check prints
-# its own time, which is where the suite's minutes in a guest go.
-cargo nextest run -p mqblk-cli -E "$guests" --no-fail-fast --success-output final > "$guest_log" 2>&1 &
+oracle_log=target/oracle.log
+rm -f target/guest-tests.status target/oracle.status target/background.times
+(
+  start=$SECONDS
+  # Their whole output stays in the log, passing or not: each check prints
+  # its own time, which is where the suite's minutes in a guest go.
+  status=0
+  cargo nextest run -p mqblk-cli -E "$guests" --no-fail-fast --success-output final > "$guest_log" 2>&1 || status=$?
+  echo "$status" > target/guest-tests.status
+  printf '%6d  the qemu guest tests (Linux 6.12: ublk, zoned ublk, nbd, vhost-user-blk, power cuts, smoke)\n' $((SECONDS - start)) >> target/background.times
+  start=$SECONDS
+  # Fixed seeds keep CI reproducible; explore with tests/oracle/ci.sh 300 $(date +%s) 4.
+  # The 6.12 kernel comes through tests/guest/run.sh (fetched once, cached).
+  status=0
+  tests/oracle/ci.sh 300 100 > "$oracle_log" 2>&1 || status=$?
+  echo "$status" > target/oracle.status
+  printf '%6d  the zoned kernel oracle (Linux 6.1 and 6.12 null_blk vs mqblk)\n' $((SECONDS - start)) >> target/background.times
+) &
 guest_pid=$!
 
 # Ignored by default (an unprivileged run lists it as skipped); as root it
@@ -141,7 +165,7 @@ RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom CARGO_PROFILE_RELEASE_DEBUG=
   cargo test -p mqblk-null -p mqblk-sync --release --lib -- loom
 
 # Miri reports go to target/miri/logs/; a failure here fails the suite at
-# the end, after the fuzzing and the oracle have had their say too.
+# the end, after the fuzzing and the background lane have had their say too.
 stage "Miri (Tree Borrows and Stacked Borrows)"
 miri_status=0
 scripts/miri.sh || miri_status=$?
@@ -149,15 +173,15 @@ scripts/miri.sh || miri_status=$?
 stage "fuzzing the NBD and vhost-user-blk servers (cargo-fuzz, bounded: 60 s + 20 s + 20 s)"
 scripts/fuzz.sh 60
 
-stage "zoned kernel oracle (Linux 6.1 and 6.12 null_blk under qemu vs mqblk: 5 configurations x 300 ops, one boot per kernel)"
-# (qemu, busybox, cpio and libc.a were installed at the start.)
-# Fixed seeds keep CI reproducible; explore with tests/oracle/ci.sh 300 $(date +%s) 4.
-# The 6.12 kernel comes through tests/guest/run.sh (fetched once, cached).
-tests/oracle/ci.sh 300 100
-
-stage "the qemu guest tests (Linux 6.12: ublk, zoned ublk, nbd, vhost-user-blk, power cuts, smoke), started after the unit tests"
-guest_status=0
-wait "$guest_pid" || guest_status=$?
+stage "waiting for the background lane: the qemu guest tests, then the zoned kernel oracle"
+wait "$guest_pid" || true
+# (No status file: the lane was killed before that part ended.)
+guest_status=$(cat target/guest-tests.status 2>/dev/null || echo 99)
+oracle_status=$(cat target/oracle.status 2>/dev/null || echo 99)
+echo "== the background lane's time (s)"
+cat target/background.times 2>/dev/null || true
+echo "== the zoned kernel oracle: the last 40 lines of $oracle_log"
+tail -n 40 "$oracle_log" 2>/dev/null || echo "(none)"
 grep -E '^ +(PASS|FAIL|SIGSEGV|SIGABRT|SIGKILL|TIMEOUT) \[|Summary \[' "$guest_log" || true
 # Each guest test writes its script's output to target/guest-logs/NAME.out
 # and .err as it runs (a test nextest killed leaves them too): show the
@@ -176,7 +200,10 @@ fi
 if [ "$guest_status" -ne 0 ]; then
   echo "FAILED: the qemu guest tests (cargo nextest exited $guest_status; $guest_log)" >&2
 fi
+if [ "$oracle_status" -ne 0 ]; then
+  echo "FAILED: the zoned kernel oracle (tests/oracle/ci.sh exited $oracle_status; $oracle_log)" >&2
+fi
 if [ "$miri_status" -ne 0 ]; then
   echo "FAILED: Miri (scripts/miri.sh exited $miri_status; its reports are above and in target/miri/logs/)" >&2
 fi
-[ "$guest_status" -eq 0 ] && [ "$miri_status" -eq 0 ]
+[ "$guest_status" -eq 0 ] && [ "$oracle_status" -eq 0 ] && [ "$miri_status" -eq 0 ]
