@@ -285,7 +285,7 @@ mod tests {
 
     #[test]
     fn writes_are_cached_until_flush_and_lost_at_a_power_cut() {
-        let m = Store::Memory(MemStore::new(1 << 30));
+        let m = Store::Memory(MemStore::new(1 << 24));
         let c = WriteCache::new(1 << 20, None, false);
         c.write(&m, 1000, &[1; 5000], false).unwrap();
         assert_eq!(read(&c, &m, 1000, 5000), vec![1; 5000]);
@@ -300,7 +300,7 @@ mod tests {
 
     #[test]
     fn fua_is_durable_and_coherent_with_cached_neighbours() {
-        let m = Store::Memory(MemStore::new(1 << 30));
+        let m = Store::Memory(MemStore::new(1 << 24));
         let c = WriteCache::new(1 << 20, None, false);
         c.write(&m, 0, &[1; 4096], false).unwrap();
         c.write(&m, 512, &[2; 512], true).unwrap();
@@ -315,7 +315,7 @@ mod tests {
 
     #[test]
     fn a_full_cache_is_written_back_before_it_takes_another_page() {
-        let m = Store::Memory(MemStore::new(1 << 30));
+        let m = Store::Memory(MemStore::new(1 << 24));
         let c = WriteCache::new(2 * 4096, None, false);
         c.write(&m, 0, &[1; 8192], false).unwrap();
         assert_eq!(c.counts().0, 2);
@@ -328,7 +328,7 @@ mod tests {
 
     #[test]
     fn zeroes_reach_the_medium_and_the_cached_copy() {
-        let m = Store::Memory(MemStore::new(1 << 30));
+        let m = Store::Memory(MemStore::new(1 << 24));
         let c = WriteCache::new(1 << 20, None, false);
         m.write(0, &[9; 8192]).unwrap();
         c.write(&m, 0, &[1; 100], false).unwrap();
@@ -340,7 +340,7 @@ mod tests {
 
     #[test]
     fn held_off_it_drops_every_change_until_power_on() {
-        let m = Store::Memory(MemStore::new(1 << 30));
+        let m = Store::Memory(MemStore::new(1 << 24));
         let c = WriteCache::new(1 << 20, None, false);
         c.write(&m, 0, &[1; 4096], false).unwrap();
         c.flush(&m).unwrap();
@@ -364,7 +364,7 @@ mod tests {
     fn torn_cut_at(block: usize) {
         // 16 pages, 4 under Miri (each page's copy and check is interpreted).
         const BYTES: usize = if cfg!(miri) { 16384 } else { 65536 };
-        let m = Store::Memory(MemStore::new(1 << 30));
+        let m = Store::Memory(MemStore::new(1 << 24));
         let c = WriteCache::new(1 << 20, Some(block), false);
         m.write(0, &[1; BYTES]).unwrap();
         c.write(&m, 0, &[2; BYTES], false).unwrap();
