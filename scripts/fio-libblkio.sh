@@ -2,8 +2,7 @@
 # Prints the path of a stock fio built with its libblkio engine, building it
 # once when it is not cached; with --guest, the path of a lean fio from the
 # same source for the qemu guests instead (see below). fio is not modified:
-# its source is Debian's
-# upstream tarball, fetched with
+# its source is Debian's upstream tarball, fetched with
 #   apt-get source --download-only --tar-only fio=<version>
 # through a private sources list with deb-src entries for sid and trixie
 # (apt -o options only; nothing on the host is reconfigured). The newest
