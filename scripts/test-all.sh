@@ -33,9 +33,9 @@ stage_report() {
 # A stage that fails ends the suite: the background lane (the guest tests
 # and the oracle) with it.
 on_exit() {
-  if [ -n "${guest_pid:-}" ] && kill -0 "$guest_pid" 2>/dev/null; then
-    pkill -P "$guest_pid" 2>/dev/null || true
-    kill "$guest_pid" 2>/dev/null || true
+  if [ -n "${lane_pid:-}" ] && kill -0 "$lane_pid" 2>/dev/null; then
+    pkill -P "$lane_pid" 2>/dev/null || true
+    kill "$lane_pid" 2>/dev/null || true
   fi
   stage_report
 }
@@ -127,7 +127,7 @@ rm -f target/guest-tests.status target/oracle.status target/background.times
   echo "$status" > target/oracle.status
   printf '%6d  the zoned kernel oracle (Linux 6.1 and 6.12 null_blk vs mqblk)\n' $((SECONDS - start)) >> target/background.times
 ) &
-guest_pid=$!
+lane_pid=$!
 
 # Ignored by default (an unprivileged run lists it as skipped); as root it
 # runs here, and a failure fails the suite.
@@ -174,7 +174,7 @@ stage "fuzzing the NBD and vhost-user-blk servers (cargo-fuzz, bounded: 60 s + 2
 scripts/fuzz.sh 60
 
 stage "waiting for the background lane: the qemu guest tests, then the zoned kernel oracle"
-wait "$guest_pid" || true
+wait "$lane_pid" || true
 # (No status file: the lane was killed before that part ended.)
 guest_status=$(cat target/guest-tests.status 2>/dev/null || echo 99)
 oracle_status=$(cat target/oracle.status 2>/dev/null || echo 99)
