@@ -7,12 +7,14 @@
 # starts two servers of target/release/mqblk (MQBLK_BIN overrides it):
 #   mqblk vhost add --device null:gb=1,memory_backed=1,discard=1,cache_size=16 \
 #       --socket S0 --queues 2
-#   mqblk vhost add --device null:gb=1 --socket S1 --read-only
+#   mqblk vhost add --device null:gb=1,blktrace=DIR --socket S1 --read-only
 # then boots the guest through tests/guest/run.sh with the guest's memory
 # in a shared memfd and one `-chardev socket -device vhost-user-blk-pci`
 # per socket (num-queues=2 and 1), which runs this same file inside the
 # guest; afterwards it stops each server with SIGTERM and checks that it
-# exits 0 having served one connection with no failed request.
+# exits 0 having served one connection with no failed request, and that
+# Debian's blkparse reads the read-only disk's blktrace of the guest's
+# reads (queued reads, every dispatched request completed, no gap).
 #
 # In the guest, each check on its own line ("ok: ..." or "FAIL: ..."):
 #   1. insmod virtio_blk: /dev/vda appears (bounded wait) with 1 GiB, 2
@@ -73,7 +75,7 @@ if [ "${MQBLK_GUEST:-}" != 1 ]; then
     echo "ok: host: $(cat "$work/server$n.out")"
   }
   start_server 0 --device "$spec" --queues 2
-  start_server 1 --device null:gb=1 --read-only
+  start_server 1 --device "null:gb=1,blktrace=$work/trace1" --read-only
   guest_status=0
   "$root/tests/guest/run.sh" "$0" --shared-mem \
     --qemu -chardev --qemu "socket,id=vh0,path=$work/vhost0.sock" \
@@ -99,6 +101,20 @@ if [ "${MQBLK_GUEST:-}" != 1 ]; then
   }
   stop_server 0 0
   stop_server 1 0
+  # The read-only disk's trace: ended at the stop (its summary line on
+  # stderr), read by blkparse without a gap, the guest's reads queued and
+  # every dispatched request completed.
+  events=$(blkparse -D "$work/trace1" -i null -f '@@ %a %d\n' 2> "$work/blkparse.err")
+  queued=$(grep -c '^@@ Q R' <<< "$events")
+  dispatched=$(grep -c '^@@ D ' <<< "$events")
+  completed=$(grep -c '^@@ C ' <<< "$events")
+  if grep -q "blktrace: [0-9]* events, 0 dropped" "$work/server1.err" && grep -q 'Skips: 0 forward' <<< "$events" &&
+      [ "$queued" -gt 0 ] && [ "$dispatched" = "$completed" ] && ! [ -s "$work/blkparse.err" ]; then
+    echo "ok: host: blktrace of the read-only disk: $queued reads queued, $dispatched dispatched, $completed completed"
+  else
+    echo "FAIL: host: blktrace of the read-only disk: $queued reads queued, $dispatched dispatched, $completed completed; server: $(tail -n 2 "$work/server1.err"); blkparse: $(head -c 300 "$work/blkparse.err")" >&2
+    failures=$((failures + 1))
+  fi
   if [ "$guest_status" = 0 ] && [ "$failures" = 0 ]; then
     echo "vhost: all checks passed"
     exit 0

@@ -39,7 +39,7 @@ pub fn register_drivers() {
 /// Ends a device's blktrace (`blktrace=DIR` in its spec, or bench's
 /// `--blktrace=DIR`) and says what it wrote: events, drops, files and the
 /// blkparse command that reads them. `None` for an untraced device. Every
-/// front end (bench, serve, ublk add) prints this line on stderr once its
+/// front end (bench, serve, ublk add, vhost add) prints this line on stderr once its
 /// I/O is done, so a trace is complete when the line appears.
 pub(crate) fn blktrace_stop_line(dev: &mqblk::Device) -> Option<Result<String, String>> {
     let stats = dev.blktrace_stop()?;

@@ -3,7 +3,8 @@
 //!
 //! `add --device SPEC --socket PATH [--queues N] [--depth D] [--read-only]
 //! [--control PATH]` listens on PATH and serves QEMU's connections in the
-//! foreground until SIGINT or SIGTERM, then flushes the device.
+//! foreground until SIGINT or SIGTERM, then flushes the device and ends its
+//! blktrace (`blktrace=DIR` in the spec), as serve and ublk add do.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -65,6 +66,8 @@ fn add(args: AddArgs) -> Result<String, (u8, String)> {
     let device = config.build().map_err(|e| (2, format!("--device {}: {e}", args.device)))?;
     let opts = Options { queues: args.queues, depth: args.depth, read_only: args.read_only, ..Options::default() };
     let control = crate::control::Control::for_one_device(args.control.as_deref(), &device)?;
+    // Its blktrace, if traced, ends once the server stops.
+    let traced = device.clone();
     let server = Server::new(device, &args.socket, opts).map_err(failed)?;
     let signals = crate::serve::stop_on_signals({
         let stopper = server.stopper();
@@ -93,6 +96,9 @@ fn add(args: AddArgs) -> Result<String, (u8, String)> {
         c.close();
     }
     let summary = summary.map_err(failed)?;
+    if let Some(line) = crate::blktrace_stop_line(&traced) {
+        eprintln!("{}", line.map_err(|e| (1, e))?);
+    }
     Ok(format!(
         "mqblk vhost: stopped ({} connections, {} requests, {} failed)\n",
         summary.connections, summary.requests, summary.errors
