@@ -33,6 +33,7 @@ stage_report() {
 # A stage that fails ends the suite: the background lane (the guest tests
 # and the oracle) with it.
 on_exit() {
+  [ -z "${fetch_pid:-}" ] || kill "$fetch_pid" 2>/dev/null || true
   if [ -n "${lane_pid:-}" ] && kill -0 "$lane_pid" 2>/dev/null; then
     pkill -P "$lane_pid" 2>/dev/null || true
     kill "$lane_pid" 2>/dev/null || true
@@ -49,7 +50,7 @@ if ! cargo nextest --version >/dev/null 2>&1; then
 fi
 
 # The guests first (qemu, a static busybox, cpio and kmod's modinfo for the
-# initramfs, libc.a for the static oracle program), in one transaction before
+# initramfs; libc6-dev, which every link needs), in one transaction before
 # anything runs: on a machine whose qemu-utils came from bookworm-backports,
 # installing bookworm's qemu-system-x86 removes it, so qemu-img is checked
 # (and reinstalled, matching qemu-system) only after this.
@@ -60,10 +61,10 @@ command -v cpio >/dev/null || need+=(cpio)
 command -v modinfo >/dev/null || need+=(kmod)
 command -v xz >/dev/null || need+=(xz-utils)
 [ -e /usr/lib/x86_64-linux-gnu/libc.a ] || need+=(libc6-dev)
-ls /boot/vmlinuz-* >/dev/null 2>&1 || need+=(linux-image-amd64)
 if [ ${#need[@]} -gt 0 ]; then
   echo "== installing ${need[*]}"
   apt-get update -qq
+  apt_updated=1
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
@@ -76,11 +77,11 @@ fi
 need=()
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
 for tool in nbdinfo:libnbd-bin nbdcopy:libnbd-bin qemu-img:qemu-utils qemu-io:qemu-utils fio:fio losetup:mount mkfs.btrfs:btrfs-progs nbd-client:nbd-client valgrind:valgrind sqlite3:sqlite3 mkfs.ext4:e2fsprogs blkparse:blktrace; do
-  command -v "${tool%%:*}" >/dev/null || need+=("${tool#*:}")
+  command -v "${tool%%:*}" >/dev/null || [[ " ${need[*]} " == *" ${tool#*:} "* ]] || need+=("${tool#*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then
   echo "== installing ${need[*]}"
-  apt-get update -qq
+  [ -n "${apt_updated:-}" ] || apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
@@ -88,6 +89,14 @@ fi
 # libraries: Debian's loads 64 over 9p, 11-17 s a start under TCG), once
 # and cached (tests/guest/run.sh would build it too, inside a guest test).
 scripts/fio-libblkio.sh --guest >/dev/null
+
+# The guests' kernels (Linux 6.12, and 6.1 for the oracle: tests/guest/
+# fetch-kernel.sh, cached), fetched beside the lints and unit tests: the
+# fetch waits on the network, not the CPUs. The background lane waits for
+# for it before its first guest.
+mkdir -p target
+(tests/guest/fetch-kernel.sh 6.12 && tests/guest/fetch-kernel.sh 6.1) > target/kernel-fetch.log 2>&1 &
+fetch_pid=$!
 
 stage "formatting and lints (cargo fmt --check, clippy -D warnings, module order)"
 for component in rustfmt clippy; do
@@ -111,6 +120,10 @@ cargo nextest run --workspace -E "not $guests"
 guest_log=target/guest-tests.log
 oracle_log=target/oracle.log
 rm -f target/guest-tests.status target/oracle.status target/background.times
+if ! wait "$fetch_pid"; then
+  echo "== fetching the guests' kernels failed (target/kernel-fetch.log below); the guests try again"
+  cat target/kernel-fetch.log
+fi
 (
   start=$SECONDS
   # Their whole output stays in the log, passing or not: each check prints

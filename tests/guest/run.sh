@@ -59,16 +59,12 @@
 # Needs root (apt, and qemu reads all of / for the share). Installs with apt
 # when missing: qemu-system-x86, busybox-static (and what
 # scripts/fio-libblkio.sh --guest needs to build fio). Nothing else on the
-# host is installed or reconfigured: the kernel package is fetched with
-# `apt-get download` through a private sources list, lists, cache and an
-# empty dpkg status (all under the cache below), and unpacked with
-# `dpkg-deb -x`.
+# host is installed or reconfigured: tests/guest/fetch-kernel.sh 6.12
+# fetches the kernel package with `apt-get download` through a private apt
+# state and unpacks it with `dpkg-deb -x`.
 #
 # Cache (outside the checkout): ${MQBLK_CACHE:-$HOME/.cache/mqblk}/
-#   apt/                     private apt state; lists refreshed when older
-#                            than a day (stale lists are used when offline)
-#   kernel-<pkg version>/    the unpacked linux-image package, renamed into
-#                            place only when complete
+#   apt-6.12/, kernel-<pkg version>/   the kernel (tests/guest/fetch-kernel.sh)
 #   kernel-<pkg version>/initrd-<hash>.cpio.gz  busybox + modules + /init,
 #                            keyed by a hash of /init, the module list and
 #                            busybox
@@ -108,13 +104,13 @@ cache=${MQBLK_CACHE:-$HOME/.cache/mqblk}
 
 # Temporary files and processes of this run, removed and stopped on exit
 # (an interrupted fetch leaves no directory that looks like a cache).
-work="" fetch_tmp="" initrd_tmp="" qemu_pid=""
+work="" initrd_tmp="" qemu_pid=""
 tail_pids=()
 # shellcheck disable=SC2317 # invoked by the EXIT trap
 cleanup() {
   [ -z "$qemu_pid" ] || kill "$qemu_pid" 2>/dev/null || true
   for p in "${tail_pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  rm -rf "$work" "$fetch_tmp" "$initrd_tmp" "${initrd_tmp:+$initrd_tmp.cpio.gz}"
+  rm -rf "$work" "$initrd_tmp" "${initrd_tmp:+$initrd_tmp.cpio.gz}"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -138,59 +134,12 @@ busybox=$(dpkg -L busybox-static | grep '/bin/busybox$' | head -n 1)
 
 # ---- the kernel package ---------------------------------------------------------
 mkdir -p "$cache"
-apt_dir=$cache/apt
-apt_opts=(
-  -o "Dir::Etc::sourcelist=$apt_dir/sources.list" -o Dir::Etc::sourceparts=/nonexistent
-  -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::State::status=$apt_dir/status"
-  -o "Dir::Cache=$apt_dir/cache" -o APT::Sandbox::User=root
-)
-
-# Prints the binary package name and version of Debian's 6.12 kernel.
-find_kernel_package() {
-  mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial"
-  echo "deb http://deb.debian.org/debian bookworm-backports main" > "$apt_dir/sources.list"
-  [ -e "$apt_dir/status" ] || : > "$apt_dir/status"
-  if [ -z "$(find "$apt_dir/lists" -maxdepth 1 -name '*_Packages*' -mmin -1440 2>/dev/null)" ]; then
-    apt-get -qq "${apt_opts[@]}" update >&2 || echo "guest: apt-get update failed; trying the lists we have" >&2
-  fi
-  local pkg ver
-  pkg=$(apt-cache "${apt_opts[@]}" depends linux-image-amd64 2>/dev/null |
-    sed -n 's/^ *Depends: \(linux-image-6\.12\.[^ ]*\)$/\1/p' | head -n 1)
-  [ -n "$pkg" ] || return 1
-  ver=$(apt-cache "${apt_opts[@]}" show --no-all-versions "$pkg" 2>/dev/null | sed -n 's/^Version: //p' | head -n 1)
-  [ -n "$ver" ] || return 1
-  echo "$pkg $ver"
-}
-
-# Guests booted side by side (the test command runs them in parallel) share
-# the apt lists and the kernel cache: one looks up and fetches at a time
-# (on a fresh machine a second `apt-get update` failed on the lists' lock,
-# and that guest found no kernel).
-exec {kernel_lock}>"$cache/.kernel.lock"
-flock "$kernel_lock"
 if [ -n "${MQBLK_GUEST_KERNEL_VERSION:-}" ]; then
   kdir=$cache/kernel-$MQBLK_GUEST_KERNEL_VERSION
   [ -d "$kdir" ] || die "MQBLK_GUEST_KERNEL_VERSION=$MQBLK_GUEST_KERNEL_VERSION is not cached in $cache"
 else
-  read -r kpkg kpkg_ver < <(find_kernel_package || true) ||
-    die "fetch: no linux-image-6.12 package found in bookworm-backports (apt lists in $apt_dir)"
-  kdir=$cache/kernel-$kpkg_ver
-  if [ ! -d "$kdir" ]; then
-    echo "guest: fetching $kpkg $kpkg_ver into $kdir" >&2
-    fetch_tmp=$(mktemp -d "$cache/.kernel-$kpkg_ver.XXXXXX")
-    chmod 755 "$fetch_tmp"
-    (cd "$fetch_tmp" && apt-get -qq "${apt_opts[@]}" download "$kpkg=$kpkg_ver" >&2) ||
-      die "fetch: apt-get download $kpkg=$kpkg_ver failed"
-    mkdir "$fetch_tmp/root"
-    dpkg-deb -x "$fetch_tmp"/*.deb "$fetch_tmp/root" || die "fetch: dpkg-deb -x failed"
-    rm -f "$fetch_tmp"/*.deb
-    # Renamed into place only when complete; mv -T fails if a concurrent run won.
-    mv -T "$fetch_tmp" "$kdir" 2>/dev/null || rm -rf "$fetch_tmp"
-    fetch_tmp=""
-  fi
+  kdir=$(MQBLK_CACHE=$cache "$(dirname "${BASH_SOURCE[0]}")/fetch-kernel.sh" 6.12) || die "fetch: no 6.12 kernel (tests/guest/fetch-kernel.sh 6.12)"
 fi
-flock -u "$kernel_lock"
-exec {kernel_lock}>&-
 root_dir=$kdir/root
 kernel=$(find "$root_dir/boot" -maxdepth 1 -name 'vmlinuz-*' | head -n 1)
 [ -n "$kernel" ] || die "no boot/vmlinuz-* in $root_dir"

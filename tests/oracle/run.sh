@@ -12,8 +12,11 @@
 # on a mismatch, 2 when the guest run fails.
 #
 # Kernels:
-#   6.1  (default) Debian 12's own kernel (/boot/vmlinuz-6.1.*, package
-#        linux-image-amd64) from a busybox initramfs with a static mqblk.
+#   6.1  (default) Debian 12's own kernel (linux-image-6.1.* from bookworm
+#        and bookworm-security, fetched once and unpacked by
+#        tests/guest/fetch-kernel.sh 6.1, never installed on the host) from
+#        a busybox initramfs holding the host's target/release/mqblk and
+#        the shared libraries it loads (ldd).
 #        mqblk follows 6.12 by default, so its side of the comparison gets
 #        `zoned_compat=6.1` added to SPEC unless SPEC names a zoned_compat
 #        (null_blk has no such parameter: the guest never sees it; naming
@@ -24,9 +27,9 @@
 #
 # SPEC is an mqblk null spec (`null:gb=1,zoned=1,zone_size=64,...`); keys
 # that are not null_blk module parameters (zone_lock, zoned_compat) are kept
-# out of the guest. Needs qemu-system-x86, busybox-static and, for 6.1,
-# linux-image-amd64 and libc6-dev (see scripts/test-all.sh). Runs from
-# anywhere; builds what it needs.
+# out of the guest. Needs qemu-system-x86, busybox-static and, for 6.1, the
+# network for the first fetch (see scripts/test-all.sh).
+# Runs from anywhere; builds what it needs.
 set -euo pipefail
 
 usage="usage: tests/oracle/run.sh [--kernel 6.1|6.12] SPEC SCRIPT [SPEC SCRIPT ...]"
@@ -120,23 +123,27 @@ if [ "$kernel_series" = 6.12 ]; then
     exit 2
   fi
 else
-  kver=$(ls /lib/modules | sort -V | tail -n 1)
-  kernel=/boot/vmlinuz-$kver
-  [ -r "$kernel" ] || { echo "oracle: no kernel at $kernel (apt-get install linux-image-amd64)" >&2; exit 2; }
+  kdir=$("$root/tests/guest/fetch-kernel.sh" 6.1) || { echo "oracle: no 6.1 kernel (tests/guest/fetch-kernel.sh 6.1)" >&2; exit 2; }
+  kernel=$(find "$kdir/root/boot" -maxdepth 1 -name 'vmlinuz-*' | head -n 1)
+  [ -r "$kernel" ] || { echo "oracle: no boot/vmlinuz-* in $kdir/root" >&2; exit 2; }
+  kver=${kernel##*/vmlinuz-}
+  moddir=$kdir/root/lib/modules/$kver
   command -v qemu-system-x86_64 >/dev/null || { echo "oracle: qemu-system-x86_64 missing" >&2; exit 2; }
   busybox=$(command -v busybox) || { echo "oracle: busybox missing (busybox-static)" >&2; exit 2; }
-  # A static mqblk for the guest (built once, cached in target/static).
-  static_bin=$root/target/static/x86_64-unknown-linux-gnu/release/mqblk
-  (cd "$root" && RUSTFLAGS="-C target-feature=+crt-static" CARGO_TARGET_DIR=target/static \
-    cargo build --quiet --release -p mqblk-cli --target x86_64-unknown-linux-gnu)
   # The initramfs: busybox, configfs + null_blk, mqblk, /init.
   rd=$work/rd
   mkdir -p "$rd"/{bin,dev,proc,sys,mod,tmp}
   cp "$busybox" "$rd/bin/busybox"
   for tool in sh mount insmod rmmod cat echo sed poweroff; do ln -s busybox "$rd/bin/$tool"; done
-  cp "/lib/modules/$kver/kernel/fs/configfs/configfs.ko" "$rd/mod/"
-  cp "/lib/modules/$kver/kernel/drivers/block/null_blk/null_blk.ko" "$rd/mod/"
-  cp "$static_bin" "$rd/bin/mqblk"
+  cp "$moddir/kernel/fs/configfs/configfs.ko" "$rd/mod/"
+  cp "$moddir/kernel/drivers/block/null_blk/null_blk.ko" "$rd/mod/"
+  # The release build the 6.12 guests run, with its loader and libraries
+  # at their own paths (one build for every guest, no static one).
+  cp "$host_bin" "$rd/bin/mqblk"
+  for lib in $(ldd "$host_bin" | grep -o '/[^ ]*'); do
+    mkdir -p "$rd$(dirname "$lib")"
+    cp -L "$lib" "$rd$lib"
+  done
   {
     echo '#!/bin/sh'
     echo 'mount -t proc proc /proc'
