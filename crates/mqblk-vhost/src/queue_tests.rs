@@ -58,6 +58,11 @@ fn used(q: &MockSplitQueue<Mem>, i: usize) -> (u32, u32) {
     (e.id(), e.len())
 }
 
+/// The memory as the backend hands it to `run` (same regions).
+fn shared(mem: &Mem) -> Arc<Mem> {
+    Arc::new(mem.clone())
+}
+
 fn status_at(mem: &Mem, addr: u64) -> u8 {
     mem.read_obj(GuestAddress(addr)).unwrap()
 }
@@ -79,7 +84,7 @@ fn write_then_read_round_trips_through_the_device() {
     descs.extend(chain(&mem, 6, BUF + 0x20_0000, VIRTIO_BLK_T_GET_ID, 0, 20));
     q.add_desc_chains(&descs, 0).unwrap();
 
-    vq.run(&vring, &mem).unwrap();
+    vq.run(&vring, &shared(&mem)).unwrap();
 
     assert_eq!(q.used().idx().load(), 3, "every chain answered");
     let mut answers: Vec<(u32, u32)> = (0..3).map(|i| used(&q, i)).collect();
@@ -110,7 +115,7 @@ fn refused_requests_are_answered_with_their_status() {
     descs.extend(chain(&mem, 3, BUF + 0x10_0000, 77, 0, 512));
     q.add_desc_chains(&descs, 0).unwrap();
 
-    vq.run(&vring, &mem).unwrap();
+    vq.run(&vring, &shared(&mem)).unwrap();
 
     assert_eq!(q.used().idx().load(), 2);
     assert_eq!(status_at(&mem, BUF + 0x1000 + 512), VIRTIO_BLK_S_IOERR as u8);
@@ -134,7 +139,7 @@ fn more_chains_than_slots_are_all_served() {
     }
     q.add_desc_chains(&descs, 0).unwrap();
 
-    vq.run(&vring, &mem).unwrap();
+    vq.run(&vring, &shared(&mem)).unwrap();
 
     assert_eq!(q.used().idx().load(), 5);
     assert_eq!(vq.stats().requests, 5);
@@ -159,7 +164,7 @@ fn stopping_the_ring_waits_for_requests_in_flight() {
     }
     q.add_desc_chains(&descs, 0).unwrap();
 
-    vq.run(&vring, &mem).unwrap();
+    vq.run(&vring, &shared(&mem)).unwrap();
     vq.finish_in_flight(&mem).unwrap();
 
     assert_eq!(vq.in_flight(), 0);
@@ -180,7 +185,7 @@ fn avail_index_more_than_a_ring_ahead_is_an_error_not_a_spin() {
     q.add_desc_chains(&chain(&mem, 0, BUF, VIRTIO_BLK_T_IN, 0, 512), 0).unwrap();
     q.avail().idx().store(QUEUE_SIZE + 1);
 
-    let err = vq.run(&vring, &mem).expect_err("the ring is unusable");
+    let err = vq.run(&vring, &shared(&mem)).expect_err("the ring is unusable");
     assert!(err.to_string().contains("more than a ring (16) ahead"), "{err}");
     assert_eq!(q.used().idx().load(), 0);
     assert_eq!(vq.stats().requests, 0);
@@ -198,7 +203,7 @@ fn avail_ring_that_cannot_be_popped_is_an_error_not_a_spin() {
     let vring = vring_at(&mem, GuestAddress(0x1000), GuestAddress(0), GuestAddress(0x2000));
     mem.write_obj(3u16, GuestAddress(2)).unwrap();
 
-    let err = vq.run(&vring, &mem).expect_err("the ring is unusable");
+    let err = vq.run(&vring, &shared(&mem)).expect_err("the ring is unusable");
     assert!(err.to_string().contains("no chain could be read"), "{err}");
     assert_eq!(vq.stats().requests, 0);
 }
@@ -216,7 +221,7 @@ fn head_index_past_the_table_is_an_error() {
     q.avail().ring().ref_at(1).unwrap().store(200);
     q.avail().idx().store(2);
 
-    assert!(vq.run(&vring, &mem).is_err(), "the bad head cannot be put in the used ring");
+    assert!(vq.run(&vring, &shared(&mem)).is_err(), "the bad head cannot be put in the used ring");
     vq.finish_in_flight(&mem).unwrap();
     assert_eq!(vq.in_flight(), 0, "the read before it was still submitted");
     assert_eq!(q.used().idx().load(), 1);
@@ -242,7 +247,7 @@ fn looping_chain_is_given_back_and_the_next_one_served() {
     q.add_desc_chains(&looped, 0).unwrap();
     q.add_desc_chains(&chain(&mem, 3, BUF + 0x10_0000, VIRTIO_BLK_T_IN, 0, 512), 3).unwrap();
 
-    vq.run(&vring, &mem).unwrap();
+    vq.run(&vring, &shared(&mem)).unwrap();
 
     assert_eq!(q.used().idx().load(), 2);
     let mut answers: Vec<(u32, u32)> = (0..2).map(|i| used(&q, i)).collect();
@@ -297,7 +302,7 @@ fn chains_published_while_notifications_are_reenabled_are_served() {
             }
         });
         while used_idx(&mem) != CHAINS {
-            if let Err(e) = vq.run(&vring, &mem) {
+            if let Err(e) = vq.run(&vring, &shared(&mem)) {
                 failed.store(true, Ordering::Relaxed);
                 panic!("after {} chains answered: {e}", used_idx(&mem));
             }
