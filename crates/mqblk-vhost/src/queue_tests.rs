@@ -312,14 +312,16 @@ fn chains_published_while_notifications_are_reenabled_are_served() {
     assert_eq!((vq.stats().errors, vq.in_flight()), (0, 0));
 }
 
+/// Per request seen by `Recording`: its segments' (host address, length).
+type Seen = std::sync::Arc<std::sync::Mutex<Vec<Vec<(usize, usize)>>>>;
+
 /// A device that fills each read segment with its disk offset's low byte
 /// and records, per request, the segments' host addresses; it completes a
 /// request at once, or holds it until the test completes it (`hold`).
 struct Recording {
     max_segments: u32,
     hold: bool,
-    /// Per request: its segments' (host address, length).
-    seen: std::sync::Arc<std::sync::Mutex<Vec<Vec<(usize, usize)>>>>,
+    seen: Seen,
     held: std::sync::Arc<std::sync::Mutex<Vec<mqblk::driver::Rq>>>,
 }
 
