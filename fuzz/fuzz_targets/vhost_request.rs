@@ -112,7 +112,7 @@ fuzz_target!(|data: &[u8]| {
     let mut vq = VirtQueue::new(0, dev.client_with_capacity(usize::from(DEPTH)), DEPTH, disk, "fuzz").expect("queue");
 
     // A broken ring is an error (the queue stops), never a panic or a hang.
-    let _ = vq.run(&vring, &mem);
+    let _ = vq.run(&vring, &std::sync::Arc::new(mem.clone()));
     let _ = vq.finish_in_flight(&mem);
     vq.abandon_in_flight();
     assert_eq!(vq.in_flight(), 0);

@@ -153,7 +153,8 @@ impl VhostUserBackend for BlkBackend {
             return Err(io::Error::other(format!("queue {thread_id}: unknown event {device_event}")));
         }
         // An error ends this queue's worker (vhost-user-backend stops its
-        // thread): say so now, not at the connection's end.
-        q.run(vring, &self.mem.memory()).inspect_err(|e| log::error!("queue {thread_id} stopped: {e}"))
+        // thread): say so now, not at the connection's end. The snapshot's
+        // Arc goes to the requests whose bios borrow guest memory.
+        q.run(vring, &self.mem.memory().into_inner()).inspect_err(|e| log::error!("queue {thread_id} stopped: {e}"))
     }
 }

@@ -10,22 +10,38 @@
 //! either made progress; the guest is signalled once at the end if the
 //! used ring's event index asks for it (VIRTIO_RING_F_EVENT_IDX).
 //!
-//! Data is copied: a write's segments into a `Buf` before submission, a
-//! read's `Buf` into its segments at completion. Buffers are kept for
-//! reuse, so a steady load allocates nothing after warm-up.
+//! Reads and writes move no data through the server: each data segment of
+//! the request becomes one bio whose `Buf` borrows the guest's memory of
+//! that segment (`Buf::borrowed` over vm-memory's host address), and the
+//! request's bios, submitted under the client's plug, merge back into one
+//! mqblk request (one readv/writev for the file driver). A bio completes on
+//! its own; the virtio request is answered (status byte, used ring) when
+//! the last of its bios completes, with the first error among them. The
+//! slot holds the guest memory's `Arc` until then, so a new memory table
+//! (SET_MEM_TABLE) cannot unmap what a bio still points at.
+//!
+//! A request whose segments cannot be lent takes the copy path: a segment
+//! that is not a whole number of logical blocks, one that crosses from one
+//! memory region into the next, or more segments than the client has room
+//! for. Its data is copied: a write's segments into a `Buf` before
+//! submission, a read's `Buf` into its segments at completion. Buffers and
+//! the slots' vectors are kept for reuse, so a steady load allocates
+//! nothing after warm-up.
 //!
 //! Relies on: request.rs (parsing, segment copies), config.rs
-//! (`DiskLimits`); mqblk's Client (submit, plug, do_io, completion_fd);
-//! vhost-user-backend's `VringMutex` and virtio-queue's `Queue`.
+//! (`DiskLimits`); mqblk's Client (submit, plug, do_io, completion_fd) and
+//! `Buf::borrowed`; vhost-user-backend's `VringMutex`, virtio-queue's
+//! `Queue` and vm-memory's host addresses.
 
 use std::io;
 use std::os::fd::RawFd;
+use std::sync::Arc;
 
 use mqblk::{Bio, Buf, Client, Completion, Status};
 use vhost_user_backend::{VringMutex, VringT};
 use virtio_bindings::virtio_blk::{VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, VIRTIO_BLK_S_UNSUPP};
 use virtio_queue::QueueT;
-use vm_memory::{Bytes, GuestAddress, GuestMemoryAtomic, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryMmap};
 
 use crate::config::DiskLimits;
 use crate::request::{self, Kind, Request, Segment, ID_BYTES};
@@ -52,6 +68,28 @@ struct Slot {
     kind: Kind,
     /// The request's data segments in the guest (request::parse).
     data: Vec<Segment>,
+    /// Bios of the request submitted and not yet completed: one per data
+    /// segment when lent, one bounce bio on the copy path.
+    bios_left: u32,
+    /// The first error among its bios (VIRTIO_BLK_S_OK until one fails).
+    code: u8,
+    /// The guest memory its bios borrow (None on the copy path): kept
+    /// mapped until the last bio completes.
+    lent: Option<Arc<Mem>>,
+}
+
+impl Slot {
+    fn new(seg_max: u32) -> Self {
+        Self {
+            head: 0,
+            status: GuestAddress(0),
+            kind: Kind::Flush,
+            data: Vec::with_capacity(seg_max as usize + 2),
+            bios_left: 0,
+            code: VIRTIO_BLK_S_OK as u8,
+            lent: None,
+        }
+    }
 }
 
 pub struct VirtQueue {
@@ -66,6 +104,8 @@ pub struct VirtQueue {
     done: Vec<Completion>,
     /// Bios prepared while the vring is locked, submitted after.
     pending: Vec<(u16, Bio)>,
+    /// The requests (slots) those bios belong to: the plug's tag hint.
+    pending_requests: u32,
     /// Bios the device refused at submission: (slot, status, buffer).
     rejected: Vec<(u16, Status, Option<Buf>)>,
     /// The vring, kept from the first event so `stop` can finish requests.
@@ -78,17 +118,11 @@ impl VirtQueue {
     pub fn new(index: u16, mut client: Client, depth: u16, disk: DiskLimits, id: &str) -> Result<Self, mqblk::Error> {
         assert!(depth > 0, "a queue needs at least one slot");
         let completion_fd = client.completion_fd()?;
+        let capacity = client.capacity();
         let mut id_bytes = [0u8; ID_BYTES];
         let n = id.len().min(ID_BYTES);
         id_bytes[..n].copy_from_slice(&id.as_bytes()[..n]);
-        let slots = (0..depth)
-            .map(|_| Slot {
-                head: 0,
-                status: GuestAddress(0),
-                kind: Kind::Flush,
-                data: Vec::with_capacity(disk.seg_max as usize + 2),
-            })
-            .collect();
+        let slots = (0..depth).map(|_| Slot::new(disk.seg_max)).collect();
         Ok(Self {
             index,
             client,
@@ -99,8 +133,9 @@ impl VirtQueue {
             free_slots: (0..depth).rev().collect(),
             free_bufs: Vec::with_capacity(usize::from(depth)),
             done: Vec::with_capacity(usize::from(depth)),
-            pending: Vec::with_capacity(usize::from(depth)),
-            rejected: Vec::with_capacity(usize::from(depth)),
+            pending: Vec::with_capacity(capacity),
+            pending_requests: 0,
+            rejected: Vec::with_capacity(capacity),
             vring: None,
             stats: QueueStats::default(),
         })
@@ -128,8 +163,10 @@ impl VirtQueue {
     }
 
     /// Serves the queue until nothing more can be done now: the avail ring
-    /// empty (or every slot in flight) and no completion waiting.
-    pub fn run(&mut self, vring: &Vring, mem: &Mem) -> io::Result<()> {
+    /// empty (or every slot in flight) and no completion waiting. `mem` is
+    /// the guest memory now (the backend's `GuestMemoryAtomic` snapshot);
+    /// requests whose bios borrow it keep its `Arc`.
+    pub fn run(&mut self, vring: &Vring, mem: &Arc<Mem>) -> io::Result<()> {
         if self.vring.is_none() {
             self.vring = Some(vring.clone());
         }
@@ -160,9 +197,14 @@ impl VirtQueue {
     }
 
     /// Waits for every request in flight and drops the answers (the guest
-    /// is gone).
+    /// is gone). The guest memory the bios borrowed is let go only after
+    /// the last of them completed.
     pub fn abandon_in_flight(&mut self) {
         self.client.drain();
+        for slot in &mut self.slots {
+            slot.bios_left = 0;
+            slot.lent = None;
+        }
         self.free_slots = (0..self.slots.len() as u16).rev().collect();
         self.vring = None;
     }
@@ -171,14 +213,14 @@ impl VirtQueue {
     /// plug; returns (chains popped, answered without a bio). A broken
     /// ring is an error (see `pop`); the bios prepared before it are
     /// still submitted, so no slot is left holding an unsent request.
-    fn pop_and_submit(&mut self, vring: &Vring, mem: &Mem) -> io::Result<(usize, usize)> {
+    fn pop_and_submit(&mut self, vring: &Vring, mem: &Arc<Mem>) -> io::Result<(usize, usize)> {
         let popped = self.pop(vring, mem);
         let submitted = self.submit_pending(vring, mem);
         let (popped, answered) = popped?;
         Ok((popped, answered + submitted?))
     }
 
-    /// Pops chains while slots are free, parses each and prepares its bio
+    /// Pops chains while slots are free, parses each and prepares its bios
     /// (`start`); returns (chains popped, answered without a bio).
     ///
     /// An avail index that moved while no chain can be read from the ring
@@ -188,7 +230,7 @@ impl VirtQueue {
     /// refuses the used entry), and the error returned here ends the
     /// queue's worker until the guest resets the device, as vhost does with
     /// a ring it cannot parse.
-    fn pop(&mut self, vring: &Vring, mem: &Mem) -> io::Result<(usize, usize)> {
+    fn pop(&mut self, vring: &Vring, mem: &Arc<Mem>) -> io::Result<(usize, usize)> {
         let (mut popped, mut answered) = (0, 0);
         let mut state = vring.get_mut();
         // A completion event may come after the frontend stopped the ring
@@ -203,12 +245,12 @@ impl VirtQueue {
             state.disable_notification().map_err(io::Error::other)?;
             let mut popped_now = 0;
             while let Some(&slot_id) = self.free_slots.last() {
-                let Some(chain) = state.get_queue_mut().pop_descriptor_chain(mem) else { break };
+                let Some(chain) = state.get_queue_mut().pop_descriptor_chain(&**mem) else { break };
                 self.free_slots.pop();
                 popped_now += 1;
                 self.stats.requests += 1;
                 let head = chain.head_index();
-                let parsed = request::parse(chain, mem, &self.disk, &mut self.slots[usize::from(slot_id)].data);
+                let parsed = request::parse(chain, &**mem, &self.disk, &mut self.slots[usize::from(slot_id)].data);
                 if let Some(used_len) = self.start(slot_id, head, parsed, mem) {
                     self.free_slots.push(slot_id);
                     state.add_used(head, used_len).map_err(io::Error::other)?;
@@ -230,14 +272,16 @@ impl VirtQueue {
         Ok((popped, answered))
     }
 
-    /// Submits the bios `start` prepared, under one plug; a bio the device
-    /// refuses is answered at once. Returns how many were.
+    /// Submits the bios `start` prepared, under one plug (a request's bios
+    /// merge there); a bio the device refuses completes at once with its
+    /// error. Returns how many requests were answered.
     fn submit_pending(&mut self, vring: &Vring, mem: &Mem) -> io::Result<usize> {
         if self.pending.is_empty() {
             return Ok(0);
         }
         let Self { client, pending, rejected, .. } = self;
-        let nr_ios = u32::try_from(pending.len()).unwrap_or(u32::MAX);
+        // The plug's tag hint counts requests: a request's bios merge.
+        let nr_ios = std::mem::take(&mut self.pending_requests).max(1);
         client.with_plug(nr_ios, |client| {
             for (slot_id, bio) in pending.drain(..) {
                 if let Err(r) = client.submit(bio, u64::from(slot_id)) {
@@ -247,15 +291,11 @@ impl VirtQueue {
                 }
             }
         });
-        let answered = self.rejected.len();
+        let mut answered = 0;
         let mut failed = None;
         while let Some((slot_id, status, buf)) = self.rejected.pop() {
-            if let Some(buf) = buf {
-                self.free_bufs.push(buf);
-            }
-            let (head, status_addr) = (self.slots[usize::from(slot_id)].head, self.slots[usize::from(slot_id)].status);
-            self.free_slots.push(slot_id);
-            let used_len = self.answer(status_addr, virtio_status(status), 0, mem);
+            let Some((head, used_len)) = self.bio_done(slot_id, status, buf, mem) else { continue };
+            answered += 1;
             // The remaining refusals still free their slots.
             if let Err(e) = vring.add_used(head, used_len) {
                 failed.get_or_insert(io::Error::other(e));
@@ -264,10 +304,16 @@ impl VirtQueue {
         failed.map_or(Ok(answered), Err)
     }
 
-    /// Starts the request parsed into slot `slot_id`: its bio goes to
+    /// Starts the request parsed into slot `slot_id`: its bios go to
     /// `pending`. Some(used length) if it was answered at once instead
     /// (refused, GET_ID, a flush with no cache to flush).
-    fn start(&mut self, slot_id: u16, head: u16, parsed: Result<Request, request::Refused>, mem: &Mem) -> Option<u32> {
+    fn start(
+        &mut self,
+        slot_id: u16,
+        head: u16,
+        parsed: Result<Request, request::Refused>,
+        mem: &Arc<Mem>,
+    ) -> Option<u32> {
         let req = match parsed {
             Ok(req) => req,
             Err(refused) => {
@@ -278,7 +324,7 @@ impl VirtQueue {
         let data = &self.slots[usize::from(slot_id)].data;
         let bio = match req.kind {
             Kind::GetId => {
-                let written = request::write_segments(mem, data, &self.id).unwrap_or(0);
+                let written = request::write_segments(&**mem, data, &self.id).unwrap_or(0);
                 return Some(self.answer(req.status, VIRTIO_BLK_S_OK as u8, written as u32, mem));
             }
             Kind::Flush if !self.disk.write_cache => {
@@ -287,11 +333,17 @@ impl VirtQueue {
             Kind::Flush => Bio::flush(),
             Kind::Discard { offset, len } => Bio::discard(offset, len),
             Kind::WriteZeroes { offset, len } => Bio::write_zeroes(offset, len),
+            Kind::Read { offset, .. } if self.lend_segments(slot_id, offset, false, mem) => {
+                return self.started(slot_id, head, req, 0);
+            }
+            Kind::Write { offset, .. } if self.lend_segments(slot_id, offset, true, mem) => {
+                return self.started(slot_id, head, req, 0);
+            }
             Kind::Read { offset, len } => Bio::read(offset, self.take_buf(len as usize)),
             Kind::Write { offset, len } => {
                 let mut buf = self.take_buf(len as usize);
                 let data = &self.slots[usize::from(slot_id)].data;
-                if let Err(e) = request::read_segments(mem, data, 0, &mut buf) {
+                if let Err(e) = request::read_segments(&**mem, data, 0, &mut buf) {
                     self.free_bufs.push(buf);
                     let refused = request::Refused { error: e, status: Some(req.status) };
                     return Some(self.answer_refused(refused, mem));
@@ -299,16 +351,125 @@ impl VirtQueue {
                 Bio::write(offset, buf)
             }
         };
+        self.pending.push((slot_id, bio));
+        self.started(slot_id, head, req, 1)
+    }
+
+    /// Records the request started in slot `slot_id` with `bounce_bios`
+    /// bios of its own beside those `lend_segments` counted; None: it is
+    /// answered when its bios complete.
+    fn started(&mut self, slot_id: u16, head: u16, req: Request, bounce_bios: u32) -> Option<u32> {
         let slot = &mut self.slots[usize::from(slot_id)];
         slot.head = head;
         slot.status = req.status;
         slot.kind = req.kind;
-        self.pending.push((slot_id, bio));
+        slot.code = VIRTIO_BLK_S_OK as u8;
+        slot.bios_left += bounce_bios;
+        debug_assert!(slot.bios_left > 0, "a started request has a bio");
+        debug_assert!(bounce_bios == 0 || slot.lent.is_none(), "lent or bounced, not both");
+        self.pending_requests += 1;
         None
     }
 
-    /// Reaps completions (waiting for `min`), answers each in the used
-    /// ring; returns how many.
+    /// Prepares one bio per data segment of slot `slot_id`, each over the
+    /// guest's own memory of its segment (no copy), the first at disk byte
+    /// `offset`, and keeps `mem` in the slot. Returns false, preparing
+    /// nothing, if a segment cannot be lent: a length that is not a whole
+    /// number of logical blocks (the device would refuse the bio), a range
+    /// not inside one memory region (vm-memory maps each on its own), or
+    /// more segments than the client has room for; the request then takes
+    /// the copy path.
+    fn lend_segments(&mut self, slot_id: u16, mut offset: u64, write: bool, mem: &Arc<Mem>) -> bool {
+        let Self { slots, pending, client, disk, .. } = self;
+        let slot = &mut slots[usize::from(slot_id)];
+        debug_assert_eq!((slot.bios_left, slot.lent.is_none()), (0, true), "a free slot");
+        let room = client.capacity().saturating_sub(client.in_flight() + pending.len());
+        let block = disk.logical_block_size;
+        if slot.data.is_empty()
+            || slot.data.len() > room
+            || slot.data.iter().any(|seg| seg.len == 0 || seg.len % block != 0)
+        {
+            return false;
+        }
+        let first = pending.len();
+        for seg in &slot.data {
+            let Ok(host) = mem.get_slice(seg.addr, seg.len as usize) else {
+                // Crosses a region boundary (request.rs checked the range is
+                // guest memory): nothing of this request is submitted yet.
+                pending.truncate(first);
+                return false;
+            };
+            debug_assert_eq!(host.len(), seg.len as usize);
+            // SAFETY: `host` maps `seg.len` bytes of one guest memory
+            // region (get_slice checked the whole range lies in it), which
+            // are initialised (mapped memory) and valid for reads and
+            // writes (the regions are mapped read-write). They stay mapped
+            // while the bio lives: the slot keeps `mem`'s Arc, which owns
+            // the regions' mappings, until the last of its bios has
+            // completed (`bio_done`) or been drained (`abandon_in_flight`),
+            // so a SET_MEM_TABLE meanwhile only swaps the backend's
+            // GuestMemoryAtomic. "Not accessed through any other pointer"
+            // is what virtio promises (the driver hands the chain's buffers
+            // to the device until they are in the used ring) but the guest
+            // is not trusted to keep it: it may write its buffers while we
+            // use them, or name the same memory twice. That is accepted,
+            // as for any memory shared with another process, because what
+            // is lent is plain bytes: every u8 value is valid, no driver or
+            // block-layer code decides anything about memory safety from
+            // data bytes (the null driver copies them in or out with
+            // memcpy, the file driver hands their address to the kernel),
+            // and the lent range is never reached through a Rust reference
+            // outside the bio. A guest racing its own buffers gets back or
+            // stores mixed bytes of its own, as with a DMA device; no other
+            // memory is touched.
+            let buf = unsafe { Buf::borrowed(host.ptr_guard_mut().as_ptr(), seg.len as usize) };
+            pending.push((slot_id, if write { Bio::write(offset, buf) } else { Bio::read(offset, buf) }));
+            offset += u64::from(seg.len);
+        }
+        slot.bios_left = (pending.len() - first) as u32;
+        slot.lent = Some(Arc::clone(mem));
+        true
+    }
+
+    /// One bio of slot `slot_id` completed (or was refused) with `status`;
+    /// returns (head, used length) if it was the request's last, now
+    /// answered (a read on the copy path copied into the guest first).
+    fn bio_done(&mut self, slot_id: u16, status: Status, buf: Option<Buf>, mem: &Mem) -> Option<(u16, u32)> {
+        let slot = &mut self.slots[usize::from(slot_id)];
+        assert!(slot.bios_left > 0, "a completion for slot {slot_id}, which has no bio in flight");
+        slot.bios_left -= 1;
+        if !status.is_ok() && slot.code == VIRTIO_BLK_S_OK as u8 {
+            slot.code = virtio_status(status);
+        }
+        // A lent buffer is the guest's memory: nothing to give back.
+        let bounce = buf.and_then(|b| b.end_borrow().err());
+        if slot.bios_left > 0 {
+            debug_assert!(bounce.is_none(), "a bounced request has one bio");
+            return None;
+        }
+        let (head, status_addr, mut code) = (slot.head, slot.status, slot.code);
+        let mut written = 0u32;
+        if let (Kind::Read { len, .. }, VIRTIO_BLK_S_OK) = (slot.kind, u32::from(code)) {
+            match &bounce {
+                Some(b) => match request::write_segments(mem, &slot.data, b) {
+                    Ok(n) => written = n as u32,
+                    Err(_) => code = VIRTIO_BLK_S_IOERR as u8,
+                },
+                // The device wrote the guest's memory itself.
+                None => written = len as u32,
+            }
+        }
+        // Last use of the mapping by this request's bios.
+        slot.lent = None;
+        if let Some(b) = bounce {
+            self.free_bufs.push(b);
+        }
+        self.free_slots.push(slot_id);
+        Some((head, self.answer(status_addr, code, written, mem)))
+    }
+
+    /// Reaps completions (waiting for `min`), answers each request whose
+    /// last bio completed in the used ring; returns how many bios.
     fn reap(&mut self, vring: &Vring, mem: &Mem, min: usize) -> io::Result<usize> {
         let mut total = 0;
         let mut failed = None;
@@ -321,24 +482,8 @@ impl VirtQueue {
                 .map_err(io::Error::other)?;
             for i in 0..got {
                 let c = &mut self.done[i];
-                let (slot_id, status, buf) = (c.user_data as usize, c.status, c.buf.take());
-                let slot = &self.slots[slot_id];
-                let (head, status_addr) = (slot.head, slot.status);
-                let mut code = virtio_status(status);
-                let mut written = 0u32;
-                if let (Kind::Read { .. }, Some(b)) = (slot.kind, buf.as_ref()) {
-                    if status.is_ok() {
-                        match request::write_segments(mem, &slot.data, b) {
-                            Ok(n) => written = n as u32,
-                            Err(_) => code = VIRTIO_BLK_S_IOERR as u8,
-                        }
-                    }
-                }
-                if let Some(b) = buf {
-                    self.free_bufs.push(b);
-                }
-                self.free_slots.push(slot_id as u16);
-                let used_len = self.answer(status_addr, code, written, mem);
+                let (slot_id, status, buf) = (c.user_data as u16, c.status, c.buf.take());
+                let Some((head, used_len)) = self.bio_done(slot_id, status, buf, mem) else { continue };
                 // The remaining completions still free their slots.
                 if let Err(e) = vring.add_used(head, used_len) {
                     failed.get_or_insert(io::Error::other(e));

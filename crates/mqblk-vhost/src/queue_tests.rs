@@ -58,6 +58,11 @@ fn used(q: &MockSplitQueue<Mem>, i: usize) -> (u32, u32) {
     (e.id(), e.len())
 }
 
+/// The memory as the backend hands it to `run` (same regions).
+fn shared(mem: &Mem) -> Arc<Mem> {
+    Arc::new(mem.clone())
+}
+
 fn status_at(mem: &Mem, addr: u64) -> u8 {
     mem.read_obj(GuestAddress(addr)).unwrap()
 }
@@ -79,7 +84,7 @@ fn write_then_read_round_trips_through_the_device() {
     descs.extend(chain(&mem, 6, BUF + 0x20_0000, VIRTIO_BLK_T_GET_ID, 0, 20));
     q.add_desc_chains(&descs, 0).unwrap();
 
-    vq.run(&vring, &mem).unwrap();
+    vq.run(&vring, &shared(&mem)).unwrap();
 
     assert_eq!(q.used().idx().load(), 3, "every chain answered");
     let mut answers: Vec<(u32, u32)> = (0..3).map(|i| used(&q, i)).collect();
@@ -110,7 +115,7 @@ fn refused_requests_are_answered_with_their_status() {
     descs.extend(chain(&mem, 3, BUF + 0x10_0000, 77, 0, 512));
     q.add_desc_chains(&descs, 0).unwrap();
 
-    vq.run(&vring, &mem).unwrap();
+    vq.run(&vring, &shared(&mem)).unwrap();
 
     assert_eq!(q.used().idx().load(), 2);
     assert_eq!(status_at(&mem, BUF + 0x1000 + 512), VIRTIO_BLK_S_IOERR as u8);
@@ -134,7 +139,7 @@ fn more_chains_than_slots_are_all_served() {
     }
     q.add_desc_chains(&descs, 0).unwrap();
 
-    vq.run(&vring, &mem).unwrap();
+    vq.run(&vring, &shared(&mem)).unwrap();
 
     assert_eq!(q.used().idx().load(), 5);
     assert_eq!(vq.stats().requests, 5);
@@ -159,7 +164,7 @@ fn stopping_the_ring_waits_for_requests_in_flight() {
     }
     q.add_desc_chains(&descs, 0).unwrap();
 
-    vq.run(&vring, &mem).unwrap();
+    vq.run(&vring, &shared(&mem)).unwrap();
     vq.finish_in_flight(&mem).unwrap();
 
     assert_eq!(vq.in_flight(), 0);
@@ -180,7 +185,7 @@ fn avail_index_more_than_a_ring_ahead_is_an_error_not_a_spin() {
     q.add_desc_chains(&chain(&mem, 0, BUF, VIRTIO_BLK_T_IN, 0, 512), 0).unwrap();
     q.avail().idx().store(QUEUE_SIZE + 1);
 
-    let err = vq.run(&vring, &mem).expect_err("the ring is unusable");
+    let err = vq.run(&vring, &shared(&mem)).expect_err("the ring is unusable");
     assert!(err.to_string().contains("more than a ring (16) ahead"), "{err}");
     assert_eq!(q.used().idx().load(), 0);
     assert_eq!(vq.stats().requests, 0);
@@ -198,7 +203,7 @@ fn avail_ring_that_cannot_be_popped_is_an_error_not_a_spin() {
     let vring = vring_at(&mem, GuestAddress(0x1000), GuestAddress(0), GuestAddress(0x2000));
     mem.write_obj(3u16, GuestAddress(2)).unwrap();
 
-    let err = vq.run(&vring, &mem).expect_err("the ring is unusable");
+    let err = vq.run(&vring, &shared(&mem)).expect_err("the ring is unusable");
     assert!(err.to_string().contains("no chain could be read"), "{err}");
     assert_eq!(vq.stats().requests, 0);
 }
@@ -216,7 +221,7 @@ fn head_index_past_the_table_is_an_error() {
     q.avail().ring().ref_at(1).unwrap().store(200);
     q.avail().idx().store(2);
 
-    assert!(vq.run(&vring, &mem).is_err(), "the bad head cannot be put in the used ring");
+    assert!(vq.run(&vring, &shared(&mem)).is_err(), "the bad head cannot be put in the used ring");
     vq.finish_in_flight(&mem).unwrap();
     assert_eq!(vq.in_flight(), 0, "the read before it was still submitted");
     assert_eq!(q.used().idx().load(), 1);
@@ -242,7 +247,7 @@ fn looping_chain_is_given_back_and_the_next_one_served() {
     q.add_desc_chains(&looped, 0).unwrap();
     q.add_desc_chains(&chain(&mem, 3, BUF + 0x10_0000, VIRTIO_BLK_T_IN, 0, 512), 3).unwrap();
 
-    vq.run(&vring, &mem).unwrap();
+    vq.run(&vring, &shared(&mem)).unwrap();
 
     assert_eq!(q.used().idx().load(), 2);
     let mut answers: Vec<(u32, u32)> = (0..2).map(|i| used(&q, i)).collect();
@@ -297,7 +302,7 @@ fn chains_published_while_notifications_are_reenabled_are_served() {
             }
         });
         while used_idx(&mem) != CHAINS {
-            if let Err(e) = vq.run(&vring, &mem) {
+            if let Err(e) = vq.run(&vring, &shared(&mem)) {
                 failed.store(true, Ordering::Relaxed);
                 panic!("after {} chains answered: {e}", used_idx(&mem));
             }
@@ -305,4 +310,201 @@ fn chains_published_while_notifications_are_reenabled_are_served() {
     });
     assert_eq!(vq.stats().requests, u64::from(CHAINS));
     assert_eq!((vq.stats().errors, vq.in_flight()), (0, 0));
+}
+
+/// Per request seen by `Recording`: its segments' (host address, length).
+type Seen = std::sync::Arc<std::sync::Mutex<Vec<Vec<(usize, usize)>>>>;
+
+/// A device that fills each read segment with its disk offset's low byte
+/// and records, per request, the segments' host addresses; it completes a
+/// request at once, or holds it until the test completes it (`hold`).
+struct Recording {
+    max_segments: u32,
+    hold: bool,
+    seen: Seen,
+    held: std::sync::Arc<std::sync::Mutex<Vec<mqblk::driver::Rq>>>,
+}
+
+impl mqblk::driver::Driver for Recording {
+    fn name(&self) -> &str {
+        "recording"
+    }
+    fn tag_set(&self) -> mqblk::TagSetConfig {
+        mqblk::TagSetConfig::new(1, 16)
+    }
+    fn limits(&self) -> mqblk::QueueLimits {
+        let mut limits = mqblk::QueueLimits::new(1 << 30, 512);
+        limits.max_segments = self.max_segments;
+        limits
+    }
+    fn queue_rq(
+        &self,
+        _hctx: &mqblk::driver::Hctx,
+        mut rq: mqblk::driver::Rq,
+        _last: bool,
+    ) -> mqblk::driver::QueueRqResult {
+        let mut segments = Vec::new();
+        rq.for_each_segment_mut(|pos, seg| {
+            segments.push((seg.as_ptr() as usize, seg.len()));
+            seg.iter_mut().enumerate().for_each(|(i, b)| *b = (pos + i as u64) as u8);
+        });
+        self.seen.lock().unwrap().push(segments);
+        if self.hold {
+            self.held.lock().unwrap().push(rq);
+        } else {
+            rq.complete(Status::Ok);
+        }
+        mqblk::driver::QueueRqResult::Queued
+    }
+}
+
+fn recording(max_segments: u32, hold: bool) -> (Device, Recording) {
+    let driver = Recording { max_segments, hold, seen: Default::default(), held: Default::default() };
+    let handle = Recording { max_segments, hold, seen: driver.seen.clone(), held: driver.held.clone() };
+    (Device::with_driver(Box::new(driver)).unwrap(), handle)
+}
+
+/// A read chain: header at `at`, the data in `segments` (guest address,
+/// bytes), the status byte at `status`; descriptors from `first`.
+fn read_chain(mem: &Mem, first: u16, at: u64, sector: u64, segments: &[(u64, u32)], status: u64) -> Vec<RawDescriptor> {
+    let mut h = [0u8; 16];
+    h[0..4].copy_from_slice(&VIRTIO_BLK_T_IN.to_le_bytes());
+    h[8..16].copy_from_slice(&sector.to_le_bytes());
+    mem.write_slice(&h, GuestAddress(at)).unwrap();
+    let (next, write) = (VRING_DESC_F_NEXT as u16, VRING_DESC_F_WRITE as u16);
+    let mut descs = vec![RawDescriptor::from(SplitDescriptor::new(at, 16, next, first + 1))];
+    for (i, &(addr, len)) in segments.iter().enumerate() {
+        descs.push(RawDescriptor::from(SplitDescriptor::new(addr, len, next | write, first + 2 + i as u16)));
+    }
+    descs.push(RawDescriptor::from(SplitDescriptor::new(status, 1, write, 0)));
+    descs
+}
+
+#[test]
+fn read_segments_are_lent_to_one_merged_request_without_a_copy() {
+    let mem = Mem::from_ranges(&[(GuestAddress(0), 0x40_0000)]).unwrap();
+    let q = MockSplitQueue::new(&mem, QUEUE_SIZE);
+    let (dev, driver) = recording(128, false);
+    let mut vq = VirtQueue::new(0, dev.client_with_capacity(64), 4, disk(&dev, false), "x").unwrap();
+    let vring = vring(&mem, &q);
+    // Three scattered pages of the guest, read from disk byte 4096.
+    let segments = [(BUF + 0x3000, 4096), (BUF + 0x1000, 4096), (BUF + 0x8000, 4096)];
+    q.add_desc_chains(&read_chain(&mem, 0, BUF, 8, &segments, BUF + 0x9000), 0).unwrap();
+
+    vq.run(&vring, &shared(&mem)).unwrap();
+
+    let seen = driver.seen.lock().unwrap().clone();
+    let lent: Vec<(usize, usize)> = segments
+        .iter()
+        .map(|&(addr, len)| (mem.get_host_address(GuestAddress(addr)).unwrap() as usize, len as usize))
+        .collect();
+    assert_eq!(seen, [lent], "one request whose segments are the guest's own pages");
+    assert_eq!(dev.stats().merges.read, 2, "a bio per segment, merged under the plug");
+    for (n, &(addr, _)) in segments.iter().enumerate() {
+        let mut page = vec![0u8; 4096];
+        mem.read_slice(&mut page, GuestAddress(addr)).unwrap();
+        let want: Vec<u8> = (0..4096u64).map(|i| (4096 + n as u64 * 4096 + i) as u8).collect();
+        assert_eq!(page, want, "segment {n} holds its disk bytes");
+    }
+    assert_eq!((q.used().idx().load(), used(&q, 0)), (1, (0, 3 * 4096 + 1)));
+    assert_eq!(status_at(&mem, BUF + 0x9000), VIRTIO_BLK_S_OK as u8);
+}
+
+#[test]
+fn segments_not_of_whole_blocks_take_the_copy_path() {
+    let mem = Mem::from_ranges(&[(GuestAddress(0), 0x40_0000)]).unwrap();
+    let q = MockSplitQueue::new(&mem, QUEUE_SIZE);
+    let (dev, driver) = recording(128, false);
+    let mut vq = VirtQueue::new(0, dev.client_with_capacity(64), 4, disk(&dev, false), "x").unwrap();
+    let vring = vring(&mem, &q);
+    // 1000 + 3096 bytes: a whole number of blocks, but neither segment is.
+    let segments = [(BUF + 0x1000, 1000), (BUF + 0x3000, 3096)];
+    q.add_desc_chains(&read_chain(&mem, 0, BUF, 0, &segments, BUF + 0x9000), 0).unwrap();
+
+    vq.run(&vring, &shared(&mem)).unwrap();
+
+    let seen = driver.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].len(), 1, "one bounce buffer");
+    let host = mem.get_host_address(GuestAddress(BUF + 0x1000)).unwrap() as usize;
+    assert_ne!(seen[0][0].0, host, "not the guest's memory");
+    let mut back = vec![0u8; 3096];
+    mem.read_slice(&mut back, GuestAddress(BUF + 0x3000)).unwrap();
+    assert_eq!(back, (1000..4096u64).map(|i| i as u8).collect::<Vec<u8>>(), "copied in after completion");
+    assert_eq!((q.used().idx().load(), used(&q, 0)), (1, (0, 4097)));
+}
+
+#[test]
+fn a_read_split_over_two_requests_completes_once_after_both() {
+    let mem = Mem::from_ranges(&[(GuestAddress(0), 0x40_0000)]).unwrap();
+    let q = MockSplitQueue::new(&mem, QUEUE_SIZE);
+    // The device takes 2 segments a request; the guest is offered 4.
+    let (dev, driver) = recording(2, true);
+    let mut disk = disk(&dev, false);
+    disk.seg_max = 4;
+    let mut vq = VirtQueue::new(0, dev.client_with_capacity(64), 4, disk, "x").unwrap();
+    let vring = vring(&mem, &q);
+    let segments = [(BUF + 0x1000, 4096), (BUF + 0x2000, 4096), (BUF + 0x5000, 4096), (BUF + 0x7000, 4096)];
+    mem.write_obj(0xffu8, GuestAddress(BUF + 0x9000)).unwrap();
+    q.add_desc_chains(&read_chain(&mem, 0, BUF, 0, &segments, BUF + 0x9000), 0).unwrap();
+    let mem = shared(&mem);
+
+    vq.run(&vring, &mem).unwrap();
+    assert_eq!(driver.held.lock().unwrap().len(), 2, "four bios in two requests");
+    assert_eq!(vq.in_flight(), 4);
+
+    driver.held.lock().unwrap().remove(0).complete(Status::Ok);
+    vq.run(&vring, &mem).unwrap();
+    assert_eq!(q.used().idx().load(), 0, "not answered while a bio is in flight");
+    assert_eq!(status_at(&mem, BUF + 0x9000), 0xff);
+
+    driver.held.lock().unwrap().remove(0).complete(Status::Ok);
+    vq.run(&vring, &mem).unwrap();
+    assert_eq!((q.used().idx().load(), used(&q, 0)), (1, (0, 4 * 4096 + 1)), "answered once");
+    assert_eq!(status_at(&mem, BUF + 0x9000), VIRTIO_BLK_S_OK as u8);
+    assert_eq!(vq.in_flight(), 0);
+}
+
+#[test]
+fn a_failed_bio_fails_the_whole_request() {
+    let mem = Mem::from_ranges(&[(GuestAddress(0), 0x40_0000)]).unwrap();
+    let q = MockSplitQueue::new(&mem, QUEUE_SIZE);
+    let (dev, driver) = recording(2, true);
+    let mut disk = disk(&dev, false);
+    disk.seg_max = 4;
+    let mut vq = VirtQueue::new(0, dev.client_with_capacity(64), 4, disk, "x").unwrap();
+    let vring = vring(&mem, &q);
+    let segments = [(BUF + 0x1000, 4096), (BUF + 0x2000, 4096), (BUF + 0x5000, 4096), (BUF + 0x7000, 4096)];
+    q.add_desc_chains(&read_chain(&mem, 0, BUF, 0, &segments, BUF + 0x9000), 0).unwrap();
+    let mem = shared(&mem);
+
+    vq.run(&vring, &mem).unwrap();
+    driver.held.lock().unwrap().remove(0).complete(Status::IoErr);
+    driver.held.lock().unwrap().remove(0).complete(Status::Ok);
+    vq.run(&vring, &mem).unwrap();
+
+    assert_eq!((q.used().idx().load(), used(&q, 0)), (1, (0, 1)), "no data bytes, the status");
+    assert_eq!(status_at(&mem, BUF + 0x9000), VIRTIO_BLK_S_IOERR as u8);
+    assert_eq!(vq.stats().errors, 1);
+}
+
+#[test]
+fn a_segment_across_two_memory_regions_takes_the_copy_path() {
+    // Two regions back to back, mapped apart: one host pointer cannot
+    // cover a segment that runs from one into the other.
+    let mem = Mem::from_ranges(&[(GuestAddress(0), 0x20_0000), (GuestAddress(0x20_0000), 0x20_0000)]).unwrap();
+    let q = MockSplitQueue::new(&mem, QUEUE_SIZE);
+    let (dev, driver) = recording(128, false);
+    let mut vq = VirtQueue::new(0, dev.client_with_capacity(64), 4, disk(&dev, false), "x").unwrap();
+    let vring = vring(&mem, &q);
+    let segments = [(0x20_0000 - 2048, 4096)];
+    q.add_desc_chains(&read_chain(&mem, 0, BUF, 0, &segments, BUF + 0x9000), 0).unwrap();
+
+    vq.run(&vring, &shared(&mem)).unwrap();
+
+    assert_eq!(driver.seen.lock().unwrap().len(), 1);
+    let mut back = vec![0u8; 4096];
+    mem.read_slice(&mut back, GuestAddress(0x20_0000 - 2048)).unwrap();
+    assert_eq!(back, (0..4096u64).map(|i| i as u8).collect::<Vec<u8>>());
+    assert_eq!((q.used().idx().load(), used(&q, 0)), (1, (0, 4097)));
 }

@@ -187,7 +187,9 @@ impl Server {
         let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
         let queues = (0..self.opts.queues)
             .map(|i| {
-                let client = self.device.client_with_capacity(usize::from(self.opts.depth));
+                // Room for one bio per data segment of every request.
+                let bios = usize::from(self.opts.depth) * self.disk.seg_max as usize;
+                let client = self.device.client_with_capacity(bios);
                 VirtQueue::new(i, client, self.opts.depth, self.disk, &self.opts.serial)
             })
             .collect::<Result<Vec<_>, _>>()?;
