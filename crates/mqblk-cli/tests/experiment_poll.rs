@@ -5,7 +5,10 @@
 //! generous margins (the machine is shared):
 //! - hybrid polling (the patch's design, the headline) gains IOPS at 4k,
 //!   and a polled 4k I/O completes sooner than an interrupt-driven one;
-//! - at 64k the gain is about nothing (the device's bandwidth bounds both);
+//! - at 64k polling saves little time per I/O (the device's bandwidth
+//!   sets the pace) and gains less than at 4k; the size of that gain
+//!   is not asserted: quick runs on a 2-core VM gave 64k medians of 8.7%
+//!   to 16.0% in eight runs (4k 16.3% to 43.4%), the full run 3.2%;
 //! - 16k costs the device more than 4k (the transfer term);
 //! - polling job threads spend more CPU per I/O than the interrupt path's
 //!   job threads, and the device's completion threads less.
@@ -46,7 +49,7 @@ fn quick_run_supports_every_claim() {
         ("hybrid_polling_gains_iops_at_4k", hybrid_polling_gains_iops_at_4k),
         ("a_polled_4k_io_completes_sooner", a_polled_4k_io_completes_sooner),
         ("polling_saves_time_per_io_at_4k_not_at_64k", polling_saves_time_per_io_at_4k_not_at_64k),
-        ("gain_at_64k_is_about_nothing", gain_at_64k_is_about_nothing),
+        ("gain_at_64k_is_less_than_at_4k", gain_at_64k_is_less_than_at_4k),
         ("sixteen_k_costs_the_device_more_than_4k", sixteen_k_costs_the_device_more_than_4k),
         (
             "polling_moves_cpu_from_the_device_threads_to_the_job_threads",
@@ -252,18 +255,14 @@ fn polling_saves_time_per_io_at_4k_not_at_64k(table: &str, v: &Value) {
     assert!(s64 < s4 / 2.0, "hybrid 64k saves {s64:.1} us per I/O against 4k's {s4:.1}");
 }
 
-fn gain_at_64k_is_about_nothing(_: &str, v: &Value) {
+fn gain_at_64k_is_less_than_at_4k(_: &str, v: &Value) {
     let (g4, g64) = (pooled_gains(v, "hybrid", "4k"), pooled_gains(v, "hybrid", "64k"));
-    if g64.is_empty() {
-        eprintln!("hybrid 64k: IOPS gain not checked (the pollers never held their CPUs)");
+    if g4.is_empty() || g64.is_empty() {
+        eprintln!("hybrid 64k against 4k: IOPS gains not checked (the pollers never held their CPUs)");
         return;
     }
-    let g64 = median_of(g64);
-    assert!(g64.abs() < 10.0, "hybrid 64k gain {g64}% (rounds in which the pollers held their CPUs)");
-    if !g4.is_empty() {
-        let g4 = median_of(g4);
-        assert!(g64 < g4, "64k gains less than 4k: {g64}% vs {g4}%");
-    }
+    let (g4, g64) = (median_of(g4), median_of(g64));
+    assert!(g64 < g4, "64k gains less than 4k: {g64:.1}% vs {g4:.1}% (rounds in which the pollers held their CPUs)");
 }
 
 fn sixteen_k_costs_the_device_more_than_4k(_: &str, v: &Value) {
