@@ -363,7 +363,8 @@ for attempt in 1 2; do
   if [ "$qemu_status" != 0 ] || grep -q 'MQBLK-GUEST-INIT' "$work/ctl.txt"; then
     break
   fi
-  echo "guest: the guest stopped before /init started (attempt $attempt, console: $(wc -c < "$work/console.txt") bytes)" >&2
+  echo "guest: the guest stopped before /init started (attempt $attempt, console: $(wc -c < "$work/console.txt") bytes); the console's last 40 lines:" >&2
+  tr -d '\r' < "$work/console.txt" | tail -n 40 >&2
   [ "$attempt" = 2 ] || echo "guest: booting once more" >&2
 done
 
