@@ -434,8 +434,11 @@ fn segments_not_of_whole_blocks_take_the_copy_path() {
     assert_eq!((q.used().idx().load(), used(&q, 0)), (1, (0, 4097)));
 }
 
-#[test]
-fn a_read_split_over_two_requests_completes_once_after_both() {
+/// A read of four 4 KiB segments, its status byte at BUF + 0x9000 set to
+/// 0xff, offered to a device that takes 2 segments a request and holds
+/// every request until the test completes it (`Recording::held`); `check`
+/// drives the queue.
+fn four_segment_read_held(check: impl FnOnce(&MockSplitQueue<Mem>, &mut VirtQueue, &Vring, &Arc<Mem>, &Recording)) {
     let mem = Mem::from_ranges(&[(GuestAddress(0), 0x40_0000)]).unwrap();
     let q = MockSplitQueue::new(&mem, QUEUE_SIZE);
     // The device takes 2 segments a request; the guest is offered 4.
@@ -448,44 +451,41 @@ fn a_read_split_over_two_requests_completes_once_after_both() {
     mem.write_obj(0xffu8, GuestAddress(BUF + 0x9000)).unwrap();
     q.add_desc_chains(&read_chain(&mem, 0, BUF, 0, &segments, BUF + 0x9000), 0).unwrap();
     let mem = shared(&mem);
+    check(&q, &mut vq, &vring, &mem, &driver);
+}
 
-    vq.run(&vring, &mem).unwrap();
-    assert_eq!(driver.held.lock().unwrap().len(), 2, "four bios in two requests");
-    assert_eq!(vq.in_flight(), 4);
+#[test]
+fn a_read_split_over_two_requests_completes_once_after_both() {
+    four_segment_read_held(|q, vq, vring, mem, driver| {
+        vq.run(vring, mem).unwrap();
+        assert_eq!(driver.held.lock().unwrap().len(), 2, "four bios in two requests");
+        assert_eq!(vq.in_flight(), 4);
 
-    driver.held.lock().unwrap().remove(0).complete(Status::Ok);
-    vq.run(&vring, &mem).unwrap();
-    assert_eq!(q.used().idx().load(), 0, "not answered while a bio is in flight");
-    assert_eq!(status_at(&mem, BUF + 0x9000), 0xff);
+        driver.held.lock().unwrap().remove(0).complete(Status::Ok);
+        vq.run(vring, mem).unwrap();
+        assert_eq!(q.used().idx().load(), 0, "not answered while a bio is in flight");
+        assert_eq!(status_at(mem, BUF + 0x9000), 0xff);
 
-    driver.held.lock().unwrap().remove(0).complete(Status::Ok);
-    vq.run(&vring, &mem).unwrap();
-    assert_eq!((q.used().idx().load(), used(&q, 0)), (1, (0, 4 * 4096 + 1)), "answered once");
-    assert_eq!(status_at(&mem, BUF + 0x9000), VIRTIO_BLK_S_OK as u8);
-    assert_eq!(vq.in_flight(), 0);
+        driver.held.lock().unwrap().remove(0).complete(Status::Ok);
+        vq.run(vring, mem).unwrap();
+        assert_eq!((q.used().idx().load(), used(q, 0)), (1, (0, 4 * 4096 + 1)), "answered once");
+        assert_eq!(status_at(mem, BUF + 0x9000), VIRTIO_BLK_S_OK as u8);
+        assert_eq!(vq.in_flight(), 0);
+    });
 }
 
 #[test]
 fn a_failed_bio_fails_the_whole_request() {
-    let mem = Mem::from_ranges(&[(GuestAddress(0), 0x40_0000)]).unwrap();
-    let q = MockSplitQueue::new(&mem, QUEUE_SIZE);
-    let (dev, driver) = recording(2, true);
-    let mut disk = disk(&dev, false);
-    disk.seg_max = 4;
-    let mut vq = VirtQueue::new(0, dev.client_with_capacity(64), 4, disk, "x").unwrap();
-    let vring = vring(&mem, &q);
-    let segments = [(BUF + 0x1000, 4096), (BUF + 0x2000, 4096), (BUF + 0x5000, 4096), (BUF + 0x7000, 4096)];
-    q.add_desc_chains(&read_chain(&mem, 0, BUF, 0, &segments, BUF + 0x9000), 0).unwrap();
-    let mem = shared(&mem);
+    four_segment_read_held(|q, vq, vring, mem, driver| {
+        vq.run(vring, mem).unwrap();
+        driver.held.lock().unwrap().remove(0).complete(Status::IoErr);
+        driver.held.lock().unwrap().remove(0).complete(Status::Ok);
+        vq.run(vring, mem).unwrap();
 
-    vq.run(&vring, &mem).unwrap();
-    driver.held.lock().unwrap().remove(0).complete(Status::IoErr);
-    driver.held.lock().unwrap().remove(0).complete(Status::Ok);
-    vq.run(&vring, &mem).unwrap();
-
-    assert_eq!((q.used().idx().load(), used(&q, 0)), (1, (0, 1)), "no data bytes, the status");
-    assert_eq!(status_at(&mem, BUF + 0x9000), VIRTIO_BLK_S_IOERR as u8);
-    assert_eq!(vq.stats().errors, 1);
+        assert_eq!((q.used().idx().load(), used(q, 0)), (1, (0, 1)), "no data bytes, the status");
+        assert_eq!(status_at(mem, BUF + 0x9000), VIRTIO_BLK_S_IOERR as u8);
+        assert_eq!(vq.stats().errors, 1);
+    });
 }
 
 #[test]
