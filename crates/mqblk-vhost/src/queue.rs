@@ -400,28 +400,26 @@ impl VirtQueue {
                 return false;
             };
             debug_assert_eq!(host.len(), seg.len as usize);
-            // SAFETY: `host` maps `seg.len` bytes of one guest memory
-            // region (get_slice checked the whole range lies in it), which
-            // are initialised (mapped memory) and valid for reads and
-            // writes (the regions are mapped read-write). They stay mapped
-            // while the bio lives: the slot keeps `mem`'s Arc, which owns
-            // the regions' mappings, until the last of its bios has
-            // completed (`bio_done`) or been drained (`abandon_in_flight`),
-            // so a SET_MEM_TABLE meanwhile only swaps the backend's
-            // GuestMemoryAtomic. "Not accessed through any other pointer"
-            // is what virtio promises (the driver hands the chain's buffers
-            // to the device until they are in the used ring) but the guest
-            // is not trusted to keep it: it may write its buffers while we
-            // use them, or name the same memory twice. That is accepted,
-            // as for any memory shared with another process, because what
-            // is lent is plain bytes: every u8 value is valid, no driver or
-            // block-layer code decides anything about memory safety from
-            // data bytes (the null driver copies them in or out with
-            // memcpy, the file driver hands their address to the kernel),
-            // and the lent range is never reached through a Rust reference
-            // outside the bio. A guest racing its own buffers gets back or
-            // stores mixed bytes of its own, as with a DMA device; no other
-            // memory is touched.
+            // The guest is not trusted to keep virtio's promise that the
+            // chain's buffers are the device's until they are in the used
+            // ring: it may write its buffers while a bio uses them, or name
+            // the same memory twice. That is accepted, as for any memory
+            // shared with another process, because what is lent is plain
+            // bytes: every u8 value is valid, no driver or block-layer code
+            // decides anything about memory safety from data bytes (the null
+            // driver copies them in or out with memcpy, the file driver
+            // hands their address to the kernel), and the lent range is
+            // never reached through a Rust reference outside the bio. A
+            // guest racing its own buffers gets back or stores mixed bytes
+            // of its own, as with a DMA device; no other memory is touched.
+            //
+            // SAFETY: `host` maps `seg.len` initialised, read-write bytes of
+            // one guest memory region (get_slice checked the whole range
+            // lies in it), and they stay mapped while the bio lives: the
+            // slot keeps `mem`'s Arc, which owns the mappings, until its last
+            // bio completes (`bio_done`) or is drained (`abandon_in_flight`);
+            // a SET_MEM_TABLE meanwhile only swaps the GuestMemoryAtomic.
+            // Concurrent guest writes are accepted as argued above.
             let buf = unsafe { Buf::borrowed(host.ptr_guard_mut().as_ptr(), seg.len as usize) };
             pending.push((slot_id, if write { Bio::write(offset, buf) } else { Bio::read(offset, buf) }));
             offset += u64::from(seg.len);
