@@ -6,7 +6,7 @@
 # performance gate (scripts/perf-gate.sh), the loom models (bounded
 # preemptions), Miri (scripts/miri.sh), cargo-fuzz on the NBD and
 # vhost-user-blk servers (bounded) and the zoned kernel oracle (installs
-# qemu, a Debian kernel and busybox).
+# qemu and busybox; fetches Debian's kernels without installing them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -92,7 +92,7 @@ scripts/fio-libblkio.sh --guest >/dev/null
 
 # The guests' kernels (Linux 6.12, and 6.1 for the oracle: tests/guest/
 # fetch-kernel.sh, cached), fetched beside the lints and unit tests: the
-# fetch waits on the network, not the CPUs. The background lane waits for
+# fetch waits on the network, not the CPUs. The background lane waits
 # for it before its first guest.
 mkdir -p target
 (tests/guest/fetch-kernel.sh 6.12 && tests/guest/fetch-kernel.sh 6.1) > target/kernel-fetch.log 2>&1 &

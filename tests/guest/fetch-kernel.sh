@@ -5,8 +5,8 @@
 #
 # 6.12: linux-image-6.12.* from bookworm-backports (the guests of
 #       tests/guest/run.sh and the 6.12 oracle);
-# 6.1:  linux-image-6.1.* from bookworm and bookworm-security (the zoned
-#       oracle's Linux 6.1, tests/oracle/run.sh).
+# 6.1:  linux-image-6.1.* from bookworm, bookworm-updates and
+#       bookworm-security (the zoned oracle's Linux 6.1, tests/oracle/run.sh).
 # The newest package that linux-image-amd64 depends on in those suites is
 # fetched with `apt-get download` through a private sources list, lists,
 # cache and an empty dpkg status, and unpacked with `dpkg-deb -x`: nothing
