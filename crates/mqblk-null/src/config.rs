@@ -180,6 +180,9 @@ pub struct NullConfig {
     pub rotational: bool,
     pub seek_nsec: u64,
     pub channels: usize,
+    /// `jitter_pct`: each channel request's service time varies uniformly
+    /// within this many percent either side (0: every request alike).
+    pub jitter_pct: u64,
     /// `zoned=1` and its parameters.
     pub zoned: Option<ZonedConfig>,
     /// `badblocks`: bad sector ranges, (first, last) inclusive.
@@ -219,6 +222,7 @@ impl Default for NullConfig {
             rotational: false,
             seek_nsec: 8_000_000,
             channels: 0,
+            jitter_pct: 0,
             zoned: None,
             badblocks: Vec::new(),
             badblocks_once: false,
@@ -247,6 +251,7 @@ mod range {
     pub const MAX_SEGMENTS: (u64, u64) = (1, 65535);
     pub const SEEK_NSEC: (u64, u64) = (0, 10_000_000_000);
     pub const CHANNELS: (u64, u64) = (0, 4096);
+    pub const JITTER_PCT: (u64, u64) = (0, 90);
     pub const ZONE_SIZE_MB: (u64, u64) = (1, 1 << 20);
     pub const ZONE_CAPACITY_MB: (u64, u64) = (0, 1 << 20);
     pub const ZONE_COUNT: (u64, u64) = (0, 1 << 20);
@@ -303,6 +308,7 @@ impl NullConfig {
         rotational: bool,
         seek_nsec: u64,
         channels: usize,
+        jitter_pct: u64,
         zoned: Option<ZonedConfig>,
         badblocks: Vec<(u64, u64)>,
         badblocks_once: bool,
@@ -335,6 +341,8 @@ impl NullConfig {
 const COMPLETION_NSEC_UNUSED: &str =
     "completion_nsec times completions only with irqmode=2 (timer), rotational=1 or channels=N: it has no \
      effect here";
+/// Why `jitter_pct` is refused without channels.
+const JITTER_PCT_UNUSED: &str = "jitter_pct varies the service time of channels=N: it has no effect here";
 /// Why `seek_nsec` is refused on a device that does not seek.
 const SEEK_NSEC_UNUSED: &str = "seek_nsec is the seek time of rotational=1 media: it has no effect here";
 
@@ -381,6 +389,7 @@ mod tests {
         for spec in [
             "null:gb=2,bs=4096,submit_queues=2,irqmode=0,memory_backed=1,discard=1",
             "null:size=64,hw_queue_depth=8,irqmode=2,completion_nsec=20000,mbps=100,max_sectors=64",
+            "null:size=64,channels=32,completion_nsec=20000,mbps=100,jitter_pct=25",
             "null:size=512,memory_backed=1,cache_size=4,cache_mode=writethrough,powercut_tear=1",
             "null:gb=1,zoned=1,zone_size=64,zone_capacity=32,zone_max_open=3,zone_lock=global,zoned_compat=6.1",
             "null:size=8,poll_mode=hybrid,rotational=1,seek_nsec=100,badblocks=8-15:64-64,error_read=1:100:0:-1",
@@ -403,6 +412,8 @@ mod tests {
             ("null:completion_nsec=5000", "completion_nsec times completions only with irqmode=2"),
             ("null:irqmode=1,completion_nsec=5000", "it has no effect here"),
             ("null:seek_nsec=100", "seek_nsec is the seek time of rotational=1"),
+            ("null:irqmode=2,jitter_pct=25", "jitter_pct varies the service time of channels=N"),
+            ("null:channels=4,jitter_pct=100", "jitter_pct"),
         ] {
             let e = cfg(spec).unwrap_err();
             assert!(e.contains(why), "{spec}: {e}");
@@ -410,8 +421,11 @@ mod tests {
         assert!(cfg("null:irqmode=2,completion_nsec=5000").is_ok());
         assert!(cfg("null:rotational=1,completion_nsec=5000,seek_nsec=100").is_ok());
         assert!(cfg("null:channels=2,completion_nsec=5000").is_ok());
+        assert!(cfg("null:channels=2,jitter_pct=90").is_ok());
         let e = NullConfig::new().completion_nsec(5000).validate().unwrap_err().to_string();
         assert!(e.contains("no effect"), "the typed path refuses it too: {e}");
+        let e = NullConfig::new().jitter_pct(25).validate().unwrap_err().to_string();
+        assert!(e.contains("jitter_pct varies"), "the typed path refuses jitter without channels: {e}");
     }
 
     fn cfg(spec: &str) -> Result<NullConfig, String> {

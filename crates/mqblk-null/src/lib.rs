@@ -52,6 +52,7 @@
 //! | rotational | 0 | rotational media: one request at a time, with seeks |
 //! | seek_nsec | 8000000 | rotational: full-stroke seek time |
 //! | channels | 0 | internal channels, each one request at a time for completion_nsec + transfer at mbps (0: unlimited; 1: a serial device) |
+//! | jitter_pct | 0 | channels: each request's service time drawn uniformly within this many percent either side (0-90; 0: all alike, so channels started together finish together) |
 //! | zoned | 0 | a zoned device: the keys below apply |
 //! | zone_size | 256 | zone size in MB (a power of two) |
 //! | zone_capacity | 0 | writable MB per zone (0: zone_size) |
@@ -273,7 +274,8 @@ impl NullDriver {
             rotational: cfg
                 .rotational
                 .then(|| Rotational::new(cfg.seek_nsec, cfg.completion_nsec, cfg.size_bytes, cfg.mbps)),
-            channels: (cfg.channels > 0).then(|| Channels::new(cfg.channels, cfg.completion_nsec, cfg.mbps)),
+            channels: (cfg.channels > 0)
+                .then(|| Channels::new(cfg.channels, cfg.completion_nsec, cfg.mbps, cfg.jitter_pct)),
             poll_lists: (0..cfg.poll_queues)
                 .map(|_| Mutex::new(VecDeque::with_capacity(cfg.hw_queue_depth as usize)))
                 .collect(),
@@ -561,7 +563,11 @@ impl Driver for NullDriver {
             let _ = writeln!(out, "null/rotational seek_nsec={} seeks={seeks} sequential={sequential}", c.seek_nsec);
         }
         if self.channels.is_some() {
-            let _ = writeln!(out, "null/channels={} service_nsec={}", c.channels, c.completion_nsec);
+            let _ = writeln!(
+                out,
+                "null/channels={} service_nsec={} jitter_pct={}",
+                c.channels, c.completion_nsec, c.jitter_pct
+            );
         }
         self.show_queues(out);
     }

@@ -84,23 +84,44 @@ fn transfer_ns(len: u64, bytes_per_sec: u64) -> u64 {
 }
 
 /// An SSD or NVMe device's internal channels.
+///
+/// With every request alike, channels that start together finish together:
+/// a queue kept full completes its requests in bursts of `nr`, one burst per
+/// service time, for as long as the run lasts. A real SSD's reads vary in
+/// time, so its completions drift apart and free tags one at a time.
+/// `jitter_pct` draws each request's service time uniformly within that
+/// many percent either side of its mean, which keeps the mean (and so the
+/// bandwidth) and breaks the lockstep. Tag wakeups depend on which of the
+/// two the device does: a burst of 32 frees serves every woken sleeper,
+/// single frees leave most of 5.6's batch of woken sleepers without a tag.
 pub(crate) struct Channels {
     service_nsec: u64,
     bytes_per_sec: u64,
+    jitter_pct: u64,
+    /// The jitter's sequence: a splitmix64 counter, so runs are repeatable
+    /// in distribution without a lock or an allocation per request.
+    jitter_seq: AtomicU64,
     /// When each channel is free.
     free_at: Box<[AtomicU64]>,
 }
 
 impl Channels {
-    pub(crate) fn new(nr: usize, service_nsec: u64, mbps: u64) -> Self {
+    pub(crate) fn new(nr: usize, service_nsec: u64, mbps: u64, jitter_pct: u64) -> Self {
         assert!(nr > 0, "at least one channel");
-        Self { service_nsec, bytes_per_sec: mbps << 20, free_at: (0..nr).map(|_| AtomicU64::new(0)).collect() }
+        assert!(jitter_pct < 100, "a jitter of 100% or more would allow no service time at all");
+        Self {
+            service_nsec,
+            bytes_per_sec: mbps << 20,
+            jitter_pct,
+            jitter_seq: AtomicU64::new(0),
+            free_at: (0..nr).map(|_| AtomicU64::new(0)).collect(),
+        }
     }
 
     /// Serves a request of `len` bytes arriving at `now` on the channel
     /// free soonest; returns when it ends.
     pub(crate) fn reserve(&self, now: u64, len: u64) -> u64 {
-        let busy = self.service_nsec + transfer_ns(len, self.bytes_per_sec);
+        let busy = self.jittered(self.service_nsec + transfer_ns(len, self.bytes_per_sec));
         loop {
             let (index, free_at) = self
                 .free_at
@@ -115,6 +136,27 @@ impl Channels {
             }
         }
     }
+
+    /// `busy_ns` moved uniformly within `jitter_pct` percent either side.
+    fn jittered(&self, busy_ns: u64) -> u64 {
+        let span = busy_ns * self.jitter_pct / 100;
+        if span == 0 {
+            return busy_ns;
+        }
+        let draw = splitmix64(self.jitter_seq.fetch_add(SPLITMIX_GAMMA, Ordering::Relaxed));
+        busy_ns - span + draw % (2 * span + 1)
+    }
+}
+
+const SPLITMIX_GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// splitmix64's output function (Steele, Lea and Flood, "Fast splittable
+/// pseudorandom number generators", 2014).
+fn splitmix64(seq: u64) -> u64 {
+    let mut z = seq.wrapping_add(SPLITMIX_GAMMA);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 /// A device-wide bandwidth limit (`mbps`): transfers are laid end to end on
@@ -161,7 +203,7 @@ mod tests {
 
     #[test]
     fn channels_serve_in_parallel_then_queue() {
-        let ch = Channels::new(2, 100, 0);
+        let ch = Channels::new(2, 100, 0, 0);
         assert_eq!(ch.reserve(1_000, 4096), 1_100);
         assert_eq!(ch.reserve(1_000, 4096), 1_100);
         assert_eq!(ch.reserve(1_000, 4096), 1_200, "third request waits for a channel");
@@ -170,10 +212,39 @@ mod tests {
     #[test]
     fn one_channel_is_serial_with_transfer_time() {
         // 1 MiB/s: 1 KiB takes 976,562 ns.
-        let ch = Channels::new(1, 100, 1);
+        let ch = Channels::new(1, 100, 1, 0);
         let one = ch.reserve(0, 1024);
         assert_eq!(one, 100 + 976_562);
         let merged = ch.reserve(one, 16 * 1024);
         assert_eq!(merged - one, 100 + 15_625_000, "a merged request pays the fixed cost once");
+    }
+
+    #[test]
+    fn jitter_spreads_service_times_around_the_mean_and_within_bounds() {
+        // One channel, requests back to back: each end - start is one
+        // service time.
+        let ch = Channels::new(1, 100_000, 0, 25);
+        let (mut prev, mut sum, mut lo, mut hi) = (0, 0u64, u64::MAX, 0);
+        let n = 4000;
+        for _ in 0..n {
+            let done = ch.reserve(0, 4096);
+            let busy = done - prev;
+            (lo, hi, sum, prev) = (lo.min(busy), hi.max(busy), sum + busy, done);
+        }
+        assert!(lo >= 75_000 && hi <= 125_000, "within 25% either side: {lo}..{hi}");
+        assert!(lo < 76_000 && hi > 124_000, "the whole range is drawn: {lo}..{hi}");
+        let mean = sum / n;
+        assert!(mean.abs_diff(100_000) < 1_500, "the mean service time is kept: {mean}");
+    }
+
+    #[test]
+    fn channels_started_together_finish_together_unless_jittered() {
+        let alike = Channels::new(4, 100_000, 0, 0);
+        let ends: Vec<u64> = (0..4).map(|_| alike.reserve(0, 4096)).collect();
+        assert!(ends.iter().all(|&e| e == 100_000), "{ends:?}");
+        let jittered = Channels::new(4, 100_000, 0, 25);
+        let mut ends: Vec<u64> = (0..4).map(|_| jittered.reserve(0, 4096)).collect();
+        ends.dedup();
+        assert!(ends.len() > 1, "jittered channels drift apart: {ends:?}");
     }
 }

@@ -88,6 +88,7 @@ impl NullConfig {
         w.flag_if_not("rotational", self.rotational, d.rotational);
         w.pair_if_not("seek_nsec", self.seek_nsec, d.seek_nsec);
         w.pair_if_not("channels", self.channels, d.channels);
+        w.pair_if_not("jitter_pct", self.jitter_pct, d.jitter_pct);
     }
 
     /// Bad blocks and fault injection.

@@ -8,7 +8,8 @@
 //! shaped like the source's:
 //!
 //! 1. fio randread 1 MB with max_sectors_kb=256 (every read is 4 requests)
-//!    on an HDD-, SSD- and NVMe-like null device, by jobs 1 / 24 / 48 / 72:
+//!    on an HDD-, SSD- and NVMe-like null device, by the source's jobs (1 /
+//!    24 / 48 / 72; the NVMe 1 / 18 / 36 / 54 / 72):
 //!    IOPS and context switches per second (the commit message's tables).
 //!    The source ran iodepth=1024 per job; here each job gets one more
 //!    read than it could hold with every tag of its queue (tags / 4
@@ -40,6 +41,8 @@ struct Profile {
     /// tag of its queue (tags / 4 requests per 1 MB read), so that even a
     /// single job sleeps for tags, as the source's iodepth=1024 did.
     iodepth_1m: usize,
+    /// Table 1's jobs: the source's for this device.
+    jobs_1m: &'static [usize],
     what: &'static str,
 }
 
@@ -50,28 +53,41 @@ const HDD: Profile = Profile {
     queues: 1,
     tags: 64,
     iodepth_1m: 17,
+    jobs_1m: &[1, 24, 48, 72],
     what: "rotational: one request at a time, 1 ms + seek by distance (8 ms full stroke) + 200 MiB/s; 64 tags (a SATA \
            disk's nr_requests: 2 x queue depth 32)",
 };
 
 const SSD_1M: Profile = Profile {
     name: "ssd",
-    device: "null:gb=2000,irqmode=2,completion_nsec=100000,channels=8,mbps=128,max_sectors=512,hw_queue_depth=256",
+    device: "null:gb=2000,irqmode=2,completion_nsec=100000,channels=8,mbps=128,jitter_pct=25,max_sectors=512,\
+             hw_queue_depth=256",
     queues: 1,
     tags: 256,
     iodepth_1m: 65,
-    what: "8 channels x (100 us + 128 MiB/s), 1 GiB/s in all (the source's SSD: 1,077 MB/s); 256 tags",
+    jobs_1m: &[1, 24, 48, 72],
+    what: "8 channels x (100 us + 128 MiB/s), each request within 25% of that, 1 GiB/s in all (the source's SSD: \
+           1,077 MB/s); 256 tags",
 };
 
+/// The source's NVMe had 1,023 tags per queue (its 4k reply: "nr_tags=1023")
+/// and 4 read queues; 256 per queue keeps 72 jobs' 1 MB buffers in this
+/// machine's memory with one job still able to fill its queue. Its channels'
+/// jitter keeps their completions apart: alike, 32 channels finish together
+/// and a burst of 32 frees serves every woken sleeper, so 5.6's wakeup
+/// wastes nothing and the stash has nothing to cut
+/// (docs/results/tag-wakeup-nvme-jitter.txt).
 const NVME: Profile = Profile {
     name: "nvme",
-    device: "null:gb=2000,irqmode=2,completion_nsec=20000,channels=32,mbps=100,max_sectors=512,submit_queues=4,\
-             hw_queue_depth=64",
+    device: "null:gb=2000,irqmode=2,completion_nsec=20000,channels=32,mbps=100,jitter_pct=25,max_sectors=512,\
+             submit_queues=4,hw_queue_depth=256",
     queues: 4,
-    tags: 64,
-    iodepth_1m: 17,
-    what: "4 hardware queues x 64 tags, 32 channels x (20 us + 100 MiB/s), 3.1 GiB/s in all (the source's NVMe: \
-           3,018 MB/s)",
+    tags: 256,
+    iodepth_1m: 65,
+    jobs_1m: &[1, 18, 36, 54, 72],
+    what:
+        "4 hardware queues x 256 tags, 32 channels x (20 us + 100 MiB/s), each request within 25% of that, 3.1 GiB/s \
+           in all (the source's NVMe: 3,018 MB/s, 4 queues x 1,023 tags)",
 };
 
 const SSD_4K: Profile = Profile {
@@ -80,6 +96,7 @@ const SSD_4K: Profile = Profile {
     queues: 1,
     tags: 256,
     iodepth_1m: 0,
+    jobs_1m: &[],
     what: "256 channels x 100 us per request: 2.56M IOPS with every tag busy, far above what 2 CPUs submit, so \
            the submitters and their wakeups are the limit; 256 tags (the source's nr_requests=256)",
 };
@@ -184,9 +201,9 @@ impl Row {
 /// whose 74 IOPS need seconds per cell).
 fn rows(quick: bool) -> Vec<Row> {
     let mut rows = Vec::new();
-    let (profiles, jobs_1m): (&[&'static Profile], &[usize]) =
-        if quick { (&[&SSD_1M, &NVME], &[1, 48]) } else { (&[&HDD, &SSD_1M, &NVME], &[1, 24, 48, 72]) };
+    let profiles: &[&'static Profile] = if quick { &[&SSD_1M, &NVME] } else { &[&HDD, &SSD_1M, &NVME] };
     for &profile in profiles {
+        let jobs_1m = if quick { &[1, 48] } else { profile.jobs_1m };
         let runtime = match (quick, profile.name) {
             (true, _) => "250ms",
             (false, "hdd") => "2", // 74 IOPS: 150 reads per cell

@@ -9,7 +9,7 @@
 use mqblk::config::{check_range, ConfigError};
 
 use super::{range, CacheMode, IrqMode, NullConfig, PollMode, MAX_CPUS};
-use super::{COMPLETION_NSEC_UNUSED, SEEK_NSEC_UNUSED};
+use super::{COMPLETION_NSEC_UNUSED, JITTER_PCT_UNUSED, SEEK_NSEC_UNUSED};
 use crate::zoned::{ZonedCompat, ZonedConfig};
 
 impl NullConfig {
@@ -61,6 +61,7 @@ impl NullConfig {
         check("max_segments", self.max_segments.into(), range::MAX_SEGMENTS)?;
         check("seek_nsec", self.seek_nsec, range::SEEK_NSEC)?;
         check("channels", self.channels as u64, range::CHANNELS)?;
+        check("jitter_pct", self.jitter_pct, range::JITTER_PCT)?;
         if let Some(&cpu) = self.irq_cpus.iter().find(|&&c| c >= MAX_CPUS) {
             return Err(ConfigError::BadValue {
                 driver: "null".into(),
@@ -92,6 +93,9 @@ impl NullConfig {
         let timed = self.irq_mode() == IrqMode::Timer || self.channels > 0 || self.rotational;
         if self.completion_nsec != default.completion_nsec && !timed {
             return conflict(COMPLETION_NSEC_UNUSED);
+        }
+        if self.jitter_pct != default.jitter_pct && self.channels == 0 {
+            return conflict(JITTER_PCT_UNUSED);
         }
         if self.seek_nsec != default.seek_nsec && !self.rotational {
             return conflict(SEEK_NSEC_UNUSED);

@@ -10,7 +10,7 @@
 use mqblk::config::{ConfigError, SpecParams};
 
 use super::{range, CacheMode, FaultSpec, IrqMode, NullConfig, PollMode, MAX_CPUS};
-use super::{COMPLETION_NSEC_UNUSED, SEEK_NSEC_UNUSED};
+use super::{COMPLETION_NSEC_UNUSED, JITTER_PCT_UNUSED, SEEK_NSEC_UNUSED};
 use crate::zoned::{ZoneLock, ZonedCompat, ZonedConfig};
 
 /// The keys a `null:` spec accepts.
@@ -37,6 +37,7 @@ pub const NULL_KEYS: &[&str] = &[
     "rotational",
     "seek_nsec",
     "channels",
+    "jitter_pct",
     "zoned",
     "zone_size",
     "zone_capacity",
@@ -104,6 +105,7 @@ impl NullConfig {
             rotational: p.bool("rotational", false)?,
             seek_nsec: int("seek_nsec", d.seek_nsec, range::SEEK_NSEC)?,
             channels: int("channels", 0, range::CHANNELS)? as usize,
+            jitter_pct: int("jitter_pct", 0, range::JITTER_PCT)?,
             zoned: Self::zoned_from_params(p)?,
             badblocks: Vec::new(),
             badblocks_once: p.bool("badblocks_once", false)?,
@@ -142,6 +144,9 @@ impl NullConfig {
             || p.bool("rotational", false)?;
         if p.is_set("completion_nsec") && !timed {
             return Err(p.conflict(COMPLETION_NSEC_UNUSED));
+        }
+        if p.is_set("jitter_pct") && p.u64_in("channels", 0, 0, u64::MAX)? == 0 {
+            return Err(p.conflict(JITTER_PCT_UNUSED));
         }
         if p.is_set("seek_nsec") && !p.bool("rotational", false)? {
             return Err(p.conflict(SEEK_NSEC_UNUSED));
