@@ -4,6 +4,7 @@
 //!
 //! Relies on: parking_lot and spin.
 
+use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -62,9 +63,16 @@ pub(super) enum ZoneMutex<T> {
     Sleep(Mutex<T>),
 }
 
-pub(super) enum ZoneGuard<'a, T> {
-    Spin(SpinMutexGuard<'a, T>),
-    Sleep(MutexGuard<'a, T>),
+/// A zone's state, held: through its own lock, released on drop, or
+/// reached under the device lock (`zone_lock=global`), which already
+/// excludes every other command, so no second lock is taken (null_blk
+/// before "null_blk: improve zone locking" took only its `zone_lock`).
+pub(super) struct ZoneGuard<'a, T> {
+    value: &'a mut T,
+    /// The lock this guard holds; None under the global lock.
+    held: Option<&'a ZoneMutex<T>>,
+    /// Released on the thread that took it, as parking_lot's guard.
+    _not_send: PhantomData<*mut ()>,
 }
 
 impl<T> ZoneMutex<T> {
@@ -84,16 +92,63 @@ impl<T> ZoneMutex<T> {
         }
         // Statistics only: Relaxed, and paid only by a waiter.
         contended.fetch_add(1, Ordering::Relaxed);
+        let value = match self {
+            Self::Spin(m) => SpinMutexGuard::leak(m.lock()),
+            Self::Sleep(m) => MutexGuard::leak(m.lock()),
+        };
+        ZoneGuard { value, held: Some(self), _not_send: PhantomData }
+    }
+
+    #[inline]
+    pub(super) fn try_lock(&self) -> Option<ZoneGuard<'_, T>> {
+        let value = match self {
+            Self::Spin(m) => SpinMutexGuard::leak(m.try_lock()?),
+            Self::Sleep(m) => MutexGuard::leak(m.try_lock()?),
+        };
+        Some(ZoneGuard { value, held: Some(self), _not_send: PhantomData })
+    }
+
+    /// Whether someone holds the lock (for debug assertions).
+    pub(super) fn is_locked(&self) -> bool {
         match self {
-            Self::Spin(m) => ZoneGuard::Spin(m.lock()),
-            Self::Sleep(m) => ZoneGuard::Sleep(m.lock()),
+            Self::Spin(m) => m.is_locked(),
+            Self::Sleep(m) => m.is_locked(),
         }
     }
 
-    pub(super) fn try_lock(&self) -> Option<ZoneGuard<'_, T>> {
-        match self {
-            Self::Spin(m) => m.try_lock().map(ZoneGuard::Spin),
-            Self::Sleep(m) => m.try_lock().map(ZoneGuard::Sleep),
+    /// The value without taking this lock, for a caller that holds the
+    /// device lock (`zone_lock=global`).
+    ///
+    /// # Safety
+    ///
+    /// The caller holds the device lock for as long as the guard lives,
+    /// every other access to this value is made under that same lock
+    /// (through this method, or through `lock`/`try_lock` on a zone no
+    /// guard of the caller's from this method points at), and the caller
+    /// holds no other guard of this zone.
+    #[inline]
+    pub(super) unsafe fn under_global(&self) -> ZoneGuard<'_, T> {
+        let ptr = match self {
+            Self::Spin(m) => m.as_mut_ptr(),
+            Self::Sleep(m) => m.data_ptr(),
+        };
+        // SAFETY: the pointer is the lock's own cell, valid for `&self`;
+        // the caller's device lock makes this the only access (above).
+        ZoneGuard { value: unsafe { &mut *ptr }, held: None, _not_send: PhantomData }
+    }
+}
+
+impl<T> Drop for ZoneGuard<'_, T> {
+    #[inline]
+    fn drop(&mut self) {
+        match self.held {
+            None => {}
+            // SAFETY: this guard took the lock (`lock`/`try_lock`) and
+            // leaked the crate's own guard; it is released once, here.
+            Some(ZoneMutex::Spin(m)) => unsafe { m.force_unlock() },
+            // SAFETY: as above (lock_api: force_unlock after a leaked
+            // guard is the documented use).
+            Some(ZoneMutex::Sleep(m)) => unsafe { m.force_unlock() },
         }
     }
 }
@@ -102,19 +157,13 @@ impl<T> Deref for ZoneGuard<'_, T> {
     type Target = T;
     #[inline]
     fn deref(&self) -> &T {
-        match self {
-            ZoneGuard::Spin(g) => g,
-            ZoneGuard::Sleep(g) => g,
-        }
+        self.value
     }
 }
 
 impl<T> DerefMut for ZoneGuard<'_, T> {
     #[inline]
     fn deref_mut(&mut self) -> &mut T {
-        match self {
-            ZoneGuard::Spin(g) => g,
-            ZoneGuard::Sleep(g) => g,
-        }
+        self.value
     }
 }

@@ -78,8 +78,9 @@
 //!   `zone_max_active` is set, and only around changes of a zone's
 //!   open/active state.
 //! - `global`: one device lock (of the same kind) around every zoned
-//!   command, reads included: the design before that patch (whose
-//!   `zone_lock` was a spin lock), kept as the baseline of `mqblk
+//!   command, reads included, and no other zone lock: the design before
+//!   that patch (whose `zone_lock` was a spin lock, and the only lock a
+//!   command took without memory backing), kept as the baseline of `mqblk
 //!   experiment zone-lock`.
 //!
 //! Lock order: zone, then resources. Implicitly closing another zone to
@@ -305,8 +306,28 @@ impl NullZoned {
         format!("{scope} {} contended={contended}", self.lock_kind.name())
     }
 
+    /// Zone `zno`'s state, for a caller that holds `lock_global()`'s guard
+    /// (every caller does: `process`, `report` and what they call). Under
+    /// `zone_lock=global` that lock alone excludes every other command, so
+    /// the zone's own lock is not taken: null_blk before "null_blk: improve
+    /// zone locking" took its device `zone_lock` and nothing else (the
+    /// bitmap of zone locks only with memory backing).
+    #[inline]
     fn lock_zone(&self, zno: usize) -> ZoneGuard<'_, ZoneState> {
-        self.zones[zno].lock(&self.contended)
+        match &self.global {
+            Some(global) => {
+                debug_assert!(global.is_locked(), "zone {zno} reached without the global zone lock");
+                // SAFETY: the caller holds the global lock for as long as
+                // the guard lives (above), and under zone_lock=global every
+                // access to a zone's state is made holding it: through
+                // here, or (close_imp_open_zone) through try_lock on a zone
+                // other than the one whose guard the caller holds. No
+                // caller takes a second guard of a zone it holds (under
+                // per-zone locks that would spin forever).
+                unsafe { self.zones[zno].under_global() }
+            }
+            None => self.zones[zno].lock(&self.contended),
+        }
     }
 
     fn lock_global(&self) -> Option<ZoneGuard<'_, ()>> {

@@ -128,3 +128,31 @@ fn a_smaller_last_zone_with_a_smaller_capacity_is_refused_in_both_modes() {
         assert_eq!((zones.len(), zones[1].len, zones[1].capacity), (2, 2_097_152, 2_097_152), "{spec}");
     }
 }
+
+/// zone_lock=global is null_blk before "null_blk: improve zone locking":
+/// its device `zone_lock` was the only lock a command took (without
+/// memory backing). Under it a zone's own lock stays free; under per-zone
+/// locks it is the one taken.
+#[test]
+fn under_the_global_zone_lock_no_zone_lock_is_taken() {
+    use super::{NullZoned, ZoneLock, ZonedConfig};
+
+    for memory_backed in [false, true] {
+        for (lock, zone_locked) in [(ZoneLock::Global, false), (ZoneLock::PerZone, true)] {
+            let cfg = ZonedConfig::new().zone_size_mb(64).zone_lock(lock);
+            let z = NullZoned::new(&cfg, 1 << 30, 512, memory_backed).unwrap();
+            let global = z.lock_global();
+            assert_eq!(global.is_some(), lock == ZoneLock::Global);
+            let st = z.lock_zone(3);
+            assert_eq!(st.cond, ZoneCond::Empty);
+            assert_eq!(z.zones[3].is_locked(), zone_locked, "{lock:?}, memory_backed={memory_backed}");
+            drop(st);
+            assert!(!z.zones[3].is_locked(), "{lock:?}: released");
+            drop(global);
+            let mut out = Vec::new();
+            z.report(3 * ZS, 2, &mut out);
+            assert_eq!(out.len(), 2);
+            assert!(z.zones.iter().all(|m| !m.is_locked()), "{lock:?}: a report leaves every zone lock free");
+        }
+    }
+}
