@@ -31,7 +31,10 @@
 //!
 //! mq-deadline runs `read` and `write`. The kernel's mq-deadline has one
 //! lock per device; mqblk's has one per hardware queue, so with two queues
-//! its own lock is a smaller bottleneck than the kernel's.
+//! its own lock is a smaller bottleneck than the kernel's. A third row,
+//! `read` under mq-deadline on one hardware queue (full runs only), puts
+//! both jobs behind one deadline lock, as the kernel's are: the row that
+//! isolates that difference.
 //!
 //! A user-space spin lock's holder can be preempted, which the kernel's
 //! (preemption and interrupts off) cannot: rows with more jobs than CPUs
@@ -49,6 +52,30 @@ const LOCKS: [&str; 2] = ["global", "per-zone"];
 const SCHEDS: [&str; 2] = ["none", "mq-deadline"];
 /// Hardware queues, for both schedulers: one per CPU of this machine.
 const QUEUES: usize = 2;
+
+/// A row of the tables: a scheduler on a hardware-queue count, a workload.
+#[derive(Clone, Copy, PartialEq)]
+struct RowKey {
+    sched: &'static str,
+    queues: usize,
+    workload: usize,
+}
+
+impl RowKey {
+    /// The scheduler as the tables name it: the queue count where it is
+    /// not the experiment's.
+    fn sched_label(&self) -> String {
+        match self.queues {
+            QUEUES => self.sched.to_string(),
+            1 => format!("{}, 1 hw queue", self.sched),
+            n => format!("{}, {n} hw queues", self.sched),
+        }
+    }
+
+    fn w(&self) -> &'static Workload {
+        &WORKLOADS[self.workload]
+    }
+}
 
 /// One row of the experiment: a job on a device configuration.
 struct Workload {
@@ -110,15 +137,15 @@ const SOURCE_WRITE_NS_PER_JOB: u64 = 206_000;
 /// (the largest not oversubscribed here), measured in --quick runs too.
 const COMPARE_JOBS: usize = 2;
 
-/// 16 GiB in 256 zones of 64 MiB, two hardware queues. No memory backing:
-/// the zone locks spin.
-fn device(lock: &str, sched: &str, w: &Workload) -> String {
+/// 16 GiB in 256 zones of 64 MiB, `queues` hardware queues. No memory
+/// backing: the zone locks spin.
+fn device(lock: &str, sched: &str, queues: usize, w: &Workload) -> String {
     let completion = match w.completion_nsec {
         0 => String::new(),
         ns => format!(",completion_nsec={ns}"),
     };
     format!(
-        "null:gb=16,zoned=1,zone_size=64,irqmode={}{completion},submit_queues={QUEUES},hw_queue_depth=256,\
+        "null:gb=16,zoned=1,zone_size=64,irqmode={}{completion},submit_queues={queues},hw_queue_depth=256,\
          zone_lock={lock},sched={sched}",
         w.irqmode
     )
@@ -143,8 +170,7 @@ fn job_args(w: &Workload, jobs: usize, runtime: &str) -> Vec<String> {
 /// One compared pair: a scheduler, a workload and a job count, measured
 /// under each lock over the rounds.
 struct Group {
-    sched: &'static str,
-    workload: usize,
+    key: RowKey,
     jobs: usize,
     /// KIOPS per lock (LOCKS order), one value per round.
     kiops: [Spread; 2],
@@ -167,7 +193,7 @@ impl Group {
     }
 
     fn w(&self) -> &'static Workload {
-        &WORKLOADS[self.workload]
+        self.key.w()
     }
 }
 
@@ -195,25 +221,25 @@ fn job_counts(quick: bool, sched: &str) -> &'static [usize] {
     }
 }
 
-/// The (scheduler, workload) pairs measured, in table order.
-fn rows() -> Vec<(&'static str, usize)> {
-    SCHEDS
+/// The rows measured, in table order: every workload under none, those
+/// marked under mq-deadline, and (full runs) reads under mq-deadline on one
+/// hardware queue.
+fn rows(quick: bool) -> Vec<RowKey> {
+    let mut rows: Vec<RowKey> = SCHEDS
         .iter()
-        .flat_map(|&s| (0..WORKLOADS.len()).map(move |w| (s, w)))
-        .filter(|&(s, w)| s == "none" || WORKLOADS[w].with_mq_deadline)
-        .collect()
+        .flat_map(|&sched| (0..WORKLOADS.len()).map(move |workload| RowKey { sched, queues: QUEUES, workload }))
+        .filter(|k| k.sched == "none" || k.w().with_mq_deadline)
+        .collect();
+    if !quick {
+        rows.push(RowKey { sched: "mq-deadline", queues: 1, workload: 0 });
+    }
+    rows
 }
 
-fn measure_pair(
-    sched: &'static str,
-    workload: usize,
-    jobs: usize,
-    opts: &Options,
-    runtime: &str,
-) -> Result<Group, ExperimentError> {
-    let w = &WORKLOADS[workload];
+fn measure_pair(key: RowKey, jobs: usize, opts: &Options, runtime: &str) -> Result<Group, ExperimentError> {
+    let (sched, w) = (key.sched_label(), key.w());
     let args = |lock: &str| {
-        let mut a = vec!["--device".to_string(), device(lock, sched, w)];
+        let mut a = vec!["--device".to_string(), device(lock, key.sched, key.queues, w)];
         a.extend(job_args(w, jobs, runtime));
         a
     };
@@ -236,8 +262,7 @@ fn measure_pair(
     let spread = |v: usize, f: fn(&(f64, f64)) -> f64| Spread::over(&runs[v], f);
     let command = |lock: &str| format!("mqblk bench {}", args(lock).join(" "));
     Ok(Group {
-        sched,
-        workload,
+        key,
         jobs,
         kiops: [spread(0, |r| r.0), spread(1, |r| r.0)],
         contended_per_kio: [spread(0, |r| r.1), spread(1, |r| r.1)],
@@ -261,14 +286,14 @@ pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentErro
     // loaded machine half-second cells swung by more than the effects.
     let runtime = if opts.quick { "1" } else { "2" };
     let mut groups = Vec::new();
-    for (sched, workload) in rows() {
-        for &jobs in job_counts(opts.quick, sched) {
-            groups.push(measure_pair(sched, workload, jobs, opts, runtime)?);
+    for key in rows(opts.quick) {
+        for &jobs in job_counts(opts.quick, key.sched) {
+            groups.push(measure_pair(key, jobs, opts, runtime)?);
         }
     }
     let table = table(&groups, opts);
     let doc = document(&groups, opts, runtime);
-    Ok((doc, panels(&groups), table))
+    Ok((doc, panels(&groups, opts.quick), table))
 }
 
 fn document(groups: &[Group], opts: &Options, runtime: &str) -> Value {
@@ -277,13 +302,13 @@ fn document(groups: &[Group], opts: &Options, runtime: &str) -> Value {
     for g in groups {
         for (i, lock) in LOCKS.iter().enumerate() {
             results.push(json!({
-                "sched": g.sched,
+                "sched": g.key.sched,
                 "workload": g.w().name,
                 "irqmode": g.w().irqmode,
                 "completion_nsec": g.w().completion_nsec,
                 "zone_lock": lock,
                 "lock_kind": "spin",
-                "hw_queues": QUEUES,
+                "hw_queues": g.key.queues,
                 "jobs": g.jobs,
                 "oversubscribed": g.jobs > cpus,
                 "kiops": g.kiops[i].json(),
@@ -317,10 +342,12 @@ fn document(groups: &[Group], opts: &Options, runtime: &str) -> Value {
         "notes": "zone locks spin (no memory backing), as the kernel's; jobs above the CPU count are \
                   oversubscribed: a preempted spin lock holder stalls its waiters, which cannot happen in the \
                   kernel; both schedulers run two hardware queues; mqblk's mq-deadline has a lock per hardware \
-                  queue, the kernel's one per device",
+                  queue, the kernel's one per device: the row under mq-deadline on one hardware queue puts both \
+                  jobs behind one deadline lock, as the kernel's",
         "results": results,
         "ratios": groups.iter().map(|g| json!({
-            "sched": g.sched, "workload": g.w().name, "jobs": g.jobs, "oversubscribed": g.jobs > cpus,
+            "sched": g.key.sched, "hw_queues": g.key.queues, "workload": g.w().name, "jobs": g.jobs,
+            "oversubscribed": g.jobs > cpus,
             "per_zone_over_global": g.ratio().json(),
             "us_per_io_per_job_global": g.us_per_io_per_job(),
         })).collect::<Vec<_>>(),
@@ -330,12 +357,12 @@ fn document(groups: &[Group], opts: &Options, runtime: &str) -> Value {
 /// IOPS by job count per workload under none (the two locks, with their
 /// spread), the per-zone / global ratio by job count for every row, and
 /// the ratio at the CPU count beside the source's at 96 jobs.
-fn panels(groups: &[Group]) -> Vec<Panel> {
+fn panels(groups: &[Group], quick: bool) -> Vec<Panel> {
     let over = cpus() as f64 + 1.0;
-    let of = |s: &str, w: usize| of_row(groups, s, w);
+    let of = |k: RowKey| of_row(groups, k);
     let mut panels: Vec<Panel> = (0..WORKLOADS.len())
         .map(|w| {
-            let gs = of("none", w);
+            let gs = of(RowKey { sched: "none", queues: QUEUES, workload: w });
             LOCKS.iter().enumerate().fold(
                 Panel::numeric(format!("zone-lock: {}, sched none", WORKLOADS[w].name), "jobs", "IOPS")
                     .oversubscribed_from(over),
@@ -348,14 +375,14 @@ fn panels(groups: &[Group]) -> Vec<Panel> {
             )
         })
         .collect();
-    let ratios = rows().into_iter().fold(
+    let ratios = rows(quick).into_iter().fold(
         Panel::numeric("zone-lock: per-zone / global", "jobs", "ratio").oversubscribed_from(over),
-        |p, (s, w)| {
-            let gs = of(s, w);
+        |p, k| {
+            let gs = of(k);
             let rs: Vec<Spread> = gs.iter().map(|g| g.ratio()).collect();
             p.with(
                 Series::measured(
-                    format!("{}, {s}", WORKLOADS[w].name),
+                    format!("{}, {}", k.w().name, k.sched_label()),
                     gs.iter().zip(&rs).map(|(g, r)| (g.jobs as f64, r.median)).collect(),
                 )
                 .with_spread(rs.iter().map(|r| (r.min, r.max)).collect()),
@@ -363,33 +390,33 @@ fn panels(groups: &[Group]) -> Vec<Panel> {
         },
     );
     panels.push(ratios);
-    panels.push(beside_source(groups));
+    panels.push(beside_source(groups, quick));
     panels
 }
 
-/// The groups of one (scheduler, workload) row, by job count.
-fn of_row<'a>(groups: &'a [Group], sched: &str, workload: usize) -> Vec<&'a Group> {
-    groups.iter().filter(|g| g.sched == sched && g.workload == workload).collect()
+/// The groups of one row, by job count.
+fn of_row(groups: &[Group], key: RowKey) -> Vec<&Group> {
+    groups.iter().filter(|g| g.key == key).collect()
 }
 
 /// Bars: per-zone / global at the CPU count, each row, beside the source's
 /// ratio at 96 jobs where it printed figures.
-fn beside_source(groups: &[Group]) -> Panel {
-    let at: Vec<(String, Option<&Group>)> = rows()
+fn beside_source(groups: &[Group], quick: bool) -> Panel {
+    let at: Vec<(String, Option<&Group>)> = rows(quick)
         .into_iter()
-        .map(|(s, w)| {
-            let g = groups.iter().find(|g| g.sched == s && g.workload == w && g.jobs == COMPARE_JOBS);
-            (format!("{}, {s}", WORKLOADS[w].name), g)
+        .map(|k| {
+            let g = groups.iter().find(|g| g.key == k && g.jobs == COMPARE_JOBS);
+            (format!("{}, {}", k.w().name, k.sched_label()), g)
         })
         .collect();
     let names = at.iter().map(|(n, _)| n.clone()).collect();
     let measured: Vec<(usize, Spread)> =
         at.iter().enumerate().filter_map(|(i, (_, g))| g.map(|g| (i, g.ratio()))).collect();
-    let source: Vec<(f64, f64)> = rows()
+    let source: Vec<(f64, f64)> = rows(quick)
         .into_iter()
         .enumerate()
-        .filter(|(_, (s, _))| *s == "none")
-        .filter_map(|(i, (_, w))| WORKLOADS[w].source_kiops.map(|(g, p)| (i as f64, p / g)))
+        .filter(|(_, k)| k.sched == "none")
+        .filter_map(|(i, k)| k.w().source_kiops.map(|(g, p)| (i as f64, p / g)))
         .collect();
     Panel::categories(
         format!("zone-lock: per-zone / global, ours at {COMPARE_JOBS} jobs, the source's at {SOURCE_JOBS} jobs"),
@@ -413,14 +440,14 @@ fn table(groups: &[Group], opts: &Options) -> String {
          under both schedulers; {cpus} CPUs); KIOPS, median (min-max) of {} rounds ==\n",
         opts.rounds
     );
-    for (sched, w) in rows() {
-        let wl = &WORKLOADS[w];
-        t.push_str(&format!("\nsched {sched}, {}: {}\n", wl.name, wl.what));
+    for key in rows(opts.quick) {
+        let wl = key.w();
+        t.push_str(&format!("\nsched {}, {}: {}\n", key.sched_label(), wl.name, wl.what));
         t.push_str(&format!(
             "{:<4} | {:<21} | {:<21} | {:<18} | {:>10} | {:<28}\n",
             "jobs", "global KIOPS", "per-zone KIOPS", "per-zone / global", "us/IO/job", "lock found held /1000 I/Os"
         ));
-        for g in groups.iter().filter(|g| g.sched == sched && g.workload == w) {
+        for g in of_row(groups, key) {
             t.push_str(&format!(
                 "{:>4} | {:<21} | {:<21} | {:<18} | {:>10.2} | {:<28}{}\n",
                 g.jobs,
@@ -439,7 +466,7 @@ fn table(groups: &[Group], opts: &Options) -> String {
          the kernel's spin locks (preemption off) cannot suffer: not comparable to the source.\n\
          ratio: per-zone / global, per round (the two locks ran side by side).\n"
     ));
-    t.push_str(&summary(groups, cpus));
+    t.push_str(&summary(groups, cpus, opts.quick));
     t.push_str(
         "\nsource, as printed (2 x 24 cores, none scheduler, fio zonemode=zbd):\n\
          \tbefore patch:\n\t\twrite (psync x 96 jobs) = 465 KIOPS\n\t\tread (libaio@qd=8 x 96 jobs) = 1361 KIOPS\n\
@@ -464,16 +491,16 @@ fn show_kiops(k: &Spread) -> String {
 }
 
 /// Each row's ratio at the CPU count, in words.
-fn summary(groups: &[Group], cpus: usize) -> String {
+fn summary(groups: &[Group], cpus: usize, quick: bool) -> String {
     let mut s = format!("\nper-zone / global at {COMPARE_JOBS} jobs ({cpus} CPUs; median of the per-round ratios):\n");
-    for (sched, w) in rows() {
-        let Some(g) = groups.iter().find(|g| g.sched == sched && g.workload == w && g.jobs == COMPARE_JOBS) else {
+    for key in rows(quick) {
+        let Some(g) = of_row(groups, key).into_iter().find(|g| g.jobs == COMPARE_JOBS) else {
             continue;
         };
         s.push_str(&format!(
-            "  {:<12} {:<13} {} (range {})\n",
-            sched,
-            WORKLOADS[w].name,
+            "  {:<25} {:<13} {} (range {})\n",
+            key.sched_label(),
+            key.w().name,
             describe(g.ratio().median),
             g.ratio().show(2)
         ));
@@ -494,9 +521,12 @@ mod tests {
 
     #[test]
     fn both_schedulers_run_the_same_queue_count() {
-        for sched in SCHEDS {
-            assert!(device("global", sched, &WORKLOADS[0]).contains(&format!("submit_queues={QUEUES},")));
+        for key in rows(true) {
+            assert_eq!(key.queues, QUEUES, "{}", key.sched_label());
+            assert!(device("global", key.sched, key.queues, key.w()).contains(&format!("submit_queues={QUEUES},")));
         }
-        assert_eq!(rows().len(), 5, "none: read, write, write-inline; mq-deadline: read, write");
+        assert_eq!(rows(true).len(), 5, "none: read, write, write-inline; mq-deadline: read, write");
+        let extra: Vec<String> = rows(false).iter().filter(|k| k.queues != QUEUES).map(|k| k.sched_label()).collect();
+        assert_eq!(extra, ["mq-deadline, 1 hw queue"], "full runs add the one-deadline-lock row");
     }
 }
