@@ -329,11 +329,14 @@ impl WakePolicy for HandoffWake {
 pub const WAKE_POLICIES: &[&str] = &["batch", "stash", "handoff", "batch2017", "batch2020"];
 
 /// The policy a device uses unless its spec says `wake=`: mqblk's own.
-/// Chosen on the tag-wakeup experiment's rows with tag contention: of the
-/// four policies it runs, this one sleeps least per I/O on the nvme rows
-/// and about as little as the RFC's stash on the ssd's, and is the only
-/// one that keeps the hdd's 1-job IOPS at 72 jobs (where the stash
-/// sleeps less). The figures, with the command and commit that produced
+/// Chosen on the tag-wakeup experiment's 1 MB rows, where jobs contend
+/// for tags: of the four policies it runs, this one alone keeps the hdd's
+/// 1-job IOPS at 72 jobs (a job's split requests stay together), and at
+/// 72 jobs it sleeps less per I/O than both batched wakeups (5.6's and
+/// today's) on every device; the RFC's stash sleeps less still, and loses
+/// hdd IOPS. Its price: waiters are served strictly in order, so where
+/// writes hold every tag (async-starvation without bfq's limits) each
+/// read of a starting application waits its turn. The figures, with the command and commit that produced
 /// them, are in docs/results/tag-wakeup.json (BENCHMARKS.md,
 /// "tag-wakeup"), not repeated here.
 pub const DEFAULT_WAKE_POLICY: &str = "handoff";
