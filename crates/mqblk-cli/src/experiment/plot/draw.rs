@@ -1,7 +1,9 @@
 //! Panels drawn with plotters into one SVG: a numeric axis as lines with
-//! min-max error bars (the source's figures as dashed grey triangles, the
-//! oversubscribed range shaded), named cases as horizontal grouped bars
-//! (long names stay readable on the vertical axis) with their values.
+//! min-max error bars (the source's figures as dashed grey triangles,
+//! filled then hollow, the oversubscribed range shaded), named cases as
+//! horizontal grouped bars (long names stay readable on the vertical axis)
+//! with their values. Each panel's key sits in a strip below its plot, so
+//! it never covers a point or a bar.
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -28,17 +30,19 @@ pub fn chart(panels: &[Panel], columns: usize) -> Result<String, String> {
     super::font::ready()?;
     let columns = columns.clamp(1, panels.len().max(1));
     let rows = panels.len().div_ceil(columns).max(1);
-    let height = panels.iter().map(panel_height).max().unwrap_or(PANEL_H);
+    let height = panels.iter().map(|p| panel_height(p) + key_height(p)).max().unwrap_or(PANEL_H);
     let mut svg = String::new();
     {
         let size = (PANEL_W * columns as u32, height * rows as u32);
         let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
         root.fill(&WHITE).map_err(failed)?;
         for (p, area) in panels.iter().zip(root.split_evenly((rows, columns)).iter()) {
-            match &p.x {
-                XAxis::Numeric { oversubscribed_from } => numeric(area, p, *oversubscribed_from)?,
-                XAxis::Categories(names) => bars(area, p, names)?,
-            }
+            let (plot, strip) = area.split_vertically(height - key_height(p));
+            let keys = match &p.x {
+                XAxis::Numeric { oversubscribed_from } => numeric(&plot, p, *oversubscribed_from)?,
+                XAxis::Categories(names) => bars(&plot, p, names)?,
+            };
+            draw_keys(&strip, &keys)?;
         }
         root.present().map_err(failed)?;
     }
@@ -60,25 +64,100 @@ fn panel_height(p: &Panel) -> u32 {
     }
 }
 
-/// The top of a value axis: the largest median or spread, with headroom
-/// for the legend.
-fn value_top(series: &[Series]) -> f64 {
+/// The top of a value axis: the largest median or spread, with
+/// `headroom` (a fraction) above it.
+fn value_top(series: &[Series], headroom: f64) -> f64 {
     let top = series
         .iter()
         .flat_map(|s| s.points.iter().map(|p| p.1).chain(s.spread.iter().map(|r| r.1)))
         .fold(0.0, f64::max);
     if top > 0.0 {
-        top * 1.25
+        top * (1.0 + headroom)
     } else {
         1.0
     }
 }
 
-fn numeric(area: &Area, p: &Panel, oversubscribed_from: Option<f64>) -> Result<(), String> {
+/// What a key entry shows beside its label.
+#[derive(Clone, Copy)]
+enum Mark {
+    Line(RGBColor),
+    Bar(RGBColor),
+    Shade,
+    /// A source series: filled for the first, hollow for the second.
+    Triangle {
+        filled: bool,
+    },
+}
+
+type Keys = Vec<(String, Mark)>;
+
+const KEY_ROW_PX: u32 = 17;
+/// Labels up to this many characters share a row with another.
+const KEY_TWO_COLUMN_CHARS: usize = 40;
+
+/// The key's label for the shaded, oversubscribed range.
+fn shade_label(from: f64) -> String {
+    format!("jobs >= {}: more threads than CPUs", number(from))
+}
+
+/// A panel's key labels, in the order its plot pushes them.
+fn key_labels(p: &Panel) -> Vec<String> {
+    let shade = match p.x {
+        XAxis::Numeric { oversubscribed_from: Some(from) } => Some(shade_label(from)),
+        _ => None,
+    };
+    shade.into_iter().chain(p.series.iter().map(|s| s.label.clone())).collect()
+}
+
+/// Two entries to a row when every label is short, else one.
+fn key_columns<'a>(labels: impl IntoIterator<Item = &'a String>) -> usize {
+    if labels.into_iter().all(|l| l.chars().count() <= KEY_TWO_COLUMN_CHARS) {
+        2
+    } else {
+        1
+    }
+}
+
+/// The strip below a panel's plot that holds its key.
+fn key_height(p: &Panel) -> u32 {
+    let labels = key_labels(p);
+    let rows = labels.len().div_ceil(key_columns(&labels)) as u32;
+    10 + rows * KEY_ROW_PX
+}
+
+/// The key, row by row.
+fn draw_keys(strip: &Area, keys: &Keys) -> Result<(), String> {
+    let columns = key_columns(keys.iter().map(|(l, _)| l));
+    let column_px = (PANEL_W as i32 - 90) / columns as i32;
+    let style = TextStyle::from(("sans-serif", 11).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
+    for (i, (label, mark)) in keys.iter().enumerate() {
+        let x = 80 + (i % columns) as i32 * column_px;
+        let y = 4 + (i / columns) as i32 * KEY_ROW_PX as i32 + KEY_ROW_PX as i32 / 2;
+        match *mark {
+            Mark::Line(c) => strip.draw(&PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2))),
+            Mark::Bar(c) => strip.draw(&Rectangle::new([(x, y - 5), (x + 16, y + 5)], c.filled())),
+            Mark::Shade => {
+                strip.draw(&Rectangle::new([(x, y - 5), (x + 16, y + 5)], RGBColor(0, 0, 0).mix(0.18).filled()))
+            }
+            Mark::Triangle { filled } => {
+                let style = if filled { SOURCE_GREY.filled() } else { SOURCE_GREY.stroke_width(1) };
+                strip.draw(&TriangleMarker::new((x + 8, y), 6, style))
+            }
+        }
+        .map_err(failed)?;
+        strip.draw(&Text::new(label.clone(), (x + 24, y), style.clone())).map_err(failed)?;
+    }
+    Ok(())
+}
+
+/// Draws a numeric panel's plot; returns its key.
+fn numeric(area: &Area, p: &Panel, oversubscribed_from: Option<f64>) -> Result<Keys, String> {
+    let mut keys = Keys::new();
     let xs = || p.series.iter().flat_map(|s| s.points.iter().map(|q| q.0));
     let (x_lo, x_hi) = (xs().fold(f64::MAX, f64::min).min(0.0), xs().fold(0.0, f64::max).max(1.0));
     let x_hi = x_hi + (x_hi - x_lo) * 0.05;
-    let y_hi = value_top(&p.series);
+    let y_hi = value_top(&p.series, 0.08);
     // Counts (jobs) get whole-number ticks, one per unit up to 16.
     let whole = xs().all(|x| x.fract() == 0.0);
     let x_ticks = if whole && x_hi - x_lo <= 16.0 { (x_hi - x_lo) as usize + 1 } else { 10 };
@@ -106,21 +185,16 @@ fn numeric(area: &Area, p: &Panel, oversubscribed_from: Option<f64>) -> Result<(
     if let Some(from) = oversubscribed_from {
         let shade = RGBColor(0, 0, 0).mix(0.07).filled();
         let start = from - (x_hi - x_lo) * 0.02;
-        chart
-            .draw_series(std::iter::once(Rectangle::new([(start, 0.0), (x_hi, y_hi)], shade)))
-            .map_err(failed)?
-            .label(format!("shaded: jobs >= {}, more threads than CPUs", number(from)))
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 16, y + 5)], RGBColor(0, 0, 0).mix(0.18).filled()));
+        chart.draw_series(std::iter::once(Rectangle::new([(start, 0.0), (x_hi, y_hi)], shade))).map_err(failed)?;
+        keys.push((shade_label(from), Mark::Shade));
     }
+    let mut sources = 0;
     for (i, s) in p.series.iter().enumerate() {
         let color = PALETTE[i % PALETTE.len()];
         match s.origin {
             Origin::Measured => {
-                chart
-                    .draw_series(LineSeries::new(s.points.iter().copied(), color.stroke_width(2)))
-                    .map_err(failed)?
-                    .label(s.label.as_str())
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2)));
+                chart.draw_series(LineSeries::new(s.points.iter().copied(), color.stroke_width(2))).map_err(failed)?;
+                keys.push((s.label.clone(), Mark::Line(color)));
                 chart.draw_series(s.points.iter().map(|&q| Circle::new(q, 3, color.filled()))).map_err(failed)?;
                 let bars = s.points.iter().zip(&s.spread);
                 chart
@@ -130,37 +204,24 @@ fn numeric(area: &Area, p: &Panel, oversubscribed_from: Option<f64>) -> Result<(
             Origin::Source => {
                 let dashed = DashedLineSeries::new(s.points.iter().copied(), 5, 4, SOURCE_GREY.stroke_width(1));
                 chart.draw_series(dashed).map_err(failed)?;
-                chart
-                    .draw_series(s.points.iter().map(|&q| TriangleMarker::new(q, 6, SOURCE_GREY.filled())))
-                    .map_err(failed)?
-                    .label(s.label.as_str())
-                    .legend(|(x, y)| TriangleMarker::new((x + 8, y), 6, SOURCE_GREY.filled()));
+                let filled = sources == 0;
+                sources += 1;
+                let style = if filled { SOURCE_GREY.filled() } else { SOURCE_GREY.stroke_width(1) };
+                chart.draw_series(s.points.iter().map(|&q| TriangleMarker::new(q, 6, style))).map_err(failed)?;
+                keys.push((s.label.clone(), Mark::Triangle { filled }));
             }
         }
     }
-    legend(&mut chart)
-}
-
-fn legend<'a, X, Y>(chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>) -> Result<(), String>
-where
-    X: Ranged,
-    Y: Ranged,
-{
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .label_font(("sans-serif", 11))
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(190, 190, 190))
-        .draw()
-        .map_err(failed)
+    Ok(keys)
 }
 
 /// Named cases top to bottom, a bar per series in each case's band.
-fn bars(area: &Area, p: &Panel, names: &[String]) -> Result<(), String> {
+fn bars(area: &Area, p: &Panel, names: &[String]) -> Result<Keys, String> {
+    let mut keys = Keys::new();
     let n = names.len().max(1);
     let k = p.series.len().max(1) as f64;
-    let x_hi = value_top(&p.series);
+    // Room right of the longest bar for its value.
+    let x_hi = value_top(&p.series, 0.15);
     let longest = names.iter().map(|s| s.chars().count()).max().unwrap_or(4) as u32;
     let mut chart = ChartBuilder::on(area)
         .caption(&p.title, ("sans-serif", 15))
@@ -203,11 +264,8 @@ fn bars(area: &Area, p: &Panel, names: &[String]) -> Result<(), String> {
             let c = centre(case);
             Rectangle::new([(0.0, c - band * 0.42), (v, c + band * 0.42)], color.mix(0.85).filled())
         });
-        chart
-            .draw_series(rects)
-            .map_err(failed)?
-            .label(s.label.as_str())
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 16, y + 5)], color.filled()));
+        chart.draw_series(rects).map_err(failed)?;
+        keys.push((s.label.clone(), Mark::Bar(color)));
         let spread = s.points.iter().zip(&s.spread);
         chart
             .draw_series(
@@ -221,7 +279,7 @@ fn bars(area: &Area, p: &Panel, names: &[String]) -> Result<(), String> {
         });
         chart.draw_series(values).map_err(failed)?;
     }
-    legend(&mut chart)
+    Ok(keys)
 }
 
 /// `v` rounded to a whole number, thousands separated: 149426 -> "149,426".
@@ -290,15 +348,44 @@ mod tests {
     fn chart_draws_every_series_spread_and_case_name() {
         let svg = chart(&sample(), 2).expect("a sans-serif font (fonts-dejavu-core)");
         assert!(svg.starts_with("<svg"));
-        for text in
-            ["jobs panel", "cases panel", "per-zone", "source", "bfq without limits", "idle", "51.8", "shaded: jobs"]
-        {
+        for text in [
+            "jobs panel",
+            "cases panel",
+            "per-zone",
+            "source",
+            "bfq without limits",
+            "idle",
+            "51.8",
+            "more threads than CPUs",
+        ] {
             assert!(svg.contains(text), "no '{text}' in the chart");
         }
         // Two lines of the numeric panel (measured, dashed source) and the
         // bars of the categorical one.
         assert!(svg.matches("<polyline").count() >= 2, "lines missing");
         assert!(svg.matches("<rect").count() >= 4, "bars missing");
+    }
+
+    /// The y of the SVG text element that reads `label`.
+    fn text_y(svg: &str, label: &str) -> f64 {
+        let escaped = label.replace('>', "&gt;");
+        let end = svg.find(&format!(">\n{escaped}\n<")).unwrap_or_else(|| panic!("no text '{label}'"));
+        let start = svg[..end].rfind("<text").expect("a text element");
+        let attr = &svg[start..end];
+        let y = &attr[attr.find(" y=\"").expect("a y attribute") + 4..];
+        y[..y.find('"').unwrap()].parse().unwrap()
+    }
+
+    #[test]
+    fn keys_sit_below_the_plots_they_name() {
+        let svg = chart(&sample(), 2).unwrap();
+        let plot_bottom = PANEL_H as f64;
+        for label in ["per-zone", "source", "mqblk", "jobs >= 4: more threads than CPUs"] {
+            assert!(text_y(&svg, label) > plot_bottom, "key '{label}' drawn over the plot");
+        }
+        assert!(text_y(&svg, "jobs panel") < plot_bottom, "the title stays on the plot");
+        // Three short labels: two to a row, so two rows.
+        assert_eq!(key_height(&sample()[0]), 10 + 2 * KEY_ROW_PX);
     }
 
     #[test]
