@@ -413,13 +413,13 @@ impl VirtQueue {
             // guest racing its own buffers gets back or stores mixed bytes
             // of its own, as with a DMA device; no other memory is touched.
             //
-            // SAFETY: `host` maps `seg.len` initialised, read-write bytes of
-            // one guest memory region (get_slice checked the whole range
-            // lies in it), and they stay mapped while the bio lives: the
-            // slot keeps `mem`'s Arc, which owns the mappings, until its last
-            // bio completes (`bio_done`) or is drained (`abandon_in_flight`);
-            // a SET_MEM_TABLE meanwhile only swaps the GuestMemoryAtomic.
-            // Concurrent guest writes are accepted as argued above.
+            // `host` maps `seg.len` initialised, read-write bytes of one
+            // guest memory region (get_slice checked the whole range lies in
+            // it), and they stay mapped while the bio lives: the slot keeps
+            // `mem`'s Arc, which owns the mappings, until its last bio
+            // completes (`bio_done`) or is drained (`abandon_in_flight`); a
+            // SET_MEM_TABLE meanwhile only swaps the GuestMemoryAtomic.
+            // SAFETY: valid, mapped bytes for the bio's life (above); guest races accepted.
             let buf = unsafe { Buf::borrowed(host.ptr_guard_mut().as_ptr(), seg.len as usize) };
             pending.push((slot_id, if write { Bio::write(offset, buf) } else { Bio::read(offset, buf) }));
             offset += u64::from(seg.len);

@@ -317,13 +317,12 @@ impl NullZoned {
         match &self.global {
             Some(global) => {
                 debug_assert!(global.is_locked(), "zone {zno} reached without the global zone lock");
-                // SAFETY: the caller holds the global lock for as long as
-                // the guard lives (above), and under zone_lock=global every
-                // access to a zone's state is made holding it: through
-                // here, or (close_imp_open_zone) through try_lock on a zone
-                // other than the one whose guard the caller holds. No
-                // caller takes a second guard of a zone it holds (under
-                // per-zone locks that would spin forever).
+                // Under zone_lock=global every access to a zone's state
+                // holds that lock: through here, or (close_imp_open_zone)
+                // through try_lock on a zone other than the one whose guard
+                // the caller holds; no caller takes a second guard of a zone
+                // it holds (under per-zone locks that would spin forever).
+                // SAFETY: the caller holds the global lock while the guard lives.
                 unsafe { self.zones[zno].under_global() }
             }
             None => self.zones[zno].lock(&self.contended),
