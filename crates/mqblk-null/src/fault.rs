@@ -27,6 +27,7 @@ use mqblk::Op;
 use mqblk_sync::{AtomicI64, AtomicU64, Mutex, Ordering};
 
 use crate::config::NullConfig;
+use crate::splitmix::SplitMix;
 
 /// A fault_attr as a spec gives it (`interval:probability:space:times`).
 ///
@@ -102,7 +103,7 @@ pub(crate) struct FaultAttr {
     space: AtomicI64,
     times: AtomicI64,
     count: AtomicU64,
-    rng: AtomicU64,
+    rng: SplitMix,
     /// Failures injected so far.
     failed: AtomicU64,
 }
@@ -115,7 +116,7 @@ impl FaultAttr {
             space: AtomicI64::new(spec.space.min(i64::MAX as u64) as i64),
             times: AtomicI64::new(spec.times),
             count: AtomicU64::new(0),
-            rng: AtomicU64::new(seed),
+            rng: SplitMix::new(seed),
             failed: AtomicU64::new(0),
         }
     }
@@ -135,7 +136,7 @@ impl FaultAttr {
         if self.interval > 1 && (self.count.fetch_add(1, Ordering::Relaxed) + 1) % self.interval != 0 {
             return false;
         }
-        if self.probability < 100 && self.probability as u64 <= self.next_rand() % 100 {
+        if self.probability < 100 && self.probability as u64 <= self.rng.next() % 100 {
             return false;
         }
         // Spend one of `times`, unless unlimited or already spent by a
@@ -155,14 +156,6 @@ impl FaultAttr {
     /// Failures injected so far.
     pub(crate) fn failed(&self) -> u64 {
         self.failed.load(Ordering::Relaxed)
-    }
-
-    /// splitmix64 over an atomic counter: lock-free and reproducible.
-    fn next_rand(&self) -> u64 {
-        let mut z = self.rng.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed).wrapping_add(0x9e37_79b9_7f4a_7c15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
     }
 }
 

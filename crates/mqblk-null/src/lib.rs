@@ -95,6 +95,7 @@ mod mem;
 mod service;
 mod show;
 mod spec;
+mod splitmix;
 mod store;
 pub mod zoned;
 

@@ -22,6 +22,8 @@
 
 use mqblk_sync::{AtomicU64, Mutex, Ordering};
 
+use crate::splitmix::SplitMix;
+
 /// The rotational disk: a head position and one timeline.
 pub(crate) struct Rotational {
     seek_nsec: u64,
@@ -98,9 +100,8 @@ pub(crate) struct Channels {
     service_nsec: u64,
     bytes_per_sec: u64,
     jitter_pct: u64,
-    /// The jitter's sequence: a splitmix64 counter, so runs are repeatable
-    /// in distribution without a lock or an allocation per request.
-    jitter_seq: AtomicU64,
+    /// The jitter's draws.
+    jitter_seq: SplitMix,
     /// When each channel is free.
     free_at: Box<[AtomicU64]>,
 }
@@ -113,7 +114,7 @@ impl Channels {
             service_nsec,
             bytes_per_sec: mbps << 20,
             jitter_pct,
-            jitter_seq: AtomicU64::new(0),
+            jitter_seq: SplitMix::new(0),
             free_at: (0..nr).map(|_| AtomicU64::new(0)).collect(),
         }
     }
@@ -143,20 +144,9 @@ impl Channels {
         if span == 0 {
             return busy_ns;
         }
-        let draw = splitmix64(self.jitter_seq.fetch_add(SPLITMIX_GAMMA, Ordering::Relaxed));
+        let draw = self.jitter_seq.next();
         busy_ns - span + draw % (2 * span + 1)
     }
-}
-
-const SPLITMIX_GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
-
-/// splitmix64's output function (Steele, Lea and Flood, "Fast splittable
-/// pseudorandom number generators", 2014).
-fn splitmix64(seq: u64) -> u64 {
-    let mut z = seq.wrapping_add(SPLITMIX_GAMMA);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 /// A device-wide bandwidth limit (`mbps`): transfers are laid end to end on
