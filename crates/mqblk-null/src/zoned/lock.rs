@@ -4,7 +4,6 @@
 //!
 //! Relies on: parking_lot and spin.
 
-use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -67,12 +66,10 @@ pub(super) enum ZoneMutex<T> {
 /// reached under the device lock (`zone_lock=global`), which already
 /// excludes every other command, so no second lock is taken (null_blk
 /// before "null_blk: improve zone locking" took only its `zone_lock`).
-pub(super) struct ZoneGuard<'a, T> {
-    value: &'a mut T,
-    /// The lock this guard holds; None under the global lock.
-    held: Option<&'a ZoneMutex<T>>,
-    /// Released on the thread that took it, as parking_lot's guard.
-    _not_send: PhantomData<*mut ()>,
+pub(super) enum ZoneGuard<'a, T> {
+    Spin(SpinMutexGuard<'a, T>),
+    Sleep(MutexGuard<'a, T>),
+    UnderGlobal(&'a mut T),
 }
 
 impl<T> ZoneMutex<T> {
@@ -92,20 +89,18 @@ impl<T> ZoneMutex<T> {
         }
         // Statistics only: Relaxed, and paid only by a waiter.
         contended.fetch_add(1, Ordering::Relaxed);
-        let value = match self {
-            Self::Spin(m) => SpinMutexGuard::leak(m.lock()),
-            Self::Sleep(m) => MutexGuard::leak(m.lock()),
-        };
-        ZoneGuard { value, held: Some(self), _not_send: PhantomData }
+        match self {
+            Self::Spin(m) => ZoneGuard::Spin(m.lock()),
+            Self::Sleep(m) => ZoneGuard::Sleep(m.lock()),
+        }
     }
 
     #[inline]
     pub(super) fn try_lock(&self) -> Option<ZoneGuard<'_, T>> {
-        let value = match self {
-            Self::Spin(m) => SpinMutexGuard::leak(m.try_lock()?),
-            Self::Sleep(m) => MutexGuard::leak(m.try_lock()?),
-        };
-        Some(ZoneGuard { value, held: Some(self), _not_send: PhantomData })
+        match self {
+            Self::Spin(m) => m.try_lock().map(ZoneGuard::Spin),
+            Self::Sleep(m) => m.try_lock().map(ZoneGuard::Sleep),
+        }
     }
 
     /// Whether someone holds the lock (for debug assertions).
@@ -134,22 +129,7 @@ impl<T> ZoneMutex<T> {
         };
         // SAFETY: the pointer is the lock's own cell, valid for `&self`;
         // the caller's device lock makes this the only access (above).
-        ZoneGuard { value: unsafe { &mut *ptr }, held: None, _not_send: PhantomData }
-    }
-}
-
-impl<T> Drop for ZoneGuard<'_, T> {
-    #[inline]
-    fn drop(&mut self) {
-        match self.held {
-            None => {}
-            // SAFETY: this guard took the lock (`lock`/`try_lock`) and
-            // leaked the crate's own guard; it is released once, here.
-            Some(ZoneMutex::Spin(m)) => unsafe { m.force_unlock() },
-            // SAFETY: as above (lock_api: force_unlock after a leaked
-            // guard is the documented use).
-            Some(ZoneMutex::Sleep(m)) => unsafe { m.force_unlock() },
-        }
+        ZoneGuard::UnderGlobal(unsafe { &mut *ptr })
     }
 }
 
@@ -157,13 +137,21 @@ impl<T> Deref for ZoneGuard<'_, T> {
     type Target = T;
     #[inline]
     fn deref(&self) -> &T {
-        self.value
+        match self {
+            ZoneGuard::Spin(g) => g,
+            ZoneGuard::Sleep(g) => g,
+            ZoneGuard::UnderGlobal(v) => v,
+        }
     }
 }
 
 impl<T> DerefMut for ZoneGuard<'_, T> {
     #[inline]
     fn deref_mut(&mut self) -> &mut T {
-        self.value
+        match self {
+            ZoneGuard::Spin(g) => g,
+            ZoneGuard::Sleep(g) => g,
+            ZoneGuard::UnderGlobal(v) => v,
+        }
     }
 }
