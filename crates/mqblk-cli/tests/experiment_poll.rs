@@ -5,10 +5,13 @@
 //! generous margins (the machine is shared):
 //! - hybrid polling (the patch's design, the headline) gains IOPS at 4k,
 //!   and a polled 4k I/O completes sooner than an interrupt-driven one;
-//! - at 64k polling saves little time per I/O (the device's bandwidth
-//!   sets the pace) and gains less than at 4k; the size of that gain
-//!   is not asserted: quick runs on a 2-core VM gave 64k medians of 8.7%
-//!   to 16.0% in eight runs (4k 16.3% to 43.4%), the full run 3.2%;
+//! - at 128k, where the device's bandwidth sets the pace with the
+//!   interrupt too, polling saves no time per I/O at the median (the
+//!   source's 128k gained 0%). IOPS at 64k and 128k are not asserted: the
+//!   source's gained nothing, ours gain 2-18% in quick runs (the interrupt
+//!   path's tail on 2 shared CPUs lowers the mean, not the median; seen at
+//!   128k: hybrid +6.9% and +12.4% with the median I/O 1.3 and 0.4 us
+//!   slower polled), and BENCHMARKS names 64k not reproduced;
 //! - 16k costs the device more than 4k (the transfer term);
 //! - polling job threads spend more CPU per I/O than the interrupt path's
 //!   job threads, and the device's completion threads less.
@@ -39,7 +42,7 @@ fn quick_run_supports_every_claim() {
     let run = common::quick_experiment("poll");
     assert!(run.svg.starts_with("<svg") && run.svg.contains("<polyline"));
     let (table, v) = (&run.table, &run.json);
-    let checks: [Check; 9] = [
+    let checks: [Check; 8] = [
         (
             "reports_every_cell_headline_design_first_with_spreads",
             reports_every_cell_headline_design_first_with_spreads,
@@ -48,8 +51,7 @@ fn quick_run_supports_every_claim() {
         ("calibration_targets_the_source_per_io_time", calibration_targets_the_source_per_io_time),
         ("hybrid_polling_gains_iops_at_4k", hybrid_polling_gains_iops_at_4k),
         ("a_polled_4k_io_completes_sooner", a_polled_4k_io_completes_sooner),
-        ("polling_saves_time_per_io_at_4k_not_at_64k", polling_saves_time_per_io_at_4k_not_at_64k),
-        ("gain_at_64k_is_less_than_at_4k", gain_at_64k_is_less_than_at_4k),
+        ("polling_saves_time_per_io_at_4k_not_at_128k", polling_saves_time_per_io_at_4k_not_at_128k),
         ("sixteen_k_costs_the_device_more_than_4k", sixteen_k_costs_the_device_more_than_4k),
         (
             "polling_moves_cpu_from_the_device_threads_to_the_job_threads",
@@ -145,7 +147,7 @@ fn reports_every_cell_headline_design_first_with_spreads(table: &str, v: &Value)
     assert_eq!(v["headline_design"], "hybrid");
     assert_eq!(v["source_table"].as_array().unwrap().len(), 16, "rw x bs of the patch's table");
     let results = v["results"].as_array().unwrap();
-    assert_eq!(results.len(), 2 * 3 * 2 * 2, "rw x bs x design x hipri");
+    assert_eq!(results.len(), 2 * 4 * 2 * 2, "rw x bs x design x hipri");
     assert_eq!(results[0]["design"], "hybrid", "the patch's design leads");
     for r in results {
         for key in ["iops", "lat_mean_us", "lat_p99_us", "job_threads_cpu_us_per_io", "device_threads_cpu_us_per_io"] {
@@ -157,7 +159,7 @@ fn reports_every_cell_headline_design_first_with_spreads(table: &str, v: &Value)
         assert!(r["command"].as_str().unwrap().starts_with("mqblk bench --device null:"), "{r}");
     }
     let gains = v["gains"].as_array().unwrap();
-    assert_eq!(gains.len(), 2 * 3 * 2, "rw x bs x design");
+    assert_eq!(gains.len(), 2 * 4 * 2, "rw x bs x design");
     assert!(gains.iter().all(|g| runs(&g["gain_pct"]).len() == rounds), "a spread for every gain");
     // The table: the headline design's rows come first, no CPU column is
     // CPUs over IOPS, and no guess about other processes is printed.
@@ -242,27 +244,19 @@ fn pooled_savings(v: &Value, bs: &str) -> Vec<f64> {
 }
 
 /// The time saved per I/O at the median: a few us at 4k (the source's
-/// 3.3-4.4 us), nothing where the device's bandwidth sets the pace.
-fn polling_saves_time_per_io_at_4k_not_at_64k(table: &str, v: &Value) {
+/// 3.3-4.4 us), nothing where the device's bandwidth sets the pace with
+/// the interrupt too (128k: the full run's savings were -0.3 to 0.1 us,
+/// quick runs' -1.3 to -0.4: slower polled is no saving either).
+fn polling_saves_time_per_io_at_4k_not_at_128k(table: &str, v: &Value) {
     assert!(table.contains("per-I/O time polling saves"), "the saving is printed beside the source's");
-    let (s4, s64) = (pooled_savings(v, "4k"), pooled_savings(v, "64k"));
-    if s4.is_empty() || s64.is_empty() {
+    let (s4, s128) = (pooled_savings(v, "4k"), pooled_savings(v, "128k"));
+    if s4.is_empty() || s128.is_empty() {
         eprintln!("hybrid: per-I/O saving not checked (the pollers never held their CPUs)");
         return;
     }
-    let (s4, s64) = (median_of(s4), median_of(s64));
+    let (s4, s128) = (median_of(s4), median_of(s128));
     assert!(s4 > 1.0, "hybrid 4k: polling saves {s4:.1} us per I/O at the median");
-    assert!(s64 < s4 / 2.0, "hybrid 64k saves {s64:.1} us per I/O against 4k's {s4:.1}");
-}
-
-fn gain_at_64k_is_less_than_at_4k(_: &str, v: &Value) {
-    let (g4, g64) = (pooled_gains(v, "hybrid", "4k"), pooled_gains(v, "hybrid", "64k"));
-    if g4.is_empty() || g64.is_empty() {
-        eprintln!("hybrid 64k against 4k: IOPS gains not checked (the pollers never held their CPUs)");
-        return;
-    }
-    let (g4, g64) = (median_of(g4), median_of(g64));
-    assert!(g64 < g4, "64k gains less than 4k: {g64:.1}% vs {g4:.1}% (rounds in which the pollers held their CPUs)");
+    assert!(s128 < s4 / 2.0, "hybrid 128k saves {s128:.1} us per I/O against 4k's {s4:.1}");
 }
 
 fn sixteen_k_costs_the_device_more_than_4k(_: &str, v: &Value) {
@@ -273,7 +267,7 @@ fn sixteen_k_costs_the_device_more_than_4k(_: &str, v: &Value) {
 
 fn polling_moves_cpu_from_the_device_threads_to_the_job_threads(_: &str, v: &Value) {
     for design in ["hybrid", "poll_queues"] {
-        for bs in ["4k", "16k", "64k"] {
+        for bs in ["4k", "16k", "64k", "128k"] {
             let jobs = |hipri| both_rw(v, design, bs, hipri, "job_threads_cpu_us_per_io");
             let device = |hipri| both_rw(v, design, bs, hipri, "device_threads_cpu_us_per_io");
             // More, not a multiple: a poller descheduled on a loaded machine

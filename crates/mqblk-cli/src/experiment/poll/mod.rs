@@ -186,7 +186,7 @@ struct Measured {
 pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentError> {
     let place = placement();
     let (rws, bss, runtime): (&'static [&'static str], &'static [&'static str], &str) = if opts.quick {
-        (&["randread", "randwrite"], &["4k", "16k", "64k"], "400ms")
+        (&["randread", "randwrite"], &["4k", "16k", "64k", "128k"], "400ms")
     } else {
         (&["randread", "randwrite", "read", "write"], &["4k", "16k", "64k", "128k"], "900ms")
     };
