@@ -131,7 +131,7 @@ fi
   status=0
   cargo nextest run -p mqblk-cli -E "$guests" --no-fail-fast --success-output final > "$guest_log" 2>&1 || status=$?
   echo "$status" > target/guest-tests.status
-  printf '%6d  the qemu guest tests (Linux 6.12: ublk, zoned ublk, nbd, vhost-user-blk, power cuts, smoke)\n' $((SECONDS - start)) >> target/background.times
+  printf '%6d  the qemu guest tests (Linux 6.12: ublk, zoned ublk, nbd, vhost-user-blk and its reconnect, power cuts, smoke)\n' $((SECONDS - start)) >> target/background.times
   start=$SECONDS
   # Fixed seeds keep CI reproducible; explore with tests/oracle/ci.sh 300 $(date +%s) 4.
   # The 6.12 kernel comes through tests/guest/run.sh (fetched once, cached).

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # What a Linux 6.12 guest sees when its vhost-user-blk server dies by
-# SIGKILL mid-I/O (QEMU's vhost-user-blk-pci, no reconnect).
+# SIGKILL mid-I/O (QEMU's vhost-user-blk-pci, no reconnect): its requests
+# stay pending. With reconnect=1 and a new server, nothing is lost:
+# tests/guest/vhost_reconnect.sh.
 #
 #   cargo build --release -p mqblk-cli && scripts/vhost-sigkill.sh
 #

@@ -4,7 +4,8 @@
 //!
 //! Modules, bottom up: config.rs (features and configuration space from
 //! the device's limits), request.rs (a descriptor chain to a typed
-//! request), queue.rs (one virtqueue through one mqblk `Client`),
+//! request), in_order.rs (answers put in the used ring in avail order),
+//! queue.rs (one virtqueue through one mqblk `Client`),
 //! backend.rs (vhost-user-backend's trait), server.rs (the socket, one
 //! connection at a time, stop), error.rs.
 //!
@@ -39,6 +40,7 @@
 pub mod backend;
 pub mod config;
 pub mod error;
+pub mod in_order;
 pub mod queue;
 pub mod request;
 pub mod server;

@@ -10,6 +10,11 @@
 //! either made progress; the guest is signalled once at the end if the
 //! used ring's event index asks for it (VIRTIO_RING_F_EVENT_IDX).
 //!
+//! Answers go to the used ring in avail order (in_order.rs): a request
+//! that completes before an earlier one waits for it. A server killed
+//! mid-I/O then leaves a used index from which QEMU's reconnect restarts
+//! the next server at exactly the requests that were in flight.
+//!
 //! Reads and writes move no data through the server: each data segment of
 //! the request becomes one bio whose `Buf` borrows the guest's memory of
 //! that segment (`Buf::borrowed` over vm-memory's host address), and the
@@ -29,7 +34,7 @@
 //! nothing after warm-up.
 //!
 //! Relies on: request.rs (parsing, segment copies), config.rs
-//! (`DiskLimits`); mqblk's Client (submit, plug, do_io, completion_fd) and
+//! (`DiskLimits`), in_order.rs; mqblk's Client (submit, plug, do_io, completion_fd) and
 //! `Buf::borrowed`; vhost-user-backend's `VringMutex`, virtio-queue's
 //! `Queue` and vm-memory's host addresses.
 
@@ -44,6 +49,7 @@ use virtio_queue::QueueT;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryMmap};
 
 use crate::config::DiskLimits;
+use crate::in_order::InOrderUsed;
 use crate::request::{self, Kind, Request, Segment, ID_BYTES};
 
 /// The guest memory type served.
@@ -64,6 +70,8 @@ pub struct QueueStats {
 /// A request in flight: what its completion needs.
 struct Slot {
     head: u16,
+    /// The chain's position in the avail ring: its turn in the used ring.
+    avail_pos: u16,
     status: GuestAddress,
     kind: Kind,
     /// The request's data segments in the guest (request::parse).
@@ -82,6 +90,7 @@ impl Slot {
     fn new(seg_max: u32) -> Self {
         Self {
             head: 0,
+            avail_pos: 0,
             status: GuestAddress(0),
             kind: Kind::Flush,
             data: Vec::with_capacity(seg_max as usize + 2),
@@ -108,6 +117,11 @@ pub struct VirtQueue {
     pending_requests: u32,
     /// Bios the device refused at submission: (slot, status, buffer).
     rejected: Vec<(u16, Status, Option<Buf>)>,
+    /// Answers waiting for their turn in the used ring.
+    used: InOrderUsed,
+    /// Whether the ring's next used position was read from the guest's
+    /// used ring since the ring (re)started (`start_ring`).
+    ring_started: bool,
     /// The vring, kept from the first event so `stop` can finish requests.
     vring: Option<Vring>,
     stats: QueueStats,
@@ -136,6 +150,8 @@ impl VirtQueue {
             pending: Vec::with_capacity(capacity),
             pending_requests: 0,
             rejected: Vec::with_capacity(capacity),
+            used: InOrderUsed::default(),
+            ring_started: false,
             vring: None,
             stats: QueueStats::default(),
         })
@@ -173,10 +189,11 @@ impl VirtQueue {
         self.client.disarm_completion_fd();
         let mut used = 0;
         loop {
-            let (popped, answered) = self.pop_and_submit(vring, mem)?;
-            let reaped = self.reap(vring, mem, 0)?;
-            used += answered + reaped;
-            if popped == 0 && reaped == 0 {
+            let popped = self.pop_and_submit(vring, mem)?;
+            let reaped = self.reap(mem, 0)?;
+            let published = self.publish(vring)?;
+            used += published;
+            if popped == 0 && reaped == 0 && published == 0 {
                 break;
             }
         }
@@ -191,8 +208,11 @@ impl VirtQueue {
     pub fn finish_in_flight(&mut self, mem: &Mem) -> io::Result<()> {
         let Some(vring) = self.vring.clone() else { return Ok(()) };
         while self.client.in_flight() > 0 {
-            self.reap(&vring, mem, 1)?;
+            self.reap(mem, 1)?;
         }
+        self.publish(&vring)?;
+        debug_assert_eq!(self.used.held(), 0, "every answer published once nothing is in flight");
+        self.ring_started = false;
         vring.signal_used_queue()
     }
 
@@ -206,22 +226,65 @@ impl VirtQueue {
             slot.lent = None;
         }
         self.free_slots = (0..self.slots.len() as u16).rev().collect();
+        self.used.clear();
+        self.ring_started = false;
         self.vring = None;
     }
 
     /// Pops chains while slots are free and submits their bios under one
-    /// plug; returns (chains popped, answered without a bio). A broken
-    /// ring is an error (see `pop`); the bios prepared before it are
-    /// still submitted, so no slot is left holding an unsent request.
-    fn pop_and_submit(&mut self, vring: &Vring, mem: &Arc<Mem>) -> io::Result<(usize, usize)> {
+    /// plug; returns the chains popped. A broken ring is an error (see
+    /// `pop`); the bios prepared before it are still submitted, so no slot
+    /// is left holding an unsent request.
+    fn pop_and_submit(&mut self, vring: &Vring, mem: &Arc<Mem>) -> io::Result<usize> {
         let popped = self.pop(vring, mem);
-        let submitted = self.submit_pending(vring, mem);
-        let (popped, answered) = popped?;
-        Ok((popped, answered + submitted?))
+        self.submit_pending(mem);
+        popped
     }
 
-    /// Pops chains while slots are free, parses each and prepares its bios
-    /// (`start`); returns (chains popped, answered without a bio).
+    /// The ring (re)started: the in-order window begins at the guest's
+    /// used index, which vhost-user-backend made the next used position at
+    /// SET_VRING_ADDR (as libvhost-user does); set again here, so the
+    /// window does not depend on that. The next avail position
+    /// (SET_VRING_BASE) may not be past it: the chains between were popped
+    /// by an earlier server and never answered, and the window would wait
+    /// for their answers forever, so they are popped again. (QEMU restarts
+    /// the rings of a server that died at the used index itself:
+    /// virtio_queue_restore_last_avail_idx.) More than a ring past it is a
+    /// broken frontend: an error, which ends the queue's worker.
+    fn start_ring(&mut self, queue: &mut virtio_queue::Queue, mem: &Mem) -> io::Result<()> {
+        let used_idx = queue.used_idx(mem, std::sync::atomic::Ordering::Acquire).map_err(io::Error::other)?.0;
+        let next_avail = queue.next_avail();
+        let ahead = next_avail.wrapping_sub(used_idx);
+        if ahead > queue.size() {
+            return Err(io::Error::other(format!(
+                "queue {}: starts at avail {next_avail}, more than a ring ({}) past the used index {used_idx}",
+                self.index,
+                queue.size()
+            )));
+        }
+        if ahead > 0 {
+            // Popped by an earlier server and never answered: run again.
+            log::warn!("queue {}: {ahead} chains before avail {next_avail} have no answer: popped again", self.index);
+            queue.set_next_avail(used_idx);
+        }
+        queue.set_next_used(used_idx);
+        self.ring_started = true;
+        Ok(())
+    }
+
+    /// Puts the answers whose turn has come in the used ring (in_order.rs);
+    /// returns how many.
+    fn publish(&mut self, vring: &Vring) -> io::Result<usize> {
+        if self.used.held() == 0 {
+            return Ok(0);
+        }
+        let mut state = vring.get_mut();
+        self.used.publish(|head, used_len| state.add_used(head, used_len)).map_err(io::Error::other)
+    }
+
+    /// Pops chains while slots are free and the in-order window has room,
+    /// parses each and prepares its bios (`start`); returns the chains
+    /// popped.
     ///
     /// An avail index that moved while no chain can be read from the ring
     /// (more than a ring ahead of ours, or an avail ring partly outside
@@ -230,14 +293,18 @@ impl VirtQueue {
     /// refuses the used entry), and the error returned here ends the
     /// queue's worker until the guest resets the device, as vhost does with
     /// a ring it cannot parse.
-    fn pop(&mut self, vring: &Vring, mem: &Arc<Mem>) -> io::Result<(usize, usize)> {
-        let (mut popped, mut answered) = (0, 0);
+    fn pop(&mut self, vring: &Vring, mem: &Arc<Mem>) -> io::Result<usize> {
+        let mut popped = 0;
         let mut state = vring.get_mut();
         // A completion event may come after the frontend stopped the ring
         // (GET_VRING_BASE): its rings must not be touched then.
         if !state.get_queue().ready() {
-            return Ok((0, 0));
+            return Ok(0);
         }
+        if !self.ring_started {
+            self.start_ring(state.get_queue_mut(), mem)?;
+        }
+        self.used.sync(state.get_queue().size(), state.get_queue().next_used());
         // Whether the last re-enabling of notifications found the avail
         // index moved (chains published after the last pop found none).
         let mut avail_moved = false;
@@ -245,16 +312,19 @@ impl VirtQueue {
             state.disable_notification().map_err(io::Error::other)?;
             let mut popped_now = 0;
             while let Some(&slot_id) = self.free_slots.last() {
+                let pos = state.get_queue().next_avail();
+                if !self.used.has_room(pos) {
+                    break;
+                }
                 let Some(chain) = state.get_queue_mut().pop_descriptor_chain(&**mem) else { break };
                 self.free_slots.pop();
                 popped_now += 1;
                 self.stats.requests += 1;
                 let head = chain.head_index();
                 let parsed = request::parse(chain, &**mem, &self.disk, &mut self.slots[usize::from(slot_id)].data);
-                if let Some(used_len) = self.start(slot_id, head, parsed, mem) {
+                if let Some(used_len) = self.start(slot_id, head, pos, parsed, mem) {
                     self.free_slots.push(slot_id);
-                    state.add_used(head, used_len).map_err(io::Error::other)?;
-                    answered += 1;
+                    self.used.hold(pos, head, used_len);
                 }
             }
             popped += popped_now;
@@ -263,21 +333,23 @@ impl VirtQueue {
             if avail_moved && popped_now == 0 {
                 return Err(unreadable_avail(self.index, state.get_queue(), mem));
             }
-            // Out of slots: notifications stay off; completions run us again.
-            if self.free_slots.is_empty() || !state.enable_notification().map_err(io::Error::other)? {
+            // Out of slots or of window: notifications stay off; the
+            // requests in flight run us again when they complete.
+            let full = self.free_slots.is_empty() || !self.used.has_room(state.get_queue().next_avail());
+            if full || !state.enable_notification().map_err(io::Error::other)? {
                 break;
             }
             avail_moved = true;
         }
-        Ok((popped, answered))
+        Ok(popped)
     }
 
     /// Submits the bios `start` prepared, under one plug (a request's bios
     /// merge there); a bio the device refuses completes at once with its
-    /// error. Returns how many requests were answered.
-    fn submit_pending(&mut self, vring: &Vring, mem: &Mem) -> io::Result<usize> {
+    /// error.
+    fn submit_pending(&mut self, mem: &Mem) {
         if self.pending.is_empty() {
-            return Ok(0);
+            return;
         }
         let Self { client, pending, rejected, .. } = self;
         // The plug's tag hint counts requests: a request's bios merge.
@@ -291,17 +363,9 @@ impl VirtQueue {
                 }
             }
         });
-        let mut answered = 0;
-        let mut failed = None;
         while let Some((slot_id, status, buf)) = self.rejected.pop() {
-            let Some((head, used_len)) = self.bio_done(slot_id, status, buf, mem) else { continue };
-            answered += 1;
-            // The remaining refusals still free their slots.
-            if let Err(e) = vring.add_used(head, used_len) {
-                failed.get_or_insert(io::Error::other(e));
-            }
+            self.bio_done(slot_id, status, buf, mem);
         }
-        failed.map_or(Ok(answered), Err)
     }
 
     /// Starts the request parsed into slot `slot_id`: its bios go to
@@ -311,6 +375,7 @@ impl VirtQueue {
         &mut self,
         slot_id: u16,
         head: u16,
+        avail_pos: u16,
         parsed: Result<Request, request::Refused>,
         mem: &Arc<Mem>,
     ) -> Option<u32> {
@@ -334,10 +399,10 @@ impl VirtQueue {
             Kind::Discard { offset, len } => Bio::discard(offset, len),
             Kind::WriteZeroes { offset, len } => Bio::write_zeroes(offset, len),
             Kind::Read { offset, .. } if self.lend_segments(slot_id, offset, false, mem) => {
-                return self.started(slot_id, head, req, 0);
+                return self.started(slot_id, head, avail_pos, req, 0);
             }
             Kind::Write { offset, .. } if self.lend_segments(slot_id, offset, true, mem) => {
-                return self.started(slot_id, head, req, 0);
+                return self.started(slot_id, head, avail_pos, req, 0);
             }
             Kind::Read { offset, len } => Bio::read(offset, self.take_buf(len as usize)),
             Kind::Write { offset, len } => {
@@ -352,15 +417,16 @@ impl VirtQueue {
             }
         };
         self.pending.push((slot_id, bio));
-        self.started(slot_id, head, req, 1)
+        self.started(slot_id, head, avail_pos, req, 1)
     }
 
     /// Records the request started in slot `slot_id` with `bounce_bios`
     /// bios of its own beside those `lend_segments` counted; None: it is
     /// answered when its bios complete.
-    fn started(&mut self, slot_id: u16, head: u16, req: Request, bounce_bios: u32) -> Option<u32> {
+    fn started(&mut self, slot_id: u16, head: u16, avail_pos: u16, req: Request, bounce_bios: u32) -> Option<u32> {
         let slot = &mut self.slots[usize::from(slot_id)];
         slot.head = head;
+        slot.avail_pos = avail_pos;
         slot.status = req.status;
         slot.kind = req.kind;
         slot.code = VIRTIO_BLK_S_OK as u8;
@@ -430,9 +496,10 @@ impl VirtQueue {
     }
 
     /// One bio of slot `slot_id` completed (or was refused) with `status`;
-    /// returns (head, used length) if it was the request's last, now
-    /// answered (a read on the copy path copied into the guest first).
-    fn bio_done(&mut self, slot_id: u16, status: Status, buf: Option<Buf>, mem: &Mem) -> Option<(u16, u32)> {
+    /// if it was the request's last, the request is answered (a read on
+    /// the copy path copied into the guest first) and its answer waits for
+    /// its turn in the used ring.
+    fn bio_done(&mut self, slot_id: u16, status: Status, buf: Option<Buf>, mem: &Mem) {
         let slot = &mut self.slots[usize::from(slot_id)];
         assert!(slot.bios_left > 0, "a completion for slot {slot_id}, which has no bio in flight");
         slot.bios_left -= 1;
@@ -443,9 +510,9 @@ impl VirtQueue {
         let bounce = buf.and_then(|b| b.end_borrow().err());
         if slot.bios_left > 0 {
             debug_assert!(bounce.is_none(), "a bounced request has one bio");
-            return None;
+            return;
         }
-        let (head, status_addr, mut code) = (slot.head, slot.status, slot.code);
+        let (head, avail_pos, status_addr, mut code) = (slot.head, slot.avail_pos, slot.status, slot.code);
         let mut written = 0u32;
         if let (Kind::Read { len, .. }, VIRTIO_BLK_S_OK) = (slot.kind, u32::from(code)) {
             match &bounce {
@@ -463,14 +530,14 @@ impl VirtQueue {
             self.free_bufs.push(b);
         }
         self.free_slots.push(slot_id);
-        Some((head, self.answer(status_addr, code, written, mem)))
+        let used_len = self.answer(status_addr, code, written, mem);
+        self.used.hold(avail_pos, head, used_len);
     }
 
-    /// Reaps completions (waiting for `min`), answers each request whose
-    /// last bio completed in the used ring; returns how many bios.
-    fn reap(&mut self, vring: &Vring, mem: &Mem, min: usize) -> io::Result<usize> {
+    /// Reaps completions (waiting for `min`) and answers each request whose
+    /// last bio completed (`bio_done`); returns how many bios.
+    fn reap(&mut self, mem: &Mem, min: usize) -> io::Result<usize> {
         let mut total = 0;
-        let mut failed = None;
         loop {
             self.done.clear();
             let max = self.slots.len();
@@ -481,16 +548,9 @@ impl VirtQueue {
             for i in 0..got {
                 let c = &mut self.done[i];
                 let (slot_id, status, buf) = (c.user_data as u16, c.status, c.buf.take());
-                let Some((head, used_len)) = self.bio_done(slot_id, status, buf, mem) else { continue };
-                // The remaining completions still free their slots.
-                if let Err(e) = vring.add_used(head, used_len) {
-                    failed.get_or_insert(io::Error::other(e));
-                }
+                self.bio_done(slot_id, status, buf, mem);
             }
             total += got;
-            if let Some(e) = failed.take() {
-                return Err(e);
-            }
             if got < max {
                 return Ok(total);
             }
