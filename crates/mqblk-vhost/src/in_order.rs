@@ -20,9 +20,14 @@
 //! Entries are placed by their distance from the next used position, so
 //! any ring size works and the u16 indices may wrap.
 //!
-//! Relies on: nothing but the positions its caller reads from
-//! virtio-queue's `Queue` (next_avail, next_used) and the `add_used` it
-//! is given.
+//! Relies on: virtio-queue's `Queue` (its positions, and the guest's used
+//! index when a ring starts); `add_used` is the caller's.
+
+use std::io;
+use std::sync::atomic::Ordering;
+
+use virtio_queue::{Queue, QueueT};
+use vm_memory::GuestMemory;
 
 /// Answers held until their turn in the used ring.
 #[derive(Debug, Default)]
@@ -112,6 +117,35 @@ impl InOrderUsed {
         self.start = 0;
         self.count = 0;
     }
+}
+
+/// Readies a ring that (re)started, before its first pop: the in-order
+/// window begins at the guest's used index, which vhost-user-backend made the next used position at
+/// SET_VRING_ADDR (as libvhost-user does); set again here, so the
+/// window does not depend on that. The next avail position
+/// (SET_VRING_BASE) may not be past it: the chains between were popped
+/// by an earlier server and never answered, and the window would wait
+/// for their answers forever, so they are popped again. (QEMU restarts
+/// the rings of a server that died at the used index itself:
+/// virtio_queue_restore_last_avail_idx.) More than a ring past it is a
+/// broken frontend: an error, which ends the queue's worker.
+pub fn start_ring<M: GuestMemory>(index: u16, queue: &mut Queue, mem: &M) -> io::Result<()> {
+    let used_idx = queue.used_idx(mem, Ordering::Acquire).map_err(io::Error::other)?.0;
+    let next_avail = queue.next_avail();
+    let ahead = next_avail.wrapping_sub(used_idx);
+    if ahead > queue.size() {
+        return Err(io::Error::other(format!(
+            "queue {index}: starts at avail {next_avail}, more than a ring ({}) past the used index {used_idx}",
+            queue.size()
+        )));
+    }
+    if ahead > 0 {
+        // Popped by an earlier server and never answered: run again.
+        log::warn!("queue {index}: {ahead} chains before avail {next_avail} have no answer: popped again");
+        queue.set_next_avail(used_idx);
+    }
+    queue.set_next_used(used_idx);
+    Ok(())
 }
 
 #[cfg(test)]

@@ -49,7 +49,7 @@ use virtio_queue::QueueT;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryMmap};
 
 use crate::config::DiskLimits;
-use crate::in_order::InOrderUsed;
+use crate::in_order::{self, InOrderUsed};
 use crate::request::{self, Kind, Request, Segment, ID_BYTES};
 
 /// The guest memory type served.
@@ -241,37 +241,6 @@ impl VirtQueue {
         popped
     }
 
-    /// The ring (re)started: the in-order window begins at the guest's
-    /// used index, which vhost-user-backend made the next used position at
-    /// SET_VRING_ADDR (as libvhost-user does); set again here, so the
-    /// window does not depend on that. The next avail position
-    /// (SET_VRING_BASE) may not be past it: the chains between were popped
-    /// by an earlier server and never answered, and the window would wait
-    /// for their answers forever, so they are popped again. (QEMU restarts
-    /// the rings of a server that died at the used index itself:
-    /// virtio_queue_restore_last_avail_idx.) More than a ring past it is a
-    /// broken frontend: an error, which ends the queue's worker.
-    fn start_ring(&mut self, queue: &mut virtio_queue::Queue, mem: &Mem) -> io::Result<()> {
-        let used_idx = queue.used_idx(mem, std::sync::atomic::Ordering::Acquire).map_err(io::Error::other)?.0;
-        let next_avail = queue.next_avail();
-        let ahead = next_avail.wrapping_sub(used_idx);
-        if ahead > queue.size() {
-            return Err(io::Error::other(format!(
-                "queue {}: starts at avail {next_avail}, more than a ring ({}) past the used index {used_idx}",
-                self.index,
-                queue.size()
-            )));
-        }
-        if ahead > 0 {
-            // Popped by an earlier server and never answered: run again.
-            log::warn!("queue {}: {ahead} chains before avail {next_avail} have no answer: popped again", self.index);
-            queue.set_next_avail(used_idx);
-        }
-        queue.set_next_used(used_idx);
-        self.ring_started = true;
-        Ok(())
-    }
-
     /// Puts the answers whose turn has come in the used ring (in_order.rs);
     /// returns how many.
     fn publish(&mut self, vring: &Vring) -> io::Result<usize> {
@@ -302,7 +271,8 @@ impl VirtQueue {
             return Ok(0);
         }
         if !self.ring_started {
-            self.start_ring(state.get_queue_mut(), mem)?;
+            in_order::start_ring(self.index, state.get_queue_mut(), &**mem)?;
+            self.ring_started = true;
         }
         self.used.sync(state.get_queue().size(), state.get_queue().next_used());
         // Whether the last re-enabling of notifications found the avail

@@ -586,14 +586,22 @@ fn a_chain_offered_over_and_over_is_held_a_ring_at_a_time() {
     assert_eq!(used_idx(), QUEUE_SIZE + 4);
 }
 
+/// Where `restarted_ring` puts the used ring.
+const RESTARTED_USED: u64 = 0x2000;
+
+/// The used index of the ring `restarted_ring` laid out.
+fn restarted_used_idx(mem: &Mem) -> u16 {
+    mem.read_obj::<u16>(GuestAddress(RESTARTED_USED + 2)).unwrap()
+}
+
 /// Rings laid out at fixed addresses, as a guest whose used index is
 /// `used_idx` left them: read chains at heads 0 and 3 in avail positions
 /// `used_idx` and `used_idx + 1`, the avail index past both; the vring's
-/// next avail position is `base` (SET_VRING_BASE). Returns the memory, the
-/// vring and a reader of the used index.
-fn restarted_ring(used_idx: u16, base: u16) -> (Mem, Vring, impl Fn(&Mem) -> u16) {
+/// next avail position is `base` (SET_VRING_BASE); a queue of 4 slots
+/// over a memory-backed null device to serve them.
+fn restarted_ring(used_idx: u16, base: u16) -> (Mem, Vring, VirtQueue) {
     let mem = Mem::from_ranges(&[(GuestAddress(0), 0x40_0000)]).unwrap();
-    let (desc_table, avail, used) = (GuestAddress(0), GuestAddress(0x1000), GuestAddress(0x2000));
+    let (desc_table, avail, used) = (GuestAddress(0), GuestAddress(0x1000), GuestAddress(RESTARTED_USED));
     for (n, first) in [(0u16, 0u16), (1, 3)] {
         let at = BUF + u64::from(n) * 0x1_0000;
         let descs = read_chain(&mem, first, at, u64::from(n) * 16, &[(at + 0x1000, 4096)], at + 0x3000);
@@ -607,7 +615,9 @@ fn restarted_ring(used_idx: u16, base: u16) -> (Mem, Vring, impl Fn(&Mem) -> u16
     mem.write_obj(used_idx, GuestAddress(used.0 + 2)).unwrap();
     let vring = vring_at(&mem, desc_table, avail, used);
     vring.set_queue_next_avail(base);
-    (mem, vring, move |mem: &Mem| mem.read_obj::<u16>(GuestAddress(used.0 + 2)).unwrap())
+    let dev = device();
+    let vq = VirtQueue::new(0, dev.client_with_capacity(8), 4, disk(&dev, false), "x").unwrap();
+    (mem, vring, vq)
 }
 
 #[test]
@@ -616,14 +626,12 @@ fn a_server_started_after_another_died_answers_from_the_guests_used_index() {
     // at the death are the chains from there on). The vring here starts
     // with its next used position at 0, as vhost-user-backend leaves it
     // before SET_VRING_ADDR: the queue takes the guest's.
-    let (mem, vring, used_idx) = restarted_ring(40_000, 40_000);
-    let dev = device();
-    let mut vq = VirtQueue::new(0, dev.client_with_capacity(8), 4, disk(&dev, false), "x").unwrap();
+    let (mem, vring, mut vq) = restarted_ring(40_000, 40_000);
     vq.run(&vring, &shared(&mem)).unwrap();
-    assert_eq!(used_idx(&mem), 40_002, "both answered after the guest's own answers");
+    assert_eq!(restarted_used_idx(&mem), 40_002, "both answered after the guest's own answers");
     let entry = |pos: u16| {
-        let at = GuestAddress(0x2000 + 4 + 8 * u64::from(pos % QUEUE_SIZE));
-        (mem.read_obj::<u32>(at).unwrap(), mem.read_obj::<u32>(GuestAddress(at.0 + 4)).unwrap())
+        let at = RESTARTED_USED + 4 + 8 * u64::from(pos % QUEUE_SIZE);
+        (mem.read_obj::<u32>(GuestAddress(at)).unwrap(), mem.read_obj::<u32>(GuestAddress(at + 4)).unwrap())
     };
     assert_eq!([entry(40_000), entry(40_001)], [(0, 4097), (3, 4097)]);
     assert_eq!(vq.stats().requests, 2);
@@ -633,19 +641,15 @@ fn a_server_started_after_another_died_answers_from_the_guests_used_index() {
 fn chains_popped_before_a_restart_without_an_answer_are_popped_again() {
     // The base is past the used index: the two chains were popped by the
     // server before and never answered.
-    let (mem, vring, used_idx) = restarted_ring(7, 9);
-    let dev = device();
-    let mut vq = VirtQueue::new(0, dev.client_with_capacity(8), 4, disk(&dev, false), "x").unwrap();
+    let (mem, vring, mut vq) = restarted_ring(7, 9);
     vq.run(&vring, &shared(&mem)).unwrap();
-    assert_eq!((used_idx(&mem), vq.stats().requests), (9, 2));
+    assert_eq!((restarted_used_idx(&mem), vq.stats().requests), (9, 2));
 }
 
 #[test]
 fn a_base_more_than_a_ring_past_the_used_index_is_an_error() {
-    let (mem, vring, used_idx) = restarted_ring(7, 7 + QUEUE_SIZE + 1);
-    let dev = device();
-    let mut vq = VirtQueue::new(0, dev.client_with_capacity(8), 4, disk(&dev, false), "x").unwrap();
+    let (mem, vring, mut vq) = restarted_ring(7, 7 + QUEUE_SIZE + 1);
     let e = vq.run(&vring, &shared(&mem)).unwrap_err();
     assert!(e.to_string().contains("more than a ring (16) past the used index 7"), "{e}");
-    assert_eq!((used_idx(&mem), vq.stats().requests), (7, 0));
+    assert_eq!((restarted_used_idx(&mem), vq.stats().requests), (7, 0));
 }
