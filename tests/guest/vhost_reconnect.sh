@@ -27,9 +27,10 @@
 #
 # In the guest, each check on its own line ("ok: ..." or "FAIL: ..."):
 #   1. fio writes 64 MiB of 4 KiB blocks at random (io_uring, QD32,
-#      verify=crc32c headers, do_verify=0); after 3,000 I/Os, with requests
-#      in flight, it prints KILL-NOW. fio must end with status 0, and the
-#      kernel must log no I/O error on vda;
+#      verify=crc32c headers, do_verify=0); after 3,000 I/Os, at a moment
+#      /sys/block/vda/inflight shows writes in flight, it prints KILL-NOW.
+#      fio must end with status 0, and the kernel must log no I/O error on
+#      vda;
 #   2. fio --verify_only reads every block back and checks its crc32c:
 #      each write acknowledged before, across or after the kill is there;
 #   3. a new 4 KiB read returns (the disk is served again).
@@ -56,13 +57,15 @@ if [ "${MQBLK_GUEST:-}" = 1 ]; then
   # ---- 1. writes across the kill ----
   timeout -k 10 600 "$fio" "${job[@]}" --do_verify=0 --output=/tmp/write.txt > /dev/null 2> /tmp/write.err &
   fpid=$!
-  ios=0
+  # Past 3,000 I/Os, at a moment the disk has writes in flight (a single
+  # sample can fall between fio's batches and read 0).
+  ios=0 in_w=0
   for _ in $(seq 1200); do
     ios=$(awk '{ print $1 + $5 }' /sys/block/vda/stat)
-    [ "$ios" -gt 3000 ] && break
+    read -r _ in_w < /sys/block/vda/inflight
+    [ "$ios" -gt 3000 ] && [ "$in_w" -gt 0 ] && break
     sleep 0.05
   done
-  read -r in_r in_w < /sys/block/vda/inflight
   echo "KILL-NOW at $ios I/Os, $in_w writes in flight"
   wait $fpid
   status=$?
