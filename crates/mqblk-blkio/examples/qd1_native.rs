@@ -23,6 +23,6 @@ fn main() {
         assert_eq!(client.do_io(&mut done, 1, 1, None).expect("do_io"), 1);
         let c = done.pop().expect("completion");
         assert!(c.status.is_ok());
-        buf = c.buf;
+        buf = c.segs.into_buf().ok();
     }
 }

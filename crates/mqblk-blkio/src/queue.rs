@@ -172,7 +172,7 @@ impl Queue {
             // flight).
             if let Err(rejected) = self.client.submit(bio, cookie) {
                 let rejected = *rejected;
-                self.inflight.recycle(rejected.bio.buf);
+                self.inflight.recycle(rejected.bio.segs.into_buf().ok());
                 let msg = match rejected.error {
                     mqblk::SubmitError::TooManyInFlight { max } => too_many_in_flight(max),
                     ref e => e.to_string(),
@@ -183,13 +183,13 @@ impl Queue {
         }
         let Some(slot) = self.inflight.take_slot(user_data, scatter) else {
             let max = self.inflight.capacity();
-            self.inflight.recycle(bio.buf.take());
+            self.inflight.recycle(bio.segs.take().into_buf().ok());
             return self.refuse(user_data, libc::EAGAIN, too_many_in_flight(max));
         };
         if let Err(rejected) = self.client.submit(bio, slot) {
             let rejected = *rejected;
             self.inflight.put_slot(slot);
-            self.inflight.recycle(rejected.bio.buf);
+            self.inflight.recycle(rejected.bio.segs.into_buf().ok());
             self.refuse(user_data, rejected.error.errno(), rejected.error.to_string());
         }
     }

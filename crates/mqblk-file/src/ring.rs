@@ -566,7 +566,7 @@ pub(crate) mod tests {
         c.submit(Bio::read(8192, Buf::new(4096)), 1).unwrap();
         assert_eq!(c.do_io(&mut done, 1, 1, timeout).unwrap(), 1, "the request being handled still ends");
         assert_eq!((done[0].user_data, done[0].status), (1, Status::Ok));
-        assert_eq!(done[0].buf.as_deref().unwrap()[..4], [7; 4]);
+        assert_eq!(done[0].segs.as_slice()[0][..4], [7; 4]);
         done.clear();
         c.submit(Bio::read(0, Buf::new(4096)), 2).unwrap();
         assert_eq!(c.do_io(&mut done, 1, 1, timeout).unwrap(), 1, "a request after the death fails at once");

@@ -499,7 +499,7 @@ fn fixed_buffers_carry_data_both_ways() {
             c.submit(Bio::read(off as u64, b), 0).unwrap();
             done.clear();
             c.do_io(&mut done, 1, 1, None).unwrap();
-            let got = done[0].buf.as_deref().unwrap();
+            let got = &done[0].segs.as_slice()[0][..];
             assert!(got == &model[off..off + 65536], "fixed read at {off} differs from the model");
             ios += 1;
         }

@@ -300,9 +300,10 @@ impl<'a> Transmission<'a> {
                 let p = self.slots[slot].take().expect("a completion for a request in flight");
                 self.free.push(slot);
                 self.bytes_in_flight -= p.bytes;
-                let data = if p.cmd == CMD_READ { c.buf.as_deref() } else { None };
+                let buf = c.segs.into_buf().ok();
+                let data = if p.cmd == CMD_READ { buf.as_deref() } else { None };
                 self.reply(&p, c.status, data)?;
-                if let Some(b) = c.buf {
+                if let Some(b) = buf {
                     if self.pool.len() < QUEUE_DEPTH {
                         self.pool.push(b);
                     }

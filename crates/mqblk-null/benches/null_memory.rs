@@ -22,7 +22,7 @@ fn filled() -> (Device, Client) {
     let mut buf = Buf::new(1 << 20);
     buf.fill(0x5a);
     for pos in (0..REGION).step_by(1 << 20) {
-        buf = c.submit_and_wait(Bio::write(pos, buf)).unwrap().unwrap();
+        buf = c.submit_and_wait(Bio::write(pos, buf)).unwrap().into_buf().unwrap();
     }
     (dev, c)
 }
@@ -39,7 +39,7 @@ fn reads(cr: &mut Criterion) {
                 // A stride that visits every block of the region in turn.
                 pos = (pos + bs * 7919) % REGION / bs * bs;
                 let done = c.submit_and_wait(Bio::read(pos, buf.take().unwrap())).unwrap();
-                buf = done;
+                buf = done.into_buf().ok();
             })
         });
     }
@@ -50,7 +50,7 @@ fn reads(cr: &mut Criterion) {
         b.iter(|| {
             pos = (pos + 4096 * 7919) % REGION;
             let done = c.submit_and_wait(Bio::write(pos, buf.take().unwrap())).unwrap();
-            buf = done;
+            buf = done.into_buf().ok();
         })
     });
     // The floor: copying 1 MiB between two buffers of the same region

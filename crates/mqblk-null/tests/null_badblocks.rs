@@ -57,7 +57,7 @@ fn partial_io_transfers_the_blocks_before_the_first_bad_sector() {
     // A partial read fills the good blocks of the caller's buffer.
     let done = c.submit_and_wait_completion(Bio::read(4096, Buf::from_slice(&[0xee; 12288]))).unwrap();
     assert_eq!(done.status, Status::IoErr);
-    let buf = done.buf.unwrap();
+    let buf = done.segs.into_buf().unwrap();
     assert_eq!(buf[..4096], data[4096..8192], "the block before the bad one was read");
     assert!(buf[4096..].iter().all(|&b| b == 0xee), "the rest was not touched");
 }

@@ -64,7 +64,7 @@ fn hipri_on_a_hybrid_queue_completes_by_polling_and_never_sleeps() {
         c.submit(read(i * 4096, true), i).unwrap();
         done.clear();
         c.do_io(&mut done, 1, 1, None).unwrap();
-        assert!(filled(done[0].buf.as_ref().unwrap(), (i % 251) as u8), "block {i}");
+        assert!(filled(&done[0].segs.as_slice()[0], (i % 251) as u8), "block {i}");
     }
     assert_eq!(c.stats().completion_sleeps, 0, "a polling client never sleeps for its hipri I/O");
     assert_eq!(hybrid_stat(&dev, 0, "poll_reaped"), 2 * blocks);

@@ -181,7 +181,7 @@ fn writes_are_split_at_zone_boundaries_and_past_capacity_keep_what_fit() {
     let (writes, splits) = (d.stats().requests.write, d.stats().splits);
     assert_eq!(run(&mut c, Bio::write(ZB - 4096, Buf::from_slice(&[7; 8192]))), Status::Ok);
     assert_eq!((d.stats().requests.write - writes, d.stats().splits - splits), (2, 1));
-    let back = c.submit_and_wait_completion(Bio::read(ZB - 4096, Buf::new(8192))).unwrap().buf.unwrap();
+    let back = c.submit_and_wait_completion(Bio::read(ZB - 4096, Buf::new(8192))).unwrap().segs.into_buf().unwrap();
     assert!(filled(&back, 7));
 }
 
@@ -191,7 +191,7 @@ fn reads_past_the_write_pointer_return_null_blks_fill_pattern() {
     let mut c = d.client();
     assert_eq!(write(&mut c, 1, 0, 8), Status::Ok);
     let done = c.submit_and_wait_completion(Bio::read(ZB, Buf::new(8192))).unwrap();
-    let data = done.buf.unwrap();
+    let data = done.segs.into_buf().unwrap();
     assert!(filled(&data[..4096], 2), "written part");
     assert!(filled(&data[4096..], 0xff), "past the wp: 0xff, as Linux 6.1");
 }
@@ -253,7 +253,7 @@ fn zone_append_from_several_clients_returns_distinct_contiguous_sectors() {
     assert_eq!(offsets, want, "distinct and contiguous from the zone start");
     let mut c = d.client();
     for (off, t) in all {
-        let data = c.submit_and_wait_completion(Bio::read(off, Buf::new(4096))).unwrap().buf.unwrap();
+        let data = c.submit_and_wait_completion(Bio::read(off, Buf::new(4096))).unwrap().segs.into_buf().unwrap();
         assert!(filled(&data, t), "the data at {off} is its appender's");
     }
     assert_eq!(cond(&d, 1), (ZoneCond::ImpOpen, 4 * PER * 8));
@@ -294,7 +294,7 @@ fn concurrent_writers_to_distinct_zones_and_readers_everywhere() {
                         let z = (i + r) % 16;
                         let data = c.submit_and_wait_completion(Bio::read(z * ZB, Buf::new(4096))).unwrap();
                         assert_eq!(data.status, Status::Ok);
-                        let b = data.buf.unwrap()[0];
+                        let b = data.segs.into_buf().unwrap()[0];
                         let ok = memory_backed == 0 || b == z as u8 + 1 || b == 0xff;
                         assert!(ok, "zone {z} read {b}: written data or the fill");
                     }

@@ -256,7 +256,7 @@ impl Queue {
                 if let Err(rejected) = client.submit(bio, user_data) {
                     let rejected = *rejected;
                     log::debug!("queue {q_id}: tag {tag_id}: refused by the device: {}", rejected.error);
-                    if let Some(buf) = rejected.bio.buf {
+                    if let Ok(buf) = rejected.bio.segs.into_buf() {
                         tag.buf = Some(buf);
                     }
                     tag.state = TagState::Fetching;
@@ -301,7 +301,7 @@ impl Queue {
             for i in 0..got {
                 let c = &mut self.done[i];
                 let tag_id = c.user_data as u16;
-                let buf = c.buf.take();
+                let buf = c.segs.take().into_buf().ok();
                 let (status, append_offset) = (c.status, c.append_offset);
                 let Some(tag) = self.tags.get_mut(usize::from(tag_id)) else { continue };
                 let TagState::Serving { op, result_bytes } = tag.state else {
@@ -429,7 +429,7 @@ fn bio_with_data(
     bio_for(desc, tag).and_then(|(mut bio, result_bytes)| {
         if user_copy && matches!(bio.op, Op::Write | Op::ZoneAppend) {
             if let Err(errno) = copy_in(cdev, q_id, tag_id, &mut bio) {
-                tag.buf = bio.buf.take();
+                tag.buf = bio.segs.take().into_buf().ok();
                 return Err(errno);
             }
         }
@@ -440,7 +440,7 @@ fn bio_with_data(
 /// User copy in: a write's (or zone append's) data from the kernel's
 /// request into the bio's buffer. Err(errno) on a short or failed copy.
 fn copy_in(cdev: &File, q_id: u16, tag: u16, bio: &mut Bio) -> Result<(), i32> {
-    let buf = bio.buf.as_mut().ok_or(libc::EIO)?;
+    let buf = bio.segs.as_mut_slice().first_mut().ok_or(libc::EIO)?;
     cdev.read_exact_at(buf, uapi::user_copy_offset(q_id, tag)).map_err(|e| {
         log::debug!("queue {q_id}: tag {tag}: reading the request's data: {e}");
         e.raw_os_error().unwrap_or(libc::EIO)
@@ -492,7 +492,7 @@ mod tests {
         let (bio, result) = bio_for(&desc(uapi::UBLK_IO_OP_READ, 0, 8, 4), &mut t).unwrap();
         assert_eq!((bio.op, bio.offset, bio.len, result), (mqblk::Op::Read, 4096, 2048, 2048));
         assert!(t.buf.is_none(), "the buffer moved into the bio");
-        assert_eq!(bio.buf.unwrap().as_ptr() as u64, t.addr);
+        assert_eq!(bio.segs.into_buf().unwrap().as_ptr() as u64, t.addr);
     }
 
     #[test]

@@ -329,7 +329,7 @@ impl VirtQueue {
                 if let Err(r) = client.submit(bio, u64::from(slot_id)) {
                     let r = *r;
                     log::debug!("request refused by the device: {}", r.error);
-                    rejected.push((slot_id, Status::from_errno(r.error.errno()), r.bio.buf));
+                    rejected.push((slot_id, Status::from_errno(r.error.errno()), r.bio.segs.into_buf().ok()));
                 }
             }
         });
@@ -517,7 +517,7 @@ impl VirtQueue {
                 .map_err(io::Error::other)?;
             for i in 0..got {
                 let c = &mut self.done[i];
-                let (slot_id, status, buf) = (c.user_data as u16, c.status, c.buf.take());
+                let (slot_id, status, buf) = (c.user_data as u16, c.status, c.segs.take().into_buf().ok());
                 self.bio_done(slot_id, status, buf, mem);
             }
             total += got;

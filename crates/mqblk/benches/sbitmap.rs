@@ -52,7 +52,7 @@ fn one_io(c: &mut Criterion) {
             }
             done.clear();
             client.do_io(&mut done, 32, 32, None).unwrap();
-            bufs.extend(done.drain(..).map(|c| c.buf.unwrap()));
+            bufs.extend(done.drain(..).map(|c| c.segs.into_buf().unwrap()));
         })
     });
 }

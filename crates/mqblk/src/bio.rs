@@ -1,12 +1,12 @@
 //! What a client submits: a [`Bio`] (an operation, flags, a byte range and,
-//! for data ops, an owned [`Buf`]), its [`Op`] and [`ReqFlags`], and its
-//! I/O priority.
+//! for data ops, its segments: one owned [`Buf`] or a vector of them, a
+//! [`BioVec`]), its [`Op`] and [`ReqFlags`], and its I/O priority.
 //!
-//! Relies on: buf.rs, zoned.rs (zone management ops).
+//! Relies on: buf/ (`Buf`, `BioVec`), zoned.rs (zone management ops).
 
 use std::fmt;
 
-use crate::buf::Buf;
+use crate::buf::{BioVec, Buf};
 
 /// Sector size of the block layer's addressing, as in the kernel: request
 /// positions and lengths ([`Rq::sector`](crate::driver::Rq::sector),
@@ -251,8 +251,9 @@ pub fn op_is_sync(op: Op, flags: ReqFlags) -> bool {
 
 /// One I/O as a client submits it: the user-space `bio`. Offsets and
 /// lengths are in bytes, multiples of the device's logical block size;
-/// reads and writes carry their buffer, which comes back in the
-/// [`Completion`](crate::Completion).
+/// reads and writes carry their data segments ([`BioVec`]: one buffer, or
+/// a vector of them, each a whole number of logical blocks), which come
+/// back in the [`Completion`](crate::Completion).
 ///
 /// ```
 /// # mod ram { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/ram.rs")); }
@@ -274,7 +275,7 @@ pub fn op_is_sync(op: Op, flags: ReqFlags) -> bool {
 /// }
 /// // Nothing is submitted until a client takes a bio: it is plain data.
 /// let read = Bio::read(8192, Buf::new(512));
-/// assert_eq!((read.op, read.offset, read.len), (Op::Read, 8192, 512));
+/// assert_eq!((read.op, read.offset, read.len, read.segs.nr_segs()), (Op::Read, 8192, 512, 1));
 /// # Ok::<(), mqblk::Error>(())
 /// ```
 #[derive(Debug)]
@@ -283,52 +284,100 @@ pub struct Bio {
     pub flags: ReqFlags,
     /// Byte offset on the device (a multiple of the logical block size).
     pub offset: u64,
-    /// Length in bytes (for reads and writes, the buffer's length).
+    /// Length in bytes (for reads and writes, the segments' total).
     pub len: u64,
-    /// The data buffer of reads and writes; returned in the completion.
-    pub buf: Option<Buf>,
+    /// The data segments of reads and writes; returned in the completion.
+    pub segs: BioVec,
     /// Priority, for schedulers that use it (bfq, mq-deadline).
     pub ioprio: IoPrio,
 }
 
 impl Bio {
+    /// A bio of `op` over `segs` at `offset`, its length theirs.
+    #[inline(always)]
+    fn with_segs(op: Op, offset: u64, segs: BioVec) -> Self {
+        let len = segs.len_bytes();
+        Self { op, flags: ReqFlags::NONE, offset, len, segs, ioprio: IoPrio::default() }
+    }
+
+    /// A bio of `op` over one buffer (its length known without a look at
+    /// the segments' kind: the hot path's constructors).
+    #[inline(always)]
+    fn with_buf(op: Op, offset: u64, buf: Buf) -> Self {
+        let len = buf.len() as u64;
+        Self { op, flags: ReqFlags::NONE, offset, len, segs: BioVec::from(buf), ioprio: IoPrio::default() }
+    }
+
     /// Read `buf.len()` bytes at `offset` into `buf`.
+    #[inline(always)]
     pub fn read(offset: u64, buf: Buf) -> Self {
-        Self {
-            op: Op::Read,
-            flags: ReqFlags::NONE,
-            offset,
-            len: buf.len() as u64,
-            buf: Some(buf),
-            ioprio: IoPrio::default(),
-        }
+        Self::with_buf(Op::Read, offset, buf)
     }
 
     /// Write `buf` at `offset`.
+    #[inline(always)]
     pub fn write(offset: u64, buf: Buf) -> Self {
-        Self {
-            op: Op::Write,
-            flags: ReqFlags::NONE,
-            offset,
-            len: buf.len() as u64,
-            buf: Some(buf),
-            ioprio: IoPrio::default(),
-        }
+        Self::with_buf(Op::Write, offset, buf)
+    }
+
+    /// Read at `offset` into each segment in turn (the kernel's readv, one
+    /// bio of many `bio_vec`s): `segs` is a `Vec<Buf>` (or a [`BioVec`]),
+    /// each a whole number of logical blocks, at most
+    /// [`BIO_MAX_VECS`](crate::BIO_MAX_VECS) of them. The completion gives
+    /// the same vector back (its capacity too), so a loop that reuses it
+    /// allocates nothing per I/O. The device sees one request (or several,
+    /// where the queue's limits split it); its driver sees the segments.
+    ///
+    /// ```
+    /// # mod ram { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/ram.rs")); }
+    /// # ram::register();
+    /// use mqblk::{Bio, Buf, Device};
+    ///
+    /// let dev = Device::open("ram:size=64,irqmode=0,memory_backed=1")?;
+    /// let mut client = dev.client();
+    /// // Gather three buffers into one write of 12 KiB at 64 KiB...
+    /// let segs: Vec<Buf> = (1..=3u8).map(|i| Buf::from_slice(&[i; 4096])).collect();
+    /// let done = client.submit_and_wait_completion(Bio::writev(64 << 10, segs))?;
+    /// assert!(done.status.is_ok());
+    ///
+    /// // ... and scatter it back into two, reusing the write's vector.
+    /// let mut segs = done.segs.into_vec();
+    /// segs.clear();
+    /// segs.push(Buf::new(8192));
+    /// segs.push(Buf::new(4096));
+    /// let read = client.submit_and_wait_completion(Bio::readv(64 << 10, segs))?;
+    /// let back = read.segs.into_vec();
+    /// assert_eq!((back[0][0], back[0][4096], back[1][0]), (1, 2, 3));
+    /// # Ok::<(), mqblk::Error>(())
+    /// ```
+    pub fn readv(offset: u64, segs: impl Into<BioVec>) -> Self {
+        Self::with_segs(Op::Read, offset, segs.into())
+    }
+
+    /// Write each segment in turn at `offset` (the kernel's writev; see
+    /// [`Bio::readv`] for the rules and an example).
+    pub fn writev(offset: u64, segs: impl Into<BioVec>) -> Self {
+        Self::with_segs(Op::Write, offset, segs.into())
     }
 
     /// Flush the device's volatile cache.
     pub fn flush() -> Self {
-        Self { op: Op::Flush, flags: ReqFlags::NONE, offset: 0, len: 0, buf: None, ioprio: IoPrio::default() }
+        Self::no_data(Op::Flush, 0, 0)
+    }
+
+    /// A bio of `op` without data.
+    fn no_data(op: Op, offset: u64, len: u64) -> Self {
+        Self { op, flags: ReqFlags::NONE, offset, len, segs: BioVec::new(), ioprio: IoPrio::default() }
     }
 
     /// Discard (trim) `len` bytes at `offset`.
     pub fn discard(offset: u64, len: u64) -> Self {
-        Self { op: Op::Discard, flags: ReqFlags::NONE, offset, len, buf: None, ioprio: IoPrio::default() }
+        Self::no_data(Op::Discard, offset, len)
     }
 
     /// Write zeroes over `len` bytes at `offset`.
     pub fn write_zeroes(offset: u64, len: u64) -> Self {
-        Self { op: Op::WriteZeroes, flags: ReqFlags::NONE, offset, len, buf: None, ioprio: IoPrio::default() }
+        Self::no_data(Op::WriteZeroes, offset, len)
     }
 
     /// Zone append of `buf` to the zone starting at byte `zone_offset`: the
@@ -343,14 +392,7 @@ impl Bio {
     /// assert_eq!((bio.op, bio.offset, bio.len), (Op::ZoneAppend, 256 << 20, 4096));
     /// ```
     pub fn zone_append(zone_offset: u64, buf: Buf) -> Self {
-        Self {
-            op: Op::ZoneAppend,
-            flags: ReqFlags::NONE,
-            offset: zone_offset,
-            len: buf.len() as u64,
-            buf: Some(buf),
-            ioprio: IoPrio::default(),
-        }
+        Self::with_buf(Op::ZoneAppend, zone_offset, buf)
     }
 
     /// A zone management op on the zone starting at byte `zone_offset`
@@ -373,12 +415,12 @@ impl Bio {
             ZoneMgmt::Close => Op::ZoneClose,
             ZoneMgmt::Finish => Op::ZoneFinish,
         };
-        Self { op, flags: ReqFlags::SYNC, offset: zone_offset, len: 0, buf: None, ioprio: IoPrio::default() }
+        Self::no_data(op, zone_offset, 0).with_flags(ReqFlags::SYNC)
     }
 
     /// Reset every sequential zone of the device.
     pub fn zone_reset_all() -> Self {
-        Self { op: Op::ZoneResetAll, flags: ReqFlags::SYNC, offset: 0, len: 0, buf: None, ioprio: IoPrio::default() }
+        Self::no_data(Op::ZoneResetAll, 0, 0).with_flags(ReqFlags::SYNC)
     }
 
     /// Adds `flags` to the bio's (see [`ReqFlags`] for an example).

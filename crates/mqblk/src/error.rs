@@ -47,8 +47,17 @@ pub enum SubmitError {
     TooLarge { len: u64, max: u64 },
     #[error("{op:?} is not supported by this device")]
     NotSupported { op: Op },
-    #[error("{op:?} needs a data buffer of the I/O's length ({len} bytes), got {buf_len:?}")]
+    #[error("{op:?} needs data segments of the I/O's length ({len} bytes), got {buf_len:?}")]
     BadBuffer { op: Op, len: u64, buf_len: Option<usize> },
+    #[error("a bio of {nr} segments: at most {max} (BIO_MAX_VECS)")]
+    TooManySegments { nr: usize, max: usize },
+    #[error("segment {index} of {len} bytes is not a positive multiple of the logical block size of {logical_block_size} bytes")]
+    BadSegment { index: usize, len: usize, logical_block_size: u32 },
+    #[error(
+        "the bio's segments cannot be split within the queue's segment limits: at byte {at} of the bio no logical \
+         block fits in one request (max_segments {max_segments}, seg_boundary_mask {seg_boundary_mask:#x})"
+    )]
+    Unsplittable { at: u64, max_segments: u32, seg_boundary_mask: u64 },
     #[error("the client already has {max} I/Os in flight (its completion ring capacity): reap some with do_io first")]
     TooManyInFlight { max: usize },
     #[error("no free tag and NOWAIT was set")]

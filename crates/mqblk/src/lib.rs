@@ -102,6 +102,7 @@ mod registry;
 mod request;
 pub mod sbitmap;
 pub mod sched;
+mod segment;
 mod status;
 mod sync;
 mod tag;
@@ -109,7 +110,7 @@ mod trace;
 pub mod zoned;
 
 pub use bio::{Bio, IoPrio, IoPrioClass, Op, ReqFlags, SECTOR_SHIFT, SECTOR_SIZE};
-pub use buf::{Buf, FixedBufs, BUF_ALIGN};
+pub use buf::{BioVec, Buf, FixedBufs, BIO_MAX_VECS, BUF_ALIGN};
 pub use client::{Client, ClientStats, Completion, CompletionSink, Plug, RwCount};
 pub use config::ConfigError;
 pub use device::{Attrs, BlockStatusMap, Device, DeviceConfig, DirectReads, Power, RegisteredBuffers, Zones};

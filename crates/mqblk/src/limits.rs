@@ -3,10 +3,13 @@
 //! discard and write zeroes, zones), and the checks every bio passes
 //! before it becomes a request.
 //!
-//! Relies on: bio.rs (Bio, Op), error.rs (SubmitError), zoned.rs.
+//! Relies on: bio.rs (Bio, Op), error.rs (SubmitError), segment.rs (the
+//! segment limits' rules), zoned.rs.
 
 use crate::bio::{Bio, Op, SECTOR_SHIFT, SECTOR_SIZE};
+use crate::buf::BIO_MAX_VECS;
 use crate::error::SubmitError;
+use crate::segment::SegLimits;
 
 /// The largest bio, as the kernel's 32-bit `bi_size` allows (larger ones
 /// are refused with `SubmitError::TooLarge`; smaller ones larger than a
@@ -17,6 +20,15 @@ pub const MAX_BIO_BYTES: u64 = u32::MAX as u64;
 pub const DEFAULT_MAX_SECTORS: u32 = 2560;
 /// The kernel's default segment limit (BLK_MAX_SEGMENTS).
 pub const DEFAULT_MAX_SEGMENTS: u32 = 128;
+/// The kernel's default largest physical segment (BLK_MAX_SEGMENT_SIZE).
+pub const DEFAULT_MAX_SEGMENT_SIZE: u32 = 65536;
+/// The kernel's default segment boundary (BLK_SEG_BOUNDARY_MASK): no
+/// physical segment crosses a 4 GiB line.
+pub const DEFAULT_SEG_BOUNDARY_MASK: u64 = 0xffff_ffff;
+/// The smallest segment limits a queue may state (the kernel's
+/// `blk_validate_limits` refuses less than a page): a physical segment of
+/// at least 4 KiB, a boundary window of at least 4 KiB.
+pub const MIN_SEGMENT_SIZE: u32 = 4096;
 
 /// What a device looks like to the block layer (`struct queue_limits`). A
 /// driver fills it in ([`Driver::limits`](crate::driver::Driver::limits));
@@ -50,8 +62,24 @@ pub struct QueueLimits {
     pub physical_block_size: u32,
     /// Largest request in 512-byte sectors (a multiple of the block size).
     pub max_sectors: u32,
-    /// Most segments (bios' buffers) one merged request may carry.
+    /// Most physical segments one request may carry (`blk_rq_nr_phys_segments`:
+    /// contiguous memory counts once, segment.rs). Merges refuse to pass it,
+    /// and a bio with more is split.
     pub max_segments: u32,
+    /// Longest physical segment in bytes (at least [`MIN_SEGMENT_SIZE`]):
+    /// a longer run of memory counts as several.
+    pub max_segment_size: u32,
+    /// No physical segment crosses an address multiple of this mask + 1
+    /// (`seg_boundary_mask`, a power of two less one, at least 4095;
+    /// `u64::MAX`: no boundary).
+    pub seg_boundary_mask: u64,
+    /// Segments that are not contiguous must meet on this boundary (an
+    /// NVMe PRP list's rule: the first ends and the next starts on it), or
+    /// there is a gap: a request never holds one, so a bio is split there
+    /// and a merge that would make one is refused. 0: none (the default);
+    /// else a power of two less one, below 64 KiB, and `max_segment_size`
+    /// must be `u32::MAX` (as the kernel's `blk_validate_limits` sets it).
+    pub virt_boundary_mask: u64,
     /// Largest discard in sectors; 0: discard not supported.
     pub max_discard_sectors: u32,
     /// Largest write-zeroes in sectors; 0: not supported.
@@ -76,6 +104,9 @@ impl QueueLimits {
             physical_block_size: logical_block_size,
             max_sectors: DEFAULT_MAX_SECTORS,
             max_segments: DEFAULT_MAX_SEGMENTS,
+            max_segment_size: DEFAULT_MAX_SEGMENT_SIZE,
+            seg_boundary_mask: DEFAULT_SEG_BOUNDARY_MASK,
+            virt_boundary_mask: 0,
             max_discard_sectors: 0,
             max_write_zeroes_sectors: 0,
             write_cache: false,
@@ -106,6 +137,7 @@ impl QueueLimits {
         if self.max_sectors == 0 || (u64::from(self.max_sectors) * SECTOR_SIZE) % u64::from(lbs) != 0 {
             return Err(format!("max_sectors={} is not a positive multiple of the block size", self.max_sectors));
         }
+        self.validate_segments()?;
         if let Some(z) = &self.zoned {
             if !z.zone_sectors.is_power_of_two() || (z.zone_sectors << SECTOR_SHIFT) % u64::from(lbs) != 0 {
                 return Err(format!(
@@ -115,6 +147,53 @@ impl QueueLimits {
             }
         }
         Ok(())
+    }
+
+    fn validate_segments(&self) -> Result<(), String> {
+        if self.max_segments == 0 {
+            return Err("max_segments=0 (at least 1)".into());
+        }
+        if self.max_segment_size < MIN_SEGMENT_SIZE {
+            return Err(format!("max_segment_size={} (at least {MIN_SEGMENT_SIZE})", self.max_segment_size));
+        }
+        let boundary = self.seg_boundary_mask;
+        if boundary < u64::from(MIN_SEGMENT_SIZE) - 1 || !boundary.wrapping_add(1).is_power_of_two() && boundary != u64::MAX {
+            return Err(format!("seg_boundary_mask={boundary:#x} (a power of two less one, at least 0xfff)"));
+        }
+        let virt = self.virt_boundary_mask;
+        if virt != 0 && (virt >= 65535 || !(virt + 1).is_power_of_two()) {
+            return Err(format!("virt_boundary_mask={virt:#x} (0, or a power of two less one below 0xffff)"));
+        }
+        if virt != 0 && self.max_segment_size != u32::MAX {
+            return Err(format!(
+                "virt_boundary_mask={virt:#x} with max_segment_size={} (a virt boundary needs max_segment_size={})",
+                self.max_segment_size,
+                u32::MAX
+            ));
+        }
+        Ok(())
+    }
+
+    /// The segment limits, as segment.rs counts and splits with them.
+    pub(crate) fn seg_limits(&self) -> SegLimits {
+        let mask = |m: u64| usize::try_from(m).unwrap_or(usize::MAX);
+        SegLimits {
+            max_segments: self.max_segments,
+            max_segment_size: self.max_segment_size as usize,
+            seg_boundary_mask: mask(self.seg_boundary_mask),
+            virt_boundary_mask: mask(self.virt_boundary_mask),
+        }
+    }
+
+    /// Can a bio of one buffer split at `max_bytes` (by `max_sectors`
+    /// alone) always make pieces within the segment limits? Then the split
+    /// path needs no look at addresses: a piece of one buffer has no gap,
+    /// and at most `max_bytes / min(max_segment_size, boundary)` + 2
+    /// physical segments.
+    pub(crate) fn one_buffer_splits_by_size(&self, max_bytes: u64) -> bool {
+        let window = self.seg_boundary_mask.saturating_add(1);
+        let chunk = u64::from(self.max_segment_size).min(window);
+        max_bytes / chunk + 2 <= u64::from(self.max_segments)
     }
 
     /// Checks a bio against the limits (bounds, alignment, size, support).
@@ -136,7 +215,7 @@ impl QueueLimits {
         let lbs_mask = u64::from(self.logical_block_size) - 1;
         let end = offset.wrapping_add(len);
         matches!(bio.op, Op::Read | Op::Write)
-            && bio.buf.as_ref().is_some_and(|b| b.len() as u64 == len)
+            && bio.segs.one_len().is_some_and(|l| l as u64 == len)
             && len != 0
             && (offset | len) & lbs_mask == 0
             && len <= MAX_BIO_BYTES
@@ -162,7 +241,7 @@ impl QueueLimits {
                 return self.check_zone_bio(bio, z);
             }
         }
-        let buf_len = bio.buf.as_ref().map(|b| b.len());
+        let buf_len = self.check_segments(bio)?;
         if op.has_data() != buf_len.is_some() || (op.has_data() && buf_len != Some(len as usize)) {
             return Err(SubmitError::BadBuffer { op, len, buf_len });
         }
@@ -188,6 +267,29 @@ impl QueueLimits {
         Ok(())
     }
 
+    /// A bio's segments: at most BIO_MAX_VECS, each a positive whole
+    /// number of logical blocks (what Linux 6.x direct I/O asks of each
+    /// iovec, `iov_iter_is_aligned`, so every split lands on a block). Their
+    /// total, or None without any.
+    fn check_segments(&self, bio: &Bio) -> Result<Option<usize>, SubmitError> {
+        if let Some(len) = bio.segs.one_len() {
+            return Ok(Some(len));
+        }
+        let segs = bio.segs.as_slice();
+        if segs.is_empty() {
+            return Ok(None);
+        }
+        if segs.len() > BIO_MAX_VECS {
+            return Err(SubmitError::TooManySegments { nr: segs.len(), max: BIO_MAX_VECS });
+        }
+        let lbs_mask = self.logical_block_size as usize - 1;
+        if let Some((index, seg)) = segs.iter().enumerate().find(|(_, s)| s.is_empty() || s.len() & lbs_mask != 0) {
+            let logical_block_size = self.logical_block_size;
+            return Err(SubmitError::BadSegment { index, len: seg.len(), logical_block_size });
+        }
+        Ok(Some(segs.iter().map(|s| s.len()).sum()))
+    }
+
     /// Zone ops: a zone management bio names a zone by its start and has
     /// no length (reset all: offset 0); a zone append starts at its zone's
     /// start, stays inside it and within zone_append_max_sectors.
@@ -197,7 +299,7 @@ impl QueueLimits {
         if offset % zone_bytes != 0 || offset >= self.capacity_bytes || (op == Op::ZoneResetAll && offset != 0) {
             return Err(SubmitError::NotZoneStart { op, offset, zone_bytes });
         }
-        let buf_len = bio.buf.as_ref().map(|b| b.len());
+        let buf_len = self.check_segments(bio)?;
         if op.is_zone_mgmt() {
             return if len == 0 && buf_len.is_none() {
                 Ok(())

@@ -4,8 +4,11 @@
 //! A bio merges into a request when both are mergeable and of the same op,
 //! their flags of the same class, the bio starts where the request ends
 //! (back merge) or ends where it starts (front merge), and the merged
-//! request stays within the queue's `max_sectors` for the op and its
-//! `max_segments`. Reads, writes and discards merge (discards by the same
+//! request stays within the queue's `max_sectors` for the op (`try_merge`)
+//! and its segment limits (`segments_fit`: at most `max_segments` physical
+//! segments, counted as `ll_back_merge_fn` / `ll_front_merge_fn` count
+//! them, and no gap at a virt boundary, `bio_will_gap`; segment.rs).
+//! Reads, writes and discards merge (discards by the same
 //! contiguity rule, as the kernel does with one discard segment); flushes,
 //! write-zeroes and FUA bios never do (the kernel's REQ_NOMERGE_FLAGS and
 //! `rq_mergeable`). Pieces of a split bio neither merge nor take merges:
@@ -17,11 +20,12 @@
 //! that it completes on its own (hctx/end.rs `MergedEnd`).
 //!
 //! Relies on: request/ for the request's fields, completion.rs for bio
-//! slots.
+//! slots, segment.rs for counting physical segments.
 
-use crate::buf::Buf;
+use crate::buf::BioVec;
 use crate::completion::{BioSlot, ClientShared};
-use crate::request::{Op, ReqFlags, Request};
+use crate::request::{request_phys, Op, ReqFlags, Request};
+use crate::segment::{Phys, Span};
 
 /// Where a bio joins a request. An elevator finds a queued request a bio
 /// may join, and asks the block layer to merge it
@@ -125,10 +129,11 @@ pub struct BioPos {
     pub nr_sectors: u32,
 }
 
-/// How `bio` can merge into `rq` within `max_sectors` and `max_segments`,
-/// if at all (`blk_rq_merge_ok` + `blk_try_merge` + the size checks).
+/// How `bio` can merge into `rq` within `max_sectors`, if at all
+/// (`blk_rq_merge_ok` + `blk_try_merge` + the size check); the segment
+/// limits are `segments_fit`'s, once a merge is possible by position.
 #[inline]
-pub(crate) fn try_merge(rq: &Request, bio: &BioPos, max_sectors: u64, max_segments: u32) -> Option<MergeKind> {
+pub(crate) fn try_merge(rq: &Request, bio: &BioPos, max_sectors: u64) -> Option<MergeKind> {
     // Contiguity first: it is what fails for random I/O, and it is cheap.
     let kind = contiguity(rq, bio)?;
     if rq.split != 0 || rq.op != bio.op || !mergeable(rq.op, rq.flags) || !mergeable(bio.op, bio.flags) {
@@ -137,10 +142,31 @@ pub(crate) fn try_merge(rq: &Request, bio: &BioPos, max_sectors: u64, max_segmen
     if rq.flags.bits() & MERGE_CLASS.bits() != bio.flags.bits() & MERGE_CLASS.bits() {
         return None;
     }
-    if rq.nr_bios >= max_segments || u64::from(rq.nr_sectors) + u64::from(bio.nr_sectors) > max_sectors {
+    if u64::from(rq.nr_sectors) + u64::from(bio.nr_sectors) > max_sectors {
         return None;
     }
     Some(kind)
+}
+
+/// The physical segments of a bio's segments (segment.rs), for a merge.
+pub(crate) fn bio_phys(rq: &Request, segs: &BioVec) -> Phys {
+    let spans = segs.iter().map(|b| Span { addr: b.raw_ptr() as usize, len: b.len() });
+    rq.seg_limits.count(spans)
+}
+
+/// The request's physical segments with a bio of `bio` ones joined as
+/// `kind` says, if that stays within `max_segments` and makes no gap.
+///
+/// # Safety
+/// The caller owns `rq` (it holds the request's token).
+pub(crate) unsafe fn segments_fit(rq: &Request, kind: MergeKind, bio: &Phys) -> Option<Phys> {
+    // SAFETY: forwarded contract.
+    let own = unsafe { request_phys(rq) };
+    let joined = match kind {
+        MergeKind::Back => rq.seg_limits.join(&own, bio)?,
+        MergeKind::Front => rq.seg_limits.join(bio, &own)?,
+    };
+    (joined.nr <= rq.seg_limits.max_segments).then_some(joined)
 }
 
 /// Does `bio` follow or precede `rq` exactly?
@@ -155,10 +181,12 @@ fn contiguity(rq: &Request, bio: &BioPos) -> Option<MergeKind> {
     }
 }
 
-/// What a merged bio completes with.
+/// What a merged bio completes with, and its physical segments joined
+/// with the request's (`segments_fit`).
 pub(crate) struct MergedBio {
     pub(crate) pos: BioPos,
-    pub(crate) buf: Option<Buf>,
+    pub(crate) segs: BioVec,
+    pub(crate) phys: Phys,
     pub(crate) user_data: u64,
     pub(crate) origin: u8,
 }
@@ -169,7 +197,7 @@ pub(crate) struct MergedBio {
 /// `slot` is a free bio slot of `owner`, the caller's own sink; the caller
 /// owns `rq` (it holds the plugged request's token).
 pub(crate) unsafe fn attach(rq: &mut Request, kind: MergeKind, slot: &BioSlot, owner: &ClientShared, bio: MergedBio) {
-    debug_assert_eq!(try_merge(rq, &bio.pos, u64::MAX, u32::MAX), Some(kind));
+    debug_assert_eq!(try_merge(rq, &bio.pos, u64::MAX), Some(kind));
     let p: *const BioSlot = slot;
     let next = match kind {
         MergeKind::Back => std::ptr::null(),
@@ -180,7 +208,7 @@ pub(crate) unsafe fn attach(rq: &mut Request, kind: MergeKind, slot: &BioSlot, o
         slot.with_data_mut(|d| {
             d.user_data = bio.user_data;
             d.origin = bio.origin;
-            d.buf = bio.buf;
+            d.segs = bio.segs;
             d.sector = bio.pos.sector;
             d.nr_sectors = bio.pos.nr_sectors;
             d.owner = owner;
@@ -206,18 +234,23 @@ pub(crate) unsafe fn attach(rq: &mut Request, kind: MergeKind, slot: &BioSlot, o
     }
     rq.nr_sectors += bio.pos.nr_sectors;
     rq.nr_bios += 1;
+    // Kept for the next merge; the general end resets it.
+    rq.phys = bio.phys;
     rq.plain_end = false;
 }
 
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::buf::Buf;
     use crate::request::RequestSlot;
+    use crate::segment::SegLimits;
 
     fn request(op: Op, flags: ReqFlags, sector: u64, nr_sectors: u32) -> Request {
         let slot = RequestSlot::new(0);
         let mut rq = slot.rq.into_inner();
         (rq.op, rq.flags, rq.sector, rq.nr_sectors) = (op, flags, sector, nr_sectors);
+        rq.seg_limits = SegLimits::NONE;
         rq
     }
 
@@ -225,50 +258,99 @@ mod tests {
         BioPos { op, flags, sector, nr_sectors }
     }
 
-    #[test]
-    fn contiguous_bios_merge_back_and_front() {
-        let rq = request(Op::Read, ReqFlags::NONE, 8, 8);
-        assert_eq!(try_merge(&rq, &bio(Op::Read, ReqFlags::NONE, 16, 8), 255, 128), Some(MergeKind::Back));
-        assert_eq!(try_merge(&rq, &bio(Op::Read, ReqFlags::NONE, 0, 8), 255, 128), Some(MergeKind::Front));
-        assert_eq!(try_merge(&rq, &bio(Op::Read, ReqFlags::NONE, 24, 8), 255, 128), None, "a gap");
-        assert_eq!(try_merge(&rq, &bio(Op::Read, ReqFlags::NONE, 12, 8), 255, 128), None, "an overlap");
+    /// `len` bytes at `at` of `memory`, as a segment.
+    fn seg(memory: &mut [u8], at: usize, len: usize) -> Buf {
+        // SAFETY: the tests keep `memory` alive and untouched while the
+        // returned buffer lives.
+        unsafe { Buf::borrowed(memory[at..][..len].as_mut_ptr(), len) }
     }
 
     #[test]
-    fn each_limit_refuses() {
+    fn contiguous_bios_merge_back_and_front() {
+        let rq = request(Op::Read, ReqFlags::NONE, 8, 8);
+        assert_eq!(try_merge(&rq, &bio(Op::Read, ReqFlags::NONE, 16, 8), 255), Some(MergeKind::Back));
+        assert_eq!(try_merge(&rq, &bio(Op::Read, ReqFlags::NONE, 0, 8), 255), Some(MergeKind::Front));
+        assert_eq!(try_merge(&rq, &bio(Op::Read, ReqFlags::NONE, 24, 8), 255), None, "a gap");
+        assert_eq!(try_merge(&rq, &bio(Op::Read, ReqFlags::NONE, 12, 8), 255), None, "an overlap");
+    }
+
+    #[test]
+    fn max_sectors_refuses() {
         let rq = request(Op::Write, ReqFlags::NONE, 0, 8);
         let next = bio(Op::Write, ReqFlags::NONE, 8, 8);
-        assert_eq!(try_merge(&rq, &next, 16, 128), Some(MergeKind::Back), "exactly max_sectors");
-        assert_eq!(try_merge(&rq, &next, 15, 128), None, "max_sectors");
-        assert_eq!(try_merge(&rq, &next, 255, 1), None, "max_segments");
-        let mut full = request(Op::Write, ReqFlags::NONE, 0, 8);
-        full.nr_bios = 4;
-        assert_eq!(try_merge(&full, &next, 255, 5), Some(MergeKind::Back));
-        assert_eq!(try_merge(&full, &next, 255, 4), None);
+        assert_eq!(try_merge(&rq, &next, 16), Some(MergeKind::Back), "exactly max_sectors");
+        assert_eq!(try_merge(&rq, &next, 15), None, "max_sectors");
+    }
+
+    /// `ll_back_merge_fn`'s segment count: each bio's physical segments,
+    /// one fewer where the request's last and the bio's first are
+    /// contiguous and fit one segment together.
+    #[test]
+    fn max_segments_counts_physical_segments() {
+        let mut memory = vec![0u8; 1 << 20];
+        let mut rq = request(Op::Write, ReqFlags::NONE, 0, 16);
+        rq.seg_limits = SegLimits { max_segments: 2, ..SegLimits::NONE };
+        rq.segs = crate::buf::BioVec::from(vec![seg(&mut memory, 0, 4096), seg(&mut memory, 8192, 4096)]);
+        // SAFETY: the test owns the request.
+        let fit = |rq: &Request, segs: &crate::buf::BioVec, kind| unsafe { segments_fit(rq, kind, &bio_phys(rq, segs)) };
+        let apart = crate::buf::BioVec::from(seg(&mut memory, 65536, 4096));
+        assert_eq!(fit(&rq, &apart, MergeKind::Back), None, "a third segment");
+        let continues = crate::buf::BioVec::from(seg(&mut memory, 12288, 4096));
+        assert_eq!(fit(&rq, &continues, MergeKind::Back).map(|p| p.nr), Some(2), "coalesces with the last");
+        assert_eq!(fit(&rq, &continues, MergeKind::Front), None, "not contiguous with the first");
+        let before = crate::buf::BioVec::from(seg(&mut memory, 61440, 4096));
+        assert_eq!(fit(&rq, &before, MergeKind::Front), None);
+        let precedes = crate::buf::BioVec::from(vec![seg(&mut memory, 1 << 19, 4096)]);
+        assert_eq!(fit(&rq, &precedes, MergeKind::Front), None);
+    }
+
+    #[test]
+    fn max_segment_size_keeps_contiguous_bios_apart() {
+        let mut memory = vec![0u8; 1 << 20];
+        let mut rq = request(Op::Write, ReqFlags::NONE, 0, 120);
+        rq.seg_limits = SegLimits { max_segments: 1, max_segment_size: 65536, ..SegLimits::NONE };
+        rq.segs = crate::buf::BioVec::from(seg(&mut memory, 0, 61440));
+        // SAFETY: the test owns the request.
+        let fit = |segs: &crate::buf::BioVec| unsafe { segments_fit(&rq, MergeKind::Back, &bio_phys(&rq, segs)) };
+        assert!(fit(&crate::buf::BioVec::from(seg(&mut memory, 61440, 4096))).is_some(), "64 KiB together");
+        assert!(fit(&crate::buf::BioVec::from(seg(&mut memory, 61440, 8192))).is_none(), "68 KiB do not fit one");
+    }
+
+    #[test]
+    fn a_gap_at_the_virt_boundary_refuses() {
+        let mut memory = vec![0u8; 1 << 20];
+        let base = (memory.as_ptr() as usize).next_multiple_of(4096) - memory.as_ptr() as usize;
+        let mut rq = request(Op::Read, ReqFlags::NONE, 0, 8);
+        rq.seg_limits = SegLimits { virt_boundary_mask: 4095, ..SegLimits::NONE };
+        rq.segs = crate::buf::BioVec::from(seg(&mut memory, base, 4096));
+        // SAFETY: the test owns the request.
+        let fit = |segs: &crate::buf::BioVec, kind| unsafe { segments_fit(&rq, kind, &bio_phys(&rq, segs)) };
+        let aligned = crate::buf::BioVec::from(seg(&mut memory, base + 65536, 4096));
+        assert!(fit(&aligned, MergeKind::Back).is_some(), "both ends on the boundary");
+        let off = crate::buf::BioVec::from(seg(&mut memory, base + 65536 + 512, 4096));
+        assert!(fit(&off, MergeKind::Back).is_none(), "the bio starts off the boundary");
+        assert!(fit(&off, MergeKind::Front).is_none(), "it ends off it too");
     }
 
     #[test]
     fn op_and_flag_mismatches_refuse() {
         let rq = request(Op::Write, ReqFlags::SYNC, 0, 8);
-        assert_eq!(try_merge(&rq, &bio(Op::Read, ReqFlags::SYNC, 8, 8), 255, 128), None, "op");
+        assert_eq!(try_merge(&rq, &bio(Op::Read, ReqFlags::SYNC, 8, 8), 255), None, "op");
         for other in [ReqFlags::NONE, ReqFlags::SYNC | ReqFlags::HIPRI, ReqFlags::SYNC | ReqFlags::BACKGROUND] {
-            assert_eq!(try_merge(&rq, &bio(Op::Write, other, 8, 8), 255, 128), None, "{other:?}");
+            assert_eq!(try_merge(&rq, &bio(Op::Write, other, 8, 8), 255), None, "{other:?}");
         }
-        assert_eq!(
-            try_merge(&rq, &bio(Op::Write, ReqFlags::SYNC | ReqFlags::NOWAIT, 8, 8), 255, 128),
-            Some(MergeKind::Back)
-        );
+        assert_eq!(try_merge(&rq, &bio(Op::Write, ReqFlags::SYNC | ReqFlags::NOWAIT, 8, 8), 255), Some(MergeKind::Back));
         let fua = request(Op::Write, ReqFlags::FUA, 0, 8);
-        assert_eq!(try_merge(&fua, &bio(Op::Write, ReqFlags::FUA, 8, 8), 255, 128), None, "FUA never merges");
-        assert_eq!(try_merge(&rq, &bio(Op::Write, ReqFlags::SYNC | ReqFlags::FUA, 8, 8), 255, 128), None);
+        assert_eq!(try_merge(&fua, &bio(Op::Write, ReqFlags::FUA, 8, 8), 255), None, "FUA never merges");
+        assert_eq!(try_merge(&rq, &bio(Op::Write, ReqFlags::SYNC | ReqFlags::FUA, 8, 8), 255), None);
         for op in [Op::Flush, Op::WriteZeroes] {
             let rq = request(op, ReqFlags::NONE, 0, 8);
-            assert_eq!(try_merge(&rq, &bio(op, ReqFlags::NONE, 8, 8), u64::MAX, 128), None, "{op:?}");
+            assert_eq!(try_merge(&rq, &bio(op, ReqFlags::NONE, 8, 8), u64::MAX), None, "{op:?}");
         }
         let discard = request(Op::Discard, ReqFlags::NONE, 0, 8);
-        assert_eq!(try_merge(&discard, &bio(Op::Discard, ReqFlags::NONE, 8, 8), 1 << 20, 128), Some(MergeKind::Back));
+        assert_eq!(try_merge(&discard, &bio(Op::Discard, ReqFlags::NONE, 8, 8), 1 << 20), Some(MergeKind::Back));
         let mut piece = request(Op::Read, ReqFlags::NONE, 0, 8);
         piece.split = 1;
-        assert_eq!(try_merge(&piece, &bio(Op::Read, ReqFlags::NONE, 8, 8), 255, 128), None, "split piece");
+        assert_eq!(try_merge(&piece, &bio(Op::Read, ReqFlags::NONE, 8, 8), 255), None, "split piece");
     }
 }

@@ -290,7 +290,7 @@ fn merged_bios_complete_once_each_with_their_own_status() {
     done.sort_by_key(|d| d.user_data);
     let got: Vec<(u64, Status)> = done.iter().map(|d| (d.user_data, d.status)).collect();
     assert_eq!(got, vec![(100, Status::Ok), (101, Status::Ok), (102, Status::IoErr), (103, Status::IoErr)]);
-    assert!(done.iter().all(|d| d.buf.as_ref().map(|b| b.len()) == Some(4096)), "every bio gets its buffer back");
+    assert!(done.iter().all(|d| d.segs.len_bytes() == 4096), "every bio gets its buffer back");
     let s = dev.stats();
     assert_eq!((s.bios.write, s.requests.write, s.merges.write), (4, 1, 3));
 }
@@ -464,7 +464,7 @@ proptest! {
             for d in &done {
                 prop_assert!(d.status.is_ok());
                 if let Some((_, want)) = expect.iter().find(|(i, _)| *i == d.user_data) {
-                    prop_assert_eq!(&d.buf.as_ref().unwrap()[..], &want[..], "read {}", d.user_data);
+                    prop_assert_eq!(&d.segs.as_slice()[0][..], &want[..], "read {}", d.user_data);
                 }
             }
         }

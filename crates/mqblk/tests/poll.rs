@@ -38,7 +38,7 @@ fn hipri_io_completes_by_polling_and_never_sleeps() {
         c.submit(hipri_read(i * 4096), i).unwrap();
         done.clear();
         c.do_io(&mut done, 1, 1, None).unwrap();
-        assert!(filled(done[0].buf.as_ref().unwrap(), (i % 251) as u8), "block {i}");
+        assert!(filled(&done[0].segs.as_slice()[0], (i % 251) as u8), "block {i}");
     }
     assert_eq!(c.stats().completion_sleeps, 0, "a polling client never sleeps for its hipri I/O");
     let show = dev.show_stats();

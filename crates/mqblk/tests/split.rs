@@ -66,7 +66,7 @@ fn many_split_bios_in_flight_each_complete_once() {
     let mut ids: Vec<u64> = done.iter().map(|d| d.user_data).collect();
     ids.sort_unstable();
     assert_eq!(ids, (0..BIOS).collect::<Vec<_>>(), "each bio completes exactly once");
-    assert!(done.iter().all(|d| d.status.is_ok() && d.buf.as_ref().unwrap().len() == BIO_BYTES));
+    assert!(done.iter().all(|d| d.status.is_ok() && d.segs.len_bytes() == BIO_BYTES as u64));
     for i in 0..BIOS {
         let mut back = vec![0u8; BIO_BYTES];
         c.read_at(&mut back, offset(i)).unwrap();
@@ -137,7 +137,7 @@ fn nowait_split_is_refused_whole_with_its_buffer() {
     let bio = Bio::write(1 << 20, Buf::from_slice(&data)).with_flags(ReqFlags::NOWAIT);
     let r = c.submit(bio, 2).unwrap_err();
     assert_eq!(r.error, SubmitError::Again);
-    assert_eq!(r.bio.buf.as_ref().unwrap()[..], data[..]);
+    assert_eq!(r.bio.segs.as_slice()[0][..], data[..]);
     assert_eq!(c.in_flight(), 1);
     for rq in held.lock().unwrap().drain(..) {
         rq.complete(Status::Ok);

@@ -95,7 +95,7 @@ impl Inflight {
         if c.user_data & SLOT_BIT == 0 && c.status.is_ok() {
             // The common case: the cookie came back as mqblk's user_data,
             // and the buffer was the caller's own (or a write's bounce).
-            self.recycle(c.buf.take());
+            self.recycle(c.segs.take().into_buf().ok());
             return (c.user_data as *mut c_void, 0, None);
         }
         self.settle_slow(c)
@@ -110,7 +110,7 @@ impl Inflight {
             self.free_slots.push(index);
             std::mem::replace(&mut self.slots[index as usize], EMPTY_SLOT)
         };
-        if let (Some((iov, iovcnt)), Some(buf), true) = (slot.scatter, c.buf.as_ref(), c.status.is_ok()) {
+        if let (Some((iov, iovcnt)), Some(buf), true) = (slot.scatter, c.segs.as_slice().first(), c.status.is_ok()) {
             let mut at = 0;
             // SAFETY: the caller keeps the iovec array and its buffers valid
             // until this completion is returned (checked at submission).
@@ -120,7 +120,7 @@ impl Inflight {
                 at += v.iov_len;
             }
         }
-        self.recycle(c.buf.take());
+        self.recycle(c.segs.take().into_buf().ok());
         match c.status.errno() {
             0 => (slot.user_data, 0, None),
             errno => {

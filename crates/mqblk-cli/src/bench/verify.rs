@@ -108,7 +108,7 @@ impl Verifier {
             client.do_io(&mut done, 1, depth, None).map_err(|e| format!("verify: {e}"))?;
             for c in done.drain(..) {
                 let (offset, idx) = (c.user_data >> 16, (c.user_data & 0xffff) as usize);
-                let buf = c.buf.expect("reads give their buffer back");
+                let buf = c.segs.into_buf().expect("reads give their buffer back");
                 if !c.status.is_ok() {
                     return Err(format!("verify: read at offset {offset} failed: {}", c.status));
                 }

@@ -89,7 +89,7 @@ impl DeviceTarget {
 
     fn run(&mut self, bio: Bio) -> Result<Option<Buf>, i32> {
         match self.client.submit_and_wait_completion(bio) {
-            Ok(done) if done.status == Status::Ok => Ok(done.buf),
+            Ok(done) if done.status == Status::Ok => Ok(done.segs.into_buf().ok()),
             Ok(done) => Err(done.status.errno()),
             Err(Error::Submit(e)) => Err(e.errno()),
             Err(_) => Err(libc::EIO),

@@ -19,8 +19,10 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 mod fixed;
+mod vec;
 
 pub use fixed::FixedBufs;
+pub use vec::{BioVec, BIO_MAX_VECS};
 use fixed::Region;
 
 /// Alignment of every `Buf` (but a borrowed one): a page, enough for
@@ -60,6 +62,8 @@ pub const BUF_ALIGN: usize = 4096;
 /// assert_eq!(&copy[..], b"mqbk");
 /// assert!(Buf::new(0).is_empty());
 /// ```
+// `#[repr(C)]`: a `BioVec` (vec.rs) holds one `Buf` as these same words.
+#[repr(C)]
 pub struct Buf {
     ptr: NonNull<u8>,
     len: usize,
@@ -190,6 +194,15 @@ impl Buf {
 
     fn layout(len: usize) -> Layout {
         Layout::from_size_align(len, BUF_ALIGN).expect("buffer length overflows a Layout")
+    }
+
+    /// The start of the bytes as a raw pointer, taken from the buffer's
+    /// own field (so it carries the allocation's provenance, not that of
+    /// `&self`): for a split piece's view and for drivers that write
+    /// disjoint parts of one buffer from several threads.
+    #[inline(always)]
+    pub(crate) fn raw_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
     }
 
     /// Length in bytes (what an I/O of this buffer moves).

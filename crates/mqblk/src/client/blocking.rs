@@ -4,7 +4,7 @@
 //!
 //! Relies on: the client's submission (submit.rs) and reaping (reap.rs).
 
-use crate::buf::Buf;
+use crate::buf::{BioVec, Buf};
 use crate::error::Error;
 use crate::request::{Bio, ORIGIN_BLOCKING};
 use crate::status::Status;
@@ -39,7 +39,7 @@ impl Client {
     pub fn read_at(&mut self, buf: &mut [u8], offset: u64) -> Result<(), Error> {
         let bounce = self.take_bounce(buf.len());
         let done = self.blocking(Bio::read(offset, bounce))?;
-        let data = done.buf.expect("read completion carries its buffer");
+        let data = done.segs.into_buf().expect("read completion carries its buffer");
         if done.status.is_ok() {
             buf.copy_from_slice(&data);
         }
@@ -53,12 +53,12 @@ impl Client {
         let mut bounce = self.take_bounce(buf.len());
         bounce.copy_from_slice(buf);
         let done = self.blocking(Bio::write(offset, bounce))?;
-        self.bounce = done.buf;
+        self.bounce = done.segs.into_buf().ok();
         status_result(done.status)
     }
 
     /// Submits any bio and waits for it (flush, discard, write zeroes ...);
-    /// returns the bio's buffer. A failed I/O is `Error::Status`.
+    /// returns the bio's segments. A failed I/O is `Error::Status`.
     ///
     /// ```
     /// # mod ram { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/ram.rs")); }
@@ -67,22 +67,22 @@ impl Client {
     ///
     /// let dev = Device::open("ram:size=64,irqmode=0,memory_backed=1,discard=1")?;
     /// let mut client = dev.client();
-    /// let buf = client.submit_and_wait(Bio::write(0, Buf::from_slice(&[9; 4096])))?;
-    /// assert_eq!(buf.map(|b| b.len()), Some(4096), "the buffer comes back");
-    /// assert!(client.submit_and_wait(Bio::discard(0, 4096))?.is_none());
+    /// let segs = client.submit_and_wait(Bio::write(0, Buf::from_slice(&[9; 4096])))?;
+    /// assert_eq!(segs.len_bytes(), 4096, "the buffer comes back");
+    /// assert!(client.submit_and_wait(Bio::discard(0, 4096))?.is_empty());
     /// client.submit_and_wait(Bio::flush())?;
-    /// let data = client.submit_and_wait(Bio::read(0, Buf::new(4096)))?.unwrap();
+    /// let data = client.submit_and_wait(Bio::read(0, Buf::new(4096)))?.into_buf().unwrap();
     /// assert!(data.iter().all(|&b| b == 0), "discarded blocks read zeros here");
     ///
     /// // Any status, as a completion.
     /// let done = client.submit_and_wait_completion(Bio::write_zeroes(0, 8192))?;
-    /// assert!(done.status.is_ok() && done.buf.is_none());
+    /// assert!(done.status.is_ok() && done.segs.is_empty());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn submit_and_wait(&mut self, bio: Bio) -> Result<Option<Buf>, Error> {
+    pub fn submit_and_wait(&mut self, bio: Bio) -> Result<BioVec, Error> {
         let done = self.blocking(bio)?;
         status_result(done.status)?;
-        Ok(done.buf)
+        Ok(done.segs)
     }
 
     /// Submits any bio and waits for its completion, whatever its status

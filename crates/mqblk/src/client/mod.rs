@@ -19,6 +19,7 @@
 
 mod blocking;
 mod reap;
+mod split;
 mod submit;
 
 pub use reap::CompletionSink;

@@ -37,7 +37,7 @@ use super::{Client, Completion};
 /// impl CompletionSink for BytesRead<'_> {
 ///     #[inline(always)]
 ///     fn complete(&mut self, c: Completion) {
-///         *self.0 += c.buf.map_or(0, |b| b.len());
+///         *self.0 += c.segs.len_bytes() as usize;
 ///     }
 /// }
 ///

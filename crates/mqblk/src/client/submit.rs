@@ -12,10 +12,10 @@
 
 use std::time::Duration;
 
-use crate::buf::Buf;
+use crate::buf::{BioVec, Buf};
 use crate::error::{Rejected, SubmitError};
 use crate::merge::{self, BioPos, MergedBio};
-use crate::request::{Bio, ReqFlags, Rq, ORIGIN_POLLED, ORIGIN_USER, SECTOR_SHIFT, SPLIT_LAST};
+use crate::request::{Bio, ReqFlags, Rq, ORIGIN_POLLED, ORIGIN_USER, SECTOR_SHIFT};
 use crate::sync::{door, Ordering};
 use crate::tag::{TagGot, Tags};
 use crate::trace::Action;
@@ -23,19 +23,29 @@ use crate::trace::Action;
 use super::Client;
 
 /// The scalar part of what a request is initialised from: a whole bio, or
-/// one piece of a split bio (`view` into the parent's buffer, `split` =
-/// slot + 1). The buffer travels separately so nothing large is moved.
+/// one piece of a split bio (`view` of the parent's segments, `split` =
+/// slot + 1). The segments travel separately so nothing large is moved.
 #[derive(Clone, Copy)]
-struct RqHead {
-    op: crate::request::Op,
-    flags: ReqFlags,
-    sector: u64,
-    nr_sectors: u32,
-    view: Option<(*mut u8, usize)>,
-    split: u32,
-    user_data: u64,
-    origin: u8,
-    ioprio: crate::request::IoPrio,
+pub(super) struct RqHead {
+    pub(super) op: crate::request::Op,
+    pub(super) flags: ReqFlags,
+    pub(super) sector: u64,
+    pub(super) nr_sectors: u32,
+    pub(super) view: Option<SegView>,
+    pub(super) split: u32,
+    pub(super) user_data: u64,
+    pub(super) origin: u8,
+    pub(super) ioprio: crate::request::IoPrio,
+}
+
+/// A split piece's part of its parent's segments (the kernel's
+/// `bvec_iter`): the first segment it touches, the bytes of it before the
+/// piece, the piece's bytes.
+#[derive(Clone, Copy)]
+pub(super) struct SegView {
+    pub(super) first: *mut Buf,
+    pub(super) skip: u32,
+    pub(super) len: u32,
 }
 
 impl RqHead {
@@ -73,7 +83,7 @@ impl Client {
     /// // Past the end of the device: refused, the bio and its buffer given back.
     /// let refused = client.submit(Bio::read(64 << 20, Buf::new(4096)), 2).unwrap_err();
     /// assert!(matches!(refused.error, SubmitError::OutOfRange { .. }));
-    /// assert_eq!(refused.bio.buf.map(|b| b.len()), Some(4096));
+    /// assert_eq!(refused.bio.segs.into_buf().unwrap().len(), 4096);
     ///
     /// let mut done = Vec::new();
     /// client.do_io(&mut done, 1, 1, None)?;
@@ -168,7 +178,7 @@ impl Client {
         self.alloc.shallow_depth = u32::MAX;
         let Some(got) = hctx.tags.get(&mut self.alloc, false, true, || {}) else { return false };
         let head = RqHead::whole(bio, user_data, origin | self.plain.origin);
-        let rq = self.start_request(&hctx.tags, got, &head, bio.buf.take(), false, true);
+        let rq = self.start_request(&hctx.tags, got, &head, bio.segs.take(), false, true);
         self.shared.counters.request(head.op);
         // Counted before the issue: a request completed at once is reaped
         // (and uncounted) only later, by do_io.
@@ -236,14 +246,17 @@ impl Client {
             t.bio(Action::Queue, bio.op, bio.flags, bio.offset >> SECTOR_SHIFT, (bio.len >> SECTOR_SHIFT) as u32);
         }
         let max = self.q.max_request_bytes(bio.op);
-        if bio.len > max || (bio.len > 0 && bio.len > self.q.bytes_to_zone_end(bio.offset)) {
+        if bio.len > max
+            || (bio.len > 0 && bio.len > self.q.bytes_to_zone_end(bio.offset))
+            || self.needs_segment_split(&bio)
+        {
             return self.submit_split(bio, user_data, origin, reserved, max);
         }
         let head = RqHead::whole(&bio, user_data, origin);
         if self.plug.takes(bio.op, bio.flags)
             && self.plug.touches_last(head.sector, head.nr_sectors)
             && merge::mergeable(bio.op, bio.flags)
-            && self.plug_merge(&head, &mut bio.buf)
+            && self.plug_merge(&head, &mut bio.segs)
         {
             self.note_submitted(bio.op);
             return Ok(());
@@ -251,13 +264,13 @@ impl Client {
         if !reserved
             && merge::mergeable(bio.op, bio.flags)
             && self.q.hctx(self.cur_hctx).sched().is_some()
-            && self.sched_merge(&head, &mut bio.buf)
+            && self.sched_merge(&head, &mut bio.segs)
         {
             self.note_submitted(bio.op);
             return Ok(());
         }
         let nowait = bio.flags.contains(ReqFlags::NOWAIT);
-        if !self.issue(&head, &mut bio.buf, reserved, nowait) {
+        if !self.issue(&head, &mut bio.segs, reserved, nowait) {
             return Err(Box::new(Rejected { error: SubmitError::Again, bio }));
         }
         self.note_submitted(bio.op);
@@ -265,27 +278,29 @@ impl Client {
     }
 
     #[inline(always)]
-    fn note_submitted(&mut self, op: crate::request::Op) {
+    pub(super) fn note_submitted(&mut self, op: crate::request::Op) {
         self.shared.counters.bio(op);
         self.in_flight += 1;
         self.stats.submitted += 1;
     }
 
     /// Tries to merge the bio described by `head` into the plug's last
-    /// request (merge.rs); on success the bio's buffer moves into one of
+    /// request (merge.rs); on success the bio's segments move into one of
     /// this client's bio slots and the bio completes on its own.
     #[inline(never)]
-    fn plug_merge(&mut self, head: &RqHead, buf: &mut Option<Buf>) -> bool {
+    fn plug_merge(&mut self, head: &RqHead, segs: &mut BioVec) -> bool {
         let max_sectors = self.q.max_request_bytes(head.op) >> SECTOR_SHIFT;
-        let max_segments = self.q.max_segments();
         let pos = BioPos { op: head.op, flags: head.flags, sector: head.sector, nr_sectors: head.nr_sectors };
         let Some(rq) = self.plug.merge_candidate(self.cur_hctx) else { return false };
-        let Some(kind) = merge::try_merge(rq.rq(), &pos, max_sectors, max_segments) else { return false };
+        let Some(kind) = merge::try_merge(rq.rq(), &pos, max_sectors) else { return false };
         if !self.q.zone_merge_ok(rq.sector(), rq.nr_sectors(), &pos, kind == merge::MergeKind::Front) {
             return false;
         }
+        let bio_phys = merge::bio_phys(rq.rq(), segs);
+        // SAFETY: the plug holds the request's token, so we own the request.
+        let Some(phys) = (unsafe { merge::segments_fit(rq.rq(), kind, &bio_phys) }) else { return false };
         let index = self.free_slots.pop().expect("a free bio slot per outstanding bio");
-        let bio = MergedBio { pos, buf: buf.take(), user_data: head.user_data, origin: head.origin };
+        let bio = MergedBio { pos, segs: segs.take(), phys, user_data: head.user_data, origin: head.origin };
         // SAFETY: the slot was on our free list, so it is ours and unused;
         // the plug holds the request's token, so we own the request.
         unsafe { merge::attach(rq.rq_mut(), kind, self.shared.slot(index), &self.shared, bio) };
@@ -300,25 +315,28 @@ impl Client {
     /// (`Elevator::bio_merge`), with the same rules and bookkeeping as a
     /// plug merge.
     #[inline(never)]
-    fn sched_merge(&mut self, head: &RqHead, buf: &mut Option<Buf>) -> bool {
+    fn sched_merge(&mut self, head: &RqHead, segs: &mut BioVec) -> bool {
         let Some(s) = self.q.hctx(self.cur_hctx).sched() else { return false };
         if s.queued.load(Ordering::Relaxed) == 0 {
             return false; // nothing queued to merge with
         }
         let max_sectors = self.q.max_request_bytes(head.op) >> SECTOR_SHIFT;
-        let max_segments = self.q.max_segments();
         let pos = BioPos { op: head.op, flags: head.flags, sector: head.sector, nr_sectors: head.nr_sectors };
         let (shared, free_slots, q) = (&self.shared, &mut self.free_slots, &self.q);
         let mut front = false;
         let merged = s.elevator.bio_merge(self.cur_hctx, &pos, &mut |rq, kind| {
-            if merge::try_merge(rq.rq(), &pos, max_sectors, max_segments) != Some(kind) {
+            if merge::try_merge(rq.rq(), &pos, max_sectors) != Some(kind) {
                 return false;
             }
             if !q.zone_merge_ok(rq.sector(), rq.nr_sectors(), &pos, kind == merge::MergeKind::Front) {
                 return false;
             }
+            let bio_phys = merge::bio_phys(rq.rq(), segs);
+            // SAFETY: the elevator holds the queued request's token under
+            // its lock while we look and attach.
+            let Some(phys) = (unsafe { merge::segments_fit(rq.rq(), kind, &bio_phys) }) else { return false };
             let index = free_slots.pop().expect("a free bio slot per outstanding bio");
-            let bio = MergedBio { pos, buf: buf.take(), user_data: head.user_data, origin: head.origin };
+            let bio = MergedBio { pos, segs: segs.take(), phys, user_data: head.user_data, origin: head.origin };
             // SAFETY: the slot was on our free list; the elevator holds the
             // queued request's token under its lock while we attach.
             unsafe { merge::attach(rq.rq_mut(), kind, shared.slot(index), shared, bio) };
@@ -341,84 +359,13 @@ impl Client {
         }
     }
 
-    /// Splits a bio larger than a request into pieces of at most `max`
-    /// bytes that do not cross a zone boundary, each its own request (the
-    /// kernel's `bio_split`, with chunk_sectors); the bio completes once,
-    /// when its last piece does, with the first error.
-    fn submit_split(
-        &mut self,
-        mut bio: Bio,
-        user_data: u64,
-        origin: u8,
-        reserved: bool,
-        max: u64,
-    ) -> Result<(), Box<Rejected>> {
-        let index = self.free_slots.pop().expect("a free bio slot per outstanding bio");
-        let shared = self.shared.clone();
-        let slot = shared.slot(index);
-        let (q, bio_offset, bio_len) = (self.q.clone(), bio.offset, bio.len);
-        let piece_len = |offset: u64| max.min(q.bytes_to_zone_end(bio_offset + offset)).min(bio_len - offset);
-        let mut pieces = 0u64;
-        let mut offset = 0;
-        while offset < bio.len {
-            offset += piece_len(offset);
-            pieces += 1;
-        }
-        debug_assert!(pieces > 1 && pieces <= u64::from(u32::MAX));
-        let base = bio.buf.as_mut().map(|b| b.as_mut_ptr());
-        // SAFETY: no piece is issued yet, so the client owns the slot. The
-        // buffer's heap block does not move when the Buf value moves.
-        unsafe { slot.start_split(pieces as u32, user_data, origin, bio.buf.take()) };
-        let nowait = bio.flags.contains(ReqFlags::NOWAIT);
-        let mut offset = 0;
-        for i in 0..pieces {
-            let len = piece_len(offset);
-            // SAFETY: offset + len <= bio.len == the buffer's length
-            // (check_bio), so the view stays inside the buffer.
-            let view = base.map(|p| (unsafe { p.add(offset as usize) }, len as usize));
-            let head = RqHead {
-                op: bio.op,
-                flags: bio.flags,
-                sector: (bio.offset + offset) >> SECTOR_SHIFT,
-                nr_sectors: (len >> SECTOR_SHIFT) as u32,
-                view,
-                // The last piece is marked: the kernel's parent bio, whose
-                // own error wins over its children's (completion.rs).
-                split: (index + 1) | if i + 1 == pieces { SPLIT_LAST } else { 0 },
-                user_data,
-                origin,
-                ioprio: bio.ioprio,
-            };
-            if let Some(t) = self.q.trace().filter(|_| i + 1 < pieces) {
-                t.split(head.op, head.flags, head.sector, head.nr_sectors, head.sector + u64::from(head.nr_sectors));
-            }
-            // If it must wait, it waits for the tags of all pieces left, so
-            // they are issued back to back (locality on rotational media).
-            self.alloc.want = (pieces - i).min(u64::from(u32::MAX)) as u32;
-            // NOWAIT can only refuse the first piece: later ones wait for a
-            // tag, so a bio is never left half issued.
-            let issued = self.issue(&head, &mut None, reserved, nowait && i == 0);
-            self.alloc.want = 1;
-            if !issued {
-                // SAFETY: nothing was issued: the client still owns the slot.
-                bio.buf = unsafe { slot.with_data_mut(|d| d.buf.take()) };
-                self.free_slots.push(index);
-                return Err(Box::new(Rejected { error: SubmitError::Again, bio }));
-            }
-            offset += len;
-        }
-        self.q.note_split();
-        self.note_submitted(bio.op);
-        Ok(())
-    }
-
-    /// Takes a tag, initialises its request from `head` (taking `buf`) and
-    /// issues it, or adds it to the plug. Returns false, leaving `buf`
+    /// Takes a tag, initialises its request from `head` (taking `segs`) and
+    /// issues it, or adds it to the plug. Returns false, leaving `segs`
     /// alone, only if NOWAIT found no tag. Always inlined: the hot path then
     /// writes the request's fields directly (measured: tens of instructions
     /// per I/O otherwise).
     #[inline(always)]
-    fn issue(&mut self, head: &RqHead, buf: &mut Option<Buf>, reserved: bool, nowait: bool) -> bool {
+    pub(super) fn issue(&mut self, head: &RqHead, segs: &mut BioVec, reserved: bool, nowait: bool) -> bool {
         // Reserved requests bypass a scheduler (and the plug): they take a
         // driver tag and go straight to the driver.
         let use_sched = !reserved && self.q.hctx(self.cur_hctx).sched().is_some();
@@ -441,7 +388,7 @@ impl Client {
         let sched = if use_sched { hctx.sched() } else { None };
         let tags = sched.map_or(&hctx.tags, |s| &s.tags);
         let traced = self.q.trace.is_some();
-        let mut rq = self.start_request(tags, got, head, buf.take(), sched.is_some(), !traced);
+        let mut rq = self.start_request(tags, got, head, segs.take(), sched.is_some(), !traced);
         self.shared.counters.request(head.op);
         if let Some(s) = sched {
             s.elevator.prepare_request(self.cur_hctx, &mut rq);
@@ -460,7 +407,7 @@ impl Client {
     }
 
     /// Starts the request of the tag `got` just took from `tags`, filled
-    /// from `head` and `buf`: the token that owns it comes back.
+    /// from `head` and `segs`: the token that owns it comes back.
     /// `plain_end_ok`: it may end on the short path (not on a traced
     /// queue, whose completion event is on the general one).
     #[inline(always)]
@@ -469,7 +416,7 @@ impl Client {
         tags: &Tags,
         got: TagGot,
         head: &RqHead,
-        buf: Option<Buf>,
+        segs: BioVec,
         in_sched: bool,
         plain_end_ok: bool,
     ) -> Rq {
@@ -481,8 +428,11 @@ impl Client {
         rq.flags = head.flags;
         rq.sector = head.sector;
         rq.nr_sectors = head.nr_sectors;
-        rq.buf = buf;
-        (rq.view, rq.view_len) = head.view.unwrap_or((std::ptr::null_mut(), 0));
+        rq.segs = segs;
+        match head.view {
+            None => rq.view = std::ptr::null_mut(),
+            Some(v) => (rq.view, rq.view_skip, rq.view_len) = (v.first, v.skip, v.len),
+        }
         rq.split = head.split;
         rq.user_data = head.user_data;
         rq.origin = head.origin;

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
-use crate::buf::Buf;
+use crate::buf::BioVec;
 use crate::status::Status;
 use crate::sync::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering, SleepGate, UnsafeCell};
 use mqblk_sync::ring::MpscRing;
@@ -34,7 +34,8 @@ pub(crate) const ORIGIN_BLOCKING: u8 = 1;
 pub(crate) const ORIGIN_POLLED: u8 = 0x80;
 
 /// One finished I/O, as `do_io` returns it: the cookie given at
-/// submission, how it ended, and the bio's buffer back.
+/// submission, how it ended, and the bio's segments back (one buffer:
+/// `segs.into_buf()`; a vector: `segs.into_vec()`).
 ///
 /// ```
 /// # mod ram { include!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/ram.rs")); }
@@ -49,7 +50,7 @@ pub(crate) const ORIGIN_POLLED: u8 = 0x80;
 /// client.do_io(&mut done, 1, 1, None)?;
 /// let read = done.pop().unwrap();
 /// assert_eq!((read.user_data, read.status), (42, Status::Ok));
-/// assert_eq!(read.buf.unwrap()[..], [6; 4096], "the read's buffer, filled");
+/// assert_eq!(read.segs.into_buf().unwrap()[..], [6; 4096], "the read's buffer, filled");
 /// assert_eq!(read.append_offset, None, "not a zone append");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -59,8 +60,8 @@ pub struct Completion {
     pub user_data: u64,
     /// How the I/O ended.
     pub status: Status,
-    /// The bio's buffer, given back (reads: filled with the data).
-    pub buf: Option<Buf>,
+    /// The bio's segments, given back (reads: filled with the data).
+    pub segs: BioVec,
     /// Zone append: the byte offset the data was written at (where the
     /// zone's write pointer was).
     pub append_offset: Option<u64>,
@@ -70,8 +71,9 @@ pub struct Completion {
 }
 
 impl Completion {
-    pub(crate) fn new(user_data: u64, status: Status, buf: Option<Buf>, origin: u8) -> Self {
-        Self { user_data, status, buf, append_offset: None, origin, slot: 0 }
+    #[inline(always)]
+    pub(crate) fn new(user_data: u64, status: Status, segs: BioVec, origin: u8) -> Self {
+        Self { user_data, status, segs, append_offset: None, origin, slot: 0 }
     }
 }
 
@@ -80,8 +82,9 @@ impl Completion {
 pub(crate) struct BioSlotData {
     pub(crate) user_data: u64,
     pub(crate) origin: u8,
-    /// A split parent's buffer, or a merged bio's own buffer.
-    pub(crate) buf: Option<Buf>,
+    /// A split parent's segments (its pieces view them), or a merged
+    /// bio's own.
+    pub(crate) segs: BioVec,
     /// Merged bio: where it starts and how long it is (512-byte sectors).
     pub(crate) sector: u64,
     pub(crate) nr_sectors: u32,
@@ -124,7 +127,7 @@ impl BioSlot {
             data: UnsafeCell::new(BioSlotData {
                 user_data: 0,
                 origin: ORIGIN_USER,
-                buf: None,
+                segs: BioVec::new(),
                 sector: 0,
                 nr_sectors: 0,
                 owner: std::ptr::null(),
@@ -158,11 +161,15 @@ impl BioSlot {
         self.data.with_mut(|p| f(unsafe { &mut *p }))
     }
 
-    /// Prepares the slot as the parent of a bio split into `pieces`.
+    /// Prepares the slot as the parent of a bio split into `pieces`,
+    /// keeping its segments; returns a pointer to the first, which the
+    /// pieces' views start from (it stays put until the last piece
+    /// completes: in this slot, or a vector's heap array). Null without
+    /// segments.
     ///
     /// # Safety
     /// The owning client calls this before issuing any piece.
-    pub(crate) unsafe fn start_split(&self, pieces: u32, user_data: u64, origin: u8, buf: Option<Buf>) {
+    pub(crate) unsafe fn start_split(&self, pieces: u32, user_data: u64, origin: u8, segs: BioVec) -> *mut crate::buf::Buf {
         self.remaining.store(pieces, Ordering::Relaxed);
         self.status.store(0, Ordering::Relaxed);
         // SAFETY: forwarded contract: no piece is in flight yet.
@@ -170,7 +177,8 @@ impl BioSlot {
             self.with_data_mut(|d| {
                 d.user_data = user_data;
                 d.origin = origin;
-                d.buf = buf;
+                d.segs = segs;
+                d.segs.first_seg_ptr()
             })
         }
     }
@@ -186,7 +194,7 @@ impl BioSlot {
         // Everything is copied out before delivering: the slot may be reused
         // as soon as the completion is delivered.
         let (next, owner, mut c) = unsafe {
-            self.with_data_mut(|d| (d.next, d.owner, Completion::new(d.user_data, status, d.buf.take(), d.origin)))
+            self.with_data_mut(|d| (d.next, d.owner, Completion::new(d.user_data, status, d.segs.take(), d.origin)))
         };
         c.slot = self.index + 1;
         // SAFETY: owners are queue-owned sinks (see BioSlotData::owner).
@@ -426,7 +434,7 @@ impl ClientShared {
         }
         let status = Status::from_u8(slot.status.load(Ordering::Acquire));
         // SAFETY: the last piece's completer is the slot's user (see BioSlot).
-        let mut c = unsafe { slot.with_data_mut(|d| Completion::new(d.user_data, status, d.buf.take(), d.origin)) };
+        let mut c = unsafe { slot.with_data_mut(|d| Completion::new(d.user_data, status, d.segs.take(), d.origin)) };
         c.slot = index + 1;
         self.deliver(c);
     }

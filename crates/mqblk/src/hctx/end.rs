@@ -66,12 +66,12 @@ impl HwCtx {
         // Completed inline on the submitter's own thread: straight into its
         // local queue (no one can take the tag and reuse the slot before we
         // free it, so the order does not matter here).
-        if owner.get().deliver_local(|| Completion::new(rq.user_data, status, rq.buf.take(), rq.origin)) {
+        if owner.get().deliver_local(|| Completion::new(rq.user_data, status, rq.segs.take(), rq.origin)) {
             hctx.release_slot(ending, release);
             hctx.restart_after_completion();
             return;
         }
-        let completion = Completion::new(rq.user_data, status, rq.buf.take(), rq.origin);
+        let completion = Completion::new(rq.user_data, status, rq.segs.take(), rq.origin);
         // Free the tag before telling the client: a client that submits
         // again as soon as it sees this completion then finds a free tag.
         hctx.release_slot(ending, release);
@@ -99,7 +99,7 @@ impl HwCtx {
             hctx.restart_after_completion();
             return;
         }
-        let mut completion = Completion::new(rq.user_data, status, rq.buf.take(), rq.origin);
+        let mut completion = Completion::new(rq.user_data, status, rq.segs.take(), rq.origin);
         if rq.op == crate::request::Op::ZoneAppend && status.is_ok() {
             completion.append_offset = Some(rq.sector << SECTOR_SHIFT);
         }
@@ -186,8 +186,9 @@ impl MergedEnd {
             unsafe { (*rq.back).with_data(|d| d.sector) }
         };
         let mut end = Self { front: rq.front, back: rq.back, own: None, owner, start, status, ok_bytes };
-        end.own = Some(Completion::new(rq.user_data, end.bio_status(own_end), rq.buf.take(), rq.origin));
+        end.own = Some(Completion::new(rq.user_data, end.bio_status(own_end), rq.segs.take(), rq.origin));
         rq.nr_bios = 1;
+        rq.phys = crate::segment::Phys::default();
         end
     }
 

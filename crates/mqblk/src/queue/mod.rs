@@ -43,6 +43,9 @@ pub(crate) struct RequestQueue {
     pub(crate) limits: QueueLimits,
     /// `limits.max_request_bytes(op)` for each op, indexed by `Op as usize`.
     max_request_bytes: [u64; crate::request::NR_OPS],
+    /// The segment limits may bind a request of one buffer (not
+    /// `one_buffer_splits_by_size`): such bios are counted too.
+    pub(crate) segments_bind_one_buffer: bool,
     pub(crate) tag_set: TagSetConfig,
     pub(crate) hctxs: Box<[HwCtx]>,
     /// Client completion sinks not in use, for recycling: every sink lives
@@ -127,9 +130,12 @@ impl RequestQueue {
             .into_iter()
             .collect();
         let max_request_bytes = Op::ALL.map(|op| limits.max_request_bytes(op));
+        let max_rw = max_request_bytes[Op::Read as usize].max(max_request_bytes[Op::Write as usize]);
+        let segments_bind_one_buffer = !limits.one_buffer_splits_by_size(max_rw);
         let q = Arc::new(Self {
             driver,
             max_request_bytes,
+            segments_bind_one_buffer,
             limits,
             tag_set,
             hctxs,
@@ -165,7 +171,7 @@ impl RequestQueue {
         // final shared reference: a pointer taken before the hctxs moved
         // into the queue would be invalidated by the move.
         for hctx in q.hctxs.iter() {
-            hctx.tags.pool.bind(hctx.erased(), hctx.index() as u32);
+            hctx.tags.pool.bind(hctx.erased(), hctx.index() as u32, q.limits.seg_limits());
         }
         q.start_worker()?;
         q.install_scheduler(&opts.sched, opts.nr_requests)?;
@@ -215,12 +221,29 @@ impl RequestQueue {
     /// `max_sectors` and, on zoned devices, none at a zone boundary (so 0:
     /// every zoned bio takes the general path, which checks its zone).
     /// A traced queue takes the general path for every bio too (its event
-    /// points are there: trace/).
+    /// points are there: trace/), and so does every bio of a queue whose
+    /// segment limits could bind a request of one buffer (segment.rs: the
+    /// plain path counts no segments).
     pub(crate) fn plain_max_bytes(&self) -> u64 {
         if self.limits.zoned.is_some() || self.trace.is_some() {
             return 0;
         }
+        if self.segments_bind_one_buffer {
+            return 0;
+        }
         self.max_request_bytes(Op::Read).min(self.max_request_bytes(Op::Write))
+    }
+
+    /// The queue's segment limits (segment.rs).
+    #[inline(always)]
+    pub(crate) fn seg_limits(&self) -> crate::segment::SegLimits {
+        self.limits.seg_limits()
+    }
+
+    /// The logical block size in bytes.
+    #[inline(always)]
+    pub(crate) fn logical_block_size(&self) -> u64 {
+        u64::from(self.limits.logical_block_size)
     }
 
     /// Bytes from `offset` to the end of its zone (u64::MAX: not zoned).
@@ -275,10 +298,6 @@ impl RequestQueue {
     /// How long a client waiting for polled I/O sleeps before spinning.
     pub(crate) fn hybrid_poll_delay(&self) -> Duration {
         self.hybrid_poll_delay
-    }
-
-    pub(crate) fn max_segments(&self) -> u32 {
-        self.limits.max_segments
     }
 
     pub(crate) fn release_client(&self, shared: Arc<ClientShared>) {

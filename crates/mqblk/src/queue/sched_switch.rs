@@ -40,7 +40,7 @@ impl RequestQueue {
                     let policy = self.wake.policy().expect("built at creation");
                     let config = TagSetConfig::new(self.hctxs.len(), nr_requests);
                     let tags = Tags::with_min_shallow(&config, policy, e.min_shallow_depth());
-                    tags.pool.bind(hctx.erased(), hctx.index() as u32);
+                    tags.pool.bind(hctx.erased(), hctx.index() as u32, self.limits.seg_limits());
                     let name = sched.name().to_string();
                     let ctx = Arc::new(SchedCtx { name, elevator: e.clone(), tags, queued: Default::default() });
                     let ptr = Arc::as_ptr(&ctx).cast_mut();

@@ -38,14 +38,18 @@
 mod pool;
 mod rq;
 mod rq_list;
+mod segs;
 
-use crate::buf::Buf;
+use crate::buf::{BioVec, Buf};
 use crate::completion::{BioSlot, ClientShared};
+use crate::segment::{Phys, SegLimits};
 use crate::sync::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 pub(crate) use pool::{Ending, Owner, Pool};
 pub use rq::Rq;
 pub use rq_list::RqList;
+pub use segs::{Segments, SegmentsMut};
+pub(crate) use segs::phys as request_phys;
 
 /// Marks the last piece of a split bio in `Request::split`.
 pub(crate) const SPLIT_LAST: u32 = 1 << 31;
@@ -102,7 +106,8 @@ pub(crate) struct Request {
     pub(crate) flags: ReqFlags,
     pub(crate) sector: u64,
     pub(crate) nr_sectors: u32,
-    pub(crate) buf: Option<Buf>,
+    /// The request's own bio's segments (not a split piece's: see `view`).
+    pub(crate) segs: BioVec,
     pub(crate) user_data: u64,
     pub(crate) origin: u8,
     /// The submitting client's completion sink; lives as long as the queue.
@@ -121,10 +126,19 @@ pub(crate) struct Request {
     pub(crate) in_sched: bool,
     /// A piece of a split bio: its split slot + 1 in the owner's table
     /// (0: not split), `SPLIT_LAST` on the last piece; and its part of the
-    /// parent's buffer.
+    /// parent's segments, as the kernel's `bvec_iter`: the first segment
+    /// it touches (null: not a piece, or a piece without data), the bytes
+    /// of that segment before it, its bytes.
     pub(crate) split: u32,
-    pub(crate) view: *mut u8,
-    pub(crate) view_len: usize,
+    pub(crate) view: *mut Buf,
+    pub(crate) view_skip: u32,
+    pub(crate) view_len: u32,
+    /// The queue's segment limits (set once, with `hctx`).
+    pub(crate) seg_limits: SegLimits,
+    /// Physical segments, counted when a merge first looks at the request
+    /// (`nr` 0: not counted; the plain path never counts). A request that
+    /// was counted ends on the general path, which resets it.
+    pub(crate) phys: Phys,
     /// Bios this request carries: its own (above) plus those merged in.
     pub(crate) nr_bios: u32,
     /// One bio, not a split piece, not the scheduler's, not a zone append:
@@ -212,7 +226,7 @@ impl RequestSlot {
             flags: ReqFlags::NONE,
             sector: 0,
             nr_sectors: 0,
-            buf: None,
+            segs: BioVec::new(),
             user_data: 0,
             origin: ORIGIN_USER,
             owner: std::ptr::null(),
@@ -224,7 +238,10 @@ impl RequestSlot {
             in_sched: false,
             split: 0,
             view: std::ptr::null_mut(),
+            view_skip: 0,
             view_len: 0,
+            seg_limits: SegLimits { max_segments: 1, max_segment_size: 0, seg_boundary_mask: 0, virt_boundary_mask: 0 },
+            phys: Phys::default(),
             nr_bios: 1,
             plain_end: false,
             front: std::ptr::null(),

@@ -38,7 +38,7 @@ impl Pool {
     /// tag is handed out, with a pointer derived from a shared reference to
     /// the hctx at its final address (one no one later reborrows mutably:
     /// Miri checks it). `hctx` is type-erased (request/ sits below hctx/).
-    pub(crate) fn bind(&self, hctx: *const (), hctx_index: u32) {
+    pub(crate) fn bind(&self, hctx: *const (), hctx_index: u32, seg_limits: crate::segment::SegLimits) {
         for slot in self.slots.iter() {
             debug_assert_eq!(slot.state(), RqState::Idle, "a pool is bound before its first request");
             // SAFETY: no tag of this set has been handed out yet, so no one
@@ -46,6 +46,7 @@ impl Pool {
             let rq = unsafe { &mut *slot.rq.get() };
             rq.hctx = hctx;
             rq.hctx_index = hctx_index;
+            rq.seg_limits = seg_limits;
         }
     }
 

@@ -12,9 +12,9 @@
 use std::fmt;
 use std::ptr::NonNull;
 
-use crate::completion::BioSlot;
 use crate::sync::Ordering;
 
+use super::segs::{self, Segments, SegmentsMut};
 use super::{op_is_sync, IoPrio, Op, ReqFlags, Request, RequestSlot, SECTOR_SHIFT};
 
 /// The driver's handle on one in-flight request: a move-only token. Hand it
@@ -199,14 +199,121 @@ impl Rq {
         self.rq().hctx_index as usize
     }
 
-    /// Bios (data segments) the request carries: 1 unless bios were
-    /// merged into it.
-    pub fn nr_segments(&self) -> u32 {
+    /// Bios the request carries: 1 unless bios were merged into it.
+    pub fn nr_bios(&self) -> u32 {
         self.rq().nr_bios
     }
 
+    /// Data segments the request carries (its bios' `Buf`s, or the parts
+    /// of them a split piece views), as [`Rq::segments`] yields them: 0
+    /// for ops without data.
+    pub fn nr_segments(&self) -> u32 {
+        // SAFETY: the token owns the request (see the type's Send impl).
+        unsafe { segs::count(self.rq()) }
+    }
+
+    /// Physical segments (`blk_rq_nr_phys_segments`): what
+    /// [`Rq::for_each_phys_segment`] maps at most, never more than the
+    /// queue's `max_segments`.
+    pub fn nr_phys_segments(&self) -> u32 {
+        // SAFETY: as in `nr_segments`.
+        unsafe { segs::phys(self.rq()) }.nr
+    }
+
+    /// The request's segments in device order, each with its position on
+    /// the device in bytes (`rq_for_each_segment`). Reads fill them with
+    /// [`Rq::segments_mut`].
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use mqblk::driver::{Driver, Hctx, QueueRqResult, Rq};
+    /// use mqblk::{Bio, Buf, Device, Op, QueueLimits, Status, TagSetConfig};
+    ///
+    /// /// Records each write's segments: (device position, length).
+    /// struct Seen(Arc<Mutex<Vec<(u64, usize)>>>);
+    ///
+    /// impl Driver for Seen {
+    ///     fn name(&self) -> &str { "seen" }
+    ///     fn tag_set(&self) -> TagSetConfig { TagSetConfig::new(1, 8) }
+    ///     fn limits(&self) -> QueueLimits { QueueLimits::new(1 << 20, 512) }
+    ///     fn queue_rq(&self, _hctx: &Hctx, rq: Rq, _last: bool) -> QueueRqResult {
+    ///         if rq.op() == Op::Write {
+    ///             self.0.lock().unwrap().extend(rq.segments().map(|(pos, data)| (pos, data.len())));
+    ///         }
+    ///         rq.complete(Status::Ok);
+    ///         QueueRqResult::Queued
+    ///     }
+    /// }
+    ///
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// let dev = Device::with_driver(Box::new(Seen(seen.clone())))?;
+    /// let segs = vec![Buf::new(4096), Buf::new(512), Buf::new(1024)];
+    /// dev.client().submit_and_wait(Bio::writev(8192, segs))?;
+    /// assert_eq!(*seen.lock().unwrap(), [(8192, 4096), (12288, 512), (12800, 1024)]);
+    /// # Ok::<(), mqblk::Error>(())
+    /// ```
+    pub fn segments(&self) -> Segments<'_> {
+        // SAFETY: the token owns the request; `&self` admits readers only.
+        unsafe { Segments::new(self.rq()) }
+    }
+
+    /// The request's segments to fill (reads), in device order, each with
+    /// its position on the device (example: [`Rq::segments`]).
+    pub fn segments_mut(&mut self) -> SegmentsMut<'_> {
+        // SAFETY: the token owns the request, exclusively for the borrow.
+        unsafe { SegmentsMut::new(self.rq()) }
+    }
+
+    /// Calls `f(address, length)` for each physical segment, in device
+    /// order (`blk_rq_map_sg`): contiguous segments coalesce into one,
+    /// none longer than the queue's `max_segment_size` or crossing its
+    /// `seg_boundary_mask`; at most [`Rq::nr_phys_segments`] of them. For
+    /// a driver that hands the memory on by address (an iovec array, a
+    /// descriptor list): it may read the bytes (writes) or fill them
+    /// (reads) until it completes the request.
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use mqblk::driver::{Driver, Hctx, QueueRqResult, Rq};
+    /// use mqblk::{Bio, Buf, Device, QueueLimits, Status, TagSetConfig};
+    ///
+    /// /// Records the length of each physical segment it is given.
+    /// struct Mapper(Arc<Mutex<Vec<usize>>>);
+    ///
+    /// impl Driver for Mapper {
+    ///     fn name(&self) -> &str { "mapper" }
+    ///     fn tag_set(&self) -> TagSetConfig { TagSetConfig::new(1, 8) }
+    ///     fn limits(&self) -> QueueLimits { QueueLimits::new(1 << 20, 512) } // 64 KiB segments at most
+    ///     fn queue_rq(&self, _hctx: &Hctx, mut rq: Rq, _last: bool) -> QueueRqResult {
+    ///         let mut lens = self.0.lock().unwrap();
+    ///         rq.for_each_phys_segment(|_addr, len| lens.push(len));
+    ///         assert!(lens.len() as u32 <= rq.nr_phys_segments());
+    ///         drop(lens);
+    ///         rq.complete(Status::Ok);
+    ///         QueueRqResult::Queued
+    ///     }
+    /// }
+    ///
+    /// let lens = Arc::new(Mutex::new(Vec::new()));
+    /// let dev = Device::with_driver(Box::new(Mapper(lens.clone())))?;
+    /// // Three 4 KiB segments of one buffer, back to back, then one apart.
+    /// let mut memory = vec![0u8; 32 << 10];
+    /// let base = memory.as_mut_ptr();
+    /// // SAFETY: `memory` outlives the I/O, untouched while it runs.
+    /// let segs: Vec<Buf> =
+    ///     [0, 4096, 8192, 20480].iter().map(|&at| unsafe { Buf::borrowed(base.add(at), 4096) }).collect();
+    /// dev.client().submit_and_wait(Bio::readv(0, segs))?;
+    /// assert_eq!(*lens.lock().unwrap(), [12288, 4096]);
+    /// # Ok::<(), mqblk::Error>(())
+    /// ```
+    pub fn for_each_phys_segment(&mut self, f: impl FnMut(*mut u8, usize)) {
+        // SAFETY: the token owns the request, exclusively (`&mut self`).
+        unsafe { segs::for_each_phys(self.rq(), f) }
+    }
+
     /// The data of a write (empty for ops without data). Only for a request
-    /// of one segment: use [`Rq::for_each_segment`] for merged requests.
+    /// of at most one segment: use [`Rq::segments`] or
+    /// [`Rq::for_each_segment`] for any request.
     ///
     /// ```
     /// use std::sync::Mutex;
@@ -243,18 +350,20 @@ impl Rq {
     /// # Ok::<(), mqblk::Error>(())
     /// ```
     pub fn data(&self) -> &[u8] {
-        let rq = self.rq();
-        assert_eq!(rq.nr_bios, 1, "Rq::data on a merged request: use for_each_segment");
-        inline_data(rq)
+        let mut segs = self.segments();
+        let data = segs.next().map_or(&[][..], |(_, data)| data);
+        assert!(segs.next().is_none(), "Rq::data on a request of several segments: use segments()");
+        data
     }
 
     /// The buffer a read fills (empty for ops without data). Only for a
-    /// request of one segment: use [`Rq::for_each_segment_mut`] otherwise
+    /// request of at most one segment: use [`Rq::segments_mut`] otherwise
     /// (example: [`Rq::data`]).
     pub fn data_mut(&mut self) -> &mut [u8] {
-        let rq = self.rq_mut();
-        assert_eq!(rq.nr_bios, 1, "Rq::data_mut on a merged request: use for_each_segment_mut");
-        inline_data_mut(rq)
+        let mut segs = self.segments_mut();
+        let data = segs.next().map_or(&mut [][..], |(_, data)| data);
+        assert!(segs.next().is_none(), "Rq::data_mut on a request of several segments: use segments_mut()");
+        data
     }
 
     /// Calls `f(pos_bytes, data)` for each segment, in device order.
@@ -308,37 +417,17 @@ impl Rq {
     /// # Ok::<(), mqblk::Error>(())
     /// ```
     pub fn for_each_segment(&self, mut f: impl FnMut(u64, &[u8])) {
-        let rq = self.rq();
-        let mut pos = rq.sector << SECTOR_SHIFT;
-        let mut emit = |data: &[u8]| {
+        for (pos, data) in self.segments() {
             f(pos, data);
-            pos += data.len() as u64;
-        };
-        // SAFETY: the token owns the request, and with it the merged bios'
-        // slots (see BioSlot), for as long as it lives; `&self` admits only
-        // readers, so `f` may even walk the segments again.
-        unsafe { walk_chain(rq.front, |d| emit(d.buf.as_deref().unwrap_or(&[]))) };
-        emit(inline_data(rq));
-        // SAFETY: as above.
-        unsafe { walk_chain(rq.back, |d| emit(d.buf.as_deref().unwrap_or(&[]))) };
+        }
     }
 
     /// Calls `f(pos_bytes, buffer)` for each segment, in device order, with
     /// the buffer to fill (reads; example: [`Rq::for_each_segment`]).
     pub fn for_each_segment_mut(&mut self, mut f: impl FnMut(u64, &mut [u8])) {
-        let rq = self.rq_mut();
-        let mut pos = rq.sector << SECTOR_SHIFT;
-        let mut emit = |data: &mut [u8]| {
-            let len = data.len() as u64;
+        for (pos, data) in self.segments_mut() {
             f(pos, data);
-            pos += len;
-        };
-        // SAFETY: as in `for_each_segment`; `&mut self` makes it exclusive
-        // (`f` cannot reach this request while it runs).
-        unsafe { walk_chain_mut(rq.front, |d| emit(d.buf.as_deref_mut().unwrap_or(&mut []))) };
-        emit(inline_data_mut(rq));
-        // SAFETY: as above.
-        unsafe { walk_chain_mut(rq.back, |d| emit(d.buf.as_deref_mut().unwrap_or(&mut []))) };
+        }
     }
 
     /// A word of per-request driver state (the kernel's PDU, as small as
@@ -368,62 +457,6 @@ impl Rq {
     #[inline(always)]
     pub(crate) fn as_raw(&self) -> NonNull<RequestSlot> {
         self.ptr
-    }
-}
-
-/// The request's own bio's data: its buffer, or its view into a split
-/// parent's buffer.
-fn inline_data(rq: &Request) -> &[u8] {
-    if !rq.view.is_null() {
-        // SAFETY: a split piece views its own disjoint part of the parent
-        // bio's buffer, which the owner's bio slot keeps alive until the
-        // last piece completes; the token gives exclusive access.
-        return unsafe { std::slice::from_raw_parts(rq.view, rq.view_len) };
-    }
-    rq.buf.as_deref().unwrap_or(&[])
-}
-
-fn inline_data_mut(rq: &mut Request) -> &mut [u8] {
-    if !rq.view.is_null() {
-        // SAFETY: as in `inline_data`; `&mut` makes the access exclusive and
-        // no other piece overlaps this range.
-        return unsafe { std::slice::from_raw_parts_mut(rq.view, rq.view_len) };
-    }
-    rq.buf.as_deref_mut().unwrap_or(&mut [])
-}
-
-/// Calls `f` on each merged bio of a chain, in order, reading.
-///
-/// # Safety
-/// The caller owns the request the chain belongs to (no one writes the
-/// chain's slots meanwhile).
-unsafe fn walk_chain(mut p: *const BioSlot, mut f: impl FnMut(&crate::completion::BioSlotData)) {
-    while !p.is_null() {
-        // SAFETY: chain links point at live slots of queue-owned sinks, and
-        // the request's owner is their user (forwarded contract).
-        p = unsafe {
-            (*p).with_data(|d| {
-                f(d);
-                d.next
-            })
-        };
-    }
-}
-
-/// As `walk_chain`, with each bio's data to change.
-///
-/// # Safety
-/// The caller owns the request exclusively (`&mut`), and `f` does not reach
-/// the chain's slots.
-unsafe fn walk_chain_mut(mut p: *const BioSlot, mut f: impl FnMut(&mut crate::completion::BioSlotData)) {
-    while !p.is_null() {
-        // SAFETY: as in `walk_chain`, exclusively (forwarded contract).
-        p = unsafe {
-            (*p).with_data_mut(|d| {
-                f(d);
-                d.next
-            })
-        };
     }
 }
 

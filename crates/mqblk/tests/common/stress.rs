@@ -40,7 +40,7 @@ pub fn stress(dev: mqblk::Device, spec: &str, depth_per_client: usize) {
                         assert!(c.status.is_ok(), "{:?}", c.status);
                         assert_eq!(c.user_data >> 32, t as u64, "completion went to the wrong client");
                         assert!(seen.insert(c.user_data), "user_data {} completed twice", c.user_data);
-                        free.push(c.buf.unwrap());
+                        free.push(c.segs.into_buf().unwrap());
                     }
                 }
                 assert_eq!(client.in_flight(), 0);

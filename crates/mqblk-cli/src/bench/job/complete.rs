@@ -36,7 +36,7 @@ impl<const TIMED: bool, const REPLAY: bool, const LOG: bool> JobLoop<'_, TIMED, 
         // A replayed trim or sync is no data I/O (it has no buffer) and is
         // outside the read and write stats.
         let (data, bs) = if REPLAY {
-            (c.buf.is_some(), io.replay.as_ref().expect("a replaying job has its trace").len_bytes[idx])
+            (!c.segs.is_empty(), io.replay.as_ref().expect("a replaying job has its trace").len_bytes[idx])
         } else {
             (true, if slot.is_write { self.opts.bs_write } else { self.opts.bs_read })
         };
@@ -60,7 +60,7 @@ impl<const TIMED: bool, const REPLAY: bool, const LOG: bool> JobLoop<'_, TIMED, 
             }
         }
         if data {
-            let buf = c.buf.expect("data I/O completions carry their buffer");
+            let buf = c.segs.into_buf().expect("data I/O completions carry their buffer");
             if slot.is_write {
                 io.write_bufs[idx] = Some(buf);
             } else {

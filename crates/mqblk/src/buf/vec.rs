@@ -1,0 +1,403 @@
+//! `BioVec`: a bio's segments (the kernel's `bi_io_vec`), each a [`Buf`]:
+//! none, one, or a vector of them, in the three words of an `Option<Buf>`.
+//!
+//! Why three words and not a few segments inline: a bio's data travels by
+//! value from the client into its request slot and back in its completion,
+//! and every move copies it. Measured on the perf gate's jobs (callgrind,
+//! docs/results/bio-vec-layout.txt), one word more in `Bio` and
+//! `Completion` costs 9 to 14 instructions per I/O (1.4-2.5%), four inline
+//! segments (ten words more) 32 to 70 (4-13%). So the one-buffer case stays
+//! a `Buf` in place, and a vector of segments travels as the `Vec<Buf>`
+//! its caller built: a pointer, a count and a capacity, the kernel's
+//! bio_vec array allocated apart from the bio. The completion gives the
+//! `Vec` back with its capacity ([`BioVec::into_vec`]), so a caller that
+//! reuses it allocates nothing per I/O, as the kernel's biovec slabs do.
+//!
+//! Layout (`#[repr(C)]`, the same words as `Buf`): `ptr` null is "no
+//! segments"; `owner`'s two low bits `VEC` make the words a vector
+//! (`ptr`: its array of `Buf`s, `len`: their count, `owner >> 2`: the
+//! `Vec`'s capacity); any other value of those bits makes the words one
+//! `Buf` (its pointer, length and owner, buf/mod.rs).
+//!
+//! Relies on: `Buf` being `#[repr(C)]` with `ptr`, `len`, `owner` in this
+//! order, its owner kinds using only the values 0-2 of the two low bits.
+
+use std::fmt;
+use std::mem::ManuallyDrop;
+use std::ptr::NonNull;
+
+use super::{Buf, OWNER_KIND};
+
+/// `owner`'s kind bits of a vector of segments (`Buf` uses 0-2).
+const OWNER_VEC: usize = 3;
+
+/// The most segments one bio may carry (the kernel's BIO_MAX_VECS); a bio
+/// with more is refused at submission
+/// ([`SubmitError::TooManySegments`](crate::SubmitError::TooManySegments)).
+pub const BIO_MAX_VECS: usize = 256;
+
+/// A bio's data segments: none, one [`Buf`], or a vector of them (the
+/// kernel's `bi_io_vec`), as a [`Bio`](crate::Bio) carries them and its
+/// [`Completion`](crate::Completion) gives them back.
+///
+/// One buffer is held in place; several travel as the `Vec<Buf>` they
+/// came in, by pointer, and come back in it with its capacity: reuse it
+/// and a vectored bio allocates nothing per I/O.
+///
+/// ```
+/// use mqblk::{BioVec, Buf};
+///
+/// let one = BioVec::from(Buf::new(4096));
+/// assert_eq!((one.nr_segs(), one.len_bytes(), one.is_vectored()), (1, 4096, false));
+/// assert_eq!(one.into_buf().unwrap().len(), 4096);
+///
+/// let mut segs = Vec::with_capacity(8);
+/// segs.push(Buf::new(4096));
+/// segs.push(Buf::new(8192));
+/// let two = BioVec::from(segs);
+/// assert_eq!((two.nr_segs(), two.len_bytes(), two.is_vectored()), (2, 12288, true));
+/// assert_eq!(two.as_slice()[1].len(), 8192);
+/// let mut back = two.into_vec();
+/// assert_eq!(back.capacity(), 8, "the caller's vector, capacity and all");
+/// back.clear(); // ready for the next bio
+///
+/// assert!(BioVec::new().is_empty());
+/// assert!(BioVec::new().into_buf().is_err(), "no buffer");
+/// ```
+#[repr(C)]
+pub struct BioVec {
+    ptr: *mut u8,
+    len: usize,
+    owner: usize,
+}
+
+// The same three words as `Buf` (and as `Option<Buf>`): see the module header.
+const _: () = assert!(std::mem::size_of::<BioVec>() == std::mem::size_of::<Buf>());
+const _: () = assert!(std::mem::align_of::<BioVec>() == std::mem::align_of::<Buf>());
+
+// SAFETY: a `BioVec` owns its `Buf`s (one in place, or a `Vec`'s array)
+// exclusively, and `Buf` is `Send`.
+unsafe impl Send for BioVec {}
+// SAFETY: shared references only give `&Buf`s, and `Buf` is `Sync`.
+unsafe impl Sync for BioVec {}
+
+impl BioVec {
+    /// No segments (the data of a flush, discard or zone op).
+    #[inline(always)]
+    pub const fn new() -> Self {
+        Self { ptr: std::ptr::null_mut(), len: 0, owner: 0 }
+    }
+
+    /// Does it hold a vector (rather than nothing or one `Buf` in place)?
+    #[inline(always)]
+    pub fn is_vectored(&self) -> bool {
+        !self.ptr.is_null() && self.owner & OWNER_KIND == OWNER_VEC
+    }
+
+
+    /// The byte length of its one `Buf` held in place, if that is what it
+    /// holds: the bio checks' fast path (limits.rs), a load and two tests.
+    #[inline(always)]
+    pub(crate) fn one_len(&self) -> Option<usize> {
+        if self.ptr.is_null() || self.owner & OWNER_KIND == OWNER_VEC {
+            return None;
+        }
+        Some(self.len)
+    }
+
+    /// No segment at all (also a vector of none)?
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.nr_segs() == 0
+    }
+
+    /// How many segments.
+    #[inline(always)]
+    pub fn nr_segs(&self) -> usize {
+        if self.ptr.is_null() {
+            0
+        } else if self.owner & OWNER_KIND == OWNER_VEC {
+            self.len
+        } else {
+            1
+        }
+    }
+
+    /// The segments in order.
+    #[inline(always)]
+    pub fn as_slice(&self) -> &[Buf] {
+        if self.ptr.is_null() {
+            return &[];
+        }
+        if self.owner & OWNER_KIND != OWNER_VEC {
+            // SAFETY: these words are one `Buf` (module header), and `Buf` is
+            // `#[repr(C)]` with the same fields: `self` is a valid `Buf`.
+            return std::slice::from_ref(unsafe { &*(self as *const BioVec).cast::<Buf>() });
+        }
+        // SAFETY: a vector's words are a `Vec<Buf>`'s array and length.
+        unsafe { std::slice::from_raw_parts(self.ptr.cast::<Buf>(), self.len) }
+    }
+
+    /// The segments in order, to change (a segment's bytes, or its length
+    /// within its capacity).
+    #[inline(always)]
+    pub fn as_mut_slice(&mut self) -> &mut [Buf] {
+        if self.ptr.is_null() {
+            return &mut [];
+        }
+        if self.owner & OWNER_KIND != OWNER_VEC {
+            // SAFETY: as in `as_slice`, exclusively (`&mut self`).
+            return std::slice::from_mut(unsafe { &mut *(self as *mut BioVec).cast::<Buf>() });
+        }
+        // SAFETY: as in `as_slice`, exclusively.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.cast::<Buf>(), self.len) }
+    }
+
+    /// Pointer to the first segment, for a split piece's view (the
+    /// segment array stays where it is while the bio is in flight: in
+    /// place in a bio slot, or the `Vec`'s heap array). Null if empty.
+    #[inline(always)]
+    pub(crate) fn first_seg_ptr(&mut self) -> *mut Buf {
+        if self.is_empty() {
+            return std::ptr::null_mut();
+        }
+        self.as_mut_slice().as_mut_ptr()
+    }
+
+    /// Iterates over the segments.
+    pub fn iter(&self) -> std::slice::Iter<'_, Buf> {
+        self.as_slice().iter()
+    }
+
+    /// Total bytes of all segments (for a bio: its length).
+    pub fn len_bytes(&self) -> u64 {
+        if let Some(len) = self.one_len() {
+            return len as u64;
+        }
+        self.iter().map(|b| b.len() as u64).sum()
+    }
+
+    /// Takes the segments out, leaving none.
+    #[inline(always)]
+    pub fn take(&mut self) -> BioVec {
+        // SAFETY: the words move out once; nulling `ptr` makes what stays
+        // behind "no segments" (its other words are then never read), so
+        // nothing is owned twice. One store on the hot path, as
+        // `Option::take` of a `Buf`.
+        let out = unsafe { std::ptr::read(self) };
+        self.ptr = std::ptr::null_mut();
+        out
+    }
+
+    /// The one buffer, if there is exactly one segment (held in place, or
+    /// the only element of a vector, whose array is then freed); otherwise
+    /// the segments come back unchanged.
+    ///
+    /// ```
+    /// use mqblk::{BioVec, Buf};
+    ///
+    /// let one = BioVec::from(vec![Buf::new(512)]);
+    /// assert_eq!(one.into_buf().unwrap().len(), 512);
+    /// let two = BioVec::from(vec![Buf::new(512), Buf::new(512)]);
+    /// assert_eq!(two.into_buf().unwrap_err().nr_segs(), 2);
+    /// ```
+    #[inline(always)]
+    pub fn into_buf(self) -> Result<Buf, BioVec> {
+        let this = ManuallyDrop::new(self);
+        let (ptr, len, owner) = (this.ptr, this.len, this.owner);
+        if !ptr.is_null() && owner & OWNER_KIND != OWNER_VEC {
+            // SAFETY: the words are one `Buf` (module header), and `this`
+            // is not dropped: ownership moves to the result exactly once.
+            return Ok(unsafe { Buf { ptr: NonNull::new_unchecked(ptr), len, owner } });
+        }
+        // SAFETY: the words of `this`, which is not used again.
+        unsafe { Self::vec_into_buf(ptr, len, owner) }
+    }
+
+    /// `into_buf` of no segments or of a vector (by the words, see `drop`).
+    ///
+    /// # Safety
+    /// The words are a live `BioVec`'s that is not used again.
+    #[inline(never)]
+    unsafe fn vec_into_buf(ptr: *mut u8, len: usize, owner: usize) -> Result<Buf, BioVec> {
+        let this = BioVec { ptr, len, owner };
+        if this.is_vectored() && len == 1 {
+            let mut v = this.into_vec();
+            return Ok(v.pop().expect("one element"));
+        }
+        Err(this)
+    }
+
+    /// The segments as a `Vec`: the very vector a vectored bio was built
+    /// from (its capacity too); one buffer in place becomes a new vector
+    /// of one (an allocation).
+    pub fn into_vec(self) -> Vec<Buf> {
+        if self.is_vectored() {
+            let this = ManuallyDrop::new(self);
+            // SAFETY: a vector's words are exactly what `from(Vec<Buf>)`
+            // took apart (pointer, length, capacity), not yet given back.
+            return unsafe { Vec::from_raw_parts(this.ptr.cast::<Buf>(), this.len, this.owner >> 2) };
+        }
+        match self.into_buf() {
+            Ok(buf) => vec![buf],
+            Err(_) => Vec::new(),
+        }
+    }
+}
+
+impl Default for BioVec {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl From<Buf> for BioVec {
+    /// One segment, held in place (no allocation).
+    #[inline(always)]
+    fn from(buf: Buf) -> Self {
+        let buf = ManuallyDrop::new(buf);
+        debug_assert_ne!(buf.owner & OWNER_KIND, OWNER_VEC, "Buf's owner kinds are 0-2");
+        Self { ptr: buf.ptr.as_ptr(), len: buf.len, owner: buf.owner }
+    }
+}
+
+impl From<Option<Buf>> for BioVec {
+    /// One segment, or none.
+    #[inline(always)]
+    fn from(buf: Option<Buf>) -> Self {
+        buf.map_or(BioVec::new(), BioVec::from)
+    }
+}
+
+impl From<Vec<Buf>> for BioVec {
+    /// The vector's segments, in order; the vector itself travels with
+    /// them and comes back from [`BioVec::into_vec`].
+    fn from(segs: Vec<Buf>) -> Self {
+        let mut segs = ManuallyDrop::new(segs);
+        let capacity = segs.capacity();
+        assert!(capacity <= usize::MAX >> 2, "a segment vector of capacity {capacity}");
+        // A `Vec`'s pointer is never null (dangling when it has no capacity).
+        let ptr = NonNull::new(segs.as_mut_ptr()).expect("a Vec's pointer is not null");
+        Self { ptr: ptr.as_ptr().cast(), len: segs.len(), owner: capacity << 2 | OWNER_VEC }
+    }
+}
+
+impl Drop for BioVec {
+    /// Inlined as far as the null test: a bio whose segments moved on
+    /// (the hot path) drops with one test and no call. The rest takes the
+    /// words by value, so no caller has to keep a `BioVec` in memory for
+    /// it (a `&mut self` call would).
+    #[inline(always)]
+    fn drop(&mut self) {
+        if !self.ptr.is_null() {
+            // SAFETY: the words of a live `BioVec`, dropped once, here.
+            unsafe { drop_words(self.ptr, self.len, self.owner) }
+        }
+    }
+}
+
+/// Drops what a `BioVec`'s words own (not "no segments").
+///
+/// # Safety
+/// The words are a live `BioVec`'s with `ptr` non-null, and that
+/// `BioVec` is not used again.
+#[inline(never)]
+unsafe fn drop_words(ptr: *mut u8, len: usize, owner: usize) {
+    if owner & OWNER_KIND == OWNER_VEC {
+        // SAFETY: a vector's words are what `from(Vec<Buf>)` took apart.
+        drop(unsafe { Vec::from_raw_parts(ptr.cast::<Buf>(), len, owner >> 2) });
+    } else {
+        let one = BioVec { ptr, len, owner };
+        // SAFETY: the words are one `Buf` (module header), dropped once.
+        drop(unsafe { std::ptr::read((&one as *const BioVec).cast::<Buf>()) });
+        std::mem::forget(one);
+    }
+}
+
+impl fmt::Debug for BioVec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.is_vectored(), self.nr_segs()) {
+            (false, 0) => write!(f, "BioVec(none)"),
+            (false, _) => write!(f, "BioVec({} bytes)", self.len),
+            (true, n) => write!(f, "BioVec({n} segments, {} bytes)", self.len_bytes()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_buffer_round_trips_in_place() {
+        let mut buf = Buf::new(4096);
+        buf[7] = 7;
+        let addr = buf.as_ptr();
+        let mut v = BioVec::from(buf);
+        assert!(!v.is_vectored());
+        assert_eq!(v.one_len(), Some(4096));
+        v.as_mut_slice()[0][8] = 8;
+        assert_eq!(v.first_seg_ptr(), v.as_mut_slice().as_mut_ptr());
+        let back = v.into_buf().unwrap();
+        assert_eq!((back.as_ptr(), back[7], back[8]), (addr, 7, 8));
+    }
+
+    #[test]
+    fn vector_round_trips_with_its_capacity() {
+        let mut segs = Vec::with_capacity(5);
+        for i in 0..3u8 {
+            segs.push(Buf::from_slice(&[i; 512]));
+        }
+        let array = segs.as_ptr();
+        let mut v = BioVec::from(segs);
+        assert_eq!((v.nr_segs(), v.len_bytes(), v.one_len()), (3, 1536, None));
+        v.as_mut_slice()[2][0] = 9;
+        assert_eq!(v.first_seg_ptr().cast_const(), array);
+        let back = v.into_vec();
+        assert_eq!((back.as_ptr(), back.capacity(), back.len()), (array, 5, 3));
+        assert_eq!((back[0][0], back[1][0], back[2][0]), (0, 1, 9));
+    }
+
+    #[test]
+    fn borrowed_and_fixed_segments_keep_their_kind() {
+        let mut memory = vec![3u8; 8192];
+        // SAFETY: `memory` outlives the buffer and is not touched meanwhile.
+        let borrowed = unsafe { Buf::borrowed(memory.as_mut_ptr(), 4096) };
+        let pool = crate::FixedBufs::new(1, 4096);
+        let fixed = pool.take(4096).unwrap();
+        let v = BioVec::from(vec![borrowed, fixed]);
+        assert!(v.as_slice()[0].is_borrowed());
+        assert_eq!(pool.free_slots(), 0);
+        drop(v);
+        assert_eq!(pool.free_slots(), 1, "the fixed segment gave its slot back");
+        let one = BioVec::from(pool.take(512).unwrap());
+        assert_eq!(one.as_slice()[0].capacity(), 4096);
+        drop(one);
+        assert_eq!(pool.free_slots(), 1);
+        assert_eq!(memory[0], 3);
+    }
+
+    #[test]
+    fn empty_forms() {
+        let none = BioVec::new();
+        assert_eq!((none.nr_segs(), none.as_slice().len(), none.len_bytes()), (0, 0, 0));
+        let mut empty_vec = BioVec::from(Vec::with_capacity(4));
+        assert!(empty_vec.is_empty() && empty_vec.is_vectored());
+        assert!(empty_vec.first_seg_ptr().is_null());
+        assert_eq!(empty_vec.into_vec().capacity(), 4);
+        assert!(BioVec::from(None).into_vec().is_empty());
+        let mut taken = BioVec::from(Buf::new(512));
+        let out = taken.take();
+        assert!(taken.is_empty());
+        assert_eq!(out.len_bytes(), 512);
+    }
+
+    #[test]
+    fn a_vector_of_one_gives_its_buffer() {
+        let v = BioVec::from(vec![Buf::new(1024)]);
+        assert_eq!(v.into_buf().unwrap().len(), 1024);
+        let v = BioVec::from(vec![Buf::new(1024), Buf::new(512)]);
+        let v = v.into_buf().unwrap_err();
+        assert_eq!(format!("{v:?}"), "BioVec(2 segments, 1536 bytes)");
+    }
+}
