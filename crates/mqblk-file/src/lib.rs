@@ -70,8 +70,12 @@ use mqblk::TagSetConfig;
 
 use ring::Ring;
 
-/// Segments one request may carry (its iovec array).
-const MAX_SEGMENTS: u32 = 128;
+/// Physical segments one request may carry: its iovec array, one READV or
+/// WRITEV (a bio's most, BIO_MAX_VECS, so a vectored bio is one request
+/// unless `max_sectors` cuts it). Any iovec length and address serve a
+/// file (O_DIRECT's alignment is the file's own rule, checked by the
+/// kernel), so there is no segment size or boundary limit.
+const MAX_SEGMENTS: u32 = mqblk::BIO_MAX_VECS as u32;
 
 // <linux/fs.h>
 const BLKGETSIZE64: u64 = (2 << 30) | (8 << 16) | (0x12 << 8) | 114;
@@ -330,6 +334,8 @@ impl Driver for FileDriver {
         let max_sectors = self.sysfs.as_ref().map_or(2048, |s| s.max_sectors.max(lbs_sectors));
         l.max_sectors = max_sectors / lbs_sectors * lbs_sectors;
         l.max_segments = MAX_SEGMENTS;
+        l.max_segment_size = u32::MAX;
+        l.seg_boundary_mask = u64::MAX;
         l.rotational = self.sysfs.as_ref().is_some_and(|s| s.rotational);
         let discard = !self.blockdev || self.sysfs.as_ref().is_some_and(|s| s.discard);
         if discard {

@@ -45,7 +45,8 @@ pub(crate) enum FileRef {
     Raw(RawFd),
 }
 
-/// A request's iovec array (max_segments entries, reused per tag).
+/// A request's iovec array (max_segments entries, reused per tag): its
+/// physical segments (`Rq::for_each_phys_segment`).
 type Iovecs = Box<[libc::iovec]>;
 
 /// A driver tag's slot: its iovec array (max_segments entries, kept for
@@ -188,9 +189,11 @@ impl Ring {
         debug_assert!(slot.io.is_none(), "a tag is in flight at most once");
         let mut nr = 0;
         if rq.op().has_data() {
+            // The request's physical segments (contiguous memory coalesced):
+            // at most max_segments, the iovec array's length.
             let iov = &mut slot.iov;
-            rq.for_each_segment_mut(|_, seg| {
-                iov[nr] = libc::iovec { iov_base: seg.as_mut_ptr().cast(), iov_len: seg.len() };
+            rq.for_each_phys_segment(|addr, len| {
+                iov[nr] = libc::iovec { iov_base: addr.cast(), iov_len: len };
                 nr += 1;
             });
         }

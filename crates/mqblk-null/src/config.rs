@@ -177,6 +177,11 @@ pub struct NullConfig {
     pub mbps: u64,
     pub max_sectors: u32,
     pub max_segments: u32,
+    /// `max_segment_size`: the longest physical segment in bytes.
+    pub max_segment_size: u32,
+    /// `virt_boundary_mask`: segments meet on this boundary or split
+    /// (NVMe's PRP rule; 0: none).
+    pub virt_boundary_mask: u64,
     pub rotational: bool,
     pub seek_nsec: u64,
     pub channels: usize,
@@ -219,6 +224,8 @@ impl Default for NullConfig {
             mbps: 0,
             max_sectors: 255,
             max_segments: mqblk::driver::DEFAULT_MAX_SEGMENTS,
+            max_segment_size: mqblk::driver::DEFAULT_MAX_SEGMENT_SIZE,
+            virt_boundary_mask: 0,
             rotational: false,
             seek_nsec: 8_000_000,
             channels: 0,
@@ -249,6 +256,8 @@ mod range {
     pub const MBPS: (u64, u64) = (0, 1 << 30);
     pub const MAX_SECTORS: (u64, u64) = (1, 1 << 20);
     pub const MAX_SEGMENTS: (u64, u64) = (1, 65535);
+    pub const MAX_SEGMENT_SIZE: (u64, u64) = (mqblk::driver::MIN_SEGMENT_SIZE as u64, u32::MAX as u64);
+    pub const VIRT_BOUNDARY_MASK: (u64, u64) = (0, 65534);
     pub const SEEK_NSEC: (u64, u64) = (0, 10_000_000_000);
     pub const CHANNELS: (u64, u64) = (0, 4096);
     pub const JITTER_PCT: (u64, u64) = (0, 90);
@@ -305,6 +314,8 @@ impl NullConfig {
         mbps: u64,
         max_sectors: u32,
         max_segments: u32,
+        max_segment_size: u32,
+        virt_boundary_mask: u64,
         rotational: bool,
         seek_nsec: u64,
         channels: usize,

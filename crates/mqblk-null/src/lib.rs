@@ -48,7 +48,9 @@
 //! | powercut_tear | 0 | a power cut first writes each cached page's logical blocks (bs) to the medium at random (torn multi-block writes; a block is never split) |
 //! | mbps | 0 | bandwidth limit in MiB/s (0: none); with rotational or channels, the transfer rate of the head or of each channel |
 //! | max_sectors | 255 | largest request in sectors (aligned down to bs) |
-//! | max_segments | 128 | most bios one merged request may carry (the kernel's BLK_MAX_SEGMENTS) |
+//! | max_segments | 128 | most physical segments one request may carry (the kernel's BLK_MAX_SEGMENTS): a merge that would pass it is refused, a bio with more is split |
+//! | max_segment_size | 65536 | longest physical segment in bytes (the kernel's BLK_MAX_SEGMENT_SIZE; at least 4096): longer contiguous memory counts as several |
+//! | virt_boundary_mask | 0 | segments that are not contiguous meet on this boundary (a power of two less one below 65535, e.g. 4095 for NVMe's PRP lists), else the bio is split there and merges that would make a gap are refused; needs max_segment_size unset (it becomes unlimited, as in the kernel) |
 //! | rotational | 0 | rotational media: one request at a time, with seeks |
 //! | seek_nsec | 8000000 | rotational: full-stroke seek time |
 //! | channels | 0 | internal channels, each one request at a time for completion_nsec + transfer at mbps (0: unlimited; 1: a serial device) |
@@ -436,6 +438,12 @@ impl Driver for NullDriver {
         let mut l = QueueLimits::new(self.cfg.size_bytes, self.cfg.bs);
         l.max_sectors = self.cfg.max_sectors;
         l.max_segments = self.cfg.max_segments;
+        l.max_segment_size = self.cfg.max_segment_size;
+        l.virt_boundary_mask = self.cfg.virt_boundary_mask;
+        if self.cfg.virt_boundary_mask != 0 {
+            // blk_validate_limits: a virt boundary makes segments unlimited.
+            l.max_segment_size = u32::MAX;
+        }
         l.rotational = self.cfg.rotational;
         if self.cfg.discard {
             l.max_discard_sectors = u32::MAX >> 9;

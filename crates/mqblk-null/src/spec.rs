@@ -85,6 +85,8 @@ impl NullConfig {
         w.pair_if_not("mbps", self.mbps, d.mbps);
         w.pair_if_not("max_sectors", self.max_sectors, d.max_sectors);
         w.pair_if_not("max_segments", self.max_segments, d.max_segments);
+        w.pair_if_not("max_segment_size", self.max_segment_size, d.max_segment_size);
+        w.pair_if_not("virt_boundary_mask", self.virt_boundary_mask, d.virt_boundary_mask);
         w.flag_if_not("rotational", self.rotational, d.rotational);
         w.pair_if_not("seek_nsec", self.seek_nsec, d.seek_nsec);
         w.pair_if_not("channels", self.channels, d.channels);

@@ -59,6 +59,9 @@ impl NullConfig {
         check("mbps", self.mbps, range::MBPS)?;
         check("max_sectors", self.max_sectors.into(), range::MAX_SECTORS)?;
         check("max_segments", self.max_segments.into(), range::MAX_SEGMENTS)?;
+        check("max_segment_size", self.max_segment_size.into(), range::MAX_SEGMENT_SIZE)?;
+        check("virt_boundary_mask", self.virt_boundary_mask, range::VIRT_BOUNDARY_MASK)?;
+        self.check_virt_boundary()?;
         check("seek_nsec", self.seek_nsec, range::SEEK_NSEC)?;
         check("channels", self.channels as u64, range::CHANNELS)?;
         check("jitter_pct", self.jitter_pct, range::JITTER_PCT)?;
@@ -78,6 +81,31 @@ impl NullConfig {
     }
 
     /// How requests complete: polling, completion threads, service models.
+    /// A virt boundary: a power of two less one, with no segment size of
+    /// its own (the kernel's `blk_validate_limits` makes segments
+    /// unlimited under one).
+    fn check_virt_boundary(&self) -> Result<(), ConfigError> {
+        let mask = self.virt_boundary_mask;
+        if mask == 0 {
+            return Ok(());
+        }
+        if !(mask + 1).is_power_of_two() {
+            return Err(ConfigError::BadValue {
+                driver: "null".into(),
+                key: "virt_boundary_mask".into(),
+                value: mask.to_string(),
+                expected: "0, or a power of two less one below 65535 (4095: NVMe)".into(),
+            });
+        }
+        if self.max_segment_size != mqblk::driver::DEFAULT_MAX_SEGMENT_SIZE {
+            return Err(ConfigError::conflict(
+                "null",
+                "virt_boundary_mask with max_segment_size: a virt boundary leaves segments unlimited",
+            ));
+        }
+        Ok(())
+    }
+
     fn check_completion(&self) -> Result<(), ConfigError> {
         let conflict = |message: &str| Err(ConfigError::conflict("null", message));
         if self.poll_mode == PollMode::Hybrid && self.poll_queues > 0 {
