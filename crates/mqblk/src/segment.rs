@@ -290,4 +290,118 @@ mod tests {
         assert_eq!(l.piece_bytes([span(0x10200, 8 * K)], 1 << 20, 4096), 0);
         assert_eq!(l.piece_bytes([span(0x10200, 8 * K)], 1 << 20, 512), 3584);
     }
+
+    /// A byte-by-byte model: each byte's address in order; a physical
+    /// segment ends where the next byte does not follow, the segment is
+    /// full, or a boundary window ends.
+    fn model_count(l: &SegLimits, spans: &[Span]) -> Vec<Span> {
+        let mut segs: Vec<Span> = Vec::new();
+        for s in spans {
+            for addr in s.addr..s.end() {
+                match segs.last_mut() {
+                    Some(cur)
+                        if cur.end() == addr
+                            && cur.len < l.max_segment_size
+                            && cur.addr | l.seg_boundary_mask == addr | l.seg_boundary_mask =>
+                    {
+                        cur.len += 1
+                    }
+                    _ => segs.push(Span { addr, len: 1 }),
+                }
+            }
+        }
+        segs
+    }
+
+    /// Does the prefix of `len` bytes keep the limits (count and no gap)?
+    fn prefix_fits(l: &SegLimits, spans: &[Span], len: usize) -> bool {
+        let mut prefix = Vec::new();
+        let mut left = len;
+        for s in spans {
+            if left == 0 {
+                break;
+            }
+            prefix.push(Span { addr: s.addr, len: s.len.min(left) });
+            left -= s.len.min(left);
+        }
+        let gap = prefix.windows(2).any(|w| l.gap(w[0].end(), w[1].addr));
+        !gap && model_count(l, &prefix).len() as u32 <= l.max_segments
+    }
+
+    fn gen_limits() -> impl proptest::strategy::Strategy<Value = SegLimits> {
+        use proptest::prelude::*;
+        let sizes = prop::sample::select(vec![16usize, 48, 64, usize::MAX]);
+        let boundaries = prop::sample::select(vec![15usize, 63, usize::MAX]);
+        let virts = prop::sample::select(vec![0usize, 7, 15]);
+        (1u32..6, sizes, boundaries, virts).prop_map(|(max_segments, size, boundary, virt)| SegLimits {
+            max_segments,
+            max_segment_size: if virt != 0 { usize::MAX } else { size },
+            seg_boundary_mask: boundary,
+            virt_boundary_mask: virt,
+        })
+    }
+
+    /// Spans of multiples of 8 bytes ("blocks"), at addresses from 1000 up,
+    /// each either right after the one before or elsewhere.
+    fn gen_spans() -> impl proptest::strategy::Strategy<Value = Vec<Span>> {
+        use proptest::prelude::*;
+        prop::collection::vec((0usize..400, 1usize..12, any::<bool>()), 1..8).prop_map(|raw| {
+            let mut spans: Vec<Span> = Vec::new();
+            for (at, blocks, follow) in raw {
+                let addr = match spans.last() {
+                    Some(p) if follow => p.end(),
+                    _ => 1000 + at,
+                };
+                spans.push(Span { addr, len: blocks * 8 });
+            }
+            spans
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: if cfg!(miri) { 4 } else { 512 },
+            failure_persistence: None,
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        /// `count` is the byte model's count, with its first and last.
+        #[test]
+        fn count_matches_the_byte_model(l in gen_limits(), spans in gen_spans()) {
+            let model = model_count(&l, &spans);
+            let p = l.count(spans.iter().copied());
+            proptest::prop_assert_eq!(p.nr as usize, model.len());
+            proptest::prop_assert_eq!((p.front, p.back), (model[0], *model.last().unwrap()));
+        }
+
+        /// `join` bounds the joined spans' count from above, and a gap refuses.
+        #[test]
+        fn join_bounds_the_joined_count(l in gen_limits(), a in gen_spans(), b in gen_spans()) {
+            let joined: Vec<Span> = a.iter().chain(b.iter()).copied().collect();
+            let gap = l.gap(a.last().unwrap().end(), b[0].addr);
+            match l.join(&l.count(a.iter().copied()), &l.count(b.iter().copied())) {
+                None => proptest::prop_assert!(gap),
+                Some(p) => {
+                    proptest::prop_assert!(!gap);
+                    proptest::prop_assert!(p.nr as usize >= model_count(&l, &joined).len());
+                }
+            }
+        }
+
+        /// A piece is whole blocks, keeps the limits, and one block more
+        /// would not.
+        #[test]
+        fn a_piece_is_the_longest_that_fits(l in gen_limits(), spans in gen_spans(), max_blocks in 1u64..40) {
+            let (lbs, total) = (8u64, spans.iter().map(|s| s.len as u64).sum::<u64>());
+            let max = max_blocks * lbs;
+            let piece = l.piece_bytes(spans.iter().copied(), max, lbs);
+            proptest::prop_assert_eq!(piece % lbs, 0);
+            proptest::prop_assert!(piece <= max.min(total));
+            proptest::prop_assert!(piece == 0 || prefix_fits(&l, &spans, piece as usize));
+            let more = piece + lbs;
+            if more <= max.min(total) {
+                proptest::prop_assert!(!prefix_fits(&l, &spans, more as usize), "{more} bytes fit too");
+            }
+        }
+    }
 }
