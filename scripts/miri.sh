@@ -91,14 +91,14 @@ binaries_for() {
     # schedulers (sched) are safe code over the same request path: an
     # aliasing model has nothing more to check there than Tree Borrows
     # already does (data races are checked under both).
-    stacked) echo "mqblk:plug mqblk:lib mqblk:driver_contract mqblk:poll mqblk:split mqblk-sync:lib" ;;
+    stacked) echo "mqblk:plug mqblk:lib mqblk:driver_contract mqblk:poll mqblk:split mqblk:segments mqblk-sync:lib" ;;
     # Tree Borrows leaves out wake_policies: the wakeup policies are safe
     # code over atomics and mqblk-sync's waiter (whose unit tests run here
     # under both models); loom checks each policy's wakeup protocol
     # (tests/loom_sbitmap.rs), and the native run keeps the 64-thread
     # contention with exact accounting. Under Miri the binary cost six CPU
     # minutes of the suite's budget for no unsafe code.
-    *) echo "mqblk-null:lib mqblk-null:zoned mqblk-null:poll_hybrid mqblk:sched mqblk:lib mqblk:plug mqblk-null:null_memory mqblk:driver_contract mqblk:poll mqblk:sbitmap_props mqblk:split mqblk-sync:lib" ;;
+    *) echo "mqblk-null:lib mqblk-null:zoned mqblk-null:poll_hybrid mqblk:sched mqblk:lib mqblk:plug mqblk-null:null_memory mqblk:driver_contract mqblk:poll mqblk:sbitmap_props mqblk:split mqblk:segments mqblk-sync:lib" ;;
   esac
 }
 flags_for() {
