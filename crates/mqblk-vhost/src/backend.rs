@@ -67,10 +67,7 @@ impl BlkBackend {
         for q in &self.queues {
             let mut q = lock(q);
             q.abandon_in_flight();
-            let s = q.stats();
-            total.requests += s.requests;
-            total.errors += s.errors;
-            total.dropped += s.dropped;
+            total.add(&q.stats());
         }
         total
     }

@@ -6,9 +6,34 @@
 //! the offsets of the virtio 1.2 layout (5.2.4); a test checks each offset
 //! against virtio-bindings' `virtio_blk_config`.
 //!
-//! Relies on: mqblk's QueueLimits; virtio-bindings (feature bit numbers).
+//! The segment fields are chosen so that a request is one bio (slot.rs
+//! lends its data segments as one vectored bio): `seg_max` is what a bio
+//! carries (BIO_MAX_VECS), `size_max` the device's own `max_segment_size`.
+//! The device's `max_segments` is not passed on: the block layer splits a
+//! bio of more physical segments into requests itself and completes it
+//! once, which costs less than the guest splitting it into requests that
+//! each cross the ring.
+//!
+//! The ring's size is not known when QEMU reads the configuration (at
+//! connection, before SET_VRING_NUM), so `seg_max` is sized for the
+//! largest ring the server accepts. virtio 1.2 (2.7.5.3.1) bounds a chain
+//! by the queue size, and QEMU's own virtio-blk offers queue size - 2 for
+//! that (seg-max-adjust); QEMU's vhost-user-blk passes our configuration
+//! through as it is, on a ring of 128 unless `queue-size` says otherwise.
+//! Linux (6.12 `virtblk_probe`) takes `seg_max` as its `max_segments` and
+//! `size_max` as its `max_segment_size`, bounds neither by the ring, and
+//! puts a request of several descriptors in one indirect table, whose
+//! length the ring does not bound (virtio_ring.c only refuses a chain
+//! longer than a ring without indirect descriptors); rust-vmm's
+//! virtio-queue follows such a table to its own length. So a 1 MiB read
+//! of 256 scattered pages is one chain on that ring of 128. Linux guests
+//! before 4.14 crash on a `seg_max` above the ring's size (as QEMU's
+//! seg-max-adjust change records): serve those with `queue-size=512`.
+//!
+//! Relies on: mqblk's QueueLimits, BIO_MAX_VECS and MAX_BIO_BYTES;
+//! virtio-bindings (feature bit numbers).
 
-use mqblk::{QueueLimits, SECTOR_SHIFT};
+use mqblk::{QueueLimits, BIO_MAX_VECS, MAX_BIO_BYTES, SECTOR_SHIFT};
 use vhost::vhost_user::message::VhostUserVirtioFeatures;
 use virtio_bindings::virtio_blk::{
     VIRTIO_BLK_F_BLK_SIZE, VIRTIO_BLK_F_DISCARD, VIRTIO_BLK_F_FLUSH, VIRTIO_BLK_F_MQ, VIRTIO_BLK_F_RO,
@@ -16,9 +41,6 @@ use virtio_bindings::virtio_blk::{
 };
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
-
-/// The largest data segment (one descriptor) advertised as `size_max`.
-pub const SEGMENT_MAX_BYTES: u32 = 64 << 10;
 
 /// Size of the configuration space we answer for: the virtio 1.2 layout up
 /// to and including the zoned fields (zero: not zoned).
@@ -31,9 +53,11 @@ pub struct DiskLimits {
     pub capacity_bytes: u64,
     pub logical_block_size: u32,
     pub physical_block_size: u32,
-    /// Data segments per request (`seg_max`).
+    /// Data segments per request (`seg_max`): at most BIO_MAX_VECS, the
+    /// segments of one bio.
     pub seg_max: u32,
-    /// Bytes per data segment (`size_max`).
+    /// Bytes per data segment (`size_max`): the device's
+    /// `max_segment_size`, in whole logical blocks.
     pub size_max: u32,
     /// 0: no discard.
     pub max_discard_sectors: u32,
@@ -47,17 +71,21 @@ pub struct DiskLimits {
 
 impl DiskLimits {
     /// The guest's view of a device with `limits`, served on `num_queues`
-    /// virtqueues of `queue_size` descriptors at most.
+    /// virtqueues of `queue_size` descriptors at most (the largest ring
+    /// the server accepts; see the module header for smaller ones).
     pub fn new(limits: &QueueLimits, num_queues: u16, queue_size: u16, read_only: bool) -> Self {
-        // A request needs a header and a status descriptor beside its data
-        // (unless indirect, but a guest may not use indirect descriptors).
-        let seg_max = limits.max_segments.min(u32::from(queue_size).saturating_sub(2)).max(1);
+        // A chain holds a header and a status descriptor beside its data
+        // (virtio 1.2, 2.7.5.3.1: no chain longer than the queue size).
+        let seg_max = (BIO_MAX_VECS as u32).min(u32::from(queue_size).saturating_sub(2)).max(1);
+        let lbs = limits.logical_block_size;
         Self {
             capacity_bytes: limits.capacity_bytes,
-            logical_block_size: limits.logical_block_size,
-            physical_block_size: limits.physical_block_size.max(limits.logical_block_size),
+            logical_block_size: lbs,
+            physical_block_size: limits.physical_block_size.max(lbs),
             seg_max,
-            size_max: SEGMENT_MAX_BYTES,
+            // Whole blocks, so a segment the guest cut at size_max can still
+            // be lent (queue.rs lends only whole blocks).
+            size_max: (limits.max_segment_size / lbs * lbs).max(lbs),
             max_discard_sectors: if read_only { 0 } else { limits.max_discard_sectors },
             max_write_zeroes_sectors: if read_only { 0 } else { limits.max_write_zeroes_sectors },
             write_cache: limits.write_cache,
@@ -66,9 +94,11 @@ impl DiskLimits {
         }
     }
 
-    /// The most data bytes one request may carry.
+    /// The most data bytes one request may carry: its segments, and no
+    /// more than one bio (the kernel's 32-bit `bi_size`), in whole blocks.
     pub fn max_data_bytes(&self) -> u64 {
-        u64::from(self.seg_max) * u64::from(self.size_max)
+        let bio_max = MAX_BIO_BYTES / u64::from(self.logical_block_size) * u64::from(self.logical_block_size);
+        (u64::from(self.seg_max) * u64::from(self.size_max)).min(bio_max)
     }
 
     /// The virtio feature bits offered to the driver.
@@ -174,6 +204,26 @@ mod tests {
         assert_eq!((u32_at(36), u32_at(40), u32_at(44)), (8192, 1, 8));
         assert_eq!((u32_at(48), u32_at(52), c[56]), (4096, 1, 1));
         assert_eq!(c[32], 1, "writeback");
+    }
+
+    #[test]
+    fn a_request_fits_one_bio() {
+        // The largest ring the server accepts: seg_max is a bio's segments,
+        // whatever the device's own max_segments (the block layer splits).
+        let mut few = limits();
+        few.max_segments = 8;
+        let d = DiskLimits::new(&few, 1, 1024, false);
+        assert_eq!(d.seg_max, BIO_MAX_VECS as u32);
+        assert_eq!(d.size_max, 64 << 10, "the device's max_segment_size");
+        assert_eq!(d.max_data_bytes(), 16 << 20);
+        // No segment size limit (the file driver): whole blocks, and no
+        // request larger than a bio.
+        let mut file = limits();
+        file.max_segment_size = u32::MAX;
+        let d = DiskLimits::new(&file, 1, 1024, false);
+        assert_eq!(d.size_max, u32::MAX / 4096 * 4096);
+        assert_eq!(d.max_data_bytes(), MAX_BIO_BYTES / 4096 * 4096);
+        assert_eq!(u32::from_le_bytes(d.config_space()[8..12].try_into().unwrap()), d.size_max);
     }
 
     #[test]

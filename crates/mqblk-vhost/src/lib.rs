@@ -5,6 +5,7 @@
 //! Modules, bottom up: config.rs (features and configuration space from
 //! the device's limits), request.rs (a descriptor chain to a typed
 //! request), in_order.rs (answers put in the used ring in avail order),
+//! slot.rs (a request in flight; its data segments lent as one bio),
 //! queue.rs (one virtqueue through one mqblk `Client`),
 //! backend.rs (vhost-user-backend's trait), server.rs (the socket, one
 //! connection at a time, stop), error.rs.
@@ -44,6 +45,7 @@ pub mod in_order;
 pub mod queue;
 pub mod request;
 pub mod server;
+mod slot;
 
 pub use config::DiskLimits;
 pub use error::Error;

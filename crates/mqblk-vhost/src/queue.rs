@@ -15,42 +15,42 @@
 //! mid-I/O then leaves a used index from which QEMU's reconnect restarts
 //! the next server at exactly the requests that were in flight.
 //!
-//! Reads and writes move no data through the server: each data segment of
-//! the request becomes one bio whose `Buf` borrows the guest's memory of
-//! that segment (`Buf::borrowed` over vm-memory's host address), and the
-//! request's bios, submitted under the client's plug, merge back into one
-//! mqblk request (one readv/writev for the file driver). A bio completes on
-//! its own; the virtio request is answered (status byte, used ring) when
-//! the last of its bios completes, with the first error among them. The
-//! slot holds the guest memory's `Arc` until then, so a new memory table
-//! (SET_MEM_TABLE) cannot unmap what a bio still points at.
+//! Reads and writes move no data through the server: a request's data
+//! segments become one bio whose segments borrow the guest's memory
+//! (slot.rs: `Buf::borrowed` over vm-memory's host addresses, a vectored
+//! bio in the slot's kept `Vec<Buf>`). The block layer splits it only
+//! where the device's limits need it and completes it once, with the
+//! first error; the request is answered (status byte, used ring) then.
+//! The slot holds the guest memory's `Arc` until then, so a new memory
+//! table (SET_MEM_TABLE) cannot unmap what the bio still points at.
 //!
 //! A request whose segments cannot be lent takes the copy path: a segment
 //! that is not a whole number of logical blocks, one that crosses from one
-//! memory region into the next, or more segments than the client has room
-//! for. Its data is copied: a write's segments into a `Buf` before
+//! memory region into the next, or more segments than a bio of the slot
+//! holds. Its data is copied: a write's segments into a `Buf` before
 //! submission, a read's `Buf` into its segments at completion. Buffers and
 //! the slots' vectors are kept for reuse, so a steady load allocates
 //! nothing after warm-up.
 //!
-//! Relies on: request.rs (parsing, segment copies), config.rs
-//! (`DiskLimits`), in_order.rs; mqblk's Client (submit, plug, do_io, completion_fd) and
-//! `Buf::borrowed`; vhost-user-backend's `VringMutex`, virtio-queue's
-//! `Queue` and vm-memory's host addresses.
+//! Relies on: request.rs (parsing, segment copies), slot.rs (a request in
+//! flight, lending), config.rs (`DiskLimits`), in_order.rs; mqblk's Client
+//! (submit, plug, do_io, completion_fd); vhost-user-backend's
+//! `VringMutex`, virtio-queue's `Queue`.
 
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::Arc;
 
-use mqblk::{Bio, Buf, Client, Completion, Status};
+use mqblk::{Bio, BioVec, Buf, Client, Completion, Status};
 use vhost_user_backend::{VringMutex, VringT};
 use virtio_bindings::virtio_blk::{VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, VIRTIO_BLK_S_UNSUPP};
 use virtio_queue::QueueT;
-use vm_memory::{Bytes, GuestAddress, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryAtomic, GuestMemoryMmap};
 
 use crate::config::DiskLimits;
 use crate::in_order::{self, InOrderUsed};
-use crate::request::{self, Kind, Request, Segment, ID_BYTES};
+use crate::request::{self, Kind, Request, ID_BYTES};
+use crate::slot::Slot;
 
 /// The guest memory type served.
 pub type Mem = GuestMemoryMmap<()>;
@@ -65,39 +65,23 @@ pub struct QueueStats {
     pub errors: u64,
     /// Chains with no status byte, given back with nothing written.
     pub dropped: u64,
+    /// Reads and writes whose data segments were lent as one bio.
+    pub lent: u64,
+    /// The data segments of those requests.
+    pub lent_segments: u64,
+    /// Reads and writes that took the copy path.
+    pub bounced: u64,
 }
 
-/// A request in flight: what its completion needs.
-struct Slot {
-    head: u16,
-    /// The chain's position in the avail ring: its turn in the used ring.
-    avail_pos: u16,
-    status: GuestAddress,
-    kind: Kind,
-    /// The request's data segments in the guest (request::parse).
-    data: Vec<Segment>,
-    /// Bios of the request submitted and not yet completed: one per data
-    /// segment when lent, one bounce bio on the copy path.
-    bios_left: u32,
-    /// The first error among its bios (VIRTIO_BLK_S_OK until one fails).
-    code: u8,
-    /// The guest memory its bios borrow (None on the copy path): kept
-    /// mapped until the last bio completes.
-    lent: Option<Arc<Mem>>,
-}
-
-impl Slot {
-    fn new(seg_max: u32) -> Self {
-        Self {
-            head: 0,
-            avail_pos: 0,
-            status: GuestAddress(0),
-            kind: Kind::Flush,
-            data: Vec::with_capacity(seg_max as usize + 2),
-            bios_left: 0,
-            code: VIRTIO_BLK_S_OK as u8,
-            lent: None,
-        }
+impl QueueStats {
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &QueueStats) {
+        self.requests += other.requests;
+        self.errors += other.errors;
+        self.dropped += other.dropped;
+        self.lent += other.lent;
+        self.lent_segments += other.lent_segments;
+        self.bounced += other.bounced;
     }
 }
 
@@ -111,12 +95,11 @@ pub struct VirtQueue {
     free_slots: Vec<u16>,
     free_bufs: Vec<Buf>,
     done: Vec<Completion>,
-    /// Bios prepared while the vring is locked, submitted after.
+    /// Bios prepared while the vring is locked, submitted after: one per
+    /// request (slot).
     pending: Vec<(u16, Bio)>,
-    /// The requests (slots) those bios belong to: the plug's tag hint.
-    pending_requests: u32,
-    /// Bios the device refused at submission: (slot, status, buffer).
-    rejected: Vec<(u16, Status, Option<Buf>)>,
+    /// Bios the device refused at submission: (slot, status, segments).
+    rejected: Vec<(u16, Status, BioVec)>,
     /// Answers waiting for their turn in the used ring.
     used: InOrderUsed,
     /// Whether the ring's next used position was read from the guest's
@@ -128,11 +111,13 @@ pub struct VirtQueue {
 }
 
 impl VirtQueue {
-    /// A queue of `depth` requests in flight at most, over `client`.
+    /// A queue of `depth` requests in flight at most, over `client`, which
+    /// has room for a bio per request (`Client::capacity`).
     pub fn new(index: u16, mut client: Client, depth: u16, disk: DiskLimits, id: &str) -> Result<Self, mqblk::Error> {
         assert!(depth > 0, "a queue needs at least one slot");
-        let completion_fd = client.completion_fd()?;
         let capacity = client.capacity();
+        assert!(capacity >= usize::from(depth), "a client of {capacity} bios for {depth} requests of one bio each");
+        let completion_fd = client.completion_fd()?;
         let mut id_bytes = [0u8; ID_BYTES];
         let n = id.len().min(ID_BYTES);
         id_bytes[..n].copy_from_slice(&id.as_bytes()[..n]);
@@ -147,9 +132,8 @@ impl VirtQueue {
             free_slots: (0..depth).rev().collect(),
             free_bufs: Vec::with_capacity(usize::from(depth)),
             done: Vec::with_capacity(usize::from(depth)),
-            pending: Vec::with_capacity(capacity),
-            pending_requests: 0,
-            rejected: Vec::with_capacity(capacity),
+            pending: Vec::with_capacity(usize::from(depth)),
+            rejected: Vec::with_capacity(usize::from(depth)),
             used: InOrderUsed::default(),
             ring_started: false,
             vring: None,
@@ -217,12 +201,23 @@ impl VirtQueue {
     }
 
     /// Waits for every request in flight and drops the answers (the guest
-    /// is gone). The guest memory the bios borrowed is let go only after
-    /// the last of them completed.
+    /// is gone). The guest memory a bio borrowed is let go only after it
+    /// completed; the slots' vectors and bounce buffers are kept.
     pub fn abandon_in_flight(&mut self) {
-        self.client.drain();
+        while self.client.in_flight() > 0 {
+            self.done.clear();
+            // As Client::drain: an error here is a device's, and waiting
+            // again is all there is to do.
+            let _ = self.client.do_io(&mut self.done, 1, self.slots.len(), None);
+            for c in &mut self.done {
+                let slot = &mut self.slots[c.user_data as usize];
+                if let Some(bounce) = slot.take_back(c.segs.take()) {
+                    self.free_bufs.push(bounce);
+                }
+            }
+        }
         for slot in &mut self.slots {
-            slot.bios_left = 0;
+            slot.in_flight = false;
             slot.lent = None;
         }
         self.free_slots = (0..self.slots.len() as u16).rev().collect();
@@ -314,31 +309,30 @@ impl VirtQueue {
         Ok(popped)
     }
 
-    /// Submits the bios `start` prepared, under one plug (a request's bios
-    /// merge there); a bio the device refuses completes at once with its
-    /// error.
+    /// Submits the bios `start` prepared, under one plug (the driver gets
+    /// them as one list); a bio the device refuses completes at once with
+    /// its error.
     fn submit_pending(&mut self, mem: &Mem) {
         if self.pending.is_empty() {
             return;
         }
         let Self { client, pending, rejected, .. } = self;
-        // The plug's tag hint counts requests: a request's bios merge.
-        let nr_ios = std::mem::take(&mut self.pending_requests).max(1);
+        let nr_ios = pending.len() as u32;
         client.with_plug(nr_ios, |client| {
             for (slot_id, bio) in pending.drain(..) {
                 if let Err(r) = client.submit(bio, u64::from(slot_id)) {
                     let r = *r;
                     log::debug!("request refused by the device: {}", r.error);
-                    rejected.push((slot_id, Status::from_errno(r.error.errno()), r.bio.segs.into_buf().ok()));
+                    rejected.push((slot_id, Status::from_errno(r.error.errno()), r.bio.segs));
                 }
             }
         });
-        while let Some((slot_id, status, buf)) = self.rejected.pop() {
-            self.bio_done(slot_id, status, buf, mem);
+        while let Some((slot_id, status, segs)) = self.rejected.pop() {
+            self.bio_done(slot_id, status, segs, mem);
         }
     }
 
-    /// Starts the request parsed into slot `slot_id`: its bios go to
+    /// Starts the request parsed into slot `slot_id`: its bio goes to
     /// `pending`. Some(used length) if it was answered at once instead
     /// (refused, GET_ID, a flush with no cache to flush).
     fn start(
@@ -356,10 +350,11 @@ impl VirtQueue {
                 return Some(self.answer_refused(refused, mem));
             }
         };
-        let data = &self.slots[usize::from(slot_id)].data;
+        let block = self.disk.logical_block_size;
+        let slot = &mut self.slots[usize::from(slot_id)];
         let bio = match req.kind {
             Kind::GetId => {
-                let written = request::write_segments(&**mem, data, &self.id).unwrap_or(0);
+                let written = request::write_segments(&**mem, &slot.data, &self.id).unwrap_or(0);
                 return Some(self.answer(req.status, VIRTIO_BLK_S_OK as u8, written as u32, mem));
             }
             Kind::Flush if !self.disk.write_cache => {
@@ -368,121 +363,63 @@ impl VirtQueue {
             Kind::Flush => Bio::flush(),
             Kind::Discard { offset, len } => Bio::discard(offset, len),
             Kind::WriteZeroes { offset, len } => Bio::write_zeroes(offset, len),
-            Kind::Read { offset, .. } if self.lend_segments(slot_id, offset, false, mem) => {
-                return self.started(slot_id, head, avail_pos, req, 0);
-            }
-            Kind::Write { offset, .. } if self.lend_segments(slot_id, offset, true, mem) => {
-                return self.started(slot_id, head, avail_pos, req, 0);
-            }
-            Kind::Read { offset, len } => Bio::read(offset, self.take_buf(len as usize)),
-            Kind::Write { offset, len } => {
-                let mut buf = self.take_buf(len as usize);
-                let data = &self.slots[usize::from(slot_id)].data;
-                if let Err(e) = request::read_segments(&**mem, data, 0, &mut buf) {
-                    self.free_bufs.push(buf);
-                    let refused = request::Refused { error: e, status: Some(req.status) };
-                    return Some(self.answer_refused(refused, mem));
+            Kind::Read { offset, len } | Kind::Write { offset, len } => {
+                let write = matches!(req.kind, Kind::Write { .. });
+                if let Some(bio) = slot.lend(offset, write, block, mem) {
+                    self.stats.lent += 1;
+                    self.stats.lent_segments += slot.data.len() as u64;
+                    bio
+                } else {
+                    self.stats.bounced += 1;
+                    match self.bounce(slot_id, offset, len, write, mem) {
+                        Ok(bio) => bio,
+                        Err(error) => {
+                            let refused = request::Refused { error, status: Some(req.status) };
+                            return Some(self.answer_refused(refused, mem));
+                        }
+                    }
                 }
-                Bio::write(offset, buf)
             }
         };
         self.pending.push((slot_id, bio));
-        self.started(slot_id, head, avail_pos, req, 1)
-    }
-
-    /// Records the request started in slot `slot_id` with `bounce_bios`
-    /// bios of its own beside those `lend_segments` counted; None: it is
-    /// answered when its bios complete.
-    fn started(&mut self, slot_id: u16, head: u16, avail_pos: u16, req: Request, bounce_bios: u32) -> Option<u32> {
         let slot = &mut self.slots[usize::from(slot_id)];
-        slot.head = head;
-        slot.avail_pos = avail_pos;
-        slot.status = req.status;
-        slot.kind = req.kind;
-        slot.code = VIRTIO_BLK_S_OK as u8;
-        slot.bios_left += bounce_bios;
-        debug_assert!(slot.bios_left > 0, "a started request has a bio");
-        debug_assert!(bounce_bios == 0 || slot.lent.is_none(), "lent or bounced, not both");
-        self.pending_requests += 1;
+        (slot.head, slot.avail_pos, slot.status, slot.kind) = (head, avail_pos, req.status, req.kind);
+        slot.in_flight = true;
         None
     }
 
-    /// Prepares one bio per data segment of slot `slot_id`, each over the
-    /// guest's own memory of its segment (no copy), the first at disk byte
-    /// `offset`, and keeps `mem` in the slot. Returns false, preparing
-    /// nothing, if a segment cannot be lent: a length that is not a whole
-    /// number of logical blocks (the device would refuse the bio), a range
-    /// not inside one memory region (vm-memory maps each on its own), or
-    /// more segments than the client has room for; the request then takes
-    /// the copy path.
-    fn lend_segments(&mut self, slot_id: u16, mut offset: u64, write: bool, mem: &Arc<Mem>) -> bool {
-        let Self { slots, pending, client, disk, .. } = self;
-        let slot = &mut slots[usize::from(slot_id)];
-        debug_assert_eq!((slot.bios_left, slot.lent.is_none()), (0, true), "a free slot");
-        let room = client.capacity().saturating_sub(client.in_flight() + pending.len());
-        let block = disk.logical_block_size;
-        if slot.data.is_empty()
-            || slot.data.len() > room
-            || slot.data.iter().any(|seg| seg.len == 0 || seg.len % block != 0)
-        {
-            return false;
+    /// The copy path's bio for the read or write of slot `slot_id`: a kept
+    /// buffer of `len` bytes at disk byte `offset`, holding a write's data.
+    fn bounce(
+        &mut self,
+        slot_id: u16,
+        offset: u64,
+        len: u64,
+        write: bool,
+        mem: &Mem,
+    ) -> Result<Bio, request::ParseError> {
+        let mut buf = self.take_buf(len as usize);
+        if !write {
+            return Ok(Bio::read(offset, buf));
         }
-        let first = pending.len();
-        for seg in &slot.data {
-            let Ok(host) = mem.get_slice(seg.addr, seg.len as usize) else {
-                // Crosses a region boundary (request.rs checked the range is
-                // guest memory): nothing of this request is submitted yet.
-                pending.truncate(first);
-                return false;
-            };
-            debug_assert_eq!(host.len(), seg.len as usize);
-            // The guest is not trusted to keep virtio's promise that the
-            // chain's buffers are the device's until they are in the used
-            // ring: it may write its buffers while a bio uses them, or name
-            // the same memory twice. That is accepted, as for any memory
-            // shared with another process, because what is lent is plain
-            // bytes: every u8 value is valid, no driver or block-layer code
-            // decides anything about memory safety from data bytes (the null
-            // driver copies them in or out with memcpy, the file driver
-            // hands their address to the kernel), and the lent range is
-            // never reached through a Rust reference outside the bio. A
-            // guest racing its own buffers gets back or stores mixed bytes
-            // of its own, as with a DMA device; no other memory is touched.
-            //
-            // `host` maps `seg.len` initialised, read-write bytes of one
-            // guest memory region (get_slice checked the whole range lies in
-            // it), and they stay mapped while the bio lives: the slot keeps
-            // `mem`'s Arc, which owns the mappings, until its last bio
-            // completes (`bio_done`) or is drained (`abandon_in_flight`); a
-            // SET_MEM_TABLE meanwhile only swaps the GuestMemoryAtomic.
-            // SAFETY: valid, mapped bytes for the bio's life (above); guest races accepted.
-            let buf = unsafe { Buf::borrowed(host.ptr_guard_mut().as_ptr(), seg.len as usize) };
-            pending.push((slot_id, if write { Bio::write(offset, buf) } else { Bio::read(offset, buf) }));
-            offset += u64::from(seg.len);
+        if let Err(e) = request::read_segments(mem, &self.slots[usize::from(slot_id)].data, 0, &mut buf) {
+            self.free_bufs.push(buf);
+            return Err(e);
         }
-        slot.bios_left = (pending.len() - first) as u32;
-        slot.lent = Some(Arc::clone(mem));
-        true
+        Ok(Bio::write(offset, buf))
     }
 
-    /// One bio of slot `slot_id` completed (or was refused) with `status`;
-    /// if it was the request's last, the request is answered (a read on
-    /// the copy path copied into the guest first) and its answer waits for
-    /// its turn in the used ring.
-    fn bio_done(&mut self, slot_id: u16, status: Status, buf: Option<Buf>, mem: &Mem) {
+    /// The bio of slot `slot_id` completed (or was refused) with `status`
+    /// and gave back `segs`: the request is answered (a read on the copy
+    /// path copied into the guest first) and its answer waits for its turn
+    /// in the used ring.
+    fn bio_done(&mut self, slot_id: u16, status: Status, segs: BioVec, mem: &Mem) {
         let slot = &mut self.slots[usize::from(slot_id)];
-        assert!(slot.bios_left > 0, "a completion for slot {slot_id}, which has no bio in flight");
-        slot.bios_left -= 1;
-        if !status.is_ok() && slot.code == VIRTIO_BLK_S_OK as u8 {
-            slot.code = virtio_status(status);
-        }
-        // A lent buffer is the guest's memory: nothing to give back.
-        let bounce = buf.and_then(|b| b.end_borrow().err());
-        if slot.bios_left > 0 {
-            debug_assert!(bounce.is_none(), "a bounced request has one bio");
-            return;
-        }
-        let (head, avail_pos, status_addr, mut code) = (slot.head, slot.avail_pos, slot.status, slot.code);
+        assert!(slot.in_flight, "a completion for slot {slot_id}, which has no bio in flight");
+        slot.in_flight = false;
+        let bounce = slot.take_back(segs);
+        let (head, avail_pos, status_addr) = (slot.head, slot.avail_pos, slot.status);
+        let mut code = virtio_status(status);
         let mut written = 0u32;
         if let (Kind::Read { len, .. }, VIRTIO_BLK_S_OK) = (slot.kind, u32::from(code)) {
             match &bounce {
@@ -494,7 +431,7 @@ impl VirtQueue {
                 None => written = len as u32,
             }
         }
-        // Last use of the mapping by this request's bios.
+        // The bio's last use of the mapping is over.
         slot.lent = None;
         if let Some(b) = bounce {
             self.free_bufs.push(b);
@@ -504,8 +441,8 @@ impl VirtQueue {
         self.used.hold(avail_pos, head, used_len);
     }
 
-    /// Reaps completions (waiting for `min`) and answers each request whose
-    /// last bio completed (`bio_done`); returns how many bios.
+    /// Reaps completions (waiting for `min`) and answers each request
+    /// (`bio_done`); returns how many.
     fn reap(&mut self, mem: &Mem, min: usize) -> io::Result<usize> {
         let mut total = 0;
         loop {
@@ -517,8 +454,8 @@ impl VirtQueue {
                 .map_err(io::Error::other)?;
             for i in 0..got {
                 let c = &mut self.done[i];
-                let (slot_id, status, buf) = (c.user_data as u16, c.status, c.segs.take().into_buf().ok());
-                self.bio_done(slot_id, status, buf, mem);
+                let (slot_id, status, segs) = (c.user_data as u16, c.status, c.segs.take());
+                self.bio_done(slot_id, status, segs, mem);
             }
             total += got;
             if got < max {

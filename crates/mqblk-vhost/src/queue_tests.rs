@@ -8,6 +8,7 @@ use virtio_bindings::virtio_blk::{VIRTIO_BLK_T_GET_ID, VIRTIO_BLK_T_IN, VIRTIO_B
 use virtio_bindings::virtio_ring::{VRING_DESC_F_NEXT, VRING_DESC_F_WRITE};
 use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
 use virtio_queue::mock::MockSplitQueue;
+use vm_memory::GuestMemoryBackend;
 
 const QUEUE_SIZE: u16 = 16;
 const BUF: u64 = 0x10_0000;
@@ -367,147 +368,36 @@ fn recording(max_segments: u32, hold: bool) -> (Device, Recording) {
 /// A read chain: header at `at`, the data in `segments` (guest address,
 /// bytes), the status byte at `status`; descriptors from `first`.
 fn read_chain(mem: &Mem, first: u16, at: u64, sector: u64, segments: &[(u64, u32)], status: u64) -> Vec<RawDescriptor> {
+    data_chain(mem, first, at, VIRTIO_BLK_T_IN, sector, segments, status)
+}
+
+/// As `read_chain`, of request type `req_type` (a write's data
+/// descriptors are device-readable).
+fn data_chain(
+    mem: &Mem,
+    first: u16,
+    at: u64,
+    req_type: u32,
+    sector: u64,
+    segments: &[(u64, u32)],
+    status: u64,
+) -> Vec<RawDescriptor> {
     let mut h = [0u8; 16];
-    h[0..4].copy_from_slice(&VIRTIO_BLK_T_IN.to_le_bytes());
+    h[0..4].copy_from_slice(&req_type.to_le_bytes());
     h[8..16].copy_from_slice(&sector.to_le_bytes());
     mem.write_slice(&h, GuestAddress(at)).unwrap();
     let (next, write) = (VRING_DESC_F_NEXT as u16, VRING_DESC_F_WRITE as u16);
+    let data_flags = if req_type == VIRTIO_BLK_T_OUT { next } else { next | write };
     let mut descs = vec![RawDescriptor::from(SplitDescriptor::new(at, 16, next, first + 1))];
     for (i, &(addr, len)) in segments.iter().enumerate() {
-        descs.push(RawDescriptor::from(SplitDescriptor::new(addr, len, next | write, first + 2 + i as u16)));
+        descs.push(RawDescriptor::from(SplitDescriptor::new(addr, len, data_flags, first + 2 + i as u16)));
     }
     descs.push(RawDescriptor::from(SplitDescriptor::new(status, 1, write, 0)));
     descs
 }
 
-#[test]
-fn read_segments_are_lent_to_one_merged_request_without_a_copy() {
-    let mem = Mem::from_ranges(&[(GuestAddress(0), 0x40_0000)]).unwrap();
-    let q = MockSplitQueue::new(&mem, QUEUE_SIZE);
-    let (dev, driver) = recording(128, false);
-    let mut vq = VirtQueue::new(0, dev.client_with_capacity(64), 4, disk(&dev, false), "x").unwrap();
-    let vring = vring(&mem, &q);
-    // Three scattered pages of the guest, read from disk byte 4096.
-    let segments = [(BUF + 0x3000, 4096), (BUF + 0x1000, 4096), (BUF + 0x8000, 4096)];
-    q.add_desc_chains(&read_chain(&mem, 0, BUF, 8, &segments, BUF + 0x9000), 0).unwrap();
-
-    vq.run(&vring, &shared(&mem)).unwrap();
-
-    let seen = driver.seen.lock().unwrap().clone();
-    let lent: Vec<(usize, usize)> = segments
-        .iter()
-        .map(|&(addr, len)| (mem.get_host_address(GuestAddress(addr)).unwrap() as usize, len as usize))
-        .collect();
-    assert_eq!(seen, [lent], "one request whose segments are the guest's own pages");
-    assert_eq!(dev.stats().merges.read, 2, "a bio per segment, merged under the plug");
-    for (n, &(addr, _)) in segments.iter().enumerate() {
-        let mut page = vec![0u8; 4096];
-        mem.read_slice(&mut page, GuestAddress(addr)).unwrap();
-        let want: Vec<u8> = (0..4096u64).map(|i| (4096 + n as u64 * 4096 + i) as u8).collect();
-        assert_eq!(page, want, "segment {n} holds its disk bytes");
-    }
-    assert_eq!((q.used().idx().load(), used(&q, 0)), (1, (0, 3 * 4096 + 1)));
-    assert_eq!(status_at(&mem, BUF + 0x9000), VIRTIO_BLK_S_OK as u8);
-}
-
-#[test]
-fn segments_not_of_whole_blocks_take_the_copy_path() {
-    let mem = Mem::from_ranges(&[(GuestAddress(0), 0x40_0000)]).unwrap();
-    let q = MockSplitQueue::new(&mem, QUEUE_SIZE);
-    let (dev, driver) = recording(128, false);
-    let mut vq = VirtQueue::new(0, dev.client_with_capacity(64), 4, disk(&dev, false), "x").unwrap();
-    let vring = vring(&mem, &q);
-    // 1000 + 3096 bytes: a whole number of blocks, but neither segment is.
-    let segments = [(BUF + 0x1000, 1000), (BUF + 0x3000, 3096)];
-    q.add_desc_chains(&read_chain(&mem, 0, BUF, 0, &segments, BUF + 0x9000), 0).unwrap();
-
-    vq.run(&vring, &shared(&mem)).unwrap();
-
-    let seen = driver.seen.lock().unwrap().clone();
-    assert_eq!(seen.len(), 1);
-    assert_eq!(seen[0].len(), 1, "one bounce buffer");
-    let host = mem.get_host_address(GuestAddress(BUF + 0x1000)).unwrap() as usize;
-    assert_ne!(seen[0][0].0, host, "not the guest's memory");
-    let mut back = vec![0u8; 3096];
-    mem.read_slice(&mut back, GuestAddress(BUF + 0x3000)).unwrap();
-    assert_eq!(back, (1000..4096u64).map(|i| i as u8).collect::<Vec<u8>>(), "copied in after completion");
-    assert_eq!((q.used().idx().load(), used(&q, 0)), (1, (0, 4097)));
-}
-
-/// A read of four 4 KiB segments, its status byte at BUF + 0x9000 set to
-/// 0xff, offered to a device that takes 2 segments a request and holds
-/// every request until the test completes it (`Recording::held`); `check`
-/// drives the queue.
-fn four_segment_read_held(check: impl FnOnce(&MockSplitQueue<Mem>, &mut VirtQueue, &Vring, &Arc<Mem>, &Recording)) {
-    let mem = Mem::from_ranges(&[(GuestAddress(0), 0x40_0000)]).unwrap();
-    let q = MockSplitQueue::new(&mem, QUEUE_SIZE);
-    // The device takes 2 segments a request; the guest is offered 4.
-    let (dev, driver) = recording(2, true);
-    let mut disk = disk(&dev, false);
-    disk.seg_max = 4;
-    let mut vq = VirtQueue::new(0, dev.client_with_capacity(64), 4, disk, "x").unwrap();
-    let vring = vring(&mem, &q);
-    let segments = [(BUF + 0x1000, 4096), (BUF + 0x2000, 4096), (BUF + 0x5000, 4096), (BUF + 0x7000, 4096)];
-    mem.write_obj(0xffu8, GuestAddress(BUF + 0x9000)).unwrap();
-    q.add_desc_chains(&read_chain(&mem, 0, BUF, 0, &segments, BUF + 0x9000), 0).unwrap();
-    let mem = shared(&mem);
-    check(&q, &mut vq, &vring, &mem, &driver);
-}
-
-#[test]
-fn a_read_split_over_two_requests_completes_once_after_both() {
-    four_segment_read_held(|q, vq, vring, mem, driver| {
-        vq.run(vring, mem).unwrap();
-        assert_eq!(driver.held.lock().unwrap().len(), 2, "four bios in two requests");
-        assert_eq!(vq.in_flight(), 4);
-
-        driver.held.lock().unwrap().remove(0).complete(Status::Ok);
-        vq.run(vring, mem).unwrap();
-        assert_eq!(q.used().idx().load(), 0, "not answered while a bio is in flight");
-        assert_eq!(status_at(mem, BUF + 0x9000), 0xff);
-
-        driver.held.lock().unwrap().remove(0).complete(Status::Ok);
-        vq.run(vring, mem).unwrap();
-        assert_eq!((q.used().idx().load(), used(q, 0)), (1, (0, 4 * 4096 + 1)), "answered once");
-        assert_eq!(status_at(mem, BUF + 0x9000), VIRTIO_BLK_S_OK as u8);
-        assert_eq!(vq.in_flight(), 0);
-    });
-}
-
-#[test]
-fn a_failed_bio_fails_the_whole_request() {
-    four_segment_read_held(|q, vq, vring, mem, driver| {
-        vq.run(vring, mem).unwrap();
-        driver.held.lock().unwrap().remove(0).complete(Status::IoErr);
-        driver.held.lock().unwrap().remove(0).complete(Status::Ok);
-        vq.run(vring, mem).unwrap();
-
-        assert_eq!((q.used().idx().load(), used(q, 0)), (1, (0, 1)), "no data bytes, the status");
-        assert_eq!(status_at(mem, BUF + 0x9000), VIRTIO_BLK_S_IOERR as u8);
-        assert_eq!(vq.stats().errors, 1);
-    });
-}
-
-#[test]
-fn a_segment_across_two_memory_regions_takes_the_copy_path() {
-    // Two regions back to back, mapped apart: one host pointer cannot
-    // cover a segment that runs from one into the other.
-    let mem = Mem::from_ranges(&[(GuestAddress(0), 0x20_0000), (GuestAddress(0x20_0000), 0x20_0000)]).unwrap();
-    let q = MockSplitQueue::new(&mem, QUEUE_SIZE);
-    let (dev, driver) = recording(128, false);
-    let mut vq = VirtQueue::new(0, dev.client_with_capacity(64), 4, disk(&dev, false), "x").unwrap();
-    let vring = vring(&mem, &q);
-    let segments = [(0x20_0000 - 2048, 4096)];
-    q.add_desc_chains(&read_chain(&mem, 0, BUF, 0, &segments, BUF + 0x9000), 0).unwrap();
-
-    vq.run(&vring, &shared(&mem)).unwrap();
-
-    assert_eq!(driver.seen.lock().unwrap().len(), 1);
-    let mut back = vec![0u8; 4096];
-    mem.read_slice(&mut back, GuestAddress(0x20_0000 - 2048)).unwrap();
-    assert_eq!(back, (0..4096u64).map(|i| i as u8).collect::<Vec<u8>>());
-    assert_eq!((q.used().idx().load(), used(&q, 0)), (1, (0, 4097)));
-}
+#[path = "queue_lend_tests.rs"]
+mod lend;
 
 #[path = "queue_order_tests.rs"]
 mod in_order;

@@ -144,7 +144,14 @@ impl Server {
             summary.connections += 1;
             summary.requests += stats.requests;
             summary.errors += stats.errors;
-            log::info!("connection ended: {} requests, {} failed", stats.requests, stats.errors);
+            log::info!(
+                "connection ended: {} requests, {} failed; {} reads and writes lent in {} segments, {} copied",
+                stats.requests,
+                stats.errors,
+                stats.lent,
+                stats.lent_segments,
+                stats.bounced
+            );
         }
         if self.device.limits().write_cache {
             // What the guest flushed reached mqblk; make it reach the device.
@@ -187,9 +194,8 @@ impl Server {
         let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
         let queues = (0..self.opts.queues)
             .map(|i| {
-                // Room for one bio per data segment of every request.
-                let bios = usize::from(self.opts.depth) * self.disk.seg_max as usize;
-                let client = self.device.client_with_capacity(bios);
+                // A request is one bio (queue.rs).
+                let client = self.device.client_with_capacity(usize::from(self.opts.depth));
                 VirtQueue::new(i, client, self.opts.depth, self.disk, &self.opts.serial)
             })
             .collect::<Result<Vec<_>, _>>()?;
