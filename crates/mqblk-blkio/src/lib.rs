@@ -78,22 +78,38 @@ fn set_error_msg(msg: &str) {
 /// Runs one entry point: its result, or `-errno` with the message set, or
 /// -EIO if it panicked (the panic stops here, never unwinding into C).
 pub(crate) fn entry(f: impl FnOnce() -> Result<c_int, Failure>) -> c_int {
+    entry_ret(|| f().unwrap_or_else(failed))
+}
+
+/// As `entry`, for a hot entry point whose body gives its C result itself,
+/// reporting failures through [`failed`]: no `Result` (a `Failure` holds a
+/// `String`) travels through memory on the path that succeeds.
+#[inline(always)]
+pub(crate) fn entry_ret(f: impl FnOnce() -> c_int) -> c_int {
     match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(v)) => v,
-        Ok(Err(e)) => {
-            set_error_msg(&e.msg);
-            -e.errno
-        }
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            set_error_msg(&format!("internal error in mqblk-blkio: {what}"));
-            -libc::EIO
-        }
+        Ok(v) => v,
+        Err(panic) => panicked(panic),
     }
+}
+
+/// A failure's C result: its message set, its negative errno returned.
+#[cold]
+#[inline(never)]
+pub(crate) fn failed(e: Failure) -> c_int {
+    set_error_msg(&e.msg);
+    -e.errno
+}
+
+#[cold]
+#[inline(never)]
+fn panicked(panic: Box<dyn std::any::Any + Send>) -> c_int {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    set_error_msg(&format!("internal error in mqblk-blkio: {what}"));
+    -libc::EIO
 }
 
 /// `entry` for functions returning nothing: failures leave the message.

@@ -12,8 +12,9 @@ use mqblk::Device;
 
 use crate::{c_str, entry, fail, instance, Blkio, Failure, State, MAX_MEM_REGIONS, MAX_QUEUES};
 
-/// Most iovecs one readv/writev takes (Linux's IOV_MAX).
-pub(crate) const MAX_SEGMENTS: c_int = 1024;
+/// Most iovecs one readv/writev takes (`max-segments`): the most segments
+/// one mqblk bio carries, as each readv/writev is one bio.
+pub(crate) const MAX_SEGMENTS: c_int = mqblk::BIO_MAX_VECS as c_int;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Ty {

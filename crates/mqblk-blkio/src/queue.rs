@@ -1,13 +1,12 @@
 //! `struct blkioq`: one mqblk client and the requests queued on it. The
-//! zone requests are in zone.rs, what is remembered of a request in flight
-//! in inflight.rs, `blkioq_do_io` in reap.rs, the exported functions in
-//! ffi.rs.
+//! zone requests are in zone.rs, readv/writev in vectored.rs, what is
+//! remembered of a request in flight in inflight.rs, `blkioq_do_io` in
+//! reap.rs, the exported functions in ffi.rs.
 //!
-//! Buffers: a plain buffer (and a readv/writev whose iovecs are one
-//! contiguous range) goes to mqblk as `Buf::borrowed` over the caller's
-//! memory: no copy, no allocation. Scattered iovecs go through a bounce
-//! buffer from the queue's pool (gathered before a write, scattered after a
-//! read).
+//! Buffers: a plain buffer goes to mqblk as `Buf::borrowed` over the
+//! caller's memory: no copy, no allocation. An iovec array becomes one
+//! vectored bio of borrowed segments (vectored.rs), in a segment vector
+//! from the queue's pool (segvecs.rs).
 //!
 //! Requests that fail before reaching mqblk (bad arguments, read-only
 //! instance) and requests served at once (zone reports, the zone "all"
@@ -22,14 +21,14 @@ use std::time::Duration;
 
 use mqblk::{Bio, Buf, Client, Device, ReqFlags};
 
-use crate::props::MAX_SEGMENTS;
-
 mod ffi;
 mod inflight;
 mod reap;
+mod segvecs;
+mod vectored;
 mod zone;
 
-use inflight::{Inflight, Scatter, SLOT_BIT};
+use inflight::{Inflight, SLOT_BIT};
 use reap::Ready;
 
 const BLKIO_REQ_FUA: u32 = 1 << 0;
@@ -84,9 +83,6 @@ pub struct Queue {
     /// `do_io` scratch: reaped from the client, then staged for the caller.
     reaped: Vec<mqblk::Completion>,
     staged: Vec<Ready>,
-    /// Messages of the completions the last `do_io` returned (they live
-    /// until the next `do_io`).
-    messages: Vec<CString>,
     /// buf-alignment (the logical block size, a power of two) minus one.
     buf_align_mask: usize,
     completion_fd: c_int,
@@ -111,7 +107,6 @@ impl Queue {
             ready: VecDeque::with_capacity(capacity),
             reaped: Vec::with_capacity(capacity),
             staged: Vec::with_capacity(capacity),
-            messages: Vec::new(),
             buf_align_mask: device.limits().logical_block_size as usize - 1,
             completion_fd: -1,
             completion_fd_enabled: false,
@@ -159,55 +154,70 @@ impl Queue {
         true
     }
 
-    /// Hands a bio to mqblk; a refusal completes the request with its errno.
+    /// Hands a bio to mqblk; a refusal completes the request with its
+    /// errno, and what the bio lent (a segment vector, a bounce buffer)
+    /// goes back to its pool.
     #[inline(always)]
-    fn submit(&mut self, mut bio: Bio, user_data: *mut c_void, scatter: Option<Scatter>) {
+    fn submit(&mut self, mut bio: Bio, user_data: *mut c_void) {
         if self.poll {
             bio = bio.with_flags(ReqFlags::HIPRI);
         }
         let cookie = user_data as u64;
-        if scatter.is_none() && cookie & SLOT_BIT == 0 {
+        if cookie & SLOT_BIT == 0 {
             // The common case: nothing to remember but the cookie, which
             // travels as mqblk's user_data (the client bounds what is in
             // flight).
             if let Err(rejected) = self.client.submit(bio, cookie) {
-                let rejected = *rejected;
-                self.inflight.recycle(rejected.bio.segs.into_buf().ok());
-                let msg = match rejected.error {
-                    mqblk::SubmitError::TooManyInFlight { max } => too_many_in_flight(max),
-                    ref e => e.to_string(),
-                };
-                self.refuse(user_data, rejected.error.errno(), msg);
+                self.rejected(*rejected, user_data, None);
             }
             return;
         }
-        let Some(slot) = self.inflight.take_slot(user_data, scatter) else {
+        let Some(slot) = self.inflight.take_slot(user_data) else {
             let max = self.inflight.capacity();
-            self.inflight.recycle(bio.segs.take().into_buf().ok());
+            self.inflight.recycle(bio.segs);
             return self.refuse(user_data, libc::EAGAIN, too_many_in_flight(max));
         };
         if let Err(rejected) = self.client.submit(bio, slot) {
-            let rejected = *rejected;
+            self.rejected(*rejected, user_data, Some(slot));
+        }
+    }
+
+    /// A bio mqblk refused: its slot and segments go back, and the request
+    /// completes with the refusal's errno and message.
+    #[cold]
+    #[inline(never)]
+    fn rejected(&mut self, rejected: mqblk::Rejected, user_data: *mut c_void, slot: Option<u64>) {
+        if let Some(slot) = slot {
             self.inflight.put_slot(slot);
-            self.inflight.recycle(rejected.bio.segs.into_buf().ok());
-            self.refuse(user_data, rejected.error.errno(), rejected.error.to_string());
         }
+        self.inflight.recycle(rejected.bio.segs);
+        let msg = match rejected.error {
+            mqblk::SubmitError::TooManyInFlight { max } => too_many_in_flight(max),
+            ref e => e.to_string(),
+        };
+        self.refuse(user_data, rejected.error.errno(), msg);
     }
 
-    /// Checks a caller buffer: non-null and aligned to buf-alignment.
-    #[inline]
-    fn check_buf(&self, addr: usize, len: usize, what: &str) -> Result<(), String> {
-        if (addr == 0 && len > 0) || (addr | len) & self.buf_align_mask != 0 {
-            return Err(self.bad_buf(addr, len, what));
-        }
-        Ok(())
+    /// Is a caller buffer one mqblk takes as it is: non-null, not empty,
+    /// no longer than the largest bio, address and length multiples of
+    /// buf-alignment? (Knowing this, `Buf::borrowed`'s own checks fold away.)
+    #[inline(always)]
+    fn buf_ok(&self, addr: usize, len: usize) -> bool {
+        addr != 0 && len != 0 && len as u64 <= mqblk::MAX_BIO_BYTES && (addr | len) & self.buf_align_mask == 0
     }
 
+    /// Why a buffer `buf_ok` refused is refused.
     #[cold]
     #[inline(never)]
     fn bad_buf(&self, addr: usize, len: usize, what: &str) -> String {
         if addr == 0 {
             return format!("{what}: buffer is NULL");
+        }
+        if len == 0 {
+            return format!("{what}: length 0 (nothing to transfer)");
+        }
+        if len as u64 > mqblk::MAX_BIO_BYTES {
+            return format!("{what}: length {len} exceeds the largest request ({} bytes)", mqblk::MAX_BIO_BYTES);
         }
         format!(
             "{what}: buffer address {addr:#x} and length {len} must be multiples of buf-alignment={}",
@@ -220,14 +230,14 @@ impl Queue {
         if !self.check_flags(user_data, flags, 0, "blkioq_read") {
             return;
         }
-        if let Err(msg) = self.check_buf(buf as usize, len, "blkioq_read") {
-            return self.refuse(user_data, libc::EINVAL, msg);
+        if !self.buf_ok(buf as usize, len) {
+            return self.refuse(user_data, libc::EINVAL, self.bad_buf(buf as usize, len, "blkioq_read"));
         }
         // SAFETY: the caller keeps `buf` valid and untouched until the
         // request's completion is returned (libblkio's contract), and
         // `Client` drop (blkio_remove_queue, blkio_destroy) waits for it.
         let buf = unsafe { Buf::borrowed(buf, len) };
-        self.submit(Bio::read(start, buf), user_data, None);
+        self.submit(Bio::read(start, buf), user_data);
     }
 
     fn write(&mut self, start: u64, buf: *const u8, len: usize, user_data: *mut c_void, flags: u32) {
@@ -236,103 +246,13 @@ impl Queue {
         {
             return;
         }
-        if let Err(msg) = self.check_buf(buf as usize, len, "blkioq_write") {
-            return self.refuse(user_data, libc::EINVAL, msg);
+        if !self.buf_ok(buf as usize, len) {
+            return self.refuse(user_data, libc::EINVAL, self.bad_buf(buf as usize, len, "blkioq_write"));
         }
         // SAFETY: as in `read`; a write only reads the memory (the cast to
         // *mut is never written through for Op::Write).
         let buf = unsafe { Buf::borrowed(buf.cast_mut(), len) };
-        self.submit(Bio::write(start, buf).with_flags(fua(flags)), user_data, None);
-    }
-
-    /// Checks an iovec array; returns its total length and, if the
-    /// segments are one contiguous range, its start.
-    ///
-    /// # Safety
-    /// `iov` is null or points to `iovcnt` readable iovecs.
-    unsafe fn check_iovecs(
-        &self,
-        iov: *const libc::iovec,
-        iovcnt: c_int,
-        what: &str,
-    ) -> Result<(usize, Option<*mut u8>), String> {
-        if iov.is_null() || !(1..=MAX_SEGMENTS).contains(&iovcnt) {
-            return Err(format!("{what}: iovec is NULL or iovcnt={iovcnt} outside 1..={MAX_SEGMENTS}"));
-        }
-        // SAFETY: non-null, `iovcnt` elements by the caller's contract.
-        let iovecs = unsafe { std::slice::from_raw_parts(iov, iovcnt as usize) };
-        let mut total = 0usize;
-        let mut contiguous = true;
-        for (i, v) in iovecs.iter().enumerate() {
-            let (addr, len) = (v.iov_base as usize, v.iov_len);
-            // The label is formatted only for a refusal: no allocation per I/O.
-            self.check_buf(addr, len, what).map_err(|_| self.bad_buf(addr, len, &format!("{what}: iovec[{i}]")))?;
-            contiguous &= i == 0 || iovecs[i - 1].iov_base as usize + iovecs[i - 1].iov_len == v.iov_base as usize;
-            total = total.checked_add(v.iov_len).ok_or_else(|| format!("{what}: total length overflows"))?;
-        }
-        Ok((total, contiguous.then_some(iovecs[0].iov_base.cast())))
-    }
-
-    /// # Safety
-    /// `iov` as in `check_iovecs`, and it and its buffers stay valid until
-    /// the completion is returned.
-    unsafe fn readv(&mut self, start: u64, iov: *const libc::iovec, iovcnt: c_int, user_data: *mut c_void, flags: u32) {
-        if !self.check_flags(user_data, flags, 0, "blkioq_readv") {
-            return;
-        }
-        // SAFETY: by the caller's contract.
-        let (total, contiguous) = match unsafe { self.check_iovecs(iov, iovcnt, "blkioq_readv") } {
-            Ok(v) => v,
-            Err(msg) => return self.refuse(user_data, libc::EINVAL, msg),
-        };
-        match contiguous {
-            // SAFETY: one contiguous caller range, valid until completion.
-            Some(base) => self.submit(Bio::read(start, unsafe { Buf::borrowed(base, total) }), user_data, None),
-            None => {
-                let buf = self.inflight.take_bounce(total);
-                self.submit(Bio::read(start, buf), user_data, Some((iov, iovcnt as usize)));
-            }
-        }
-    }
-
-    /// # Safety
-    /// As `readv`.
-    unsafe fn writev(
-        &mut self,
-        start: u64,
-        iov: *const libc::iovec,
-        iovcnt: c_int,
-        user_data: *mut c_void,
-        flags: u32,
-    ) {
-        if !self.check_flags(user_data, flags, BLKIO_REQ_FUA, "blkioq_writev")
-            || !self.check_writable(user_data, "blkioq_writev")
-        {
-            return;
-        }
-        // SAFETY: by the caller's contract.
-        let (total, contiguous) = match unsafe { self.check_iovecs(iov, iovcnt, "blkioq_writev") } {
-            Ok(v) => v,
-            Err(msg) => return self.refuse(user_data, libc::EINVAL, msg),
-        };
-        let buf = match contiguous {
-            // SAFETY: one contiguous caller range, valid until completion;
-            // a write only reads it.
-            Some(base) => unsafe { Buf::borrowed(base, total) },
-            None => {
-                let mut buf = self.inflight.take_bounce(total);
-                let mut at = 0;
-                // SAFETY: checked above: `iovcnt` readable iovecs.
-                for v in unsafe { std::slice::from_raw_parts(iov, iovcnt as usize) } {
-                    // SAFETY: each segment is readable for its length.
-                    let seg = unsafe { std::slice::from_raw_parts(v.iov_base as *const u8, v.iov_len) };
-                    buf[at..at + v.iov_len].copy_from_slice(seg);
-                    at += v.iov_len;
-                }
-                buf
-            }
-        };
-        self.submit(Bio::write(start, buf).with_flags(fua(flags)), user_data, None);
+        self.submit(Bio::write(start, buf).with_flags(fua(flags)), user_data);
     }
 
     fn write_zeroes(&mut self, start: u64, len: u64, user_data: *mut c_void, flags: u32) {
@@ -348,7 +268,7 @@ impl Queue {
         let unmaps = self.device.driver_name() == "file";
         let native = self.device.limits().max_write_zeroes_sectors > 0 && !(unmaps && flags & BLKIO_REQ_NO_UNMAP != 0);
         if native {
-            return self.submit(Bio::write_zeroes(start, len).with_flags(fua(flags)), user_data, None);
+            return self.submit(Bio::write_zeroes(start, len).with_flags(fua(flags)), user_data);
         }
         if flags & BLKIO_REQ_NO_FALLBACK != 0 {
             let msg = "blkioq_write_zeroes: no write zeroes without a fallback to writes here (NO_FALLBACK given)";
@@ -362,18 +282,18 @@ impl Queue {
         };
         let mut buf = self.inflight.take_bounce(len);
         buf.fill(0);
-        self.submit(Bio::write(start, buf).with_flags(fua(flags)), user_data, None);
+        self.submit(Bio::write(start, buf).with_flags(fua(flags)), user_data);
     }
 
     fn discard(&mut self, start: u64, len: u64, user_data: *mut c_void, flags: u32) {
         if self.check_flags(user_data, flags, 0, "blkioq_discard") && self.check_writable(user_data, "blkioq_discard") {
-            self.submit(Bio::discard(start, len), user_data, None);
+            self.submit(Bio::discard(start, len), user_data);
         }
     }
 
     fn flush(&mut self, user_data: *mut c_void, flags: u32) {
         if self.check_flags(user_data, flags, 0, "blkioq_flush") {
-            self.submit(Bio::flush(), user_data, None);
+            self.submit(Bio::flush(), user_data);
         }
     }
 }

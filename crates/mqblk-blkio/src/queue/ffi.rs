@@ -6,7 +6,7 @@ use std::ffi::{c_int, c_void};
 use mqblk::zoned::ZoneMgmt;
 
 use super::{blkio_completion, blkio_zone, Queue};
-use crate::{entry, entry_void, fail, Failure};
+use crate::{entry, entry_ret, entry_void, fail, failed, Failure};
 
 /// Borrows the queue behind a C pointer.
 ///
@@ -177,7 +177,10 @@ pub unsafe extern "C" fn blkioq_do_io(
     timeout: *mut libc::timespec,
 ) -> c_int {
     // SAFETY: by the caller's contract.
-    entry(|| unsafe { queue(q) }?.do_io(completions, min_completions, max_completions, timeout, None))
+    entry_ret(|| match unsafe { queue(q) } {
+        Ok(q) => q.do_io(completions, min_completions, max_completions, timeout, None),
+        Err(e) => failed(e),
+    })
 }
 
 /// As `blkioq_do_io`, returning -EINTR when a signal that `sig` unblocks
@@ -212,7 +215,7 @@ pub unsafe extern "C" fn blkioq_do_io_interruptible(
                 &current
             }
         };
-        q.do_io(completions, min_completions, max_completions, timeout, Some(sig))
+        Ok(q.do_io(completions, min_completions, max_completions, timeout, Some(sig)))
     })
 }
 

@@ -4,13 +4,17 @@
 //! the array as it is reaped; the others gather first, so that a call that
 //! times out or fails loses nothing.
 //!
-//! Relies on: mqblk's Client (do_io, do_io_each); inflight.rs to settle.
+//! Relies on: mqblk's Client (do_io, do_io_each, CompletionSink);
+//! inflight.rs to settle.
 
 use std::ffi::{c_int, c_void, CString};
 use std::time::{Duration, Instant};
 
+use mqblk::{Completion, CompletionSink};
+
+use super::inflight::Inflight;
 use super::{blkio_completion, Queue, SIGNAL_CHECK_SLICE};
-use crate::{fail, Failure};
+use crate::{fail, failed, Failure};
 
 /// A finished request waiting for `do_io`.
 pub(super) struct Ready {
@@ -44,8 +48,8 @@ impl Queue {
     /// the next `do_io` (nothing is lost when a call fails or times out).
     fn unstage(&mut self) {
         let mut reaped = std::mem::take(&mut self.reaped);
-        for mut c in reaped.drain(..).rev() {
-            let (user_data, ret, msg) = self.inflight.settle(&mut c);
+        for c in reaped.drain(..).rev() {
+            let (user_data, ret, msg) = self.inflight.settle(c);
             self.ready.push_front(Ready { user_data, ret, msg });
         }
         self.reaped = reaped;
@@ -54,6 +58,8 @@ impl Queue {
         }
     }
 
+    /// `blkioq_do_io`: the number of completions written to `out`, or a
+    /// negative errno with the message set.
     #[inline(always)]
     pub(super) fn do_io(
         &mut self,
@@ -62,10 +68,30 @@ impl Queue {
         max: c_int,
         timeout: *mut libc::timespec,
         sig: Option<&libc::sigset_t>,
-    ) -> Result<c_int, Failure> {
+    ) -> c_int {
         if min < 0 || max < min || (out.is_null() && max > 0) || min as usize > self.outstanding() {
-            return self.bad_do_io(out, min, max);
+            return failed(self.bad_do_io(out, min, max));
         }
+        // The messages the last call returned live until this one.
+        self.inflight.forget_messages();
+        if timeout.is_null() && sig.is_none() && self.ready.is_empty() {
+            return self.do_io_direct(out, min as usize, max as usize);
+        }
+        self.do_io_gathering(out, min as usize, max as usize, timeout, sig).unwrap_or_else(failed)
+    }
+
+    /// `do_io` with a timeout, a signal mask or requests completed at
+    /// submission: gathers first, so that a call that times out or fails
+    /// loses nothing.
+    #[inline(never)]
+    fn do_io_gathering(
+        &mut self,
+        out: *mut blkio_completion,
+        min: usize,
+        max: usize,
+        timeout: *mut libc::timespec,
+        sig: Option<&libc::sigset_t>,
+    ) -> Result<c_int, Failure> {
         // SAFETY: null or a timespec the caller lets us read and update.
         let timeout = unsafe { timeout.as_mut() };
         let deadline = match &timeout {
@@ -76,13 +102,6 @@ impl Queue {
             Some(t) => Some(Instant::now() + Duration::new(t.tv_sec as u64, t.tv_nsec as u32)),
             None => None,
         };
-        if !self.messages.is_empty() {
-            self.messages.clear();
-        }
-        let (min, max) = (min as usize, max as usize);
-        if deadline.is_none() && sig.is_none() && self.ready.is_empty() {
-            return self.do_io_direct(out, min, max);
-        }
         let result = match sig {
             None => self.gather(min, max, deadline),
             Some(sig) => self.gather_interruptible(min, max, deadline, sig),
@@ -101,16 +120,16 @@ impl Queue {
         let mut i = 0;
         let mut staged = std::mem::take(&mut self.staged);
         for r in staged.drain(..) {
-            let error_msg = keep_message(&mut self.messages, r.msg);
+            let error_msg = self.inflight.keep_message(r.msg);
             // SAFETY: i < n <= max, and `out` holds max writable completions.
             unsafe { out.add(i).write(completion(r.user_data, r.ret, error_msg)) };
             i += 1;
         }
         self.staged = staged;
         let mut reaped = std::mem::take(&mut self.reaped);
-        for mut c in reaped.drain(..) {
-            let (user_data, ret, msg) = self.inflight.settle(&mut c);
-            let error_msg = keep_message(&mut self.messages, msg);
+        for c in reaped.drain(..) {
+            let (user_data, ret, msg) = self.inflight.settle(c);
+            let error_msg = self.inflight.keep_message(msg);
             // SAFETY: as above.
             unsafe { out.add(i).write(completion(user_data, ret, error_msg)) };
             i += 1;
@@ -123,49 +142,32 @@ impl Queue {
     /// pass cost only their compares).
     #[cold]
     #[inline(never)]
-    fn bad_do_io(&self, out: *mut blkio_completion, min: c_int, max: c_int) -> Result<c_int, Failure> {
-        if min < 0 || max < min {
-            return fail(libc::EINVAL, format!("blkioq_do_io: min_completions={min}, max_completions={max}"));
-        }
-        if out.is_null() && max > 0 {
-            return fail(libc::EINVAL, "blkioq_do_io: completions is NULL but max_completions > 0");
-        }
-        let outstanding = self.outstanding();
-        fail(
-            libc::EINVAL,
-            format!("blkioq_do_io: min_completions={min} exceeds the {outstanding} requests outstanding"),
-        )
+    fn bad_do_io(&self, out: *mut blkio_completion, min: c_int, max: c_int) -> Failure {
+        let msg = if min < 0 || max < min {
+            format!("blkioq_do_io: min_completions={min}, max_completions={max}")
+        } else if out.is_null() && max > 0 {
+            "blkioq_do_io: completions is NULL but max_completions > 0".into()
+        } else {
+            let outstanding = self.outstanding();
+            format!("blkioq_do_io: min_completions={min} exceeds the {outstanding} requests outstanding")
+        };
+        Failure { errno: libc::EINVAL, msg }
     }
 
     /// `do_io` without a timeout, a signal mask or requests completed at
     /// submission (the common case): each of the client's completions is
     /// settled and written to the caller's array as it is reaped.
     #[inline(always)]
-    fn do_io_direct(&mut self, out: *mut blkio_completion, min: usize, max: usize) -> Result<c_int, Failure> {
+    fn do_io_direct(&mut self, out: *mut blkio_completion, min: usize, max: usize) -> c_int {
         debug_assert!(self.reaped.is_empty() && self.staged.is_empty());
-        let Self { client, inflight, messages, .. } = self;
-        let mut i = 0;
-        let result = client.do_io_each(
-            min,
-            max,
-            None,
-            #[inline(always)]
-            |mut c| {
-                let (user_data, ret, msg) = inflight.settle(&mut c);
-                let error_msg = keep_message(messages, msg);
-                assert!(i < max, "the client handed out more than max completions");
-                // SAFETY: i < max, and `out` holds max writable completions.
-                unsafe { out.add(i).write(completion(user_data, ret, error_msg)) };
-                i += 1;
-            },
-        );
-        match result {
-            Ok(n) => {
-                debug_assert_eq!(n, i);
-                Ok(n as c_int)
-            }
+        // SAFETY: `out` holds `max` writable completions (null only if
+        // `max` is 0): one past its end is in bounds or the same pointer.
+        let end = unsafe { out.add(max) };
+        let sink = IntoArray { inflight: &mut self.inflight, next: out, end };
+        match self.client.do_io_each(min, max, None, sink) {
+            Ok(n) => n as c_int,
             // do_io_each reaps nothing when it fails.
-            Err(e) => fail(e.errno(), format!("blkioq_do_io: {e}")),
+            Err(e) => failed(Failure { errno: e.errno(), msg: format!("blkioq_do_io: {e}") }),
         }
     }
 
@@ -215,19 +217,31 @@ fn signal_pending_under(sig: &libc::sigset_t) -> bool {
     }
 }
 
-fn completion(user_data: *mut c_void, ret: c_int, error_msg: *const libc::c_char) -> blkio_completion {
-    blkio_completion { user_data, error_msg, ret, reserved_: [0; 12] }
+/// Settles each completion the client reaps straight into the caller's
+/// array: a sink type whose `complete` is inlined into mqblk's reaping
+/// loop (a closure would be a call per completion and one more move of
+/// it). Three words, as mqblk keeps it in memory.
+struct IntoArray<'a> {
+    inflight: &'a mut Inflight,
+    /// Where the next completion goes, and the end of the caller's array.
+    next: *mut blkio_completion,
+    end: *mut blkio_completion,
 }
 
-/// Keeps a completion's message alive until the next `do_io`; returns the
-/// pointer the caller sees (null for none).
-#[inline]
-fn keep_message(messages: &mut Vec<CString>, msg: Option<CString>) -> *const libc::c_char {
-    match msg {
-        Some(m) => {
-            messages.push(m);
-            messages.last().map_or(std::ptr::null(), |m| m.as_ptr())
+impl CompletionSink for IntoArray<'_> {
+    #[inline(always)]
+    fn complete(&mut self, c: Completion) {
+        let (user_data, ret, msg) = self.inflight.settle(c);
+        let error_msg = self.inflight.keep_message(msg);
+        assert!(self.next < self.end, "the client handed out more than max completions");
+        // SAFETY: next < end: inside the caller's array of writable completions.
+        unsafe {
+            self.next.write(completion(user_data, ret, error_msg));
+            self.next = self.next.add(1);
         }
-        None => std::ptr::null(),
     }
+}
+
+fn completion(user_data: *mut c_void, ret: c_int, error_msg: *const libc::c_char) -> blkio_completion {
+    blkio_completion { user_data, error_msg, ret, reserved_: [0; 12] }
 }

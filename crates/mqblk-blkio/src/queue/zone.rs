@@ -15,7 +15,7 @@ impl Queue {
     pub(super) fn zone_mgmt(&mut self, mgmt: ZoneMgmt, offset: u64, user_data: *mut c_void, flags: u32) {
         let what = format!("blkioq_{}_zone", mgmt.name().to_lowercase());
         if self.check_flags(user_data, flags, 0, &what) && self.check_writable(user_data, &what) {
-            self.submit(Bio::zone_mgmt(mgmt, offset), user_data, None);
+            self.submit(Bio::zone_mgmt(mgmt, offset), user_data);
         }
     }
 
@@ -28,7 +28,7 @@ impl Queue {
             return;
         }
         if mgmt == ZoneMgmt::Reset {
-            return self.submit(Bio::zone_reset_all(), user_data, None);
+            return self.submit(Bio::zone_reset_all(), user_data);
         }
         let zones = match self.device.zones() {
             Some(z) => z.report(0, z.limits().nr_zones as usize),
