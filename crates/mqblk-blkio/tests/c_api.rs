@@ -83,6 +83,7 @@ macro_rules! c_test {
 
 c_test!(lifecycle);
 c_test!(io);
+c_test!(vectored);
 c_test!(events);
 c_test!(zoned);
 c_test!(file);

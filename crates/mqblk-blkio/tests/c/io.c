@@ -72,7 +72,7 @@ static void plain_io(struct blkioq *q)
 
 static void vectored_io(struct blkioq *q)
 {
-    /* Scattered segments of different sizes (bounced). */
+    /* Scattered segments of different sizes (one vectored bio). */
     static uint8_t a[BS] __attribute__((aligned(BS))), b[3 * BS] __attribute__((aligned(BS))),
         c[2 * BS] __attribute__((aligned(BS)));
     fill(a, BS, 21);
