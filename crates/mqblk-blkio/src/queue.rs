@@ -155,8 +155,9 @@ impl Queue {
     }
 
     /// Hands a bio to mqblk; a refusal completes the request with its
-    /// errno, and what the bio lent (a segment vector, a bounce buffer)
-    /// goes back to its pool.
+    /// errno, and its segment vector, if any, goes back to the pool. Its
+    /// buffers borrow memory (inflight.rs); a bounce buffer's owner goes
+    /// in a slot (`submit_bounced`).
     #[inline(always)]
     fn submit(&mut self, mut bio: Bio, user_data: *mut c_void) {
         if self.poll {
@@ -172,9 +173,33 @@ impl Queue {
             }
             return;
         }
-        let Some(slot) = self.inflight.take_slot(user_data) else {
+        let Some(slot) = self.inflight.take_slot(user_data, None) else {
             let max = self.inflight.capacity();
-            self.inflight.recycle(bio.segs);
+            self.inflight.end_segments(bio.segs);
+            return self.refuse(user_data, libc::EAGAIN, too_many_in_flight(max));
+        };
+        if let Err(rejected) = self.client.submit(bio, slot) {
+            self.rejected(*rejected, user_data, Some(slot));
+        }
+    }
+
+    /// A write of a bounce buffer (the write-zeroes fallback): the bio
+    /// borrows it, and its slot keeps it until the completion gives it
+    /// back to the pool. Apart from `submit`, whose inlined fast path it
+    /// would only lengthen.
+    #[inline(never)]
+    fn submit_bounced(&mut self, offset: u64, mut bounce: Buf, flags: ReqFlags, user_data: *mut c_void) {
+        // SAFETY: the slot keeps `bounce` (its bytes do not move with it)
+        // until the completion is settled, or the refusal gives it back;
+        // nothing else touches it meanwhile, and a write only reads it.
+        let view = unsafe { Buf::borrowed(bounce.as_mut_ptr(), bounce.len()) };
+        let mut bio = Bio::write(offset, view).with_flags(flags);
+        if self.poll {
+            bio = bio.with_flags(ReqFlags::HIPRI);
+        }
+        let Some(slot) = self.inflight.take_slot(user_data, Some(bounce)) else {
+            let max = self.inflight.capacity();
+            self.inflight.end_segments(bio.segs);
             return self.refuse(user_data, libc::EAGAIN, too_many_in_flight(max));
         };
         if let Err(rejected) = self.client.submit(bio, slot) {
@@ -187,10 +212,10 @@ impl Queue {
     #[cold]
     #[inline(never)]
     fn rejected(&mut self, rejected: mqblk::Rejected, user_data: *mut c_void, slot: Option<u64>) {
+        self.inflight.end_segments(rejected.bio.segs);
         if let Some(slot) = slot {
-            self.inflight.put_slot(slot);
+            self.inflight.put_refused_slot(slot);
         }
-        self.inflight.recycle(rejected.bio.segs);
         let msg = match rejected.error {
             mqblk::SubmitError::TooManyInFlight { max } => too_many_in_flight(max),
             ref e => e.to_string(),
@@ -280,9 +305,8 @@ impl Queue {
                 format!("blkioq_write_zeroes: {len} bytes exceed the largest request ({} bytes)", mqblk::MAX_BIO_BYTES);
             return self.refuse(user_data, libc::EINVAL, msg);
         };
-        let mut buf = self.inflight.take_bounce(len);
-        buf.fill(0);
-        self.submit(Bio::write(start, buf).with_flags(fua(flags)), user_data);
+        let bounce = self.inflight.take_bounce(len);
+        self.submit_bounced(start, bounce, fua(flags), user_data);
     }
 
     fn discard(&mut self, start: u64, len: u64, user_data: *mut c_void, flags: u32) {
