@@ -89,33 +89,48 @@ impl Queue {
         }
         // SAFETY: non-null, `iovcnt` elements by the caller's contract.
         let iovecs = unsafe { std::slice::from_raw_parts(iov, iovcnt as usize) };
+        if let [one] = iovecs {
+            let (addr, len) = (one.iov_base as usize, one.iov_len);
+            if !self.buf_ok(addr, len) {
+                return Err(self.bad_iovec(iovecs, 0, what));
+            }
+            // SAFETY: the caller's memory, valid until the completion.
+            return Ok((BioVec::from(unsafe { Buf::borrowed(addr as *mut u8, len) }), len as u64));
+        }
+        // The common shape at once: a segment per iovec, each checked as
+        // it is written.
+        let mut segs = self.inflight.seg_vecs.take(iovecs.len());
+        // SAFETY: the caller's memory, valid until the completion.
+        if let Some(total) = unsafe { one_segment_each(&mut segs, iovecs, self.buf_align_mask) } {
+            return Ok((BioVec::from(segs), total));
+        }
+        self.inflight.seg_vecs.give_back(segs);
+        self.other_shapes(iovecs, what)
+    }
+
+    /// The segments of an array `one_segment_each` did not take: one with
+    /// an iovec to refuse, back-to-back iovecs (one buffer), or zero-length
+    /// iovecs and contiguous neighbours (runs gathered). Out of line: the
+    /// uncommon shapes.
+    #[inline(never)]
+    fn other_shapes(&mut self, iovecs: &[libc::iovec], what: &str) -> Result<(BioVec, u64), String> {
         let scan = Scan::of(iovecs);
         if scan.suspect(self.buf_align_mask) {
             if let Some(index) = refused_iovec(iovecs, self.buf_align_mask) {
                 return Err(self.bad_iovec(iovecs, index, what));
             }
         }
-        let total = scan.total;
-        match scan.shape(iovecs.len()) {
-            Shape::OneRange => {
-                // SAFETY: one range of the caller's memory (the iovecs back
-                // to back), valid until the completion.
-                let one = unsafe { Buf::borrowed(iovecs[0].iov_base.cast(), total as usize) };
-                Ok((BioVec::from(one), total))
-            }
-            Shape::Scattered => {
-                let mut segs = self.inflight.seg_vecs.take(iovecs.len());
-                // SAFETY: the caller's memory, valid until the completion.
-                unsafe { one_segment_each(&mut segs, iovecs) };
-                Ok((BioVec::from(segs), total))
-            }
-            Shape::Mixed => self.gathered(iovecs, total, what),
+        if scan.one_range() {
+            // SAFETY: one range of the caller's memory (the iovecs back to
+            // back), valid until the completion.
+            let one = unsafe { Buf::borrowed(iovecs[0].iov_base.cast(), scan.total as usize) };
+            return Ok((BioVec::from(one), scan.total));
         }
+        self.gathered(iovecs, scan.total, what)
     }
 
     /// The segments of an array with zero-length iovecs or contiguous
-    /// neighbours: its runs gathered (out of line: the uncommon shape).
-    #[inline(never)]
+    /// neighbours: its runs gathered.
     fn gathered(&mut self, iovecs: &[libc::iovec], total: u64, what: &str) -> Result<(BioVec, u64), String> {
         let mut segs = self.inflight.seg_vecs.take(iovecs.len());
         // SAFETY: the caller's memory, valid until the completion.
@@ -158,9 +173,8 @@ fn bad_iovcnt(iov: *const libc::iovec, iovcnt: c_int, what: &str) -> String {
     format!("{what}: iovcnt={iovcnt} outside 1..={MAX_SEGMENTS} (max-segments)")
 }
 
-/// What one look at an iovec array finds, in registers (no branch per
-/// iovec but the loop's): enough to accept a valid array at once and to
-/// tell its shape.
+/// What one look at an iovec array finds: enough to tell whether an
+/// iovec may be refused, and whether the array is one range.
 struct Scan {
     /// The lengths' sum (meaningful when no length is over the largest bio).
     total: u64,
@@ -174,18 +188,7 @@ struct Scan {
     starts: usize,
 }
 
-/// How an iovec array becomes segments.
-enum Shape {
-    /// Back to back, none empty: one buffer.
-    OneRange,
-    /// None empty, none continuing the one before: a segment each.
-    Scattered,
-    /// Empty iovecs or contiguous neighbours: runs gathered.
-    Mixed,
-}
-
 impl Scan {
-    #[inline(always)]
     fn of(iovecs: &[libc::iovec]) -> Self {
         let mut s = Scan { total: 0, bits: 0, lens: 0, lowest_addr: usize::MAX, shortest: usize::MAX, starts: 0 };
         let mut prev_end = usize::MAX;
@@ -205,18 +208,13 @@ impl Scan {
     /// Might an iovec be refused (a null address, a length over the
     /// largest bio, an address or length off buf-alignment)? Then
     /// `refused_iovec` looks at each.
-    #[inline(always)]
     fn suspect(&self, align_mask: usize) -> bool {
         self.lowest_addr == 0 || self.lens as u64 > MAX_BIO_BYTES || self.bits & align_mask != 0
     }
 
-    #[inline(always)]
-    fn shape(&self, nr_iovecs: usize) -> Shape {
-        match (self.shortest != 0, self.starts) {
-            (true, 1) => Shape::OneRange,
-            (true, starts) if starts == nr_iovecs => Shape::Scattered,
-            _ => Shape::Mixed,
-        }
+    /// Back to back, none empty?
+    fn one_range(&self) -> bool {
+        self.shortest != 0 && self.starts == 1
     }
 }
 
@@ -234,20 +232,43 @@ fn refused_iovec(iovecs: &[libc::iovec], align_mask: usize) -> Option<usize> {
 }
 
 /// Fills `segs` (empty, room for every iovec) with one borrowed segment
-/// per iovec, each checked (`Scan`): not empty, not null, no longer than
-/// the largest bio.
+/// per iovec and returns their total length, if every iovec is one on its
+/// own: not empty, not null, no longer than the largest bio, not
+/// continuing the one before, address and length multiples of
+/// buf-alignment (`align_mask` + 1). Otherwise None, and `segs` stays
+/// empty (what was written past its length is forgotten: borrowed
+/// buffers, nothing to free).
+///
+/// One pass, in registers: each iovec is checked as its segment is
+/// written (knowing the checks, `Buf::borrowed`'s own fold away), the
+/// alignment of all at the end.
 ///
 /// # Safety
 /// Each iovec's memory stays valid until the bio's completion.
 #[inline(always)]
-unsafe fn one_segment_each(segs: &mut Vec<Buf>, iovecs: &[libc::iovec]) {
+unsafe fn one_segment_each(segs: &mut Vec<Buf>, iovecs: &[libc::iovec], align_mask: usize) -> Option<u64> {
     debug_assert!(segs.is_empty());
+    let mut bits = 0usize;
+    let mut total = 0u64;
+    let mut prev_end = 0usize;
     for (slot, v) in segs.spare_capacity_mut()[..iovecs.len()].iter_mut().zip(iovecs) {
+        let (addr, len) = (v.iov_base as usize, v.iov_len);
+        // len - 1 >= MAX_BIO_BYTES: empty, or longer than the largest bio.
+        if addr == 0 || addr == prev_end || len.wrapping_sub(1) as u64 >= MAX_BIO_BYTES {
+            return None;
+        }
+        bits |= addr | len;
+        total += len as u64;
+        prev_end = addr.wrapping_add(len);
         // SAFETY: the caller's iovec, by the caller's contract.
-        slot.write(unsafe { Buf::borrowed(v.iov_base.cast(), v.iov_len) });
+        slot.write(unsafe { Buf::borrowed(addr as *mut u8, len) });
+    }
+    if bits & align_mask != 0 {
+        return None;
     }
     // SAFETY: the first `iovecs.len()` elements were written just above.
     unsafe { segs.set_len(iovecs.len()) };
+    Some(total)
 }
 
 /// Fills `segs` (empty, room for every iovec) with the contiguous runs of
