@@ -4,7 +4,11 @@
 //!
 //! A queue runs on its own worker thread of vhost-user-backend (one thread
 //! per virtqueue), woken by the guest's kick or by the client's completion
-//! eventfd, both in that thread's epoll; it sleeps nowhere else. Each
+//! eventfd, both in that thread's epoll; it sleeps nowhere else. On a
+//! device whose clients reap their own ring (file `reap=client`) that
+//! eventfd is the ring's (server.rs `check_reaping_clients`), and the
+//! reap in `run` polls the ring: a read the kernel completes inside the
+//! submission (a page cache hit) is answered in the same pass. Each
 //! wakeup runs `run`: pop and submit under one plug until the avail ring is
 //! empty or every slot is in flight, reap what completed, and repeat while
 //! either made progress; the guest is signalled once at the end if the
@@ -117,7 +121,9 @@ impl VirtQueue {
         assert!(depth > 0, "a queue needs at least one slot");
         let capacity = client.capacity();
         assert!(capacity >= usize::from(depth), "a client of {capacity} bios for {depth} requests of one bio each");
-        let completion_fd = client.completion_fd()?;
+        // The fd alone wakes the worker, also on a device whose clients
+        // reap their rings (server.rs `check_reaping_clients`).
+        let completion_fd = client.standalone_completion_fd()?;
         let mut id_bytes = [0u8; ID_BYTES];
         let n = id.len().min(ID_BYTES);
         id_bytes[..n].copy_from_slice(&id.as_bytes()[..n]);

@@ -9,7 +9,9 @@
 //! up or a `Stopper` (SIGINT/SIGTERM in `mqblk vhost add`) shuts the
 //! connection; then the workers are joined, answers still in flight are
 //! dropped, and the server waits for the next connection (a guest reboot
-//! or a QEMU restart reconnects). On a stop the device is flushed.
+//! or a QEMU restart reconnects). On a stop the device is flushed. A
+//! device whose clients reap their own rings (file `reap=client`) needs a
+//! ring per queue, checked in `new`.
 //!
 //! Relies on: backend.rs, queue.rs, config.rs; mqblk's Device;
 //! vhost-user-backend's VhostUserDaemon; vhost's Listener.
@@ -19,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use mqblk::{Bio, Device};
+use mqblk::{Bio, Client, Device};
 use vhost::vhost_user::Listener;
 use vhost_user_backend::{ShutdownHandle, VhostUserDaemon};
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
@@ -110,10 +112,8 @@ impl Server {
         if device.limits().zoned.is_some() {
             return Err(Error::BadOption("zoned devices are not served over vhost-user-blk".into()));
         }
-        if device.client().poll_fd().is_some() {
-            return Err(Error::BadOption(
-                "devices whose submitters reap (file reap=client) are not served by vhost yet".into(),
-            ));
+        if device.tag_set().submitter_reaps {
+            check_reaping_clients(&device, opts.queues)?;
         }
         let disk = DiskLimits::new(device.limits(), opts.queues, MAX_QUEUE_SIZE, opts.read_only);
         let listener = Listener::new(socket, true)
@@ -234,5 +234,57 @@ impl Server {
                 Ok(stats)
             }
         }
+    }
+}
+
+/// A device whose clients reap their own rings (file `reap=client`): each
+/// virtqueue's client needs a ring of its own whose completions signal
+/// the client's completion eventfd (`Client::standalone_completion_fd`,
+/// the file driver's IORING_REGISTER_EVENTFD), so the queue's worker is
+/// woken in its epoll and reaps with no completion thread between; a read
+/// the kernel finishes inside the submission is reaped in the same pass.
+/// Checked once here, so that no connection fails on it: `queues` clients
+/// made one after another are spread over the rings as a connection's are.
+fn check_reaping_clients(device: &Device, queues: u16) -> Result<(), Error> {
+    let mut clients: Vec<Client> = (0..queues).map(|_| device.client()).collect();
+    for client in &mut clients {
+        if client.poll_fd().is_none() {
+            return Err(Error::BadOption(
+                "a device whose rings complete only when polled (IOPOLL) cannot wake a vhost queue".into(),
+            ));
+        }
+        client.standalone_completion_fd().map_err(|e| {
+            Error::BadOption(format!("{queues} queues whose clients reap need a ring each (file submit_queues): {e}"))
+        })?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file device whose clients reap (reap=client) with `rings` rings,
+    /// served on `queues` queues.
+    fn serve_reaping(rings: u16, queues: u16) -> Result<Server, Error> {
+        mqblk_file::register();
+        let dir = std::env::temp_dir().join(format!("mqblk-vhost-server-{}-{rings}-{queues}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let spec = format!("file:path={},create=1,size=1m,reap=client,submit_queues={rings}", dir.join("f").display());
+        let device = Device::open(&spec).unwrap();
+        Server::new(device, &dir.join("s"), Options { queues, ..Options::default() })
+    }
+
+    #[test]
+    fn clients_that_reap_get_a_ring_each_or_the_server_says_so() {
+        let server = serve_reaping(2, 2).expect("a ring per queue");
+        let dir = server.socket().parent().unwrap().to_path_buf();
+        drop(server);
+        std::fs::remove_dir_all(dir).unwrap();
+
+        let Err(Error::BadOption(e)) = serve_reaping(1, 2) else { panic!("two queues on one ring") };
+        assert!(e.contains("submit_queues"), "{e}");
+        let dir = std::env::temp_dir().join(format!("mqblk-vhost-server-{}-1-2", std::process::id()));
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }
