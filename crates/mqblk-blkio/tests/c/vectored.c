@@ -4,8 +4,9 @@
  * iovecs and one more, zero-length iovecs, iovecs refused with a message
  * naming them, bios split by small queue limits (max_segments,
  * max_sectors, a virt boundary) completing once, several in flight
- * reaped together, and errors. */
+ * reaped together, errors, and the file driver (O_DIRECT). */
 #include <stdint.h>
+#include <unistd.h>
 #include "check.h"
 
 #define BS 4096
@@ -234,6 +235,31 @@ static void error_inside(void)
     blkio_destroy(&b);
 }
 
+/* The file driver (io_uring READV/WRITEV of the physical segments, on an
+ * O_DIRECT file): the same round trips, through the file itself too. */
+static void file_driver(void)
+{
+    char path[] = "/tmp/mqblk-blkio-vectored-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    char spec[256];
+    snprintf(spec, sizeof(spec), "file:path=%s,size=16m,create=1,direct=1", path);
+    struct blkio *b = start_instance(spec, 1, 0);
+    struct blkioq *q = blkio_get_queue(b, 0);
+    round_trip(q, 3 * BS, 16, BS, 60);
+    round_trip(q, 512 * BS, MAX_SEGS, BS, 61);
+    static uint8_t direct[16 * BS];
+    CHECK(pread(fd, direct, 16 * BS, 3 * BS) == 16 * BS);
+    static struct iovec v[16];
+    scattered(v, 16, pool_w, BS, 0);
+    for (int i = 0; i < 16; i++)
+        fill(v[i].iov_base, BS, 60 + i);
+    CHECK(gather(v, 16) == 16 * BS && memcmp(direct, flat, 16 * BS) == 0);
+    blkio_destroy(&b);
+    close(fd);
+    unlink(path);
+}
+
 int main(void)
 {
     struct blkio *b = start_instance("null:size=64,bs=4096,memory_backed=1", 1, 0);
@@ -250,5 +276,6 @@ int main(void)
     split("null:size=64,bs=4096,memory_backed=1,irqmode=0,max_sectors=16,max_segments=4", 16, BS);
     split("null:size=64,bs=512,memory_backed=1,virt_boundary_mask=4095", 32, 1024);
     error_inside();
+    file_driver();
     DONE();
 }
