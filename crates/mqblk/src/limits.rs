@@ -211,6 +211,13 @@ impl QueueLimits {
     /// full checks, which name what is wrong.
     #[inline(always)]
     pub(crate) fn plain_rw_ok(&self, bio: &Bio) -> bool {
+        bio.len <= MAX_BIO_BYTES && self.plain_rw_ok_within_max(bio)
+    }
+
+    /// `plain_rw_ok` for a bio already known to be at most MAX_BIO_BYTES
+    /// long (the plain path's, under `plain_max_bytes`).
+    #[inline(always)]
+    pub(crate) fn plain_rw_ok_within_max(&self, bio: &Bio) -> bool {
         let (offset, len) = (bio.offset, bio.len);
         let lbs_mask = u64::from(self.logical_block_size) - 1;
         let end = offset.wrapping_add(len);
@@ -218,7 +225,6 @@ impl QueueLimits {
             && bio.segs.one_len().is_some_and(|l| l as u64 == len)
             && len != 0
             && (offset | len) & lbs_mask == 0
-            && len <= MAX_BIO_BYTES
             && end >= offset
             && end <= self.capacity_bytes
     }

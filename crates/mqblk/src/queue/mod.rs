@@ -211,10 +211,11 @@ impl RequestQueue {
         self.limits.check_bio(bio)
     }
 
-    /// A read or write that passes `check_bio` as it is (limits.rs).
+    /// A read or write no longer than `plain_max_bytes` that passes
+    /// `check_bio` as it is (limits.rs).
     #[inline(always)]
     pub(crate) fn plain_rw_ok(&self, bio: &Bio) -> bool {
-        self.limits.plain_rw_ok(bio)
+        self.limits.plain_rw_ok_within_max(bio)
     }
 
     /// The largest read or write that is one request as it is: no split at
@@ -231,7 +232,9 @@ impl RequestQueue {
         if self.segments_bind_one_buffer {
             return 0;
         }
-        self.max_request_bytes(Op::Read).min(self.max_request_bytes(Op::Write))
+        // Within the largest bio too: the plain path's checks leave that
+        // bound to this one (`plain_rw_ok`).
+        self.max_request_bytes(Op::Read).min(self.max_request_bytes(Op::Write)).min(crate::limits::MAX_BIO_BYTES)
     }
 
     /// The queue's segment limits (segment.rs).
