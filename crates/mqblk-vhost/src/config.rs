@@ -94,6 +94,12 @@ impl DiskLimits {
         }
     }
 
+    /// The most descriptors one chain may have: `seg_max` data segments,
+    /// a header and a status byte (in descriptors of their own, or not).
+    pub fn max_descriptors(&self) -> usize {
+        self.seg_max as usize + 2
+    }
+
     /// The most data bytes one request may carry: its segments, and no
     /// more than one bio (the kernel's 32-bit `bi_size`), in whole blocks.
     pub fn max_data_bytes(&self) -> u64 {

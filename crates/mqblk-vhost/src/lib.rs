@@ -3,8 +3,9 @@
 //! `memory-backend-memfd,share=on`).
 //!
 //! Modules, bottom up: config.rs (features and configuration space from
-//! the device's limits), request.rs (a descriptor chain to a typed
-//! request), in_order.rs (answers put in the used ring in avail order),
+//! the device's limits), chain.rs (a chain's descriptors, an indirect
+//! table read in one copy), regions.rs (guest memory regions, the last
+//! one kept), request.rs (a descriptor chain to a typed request), in_order.rs (answers put in the used ring in avail order),
 //! slot.rs (a request in flight; its data segments lent as one bio),
 //! queue.rs (one virtqueue through one mqblk `Client`),
 //! backend.rs (vhost-user-backend's trait), server.rs (the socket, one
@@ -39,10 +40,12 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod backend;
+mod chain;
 pub mod config;
 pub mod error;
 pub mod in_order;
 pub mod queue;
+mod regions;
 pub mod request;
 pub mod server;
 mod slot;

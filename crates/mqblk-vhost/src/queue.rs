@@ -51,6 +51,7 @@ use virtio_bindings::virtio_blk::{VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, VIRTIO_BL
 use virtio_queue::QueueT;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryAtomic, GuestMemoryMmap};
 
+use crate::chain::ChainReader;
 use crate::config::DiskLimits;
 use crate::in_order::{self, InOrderUsed};
 use crate::request::{self, Kind, Request, ID_BYTES};
@@ -97,6 +98,8 @@ pub struct VirtQueue {
     id: [u8; ID_BYTES],
     slots: Vec<Slot>,
     free_slots: Vec<u16>,
+    /// Reads the descriptors of the chains popped.
+    chains: ChainReader,
     free_bufs: Vec<Buf>,
     done: Vec<Completion>,
     /// Bios prepared while the vring is locked, submitted after: one per
@@ -136,6 +139,7 @@ impl VirtQueue {
             id: id_bytes,
             slots,
             free_slots: (0..depth).rev().collect(),
+            chains: ChainReader::new(disk.max_descriptors()),
             free_bufs: Vec::with_capacity(usize::from(depth)),
             done: Vec::with_capacity(usize::from(depth)),
             pending: Vec::with_capacity(usize::from(depth)),
@@ -292,7 +296,10 @@ impl VirtQueue {
                 popped_now += 1;
                 self.stats.requests += 1;
                 let head = chain.head_index();
-                let parsed = request::parse(chain, &**mem, &self.disk, &mut self.slots[usize::from(slot_id)].data);
+                // Its descriptors, read by chain.rs (an indirect table in one copy).
+                let queue = state.get_queue();
+                let descs = self.chains.chain(mem, GuestAddress(queue.desc_table()), queue.size(), head);
+                let parsed = request::parse(descs, mem, &self.disk, &mut self.slots[usize::from(slot_id)].data);
                 if let Some(used_len) = self.start(slot_id, head, pos, parsed, mem) {
                     self.free_slots.push(slot_id);
                     self.used.hold(pos, head, used_len);

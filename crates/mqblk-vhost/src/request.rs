@@ -10,7 +10,7 @@
 //! [`status`](ParseError::status) is what the guest gets; none panics.
 //!
 //! Relies on: vm-memory (the guest's memory, checked before use);
-//! virtio-queue's `Descriptor`; config.rs (`DiskLimits`).
+//! virtio-queue's `Descriptor`; config.rs (`DiskLimits`), regions.rs.
 
 use virtio_bindings::virtio_blk::{
     VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_UNSUPP, VIRTIO_BLK_T_DISCARD, VIRTIO_BLK_T_FLUSH, VIRTIO_BLK_T_GET_ID,
@@ -20,6 +20,8 @@ use virtio_queue::desc::split::Descriptor;
 use vm_memory::{Bytes, GuestAddress, GuestMemory, Permissions};
 
 use crate::config::DiskLimits;
+use crate::queue::Mem;
+use crate::regions::Regions;
 
 /// Bytes of the request header (`struct virtio_blk_outhdr`).
 pub const HEADER_BYTES: u64 = 16;
@@ -125,9 +127,10 @@ struct Walk {
 /// Pushes every descriptor of `chain` (at most `max`) into `data`,
 /// checking each lies in `mem`, that readable ones come first, and that
 /// the chain really ended (its last descriptor has no NEXT flag).
-fn walk<M: GuestMemory>(chain: impl Iterator<Item = Descriptor>, mem: &M, max: usize, data: &mut Vec<Segment>) -> Walk {
+fn walk(chain: impl Iterator<Item = Descriptor>, mem: &Mem, max: usize, data: &mut Vec<Segment>) -> Walk {
     let mut w = Walk { readable_bytes: 0, writable_bytes: 0, first_writable: None, refused: None };
     let mut last_has_next = false;
+    let mut regions = Regions::new(mem);
     for (i, desc) in chain.enumerate() {
         if i >= max {
             w.refused.get_or_insert(ParseError::TooManyDescriptors(max));
@@ -136,7 +139,9 @@ fn walk<M: GuestMemory>(chain: impl Iterator<Item = Descriptor>, mem: &M, max: u
         last_has_next = desc.has_next();
         let seg = Segment { addr: desc.addr(), len: desc.len() };
         let access = if desc.is_write_only() { Permissions::Write } else { Permissions::Read };
-        if !mem.check_range(seg.addr, seg.len as usize, access) {
+        // One region (nearly always the one before), else vm-memory's own
+        // check: a range across regions is guest memory too.
+        if regions.find(seg.addr, seg.len).is_none() && !mem.check_range(seg.addr, seg.len as usize, access) {
             w.refused.get_or_insert(ParseError::OutsideMemory { addr: seg.addr.0, len: seg.len });
         }
         if desc.is_write_only() {
@@ -159,14 +164,14 @@ fn walk<M: GuestMemory>(chain: impl Iterator<Item = Descriptor>, mem: &M, max: u
 /// Reads the request in `chain` (its descriptors, as virtio-queue yields
 /// them, indirect tables followed) from `mem`, holding it to `disk`.
 /// `data` receives the data segments (cleared first).
-pub fn parse<M: GuestMemory>(
+pub fn parse(
     chain: impl Iterator<Item = Descriptor>,
-    mem: &M,
+    mem: &Mem,
     disk: &DiskLimits,
     data: &mut Vec<Segment>,
 ) -> Result<Request, Refused> {
     data.clear();
-    let w = walk(chain, mem, disk.seg_max as usize + 2, data);
+    let w = walk(chain, mem, disk.max_descriptors(), data);
     let status = status_address(data, w.writable_bytes, w.refused.is_none());
     let fail = |error| Refused { error, status };
     if let Some(error) = w.refused {

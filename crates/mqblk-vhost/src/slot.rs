@@ -12,14 +12,15 @@
 //! bio_endio of a chained parent).
 //!
 //! Relies on: mqblk's `Buf::borrowed`, `Bio` and `BioVec`; vm-memory's
-//! host addresses; request.rs (`Segment`, `Kind`).
+//! host addresses (regions.rs); request.rs (`Segment`, `Kind`).
 
 use std::sync::Arc;
 
 use mqblk::{Bio, BioVec, Buf};
-use vm_memory::{GuestAddress, GuestMemoryBackend};
+use vm_memory::{GuestAddress, GuestMemoryRegion};
 
 use crate::queue::Mem;
+use crate::regions::Regions;
 use crate::request::{Kind, Segment};
 
 /// A request in flight: what its completion needs.
@@ -74,13 +75,14 @@ impl Slot {
         {
             return None;
         }
+        let mut regions = Regions::new(mem);
         if nr_segs == 1 {
-            let buf = borrow(mem, self.data[0])?;
+            let buf = borrow(&mut regions, self.data[0])?;
             self.lent = Some(Arc::clone(mem));
             return Some(if write { Bio::write(offset, buf) } else { Bio::read(offset, buf) });
         }
         for &seg in &self.data {
-            let Some(buf) = borrow(mem, seg) else {
+            let Some(buf) = borrow(&mut regions, seg) else {
                 // Nothing of this request is submitted yet; borrowed
                 // buffers free nothing.
                 self.segs.clear();
@@ -112,10 +114,12 @@ impl Slot {
 
 /// A buffer over the guest's memory of `seg`, or None if it does not lie
 /// in one memory region.
-fn borrow(mem: &Mem, seg: Segment) -> Option<Buf> {
+#[inline]
+fn borrow(regions: &mut Regions<'_>, seg: Segment) -> Option<Buf> {
     // Crossing a region boundary fails here (request.rs checked that the
     // range is guest memory).
-    let host = mem.get_slice(seg.addr, seg.len as usize).ok()?;
+    let (region, offset) = regions.find(seg.addr, seg.len)?;
+    let host = region.get_slice(offset, seg.len as usize).ok()?;
     debug_assert_eq!(host.len(), seg.len as usize);
     // The guest is not trusted to keep virtio's promise that the chain's
     // buffers are the device's until they are in the used ring: it may
@@ -130,7 +134,7 @@ fn borrow(mem: &Mem, seg: Segment) -> Option<Buf> {
     // of its own, as with a DMA device; no other memory is touched.
     //
     // `host` maps `seg.len` initialised, read-write bytes of one guest
-    // memory region (get_slice checked the whole range lies in it), and
+    // memory region (the region's get_slice checked they lie in it), and
     // they stay mapped while the bio lives: the slot keeps `mem`'s Arc,
     // which owns the mappings, until its bio completes or is drained
     // (queue.rs `bio_done`, `abandon_in_flight`); a SET_MEM_TABLE
