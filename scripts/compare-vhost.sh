@@ -8,14 +8,20 @@
 # Four disks of 2 queues each, one guest:
 #   vda  mqblk vhost add --device null:gb=1 --queues 2
 #   vdb  qemu-storage-daemon: null-co (size 1 GiB), vhost-user-blk export, num-queues=2
-#   vdc  mqblk vhost add --device file:path=F --queues 2
+#   vdc  mqblk vhost add --device file:path=F,reap=client,submit_queues=2 --queues 2
+#        (a ring per queue that the queue's worker reaps itself, as
+#        `mqblk bench` and the C library open files; the driver's default
+#        puts a completion thread between the ring and the worker)
 #   vdd  qemu-storage-daemon: file F (cache.direct=off, as mqblk's file
 #        driver's default), vhost-user-blk export, num-queues=2
 # where F is one 1 GiB file of random data under /tmp, in the host's page
 # cache (read once before), so that the files' rows measure the servers
 # and not the VM's disk. Rows: 4k randread QD1, 4k randread QD32, 1M read
-# QD4 (fio io_uring, direct=1, time_based), each round running every row
-# on each disk in turn (the servers alternate within a round).
+# QD4, 1M write QD4 (fio io_uring, direct=1, time_based; the file rows'
+# writes land in the host's page cache of F, through both servers alike),
+# each round running every row on each disk in turn (the servers
+# alternate within a round). MQBLK_COMPARE_ROWS="read 1m 4,write 1m 4"
+# runs only the rows it names (comma-separated "rw bs qd"), for profiling.
 #
 # CPU per request: the guest prints a marker before and after each fio run
 # and waits; the host, reading the guest's output as it comes, samples the
@@ -26,7 +32,7 @@
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-rows=("randread 4k 1" "randread 4k 32" "read 1m 4")
+rows_spec=${MQBLK_COMPARE_ROWS:-randread 4k 1,randread 4k 32,read 1m 4,write 1m 4}
 disks=(vda vdb vdc vdd)
 
 # ---------------------------------------------------------------------------
@@ -34,6 +40,7 @@ disks=(vda vdb vdc vdd)
 if [ "${MQBLK_GUEST:-}" = 1 ]; then
   # shellcheck disable=SC1091
   . "$root/target/compare-vhost.env" 2>/dev/null || { rounds=3; seconds=8; }
+  IFS=, read -r -a rows <<< "$rows_spec"
   insmod "$MQBLK_GUEST_MODULES/virtio_blk.ko" || { echo "FAIL: insmod virtio_blk" >&2; exit 1; }
   for _ in $(seq 300); do [ -b /dev/vdd ] && break; sleep 0.1; done
   for d in "${disks[@]}"; do
@@ -48,11 +55,13 @@ if [ "${MQBLK_GUEST:-}" = 1 ]; then
         out=/tmp/fio-$d.json
         echo "MARK begin $round $d $rw $bs $qd"
         sleep 2
-        timeout -k 10 $((seconds + 120)) fio --name=cmp --filename=/dev/$d --direct=1 --ioengine=io_uring \
+        timeout -k 10 $((seconds + 120)) "${MQBLK_GUEST_FIO:-fio}" --name=cmp --filename=/dev/$d --direct=1 --ioengine=io_uring \
           --rw="$rw" --bs="$bs" --iodepth="$qd" --time_based --runtime="$seconds" --ramp_time=1 \
           --output-format=json --output="$out" > /dev/null 2>&1 || echo "FAIL: fio on $d: $rw $bs QD$qd" >&2
-        ios=$(grep -m1 '"total_ios"' "$out" | tr -dc 0-9)
-        iops=$(grep -m1 '"iops"' "$out" | sed -E 's/.*: *([0-9.]+).*/\1/')
+        # fio's JSON has a read, then a write section, each with these keys.
+        case $rw in *write*) n=2 ;; *) n=1 ;; esac
+        ios=$(grep '"total_ios"' "$out" | sed -n "${n}p" | tr -dc 0-9)
+        iops=$(grep '"iops"' "$out" | sed -n "${n}p" | sed -E 's/.*: *([0-9.]+).*/\1/')
         echo "MARK end $round $d $rw $bs $qd ios=$ios iops=$iops"
         sleep 2
       done
@@ -65,6 +74,7 @@ fi
 # ---------------------------------------------------------------------------
 # The host half.
 rounds=${1:-3} seconds=${2:-8} out=${3:-$root/docs/results/vhost-compare.txt}
+IFS=, read -r -a rows <<< "$rows_spec"
 mqblk=${MQBLK_BIN:-$root/target/release/mqblk}
 [ -x "$mqblk" ] || { echo "compare-vhost.sh: no $mqblk (cargo build --release -p mqblk-cli)" >&2; exit 2; }
 command -v qemu-storage-daemon >/dev/null || { echo "compare-vhost.sh: needs qemu-storage-daemon (apt-get install qemu-system-common)" >&2; exit 2; }
@@ -85,7 +95,7 @@ cat "$file" > /dev/null
 # The guest reads its parameters from the checkout (it sees the host's /
 # read-only, but its own /tmp and /run).
 mkdir -p "$root/target"
-printf 'rounds=%s\nseconds=%s\n' "$rounds" "$seconds" > "$root/target/compare-vhost.env"
+printf 'rounds=%s\nseconds=%s\nrows_spec="%s"\n' "$rounds" "$seconds" "$rows_spec" > "$root/target/compare-vhost.env"
 
 wait_socket() {
   for _ in $(seq 100); do [ -S "$1" ] && return 0; sleep 0.1; done
@@ -98,7 +108,7 @@ qemu-storage-daemon --blockdev driver=null-co,node-name=n0,size=1073741824 \
   --export type=vhost-user-blk,id=e0,node-name=n0,addr.type=unix,addr.path="$work/vdb.sock",num-queues=2,writable=on \
   > "$work/vdb.log" 2>&1 &
 pids[1]=$!
-"$mqblk" vhost add --device "file:path=$file" --socket "$work/vdc.sock" --queues 2 > "$work/vdc.log" 2>&1 &
+"$mqblk" vhost add --device "file:path=$file,reap=client,submit_queues=2" --socket "$work/vdc.sock" --queues 2 > "$work/vdc.log" 2>&1 &
 pids[2]=$!
 qemu-storage-daemon --blockdev driver=file,node-name=f0,filename="$file",cache.direct=off \
   --export type=vhost-user-blk,id=e1,node-name=f0,addr.type=unix,addr.path="$work/vdd.sock",num-queues=2,writable=on \
@@ -118,7 +128,7 @@ hz=$(getconf CLK_TCK)
 declare -A begin_ticks
 results=$work/results.txt
 : > "$results"
-MQBLK_GUEST_TIMEOUT=$((600 + rounds * 12 * (seconds + 8) * 3)) \
+MQBLK_GUEST_TIMEOUT=$((600 + rounds * ${#rows[@]} * 4 * (seconds + 8) * 3)) \
   "$root/tests/guest/run.sh" "$0" --shared-mem "${qemu_args[@]}" 2>&1 |
   while IFS= read -r line; do
     echo "$line"
@@ -171,6 +181,10 @@ commit="$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet --
     done
   done
   echo
+  # How the guest's requests reached mqblk (logged when QEMU hung up).
+  for d in vda vdc; do
+    echo "# $d, mqblk's log: $(grep -ho 'connection ended: .*' "$work/$d.log" | tail -n 1)"
+  done
   echo "# raw: round disk rw bs qd ios iops cpu_ticks"
   cat "$results"
 } > "$out"
