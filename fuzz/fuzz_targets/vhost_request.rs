@@ -1,11 +1,15 @@
 //! One virtqueue of the vhost-user-blk server fed a guest whose memory,
 //! descriptor table and rings are arbitrary bytes: every chain is parsed
-//! and served through an inline memory-backed null device. It must not
+//! and served through an inline memory-backed null device, a read or
+//! write as one bio of the guest's own segments (or a copy). It must not
 //! panic, hang, or touch memory outside the guest's regions (which are
 //! heap allocations here, so AddressSanitizer sees any access past them).
 //!
 //! Input: byte 0 is flags (bit 0: a second region, bit 1: read-only disk,
-//! bit 2: VIRTIO_RING_F_EVENT_IDX, bit 3: ring addresses from the input);
+//! bit 2: VIRTIO_RING_F_EVENT_IDX, bit 3: ring addresses from the input;
+//! bits 4-5 the device: 0 null's default segment limits, 1 requests of at
+//! most 2 physical segments of 4 KiB and 8 KiB, 2 a 4 KiB virt boundary,
+//! so the block layer splits the guest's segments its own ways);
 //! byte 1 the queue size (1 << (byte % 6)); bytes 2..26 the descriptor
 //! table, avail ring and used ring addresses (u64 little-endian, read only
 //! with bit 3; else 0x0, 0x200, 0x300); the rest fills region 0 (guest
@@ -28,11 +32,18 @@ const MAX_QUEUE_SIZE: u16 = 32;
 const DEPTH: u16 = 4;
 const PREAMBLE_BYTES: usize = 26;
 
-fn device() -> &'static Device {
-    static DEVICE: OnceLock<Device> = OnceLock::new();
-    DEVICE.get_or_init(|| {
+/// The device of flags bits 4-5 (see the header).
+fn device(flags: u8) -> &'static Device {
+    const SPECS: [&str; 3] = [
+        "null:size=16,memory_backed=1,irqmode=0",
+        "null:size=16,memory_backed=1,irqmode=0,max_segments=2,max_segment_size=4096,max_sectors=16",
+        "null:size=16,memory_backed=1,irqmode=0,virt_boundary_mask=4095",
+    ];
+    static DEVICES: [OnceLock<Device>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    let i = usize::from(flags >> 4 & 3) % SPECS.len();
+    DEVICES[i].get_or_init(|| {
         mqblk_null::register();
-        Device::open("null:size=16,memory_backed=1,irqmode=0").expect("null device")
+        Device::open(SPECS[i]).expect("null device")
     })
 }
 
@@ -99,7 +110,7 @@ fuzz_target!(|data: &[u8]| {
     }
     let mem = Mem::from_regions(regions).expect("guest memory");
 
-    let dev = device();
+    let dev = device(flags);
     let disk = DiskLimits::new(dev.limits(), 1, queue_size, flags & 2 != 0);
     let vring = Vring::new(GuestMemoryAtomic::new(mem.clone()), MAX_QUEUE_SIZE).expect("vring");
     vring.set_queue_size(queue_size);
@@ -118,6 +129,8 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(vq.in_flight(), 0);
     let stats = vq.stats();
     assert!(stats.requests <= u64::from(queue_size), "at most one ring's worth of chains per run");
+    assert!(stats.lent + stats.bounced <= stats.requests, "a read or write is lent or copied, once");
+    assert!(stats.lent_segments <= stats.lent * u64::from(disk.seg_max), "no bio past the guest's seg_max");
     drop(vq);
     drop(vring);
     drop(mem);
