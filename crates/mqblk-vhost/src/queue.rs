@@ -10,9 +10,11 @@
 //! reap in `run` polls the ring: a read the kernel completes inside the
 //! submission (a page cache hit) is answered in the same pass. Each
 //! wakeup runs `run`: pop and submit under one plug until the avail ring is
-//! empty or every slot is in flight, reap what completed, and repeat while
-//! either made progress; the guest is signalled once at the end if the
-//! used ring's event index asks for it (VIRTIO_RING_F_EVENT_IDX).
+//! empty, every slot is in flight or a read or write of 128 KiB or more
+//! was started (`ANSWER_EARLY_BYTES`), reap what completed, put the
+//! answers in the used ring and signal the guest if the used ring's event
+//! index asks for it (VIRTIO_RING_F_EVENT_IDX), and repeat while any of it
+//! made progress.
 //!
 //! Answers go to the used ring in avail order (in_order.rs): a request
 //! that completes before an earlier one waits for it. A server killed
@@ -56,6 +58,16 @@ use crate::config::DiskLimits;
 use crate::in_order::{self, InOrderUsed};
 use crate::request::{self, Kind, Request, ID_BYTES};
 use crate::slot::Slot;
+
+/// A read or write of this many bytes or more is submitted, and answered
+/// if it completed, before the next chain is popped. The plug would issue
+/// it at once anyway (it flushes after a request of BLK_PLUG_FLUSH_SIZE,
+/// 128 KiB, as the kernel's `blk_add_rq_to_plug`), and a file's buffered
+/// read of cached pages completes inside that issue, its copy done by this
+/// thread: answering each at once lets the guest refill its queue while
+/// the next is copied, where answering the batch at its end left the
+/// guest idle for all of the batch's copies.
+const ANSWER_EARLY_BYTES: u64 = 128 << 10;
 
 /// The guest memory type served.
 pub type Mem = GuestMemoryMmap<()>;
@@ -181,18 +193,21 @@ impl VirtQueue {
             self.vring = Some(vring.clone());
         }
         self.client.disarm_completion_fd();
-        let mut used = 0;
         loop {
             let popped = self.pop_and_submit(vring, mem)?;
             let reaped = self.reap(mem, 0)?;
             let published = self.publish(vring)?;
-            used += published;
+            // Signalled as answers are published, not once at the end: a
+            // pass that stopped after a large request (`pop`) lets the guest
+            // refill its queue while the next one is served. The event
+            // index makes a signal rare while the guest is still busy with
+            // the last one.
+            if published > 0 && vring.needs_notification().map_err(io::Error::other)? {
+                vring.signal_used_queue()?;
+            }
             if popped == 0 && reaped == 0 && published == 0 {
                 break;
             }
-        }
-        if used > 0 && vring.needs_notification().map_err(io::Error::other)? {
-            vring.signal_used_queue()?;
         }
         Ok(())
     }
@@ -303,6 +318,10 @@ impl VirtQueue {
                 if let Some(used_len) = self.start(slot_id, head, pos, parsed, mem) {
                     self.free_slots.push(slot_id);
                     self.used.hold(pos, head, used_len);
+                } else if self.slots[usize::from(slot_id)].kind.data_bytes() >= ANSWER_EARLY_BYTES {
+                    // Submitted, reaped and answered before the next pop
+                    // (`run`); notifications stay off meanwhile.
+                    return Ok(popped + popped_now);
                 }
             }
             popped += popped_now;

@@ -266,3 +266,44 @@ fn abandoned_requests_give_their_vectors_back() {
         assert_eq!((q.used().idx().load(), used(q, 0)), (1, (0, 4 * 4096 + 1)));
     });
 }
+
+/// The guest's call eventfd on `vring`, and a way to read how many times
+/// the queue signalled it.
+fn call_fd(vring: &Vring) -> impl Fn() -> u64 {
+    use std::os::fd::FromRawFd;
+    // SAFETY: eventfd(2) with valid flags; its result is checked.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK) };
+    assert!(fd >= 0, "eventfd");
+    // SAFETY: `fd` is a new eventfd this File alone owns.
+    let call = unsafe { std::fs::File::from_raw_fd(fd) };
+    let reader = call.try_clone().unwrap();
+    vring.set_call(Some(call));
+    move || {
+        use std::io::Read;
+        let mut count = [0u8; 8];
+        (&reader).read_exact(&mut count).map_or(0, |()| u64::from_ne_bytes(count))
+    }
+}
+
+#[test]
+fn a_large_request_is_answered_and_signalled_before_the_next_is_popped() {
+    let mem = Mem::from_ranges(&[(GuestAddress(0), 0x80_0000)]).unwrap();
+    let q = MockSplitQueue::new(&mem, QUEUE_SIZE);
+    let (dev, _driver) = recording(128, false);
+    let mut vq = VirtQueue::new(0, dev.client_with_capacity(8), 8, disk(&dev, false), "x").unwrap();
+    let vring = vring(&mem, &q);
+    let signals = call_fd(&vring);
+    // Two reads of 256 KiB, then two of 4 KiB.
+    let mut descs = Vec::new();
+    for (n, bytes) in [128u32 << 10, 128 << 10, 2048, 2048].into_iter().enumerate() {
+        let at = BUF + n as u64 * 0x10_0000;
+        let segs = [(at + 0x1000, bytes), (at + 0x1000 + u64::from(bytes), bytes)];
+        descs.extend(read_chain(&mem, 4 * n as u16, at, n as u64 * 1024, &segs, at + 0x8_0000));
+    }
+    q.add_desc_chains(&descs, 0).unwrap();
+
+    vq.run(&vring, &shared(&mem)).unwrap();
+
+    assert_eq!(q.used().idx().load(), 4);
+    assert_eq!(signals(), 3, "a signal for each large read, one for the small ones together");
+}

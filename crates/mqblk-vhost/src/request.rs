@@ -48,6 +48,16 @@ pub enum Kind {
     WriteZeroes { offset: u64, len: u64 },
 }
 
+impl Kind {
+    /// Bytes of data moved between guest and device (reads and writes).
+    pub fn data_bytes(&self) -> u64 {
+        match *self {
+            Kind::Read { len, .. } | Kind::Write { len, .. } => len,
+            _ => 0,
+        }
+    }
+}
+
 /// A request that parsed: its kind, where its status byte goes and, in the
 /// caller's vector, its data segments (device-writable for reads and
 /// GET_ID, device-readable for writes).
