@@ -185,15 +185,29 @@ impl QueueLimits {
         }
     }
 
+    /// Do `nr_segs` segments of `len_bytes` in all fit one request's
+    /// segment limits wherever they lie in memory? Then nothing needs
+    /// their addresses. No gap is possible only without a virt boundary;
+    /// and a segment of L bytes counts at most L / max_segment_size + L /
+    /// window + 2 physical segments (its boundary windows, each cut into
+    /// max_segment_size pieces, the last piece of each partial), one more
+    /// for the two divisions' floors: a bound on the sum, as contiguous
+    /// segments only ever coalesce.
+    #[inline(always)]
+    pub(crate) fn segments_fit_anywhere(&self, nr_segs: u64, len_bytes: u64) -> bool {
+        let (size, window) = (u64::from(self.max_segment_size), self.seg_boundary_mask.saturating_add(1).max(1));
+        // Both divisions are 0 for a bio shorter than either (most): no divide.
+        let per_len = if len_bytes < size.min(window) { 0 } else { len_bytes / size + len_bytes / window };
+        self.virt_boundary_mask == 0 && per_len + 2 * nr_segs + 2 <= u64::from(self.max_segments)
+    }
+
     /// Can a bio of one buffer split at `max_bytes` (by `max_sectors`
     /// alone) always make pieces within the segment limits? Then the split
-    /// path needs no look at addresses: a piece of one buffer has no gap,
-    /// and at most `max_bytes / min(max_segment_size, boundary)` + 2
-    /// physical segments.
+    /// path needs no look at addresses (`segments_fit_anywhere` for one
+    /// segment of `max_bytes`; one buffer never has a gap).
     pub(crate) fn one_buffer_splits_by_size(&self, max_bytes: u64) -> bool {
-        let window = self.seg_boundary_mask.saturating_add(1);
-        let chunk = u64::from(self.max_segment_size).min(window);
-        max_bytes / chunk + 2 <= u64::from(self.max_segments)
+        let virt = Self { virt_boundary_mask: 0, ..self.clone() };
+        virt.segments_fit_anywhere(1, max_bytes)
     }
 
     /// Checks a bio against the limits (bounds, alignment, size, support).
@@ -285,15 +299,59 @@ impl QueueLimits {
         if segs.is_empty() {
             return Ok(None);
         }
+        self.vector_bytes(segs).map(Some)
+    }
+
+    /// The total of a vector of segments, in one pass: at most
+    /// BIO_MAX_VECS, each a positive whole number of logical blocks.
+    #[inline]
+    pub(crate) fn vector_bytes(&self, segs: &[crate::buf::Buf]) -> Result<usize, SubmitError> {
         if segs.len() > BIO_MAX_VECS {
             return Err(SubmitError::TooManySegments { nr: segs.len(), max: BIO_MAX_VECS });
         }
         let lbs_mask = self.logical_block_size as usize - 1;
-        if let Some((index, seg)) = segs.iter().enumerate().find(|(_, s)| s.is_empty() || s.len() & lbs_mask != 0) {
-            let logical_block_size = self.logical_block_size;
-            return Err(SubmitError::BadSegment { index, len: seg.len(), logical_block_size });
+        // Any length's low bits, and whether any is 0: looked at once,
+        // after the loop (the common case finds neither).
+        let (mut total, mut low_bits, mut shortest) = (0usize, 0usize, usize::MAX);
+        for seg in segs {
+            total += seg.len();
+            low_bits |= seg.len();
+            shortest = shortest.min(seg.len());
         }
-        Ok(Some(segs.iter().map(|s| s.len()).sum()))
+        if low_bits & lbs_mask != 0 || shortest == 0 {
+            return Err(self.bad_segment(segs));
+        }
+        Ok(total)
+    }
+
+    #[cold]
+    fn bad_segment(&self, segs: &[crate::buf::Buf]) -> SubmitError {
+        let lbs_mask = self.logical_block_size as usize - 1;
+        let (index, seg) = segs
+            .iter()
+            .enumerate()
+            .find(|(_, s)| s.is_empty() || s.len() & lbs_mask != 0)
+            .expect("a bad segment was seen");
+        SubmitError::BadSegment { index, len: seg.len(), logical_block_size: self.logical_block_size }
+    }
+
+    /// A vectored read or write of at most `plain_max_bytes` that passes
+    /// `check_bio` as it is and needs no split for its segments
+    /// (`segments_fit_anywhere`): the plain path's, as `plain_rw_ok` is for
+    /// one buffer.
+    #[inline]
+    pub(crate) fn plain_vectored_ok(&self, bio: &Bio) -> bool {
+        let (offset, len) = (bio.offset, bio.len);
+        let lbs_mask = u64::from(self.logical_block_size) - 1;
+        let end = offset.wrapping_add(len);
+        let segs = bio.segs.as_slice();
+        matches!(bio.op, Op::Read | Op::Write)
+            && len != 0
+            && (offset | len) & lbs_mask == 0
+            && end >= offset
+            && end <= self.capacity_bytes
+            && self.segments_fit_anywhere(segs.len() as u64, len)
+            && self.vector_bytes(segs).is_ok_and(|total| total as u64 == len)
     }
 
     /// Zone ops: a zone management bio names a zone by its start and has

@@ -113,7 +113,8 @@ impl Client {
 
     #[inline(never)]
     fn segments_exceed_limits(&self, bio: &Bio) -> bool {
-        if bio.segs.is_empty() {
+        let nr_segs = bio.segs.nr_segs() as u64;
+        if nr_segs == 0 || self.q.limits.segments_fit_anywhere(nr_segs, bio.len) {
             return false;
         }
         let spans = Cursor::default().spans(bio.segs.as_slice());

@@ -157,6 +157,18 @@ impl Client {
             && self.q.plain_rw_ok(bio)
     }
 
+    /// `is_plain` for a vectored bio: the same conditions, its segments
+    /// checked in one pass and fitting a request wherever they lie
+    /// (limits.rs `plain_vectored_ok`).
+    #[inline(always)]
+    fn is_plain_vectored(&self, bio: &Bio) -> bool {
+        self.plug.depth == 0
+            && (self.plain.hipri || !bio.flags.contains(ReqFlags::HIPRI))
+            && self.in_flight < self.capacity()
+            && bio.len <= self.plain_max_bytes
+            && self.q.plain_vectored_ok(bio)
+    }
+
     /// The queue map (the kernel's HCTX_TYPE_POLL): the poll queue a bio
     /// goes to, if any: every bio on a device whose submitters reap, hipri
     /// bios (not reserved ones) where the device polls.
@@ -191,7 +203,13 @@ impl Client {
     /// The general path: the queue map (`poll_queue_for`), then
     /// `submit_entered`.
     #[inline(never)]
-    fn submit_mapped(&mut self, bio: Bio, user_data: u64, origin: u8, reserved: bool) -> Result<(), Box<Rejected>> {
+    fn submit_mapped(&mut self, mut bio: Bio, user_data: u64, origin: u8, reserved: bool) -> Result<(), Box<Rejected>> {
+        // A vectored bio takes the plain path too when it needs no split
+        // (looked at here, not in `is_plain`: a call there would cost the
+        // one-buffer plain path its bio in registers).
+        if bio.segs.is_vectored() && !reserved && self.is_plain_vectored(&bio) && self.submit_plain(&mut bio, user_data, origin) {
+            return Ok(());
+        }
         let poll = self.poll_queue_for(bio.flags, reserved);
         if let Some(poll) = poll {
             self.cur_hctx = poll;

@@ -218,6 +218,12 @@ impl RequestQueue {
         self.limits.plain_rw_ok_within_max(bio)
     }
 
+    /// A vectored bio the plain path may take (limits.rs).
+    #[inline(always)]
+    pub(crate) fn plain_vectored_ok(&self, bio: &Bio) -> bool {
+        self.limits.plain_vectored_ok(bio)
+    }
+
     /// The largest read or write that is one request as it is: no split at
     /// `max_sectors` and, on zoned devices, none at a zone boundary (so 0:
     /// every zoned bio takes the general path, which checks its zone).
