@@ -46,7 +46,9 @@ if [ "${MQBLK_GUEST:-}" = 1 ]; then
   for d in "${disks[@]}"; do
     [ -b /dev/$d ] || { echo "FAIL: no /dev/$d" >&2; exit 1; }
     echo none > /sys/block/$d/queue/scheduler
-    echo "disk $d: $(blockdev --getsize64 /dev/$d) bytes, $(find /sys/block/$d/mq -mindepth 1 -maxdepth 1 -type d | wc -l) queues"
+    q=/sys/block/$d/queue
+    echo "disk $d: $(blockdev --getsize64 /dev/$d) bytes, $(find /sys/block/$d/mq -mindepth 1 -maxdepth 1 -type d | wc -l) queues," \
+      "max_segments $(cat $q/max_segments), max_segment_size $(cat $q/max_segment_size), max_sectors_kb $(cat $q/max_sectors_kb)"
   done
   for round in $(seq "$rounds"); do
     for row in "${rows[@]}"; do
@@ -133,6 +135,7 @@ MQBLK_GUEST_TIMEOUT=$((600 + rounds * ${#rows[@]} * 4 * (seconds + 8) * 3)) \
   while IFS= read -r line; do
     echo "$line"
     case "$line" in
+      "disk vd"*) echo "# $line" >> "$work/disks.txt" ;;
       "MARK begin "*)
         read -r _ _ round d _ <<< "$line"
         for i in 0 1 2 3; do [ "${disks[i]}" = "$d" ] && begin_ticks[$d]=$(ticks "$i"); done ;;
@@ -181,6 +184,9 @@ commit="$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet --
     done
   done
   echo
+  # The disks as the guest's virtio_blk set them up (from each server's
+  # seg_max and size_max).
+  cat "$work/disks.txt" 2>/dev/null
   # How the guest's requests reached mqblk (logged when QEMU hung up).
   for d in vda vdc; do
     echo "# $d, mqblk's log: $(grep -ho 'connection ended: .*' "$work/$d.log" | tail -n 1)"
