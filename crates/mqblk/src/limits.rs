@@ -295,8 +295,8 @@ impl QueueLimits {
         if let Some(len) = bio.segs.one_len() {
             return Ok(Some(len));
         }
-        let segs = bio.segs.as_slice();
-        if segs.is_empty() {
+        let segs = bio.segs.seg_array();
+        if segs.len() == 0 {
             return Ok(None);
         }
         self.vector_bytes(segs).map(Some)
@@ -305,7 +305,7 @@ impl QueueLimits {
     /// The total of a vector of segments, in one pass: at most
     /// BIO_MAX_VECS, each a positive whole number of logical blocks.
     #[inline]
-    pub(crate) fn vector_bytes(&self, segs: &[crate::buf::Buf]) -> Result<usize, SubmitError> {
+    pub(crate) fn vector_bytes(&self, segs: crate::buf::SegArray<'_>) -> Result<usize, SubmitError> {
         if segs.len() > BIO_MAX_VECS {
             return Err(SubmitError::TooManySegments { nr: segs.len(), max: BIO_MAX_VECS });
         }
@@ -313,10 +313,10 @@ impl QueueLimits {
         // Any length's low bits, and whether any is 0: looked at once,
         // after the loop (the common case finds neither).
         let (mut total, mut low_bits, mut shortest) = (0usize, 0usize, usize::MAX);
-        for seg in segs {
-            total += seg.len();
-            low_bits |= seg.len();
-            shortest = shortest.min(seg.len());
+        for (_, len) in segs.spans() {
+            total += len;
+            low_bits |= len;
+            shortest = shortest.min(len);
         }
         if low_bits & lbs_mask != 0 || shortest == 0 {
             return Err(self.bad_segment(segs));
@@ -325,14 +325,14 @@ impl QueueLimits {
     }
 
     #[cold]
-    fn bad_segment(&self, segs: &[crate::buf::Buf]) -> SubmitError {
+    fn bad_segment(&self, segs: crate::buf::SegArray<'_>) -> SubmitError {
         let lbs_mask = self.logical_block_size as usize - 1;
-        let (index, seg) = segs
-            .iter()
+        let (index, (_, len)) = segs
+            .spans()
             .enumerate()
-            .find(|(_, s)| s.is_empty() || s.len() & lbs_mask != 0)
+            .find(|(_, (_, len))| *len == 0 || len & lbs_mask != 0)
             .expect("a bad segment was seen");
-        SubmitError::BadSegment { index, len: seg.len(), logical_block_size: self.logical_block_size }
+        SubmitError::BadSegment { index, len, logical_block_size: self.logical_block_size }
     }
 
     /// A vectored read or write of at most `plain_max_bytes` that passes
@@ -344,7 +344,7 @@ impl QueueLimits {
         let (offset, len) = (bio.offset, bio.len);
         let lbs_mask = u64::from(self.logical_block_size) - 1;
         let end = offset.wrapping_add(len);
-        let segs = bio.segs.as_slice();
+        let segs = bio.segs.seg_array();
         matches!(bio.op, Op::Read | Op::Write)
             && len != 0
             && (offset | len) & lbs_mask == 0

@@ -150,7 +150,7 @@ pub(crate) fn try_merge(rq: &Request, bio: &BioPos, max_sectors: u64) -> Option<
 
 /// The physical segments of a bio's segments (segment.rs), for a merge.
 pub(crate) fn bio_phys(rq: &Request, segs: &BioVec) -> Phys {
-    let spans = segs.iter().map(|b| Span { addr: b.raw_ptr() as usize, len: b.len() });
+    let spans = segs.seg_array().spans().map(|(addr, len)| Span { addr, len });
     rq.seg_limits.count(spans)
 }
 

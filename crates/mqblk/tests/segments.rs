@@ -524,3 +524,41 @@ fn vectored_reads_and_writes_through_a_bio_vec() {
     let back = c.submit_and_wait(Bio::readv(0, vec![Buf::new(1024), Buf::new(512)])).unwrap().into_vec();
     assert_eq!((back[0][0], back[0][600], back[1][0], back[1][511]), (1, 2, 2, 2));
 }
+
+/// A caller's iovec array, borrowed as it is (`BioVec::from_iovecs`, the C
+/// library's readv and writev): split by max_sectors and max_segments,
+/// merged under a plug, read back into another array.
+#[test]
+fn a_borrowed_iovec_array_is_split_merged_and_read_back() {
+    let (dev, state) = device(limits(|l| {
+        l.max_sectors = 16;
+        l.max_segments = 2;
+    }));
+    let mut arena = Arena::new(64 << 10);
+    arena.fill(0, 16384, 9);
+    let at = |arena: &mut Arena, off: usize| arena.bytes[arena.start + off..].as_mut_ptr();
+    let iov = |base: *mut u8, len| libc::iovec { iov_base: base.cast(), iov_len: len };
+    // Three segments apart, 12 KiB: pieces of 8 KiB and 4 KiB.
+    let out = [iov(at(&mut arena, 0), 4096), iov(at(&mut arena, 8192), 2048), iov(at(&mut arena, 12288), 6144)];
+    let mut c = dev.client();
+    {
+        let mut plug = c.plug();
+        // SAFETY: `out` and the arena outlive the I/O, untouched meanwhile.
+        plug.submit(Bio::writev(0, unsafe { BioVec::from_iovecs(out.as_ptr(), 3) }), 1).unwrap();
+        // A bio right after it merges where the limits allow.
+        plug.submit(Bio::writev(12288, vec![arena.seg(32768, 512)]), 2).unwrap();
+    }
+    c.drain();
+    assert_eq!(*state.violations.lock().unwrap(), Vec::<String>::new());
+    let back = [iov(at(&mut arena, 40960), 8192), iov(at(&mut arena, 49152), 4608)];
+    // SAFETY: as above; the read's segments do not overlap.
+    let done = c.submit_and_wait_completion(Bio::readv(0, unsafe { BioVec::from_iovecs(back.as_ptr(), 2) })).unwrap();
+    assert!(done.status.is_ok() && done.segs.iovecs().is_some_and(|v| v.len() == 2));
+    drop(done);
+    let mut want = arena.bytes(0, 4096).to_vec();
+    want.extend_from_slice(arena.bytes(8192, 2048));
+    want.extend_from_slice(arena.bytes(12288, 6144));
+    want.extend_from_slice(arena.bytes(32768, 512));
+    assert!(arena.bytes(40960, 12800) == &want[..]);
+    assert_eq!(dev.busy_tags(), 0);
+}

@@ -23,6 +23,7 @@ mod vec;
 
 pub use fixed::FixedBufs;
 pub use vec::{BioVec, BIO_MAX_VECS};
+pub(crate) use vec::{SegArray, SegArrayRaw};
 use fixed::Region;
 
 /// Alignment of every `Buf` (but a borrowed one): a page, enough for

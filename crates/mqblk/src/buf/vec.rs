@@ -1,5 +1,7 @@
 //! `BioVec`: a bio's segments (the kernel's `bi_io_vec`), each a [`Buf`]:
-//! none, one, or a vector of them, in the three words of an `Option<Buf>`.
+//! none, one, or a vector of them, in the three words of an `Option<Buf>`;
+//! or a caller's array of iovecs, borrowed as it is (the kernel's
+//! `bio_iov_bvec_set`, a bio over its caller's bio_vec array).
 //!
 //! Why three words and not a few segments inline: a bio's data travels by
 //! value from the client into its request slot and back in its completion,
@@ -16,8 +18,13 @@
 //! Layout (`#[repr(C)]`, the same words as `Buf`): `ptr` null is "no
 //! segments"; `owner`'s two low bits `VEC` make the words a vector
 //! (`ptr`: its array of `Buf`s, `len`: their count, `owner >> 2`: the
-//! `Vec`'s capacity); any other value of those bits makes the words one
-//! `Buf` (its pointer, length and owner, buf/mod.rs).
+//! `Vec`'s capacity), or, with every bit of `owner` set (a capacity no
+//! `Vec<Buf>` can have), a borrowed array of `len` iovecs at `ptr`; any
+//! other value of the two bits makes the words one `Buf` (its pointer,
+//! length and owner, buf/mod.rs).
+//!
+//! The block layer walks segments through [`SegArray`], which reads either
+//! array as (address, length) pairs.
 //!
 //! Relies on: `Buf` being `#[repr(C)]` with `ptr`, `len`, `owner` in this
 //! order, its owner kinds using only the values 0-2 of the two low bits.
@@ -30,6 +37,9 @@ use super::{Buf, OWNER_KIND};
 
 /// `owner`'s kind bits of a vector of segments (`Buf` uses 0-2).
 const OWNER_VEC: usize = 3;
+/// `owner` of a borrowed iovec array: the kind bits `VEC`, and a capacity
+/// (`usize::MAX >> 2` elements of 24 bytes) no allocation can have.
+const OWNER_IOVECS: usize = usize::MAX;
 
 /// The most segments one bio may carry (the kernel's BIO_MAX_VECS); a bio
 /// with more is refused at submission
@@ -88,6 +98,70 @@ impl BioVec {
         Self { ptr: std::ptr::null_mut(), len: 0, owner: 0 }
     }
 
+    /// The segments of a caller's iovec array, borrowed as they are: no
+    /// `Buf` is made and nothing is copied or allocated (the C library's
+    /// readv and writev: libblkio keeps the array valid until the
+    /// completion). Each iovec is one segment. The completion gives the
+    /// borrow back; [`BioVec::iovecs`] shows the array, and [`as_slice`]
+    /// has no `Buf`s to show (it panics).
+    ///
+    /// # Safety
+    ///
+    /// Until the completion of the bio that carries it is returned (or the
+    /// `BioVec` is dropped unsubmitted): `iov` is valid for reads of `nr`
+    /// iovecs, which nothing changes, and each iovec's `iov_base` is valid
+    /// for reads and writes of `iov_len` bytes, initialised, and not
+    /// accessed through any other pointer (as for [`Buf::borrowed`]).
+    /// `iov` may be null only if `nr` is 0.
+    ///
+    /// [`as_slice`]: BioVec::as_slice
+    ///
+    /// ```
+    /// use mqblk::BioVec;
+    ///
+    /// let mut memory = vec![0u8; 8192];
+    /// let base = memory.as_mut_ptr();
+    /// // SAFETY: in bounds; `memory` outlives the vector, untouched meanwhile.
+    /// let iov = unsafe { [libc::iovec { iov_base: base.cast(), iov_len: 4096 },
+    ///                     libc::iovec { iov_base: base.add(4096).cast(), iov_len: 4096 }] };
+    /// // SAFETY: `iov` and `memory` outlive `segs`, untouched meanwhile.
+    /// let segs = unsafe { BioVec::from_iovecs(iov.as_ptr(), iov.len()) };
+    /// assert_eq!((segs.nr_segs(), segs.len_bytes(), segs.is_vectored()), (2, 8192, true));
+    /// assert_eq!(segs.iovecs().unwrap().len(), 2);
+    /// assert!(segs.into_vec().is_empty(), "nothing was owned");
+    /// ```
+    #[inline(always)]
+    pub unsafe fn from_iovecs(iov: *const libc::iovec, nr: usize) -> Self {
+        if nr == 0 {
+            return Self::new();
+        }
+        assert!(!iov.is_null(), "BioVec::from_iovecs of a null array");
+        Self { ptr: iov.cast_mut().cast(), len: nr, owner: OWNER_IOVECS }
+    }
+
+    /// Does it borrow an iovec array (`from_iovecs`)?
+    #[inline(always)]
+    fn is_iovecs(&self) -> bool {
+        !self.ptr.is_null() && self.owner == OWNER_IOVECS
+    }
+
+    /// The borrowed iovec array, if that is what it holds.
+    pub fn iovecs(&self) -> Option<&[libc::iovec]> {
+        // SAFETY: `from_iovecs`' contract: `len` iovecs at `ptr`, valid and
+        // unchanged while this lives.
+        self.is_iovecs().then(|| unsafe { std::slice::from_raw_parts(self.ptr.cast::<libc::iovec>(), self.len) })
+    }
+
+    /// The segments as (address, length) pairs, whichever array holds them:
+    /// what the block layer's walks read.
+    #[inline(always)]
+    pub(crate) fn seg_array(&self) -> SegArray<'_> {
+        match self.iovecs() {
+            Some(iov) => SegArray::Iovecs(iov),
+            None => SegArray::Bufs(self.as_slice()),
+        }
+    }
+
     /// Does it hold a vector (rather than nothing or one `Buf` in place)?
     #[inline(always)]
     pub fn is_vectored(&self) -> bool {
@@ -123,12 +197,14 @@ impl BioVec {
         }
     }
 
-    /// The segments in order.
+    /// The segments in order. Panics for a borrowed iovec array, which has
+    /// no `Buf`s ([`BioVec::iovecs`] shows it).
     #[inline(always)]
     pub fn as_slice(&self) -> &[Buf] {
         if self.ptr.is_null() {
             return &[];
         }
+        assert!(self.owner != OWNER_IOVECS, "BioVec::as_slice of a borrowed iovec array (see BioVec::iovecs)");
         if self.owner & OWNER_KIND != OWNER_VEC {
             // SAFETY: these words are one `Buf` (module header), and `Buf` is
             // `#[repr(C)]` with the same fields: `self` is a valid `Buf`.
@@ -145,6 +221,7 @@ impl BioVec {
         if self.ptr.is_null() {
             return &mut [];
         }
+        assert!(self.owner != OWNER_IOVECS, "BioVec::as_mut_slice of a borrowed iovec array");
         if self.owner & OWNER_KIND != OWNER_VEC {
             // SAFETY: as in `as_slice`, exclusively (`&mut self`).
             return std::slice::from_mut(unsafe { &mut *(self as *mut BioVec).cast::<Buf>() });
@@ -153,15 +230,19 @@ impl BioVec {
         unsafe { std::slice::from_raw_parts_mut(self.ptr.cast::<Buf>(), self.len) }
     }
 
-    /// Pointer to the first segment, for a split piece's view (the
-    /// segment array stays where it is while the bio is in flight: in
-    /// place in a bio slot, or the `Vec`'s heap array). Null if empty.
+    /// The segment array as a split piece's view keeps it (it stays where
+    /// it is while the bio is in flight: in place in a bio slot, a `Vec`'s
+    /// heap array, or the caller's iovecs). None if empty.
     #[inline(always)]
-    pub(crate) fn first_seg_ptr(&mut self) -> *mut Buf {
+    pub(crate) fn seg_array_raw(&mut self) -> Option<SegArrayRaw> {
         if self.is_empty() {
-            return std::ptr::null_mut();
+            return None;
         }
-        self.as_mut_slice().as_mut_ptr()
+        if self.is_iovecs() {
+            return Some(SegArrayRaw { base: self.ptr.cast_const(), iovecs: true, nr: self.len });
+        }
+        let segs = self.as_mut_slice();
+        Some(SegArrayRaw { base: segs.as_mut_ptr().cast_const().cast(), iovecs: false, nr: segs.len() })
     }
 
     /// Iterates over the segments.
@@ -174,7 +255,7 @@ impl BioVec {
         if let Some(len) = self.one_len() {
             return len as u64;
         }
-        self.iter().map(|b| b.len() as u64).sum()
+        self.seg_array().spans().map(|(_, len)| len as u64).sum()
     }
 
     /// Takes the segments out, leaving none.
@@ -221,7 +302,7 @@ impl BioVec {
     #[inline(never)]
     unsafe fn vec_into_buf(ptr: *mut u8, len: usize, owner: usize) -> Result<Buf, BioVec> {
         let this = BioVec { ptr, len, owner };
-        if this.is_vectored() && len == 1 {
+        if this.is_vectored() && owner != OWNER_IOVECS && len == 1 {
             let mut v = this.into_vec();
             return Ok(v.pop().expect("one element"));
         }
@@ -230,8 +311,13 @@ impl BioVec {
 
     /// The segments as a `Vec`: the very vector a vectored bio was built
     /// from (its capacity too); one buffer in place becomes a new vector
-    /// of one (an allocation).
+    /// of one (an allocation); a borrowed iovec array, an empty one (it
+    /// owned nothing).
     pub fn into_vec(self) -> Vec<Buf> {
+        if self.is_iovecs() {
+            std::mem::forget(self);
+            return Vec::new();
+        }
         if self.is_vectored() {
             let this = ManuallyDrop::new(self);
             // SAFETY: a vector's words are exactly what `from(Vec<Buf>)`
@@ -303,6 +389,9 @@ impl Drop for BioVec {
 /// `BioVec` is not used again.
 #[inline(never)]
 unsafe fn drop_words(ptr: *mut u8, len: usize, owner: usize) {
+    if owner == OWNER_IOVECS {
+        return; // borrowed: nothing is ours
+    }
     if owner & OWNER_KIND == OWNER_VEC {
         // SAFETY: a vector's words are what `from(Vec<Buf>)` took apart.
         drop(unsafe { Vec::from_raw_parts(ptr.cast::<Buf>(), len, owner >> 2) });
@@ -316,10 +405,85 @@ unsafe fn drop_words(ptr: *mut u8, len: usize, owner: usize) {
 
 impl fmt::Debug for BioVec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_iovecs() {
+            return write!(f, "BioVec({} borrowed iovecs, {} bytes)", self.len, self.len_bytes());
+        }
         match (self.is_vectored(), self.nr_segs()) {
             (false, 0) => write!(f, "BioVec(none)"),
             (false, _) => write!(f, "BioVec({} bytes)", self.len),
             (true, n) => write!(f, "BioVec({n} segments, {} bytes)", self.len_bytes()),
+        }
+    }
+}
+
+/// A bio's segments as (address, length) pairs: its `Buf`s, or the
+/// caller's iovecs.
+#[derive(Clone, Copy)]
+pub(crate) enum SegArray<'a> {
+    Bufs(&'a [Buf]),
+    Iovecs(&'a [libc::iovec]),
+}
+
+impl<'a> SegArray<'a> {
+    #[inline(always)]
+    pub(crate) fn len(self) -> usize {
+        match self {
+            SegArray::Bufs(b) => b.len(),
+            SegArray::Iovecs(v) => v.len(),
+        }
+    }
+
+    /// Segment `i`'s address (its bytes' own pointer, never one derived
+    /// from a reference to its `Buf`) and length.
+    #[inline(always)]
+    pub(crate) fn span(self, i: usize) -> (usize, usize) {
+        match self {
+            SegArray::Bufs(b) => (b[i].raw_ptr() as usize, b[i].len()),
+            SegArray::Iovecs(v) => (v[i].iov_base as usize, v[i].iov_len),
+        }
+    }
+
+    /// Every segment's (address, length), in order.
+    #[inline(always)]
+    pub(crate) fn spans(self) -> impl Iterator<Item = (usize, usize)> + 'a {
+        (0..self.len()).map(move |i| self.span(i))
+    }
+
+    /// The segments from `index` on, the first of them `skip` bytes in.
+    pub(crate) fn spans_from(self, index: usize, skip: usize) -> impl Iterator<Item = (usize, usize)> + 'a {
+        (index..self.len()).map(move |i| {
+            let (addr, len) = self.span(i);
+            let skip = if i == index { skip } else { 0 };
+            (addr + skip, len - skip)
+        })
+    }
+}
+
+/// A segment array kept by a split piece's view, without a lifetime: its
+/// start, whether it holds iovecs or `Buf`s, how many.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SegArrayRaw {
+    pub(crate) base: *const u8,
+    pub(crate) iovecs: bool,
+    pub(crate) nr: usize,
+}
+
+impl SegArrayRaw {
+    /// The array again.
+    ///
+    /// # Safety
+    /// The array is still where it was when `seg_array_raw` was taken, and
+    /// nothing changes it for `'a`.
+    #[inline(always)]
+    pub(crate) unsafe fn get<'a>(self) -> SegArray<'a> {
+        // SAFETY: forwarded contract; `base` and `nr` came from a live array
+        // of the kind `iovecs` says.
+        unsafe {
+            if self.iovecs {
+                SegArray::Iovecs(std::slice::from_raw_parts(self.base.cast::<libc::iovec>(), self.nr))
+            } else {
+                SegArray::Bufs(std::slice::from_raw_parts(self.base.cast::<Buf>(), self.nr))
+            }
         }
     }
 }
@@ -337,7 +501,7 @@ mod tests {
         assert!(!v.is_vectored());
         assert_eq!(v.one_len(), Some(4096));
         v.as_mut_slice()[0][8] = 8;
-        assert_eq!(v.first_seg_ptr(), v.as_mut_slice().as_mut_ptr());
+        assert_eq!(v.seg_array_raw().unwrap().base, v.as_mut_slice().as_mut_ptr().cast_const().cast());
         let back = v.into_buf().unwrap();
         assert_eq!((back.as_ptr(), back[7], back[8]), (addr, 7, 8));
     }
@@ -352,7 +516,7 @@ mod tests {
         let mut v = BioVec::from(segs);
         assert_eq!((v.nr_segs(), v.len_bytes(), v.one_len()), (3, 1536, None));
         v.as_mut_slice()[2][0] = 9;
-        assert_eq!(v.first_seg_ptr().cast_const(), array);
+        assert_eq!(v.seg_array_raw().unwrap().base, array.cast());
         let back = v.into_vec();
         assert_eq!((back.as_ptr(), back.capacity(), back.len()), (array, 5, 3));
         assert_eq!((back[0][0], back[1][0], back[2][0]), (0, 1, 9));
@@ -383,7 +547,7 @@ mod tests {
         assert_eq!((none.nr_segs(), none.as_slice().len(), none.len_bytes()), (0, 0, 0));
         let mut empty_vec = BioVec::from(Vec::with_capacity(4));
         assert!(empty_vec.is_empty() && empty_vec.is_vectored());
-        assert!(empty_vec.first_seg_ptr().is_null());
+        assert!(empty_vec.seg_array_raw().is_none());
         assert_eq!(empty_vec.into_vec().capacity(), 4);
         assert!(BioVec::from(None).into_vec().is_empty());
         let mut taken = BioVec::from(Buf::new(512));
@@ -399,5 +563,39 @@ mod tests {
         let v = BioVec::from(vec![Buf::new(1024), Buf::new(512)]);
         let v = v.into_buf().unwrap_err();
         assert_eq!(format!("{v:?}"), "BioVec(2 segments, 1536 bytes)");
+    }
+
+    #[test]
+    fn a_borrowed_iovec_array_is_read_in_place_and_owns_nothing() {
+        let mut memory = vec![7u8; 12288];
+        let base = memory.as_mut_ptr();
+        // SAFETY: offsets within `memory`.
+        let iov = unsafe {
+            [libc::iovec { iov_base: base.cast(), iov_len: 4096 }, libc::iovec { iov_base: base.add(8192).cast(), iov_len: 4096 }]
+        };
+        // SAFETY: `iov` and `memory` outlive `v`, untouched meanwhile.
+        let mut v = unsafe { BioVec::from_iovecs(iov.as_ptr(), 2) };
+        assert!(v.is_vectored() && v.one_len().is_none());
+        assert_eq!((v.nr_segs(), v.len_bytes()), (2, 8192));
+        let spans: Vec<(usize, usize)> = v.seg_array().spans().collect();
+        assert_eq!(spans, [(base as usize, 4096), (base as usize + 8192, 4096)]);
+        let raw = v.seg_array_raw().unwrap();
+        assert!(raw.iovecs && raw.base == iov.as_ptr().cast());
+        assert_eq!(format!("{v:?}"), "BioVec(2 borrowed iovecs, 8192 bytes)");
+        let v = v.into_buf().unwrap_err();
+        assert!(v.into_vec().is_empty());
+        // SAFETY: nr 0: the pointer is never read.
+        assert!(unsafe { BioVec::from_iovecs(std::ptr::null(), 0) }.is_empty());
+        assert_eq!(memory[0], 7);
+    }
+
+    #[test]
+    #[should_panic(expected = "borrowed iovec array")]
+    fn a_borrowed_iovec_array_has_no_bufs() {
+        let mut memory = [0u8; 512];
+        let iov = [libc::iovec { iov_base: memory.as_mut_ptr().cast(), iov_len: 512 }];
+        // SAFETY: both outlive `v`.
+        let v = unsafe { BioVec::from_iovecs(iov.as_ptr(), 1) };
+        let _ = v.as_slice();
     }
 }

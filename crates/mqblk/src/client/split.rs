@@ -9,7 +9,7 @@
 //! Relies on: submit.rs (`issue`, `RqHead`); completion/ for the parent's
 //! bio slot, which keeps its segments until the last piece completes.
 
-use crate::buf::Buf;
+use crate::buf::SegArray;
 use crate::error::{Rejected, SubmitError};
 use crate::queue::RequestQueue;
 use crate::request::{Bio, ReqFlags, SECTOR_SHIFT, SPLIT_LAST};
@@ -28,12 +28,13 @@ struct Cursor {
 
 impl Cursor {
     /// Moves past `len` bytes of `segs`.
-    fn advance(&mut self, segs: &[Buf], mut len: usize) {
+    fn advance(&mut self, segs: SegArray<'_>, mut len: usize) {
         while len > 0 {
-            let here = (segs[self.index].len() - self.skip).min(len);
+            let seg_len = segs.span(self.index).1;
+            let here = (seg_len - self.skip).min(len);
             len -= here;
             self.skip += here;
-            if self.skip == segs[self.index].len() {
+            if self.skip == seg_len {
                 self.index += 1;
                 self.skip = 0;
             }
@@ -41,11 +42,8 @@ impl Cursor {
     }
 
     /// The spans of `segs` from here on.
-    fn spans(self, segs: &[Buf]) -> impl Iterator<Item = Span> + '_ {
-        segs[self.index..].iter().enumerate().map(move |(i, b)| {
-            let skip = if i == 0 { self.skip } else { 0 };
-            Span { addr: b.raw_ptr() as usize + skip, len: b.len() - skip }
-        })
+    fn spans(self, segs: SegArray<'_>) -> impl Iterator<Item = Span> + '_ {
+        segs.spans_from(self.index, self.skip).map(|(addr, len)| Span { addr, len })
     }
 }
 
@@ -72,7 +70,7 @@ impl<'q> Plan<'q> {
 
     /// The length of the piece at `done` bytes into the bio, whose segments
     /// from there on start at `cursor`: 0 if the limits fit no block.
-    fn piece_len(&self, segs: &[Buf], done: u64, cursor: Cursor) -> u64 {
+    fn piece_len(&self, segs: SegArray<'_>, done: u64, cursor: Cursor) -> u64 {
         let most = self.max.min(self.q.bytes_to_zone_end(self.offset + done)).min(self.len - done);
         if self.by_size {
             return most;
@@ -81,14 +79,14 @@ impl<'q> Plan<'q> {
     }
 
     /// How many pieces, or the byte where no piece fits.
-    fn count(&self, segs: &[Buf]) -> Result<u64, u64> {
+    fn count(&self, segs: SegArray<'_>) -> Result<u64, u64> {
         let (mut pieces, mut done, mut cursor) = (0u64, 0u64, Cursor::default());
         while done < self.len {
             let len = self.piece_len(segs, done, cursor);
             if len == 0 {
                 return Err(done);
             }
-            if !segs.is_empty() {
+            if segs.len() != 0 {
                 cursor.advance(segs, len as usize);
             }
             done += len;
@@ -117,7 +115,7 @@ impl Client {
         if nr_segs == 0 || self.q.limits.segments_fit_anywhere(nr_segs, bio.len) {
             return false;
         }
-        let spans = Cursor::default().spans(bio.segs.as_slice());
+        let spans = Cursor::default().spans(bio.segs.seg_array());
         self.q.seg_limits().piece_bytes(spans, bio.len, self.q.logical_block_size()) != bio.len
     }
 
@@ -135,7 +133,7 @@ impl Client {
     ) -> Result<(), Box<Rejected>> {
         let q = self.q.clone();
         let plan = Plan::new(&q, &bio, max);
-        let pieces = match plan.count(bio.segs.as_slice()) {
+        let pieces = match plan.count(bio.segs.seg_array()) {
             Ok(pieces) => pieces,
             Err(at) => {
                 let (max_segments, seg_boundary_mask) = (q.limits.max_segments, q.limits.seg_boundary_mask);
@@ -147,33 +145,29 @@ impl Client {
         let index = self.free_slots.pop().expect("a free bio slot per outstanding bio");
         let shared = self.shared.clone();
         let slot = shared.slot(index);
-        let nr_segs = bio.segs.nr_segs();
         // SAFETY: no piece is issued yet, so the client owns the slot. The
-        // segments stay where the slot keeps them (in place, or a vector's
-        // heap array) until the last piece completes.
-        let first = unsafe { slot.start_split(pieces as u32, user_data, origin, bio.segs.take()) };
-        let segs = || -> &[Buf] {
-            if first.is_null() {
-                return &[];
+        // segments stay where the slot keeps them (in place, a vector's
+        // heap array, or the caller's iovecs) until the last piece completes.
+        let array = unsafe { slot.start_split(pieces as u32, user_data, origin, bio.segs.take()) };
+        let segs = || -> SegArray<'_> {
+            match array {
+                // SAFETY: the parent's segments, kept by the slot; only read
+                // (by us and by pieces in flight) until the last piece ends,
+                // and the last piece is issued after every use of this.
+                Some(array) => unsafe { array.get() },
+                None => SegArray::Bufs(&[]),
             }
-            // SAFETY: the parent's segments, kept by the slot; only read
-            // (by us and by pieces in flight) until the last piece ends,
-            // and the last piece is issued after every use of this.
-            unsafe { std::slice::from_raw_parts(first, nr_segs) }
         };
         let nowait = bio.flags.contains(ReqFlags::NOWAIT);
         let (mut done, mut cursor) = (0u64, Cursor::default());
         for i in 0..pieces {
             let len = plan.piece_len(segs(), done, cursor);
             debug_assert!(len > 0, "counted above");
-            let view = (!first.is_null()).then(|| SegView {
-                // SAFETY: `cursor.index` is a segment of the array (bytes
-                // remain, so the cursor has not run past the last one).
-                first: unsafe { first.add(cursor.index) },
-                skip: cursor.skip as u32,
-                len: len as u32,
+            let view = array.map(|array| {
+                debug_assert!(cursor.index < array.nr, "bytes remain, so the cursor is on a segment");
+                SegView { array, index: cursor.index as u32, skip: cursor.skip as u32, len: len as u32 }
             });
-            if i + 1 < pieces && !first.is_null() {
+            if i + 1 < pieces && array.is_some() {
                 cursor.advance(segs(), len as usize);
             }
             let head = RqHead {

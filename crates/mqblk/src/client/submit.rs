@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use crate::buf::{BioVec, Buf};
+use crate::buf::{BioVec, SegArrayRaw};
 use crate::error::{Rejected, SubmitError};
 use crate::merge::{self, BioPos, MergedBio};
 use crate::request::{Bio, ReqFlags, Rq, ORIGIN_POLLED, ORIGIN_USER, SECTOR_SHIFT};
@@ -39,11 +39,12 @@ pub(super) struct RqHead {
 }
 
 /// A split piece's part of its parent's segments (the kernel's
-/// `bvec_iter`): the first segment it touches, the bytes of it before the
-/// piece, the piece's bytes.
+/// `bvec_iter`): the parent's array, the first segment it touches, the
+/// bytes of it before the piece, the piece's bytes.
 #[derive(Clone, Copy)]
 pub(super) struct SegView {
-    pub(super) first: *mut Buf,
+    pub(super) array: SegArrayRaw,
+    pub(super) index: u32,
     pub(super) skip: u32,
     pub(super) len: u32,
 }
@@ -448,8 +449,8 @@ impl Client {
         rq.nr_sectors = head.nr_sectors;
         rq.segs = segs;
         match head.view {
-            None => rq.view = std::ptr::null_mut(),
-            Some(v) => (rq.view, rq.view_skip, rq.view_len) = (v.first, v.skip, v.len),
+            None => rq.view = None,
+            Some(v) => (rq.view, rq.view_index, rq.view_skip, rq.view_len) = (Some(v.array), v.index, v.skip, v.len),
         }
         rq.split = head.split;
         rq.user_data = head.user_data;

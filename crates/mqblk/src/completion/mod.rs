@@ -162,14 +162,19 @@ impl BioSlot {
     }
 
     /// Prepares the slot as the parent of a bio split into `pieces`,
-    /// keeping its segments; returns a pointer to the first, which the
-    /// pieces' views start from (it stays put until the last piece
-    /// completes: in this slot, or a vector's heap array). Null without
-    /// segments.
+    /// keeping its segments; returns their array, which the pieces' views
+    /// read (it stays put until the last piece completes: in this slot, a
+    /// vector's heap array, or the caller's iovecs). None without segments.
     ///
     /// # Safety
     /// The owning client calls this before issuing any piece.
-    pub(crate) unsafe fn start_split(&self, pieces: u32, user_data: u64, origin: u8, segs: BioVec) -> *mut crate::buf::Buf {
+    pub(crate) unsafe fn start_split(
+        &self,
+        pieces: u32,
+        user_data: u64,
+        origin: u8,
+        segs: BioVec,
+    ) -> Option<crate::buf::SegArrayRaw> {
         self.remaining.store(pieces, Ordering::Relaxed);
         self.status.store(0, Ordering::Relaxed);
         // SAFETY: forwarded contract: no piece is in flight yet.
@@ -178,7 +183,7 @@ impl BioSlot {
                 d.user_data = user_data;
                 d.origin = origin;
                 d.segs = segs;
-                d.segs.first_seg_ptr()
+                d.segs.seg_array_raw()
             })
         }
     }

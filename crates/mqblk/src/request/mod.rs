@@ -40,7 +40,7 @@ mod rq;
 mod rq_list;
 mod segs;
 
-use crate::buf::{BioVec, Buf};
+use crate::buf::{BioVec, SegArrayRaw};
 use crate::completion::{BioSlot, ClientShared};
 use crate::segment::{Phys, SegLimits};
 use crate::sync::{AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -126,11 +126,12 @@ pub(crate) struct Request {
     pub(crate) in_sched: bool,
     /// A piece of a split bio: its split slot + 1 in the owner's table
     /// (0: not split), `SPLIT_LAST` on the last piece; and its part of the
-    /// parent's segments, as the kernel's `bvec_iter`: the first segment
-    /// it touches (null: not a piece, or a piece without data), the bytes
-    /// of that segment before it, its bytes.
+    /// parent's segments, as the kernel's `bvec_iter`: the parent's array
+    /// (None: not a piece, or a piece without data), the first segment it
+    /// touches, the bytes of that segment before it, its bytes.
     pub(crate) split: u32,
-    pub(crate) view: *mut Buf,
+    pub(crate) view: Option<SegArrayRaw>,
+    pub(crate) view_index: u32,
     pub(crate) view_skip: u32,
     pub(crate) view_len: u32,
     /// The queue's segment limits (set once, with `hctx`).
@@ -237,7 +238,8 @@ impl RequestSlot {
             sched_time_ns: 0,
             in_sched: false,
             split: 0,
-            view: std::ptr::null_mut(),
+            view: None,
+            view_index: 0,
             view_skip: 0,
             view_len: 0,
             seg_limits: SegLimits { max_segments: 1, max_segment_size: 0, seg_boundary_mask: 0, virt_boundary_mask: 0 },

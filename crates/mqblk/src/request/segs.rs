@@ -14,7 +14,7 @@
 
 use std::marker::PhantomData;
 
-use crate::buf::Buf;
+use crate::buf::SegArrayRaw;
 use crate::completion::BioSlot;
 use crate::segment::Span;
 
@@ -27,9 +27,9 @@ enum Stage {
     Chain { slot: *const BioSlot, index: usize, back: bool },
     /// The request's own bio's segments, from `index`.
     Own { index: usize },
-    /// A split piece's view: the segment at `seg`, `skip` bytes into it,
-    /// `left` bytes to go.
-    View { seg: *const Buf, skip: usize, left: usize },
+    /// A split piece's view: segment `index` of the parent's `array`,
+    /// `skip` bytes into it, `left` bytes to go.
+    View { array: SegArrayRaw, index: usize, skip: usize, left: usize },
     Done,
 }
 
@@ -50,11 +50,13 @@ impl<'a> SpanWalk<'a> {
 
     /// The stage after the chain in front: the own bio.
     fn own_stage(&self) -> Stage {
-        if self.rq.view.is_null() {
-            Stage::Own { index: 0 }
-        } else {
-            let (skip, left) = (self.rq.view_skip as usize, self.rq.view_len as usize);
-            Stage::View { seg: self.rq.view, skip, left }
+        match self.rq.view {
+            None => Stage::Own { index: 0 },
+            Some(array) => {
+                let (index, skip, left) =
+                    (self.rq.view_index as usize, self.rq.view_skip as usize, self.rq.view_len as usize);
+                Stage::View { array, index, skip, left }
+            }
         }
     }
 }
@@ -74,7 +76,10 @@ impl Iterator for SpanWalk<'_> {
                     // chain's slots (`new`'s contract); chain links point at
                     // live slots of queue-owned sinks.
                     let (seg, next) = unsafe {
-                        (*slot).with_data(|d| (d.segs.as_slice().get(index).map(|b| span_of(b, 0, b.len())), d.next))
+                        (*slot).with_data(|d| {
+                            let segs = d.segs.seg_array();
+                            ((index < segs.len()).then(|| span_of(segs.span(index), 0, usize::MAX)), d.next)
+                        })
                     };
                     match seg {
                         Some(span) => {
@@ -84,29 +89,27 @@ impl Iterator for SpanWalk<'_> {
                         None => self.stage = Stage::Chain { slot: next, index: 0, back },
                     }
                 }
-                Stage::Own { index } => match self.rq.segs.as_slice().get(index) {
-                    Some(b) => {
+                Stage::Own { index } => {
+                    let segs = self.rq.segs.seg_array();
+                    if index < segs.len() {
                         self.stage = Stage::Own { index: index + 1 };
-                        return Some(span_of(b, 0, b.len()));
+                        return Some(span_of(segs.span(index), 0, usize::MAX));
                     }
-                    None => self.stage = Stage::Chain { slot: self.rq.back, index: 0, back: true },
-                },
-                Stage::View { seg, skip, left } => {
+                    self.stage = Stage::Chain { slot: self.rq.back, index: 0, back: true };
+                }
+                Stage::View { array, index, skip, left } => {
                     if left == 0 {
                         self.stage = Stage::Chain { slot: self.rq.back, index: 0, back: true };
                         continue;
                     }
                     // SAFETY: a view lies inside its parent's segment array,
-                    // kept in the parent's bio slot until the last piece
-                    // completes (submit.rs `submit_split`); `left` > 0 means
-                    // `seg` is still one of them.
-                    let b = unsafe { &*seg };
-                    let len = (b.len() - skip).min(left);
-                    // SAFETY: the next segment of the same array, read only
-                    // while `left` says it is part of the view.
-                    let next = unsafe { seg.add(1) };
-                    self.stage = Stage::View { seg: next, skip: 0, left: left - len };
-                    return Some(span_of(b, skip, len));
+                    // kept by the parent's bio slot (or the caller, for
+                    // iovecs) until the last piece completes (client/split.rs);
+                    // `left` > 0 means `index` is still one of its segments.
+                    let seg = unsafe { array.get() }.span(index);
+                    let len = (seg.1 - skip).min(left);
+                    self.stage = Stage::View { array, index: index + 1, skip: 0, left: left - len };
+                    return Some(span_of(seg, skip, len));
                 }
                 Stage::Done => return None,
             }
@@ -114,11 +117,12 @@ impl Iterator for SpanWalk<'_> {
     }
 }
 
-/// `len` bytes of `b` from `skip`, as a span.
+/// `len` bytes (at most the rest) of the segment `(addr, seg_len)` from
+/// `skip`, as a span.
 #[inline(always)]
-fn span_of(b: &Buf, skip: usize, len: usize) -> Span {
-    debug_assert!(skip + len <= b.len());
-    Span { addr: b.raw_ptr() as usize + skip, len }
+fn span_of((addr, seg_len): (usize, usize), skip: usize, len: usize) -> Span {
+    debug_assert!(skip <= seg_len);
+    Span { addr: addr + skip, len: len.min(seg_len - skip) }
 }
 
 /// A request's segments in device order, each with its position on the
@@ -188,7 +192,7 @@ impl<'a> Iterator for SegmentsMut<'a> {
 /// # Safety
 /// As `SpanWalk::new`.
 pub(crate) unsafe fn count(rq: &Request) -> u32 {
-    if rq.view.is_null() && rq.front.is_null() && rq.back.is_null() {
+    if rq.view.is_none() && rq.front.is_null() && rq.back.is_null() {
         return rq.segs.nr_segs() as u32;
     }
     // SAFETY: forwarded contract.
