@@ -157,7 +157,9 @@ impl QueueLimits {
             return Err(format!("max_segment_size={} (at least {MIN_SEGMENT_SIZE})", self.max_segment_size));
         }
         let boundary = self.seg_boundary_mask;
-        if boundary < u64::from(MIN_SEGMENT_SIZE) - 1 || !boundary.wrapping_add(1).is_power_of_two() && boundary != u64::MAX {
+        if boundary < u64::from(MIN_SEGMENT_SIZE) - 1
+            || !boundary.wrapping_add(1).is_power_of_two() && boundary != u64::MAX
+        {
             return Err(format!("seg_boundary_mask={boundary:#x} (a power of two less one, at least 0xfff)"));
         }
         let virt = self.virt_boundary_mask;
@@ -311,20 +313,20 @@ impl QueueLimits {
         }
         let lbs_mask = self.logical_block_size as usize - 1;
         // Any length's low bits, and whether any is 0: looked at once,
-        // after the loop (the common case finds neither).
-        let (mut total, mut low_bits, mut shortest) = (0usize, 0usize, usize::MAX);
-        for (_, len) in segs.spans() {
-            total += len;
-            low_bits |= len;
-            shortest = shortest.min(len);
-        }
-        if low_bits & lbs_mask != 0 || shortest == 0 {
+        // after the loop (the common case finds neither). One loop per
+        // array kind, so each is a plain pass over its lengths.
+        let (total, low_bits, any_zero) = match segs {
+            crate::buf::SegArray::Bufs(b) => sum_lengths(b.iter().map(|b| b.len())),
+            crate::buf::SegArray::Iovecs(v) => sum_lengths(v.iter().map(|v| v.iov_len)),
+        };
+        if low_bits & lbs_mask != 0 || any_zero {
             return Err(self.bad_segment(segs));
         }
         Ok(total)
     }
 
     #[cold]
+    #[inline(never)]
     fn bad_segment(&self, segs: crate::buf::SegArray<'_>) -> SubmitError {
         let lbs_mask = self.logical_block_size as usize - 1;
         let (index, (_, len)) = segs
@@ -429,6 +431,12 @@ impl QueueLimits {
         };
         u64::from(max_sectors) * SECTOR_SIZE
     }
+}
+
+/// The sum of `lens`, every length OR-ed, and whether one is 0.
+#[inline(always)]
+fn sum_lengths(lens: impl Iterator<Item = usize>) -> (usize, usize, bool) {
+    lens.fold((0, 0, false), |(total, bits, zero), len| (total + len, bits | len, zero | (len == 0)))
 }
 
 #[cfg(test)]

@@ -292,7 +292,8 @@ mod tests {
         rq.seg_limits = SegLimits { max_segments: 2, ..SegLimits::NONE };
         rq.segs = crate::buf::BioVec::from(vec![seg(&mut memory, 0, 4096), seg(&mut memory, 8192, 4096)]);
         // SAFETY: the test owns the request.
-        let fit = |rq: &Request, segs: &crate::buf::BioVec, kind| unsafe { segments_fit(rq, kind, &bio_phys(rq, segs)) };
+        let fit =
+            |rq: &Request, segs: &crate::buf::BioVec, kind| unsafe { segments_fit(rq, kind, &bio_phys(rq, segs)) };
         let apart = crate::buf::BioVec::from(seg(&mut memory, 65536, 4096));
         assert_eq!(fit(&rq, &apart, MergeKind::Back), None, "a third segment");
         let continues = crate::buf::BioVec::from(seg(&mut memory, 12288, 4096));
@@ -339,7 +340,10 @@ mod tests {
         for other in [ReqFlags::NONE, ReqFlags::SYNC | ReqFlags::HIPRI, ReqFlags::SYNC | ReqFlags::BACKGROUND] {
             assert_eq!(try_merge(&rq, &bio(Op::Write, other, 8, 8), 255), None, "{other:?}");
         }
-        assert_eq!(try_merge(&rq, &bio(Op::Write, ReqFlags::SYNC | ReqFlags::NOWAIT, 8, 8), 255), Some(MergeKind::Back));
+        assert_eq!(
+            try_merge(&rq, &bio(Op::Write, ReqFlags::SYNC | ReqFlags::NOWAIT, 8, 8), 255),
+            Some(MergeKind::Back)
+        );
         let fua = request(Op::Write, ReqFlags::FUA, 0, 8);
         assert_eq!(try_merge(&fua, &bio(Op::Write, ReqFlags::FUA, 8, 8), 255), None, "FUA never merges");
         assert_eq!(try_merge(&rq, &bio(Op::Write, ReqFlags::SYNC | ReqFlags::FUA, 8, 8), 255), None);

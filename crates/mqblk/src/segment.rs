@@ -62,8 +62,12 @@ impl SegLimits {
     /// No limit at all (a driver that maps nothing: a bio is one request
     /// whatever its segments).
     #[cfg(test)]
-    pub(crate) const NONE: SegLimits =
-        SegLimits { max_segments: u32::MAX, max_segment_size: usize::MAX, seg_boundary_mask: usize::MAX, virt_boundary_mask: 0 };
+    pub(crate) const NONE: SegLimits = SegLimits {
+        max_segments: u32::MAX,
+        max_segment_size: usize::MAX,
+        seg_boundary_mask: usize::MAX,
+        virt_boundary_mask: 0,
+    };
 
     /// The first address past `addr`'s boundary window (usize::MAX when
     /// there is no boundary, or the window is the address space's last).
@@ -95,9 +99,7 @@ impl SegLimits {
     /// virt boundary)?
     #[inline(always)]
     pub(crate) fn gap(&self, prev_end: usize, next_addr: usize) -> bool {
-        self.virt_boundary_mask != 0
-            && prev_end != next_addr
-            && (prev_end | next_addr) & self.virt_boundary_mask != 0
+        self.virt_boundary_mask != 0 && prev_end != next_addr && (prev_end | next_addr) & self.virt_boundary_mask != 0
     }
 
     /// Adds `span` (after what `phys` counted) to `phys`.

@@ -95,12 +95,12 @@ impl Inflight {
         self.put_slot(mqblk_user_data);
     }
 
-    /// Takes back a request's segments: a vector to its pool; a borrowed
-    /// buffer, or none, simply ends.
+    /// Takes back a request's segments: a vector of buffers to its pool;
+    /// the caller's iovecs, a borrowed buffer, or none, simply end.
     #[inline(always)]
     pub(super) fn end_segments(&mut self, segs: BioVec) {
-        debug_assert!(segs.iter().all(Buf::is_borrowed), "every lent buffer is borrowed (module header)");
-        if segs.is_vectored() {
+        if segs.is_vectored() && segs.iovecs().is_none() {
+            debug_assert!(segs.iter().all(Buf::is_borrowed), "every lent buffer is borrowed (module header)");
             return self.seg_vecs.give_back(segs.into_vec());
         }
         // Borrowed (or nothing): dropping it would free nothing.

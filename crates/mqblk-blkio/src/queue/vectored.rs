@@ -1,7 +1,11 @@
 //! `blkioq_readv` / `blkioq_writev`: an iovec array becomes one vectored
-//! bio whose segments borrow the caller's memory (`Buf::borrowed`): no
-//! bounce buffer, no copy, and no allocation (the segment vector comes from
-//! the queue's pool, segvecs.rs, and its completion gives it back).
+//! bio over the caller's memory: no bounce buffer, no copy, no allocation.
+//! The common array (every iovec a segment on its own) is the bio's
+//! segment vector as it is (`BioVec::from_iovecs`: libblkio keeps the
+//! iovecs until the completion is returned, blkio(3)), so nothing is
+//! built per iovec; other shapes become borrowed buffers (`Buf::borrowed`)
+//! in a vector from the queue's pool (segvecs.rs), which the completion
+//! gives back.
 //!
 //! What an iovec array may be is libblkio's contract (blkio(3)): at most
 //! `max-segments` iovecs, here `BIO_MAX_VECS`, the most one mqblk bio
@@ -97,14 +101,13 @@ impl Queue {
             // SAFETY: the caller's memory, valid until the completion.
             return Ok((BioVec::from(unsafe { Buf::borrowed(addr as *mut u8, len) }), len as u64));
         }
-        // The common shape at once: a segment per iovec, each checked as
-        // it is written.
-        let mut segs = self.inflight.seg_vecs.take(iovecs.len());
-        // SAFETY: the caller's memory, valid until the completion.
-        if let Some(total) = unsafe { one_segment_each(&mut segs, iovecs, self.buf_align_mask) } {
-            return Ok((BioVec::from(segs), total));
+        // The common shape at once: every iovec a segment on its own, the
+        // array itself the bio's segments.
+        if let Some(total) = each_a_segment(iovecs, self.buf_align_mask) {
+            // SAFETY: libblkio's contract: the iovecs and their memory stay
+            // valid until the completion is returned.
+            return Ok((unsafe { BioVec::from_iovecs(iov, iovecs.len()) }, total));
         }
-        self.inflight.seg_vecs.give_back(segs);
         self.other_shapes(iovecs, what)
     }
 
@@ -231,44 +234,22 @@ fn refused_iovec(iovecs: &[libc::iovec], align_mask: usize) -> Option<usize> {
     })
 }
 
-/// Fills `segs` (empty, room for every iovec) with one borrowed segment
-/// per iovec and returns their total length, if every iovec is one on its
-/// own: not empty, not null, no longer than the largest bio, not
-/// continuing the one before, address and length multiples of
-/// buf-alignment (`align_mask` + 1). Otherwise None, and `segs` stays
-/// empty (what was written past its length is forgotten: borrowed
-/// buffers, nothing to free).
-///
-/// One pass, in registers: each iovec is checked as its segment is
-/// written (knowing the checks, `Buf::borrowed`'s own fold away), the
-/// alignment of all at the end.
-///
-/// # Safety
-/// Each iovec's memory stays valid until the bio's completion.
+/// The total length of `iovecs` if every one is a segment on its own: not
+/// empty, not null, no longer than the largest bio, address and length
+/// multiples of buf-alignment (`align_mask` + 1). One pass in registers,
+/// every test folded into two words looked at once at the end.
 #[inline(always)]
-unsafe fn one_segment_each(segs: &mut Vec<Buf>, iovecs: &[libc::iovec], align_mask: usize) -> Option<u64> {
-    debug_assert!(segs.is_empty());
-    let mut bits = 0usize;
-    let mut total = 0u64;
-    let mut prev_end = 0usize;
-    for (slot, v) in segs.spare_capacity_mut()[..iovecs.len()].iter_mut().zip(iovecs) {
+fn each_a_segment(iovecs: &[libc::iovec], align_mask: usize) -> Option<u64> {
+    let (mut bits, mut total, mut bad) = (0usize, 0u64, false);
+    for v in iovecs {
         let (addr, len) = (v.iov_base as usize, v.iov_len);
         // len - 1 >= MAX_BIO_BYTES: empty, or longer than the largest bio.
-        if addr == 0 || addr == prev_end || len.wrapping_sub(1) as u64 >= MAX_BIO_BYTES {
-            return None;
-        }
+        // (`|`, not `||`: no branch in the loop.)
+        bad |= (addr == 0) | (len.wrapping_sub(1) as u64 >= MAX_BIO_BYTES);
         bits |= addr | len;
         total += len as u64;
-        prev_end = addr.wrapping_add(len);
-        // SAFETY: the caller's iovec, by the caller's contract.
-        slot.write(unsafe { Buf::borrowed(addr as *mut u8, len) });
     }
-    if bits & align_mask != 0 {
-        return None;
-    }
-    // SAFETY: the first `iovecs.len()` elements were written just above.
-    unsafe { segs.set_len(iovecs.len()) };
-    Some(total)
+    (!bad && bits & align_mask == 0).then_some(total)
 }
 
 /// Fills `segs` (empty, room for every iovec) with the contiguous runs of

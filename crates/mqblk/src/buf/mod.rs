@@ -22,9 +22,9 @@ mod fixed;
 mod vec;
 
 pub use fixed::FixedBufs;
+use fixed::Region;
 pub use vec::{BioVec, BIO_MAX_VECS};
 pub(crate) use vec::{SegArray, SegArrayRaw};
-use fixed::Region;
 
 /// Alignment of every `Buf` (but a borrowed one): a page, enough for
 /// O_DIRECT on any device.

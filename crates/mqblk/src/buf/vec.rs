@@ -168,7 +168,6 @@ impl BioVec {
         !self.ptr.is_null() && self.owner & OWNER_KIND == OWNER_VEC
     }
 
-
     /// The byte length of its one `Buf` held in place, if that is what it
     /// holds: the bio checks' fast path (limits.rs), a load and two tests.
     #[inline(always)]
@@ -571,7 +570,10 @@ mod tests {
         let base = memory.as_mut_ptr();
         // SAFETY: offsets within `memory`.
         let iov = unsafe {
-            [libc::iovec { iov_base: base.cast(), iov_len: 4096 }, libc::iovec { iov_base: base.add(8192).cast(), iov_len: 4096 }]
+            [
+                libc::iovec { iov_base: base.cast(), iov_len: 4096 },
+                libc::iovec { iov_base: base.add(8192).cast(), iov_len: 4096 },
+            ]
         };
         // SAFETY: `iov` and `memory` outlive `v`, untouched meanwhile.
         let mut v = unsafe { BioVec::from_iovecs(iov.as_ptr(), 2) };

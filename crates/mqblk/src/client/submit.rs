@@ -208,7 +208,11 @@ impl Client {
         // A vectored bio takes the plain path too when it needs no split
         // (looked at here, not in `is_plain`: a call there would cost the
         // one-buffer plain path its bio in registers).
-        if bio.segs.is_vectored() && !reserved && self.is_plain_vectored(&bio) && self.submit_plain(&mut bio, user_data, origin) {
+        if bio.segs.is_vectored()
+            && !reserved
+            && self.is_plain_vectored(&bio)
+            && self.submit_plain(&mut bio, user_data, origin)
+        {
             return Ok(());
         }
         let poll = self.poll_queue_for(bio.flags, reserved);

@@ -48,8 +48,8 @@ use crate::sync::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 pub(crate) use pool::{Ending, Owner, Pool};
 pub use rq::Rq;
 pub use rq_list::RqList;
-pub use segs::{Segments, SegmentsMut};
 pub(crate) use segs::phys as request_phys;
+pub use segs::{Segments, SegmentsMut};
 
 /// Marks the last piece of a split bio in `Request::split`.
 pub(crate) const SPLIT_LAST: u32 = 1 << 31;

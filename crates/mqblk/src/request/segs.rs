@@ -24,12 +24,23 @@ use super::{Request, SECTOR_SHIFT};
 #[derive(Clone, Copy)]
 enum Stage {
     /// In a chain of merged bios: the slot, and its next segment.
-    Chain { slot: *const BioSlot, index: usize, back: bool },
+    Chain {
+        slot: *const BioSlot,
+        index: usize,
+        back: bool,
+    },
     /// The request's own bio's segments, from `index`.
-    Own { index: usize },
+    Own {
+        index: usize,
+    },
     /// A split piece's view: segment `index` of the parent's `array`,
     /// `skip` bytes into it, `left` bytes to go.
-    View { array: SegArrayRaw, index: usize, skip: usize, left: usize },
+    View {
+        array: SegArrayRaw,
+        index: usize,
+        skip: usize,
+        left: usize,
+    },
     Done,
 }
 
