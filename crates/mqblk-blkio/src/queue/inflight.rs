@@ -99,12 +99,22 @@ impl Inflight {
     /// the caller's iovecs, a borrowed buffer, or none, simply end.
     #[inline(always)]
     pub(super) fn end_segments(&mut self, segs: BioVec) {
-        if segs.is_vectored() && segs.iovecs().is_none() {
-            debug_assert!(segs.iter().all(Buf::is_borrowed), "every lent buffer is borrowed (module header)");
-            return self.seg_vecs.give_back(segs.into_vec());
+        if segs.is_vectored() {
+            return self.end_vector(segs);
         }
         // Borrowed (or nothing): dropping it would free nothing.
         std::mem::forget(segs);
+    }
+
+    /// A vector's end: pooled buffers back to the pool, the caller's
+    /// iovecs simply given up (nothing of them is ours).
+    #[inline(never)]
+    fn end_vector(&mut self, segs: BioVec) {
+        if segs.iovecs().is_some() {
+            return std::mem::forget(segs);
+        }
+        debug_assert!(segs.iter().all(Buf::is_borrowed), "every lent buffer is borrowed (module header)");
+        self.seg_vecs.give_back(segs.into_vec());
     }
 
     /// A zeroed bounce buffer of `len` bytes, from the pool if it has one
