@@ -151,11 +151,7 @@ impl Client {
     /// scheduler) takes the general path, which would do the same with it.
     #[inline(always)]
     fn is_plain(&self, bio: &Bio) -> bool {
-        self.plug.depth == 0
-            && (self.plain.hipri || !bio.flags.contains(ReqFlags::HIPRI))
-            && self.in_flight < self.capacity()
-            && bio.len <= self.plain_max_bytes
-            && self.q.plain_rw_ok(bio)
+        self.plain_but_data(bio) && self.q.plain_rw_ok(bio)
     }
 
     /// `is_plain` for a vectored bio: the same conditions, its segments
@@ -163,11 +159,16 @@ impl Client {
     /// (limits.rs `plain_vectored_ok`).
     #[inline(always)]
     fn is_plain_vectored(&self, bio: &Bio) -> bool {
+        self.plain_but_data(bio) && self.q.plain_vectored_ok(bio)
+    }
+
+    /// `is_plain`'s conditions but the bio's data and place.
+    #[inline(always)]
+    fn plain_but_data(&self, bio: &Bio) -> bool {
         self.plug.depth == 0
             && (self.plain.hipri || !bio.flags.contains(ReqFlags::HIPRI))
             && self.in_flight < self.capacity()
             && bio.len <= self.plain_max_bytes
-            && self.q.plain_vectored_ok(bio)
     }
 
     /// The queue map (the kernel's HCTX_TYPE_POLL): the poll queue a bio
