@@ -39,7 +39,7 @@ disks=(vda vdb vdc vdd)
 # The guest half: ROUNDS and SECONDS come in target/compare-vhost.env.
 if [ "${MQBLK_GUEST:-}" = 1 ]; then
   # shellcheck disable=SC1091
-  . "$root/target/compare-vhost.env" 2>/dev/null || { rounds=3; seconds=8; }
+  . "$root/target/compare-vhost.env" || { echo "FAIL: no $root/target/compare-vhost.env from the host" >&2; exit 1; }
   IFS=, read -r -a rows <<< "$rows_spec"
   insmod "$MQBLK_GUEST_MODULES/virtio_blk.ko" || { echo "FAIL: insmod virtio_blk" >&2; exit 1; }
   for _ in $(seq 300); do [ -b /dev/vdd ] && break; sleep 0.1; done
@@ -76,6 +76,9 @@ fi
 # ---------------------------------------------------------------------------
 # The host half.
 rounds=${1:-3} seconds=${2:-8} out=${3:-$root/docs/results/vhost-compare.txt}
+# The guest reads its parameters from the checkout, over the host's /,
+# where its own tmpfs hides /tmp and /run.
+case $root in /tmp/* | /run/*) echo "compare-vhost.sh: run it from a checkout outside /tmp and /run (the guest cannot see $root)" >&2; exit 2 ;; esac
 IFS=, read -r -a rows <<< "$rows_spec"
 mqblk=${MQBLK_BIN:-$root/target/release/mqblk}
 [ -x "$mqblk" ] || { echo "compare-vhost.sh: no $mqblk (cargo build --release -p mqblk-cli)" >&2; exit 2; }
