@@ -244,7 +244,8 @@ impl BioVec {
         Some(SegArrayRaw { base: segs.as_mut_ptr().cast_const().cast(), iovecs: false, nr: segs.len() })
     }
 
-    /// Iterates over the segments.
+    /// Iterates over the segments (panics for a borrowed iovec array, as
+    /// [`BioVec::as_slice`] does).
     pub fn iter(&self) -> std::slice::Iter<'_, Buf> {
         self.as_slice().iter()
     }
