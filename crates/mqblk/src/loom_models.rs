@@ -2,6 +2,7 @@
 //! gate, as used by client completion rings and driver completion threads.
 //! A lost wakeup shows up as a loom deadlock.
 
+use crate::buf::BioVec;
 use crate::completion::{ClientShared, Completion};
 use crate::status::Status;
 use crate::sync::Arc;
@@ -34,7 +35,7 @@ fn loom_completion_is_never_lost_to_a_sleeping_client() {
         let shared = Arc::new(ClientShared::new(2));
         let producer = {
             let shared = shared.clone();
-            loom::thread::spawn(move || shared.deliver(Completion::new(7, Status::Ok, None, 0)))
+            loom::thread::spawn(move || shared.deliver(Completion::new(7, Status::Ok, BioVec::new(), 0)))
         };
         assert_eq!(reap(&shared, 1), vec![7]);
         producer.join().unwrap();
@@ -48,7 +49,7 @@ fn loom_two_completers_each_delivered_once() {
         let producers: Vec<_> = (0..2u64)
             .map(|i| {
                 let shared = shared.clone();
-                loom::thread::spawn(move || shared.deliver(Completion::new(i, Status::Ok, None, 0)))
+                loom::thread::spawn(move || shared.deliver(Completion::new(i, Status::Ok, BioVec::new(), 0)))
             })
             .collect();
         let mut got = reap(&shared, 2);
@@ -91,7 +92,7 @@ fn loom_merged_bios_complete_once_and_slots_reuse_without_races() {
             let shared = shared.clone();
             loom::thread::spawn(move || {
                 let chain = chain;
-                shared.deliver(Completion::new(chain.1, Status::Ok, None, 0));
+                shared.deliver(Completion::new(chain.1, Status::Ok, BioVec::new(), 0));
                 let mut p = chain.0;
                 while !p.is_null() {
                     // SAFETY: the completer owns the request and its chain.

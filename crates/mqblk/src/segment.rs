@@ -198,7 +198,7 @@ impl SegLimits {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 
