@@ -238,11 +238,21 @@ impl QueueLimits {
         let lbs_mask = u64::from(self.logical_block_size) - 1;
         let end = offset.wrapping_add(len);
         matches!(bio.op, Op::Read | Op::Write)
-            && bio.segs.one_len().is_some_and(|l| l as u64 == len)
+            && (bio.segs.one_len().is_some_and(|l| l as u64 == len) || self.checked_iovecs_fit(bio))
             && len != 0
             && (offset | len) & lbs_mask == 0
             && end >= offset
             && end <= self.capacity_bytes
+    }
+
+    /// An iovec array its caller checked (`BioVec::from_iovecs_checked`)
+    /// that fits a request wherever it lies: plain as one buffer is, with
+    /// no pass over it (the C library's readv/writev).
+    #[inline(always)]
+    fn checked_iovecs_fit(&self, bio: &Bio) -> bool {
+        bio.segs.iovecs_checked()
+            && self.segments_fit_anywhere(bio.segs.nr_segs() as u64, bio.len)
+            && self.checked_vector_bytes(bio) as u64 == bio.len
     }
 
     #[inline(never)]
@@ -301,7 +311,23 @@ impl QueueLimits {
         if segs.len() == 0 {
             return Ok(None);
         }
+        if bio.segs.iovecs_checked() {
+            return Ok(Some(self.checked_vector_bytes(bio)));
+        }
         self.vector_bytes(segs).map(Some)
+    }
+
+    /// The total of an iovec array its caller checked
+    /// (`BioVec::from_iovecs_checked`): the bio's length, by that contract
+    /// (checked again in debug builds).
+    #[inline(always)]
+    fn checked_vector_bytes(&self, bio: &Bio) -> usize {
+        debug_assert_eq!(
+            self.vector_bytes(bio.segs.seg_array()),
+            Ok(bio.len as usize),
+            "from_iovecs_checked's contract"
+        );
+        bio.len as usize
     }
 
     /// The total of a vector of segments, in one pass: at most
@@ -353,7 +379,8 @@ impl QueueLimits {
             && end >= offset
             && end <= self.capacity_bytes
             && self.segments_fit_anywhere(segs.len() as u64, len)
-            && self.vector_bytes(segs).is_ok_and(|total| total as u64 == len)
+            && (bio.segs.iovecs_checked() && self.checked_vector_bytes(bio) as u64 == len
+                || self.vector_bytes(segs).is_ok_and(|total| total as u64 == len))
     }
 
     /// Zone ops: a zone management bio names a zone by its start and has

@@ -562,3 +562,58 @@ fn a_borrowed_iovec_array_is_split_merged_and_read_back() {
     assert!(arena.bytes(40960, 12800) == &want[..]);
     assert_eq!(dev.busy_tags(), 0);
 }
+
+/// An iovec array its caller checked (`BioVec::from_iovecs_checked`, what
+/// the C library's readv/writev build): the same requests and bytes as
+/// unchecked, on the plain path (one request) and split (`max_sectors`).
+#[test]
+fn a_checked_iovec_array_is_served_as_an_unchecked_one() {
+    for max_sectors in [2048, 16] {
+        let (dev, state) = device(limits(|l| l.max_sectors = max_sectors));
+        let mut arena = Arena::new(64 << 10);
+        arena.fill(0, 16384, 3);
+        let at = |arena: &mut Arena, off: usize| arena.bytes[arena.start + off..].as_mut_ptr();
+        let iov = |base: *mut u8, len| libc::iovec { iov_base: base.cast(), iov_len: len };
+        let out = [iov(at(&mut arena, 0), 4096), iov(at(&mut arena, 8192), 8192)];
+        let mut c = dev.client();
+        // SAFETY: `out` and the arena outlive the I/O, untouched meanwhile;
+        // two lengths, multiples of 512, 12 KiB: the bio's length.
+        let w =
+            c.submit_and_wait_completion(Bio::writev(4096, unsafe { BioVec::from_iovecs_checked(out.as_ptr(), 2) }));
+        assert!(w.unwrap().status.is_ok());
+        let back = [iov(at(&mut arena, 32768), 6144), iov(at(&mut arena, 40960), 6144)];
+        // SAFETY: as above.
+        let r =
+            c.submit_and_wait_completion(Bio::readv(4096, unsafe { BioVec::from_iovecs_checked(back.as_ptr(), 2) }));
+        assert!(r.unwrap().status.is_ok());
+        assert_eq!(*state.violations.lock().unwrap(), Vec::<String>::new());
+        let seen = state.seen.lock().unwrap();
+        let sizes: Vec<usize> = seen.iter().map(|s| s.len as usize).collect();
+        let want: &[usize] = if max_sectors == 16 { &[8192, 4096, 8192, 4096] } else { &[12288, 12288] };
+        assert_eq!(sizes, want, "max_sectors {max_sectors}");
+        drop(seen);
+        let mut data = arena.bytes(0, 4096).to_vec();
+        data.extend_from_slice(arena.bytes(8192, 8192));
+        let mut read = arena.bytes(32768, 6144).to_vec();
+        read.extend_from_slice(arena.bytes(40960, 6144));
+        assert!(read == data);
+        assert_eq!(dev.busy_tags(), 0);
+    }
+}
+
+/// `from_iovecs_checked`'s contract is checked in debug builds: a length
+/// that is not a whole number of blocks is caught at submission.
+#[cfg(debug_assertions)]
+#[test]
+#[should_panic(expected = "from_iovecs_checked's contract")]
+fn a_checked_iovec_array_that_breaks_its_contract_is_caught_in_debug_builds() {
+    let (dev, _state) = device(limits(|_| {}));
+    let mut arena = Arena::new(16 << 10);
+    let base = arena.bytes[arena.start..].as_mut_ptr();
+    let iov =
+        [libc::iovec { iov_base: base.cast(), iov_len: 1000 }, libc::iovec { iov_base: base.cast(), iov_len: 24 }];
+    let mut c = dev.client();
+    // SAFETY: the memory outlives the I/O; the lengths break the contract
+    // on purpose (1000 is no multiple of 512), which is what is tested.
+    let _ = c.submit_and_wait_completion(Bio::readv(0, unsafe { BioVec::from_iovecs_checked(iov.as_ptr(), 2) }));
+}

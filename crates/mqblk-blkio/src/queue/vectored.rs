@@ -105,8 +105,11 @@ impl Queue {
         // array itself the bio's segments.
         if let Some(total) = each_a_segment(iovecs, self.buf_align_mask) {
             // SAFETY: libblkio's contract: the iovecs and their memory stay
-            // valid until the completion is returned.
-            return Ok((unsafe { BioVec::from_iovecs(iov, iovecs.len()) }, total));
+            // valid until the completion is returned. Checked as
+            // `from_iovecs_checked` asks: at most MAX_SEGMENTS (BIO_MAX_VECS),
+            // each length positive and a multiple of buf-alignment (the
+            // logical block size), `total` their sum (the bio's length).
+            return Ok((unsafe { BioVec::from_iovecs_checked(iov, iovecs.len()) }, total));
         }
         self.other_shapes(iovecs, what)
     }
@@ -235,21 +238,28 @@ fn refused_iovec(iovecs: &[libc::iovec], align_mask: usize) -> Option<usize> {
 }
 
 /// The total length of `iovecs` if every one is a segment on its own: not
-/// empty, not null, no longer than the largest bio, address and length
-/// multiples of buf-alignment (`align_mask` + 1). One pass in registers,
-/// every test folded into two words looked at once at the end.
+/// empty, not null, in all no longer than the largest bio, address and
+/// length multiples of buf-alignment (`align_mask` + 1). One
+/// pass without a compare or a branch, its tests folded into words looked
+/// at once at the end: a length less one wraps to all ones for 0 and has a
+/// high bit over 4 GiB; an address less one and-not itself has its top bit
+/// set only for a null address (user-space addresses have it clear).
 #[inline(always)]
 fn each_a_segment(iovecs: &[libc::iovec], align_mask: usize) -> Option<u64> {
-    let (mut bits, mut total, mut bad) = (0usize, 0u64, false);
+    let (mut bits, mut len_less_one, mut null, mut total) = (0usize, 0usize, 0usize, 0usize);
     for v in iovecs {
         let (addr, len) = (v.iov_base as usize, v.iov_len);
-        // len - 1 >= MAX_BIO_BYTES: empty, or longer than the largest bio.
-        // (`|`, not `||`: no branch in the loop.)
-        bad |= (addr == 0) | (len.wrapping_sub(1) as u64 >= MAX_BIO_BYTES);
         bits |= addr | len;
-        total += len as u64;
+        len_less_one |= len.wrapping_sub(1);
+        null |= addr.wrapping_sub(1) & !addr;
+        total = total.wrapping_add(len);
     }
-    (!bad && bits & align_mask == 0).then_some(total)
+    // (No length over 4 GiB, so no wrap in `total`: 256 of them at most.)
+    let ok = bits & align_mask == 0
+        && (len_less_one as u64) >> 32 == 0
+        && (null as u64) >> 63 == 0
+        && total as u64 <= MAX_BIO_BYTES;
+    ok.then_some(total as u64)
 }
 
 /// Fills `segs` (empty, room for every iovec) with the contiguous runs of
@@ -277,5 +287,35 @@ unsafe fn gather_runs(segs: &mut Vec<Buf>, iovecs: &[libc::iovec]) {
     if end != start {
         // SAFETY: as above.
         segs.push(unsafe { Buf::borrowed(start as *mut u8, end - start) });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `each_a_segment`'s folded tests against the rule written plainly,
+    /// for every pair of iovecs from addresses and lengths at each edge.
+    #[test]
+    fn each_a_segment_is_the_plain_rule() {
+        let addrs = [0usize, 512, 4096, 4097, 0x7fff_ffff_f000];
+        let lens = [0usize, 512, 1000, 4096, 1 << 31, 1 << 32, (1 << 32) + 4096, u32::MAX as usize, usize::MAX];
+        let mask = 4095;
+        let plain = |v: &[libc::iovec]| {
+            let each = v.iter().all(|v| {
+                let (addr, len) = (v.iov_base as usize, v.iov_len);
+                addr != 0 && len != 0 && (addr | len) & mask == 0
+            });
+            let total = v.iter().try_fold(0u64, |t, v| t.checked_add(v.iov_len as u64));
+            total.filter(|&t| each && t <= MAX_BIO_BYTES)
+        };
+        let iov = |addr: usize, len| libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: len };
+        let pairs: Vec<(usize, usize)> = addrs.iter().flat_map(|&a| lens.iter().map(move |&l| (a, l))).collect();
+        for &(a0, l0) in &pairs {
+            for &(a1, l1) in &pairs {
+                let v = [iov(a0, l0), iov(a1, l1)];
+                assert_eq!(each_a_segment(&v, mask), plain(&v), "{a0:#x}+{l0:#x}, {a1:#x}+{l1:#x}");
+            }
+        }
     }
 }

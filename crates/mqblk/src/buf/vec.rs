@@ -40,6 +40,17 @@ const OWNER_VEC: usize = 3;
 /// `owner` of a borrowed iovec array: the kind bits `VEC`, and a capacity
 /// (`usize::MAX >> 2` elements of 24 bytes) no allocation can have.
 const OWNER_IOVECS: usize = usize::MAX;
+/// `owner` of a borrowed iovec array its caller has checked
+/// (`from_iovecs_checked`): `OWNER_IOVECS` less one capacity, as
+/// impossible; `owner | 4 == OWNER_IOVECS` holds for both and for nothing
+/// else of kind `VEC`.
+const OWNER_IOVECS_CHECKED: usize = usize::MAX - 4;
+
+/// Is `owner` a borrowed iovec array's (checked or not)?
+#[inline(always)]
+const fn owner_is_iovecs(owner: usize) -> bool {
+    owner | 4 == OWNER_IOVECS
+}
 
 /// The most segments one bio may carry (the kernel's BIO_MAX_VECS); a bio
 /// with more is refused at submission
@@ -142,7 +153,34 @@ impl BioVec {
     /// Does it borrow an iovec array (`from_iovecs`)?
     #[inline(always)]
     fn is_iovecs(&self) -> bool {
-        !self.ptr.is_null() && self.owner == OWNER_IOVECS
+        !self.ptr.is_null() && owner_is_iovecs(self.owner)
+    }
+
+    /// A bio over its caller's iovec array whose lengths the caller has
+    /// checked already, as [`from_iovecs`](Self::from_iovecs) otherwise:
+    /// submission takes the bio's length as their sum without a pass of
+    /// its own over them (the C library's `blkioq_readv` checks its
+    /// iovecs once, for its own rules, and these follow from them).
+    ///
+    /// # Safety
+    /// As `from_iovecs`; and at most [`BIO_MAX_VECS`] iovecs, each length
+    /// a positive multiple of the logical block size of the queue the bio
+    /// is submitted to, their sum the bio's `len`. (Debug builds check.)
+    #[inline(always)]
+    pub unsafe fn from_iovecs_checked(iov: *const libc::iovec, nr: usize) -> Self {
+        // SAFETY: the caller's contract includes `from_iovecs`'.
+        let mut segs = unsafe { Self::from_iovecs(iov, nr) };
+        if !segs.ptr.is_null() {
+            segs.owner = OWNER_IOVECS_CHECKED;
+        }
+        segs
+    }
+
+    /// Does it borrow an iovec array its caller has checked
+    /// (`from_iovecs_checked`)?
+    #[inline(always)]
+    pub(crate) fn iovecs_checked(&self) -> bool {
+        !self.ptr.is_null() && self.owner == OWNER_IOVECS_CHECKED
     }
 
     /// The borrowed iovec array, if that is what it holds.
@@ -203,7 +241,7 @@ impl BioVec {
         if self.ptr.is_null() {
             return &[];
         }
-        assert!(self.owner != OWNER_IOVECS, "BioVec::as_slice of a borrowed iovec array (see BioVec::iovecs)");
+        assert!(!owner_is_iovecs(self.owner), "BioVec::as_slice of a borrowed iovec array (see BioVec::iovecs)");
         if self.owner & OWNER_KIND != OWNER_VEC {
             // SAFETY: these words are one `Buf` (module header), and `Buf` is
             // `#[repr(C)]` with the same fields: `self` is a valid `Buf`.
@@ -220,7 +258,7 @@ impl BioVec {
         if self.ptr.is_null() {
             return &mut [];
         }
-        assert!(self.owner != OWNER_IOVECS, "BioVec::as_mut_slice of a borrowed iovec array");
+        assert!(!owner_is_iovecs(self.owner), "BioVec::as_mut_slice of a borrowed iovec array");
         if self.owner & OWNER_KIND != OWNER_VEC {
             // SAFETY: as in `as_slice`, exclusively (`&mut self`).
             return std::slice::from_mut(unsafe { &mut *(self as *mut BioVec).cast::<Buf>() });
@@ -302,7 +340,7 @@ impl BioVec {
     #[inline(never)]
     unsafe fn vec_into_buf(ptr: *mut u8, len: usize, owner: usize) -> Result<Buf, BioVec> {
         let this = BioVec { ptr, len, owner };
-        if this.is_vectored() && owner != OWNER_IOVECS && len == 1 {
+        if this.is_vectored() && !owner_is_iovecs(owner) && len == 1 {
             let mut v = this.into_vec();
             return Ok(v.pop().expect("one element"));
         }
@@ -389,7 +427,7 @@ impl Drop for BioVec {
 /// `BioVec` is not used again.
 #[inline(never)]
 unsafe fn drop_words(ptr: *mut u8, len: usize, owner: usize) {
-    if owner == OWNER_IOVECS {
+    if owner_is_iovecs(owner) {
         return; // borrowed: nothing is ours
     }
     if owner & OWNER_KIND == OWNER_VEC {
