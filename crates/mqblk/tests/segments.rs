@@ -601,6 +601,31 @@ fn a_checked_iovec_array_is_served_as_an_unchecked_one() {
     }
 }
 
+/// A checked iovec array of more segments than a request may carry is
+/// split by `max_segments` as any vectored bio is (never the plain path).
+#[test]
+fn a_checked_iovec_array_over_max_segments_is_split() {
+    let (dev, state) = device(limits(|l| l.max_segments = 2));
+    let mut arena = Arena::new(64 << 10);
+    arena.fill(0, 24576, 5);
+    let at = |arena: &mut Arena, off: usize| arena.bytes[arena.start + off..].as_mut_ptr();
+    let iov = |base: *mut u8, len| libc::iovec { iov_base: base.cast(), iov_len: len };
+    let out = [iov(at(&mut arena, 0), 4096), iov(at(&mut arena, 8192), 4096), iov(at(&mut arena, 16384), 4096)];
+    let mut c = dev.client();
+    // SAFETY: `out` and the arena outlive the I/O; three lengths, multiples
+    // of 512, summing to the bio's 12 KiB.
+    let w = c.submit_and_wait_completion(Bio::writev(0, unsafe { BioVec::from_iovecs_checked(out.as_ptr(), 3) }));
+    assert!(w.unwrap().status.is_ok());
+    assert_eq!(*state.violations.lock().unwrap(), Vec::<String>::new());
+    let sizes: Vec<u64> = state.seen.lock().unwrap().iter().map(|s| s.len as u64).collect();
+    assert_eq!(sizes, [8192, 4096]);
+    let mem = state.mem.lock().unwrap();
+    assert!(mem[..4096] == *arena.bytes(0, 4096) && mem[4096..8192] == *arena.bytes(8192, 4096));
+    assert!(mem[8192..12288] == *arena.bytes(16384, 4096));
+    drop(mem);
+    assert_eq!(dev.busy_tags(), 0);
+}
+
 /// `from_iovecs_checked`'s contract is checked in debug builds: a length
 /// that is not a whole number of blocks is caught at submission.
 #[cfg(debug_assertions)]

@@ -243,23 +243,21 @@ fn refused_iovec(iovecs: &[libc::iovec], align_mask: usize) -> Option<usize> {
 /// pass without a compare or a branch, its tests folded into words looked
 /// at once at the end: a length less one wraps to all ones for 0 and has a
 /// high bit over 4 GiB; an address less one and-not itself has its top bit
-/// set only for a null address (user-space addresses have it clear).
+/// set only for a null address.
 #[inline(always)]
 fn each_a_segment(iovecs: &[libc::iovec], align_mask: usize) -> Option<u64> {
-    let (mut bits, mut len_less_one, mut null, mut total) = (0usize, 0usize, 0usize, 0usize);
+    // In u64 words whatever the machine's (the top-bit tests need 64 bits).
+    let (mut bits, mut len_less_one, mut null, mut total) = (0u64, 0u64, 0u64, 0u64);
     for v in iovecs {
-        let (addr, len) = (v.iov_base as usize, v.iov_len);
+        let (addr, len) = (v.iov_base as usize as u64, v.iov_len as u64);
         bits |= addr | len;
         len_less_one |= len.wrapping_sub(1);
         null |= addr.wrapping_sub(1) & !addr;
         total = total.wrapping_add(len);
     }
     // (No length over 4 GiB, so no wrap in `total`: 256 of them at most.)
-    let ok = bits & align_mask == 0
-        && (len_less_one as u64) >> 32 == 0
-        && (null as u64) >> 63 == 0
-        && total as u64 <= MAX_BIO_BYTES;
-    ok.then_some(total as u64)
+    let ok = bits & align_mask as u64 == 0 && len_less_one >> 32 == 0 && null >> 63 == 0 && total <= MAX_BIO_BYTES;
+    ok.then_some(total)
 }
 
 /// Fills `segs` (empty, room for every iovec) with the contiguous runs of
@@ -298,9 +296,25 @@ mod tests {
     /// for every pair of iovecs from addresses and lengths at each edge.
     #[test]
     fn each_a_segment_is_the_plain_rule() {
-        let addrs = [0usize, 512, 4096, 4097, 0x7fff_ffff_f000];
-        let lens = [0usize, 512, 1000, 4096, 1 << 31, 1 << 32, (1 << 32) + 4096, u32::MAX as usize, usize::MAX];
-        let mask = 4095;
+        let addrs = [0usize, 512, 4096, 4097, 0x7fff_ffff_f000, 1 << 63, usize::MAX & !4095];
+        let lens = [
+            0usize,
+            512,
+            1000,
+            4096,
+            1 << 31,
+            u32::MAX as usize & !4095,
+            1 << 32,
+            (1 << 32) + 4096,
+            u32::MAX as usize,
+            usize::MAX,
+        ];
+        for mask in [511, 4095] {
+            each_a_segment_agrees(&addrs, &lens, mask);
+        }
+    }
+
+    fn each_a_segment_agrees(addrs: &[usize], lens: &[usize], mask: usize) {
         let plain = |v: &[libc::iovec]| {
             let each = v.iter().all(|v| {
                 let (addr, len) = (v.iov_base as usize, v.iov_len);
@@ -314,7 +328,17 @@ mod tests {
         for &(a0, l0) in &pairs {
             for &(a1, l1) in &pairs {
                 let v = [iov(a0, l0), iov(a1, l1)];
-                assert_eq!(each_a_segment(&v, mask), plain(&v), "{a0:#x}+{l0:#x}, {a1:#x}+{l1:#x}");
+                assert_eq!(each_a_segment(&v, mask), plain(&v), "{a0:#x}+{l0:#x}, {a1:#x}+{l1:#x}, mask {mask:#x}");
+                // A third iovec, after both and between them.
+                for (a2, l2) in [(4096, 4096), (0, 4096), (4096, 0), (8192, 1 << 31)] {
+                    for v in [[v[0], v[1], iov(a2, l2)], [v[0], iov(a2, l2), v[1]]] {
+                        assert_eq!(
+                            each_a_segment(&v, mask),
+                            plain(&v),
+                            "three: {a0:#x}+{l0:#x}, {a1:#x}+{l1:#x}, {a2:#x}+{l2:#x}"
+                        );
+                    }
+                }
             }
         }
     }

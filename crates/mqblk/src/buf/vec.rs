@@ -18,8 +18,9 @@
 //! Layout (`#[repr(C)]`, the same words as `Buf`): `ptr` null is "no
 //! segments"; `owner`'s two low bits `VEC` make the words a vector
 //! (`ptr`: its array of `Buf`s, `len`: their count, `owner >> 2`: the
-//! `Vec`'s capacity), or, with every bit of `owner` set (a capacity no
-//! `Vec<Buf>` can have), a borrowed array of `len` iovecs at `ptr`; any
+//! `Vec`'s capacity), or, with every bit of `owner` set or every bit but
+//! bit 2 (capacities no `Vec<Buf>` can have), a borrowed array of `len`
+//! iovecs at `ptr`, unchecked or checked by its caller; any
 //! other value of the two bits makes the words one `Buf` (its pointer,
 //! length and owner, buf/mod.rs).
 //!
@@ -627,6 +628,35 @@ mod tests {
         assert!(v.into_vec().is_empty());
         // SAFETY: nr 0: the pointer is never read.
         assert!(unsafe { BioVec::from_iovecs(std::ptr::null(), 0) }.is_empty());
+        assert_eq!(memory[0], 7);
+    }
+
+    #[test]
+    fn a_checked_iovec_array_is_an_iovec_array_that_says_so() {
+        let mut memory = vec![7u8; 12288];
+        let base = memory.as_mut_ptr();
+        // SAFETY: offsets within `memory`.
+        let iov = unsafe {
+            [
+                libc::iovec { iov_base: base.cast(), iov_len: 4096 },
+                libc::iovec { iov_base: base.add(8192).cast(), iov_len: 4096 },
+            ]
+        };
+        for nr in [1, 2] {
+            // SAFETY: `iov` and `memory` outlive `v`, untouched meanwhile.
+            let v = unsafe { BioVec::from_iovecs_checked(iov.as_ptr(), nr) };
+            assert!(v.iovecs_checked() && v.is_vectored() && v.one_len().is_none());
+            assert_eq!((v.nr_segs(), v.len_bytes(), v.iovecs().map(<[_]>::len)), (nr, 4096 * nr as u64, Some(nr)));
+            assert_eq!(format!("{v:?}"), format!("BioVec({nr} borrowed iovecs, {} bytes)", 4096 * nr));
+            let v = v.into_buf().unwrap_err();
+            assert!(v.iovecs_checked());
+            assert!(v.into_vec().is_empty(), "nothing was owned");
+        }
+        // SAFETY: as above.
+        let unchecked = unsafe { BioVec::from_iovecs(iov.as_ptr(), 2) };
+        assert!(!unchecked.iovecs_checked() && unchecked.iovecs().is_some());
+        // SAFETY: nr 0: the pointer is never read.
+        assert!(unsafe { BioVec::from_iovecs_checked(std::ptr::null(), 0) }.is_empty());
         assert_eq!(memory[0], 7);
     }
 

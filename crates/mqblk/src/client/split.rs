@@ -91,8 +91,14 @@ impl<'q> Plan<'q> {
     #[inline]
     fn fits_anywhere(&self, segs: SegArray<'_>, cursor: Cursor, most: u64) -> bool {
         let (mut nr_segs, mut covered) = (0u64, 0u64);
+        // Past this many segments the bound cannot hold (2 per segment + 2):
+        // stop adding and walk.
+        let most_segs = (u64::from(self.limits.max_segments).saturating_sub(2) / 2).max(1);
         for (_, len) in segs.spans_from(cursor.index, cursor.skip) {
             nr_segs += 1;
+            if nr_segs > most_segs {
+                return false;
+            }
             covered += len as u64;
             if covered >= most {
                 return self.q.limits.segments_fit_anywhere(nr_segs, most);
