@@ -617,7 +617,7 @@ fn a_checked_iovec_array_over_max_segments_is_split() {
     let w = c.submit_and_wait_completion(Bio::writev(0, unsafe { BioVec::from_iovecs_checked(out.as_ptr(), 3) }));
     assert!(w.unwrap().status.is_ok());
     assert_eq!(*state.violations.lock().unwrap(), Vec::<String>::new());
-    let sizes: Vec<u64> = state.seen.lock().unwrap().iter().map(|s| s.len as u64).collect();
+    let sizes: Vec<u64> = state.seen.lock().unwrap().iter().map(|s| s.len).collect();
     assert_eq!(sizes, [8192, 4096]);
     let mem = state.mem.lock().unwrap();
     assert!(mem[..4096] == *arena.bytes(0, 4096) && mem[4096..8192] == *arena.bytes(8192, 4096));
