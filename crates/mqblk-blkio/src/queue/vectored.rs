@@ -104,11 +104,11 @@ impl Queue {
         // The common shape at once: every iovec a segment on its own, the
         // array itself the bio's segments.
         if let Some(total) = each_a_segment(iovecs, self.buf_align_mask) {
-            // SAFETY: libblkio's contract: the iovecs and their memory stay
-            // valid until the completion is returned. Checked as
-            // `from_iovecs_checked` asks: at most MAX_SEGMENTS (BIO_MAX_VECS),
-            // each length positive and a multiple of buf-alignment (the
-            // logical block size), `total` their sum (the bio's length).
+            // Checked as `from_iovecs_checked` asks: at most MAX_SEGMENTS
+            // (BIO_MAX_VECS), each length positive and a multiple of
+            // buf-alignment (the logical block size), `total` their sum.
+            // SAFETY: that, and libblkio's contract: the iovecs and their
+            // memory stay valid until the completion is returned.
             return Ok((unsafe { BioVec::from_iovecs_checked(iov, iovecs.len()) }, total));
         }
         self.other_shapes(iovecs, what)

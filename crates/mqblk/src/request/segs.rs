@@ -113,10 +113,10 @@ impl Iterator for SpanWalk<'_> {
                         self.stage = Stage::Chain { slot: self.rq.back, index: 0, back: true };
                         continue;
                     }
+                    // `left` > 0 means `index` is still one of its segments.
                     // SAFETY: a view lies inside its parent's segment array,
                     // kept by the parent's bio slot (or the caller, for
-                    // iovecs) until the last piece completes (client/split.rs);
-                    // `left` > 0 means `index` is still one of its segments.
+                    // iovecs) until the last piece completes (client/split.rs).
                     let seg = unsafe { array.get() }.span(index);
                     let len = (seg.1 - skip).min(left);
                     self.stage = Stage::View { array, index: index + 1, skip: 0, left: left - len };
@@ -190,10 +190,10 @@ impl<'a> Iterator for SegmentsMut<'a> {
         let span = self.walk.next()?;
         let pos = self.pos;
         self.pos += span.len as u64;
-        // SAFETY: as in `Segments::next`, exclusively (`new`'s contract);
-        // the walk yields each byte once (segments of a request never
-        // overlap: a bio's checks and a split's disjoint views), so the
-        // slices handed out never alias one another.
+        // Segments of a request never overlap (a bio's checks and a split's
+        // disjoint views), so the walk yields each byte once.
+        // SAFETY: as in `Segments::next`, exclusively (`new`'s contract); by
+        // the above, the slices handed out never alias one another.
         Some((pos, unsafe { std::slice::from_raw_parts_mut(span.addr as *mut u8, span.len) }))
     }
 }
