@@ -379,8 +379,7 @@ impl QueueLimits {
             && end >= offset
             && end <= self.capacity_bytes
             && self.segments_fit_anywhere(segs.len() as u64, len)
-            && (bio.segs.iovecs_checked() && self.checked_vector_bytes(bio) as u64 == len
-                || self.vector_bytes(segs).is_ok_and(|total| total as u64 == len))
+            && self.vector_bytes(segs).is_ok_and(|total| total as u64 == len)
     }
 
     /// Zone ops: a zone management bio names a zone by its start and has

@@ -208,8 +208,10 @@ impl Client {
     fn submit_mapped(&mut self, mut bio: Bio, user_data: u64, origin: u8, reserved: bool) -> Result<(), Box<Rejected>> {
         // A vectored bio takes the plain path too when it needs no split
         // (looked at here, not in `is_plain`: a call there would cost the
-        // one-buffer plain path its bio in registers).
+        // one-buffer plain path its bio in registers). A checked iovec
+        // array had its try in `is_plain` already (`checked_iovecs_fit`).
         if bio.segs.is_vectored()
+            && !bio.segs.iovecs_checked()
             && !reserved
             && self.is_plain_vectored(&bio)
             && self.submit_plain(&mut bio, user_data, origin)
