@@ -14,7 +14,7 @@
 //! its time from the trace (replay.rs) instead of its pattern, and ends
 //! with the trace (job/replayed.rs); with `write_iolog`, each I/O is
 //! logged as it is issued (iolog.rs). Each is a copy of the loop of its
-//! own (`REPLAY`, `LOG`), as timing is (`TIMED`): the synthetic loop
+//! own (`REPLAY`, `SHAPED`), as timing is (`TIMED`): the synthetic loop
 //! without a log tests neither per I/O, and its slots carry nothing for
 //! them.
 //!
@@ -33,9 +33,11 @@ use super::iolog::{IoAction, IologWriter};
 use super::job_setup::{
     buffer_sizes, job_depth, job_region, new_iolog_writer, new_verifier, new_zone_writer, slot_buffers,
 };
-use super::options::JobOptions;
+use super::log::Logs;
+use super::options::{JobOptions, RwModifier};
 use super::pattern::{Pattern, ZoneWriter};
 use super::replay::OpenTrace;
+use super::shape::{Pacer, Stall, Think};
 use super::start::StartGate;
 pub use super::stats::JobResult;
 use super::stats::{DirStats, Rusage};
@@ -132,7 +134,7 @@ fn run_source<const TIMED: bool>(
     region: (u64, u64),
     trace: Option<OpenTrace>,
 ) -> Result<JobResult, String> {
-    match (trace.is_some(), opts.write_iolog.is_some()) {
+    match (trace.is_some(), opts.shaped()) {
         (false, false) => {
             run_loop::<TIMED, false, false>(opts, dev, fixed, clock, job_index, ctrl, live, region, trace)
         }
@@ -143,9 +145,9 @@ fn run_source<const TIMED: bool>(
 }
 
 /// One copy of the loop: `TIMED` (not `gtod_reduce`), `REPLAY` (`trace`
-/// is Some), `LOG` (`write_iolog`).
+/// is Some), `SHAPED` (`write_iolog`, fio's logs, rates or think time).
 #[allow(clippy::too_many_arguments)]
-fn run_loop<const TIMED: bool, const REPLAY: bool, const LOG: bool>(
+fn run_loop<const TIMED: bool, const REPLAY: bool, const SHAPED: bool>(
     opts: &JobOptions,
     dev: &Device,
     fixed: Option<&mqblk::FixedBufs>,
@@ -159,8 +161,8 @@ fn run_loop<const TIMED: bool, const REPLAY: bool, const LOG: bool>(
     let depth = job_depth(opts, trace.as_ref());
     let mut io = IoState::new(opts, dev, fixed, depth, job_index, (offset, region_len), trace)?;
     debug_assert_eq!(io.replay.is_some(), REPLAY);
-    debug_assert_eq!(io.iolog.is_some(), LOG);
-    let job = JobLoop::<TIMED, REPLAY, LOG>::new(opts, clock, live, ctrl, depth, region_len);
+    debug_assert_eq!(opts.shaped(), SHAPED);
+    let job = JobLoop::<TIMED, REPLAY, SHAPED>::new(opts, clock, live, ctrl, depth, region_len);
     let read_pct = opts.rw.read_pct(opts.rwmixread);
     let mut progress = Progress {
         pattern: Pattern {
@@ -171,6 +173,15 @@ fn run_loop<const TIMED: bool, const REPLAY: bool, const LOG: bool>(
             pos: 0,
             blocks: (0, 0),
             rng: opts.randseed.wrapping_add((job_index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1,
+            seq_add: match opts.rw_modifier {
+                RwModifier::SeqAdd(bytes) => bytes,
+                _ => 0,
+            },
+            seq_nr: match opts.rw_modifier {
+                RwModifier::SeqNr(n) => n,
+                _ => 1,
+            },
+            seq_left: 0,
         },
         issued_bytes: 0,
         issued_ios: 0,
@@ -178,6 +189,9 @@ fn run_loop<const TIMED: bool, const REPLAY: bool, const LOG: bool>(
         error: 0,
         measuring: false,
         source_done: false,
+        paced: None,
+        held_direction: None,
+        think_due: false,
     };
     let mut client = dev.client_with_capacity(job.depth);
     ctrl.start.arrive_and_wait(&live.arrived);
@@ -197,8 +211,9 @@ fn run_loop<const TIMED: bool, const REPLAY: bool, const LOG: bool>(
 /// the loop's inlined steps, so they stay in registers). Every step is
 /// inlined into `run`. `TIMED`: clock reads per I/O (not `gtod_reduce`);
 /// `REPLAY`: the I/Os come from a trace (`read_iolog`), not the pattern;
-/// `LOG`: each I/O is logged (`write_iolog`).
-struct JobLoop<'a, const TIMED: bool, const REPLAY: bool, const LOG: bool> {
+/// `SHAPED`: each I/O may be logged (`write_iolog`, log.rs), paced or
+/// followed by think time (shape.rs).
+struct JobLoop<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> {
     opts: &'a JobOptions,
     clock: Clock,
     live: &'a Live,
@@ -226,6 +241,10 @@ struct IoState {
     replay: Option<ReplaySource>,
     /// `write_iolog`: the log of what the job issues.
     iolog: Option<IologWriter>,
+    /// fio's rate limits and think time (shape.rs), and its logs (log.rs).
+    pacer: Option<Pacer>,
+    think: Option<Think>,
+    logs: Option<Logs>,
     /// Indexed by an I/O's `user_data`.
     slots: Vec<Slot>,
     read_bufs: Vec<Option<Buf>>,
@@ -237,6 +256,8 @@ struct IoState {
     stats: [DirStats; 2],
     start_ns: u64,
     start_ru: Rusage,
+    /// When the job started (not reset by a ramp): its rates' time base.
+    shape_epoch_ns: u64,
 }
 
 /// Where the job is: its offset pattern and counts.
@@ -250,6 +271,13 @@ struct Progress {
     measuring: bool,
     /// The replayed trace is over (read only by the `REPLAY` loop).
     source_done: bool,
+    /// The `SHAPED` loop's stalls: until when (job ns) the rate holds the
+    /// next I/O back and whether the I/O in flight is waited for first;
+    /// the direction it was chosen for (kept past the stall, so the mix
+    /// holds); a think time due.
+    paced: Option<(u64, bool)>,
+    held_direction: Option<bool>,
+    think_due: bool,
 }
 
 impl IoState {
@@ -272,11 +300,18 @@ impl IoState {
         let replay = replay.map(|r| ReplaySource::new(r, depth));
         let (read_bufs, write_bufs) = slot_buffers(fixed, depth, sizes, job_index);
         let iolog = new_iolog_writer(opts, opts.filename.as_deref().unwrap_or(dev.driver_name()))?;
+        let (reads, writes) = opts.directions();
+        let seed = opts.randseed ^ (job_index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let pacer = Pacer::new(&opts.shape, [opts.bs_read, opts.bs_write], reads && writes, seed);
+        let logs = Logs::new(&opts.logs, &opts.name, job_index + 1)?;
         Ok(Self {
             zone_writer,
             verifier,
             replay,
             iolog,
+            pacer,
+            think: Think::new(&opts.shape),
+            logs,
             slots: vec![Slot::default(); depth],
             read_bufs,
             write_bufs,
@@ -284,11 +319,12 @@ impl IoState {
             stats: [DirStats::default(), DirStats::default()],
             start_ns: 0,
             start_ru: Rusage::default(),
+            shape_epoch_ns: 0,
         })
     }
 }
 
-impl<'a, const TIMED: bool, const REPLAY: bool, const LOG: bool> JobLoop<'a, TIMED, REPLAY, LOG> {
+impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, TIMED, REPLAY, SHAPED> {
     fn new(
         opts: &'a JobOptions,
         clock: Clock,
@@ -312,7 +348,12 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const LOG: bool> JobLoop<'a, TIM
             complete_max: opts.complete_max(),
             lat_hist: opts.lat_percentiles,
             // A replay ends with its trace (fio: its size is the trace's).
-            io_limit_bytes: if opts.time_based || REPLAY { u64::MAX } else { opts.io_size.unwrap_or(region_len) },
+            // fio's `loops`: the job's bytes that many times over.
+            io_limit_bytes: if opts.time_based || REPLAY {
+                u64::MAX
+            } else {
+                opts.io_size.unwrap_or(region_len).saturating_mul(opts.loops)
+            },
             io_limit_count: if opts.number_ios == 0 { u64::MAX } else { opts.number_ios },
             hipri,
             write_flags,
@@ -323,6 +364,7 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const LOG: bool> JobLoop<'a, TIM
     fn start(&self, ctrl: &Control, io: &mut IoState, p: &mut Progress) {
         p.measuring = ctrl.phase.load(Ordering::Acquire) != PHASE_RAMP;
         io.start_ns = self.clock.now_ns();
+        io.shape_epoch_ns = io.start_ns;
         io.start_ru = Rusage::thread_now();
         if let Some(replay) = io.replay.as_mut() {
             replay.trace.start();
@@ -346,6 +388,10 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const LOG: bool> JobLoop<'a, TIM
             let can_issue = phase != PHASE_STOP && p.error == 0 && self.below_limits(p);
             if can_issue {
                 self.fill_queue(client, io, p)?;
+            }
+            if SHAPED && (p.paced.is_some() || p.think_due) {
+                self.stall(client, ctrl, io, p)?;
+                continue;
             }
             let in_flight = client.in_flight();
             if in_flight == 0 {
@@ -390,6 +436,9 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const LOG: bool> JobLoop<'a, TIM
             if chunk == 0 || self.submit_chunk(client, io, p, chunk)? < chunk {
                 return Ok(());
             }
+            if SHAPED && (p.think_due || p.paced.is_some()) {
+                return Ok(()); // a stall first (run's `stall`)
+            }
         }
     }
 
@@ -426,11 +475,15 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const LOG: bool> JobLoop<'a, TIM
                     io.free.push(idx); // the trace is over: the slot stays free
                     break;
                 }
-            } else {
-                self.submit_one(c, idx, prev, plugged, io, p)?;
+            } else if !self.submit_one(c, idx, prev, plugged, io, p)? {
+                io.free.push(idx); // held back by the job's rate
+                break;
             }
             prev = Some(idx);
             in_chunk += 1;
+            if SHAPED && p.think_due {
+                break;
+            }
         }
         if in_chunk > 0 && TIMED {
             close_slat(&self.clock, &mut io.slots, prev);
@@ -438,7 +491,8 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const LOG: bool> JobLoop<'a, TIM
         Ok(in_chunk)
     }
 
-    /// Issues the pattern's next I/O in slot `idx`.
+    /// Issues the pattern's next I/O in slot `idx`; false if the job's
+    /// rate holds it back (`SHAPED` only).
     #[inline(always)]
     fn submit_one(
         &self,
@@ -448,8 +502,15 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const LOG: bool> JobLoop<'a, TIM
         plugged: bool,
         io: &mut IoState,
         p: &mut Progress,
-    ) -> Result<(), String> {
-        let is_write = p.pattern.next_is_write();
+    ) -> Result<bool, String> {
+        let is_write = if SHAPED {
+            match self.paced_direction(io, p) {
+                Some(d) => d,
+                None => return Ok(false),
+            }
+        } else {
+            p.pattern.next_is_write()
+        };
         let bs = if is_write { self.opts.bs_write } else { self.opts.bs_read };
         let offset = self.next_offset(c, is_write, bs, io, p)?;
         let bio = self.prep_bio(idx, is_write, offset, io);
@@ -457,6 +518,75 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const LOG: bool> JobLoop<'a, TIM
         self.issue(c, (idx, prev, plugged), bio, (action, offset, bs), io)?;
         p.issued_bytes += bs;
         p.issued_ios += 1;
+        if SHAPED {
+            self.shaped_issued(is_write, bs, io, p);
+        }
+        Ok(true)
+    }
+
+    /// The next I/O's direction, as the pattern and the job's rates pick
+    /// it; None when the rates hold every direction back (`p.paced` says
+    /// until when).
+    #[inline(never)]
+    fn paced_direction(&self, io: &mut IoState, p: &mut Progress) -> Option<bool> {
+        let wanted = match p.held_direction.take() {
+            Some(is_write) => is_write,
+            None => p.pattern.next_is_write(),
+        };
+        let Some(pacer) = io.pacer.as_ref() else { return Some(wanted) };
+        match pacer.stall(wanted, self.clock.now_ns() - io.shape_epoch_ns) {
+            Stall::Go(is_write) => Some(is_write),
+            Stall::Until { until_ns, is_write, quiesce } => {
+                p.held_direction = Some(is_write);
+                p.paced = Some((until_ns, quiesce));
+                None
+            }
+        }
+    }
+
+    /// Counts an issued I/O against the job's rate and think time.
+    #[inline(never)]
+    fn shaped_issued(&self, is_write: bool, bs: u64, io: &mut IoState, p: &mut Progress) {
+        if let Some(pacer) = io.pacer.as_mut() {
+            pacer.issued(is_write, bs);
+        }
+        if let Some(think) = io.think.as_mut() {
+            p.think_due = think.issued();
+        }
+    }
+
+    /// A stall of the `SHAPED` loop (fio's `rate_ddir` sleep and
+    /// `handle_thinktime`): waits for the I/O in flight when asked (fio's
+    /// `io_u_quiesce`), spins and sleeps the think time, sleeps until the
+    /// rate lets the next I/O go, and checks `rate_min`. Sleeps are cut
+    /// short when the run stops.
+    #[cold]
+    fn stall(&self, client: &mut Client, ctrl: &Control, io: &mut IoState, p: &mut Progress) -> Result<(), String> {
+        let quiesce = p.think_due || p.paced.is_some_and(|(_, q)| q);
+        while quiesce && client.in_flight() > 0 {
+            self.reap(client, client.in_flight(), io, p)?;
+        }
+        if p.think_due {
+            let think = io.think.as_mut().expect("a job due to think has a think time");
+            let spin_until = self.clock.now_ns() + think.spin_ns;
+            while self.clock.now_ns() < spin_until {
+                std::hint::spin_loop();
+            }
+            let until = self.clock.now_ns() + think.sleep_ns;
+            think.thought();
+            p.think_due = false;
+            sleep_until(&self.clock, until, ctrl);
+        }
+        if let Some((until_ns, _)) = p.paced.take() {
+            sleep_until(&self.clock, io.shape_epoch_ns + until_ns, ctrl);
+        }
+        self.publish(io, p);
+        if let Some(pacer) = io.pacer.as_mut() {
+            let (bytes, ios) = ([io.stats[0].bytes, io.stats[1].bytes], [io.stats[0].ios, io.stats[1].ios]);
+            pacer
+                .check_min_rate(self.clock.now_ns() - io.shape_epoch_ns, bytes, ios)
+                .map_err(|e| format!("job '{}': {e}", self.opts.name))?;
+        }
         Ok(())
     }
 
@@ -477,8 +607,8 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const LOG: bool> JobLoop<'a, TIM
             io.slots[prev as usize].slat_ns = t - io.slots[prev as usize].issue_ns;
         }
         io.slots[idx as usize] = Slot { issue_ns: t, slat_ns: 0, offset, is_write: action == IoAction::Write };
-        if LOG {
-            io.iolog.as_mut().expect("a logging job has its log").record(action, offset, len_bytes);
+        if let (true, Some(log)) = (SHAPED, io.iolog.as_mut()) {
+            log.record(action, offset, len_bytes);
         }
         let submitted = if plugged && self.opts.plug_per_io {
             c.plug().submit(bio, u64::from(idx))
@@ -548,6 +678,9 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const LOG: bool> JobLoop<'a, TIM
         if let Some(log) = io.iolog.take() {
             log.finish().map_err(|e| format!("job '{}': {e}", self.opts.name))?;
         }
+        if let Some(logs) = io.logs.take() {
+            logs.finish(elapsed_ns).map_err(|e| format!("job '{}': log: {e}", self.opts.name))?;
+        }
         if let Some(v) = &io.verifier {
             if p.error == 0 {
                 let bufs = io.write_bufs.drain(..).flatten().collect();
@@ -556,6 +689,18 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const LOG: bool> JobLoop<'a, TIM
         }
         let [read, write] = io.stats;
         Ok(JobResult { read, write, elapsed_ns, rusage, client: client.stats(), error: p.error })
+    }
+}
+
+/// Sleeps until `until_ns` on `clock`, in slices of at most 50 ms so that
+/// a stopped run is not kept waiting.
+fn sleep_until(clock: &Clock, until_ns: u64, ctrl: &Control) {
+    loop {
+        let now = clock.now_ns();
+        if now >= until_ns || ctrl.phase.load(Ordering::Acquire) == PHASE_STOP {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_nanos((until_ns - now).min(50_000_000)));
     }
 }
 

@@ -20,7 +20,9 @@ pub(super) fn job_region(opts: &JobOptions, dev: &Device, job_index: usize) -> R
         return Err(format!("job '{}': offset {offset} is beyond the device size {capacity}", opts.name));
     }
     let max_bs = opts.bs_read.max(opts.bs_write);
-    let region_len = opts.size.unwrap_or(capacity - offset).min(capacity - offset);
+    // fio: without `size`, a job covers its file (`filesize`), else the
+    // device from its offset on.
+    let region_len = opts.size.or(opts.filesize).unwrap_or(capacity - offset).min(capacity - offset);
     if region_len < max_bs {
         return Err(format!("job '{}': size {region_len} is smaller than the block size {max_bs}", opts.name));
     }

@@ -9,12 +9,15 @@ pub mod cpus;
 mod iolog;
 pub mod job;
 mod job_setup;
+mod log;
 pub mod options;
+mod order;
 mod parse;
 mod pattern;
 mod replay;
 pub mod report;
 mod setter;
+mod shape;
 mod start;
 pub mod stats;
 pub mod thread_cpu;
@@ -60,7 +63,7 @@ then a section per job). The fio options mqblk understands:
 ",
     );
     let mut line = String::from(" ");
-    for name in options::JOB_OPTIONS.iter().filter(|o| !matches!(**o, "device" | "sched" | "plug_nesting")) {
+    for name in options::job_options().iter().filter(|o| !matches!(**o, "device" | "sched" | "plug_nesting")) {
         if line.len() + name.len() + 1 > 78 {
             out.push_str(&line);
             out.push('\n');
@@ -84,12 +87,13 @@ pub enum BenchError {
 
 const SAMPLE_NS: u64 = 500_000_000;
 
-/// Marks a job done when its thread leaves `run_job`, by return or unwind.
-struct DoneOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+/// Marks a job done when its thread leaves `run_job`, by return or unwind,
+/// and tells the jobs that wait for exits.
+struct DoneOnDrop<'a>(&'a std::sync::atomic::AtomicBool, &'a start::Exits);
 
 impl Drop for DoneOnDrop<'_> {
     fn drop(&mut self) {
-        self.0.store(true, Ordering::Release);
+        self.1.exited(self.0);
     }
 }
 
@@ -108,8 +112,13 @@ struct Shared<'a> {
     opts: &'a JobOptions,
     /// Which of the job's `numjobs` clones this is.
     clone: usize,
+    /// This clone's index among the plan's (its seed and region).
+    job_index: usize,
     ctrl: Control<'a>,
     live: Live,
+    /// The clones (of this phase) that must exit before this one starts.
+    waits_for: Vec<usize>,
+    exits: &'a start::Exits,
 }
 
 /// The supervisor's own view of one job: its timeline and samples.
@@ -204,7 +213,8 @@ pub fn device_config(plan: &BenchPlan) -> Result<DeviceConfig, BenchError> {
     Ok(cfg)
 }
 
-/// Runs `plan` and returns its measurements.
+/// Runs `plan` and returns its measurements: its phases (order.rs) one
+/// after another on one device.
 pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
     for cpus in plan.jobs.iter().filter_map(|j| j.cpus_allowed.as_ref()) {
         cpus::check_available(&cpus.0).map_err(BenchError::BadInput)?;
@@ -214,44 +224,28 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
     let dev = cfg.build().map_err(|e| BenchError::BadInput(format!("--device {spec}: {e}")))?;
     let fixed = fixed_bufs(plan, &dev)?;
     let clock = bench_clock(plan)?;
-    let gate = StartGate::new(plan.jobs.iter().map(|j| j.numjobs).sum());
-    let (shared, mut running) = job_clones(plan, &gate, Instant::now());
-    let traces = open_traces(&shared, &dev)?;
     let bar = progress_bar(!plan.json);
-    let (results, process_cpu): (Vec<Result<JobResult, String>>, _) = std::thread::scope(|scope| {
-        let handles: Vec<_> = shared
-            .iter()
-            .zip(traces)
-            .enumerate()
-            .map(|(i, (r, trace))| {
-                let dev = &dev;
-                let fixed = fixed.as_ref().filter(|_| r.opts.fixedbufs);
-                std::thread::Builder::new()
-                    .name(format!("job{i}"))
-                    .spawn_scoped(scope, move || {
-                        // Done whatever the outcome (even a panic), so the
-                        // supervisor stops.
-                        let _done = DoneOnDrop(&r.live.done);
-                        // Arrived at the start gate whatever the outcome,
-                        // so no other job waits for this one.
-                        let _arrived = ArriveOnDrop(r.ctrl.start, &r.live.arrived);
-                        r.live.tid.store(thread_cpu::current_tid(), Ordering::Release);
-                        if let Some(cpus) = &r.opts.cpus_allowed {
-                            cpus::pin_current_thread(&cpus.for_job(r.opts.cpus_allowed_split, r.clone))?;
-                        }
-                        job::run_job(r.opts, dev, fixed, clock, i, &r.ctrl, &r.live, trace)
-                    })
-                    .expect("spawn job thread")
-            })
-            .collect();
-        let process_cpu = supervise(&shared, &mut running, &bar);
-        let results = handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("job thread panicked".into())));
-        (results.collect(), process_cpu)
-    });
+    let phases = order::phases(&plan.jobs);
+    let mut entries: Vec<Entry> = Vec::new();
+    let mut process_cpu = None;
+    for phase in &phases {
+        let (phase_entries, cpu) = run_phase(plan, phase.clone(), &dev, fixed.as_ref(), clock, &bar)?;
+        for entry in phase_entries {
+            // fio's group_reporting: one entry per group.
+            match entries
+                .iter_mut()
+                .find(|e| entry.opts.group_reporting && e.opts.group_reporting && e.opts.groupid == entry.opts.groupid)
+            {
+                Some(group) => group.merge(&entry),
+                None => entries.push(entry),
+            }
+        }
+        // The process's CPU per I/O needs every job measuring at once.
+        process_cpu = if phases.len() == 1 { cpu } else { None };
+    }
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    let entries = report_entries(&shared, running, results)?;
     if let Some(line) = crate::blktrace_stop_line(&dev) {
         eprintln!("{}", line.map_err(|e| BenchError::Failed(format!("--{e}")))?);
     }
@@ -267,6 +261,62 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
     Ok(RunOutput { entries, device: info, process_cpu, stats: dev.show_stats() })
 }
 
+/// Runs the jobs of one phase (`plan.jobs[phase]`), each clone on its
+/// thread: the jobs that wait for none start together; a `wait_for` job's
+/// clones start together once its waitee's have all exited.
+fn run_phase(
+    plan: &BenchPlan,
+    phase: std::ops::Range<usize>,
+    dev: &Device,
+    fixed: Option<&mqblk::FixedBufs>,
+    clock: Clock,
+    bar: &Option<indicatif::ProgressBar>,
+) -> Result<(Vec<Entry>, Option<ProcessCpu>), BenchError> {
+    let jobs = &plan.jobs[phase.clone()];
+    let waitees = order::waitees(&plan.jobs, phase.clone());
+    // A gate for the jobs that wait for none, and one per waiting job.
+    let free_clones = jobs.iter().zip(&waitees).filter(|(_, w)| w.is_empty()).map(|(j, _)| j.numjobs).sum();
+    let gates: Vec<StartGate> =
+        std::iter::once(StartGate::new(free_clones)).chain(jobs.iter().map(|j| StartGate::new(j.numjobs))).collect();
+    let exits = start::Exits::default();
+    // Job indices count every clone of the plan, as fio's thread numbers.
+    let first_index = plan.jobs[..phase.start].iter().map(|j| j.numjobs).sum();
+    let (shared, mut running) = job_clones(jobs, first_index, &waitees, &gates, &exits, Instant::now());
+    let traces = open_traces(&shared, dev)?;
+    let (results, process_cpu): (Vec<Result<JobResult, String>>, _) = std::thread::scope(|scope| {
+        let handles: Vec<_> = shared
+            .iter()
+            .zip(traces)
+            .enumerate()
+            .map(|(i, (r, trace))| {
+                let fixed = fixed.filter(|_| r.opts.fixedbufs);
+                let shared = &shared;
+                std::thread::Builder::new()
+                    .name(format!("job{i}"))
+                    .spawn_scoped(scope, move || {
+                        // Done whatever the outcome (even a panic), so the
+                        // supervisor stops and waiting jobs go on.
+                        let _done = DoneOnDrop(&r.live.done, r.exits);
+                        // Arrived at the start gate whatever the outcome,
+                        // so no other job waits for this one.
+                        let _arrived = ArriveOnDrop(r.ctrl.start, &r.live.arrived);
+                        r.exits.wait_for(|| r.waits_for.iter().all(|&w| shared[w].live.done.load(Ordering::Acquire)));
+                        r.live.tid.store(thread_cpu::current_tid(), Ordering::Release);
+                        if let Some(cpus) = &r.opts.cpus_allowed {
+                            cpus::pin_current_thread(&cpus.for_job(r.opts.cpus_allowed_split, r.clone))?;
+                        }
+                        job::run_job(r.opts, dev, fixed, clock, r.job_index, &r.ctrl, &r.live, trace)
+                    })
+                    .expect("spawn job thread")
+            })
+            .collect();
+        let process_cpu = supervise(&shared, &mut running, bar);
+        let results = handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("job thread panicked".into())));
+        (results.collect(), process_cpu)
+    });
+    Ok((report_entries(&shared, running, results)?, process_cpu))
+}
+
 /// Each job clone's trace (`read_iolog`), parsed and checked against the
 /// device before any job starts: a bad one is bad input.
 fn open_traces(shared: &[Shared<'_>], dev: &Device) -> Result<Vec<Option<replay::OpenTrace>>, BenchError> {
@@ -274,18 +324,42 @@ fn open_traces(shared: &[Shared<'_>], dev: &Device) -> Result<Vec<Option<replay:
 }
 
 /// Every job's clones (`numjobs`), each with its run control and its
-/// supervisor's timeline from `start`: the ramp, then the runtime.
-fn job_clones<'a>(plan: &'a BenchPlan, gate: &'a StartGate, start: Instant) -> (Vec<Shared<'a>>, Vec<Running>) {
+/// supervisor's timeline from `start`: the ramp, then the runtime. A
+/// clone passes `gates[0]` unless its job waits for others (`waitees`,
+/// indices into `jobs`): then its job's own gate, after every clone of
+/// those has exited.
+fn job_clones<'a>(
+    jobs: &'a [JobOptions],
+    first_index: usize,
+    waitees: &[Vec<usize>],
+    gates: &'a [StartGate],
+    exits: &'a start::Exits,
+    start: Instant,
+) -> (Vec<Shared<'a>>, Vec<Running>) {
     let mut shared: Vec<Shared> = Vec::new();
     let mut running: Vec<Running> = Vec::new();
-    for opts in &plan.jobs {
+    let mut first_clone = Vec::with_capacity(jobs.len());
+    for (j, opts) in jobs.iter().enumerate() {
+        first_clone.push(shared.len());
+        let waits_for: Vec<usize> =
+            waitees[j].iter().flat_map(|&w| first_clone[w]..first_clone[w] + jobs[w].numjobs).collect();
+        let gate = if waits_for.is_empty() { &gates[0] } else { &gates[1 + j] };
         for clone in 0..opts.numjobs {
             let ramp_end = start + Duration::from_nanos(opts.ramp_time_ns);
             let ctrl = Control { phase: Default::default(), start: gate };
             if opts.ramp_time_ns == 0 {
                 ctrl.phase.store(PHASE_RUN, Ordering::Release);
             }
-            shared.push(Shared { opts, clone, ctrl, live: Live::default() });
+            let job_index = first_index + shared.len();
+            shared.push(Shared {
+                opts,
+                clone,
+                job_index,
+                ctrl,
+                live: Live::default(),
+                waits_for: waits_for.clone(),
+                exits,
+            });
             running.push(Running {
                 started: false,
                 ramp_end,
@@ -299,8 +373,8 @@ fn job_clones<'a>(plan: &'a BenchPlan, gate: &'a StartGate, start: Instant) -> (
     (shared, running)
 }
 
-/// The report's entries: one per job clone, or one per group of
-/// `group_reporting` jobs; the first job error fails the run.
+/// The phase's report entries, one per job clone (run_plan folds
+/// `group_reporting` groups); the first job error fails the run.
 fn report_entries(
     shared: &[Shared<'_>],
     running: Vec<Running>,
@@ -309,11 +383,7 @@ fn report_entries(
     let mut entries: Vec<Entry> = Vec::new();
     for ((sh, r), res) in shared.iter().zip(running).zip(results) {
         let res = res.map_err(BenchError::Failed)?;
-        let entry = Entry::from_result(sh.opts, &res, r.read_samples, r.write_samples);
-        match entries.iter_mut().find(|e| sh.opts.group_reporting && e.opts.group_reporting) {
-            Some(group) => group.merge(&entry),
-            None => entries.push(entry),
-        }
+        entries.push(Entry::from_result(sh.opts, &res, r.read_samples, r.write_samples));
     }
     Ok(entries)
 }

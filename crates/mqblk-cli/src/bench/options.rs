@@ -4,6 +4,9 @@
 
 use std::fmt;
 
+use super::log::{LogOptions, LOG_OPTIONS};
+use super::shape::{ShapeOptions, SHAPE_OPTIONS};
+
 pub use super::parse::{parse_bench_args, BenchPlan};
 
 /// An option error: names the option and what was wrong (exit code 2).
@@ -82,10 +85,33 @@ pub const JOB_OPTIONS: &[&str] = &[
     "replay_redirect",
     "replay_align",
     "replay_scale",
+    "description",
+    "thread",
+    "threads",
+    "stonewall",
+    "wait_on_prev",
+    "new_group",
+    "wait_for",
+    "loops",
+    "buffered",
+    "directory",
+    "filesize",
 ];
 
-/// `ioengine` values accepted; the sync ones run one I/O at a time.
-pub const IOENGINES: &[&str] = &["io_uring", "libaio", "pvsync2", "pvsync", "psync", "sync"];
+/// Whether `key` is a job option bench knows.
+pub fn is_job_option(key: &str) -> bool {
+    JOB_OPTIONS.contains(&key) || SHAPE_OPTIONS.contains(&key) || LOG_OPTIONS.contains(&key)
+}
+
+/// Every job option bench knows.
+pub fn job_options() -> Vec<&'static str> {
+    JOB_OPTIONS.iter().chain(SHAPE_OPTIONS).chain(LOG_OPTIONS).copied().collect()
+}
+
+/// `ioengine` values accepted: the engines mqblk's client stands in for.
+/// The sync ones run one I/O at a time; the async ones (and fio's `null`
+/// engine, whose role the device given plays) keep iodepth.
+pub const IOENGINES: &[&str] = &["io_uring", "libaio", "posixaio", "null", "pvsync2", "pvsync", "psync", "sync"];
 const SYNC_IOENGINES: &[&str] = &["pvsync2", "pvsync", "psync", "sync"];
 
 /// The data direction pattern (`rw=`).
@@ -228,8 +254,48 @@ pub struct JobOptions {
     pub replay: ReplayOptions,
     /// fio's `write_iolog`: a version-3 iolog of the I/O the job issues.
     pub write_iolog: Option<String>,
+    /// fio's `description`: free text, shown in the report.
+    pub description: Option<String>,
+    /// fio's `stonewall` (alias `wait_on_prev`): start after every job
+    /// before this one has exited (order.rs).
+    pub stonewall: bool,
+    /// fio's `new_group`: start a new reporting group.
+    pub new_group: bool,
+    /// fio's `wait_for`: start once every clone of this job has exited.
+    pub wait_for: Option<String>,
+    /// fio's group id (order.rs), set once every job is parsed.
+    pub groupid: u32,
+    /// fio's `loops`: the job's I/O (its `size` or `io_size`) this many
+    /// times over (a time-based job ignores it).
+    pub loops: u64,
+    /// fio's `directory`: where the job's files are (with `--device`, the
+    /// device stands for every file).
+    pub directory: Option<String>,
+    /// fio's `filesize`: each file's size; the job's size when `size` is
+    /// not given.
+    pub filesize: Option<u64>,
+    /// The `:N` of `rw=` (fio's `rw_sequencer` modifier): for a
+    /// sequential pattern, bytes added to the offset after each I/O
+    /// (negative: backwards); for a random one, I/Os issued in sequence
+    /// from each random offset.
+    pub rw_modifier: RwModifier,
+    /// fio's rates and think time (shape.rs).
+    pub shape: ShapeOptions,
+    /// fio's latency, bandwidth and IOPS logs (log.rs).
+    pub logs: LogOptions,
     /// The options as given, for the JSON "job options" object.
     pub given: Vec<(String, String)>,
+}
+
+/// The `:N` after `rw=` (fio's `ddir_seq_add` and `ddir_seq_nr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RwModifier {
+    #[default]
+    None,
+    /// Sequential: bytes added to each next offset (may be negative).
+    SeqAdd(i64),
+    /// Random: I/Os issued one after another from each random offset.
+    SeqNr(u64),
 }
 
 impl JobOptions {
@@ -278,6 +344,17 @@ impl JobOptions {
             read_iolog: None,
             replay: ReplayOptions::default(),
             write_iolog: None,
+            description: None,
+            stonewall: false,
+            new_group: false,
+            wait_for: None,
+            groupid: 0,
+            loops: 1,
+            directory: None,
+            filesize: None,
+            rw_modifier: RwModifier::None,
+            shape: ShapeOptions::default(),
+            logs: LogOptions::default(),
             given: Vec::new(),
         }
     }
@@ -303,6 +380,12 @@ impl JobOptions {
         }
     }
 
+    /// Whether the job runs the job loop's copy that shapes or logs each
+    /// I/O (job.rs' `SHAPED`).
+    pub fn shaped(&self) -> bool {
+        self.write_iolog.is_some() || self.shape.any() || self.logs.any()
+    }
+
     /// Whether the job may read and write: as its mix says, or both when
     /// it replays a trace.
     pub fn directions(&self) -> (bool, bool) {
@@ -315,6 +398,8 @@ impl JobOptions {
         if self.time_based && self.runtime_ns == 0 {
             return err(format!("job '{}': time_based needs a runtime", self.name));
         }
+        self.shape.validate(&self.name)?;
+        self.logs.validate(&self.name, self.gtod_reduce)?;
         self.validate_iolog()
     }
 

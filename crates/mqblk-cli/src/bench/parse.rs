@@ -4,7 +4,7 @@
 //! INI job files (`[global]` and job sections), collected in order into a
 //! `BenchPlan`.
 
-use super::options::{err, unknown_option, JobOptions, OptionError, JOB_OPTIONS};
+use super::options::{err, is_job_option, job_options, unknown_option, JobOptions, OptionError};
 
 /// Options of `mqblk bench`'s command line only (not of job files).
 const BENCH_OPTIONS: &[&str] = &["output-format", "stats", "blktrace"];
@@ -12,7 +12,8 @@ const BENCH_OPTIONS: &[&str] = &["output-format", "stats", "blktrace"];
 /// The unknown-option message of the command line, where mqblk's own
 /// options are known too.
 fn unknown_cli_option(key: &str) -> String {
-    let known: Vec<&str> = JOB_OPTIONS.iter().chain(BENCH_OPTIONS).copied().collect();
+    let mut known = job_options();
+    known.extend(BENCH_OPTIONS);
     unknown_option(key, &known)
 }
 
@@ -51,8 +52,13 @@ type Parsed = (Vec<JobOptions>, Vec<(String, String)>, Option<String>, Option<mq
 
 /// Collects options in order: `device` and `plug_nesting` are plan-level
 /// (device options), the rest job options.
+#[derive(Default)]
 struct Collector {
     global: OptionList,
+    /// Job options given on the command line after a job file: they
+    /// override the file's own, in every job (how a job file is shortened
+    /// without editing it).
+    overrides: OptionList,
     jobs: Vec<(String, OptionList)>,
     device: Option<String>,
     plug_nesting: Option<String>,
@@ -89,26 +95,42 @@ impl Collector {
         for (name, opts) in &self.jobs {
             let mut job = base.clone();
             job.name = name.clone();
-            for (k, v) in opts {
+            for (k, v) in opts.iter().chain(&self.overrides) {
                 job.set(k, v.as_deref())?;
             }
             job.validate()?;
             jobs.push(job);
         }
+        super::order::check_waits(&jobs)?;
+        super::order::assign_groups(&mut jobs);
         let file = file_device(&jobs, self.device.is_some())?;
         Ok((jobs, global_given, self.device, file))
     }
 }
 
-/// The device of jobs that name a `filename` (fio's way): the io_uring
-/// file driver, one for all jobs, so they must agree on it. Like fio's
-/// io_uring engine, each job reaps its own ring (`device_config` gives one
-/// per job thread); a missing file is laid out at the jobs' size.
+/// The device of jobs that name a `filename` or a `directory` (fio's way),
+/// when `--device` names none: the io_uring file driver, one for all jobs,
+/// so they must agree on it. Like fio's io_uring engine, each job reaps
+/// its own ring (`device_config` gives one per job thread); a missing file
+/// is laid out at the jobs' size. With `--device`, the device stands for
+/// every file the jobs name, as `--filename` would.
 fn file_device(jobs: &[JobOptions], device_given: bool) -> Result<Option<mqblk_file::FileConfig>, OptionError> {
-    let Some(first) = jobs.iter().find(|j| j.filename.is_some()) else { return Ok(None) };
     if device_given {
-        return err("--filename and --device both name the device: give one");
+        return Ok(None);
     }
+    let mut jobs = jobs.to_vec();
+    for job in jobs.iter_mut().filter(|j| j.filename.is_none()) {
+        // fio's file of a job in a directory: NAME.CLONE.FILE.
+        job.filename = job.directory.as_ref().map(|dir| format!("{dir}/{}.0.0", job.name));
+        if job.filename.is_some() && job.numjobs > 1 {
+            return err(format!(
+                "job '{}': directory= with numjobs={} names a file per clone, and without --device bench runs one \
+                 device: give filename= or --device",
+                job.name, job.numjobs
+            ));
+        }
+    }
+    let Some(first) = jobs.iter().find(|j| j.filename.is_some()) else { return Ok(None) };
     let key = |j: &JobOptions| (j.filename.clone(), j.direct, j.registerfiles);
     if jobs.iter().any(|j| key(j) != key(first)) {
         return err("jobs name different filename/direct/registerfiles: mqblk bench runs one device");
@@ -119,7 +141,7 @@ fn file_device(jobs: &[JobOptions], device_given: bool) -> Result<Option<mqblk_f
     }
     let mut file = mqblk_file::FileConfig::new(path).direct(first.direct).register_files(first.registerfiles);
     if !std::path::Path::new(path).exists() {
-        let size = jobs.iter().filter_map(|j| j.size.map(|s| j.offset + s)).max();
+        let size = jobs.iter().filter_map(|j| j.size.or(j.filesize).map(|s| j.offset + s)).max();
         let Some(size) = size else {
             return err(format!("filename={path} does not exist: give size= so it can be created"));
         };
@@ -130,7 +152,7 @@ fn file_device(jobs: &[JobOptions], device_given: bool) -> Result<Option<mqblk_f
 
 /// Parses `mqblk bench` arguments (everything after `bench`).
 pub fn parse_bench_args(args: &[String]) -> Result<BenchPlan, OptionError> {
-    let mut c = Collector { global: Vec::new(), jobs: Vec::new(), device: None, plug_nesting: None, sched: None };
+    let mut c = Collector::default();
     let cli = parse_cli(args, &mut c)?;
     for path in &cli.job_files {
         let text = std::fs::read_to_string(path).map_err(|e| OptionError(format!("job file '{path}': {e}")))?;
@@ -185,6 +207,7 @@ fn parse_cli(args: &[String], c: &mut Collector) -> Result<CliArgs, OptionError>
             cli.job_files.push(arg.clone());
             continue;
         };
+        let after_file = !cli.job_files.is_empty();
         let (key, inline) = match opt.split_once('=') {
             Some((k, v)) => (k.to_string(), Some(v.to_string())),
             None => (opt.to_string(), None),
@@ -212,12 +235,17 @@ fn parse_cli(args: &[String], c: &mut Collector) -> Result<CliArgs, OptionError>
             "device" => c.device = Some(take_value(inline)?),
             "plug_nesting" => c.plug_nesting = Some(take_value(inline)?),
             "sched" => c.sched = Some(take_value(inline)?),
+            "name" if after_file => {
+                return err("--name after a job file: options after a job file override its jobs' options; \
+                     give command-line jobs before the file");
+            }
             "name" => {
                 let v = take_value(inline)?;
                 c.jobs.push((v, Vec::new()));
                 cli.any_job_option = true;
             }
-            _ if JOB_OPTIONS.contains(&key.as_str()) => {
+            _ if is_job_option(&key) && after_file => c.overrides.push((key, inline)),
+            _ if is_job_option(&key) => {
                 c.add(&key, inline);
                 cli.any_job_option = true;
             }
@@ -259,8 +287,8 @@ fn parse_job_file(text: &str, path: &str, c: &mut Collector) -> Result<(), Optio
             Some((k, v)) => (k.trim(), Some(v.trim().to_string())),
             None => (line, None),
         };
-        if !JOB_OPTIONS.contains(&key) {
-            return err(format!("{}: {}", at(), unknown_option(key, JOB_OPTIONS)));
+        if !is_job_option(key) {
+            return err(format!("{}: {}", at(), unknown_option(key, &job_options())));
         }
         if in_global {
             if key == "device" {
@@ -335,13 +363,13 @@ mod tests {
     #[test]
     fn job_file_with_global_section() {
         let text = "; comment\n[global]\nbs=16k\ntime_based\nruntime=2\n\n[reader]\nrw=randread\niodepth=8\n[writer]\nrw=write\n";
-        let mut c = Collector { global: Vec::new(), jobs: Vec::new(), device: None, plug_nesting: None, sched: None };
+        let mut c = Collector::default();
         parse_job_file(text, "t.fio", &mut c).unwrap();
         let (jobs, _, _, _) = c.finish().unwrap();
         assert_eq!(jobs.len(), 2);
         assert_eq!((jobs[0].bs_read, jobs[0].iodepth, jobs[0].time_based), (16384, 8, true));
         assert_eq!(jobs[1].rw, RwMode::Write);
-        let mut c = Collector { global: Vec::new(), jobs: Vec::new(), device: None, plug_nesting: None, sched: None };
+        let mut c = Collector::default();
         let e = parse_job_file("[a]\nfoo=1\n", "t.fio", &mut c).unwrap_err();
         assert!(e.0.contains("t.fio:2") && e.0.contains("'foo'"), "{}", e.0);
     }

@@ -15,6 +15,12 @@ pub(super) struct Pattern {
     /// I/O's, so a fixed block size divides once per job, not per I/O.
     pub(super) blocks: (u64, u64),
     pub(super) rng: u64,
+    /// `rw=MODE:N` (options.rs' `RwModifier`): bytes added to each
+    /// sequential offset (0: none), and I/Os in sequence from each random
+    /// offset (1: every I/O at a random offset), with those left.
+    pub(super) seq_add: i64,
+    pub(super) seq_nr: u64,
+    pub(super) seq_left: u64,
 }
 
 impl Pattern {
@@ -38,6 +44,9 @@ impl Pattern {
 
     #[inline]
     pub(super) fn next_offset(&mut self, bs: u64) -> u64 {
+        if self.seq_nr > 1 || self.seq_add != 0 {
+            return self.next_modified(bs);
+        }
         if self.random {
             if self.blocks.0 != bs {
                 self.blocks = (bs, self.region_len / bs);
@@ -51,6 +60,51 @@ impl Pattern {
         if self.pos + bs > self.region_len {
             self.pos = 0; // wrap (time_based runs loop over the region)
         }
+        let off = self.region_start + self.pos;
+        self.pos += bs;
+        off
+    }
+}
+
+impl Pattern {
+    /// The next offset of a pattern with an `rw=MODE:N` modifier, as
+    /// fio's `get_next_seq_offset` and `ddir_seq_nr` place it.
+    #[cold]
+    fn next_modified(&mut self, bs: u64) -> u64 {
+        if self.random {
+            return self.next_random_run(bs);
+        }
+        // `pos` is where the last I/O ended, relative to the region. fio
+        // adds the modifier to it from the second I/O on; a backwards
+        // pattern starts from the region's end.
+        let (add, len) = (self.seq_add, self.region_len as i64);
+        let mut pos = self.pos as i64;
+        if pos == 0 && add < 0 {
+            pos = len;
+        }
+        if pos != 0 {
+            pos += add;
+        }
+        if pos < 0 || pos + bs as i64 > len {
+            // Wrapped: forwards to the start, backwards to the end plus
+            // the (negative) modifier, as fio wraps.
+            pos = if add > 0 { 0 } else { len + add };
+            if pos < 0 || pos + bs as i64 > len {
+                pos = 0;
+            }
+        }
+        self.pos = (pos as u64) + bs;
+        self.region_start + pos as u64
+    }
+
+    /// `randMODE:N`: a random offset, then N - 1 I/Os in sequence from it.
+    fn next_random_run(&mut self, bs: u64) -> u64 {
+        if self.seq_left == 0 || self.pos + bs > self.region_len {
+            let blocks = (self.region_len / bs).max(1);
+            self.pos = ((u128::from(self.next_rand()) * u128::from(blocks)) >> 64) as u64 * bs;
+            self.seq_left = self.seq_nr;
+        }
+        self.seq_left -= 1;
         let off = self.region_start + self.pos;
         self.pos += bs;
         off
@@ -105,5 +159,67 @@ impl ZoneWriter {
         let off = *start + *wp;
         *wp += bs;
         (off, reset)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pattern(random: bool, seq_add: i64, seq_nr: u64) -> Pattern {
+        let (region_start, region_len) = (1 << 20, 64 << 10);
+        Pattern {
+            random,
+            read_pct: 100,
+            region_start,
+            region_len,
+            pos: 0,
+            blocks: (0, 0),
+            rng: 7,
+            seq_add,
+            seq_nr,
+            seq_left: 0,
+        }
+    }
+
+    #[test]
+    fn a_negative_modifier_reads_backwards_as_fio_does() {
+        // fio's examples/backwards-read.fio: bs=4k, rw=read:-8k. The
+        // first read is at the end minus 8k, each next 4k lower; past the
+        // start it wraps to the end minus 8k again.
+        let mut p = pattern(false, -8192, 1);
+        let offs: Vec<u64> = (0..17).map(|_| p.next_offset(4096) - (1 << 20)).collect();
+        let want: Vec<u64> = (0..15).map(|i| (56 << 10) - i * 4096).chain([56 << 10, 52 << 10]).collect();
+        assert_eq!(offs, want);
+    }
+
+    #[test]
+    fn a_positive_modifier_leaves_holes_and_wraps_to_the_start() {
+        let mut p = pattern(false, 4096, 1);
+        let offs: Vec<u64> = (0..9).map(|_| p.next_offset(4096) - (1 << 20)).collect();
+        assert_eq!(offs, [0, 8192, 16384, 24576, 32768, 40960, 49152, 57344, 0]);
+    }
+
+    #[test]
+    fn a_random_run_issues_n_ios_in_sequence_from_each_random_offset() {
+        let mut p = pattern(true, 0, 4);
+        let offs: Vec<u64> = (0..400).map(|_| p.next_offset(4096) - (1 << 20)).collect();
+        let mut runs = 0;
+        for w in offs.windows(2) {
+            if w[1] != w[0] + 4096 {
+                runs += 1;
+            }
+        }
+        assert!(offs.iter().all(|&o| o % 4096 == 0 && o + 4096 <= 64 << 10));
+        // A run is cut short only at the region's end; else 4 I/Os each.
+        assert!((99..=140).contains(&(runs + 1)), "{} runs in 400 I/Os", runs + 1);
+        let mut plain = pattern(true, 0, 1);
+        let jumps = (0..400)
+            .map(|_| plain.next_offset(4096))
+            .collect::<Vec<_>>()
+            .windows(2)
+            .filter(|w| w[1] != w[0] + 4096)
+            .count();
+        assert!(jumps > 300, "without a modifier every I/O is random: {jumps} jumps");
     }
 }

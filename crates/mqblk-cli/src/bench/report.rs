@@ -200,7 +200,7 @@ fn job_json(i: usize, e: &Entry) -> Value {
     let cpu_base = e.secs() * 1e9 * e.nr_jobs as f64;
     json!({
         "jobname": e.opts.name,
-        "groupid": 0,
+        "groupid": e.opts.groupid,
         "job_index": i,
         "jobs": e.nr_jobs,
         "error": e.run.error,
@@ -358,7 +358,12 @@ pub fn to_human(entries: &[Entry], dev: &DeviceInfo, process_cpu: Option<Process
     for e in entries {
         human_job(&mut out, e);
     }
-    human_run_status(&mut out, entries);
+    let mut groups: Vec<u32> = entries.iter().map(|e| e.opts.groupid).collect();
+    groups.dedup();
+    for group in groups {
+        let members: Vec<Entry> = entries.iter().filter(|e| e.opts.groupid == group).cloned().collect();
+        human_run_status(&mut out, group, &members);
+    }
     if let Some(p) = process_cpu {
         // Not fio's: the jobs' cpu lines count their own threads only.
         let _ = writeln!(
@@ -385,14 +390,18 @@ pub fn to_human(entries: &[Entry], dev: &DeviceInfo, process_cpu: Option<Process
 fn human_job(out: &mut String, e: &Entry) {
     let _ = writeln!(
         out,
-        "{}: (groupid=0, jobs={}): err={:2}: rw={}, bs={}, iodepth={}",
+        "{}: (groupid={}, jobs={}): err={:2}: rw={}, bs={}, iodepth={}",
         e.opts.name,
+        e.opts.groupid,
         e.nr_jobs,
         e.run.error,
         e.opts.rw.name(),
         e.opts.bs_read,
         e.opts.effective_iodepth()
     );
+    if let Some(text) = &e.opts.description {
+        let _ = writeln!(out, "  Description  : [{text}]");
+    }
     human_dir(out, "read", e, &e.run.read);
     human_dir(out, "write", e, &e.run.write);
     let cpu_base = e.secs() * 1e9 * e.nr_jobs as f64;
@@ -418,9 +427,10 @@ fn human_job(out: &mut String, e: &Entry) {
     let _ = writeln!(out);
 }
 
-/// fio's "Run status group" lines: each direction's total over all jobs.
-fn human_run_status(out: &mut String, entries: &[Entry]) {
-    let _ = writeln!(out, "Run status group 0 (all jobs):");
+/// fio's "Run status group" lines: each direction's total over the
+/// group's jobs.
+fn human_run_status(out: &mut String, group: u32, entries: &[Entry]) {
+    let _ = writeln!(out, "Run status group {group} (all jobs):");
     for (label, pick) in [("READ", 0), ("WRITE", 1)] {
         let bytes: u64 = entries.iter().map(|e| if pick == 0 { e.run.read.bytes } else { e.run.write.bytes }).sum();
         if bytes == 0 {

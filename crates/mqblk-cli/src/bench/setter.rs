@@ -4,7 +4,7 @@
 //! how submitted, how long and how measured, and the file engine's.
 
 use super::cpus::CpuList;
-use super::options::{err, unknown_option, JobOptions, OptionError, RwMode, IOENGINES, JOB_OPTIONS};
+use super::options::{err, job_options, unknown_option, JobOptions, OptionError, RwMode, RwModifier, IOENGINES};
 use super::values::{parse_flag, parse_int, parse_size, parse_time_ns};
 
 /// The option's value, or the error of an option given bare that needs one.
@@ -21,6 +21,18 @@ fn choice<T: Copy>(value: &str, allowed: &[(&str, T)], msg: impl FnOnce(&str) ->
     }
 }
 
+/// The `:N` of `rw=MODE:N`: a signed size for a sequential mode (fio's
+/// `ddir_seq_add`), a count of at least 1 for a random one (fio's
+/// `ddir_seq_nr`).
+fn rw_modifier(mode: RwMode, n: &str) -> Result<RwModifier, OptionError> {
+    if mode.is_random() {
+        return Ok(RwModifier::SeqNr(parse_int("rw", n, 1, u64::from(u32::MAX))?));
+    }
+    let (negative, size) = n.strip_prefix('-').map_or((false, n), |s| (true, s));
+    let bytes = i64::try_from(parse_size("rw", size)?).map_err(|_| OptionError(format!("rw: ':{n}' overflows")))?;
+    Ok(RwModifier::SeqAdd(if negative { -bytes } else { bytes }))
+}
+
 impl JobOptions {
     /// Sets one option, and records it as given (for the JSON "job
     /// options"); an unknown option names the nearest known one.
@@ -29,9 +41,11 @@ impl JobOptions {
             || self.set_queue(key, value)?
             || self.set_run(key, value)?
             || self.set_file(key, value)?
-            || self.set_replay(key, value)?;
+            || self.set_replay(key, value)?
+            || self.shape.set(key, value)?
+            || self.logs.set(key, value)?;
         if !known {
-            return err(unknown_option(key, JOB_OPTIONS));
+            return err(unknown_option(key, &job_options()));
         }
         if key != "name" {
             self.given.push((key.to_string(), value.unwrap_or("").to_string()));
@@ -45,7 +59,15 @@ impl JobOptions {
         let v = || need(key, value);
         match key {
             "name" => self.name = v()?.to_string(),
-            "rw" | "readwrite" => self.rw = RwMode::parse(v()?)?,
+            "rw" | "readwrite" => {
+                let v = v()?;
+                let (mode, modifier) = v.split_once(':').map_or((v, None), |(m, n)| (m, Some(n)));
+                self.rw = RwMode::parse(mode)?;
+                self.rw_modifier = match modifier {
+                    None => RwModifier::None,
+                    Some(n) => rw_modifier(self.rw, n)?,
+                };
+            }
             "rwmixread" => self.rwmixread = parse_int(key, v()?, 0, 100)? as u32,
             "rwmixwrite" => self.rwmixread = 100 - parse_int(key, v()?, 0, 100)? as u32,
             "bs" | "blocksize" => {
@@ -145,6 +167,16 @@ impl JobOptions {
                 })?)
             }
             "startdelay" => self.startdelay_ns = parse_time_ns(key, v()?)?,
+            "loops" => self.loops = parse_int(key, v()?, 1, u64::from(u32::MAX))?,
+            "stonewall" | "wait_on_prev" => self.stonewall = parse_flag(key, value)?,
+            "new_group" => self.new_group = parse_flag(key, value)?,
+            "wait_for" => self.wait_for = Some(v()?.to_string()),
+            "description" => self.description = Some(v()?.to_string()),
+            // Every job is a thread of this process already (fio's
+            // `thread`); `threads` is fio's tiobench profile's option,
+            // which fio too ignores without `profile=tiobench`.
+            "thread" => _ = parse_flag(key, value)?,
+            "threads" => _ = parse_int(key, v()?, 1, 4096)?,
             "exitall" => self.exitall = parse_flag(key, value)?,
             "cpus_allowed" => self.cpus_allowed = Some(CpuList::parse(key, v()?)?),
             "cpus_allowed_policy" => {
@@ -163,6 +195,9 @@ impl JobOptions {
         match key {
             "filename" => self.filename = Some(need(key, value)?.to_string()),
             "direct" => self.direct = parse_flag(key, value)?,
+            "buffered" => self.direct = !parse_flag(key, value)?,
+            "directory" => self.directory = Some(need(key, value)?.to_string()),
+            "filesize" => self.filesize = Some(parse_size(key, need(key, value)?)?),
             "registerfiles" => self.registerfiles = parse_flag(key, value)?,
             // Options of fio's io_uring engine that mqblk cannot honour say so.
             "fixedbufs" => self.fixedbufs = parse_flag(key, value)?,

@@ -8,6 +8,9 @@
 //! A job that fails or panics before it arrives counts as arrived (the
 //! job thread's guard), so the others never wait for it.
 //!
+//! Jobs that wait for others to exit (fio's `wait_for`, order.rs) sleep
+//! on `Exits` and pass their own gate after.
+//!
 //! Relies on std's Mutex and Condvar: the gate is passed once per job, never
 //! per I/O.
 
@@ -49,6 +52,31 @@ impl StartGate {
     }
 }
 
+/// Where jobs that wait for others (fio's `wait_for`) sleep until the
+/// jobs they wait for have exited.
+#[derive(Debug, Default)]
+pub struct Exits {
+    lock: Mutex<()>,
+    changed: Condvar,
+}
+
+impl Exits {
+    /// Marks a job exited (its `done` flag) and wakes every waiting job.
+    pub fn exited(&self, done: &AtomicBool) {
+        done.store(true, Ordering::Release);
+        // Taking the lock orders the store before any waiter's check of
+        // it under the lock: no wakeup falls between check and sleep.
+        let _held = self.lock.lock().expect("exits lock");
+        self.changed.notify_all();
+    }
+
+    /// Sleeps until `all_exited` (which reads `done` flags) holds.
+    pub fn wait_for(&self, all_exited: impl Fn() -> bool) {
+        let held = self.lock.lock().expect("exits lock");
+        let _held = self.changed.wait_while(held, |_| !all_exited()).expect("exits lock");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,5 +105,23 @@ mod tests {
         });
         assert!(started.load(Ordering::Acquire));
         assert_eq!(*gate.pending.lock().unwrap(), 0);
+    }
+
+    #[test]
+    fn a_waiting_job_starts_only_after_both_waitees_exit() {
+        let exits = Exits::default();
+        let done: Vec<AtomicBool> = (0..2).map(|_| AtomicBool::new(false)).collect();
+        let started = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                exits.wait_for(|| done.iter().all(|d| d.load(Ordering::Acquire)));
+                assert!(done.iter().all(|d| d.load(Ordering::Acquire)));
+                started.store(true, Ordering::Release);
+            });
+            exits.exited(&done[0]);
+            assert!(!started.load(Ordering::Acquire), "started with one waitee still running");
+            exits.exited(&done[1]);
+        });
+        assert!(started.load(Ordering::Acquire));
     }
 }

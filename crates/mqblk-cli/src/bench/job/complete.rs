@@ -4,9 +4,10 @@
 
 use mqblk::{Client, Completion};
 
+use super::super::log::Sample;
 use super::{IoState, JobLoop, Progress};
 
-impl<const TIMED: bool, const REPLAY: bool, const LOG: bool> JobLoop<'_, TIMED, REPLAY, LOG> {
+impl<const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'_, TIMED, REPLAY, SHAPED> {
     /// Reaps at least `iodepth_batch_complete_min` (at most what is in
     /// flight) and at most `iodepth_batch_complete_max` completions,
     /// accounting each as it is reaped (no vector in between); one clock
@@ -52,6 +53,9 @@ impl<const TIMED: bool, const REPLAY: bool, const LOG: bool> JobLoop<'_, TIMED, 
                     let clat = now.saturating_sub(slot.issue_ns + slot.slat_ns);
                     stats.record_latency(slot.slat_ns, clat, self.lat_hist);
                 }
+                if SHAPED {
+                    self.log_completion(now, slot, bs, io);
+                }
             }
         } else {
             stats.errors += 1;
@@ -72,18 +76,37 @@ impl<const TIMED: bool, const REPLAY: bool, const LOG: bool> JobLoop<'_, TIMED, 
     }
 }
 
+impl<const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'_, TIMED, REPLAY, SHAPED> {
+    /// fio's logs of one completion (log.rs), if the job writes any.
+    #[inline(never)]
+    fn log_completion(&self, now: u64, slot: super::Slot, bs: u64, io: &mut IoState) {
+        let Some(logs) = io.logs.as_mut() else { return };
+        let now = if TIMED { now } else { self.clock.now_ns() };
+        let clat_ns = if TIMED { now.saturating_sub(slot.issue_ns + slot.slat_ns) } else { 0 };
+        let sample = Sample {
+            is_write: slot.is_write,
+            bs,
+            offset: slot.offset,
+            ioprio: self.opts.ioprio,
+            slat_ns: slot.slat_ns,
+            clat_ns,
+        };
+        logs.complete(now.saturating_sub(io.start_ns), &sample);
+    }
+}
+
 /// The reap's sink: accounts each completion where it is reaped (a
 /// `CompletionSink` rather than a closure, so that it is inlined into the
 /// reaping loop); one clock read, at the first completion, stamps them all.
-struct Reaped<'j, 'a, const TIMED: bool, const REPLAY: bool, const LOG: bool> {
-    job: &'j JobLoop<'a, TIMED, REPLAY, LOG>,
+struct Reaped<'j, 'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> {
+    job: &'j JobLoop<'a, TIMED, REPLAY, SHAPED>,
     now: Option<u64>,
     io: &'j mut IoState,
     p: &'j mut Progress,
 }
 
-impl<const TIMED: bool, const REPLAY: bool, const LOG: bool> mqblk::CompletionSink
-    for Reaped<'_, '_, TIMED, REPLAY, LOG>
+impl<const TIMED: bool, const REPLAY: bool, const SHAPED: bool> mqblk::CompletionSink
+    for Reaped<'_, '_, TIMED, REPLAY, SHAPED>
 {
     #[inline(always)]
     fn complete(&mut self, c: Completion) {

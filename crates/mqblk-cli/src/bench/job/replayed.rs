@@ -26,7 +26,7 @@ impl ReplaySource {
     }
 }
 
-impl<const TIMED: bool, const REPLAY: bool, const LOG: bool> JobLoop<'_, TIMED, REPLAY, LOG> {
+impl<const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'_, TIMED, REPLAY, SHAPED> {
     /// Issues the trace's next I/O in slot `idx` (`prev`, `plugged`: as
     /// `submit_one`). False if there was none to issue: the trace is over
     /// or the run stopped during its delay.
