@@ -34,7 +34,7 @@ use super::job_setup::{
     buffer_sizes, job_depth, job_region, new_iolog_writer, new_verifier, new_zone_writer, slot_buffers,
 };
 use super::log::Logs;
-use super::options::{JobOptions, RwModifier};
+use super::options::JobOptions;
 use super::pattern::{Pattern, ZoneWriter};
 use super::replay::OpenTrace;
 use super::shape::{Pacer, Stall, Think};
@@ -163,26 +163,8 @@ fn run_loop<const TIMED: bool, const REPLAY: bool, const SHAPED: bool>(
     debug_assert_eq!(io.replay.is_some(), REPLAY);
     debug_assert_eq!(opts.shaped(), SHAPED);
     let job = JobLoop::<TIMED, REPLAY, SHAPED>::new(opts, clock, live, ctrl, depth, region_len);
-    let read_pct = opts.rw.read_pct(opts.rwmixread);
     let mut progress = Progress {
-        pattern: Pattern {
-            random: opts.rw.is_random(),
-            read_pct,
-            region_start: offset,
-            region_len,
-            pos: 0,
-            blocks: (0, 0),
-            rng: opts.randseed.wrapping_add((job_index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1,
-            seq_add: match opts.rw_modifier {
-                RwModifier::SeqAdd(bytes) => bytes,
-                _ => 0,
-            },
-            seq_nr: match opts.rw_modifier {
-                RwModifier::SeqNr(n) => n,
-                _ => 1,
-            },
-            seq_left: 0,
-        },
+        pattern: Pattern::new(opts, job_index, offset, region_len),
         issued_bytes: 0,
         issued_ios: 0,
         total_ios: 0,
@@ -258,6 +240,8 @@ struct IoState {
     start_ru: Rusage,
     /// When the job started (not reset by a ramp): its rates' time base.
     shape_epoch_ns: u64,
+    /// When the job started measuring, ms since the Unix epoch.
+    start_epoch_ms: u64,
 }
 
 /// Where the job is: its offset pattern and counts.
@@ -320,6 +304,7 @@ impl IoState {
             start_ns: 0,
             start_ru: Rusage::default(),
             shape_epoch_ns: 0,
+            start_epoch_ms: 0,
         })
     }
 }
@@ -365,6 +350,7 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
         p.measuring = ctrl.phase.load(Ordering::Acquire) != PHASE_RAMP;
         io.start_ns = self.clock.now_ns();
         io.shape_epoch_ns = io.start_ns;
+        io.start_epoch_ms = epoch_ms();
         io.start_ru = Rusage::thread_now();
         if let Some(replay) = io.replay.as_mut() {
             replay.trace.start();
@@ -413,6 +399,7 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
         p.total_ios = 0;
         p.measuring = true;
         io.start_ns = self.clock.now_ns();
+        io.start_epoch_ms = epoch_ms();
         io.start_ru = Rusage::thread_now();
         self.live.measuring.store(true, Ordering::Release);
     }
@@ -688,8 +675,15 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
             }
         }
         let [read, write] = io.stats;
-        Ok(JobResult { read, write, elapsed_ns, rusage, client: client.stats(), error: p.error })
+        let job_start_ms = io.start_epoch_ms;
+        Ok(JobResult { read, write, elapsed_ns, rusage, client: client.stats(), error: p.error, job_start_ms })
     }
+}
+
+/// Now, in ms since the Unix epoch.
+fn epoch_ms() -> u64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    now.as_millis() as u64
 }
 
 /// Sleeps until `until_ns` on `clock`, in slices of at most 50 ms so that

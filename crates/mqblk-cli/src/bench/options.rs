@@ -96,6 +96,9 @@ pub const JOB_OPTIONS: &[&str] = &[
     "buffered",
     "directory",
     "filesize",
+    "norandommap",
+    "randrepeat",
+    "random_generator",
 ];
 
 /// Whether `key` is a job option bench knows.
@@ -279,6 +282,15 @@ pub struct JobOptions {
     /// (negative: backwards); for a random one, I/Os issued in sequence
     /// from each random offset.
     pub rw_modifier: RwModifier,
+    /// fio's `norandommap`: random offsets drawn independently, blocks
+    /// repeating; by default (the random map) each block once per pass.
+    pub norandommap: bool,
+    /// fio's `randrepeat` (default 1): the same offsets every run; 0
+    /// seeds from the clock.
+    pub randrepeat: bool,
+    /// fio's `random_generator=lfsr`: every block once per pass whatever
+    /// `norandommap` says (tausworthe, tausworthe64: the default draws).
+    pub random_lfsr: bool,
     /// fio's rates and think time (shape.rs).
     pub shape: ShapeOptions,
     /// fio's latency, bandwidth and IOPS logs (log.rs).
@@ -353,6 +365,9 @@ impl JobOptions {
             directory: None,
             filesize: None,
             rw_modifier: RwModifier::None,
+            norandommap: false,
+            randrepeat: true,
+            random_lfsr: false,
             shape: ShapeOptions::default(),
             logs: LogOptions::default(),
             given: Vec::new(),

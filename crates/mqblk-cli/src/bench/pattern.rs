@@ -4,6 +4,8 @@
 
 use mqblk::Device;
 
+use super::options::{JobOptions, RwModifier};
+
 /// Where the next I/O goes.
 pub(super) struct Pattern {
     pub(super) random: bool,
@@ -21,9 +23,53 @@ pub(super) struct Pattern {
     pub(super) seq_add: i64,
     pub(super) seq_nr: u64,
     pub(super) seq_left: u64,
+    /// fio's random map (the default for random patterns; not with
+    /// `norandommap`): every block once per pass.
+    pub(super) map: Option<RandomMap>,
+    /// A modifier or a map: offsets come from `next_modified`.
+    pub(super) modified: bool,
 }
 
 impl Pattern {
+    /// Job `job_index`'s pattern over its region (`region_start`,
+    /// `region_len` bytes): fio's seeds (`randseed`, `randrepeat`), the
+    /// `rw=MODE:N` modifier, and the random map unless `norandommap`.
+    /// fio's map counts blocks of the smallest block size; a job whose
+    /// reads and writes differ in size draws its offsets as with
+    /// `norandommap`.
+    pub(super) fn new(opts: &JobOptions, job_index: usize, region_start: u64, region_len: u64) -> Self {
+        let seed = if opts.randrepeat {
+            opts.randseed
+        } else {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            now.as_nanos() as u64
+        };
+        let mut rng = seed.wrapping_add((job_index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1;
+        let (seq_add, seq_nr) = match opts.rw_modifier {
+            RwModifier::SeqAdd(bytes) => (bytes, 1),
+            RwModifier::SeqNr(n) => (0, n),
+            RwModifier::None => (0, 1),
+        };
+        let random = opts.rw.is_random();
+        let mapped = random && (opts.random_lfsr || !opts.norandommap) && opts.bs_read == opts.bs_write;
+        let blocks = region_len / opts.bs_read;
+        let map = (mapped && blocks > 0).then(|| RandomMap::new(blocks, opts.bs_read, &mut rng));
+        Self {
+            random,
+            read_pct: opts.rw.read_pct(opts.rwmixread),
+            region_start,
+            region_len,
+            pos: 0,
+            blocks: (0, 0),
+            rng,
+            seq_add,
+            seq_nr,
+            seq_left: 0,
+            modified: map.is_some() || seq_add != 0 || seq_nr > 1,
+            map,
+        }
+    }
+
     #[inline]
     fn next_rand(&mut self) -> u64 {
         // xorshift64*: fast and good enough for offsets.
@@ -44,7 +90,7 @@ impl Pattern {
 
     #[inline]
     pub(super) fn next_offset(&mut self, bs: u64) -> u64 {
-        if self.seq_nr > 1 || self.seq_add != 0 {
+        if self.modified {
             return self.next_modified(bs);
         }
         if self.random {
@@ -71,6 +117,12 @@ impl Pattern {
     /// fio's `get_next_seq_offset` and `ddir_seq_nr` place it.
     #[cold]
     fn next_modified(&mut self, bs: u64) -> u64 {
+        if self.random && self.seq_nr <= 1 {
+            if let Some(map) = self.map.as_mut() {
+                let block = map.next_block(&mut self.rng);
+                return self.region_start + block * map.bs;
+            }
+        }
         if self.random {
             return self.next_random_run(bs);
         }
@@ -108,6 +160,69 @@ impl Pattern {
         let off = self.region_start + self.pos;
         self.pos += bs;
         off
+    }
+}
+
+/// fio's random map: each block of the region once per pass, in an order
+/// that differs from pass to pass. fio keeps a bitmap of the blocks done
+/// (its axmap) or uses a full-period LFSR (`random_generator=lfsr`); here
+/// a bijection of the k-bit integers (xors, odd multiplies and xor-shifts,
+/// each invertible modulo 2^k) is walked by a counter, and values past
+/// the region's blocks are skipped (cycle walking: fewer than two tries
+/// per block on average, as the region has more than 2^(k-1) blocks). No
+/// memory per block, no search for a free one.
+pub(super) struct RandomMap {
+    bits: u32,
+    mask: u64,
+    keys: [u64; 3],
+    counter: u64,
+    blocks: u64,
+    pub(super) bs: u64,
+}
+
+impl RandomMap {
+    /// A map over `blocks` blocks of `bs` bytes, keyed from `rng`.
+    pub(super) fn new(blocks: u64, bs: u64, rng: &mut u64) -> Self {
+        assert!(blocks > 0 && bs > 0, "a map of {blocks} blocks of {bs} bytes");
+        let bits = (64 - (blocks - 1).leading_zeros()).max(2);
+        let mask = if bits == 64 { u64::MAX } else { (1 << bits) - 1 };
+        let mut map = Self { bits, mask, keys: [0; 3], counter: 0, blocks, bs };
+        map.rekey(rng);
+        map
+    }
+
+    fn rekey(&mut self, rng: &mut u64) {
+        for k in &mut self.keys {
+            *rng ^= *rng << 13;
+            *rng ^= *rng >> 7;
+            *rng ^= *rng << 17;
+            *k = *rng;
+        }
+    }
+
+    fn permute(&self, mut x: u64) -> u64 {
+        let half = self.bits.div_ceil(2);
+        for k in self.keys {
+            x = (x ^ k) & self.mask;
+            x = x.wrapping_mul(k | 1) & self.mask;
+            x ^= x >> half;
+        }
+        x
+    }
+
+    /// The next block of the pass; a new pass (new keys) after the last.
+    pub(super) fn next_block(&mut self, rng: &mut u64) -> u64 {
+        loop {
+            if self.counter > self.mask {
+                self.counter = 0;
+                self.rekey(rng);
+            }
+            let block = self.permute(self.counter);
+            self.counter += 1;
+            if block < self.blocks {
+                return block;
+            }
+        }
     }
 }
 
@@ -179,6 +294,26 @@ mod tests {
             seq_add,
             seq_nr,
             seq_left: 0,
+            map: None,
+            modified: seq_add != 0 || seq_nr > 1,
+        }
+    }
+
+    #[test]
+    fn the_random_map_covers_every_block_once_per_pass() {
+        for blocks in [1u64, 2, 3, 5, 1000, 4096, 4097] {
+            let mut rng = 99;
+            let mut map = RandomMap::new(blocks, 4096, &mut rng);
+            for pass in 0..2 {
+                let mut seen: Vec<u64> = (0..blocks).map(|_| map.next_block(&mut rng)).collect();
+                let order = seen.clone();
+                seen.sort_unstable();
+                assert_eq!(seen, (0..blocks).collect::<Vec<_>>(), "{blocks} blocks, pass {pass}");
+                if blocks >= 1000 {
+                    let in_place = order.iter().enumerate().filter(|(i, &b)| *i as u64 == b).count();
+                    assert!(in_place < 10, "{blocks} blocks: {in_place} in their own place: not shuffled");
+                }
+            }
         }
     }
 

@@ -211,6 +211,7 @@ fn job_json(i: usize, e: &Entry) -> Value {
         "write": dir_json(e, &e.run.write, &e.write_samples, timed),
         "trim": dir_json(e, &DirStats::default(), &Samples::default(), false),
         "job_runtime": e.run.elapsed_ns / 1_000_000,
+        "job_start": e.run.job_start_ms,
         "usr_cpu": e.run.rusage.user_ns as f64 / cpu_base * 100.0,
         "sys_cpu": e.run.rusage.sys_ns as f64 / cpu_base * 100.0,
         "ctx": e.run.rusage.voluntary_ctx + e.run.rusage.involuntary_ctx,

@@ -167,6 +167,14 @@ impl JobOptions {
                 })?)
             }
             "startdelay" => self.startdelay_ns = parse_time_ns(key, v()?)?,
+            "norandommap" => self.norandommap = parse_flag(key, value)?,
+            "randrepeat" => self.randrepeat = parse_flag(key, value)?,
+            "random_generator" => {
+                let accepted = [("tausworthe", false), ("tausworthe64", false), ("lfsr", true)];
+                self.random_lfsr = choice(v()?, &accepted, |o| {
+                    format!("random_generator={o} (accepted: tausworthe, tausworthe64, lfsr)")
+                })?
+            }
             "loops" => self.loops = parse_int(key, v()?, 1, u64::from(u32::MAX))?,
             "stonewall" | "wait_on_prev" => self.stonewall = parse_flag(key, value)?,
             "new_group" => self.new_group = parse_flag(key, value)?,

@@ -17,6 +17,9 @@ pub struct JobResult {
     pub client: ClientStats,
     /// First error's errno (0: none), as fio's "error".
     pub error: i32,
+    /// When the job started measuring, ms since the Unix epoch (fio's
+    /// "job_start"; 0: it never started).
+    pub job_start_ms: u64,
 }
 
 impl JobResult {
@@ -29,6 +32,7 @@ impl JobResult {
             rusage: Rusage::default(),
             client: ClientStats::default(),
             error: 0,
+            job_start_ms: 0,
         }
     }
 
@@ -47,6 +51,11 @@ impl JobResult {
         if self.error == 0 {
             self.error = o.error;
         }
+        self.job_start_ms = match (self.job_start_ms, o.job_start_ms) {
+            (0, b) => b,
+            (a, 0) => a,
+            (a, b) => a.min(b),
+        };
     }
 }
 

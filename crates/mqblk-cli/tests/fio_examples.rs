@@ -1,0 +1,221 @@
+//! fio's own job files through `mqblk bench`: every file of fio's
+//! examples/ (scripts/fio-examples.sh fetches Debian's fio source) that
+//! targets a block engine runs unchanged on a memory-backed null device,
+//! shortened only by `--runtime=1 --size=16m` after the file (options
+//! after a job file override its jobs'), or is refused with the reason
+//! that tests/data/fio-examples.txt gives (BENCHMARKS.md quotes it).
+//! Beside that: what some files promise, checked from bench's JSON and
+//! logs (groups in order, rates held, fio's own tool reading the logs).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// The engines mqblk stands in for; a file whose every `ioengine` is one
+/// of these (or that names none: fio's default, psync) is a block-engine
+/// file.
+const BLOCK_ENGINES: &[&str] = &["libaio", "io_uring", "posixaio", "sync", "psync", "pvsync", "pvsync2", "null"];
+
+const DEVICE: &str = "null:gb=1,memory_backed=1";
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// fio's examples/ directory (fetched and cached by the script).
+fn examples() -> PathBuf {
+    let out = Command::new(repo().join("scripts/fio-examples.sh")).output().expect("run scripts/fio-examples.sh");
+    assert!(out.status.success(), "scripts/fio-examples.sh failed: {}", String::from_utf8_lossy(&out.stderr));
+    PathBuf::from(String::from_utf8(out.stdout).expect("a path").trim())
+}
+
+/// The file's `ioengine` values (comments skipped).
+fn engines(text: &str) -> Vec<String> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with(';') && !l.starts_with('#'))
+        .filter_map(|l| l.split_once('=').filter(|(k, _)| k.trim() == "ioengine").map(|(_, v)| v.trim().to_string()))
+        .collect()
+}
+
+/// Every block-engine job file of `dir`, by name.
+fn block_engine_files(dir: &Path) -> Vec<String> {
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .expect("read examples/")
+        .map(|e| e.expect("a directory entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".fio"))
+        .filter(|n| {
+            let text = std::fs::read_to_string(dir.join(n)).expect("read a job file");
+            engines(&text).iter().all(|e| BLOCK_ENGINES.contains(&e.as_str()))
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// What the ledger says of a file: None to run, Some(text) to be refused
+/// with a message containing text.
+fn ledger() -> BTreeMap<String, Option<String>> {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/fio-examples.txt"))
+        .expect("read tests/data/fio-examples.txt");
+    let mut ledger = BTreeMap::new();
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+        let mut words = line.splitn(3, char::is_whitespace);
+        let (file, verdict) = (words.next().unwrap(), words.next().unwrap_or(""));
+        let rest = words.next().map(|r| r.trim().to_string());
+        let entry = match verdict {
+            "run" => None,
+            "refused" => Some(rest.unwrap_or_else(|| panic!("{file}: refused needs the reason's text"))),
+            _ => panic!("ledger line '{line}': the verdict is run or refused"),
+        };
+        assert!(ledger.insert(file.to_string(), entry).is_none(), "{file} twice in the ledger");
+    }
+    ledger
+}
+
+/// A scratch directory as the run's working directory (logs land there).
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("mqblk-fio-examples-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create a scratch directory");
+    dir
+}
+
+/// `mqblk bench --device DEVICE FILE --runtime=1 --size=16m EXTRA... --output-format=json`
+/// in `cwd`.
+fn bench(file: &Path, extra: &[&str], cwd: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_mqblk"))
+        .current_dir(cwd)
+        .args(["bench", "--device", DEVICE])
+        .arg(file)
+        .args(["--runtime=1", "--size=16m"])
+        .args(extra)
+        .arg("--output-format=json")
+        .output()
+        .expect("run mqblk bench")
+}
+
+fn json(out: &Output, what: &str) -> Value {
+    assert!(out.status.success(), "{what}: exit {:?}: {}", out.status, String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{what}: JSON: {e}"))
+}
+
+#[test]
+fn every_block_engine_example_runs_or_is_refused_as_the_ledger_says() {
+    let dir = examples();
+    let files = block_engine_files(&dir);
+    let ledger = ledger();
+    let listed: Vec<&String> = ledger.keys().collect();
+    assert_eq!(files.iter().collect::<Vec<_>>(), listed, "the ledger lists exactly fio's block-engine files");
+    let mut ran = 0;
+    for (file, refused) in &ledger {
+        let cwd = scratch(file.trim_end_matches(".fio"));
+        let out = bench(&dir.join(file), &[], &cwd);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        match refused {
+            None => {
+                let v = json(&out, file);
+                let jobs = v["jobs"].as_array().expect("jobs");
+                assert!(!jobs.is_empty(), "{file}: no job reported");
+                for job in jobs {
+                    assert_eq!(job["error"], 0, "{file}: job {} failed", job["jobname"]);
+                }
+                ran += 1;
+            }
+            Some(reason) => {
+                assert_eq!(out.status.code(), Some(2), "{file}: refused as bad input, got {:?}: {stderr}", out.status);
+                assert!(stderr.contains(reason.as_str()), "{file}: refused for '{reason}', said: {stderr}");
+            }
+        }
+        let _ = std::fs::remove_dir_all(&cwd);
+    }
+    eprintln!("{ran} of {} block-engine job files ran; {} refused", ledger.len(), ledger.len() - ran);
+}
+
+/// The jobs of `v` by name: (start ms, runtime ms, groupid).
+fn timeline(v: &Value) -> Vec<(String, u64, u64, u64)> {
+    let jobs = v["jobs"].as_array().expect("jobs");
+    jobs.iter()
+        .map(|j| {
+            let n = |k: &str| j[k].as_u64().unwrap_or_else(|| panic!("{k} of {}", j["jobname"]));
+            (j["jobname"].as_str().unwrap().to_string(), n("job_start"), n("job_runtime"), n("groupid"))
+        })
+        .collect()
+}
+
+#[test]
+fn wait_for_starts_the_readers_after_every_writer_exits() {
+    // examples/waitfor.fio: 4 writers, then (new_group, wait_for=writers)
+    // 4 readers; group_reporting folds each group into one entry.
+    let dir = examples();
+    let v = json(&bench(&dir.join("waitfor.fio"), &[], &scratch("waitfor")), "waitfor.fio");
+    let t = timeline(&v);
+    assert_eq!(t.len(), 2, "one entry per group: {t:?}");
+    let (writers, readers) = (&t[0], &t[1]);
+    assert_eq!((writers.0.as_str(), writers.3, readers.0.as_str(), readers.3), ("writers", 0, "readers", 1));
+    assert!(readers.1 >= writers.1 + writers.2, "readers started at {} before the writers ended: {t:?}", readers.1);
+}
+
+#[test]
+fn stonewalled_jobs_run_one_after_another() {
+    // examples/ssd-test.fio: five jobs, each behind a stonewall.
+    let dir = examples();
+    let v = json(&bench(&dir.join("ssd-test.fio"), &[], &scratch("ssd-test")), "ssd-test.fio");
+    let t = timeline(&v);
+    assert_eq!(t.len(), 5, "{t:?}");
+    for (i, pair) in t.windows(2).enumerate() {
+        assert_eq!((pair[0].3, pair[1].3), (i as u64, i as u64 + 1), "a group each: {t:?}");
+        assert!(pair[1].1 >= pair[0].1 + pair[0].2, "{} started before {} ended: {t:?}", pair[1].0, pair[0].0);
+    }
+}
+
+#[test]
+fn fixed_and_poisson_rates_are_held() {
+    // examples/fixed-rate-submission.fio (rate_iops=1000) and
+    // poisson-rate-submission.fio (rate_iops=50 as a poisson process).
+    // Over 2 s: 2,000 I/Os, one due each ms; and 100 on average, within
+    // about three standard deviations (10) of a Poisson count.
+    let dir = examples();
+    for (file, (lo, hi)) in [("fixed-rate-submission.fio", (1990, 2010)), ("poisson-rate-submission.fio", (70, 135))] {
+        let v = json(&bench(&dir.join(file), &["--runtime=2"], &scratch(file)), file);
+        let ios: u64 = v["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|j| j["read"]["total_ios"].as_u64().unwrap() + j["write"]["total_ios"].as_u64().unwrap())
+            .sum();
+        assert!((lo..=hi).contains(&ios), "{file}: {ios} I/Os in 2 s at rate_iops=50");
+    }
+}
+
+#[test]
+fn fios_own_tool_reads_the_bandwidth_log() {
+    // examples/ssd-steadystate.fio writes a bandwidth log (write_bw_log);
+    // fio2gnuplot (Debian's fio package; scripts/test-all.sh installs it)
+    // reads it and makes its gnuplot data.
+    let dir = examples();
+    let cwd = scratch("steadystate-logs");
+    json(&bench(&dir.join("ssd-steadystate.fio"), &[], &cwd), "ssd-steadystate.fio");
+    let logs: Vec<String> = std::fs::read_dir(&cwd)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".log") && n.contains("_bw."))
+        .collect();
+    assert!(!logs.is_empty(), "no bandwidth log in {}", cwd.display());
+    for log in &logs {
+        let text = std::fs::read_to_string(cwd.join(log)).unwrap();
+        for line in text.lines() {
+            let fields: Vec<&str> = line.split(", ").collect();
+            assert!(fields.len() == 5 && fields.iter().all(|f| f.parse::<u64>().is_ok()), "{log}: '{line}'");
+        }
+    }
+    let out = Command::new("fio2gnuplot").current_dir(&cwd).args(["-b", "-d", "."]).output().expect("run fio2gnuplot");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "fio2gnuplot: {said}{}", String::from_utf8_lossy(&out.stderr));
+    let dats =
+        std::fs::read_dir(&cwd).unwrap().filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "dat"));
+    assert!(dats.count() >= logs.len(), "fio2gnuplot made no data of {logs:?}: {said}");
+    let _ = std::fs::remove_dir_all(&cwd);
+}
