@@ -166,6 +166,7 @@ pub(crate) unsafe fn lend_shared<'a>(page: *const Page, offset: usize, len: usiz
 
 #[cfg(all(test, not(loom)))]
 mod tests {
+    use super::super::tests::filled;
     use super::*;
 
     fn bytes_of(page: &Page) -> Vec<u8> {
@@ -184,12 +185,12 @@ mod tests {
         // SAFETY: `base` is alive and unwritten during the call.
         unsafe { page.compose(&*base, 100, Piece::Bytes(&[9; 50])) };
         let got = bytes_of(&page);
-        assert!(got[..100].iter().all(|&b| b == 7));
-        assert!(got[100..150].iter().all(|&b| b == 9));
-        assert!(got[150..].iter().all(|&b| b == 7));
+        assert!(filled(&got[..100], 7));
+        assert!(filled(&got[100..150], 9));
+        assert!(filled(&got[150..], 7));
         // SAFETY: as above; zeros in the middle of the base.
         unsafe { page.compose(&*base, 4000, Piece::Zeros(96)) };
         let got = bytes_of(&page);
-        assert!(got[..4000].iter().all(|&b| b == 7) && got[4000..].iter().all(|&b| b == 0));
+        assert!(filled(&got[..4000], 7) && filled(&got[4000..], 0));
     }
 }
