@@ -169,7 +169,14 @@ fn bad_zone_input_is_refused_and_leaves_the_device_unchanged() {
 
 #[test]
 fn writes_are_split_at_zone_boundaries_and_past_capacity_keep_what_fit() {
-    let d = dev(",zone_capacity=1");
+    // Only the write pointer is read back here: under Miri the device keeps
+    // no data, which would be a megabyte copied page by page into the
+    // store (the read back below checks a memory-backed device's split).
+    let d = if cfg!(miri) {
+        open("null:gb=1,zoned=1,zone_size=64,zone_capacity=1").unwrap()
+    } else {
+        dev(",zone_capacity=1")
+    };
     let mut c = d.client();
     // 2048 sectors of capacity; 2100 at wp 0: pieces of 255 up to 2040 fit,
     // the next does not: wp stays at 2040 and the write fails (Linux 6.1).
