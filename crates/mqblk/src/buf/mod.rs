@@ -301,7 +301,7 @@ mod tests {
     fn aligned_and_zeroed() {
         let buf = Buf::new(8192);
         assert_eq!(buf.as_ptr() as usize % BUF_ALIGN, 0);
-        assert!(buf.iter().all(|&b| b == 0));
+        assert!(buf[..] == [0; 8192], "one comparison: Miri interprets a loop byte by byte");
     }
 
     #[test]
