@@ -17,8 +17,9 @@
 # test (111 tests), 40% of a binary's CPU time (plug: 102 CPU-s as a
 # process per test, 61 as one process). A binary stops at the first
 # report of undefined behaviour, and a binary past 25 minutes is hung and
-# cut (the slowest, mqblk-null's unit tests, takes 5 to 13 minutes under
-# Tree Borrows, as busy as the machine is); to see every
+# cut (the slowest, mqblk-null's zoned tests and unit tests, take about
+# 140 CPU-seconds each under Tree Borrows: 4 to 17 minutes, as busy as the
+# machine is); to see every
 # failure of one binary, a process per test:
 #   cargo +nightly miri nextest run -p CRATE --test NAME   (or --lib)
 #
@@ -68,8 +69,10 @@ if [ $# -gt 0 ]; then
 fi
 
 # The binaries, as CRATE:BINARY ("lib": the crate's unit tests), the
-# longest first (Tree Borrows, wall seconds with both cores busy: 785, 665,
-# 431, 400, 236, 195, 158, 61, 46, 45, 34, 15).
+# longest first (Tree Borrows, in the order below, CPU seconds: 142, 130,
+# 126, 115, 85, 80, 66, 40, 43, 37, 29, 30, 12; wall seconds with both
+# cores busy and the machine shared, load 8-10: 986, 929, 468, 425, 344,
+# 325, 227, 139, 146, 133, 99, 108, 43).
 #
 # crossbeam-epoch (the memory store's grace periods, mqblk-null's mem/)
 # does not satisfy Stacked Borrows: every pin reports a retag in its own
@@ -98,7 +101,7 @@ binaries_for() {
     # (tests/loom_sbitmap.rs), and the native run keeps the 64-thread
     # contention with exact accounting. Under Miri the binary cost six CPU
     # minutes of the suite's budget for no unsafe code.
-    *) echo "mqblk-null:lib mqblk-null:zoned mqblk-null:poll_hybrid mqblk:sched mqblk:lib mqblk:plug mqblk-null:null_memory mqblk:driver_contract mqblk:poll mqblk:sbitmap_props mqblk:split mqblk:segments mqblk-sync:lib" ;;
+    *) echo "mqblk-null:zoned mqblk-null:lib mqblk-null:poll_hybrid mqblk:sched mqblk:lib mqblk:plug mqblk-null:null_memory mqblk:driver_contract mqblk:poll mqblk:sbitmap_props mqblk:split mqblk:segments mqblk-sync:lib" ;;
   esac
 }
 flags_for() {
