@@ -99,11 +99,33 @@ pub const JOB_OPTIONS: &[&str] = &[
     "norandommap",
     "randrepeat",
     "random_generator",
+    "allow_file_create",
 ];
 
-/// Whether `key` is a job option bench knows.
+/// fio options bench knows and refuses, each with why: what they ask of a
+/// device, mqblk's devices do not have.
+pub const REFUSED_OPTIONS: &[(&str, &str)] = &[
+    ("fdp", FDP),
+    ("fdp_pli", FDP),
+    ("fdp_pli_select", FDP),
+    ("dataplacement", FDP),
+    ("plids", FDP),
+    ("md_per_io_size", PI),
+    ("pi_act", PI),
+    ("pi_chk", PI),
+    ("apptag", PI),
+    ("apptag_mask", PI),
+    ("atomic", "atomic writes (RWF_ATOMIC) need a device's atomic write limits, which mqblk's queues do not state"),
+];
+const FDP: &str = "NVMe flexible data placement: mqblk's devices have no placement identifiers";
+const PI: &str = "NVMe protection information: mqblk's devices keep no per-block metadata";
+
+/// Whether `key` is a job option bench knows (or knows to refuse).
 pub fn is_job_option(key: &str) -> bool {
-    JOB_OPTIONS.contains(&key) || SHAPE_OPTIONS.contains(&key) || LOG_OPTIONS.contains(&key)
+    JOB_OPTIONS.contains(&key)
+        || SHAPE_OPTIONS.contains(&key)
+        || LOG_OPTIONS.contains(&key)
+        || REFUSED_OPTIONS.iter().any(|(k, _)| *k == key)
 }
 
 /// Every job option bench knows.
@@ -291,6 +313,9 @@ pub struct JobOptions {
     /// fio's `random_generator=lfsr`: every block once per pass whatever
     /// `norandommap` says (tausworthe, tausworthe64: the default draws).
     pub random_lfsr: bool,
+    /// fio's `allow_file_create` (default 1): without it, a job's missing
+    /// file is an error instead of being laid out.
+    pub allow_file_create: bool,
     /// fio's rates and think time (shape.rs).
     pub shape: ShapeOptions,
     /// fio's latency, bandwidth and IOPS logs (log.rs).
@@ -367,6 +392,7 @@ impl JobOptions {
             rw_modifier: RwModifier::None,
             norandommap: false,
             randrepeat: true,
+            allow_file_create: true,
             random_lfsr: false,
             shape: ShapeOptions::default(),
             logs: LogOptions::default(),

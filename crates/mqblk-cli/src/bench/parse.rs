@@ -141,6 +141,9 @@ fn file_device(jobs: &[JobOptions], device_given: bool) -> Result<Option<mqblk_f
     }
     let mut file = mqblk_file::FileConfig::new(path).direct(first.direct).register_files(first.registerfiles);
     if !std::path::Path::new(path).exists() {
+        if !first.allow_file_create {
+            return err(format!("filename={path} does not exist, and allow_file_create=0 forbids laying it out"));
+        }
         let size = jobs.iter().filter_map(|j| j.size.or(j.filesize).map(|s| j.offset + s)).max();
         let Some(size) = size else {
             return err(format!("filename={path} does not exist: give size= so it can be created"));
@@ -255,12 +258,38 @@ fn parse_cli(args: &[String], c: &mut Collector) -> Result<CliArgs, OptionError>
     Ok(cli)
 }
 
+/// fio's substitutions in a job file's line (`fio_option_dup_subs` and
+/// `fio_keyword_replace`): `${NAME}` by the environment variable NAME
+/// (empty when unset, as fio), and the keywords `$pagesize`, `$ncpus` and
+/// `$mb_memory` by this machine's values.
+fn expand_env(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut rest = line;
+    while let Some(at) = rest.find("${") {
+        let Some(end) = rest[at + 2..].find('}') else { break };
+        out.push_str(&rest[..at]);
+        out.push_str(&std::env::var(&rest[at + 2..at + 2 + end]).unwrap_or_default());
+        rest = &rest[at + 2 + end + 1..];
+    }
+    out.push_str(rest);
+    if !out.contains('$') {
+        return out;
+    }
+    // SAFETY: sysconf reads constants of the running system.
+    let (page, pages) = unsafe { (libc::sysconf(libc::_SC_PAGESIZE), libc::sysconf(libc::_SC_PHYS_PAGES)) };
+    let ncpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    out.replace("$pagesize", &page.to_string())
+        .replace("$ncpus", &ncpus.to_string())
+        .replace("$mb_memory", &(page * pages / (1 << 20)).to_string())
+}
+
 /// Parses an INI job file into the collector: `[global]` then job sections.
 fn parse_job_file(text: &str, path: &str, c: &mut Collector) -> Result<(), OptionError> {
     let mut in_global = false;
     let mut seen_section = false;
     for (lineno, raw) in text.lines().enumerate() {
-        let line = raw.trim();
+        let expanded = expand_env(raw);
+        let line = expanded.trim();
         if line.is_empty() || line.starts_with(';') || line.starts_with('#') {
             continue;
         }
@@ -372,6 +401,17 @@ mod tests {
         let mut c = Collector::default();
         let e = parse_job_file("[a]\nfoo=1\n", "t.fio", &mut c).unwrap_err();
         assert!(e.0.contains("t.fio:2") && e.0.contains("'foo'"), "{}", e.0);
+    }
+
+    #[test]
+    fn job_files_substitute_the_environment_and_fios_keywords() {
+        std::env::set_var("MQBLK_TEST_RW", "randwrite");
+        assert_eq!(expand_env("rw=${MQBLK_TEST_RW}"), "rw=randwrite");
+        assert_eq!(expand_env("rw=${MQBLK_TEST_UNSET_VAR}x"), "rw=x", "unset: empty, as fio");
+        let ncpus = std::thread::available_parallelism().unwrap().get();
+        assert_eq!(expand_env("numjobs=$ncpus"), format!("numjobs={ncpus}"));
+        assert_eq!(expand_env("bs=$pagesize"), "bs=4096");
+        assert_eq!(expand_env("a ${unterminated"), "a ${unterminated");
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //! how submitted, how long and how measured, and the file engine's.
 
 use super::cpus::CpuList;
-use super::options::{err, job_options, unknown_option, JobOptions, OptionError, RwMode, RwModifier, IOENGINES};
+use super::options::{
+    err, job_options, unknown_option, JobOptions, OptionError, RwMode, RwModifier, IOENGINES, REFUSED_OPTIONS,
+};
 use super::values::{parse_flag, parse_int, parse_size, parse_time_ns};
 
 /// The option's value, or the error of an option given bare that needs one.
@@ -37,6 +39,9 @@ impl JobOptions {
     /// Sets one option, and records it as given (for the JSON "job
     /// options"); an unknown option names the nearest known one.
     pub(super) fn set(&mut self, key: &str, value: Option<&str>) -> Result<(), OptionError> {
+        if let Some((_, why)) = REFUSED_OPTIONS.iter().find(|(k, _)| *k == key) {
+            return err(format!("{key}: not supported: {why}"));
+        }
         let known = self.set_pattern(key, value)?
             || self.set_queue(key, value)?
             || self.set_run(key, value)?
@@ -204,6 +209,7 @@ impl JobOptions {
             "filename" => self.filename = Some(need(key, value)?.to_string()),
             "direct" => self.direct = parse_flag(key, value)?,
             "buffered" => self.direct = !parse_flag(key, value)?,
+            "allow_file_create" => self.allow_file_create = parse_flag(key, value)?,
             "directory" => self.directory = Some(need(key, value)?.to_string()),
             "filesize" => self.filesize = Some(parse_size(key, need(key, value)?)?),
             "registerfiles" => self.registerfiles = parse_flag(key, value)?,
