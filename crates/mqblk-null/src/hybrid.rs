@@ -33,7 +33,7 @@
 use std::collections::VecDeque;
 use std::thread::JoinHandle;
 
-use super::irq::{keep_spinning, SPIN_NS};
+use super::irq::{keep_spinning, IDLE_SPIN_NS, SPIN_NS};
 use mqblk::clock::{now_ns, set_precise_timer_slack, wait_until};
 use mqblk::driver::Rq;
 use mqblk::Status;
@@ -304,7 +304,7 @@ fn hybrid_loop(cq: &HybridCq<(Rq, Status)>, stop: &AtomicBool, idle_spin: bool) 
         if stopping && cq.is_empty() {
             return; // no submitter is left (the queue is going)
         }
-        if idle_spin && keep_spinning(&mut idle_since) {
+        if idle_spin && keep_spinning(&mut idle_since, IDLE_SPIN_NS) {
             continue;
         }
         idle_since = None;

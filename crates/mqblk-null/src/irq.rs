@@ -8,11 +8,24 @@
 //! per queue, so the ring is (almost exactly) a timer list sorted by due
 //! time. The thread sleeps while the ring is empty (woken by the submitter
 //! only when it really sleeps) and sleeps-then-spins to each due time.
+//!
+//! A handoff between two threads that each sleep when idle has a trap on a
+//! shared CPU: a wakeup preempts the waker, so whichever side holds the
+//! backlog is cut off after one item, and the pair settles into a sleep and
+//! a wake per I/O (the client sleeping per completion, or this thread per
+//! submission) and stays there. So the thread wakes clients once per run
+//! of completions (`CompletionBatch`), and yields once when a submitter on
+//! its own CPU woke it. On two CPUs the trap is another: a submitter
+//! slower than this thread finds it falling asleep after each request and
+//! pays a futex wake per I/O, which slows it further. So after the ring
+//! empties the thread looks for new requests for `HANDOFF_SPIN_NS` (about
+//! what a sleep and a wake cost) before it sleeps, unless its last waker
+//! shared its CPU.
 
 use std::thread::JoinHandle;
 
 use mqblk::clock::{now_ns, set_precise_timer_slack, wait_until};
-use mqblk::driver::Rq;
+use mqblk::driver::{CompletionBatch, Rq};
 use mqblk::Status;
 use mqblk_sync::ring::MpscRing;
 use std::sync::Arc;
@@ -24,6 +37,18 @@ use mqblk_sync::{AtomicBool, AtomicU64, Mutex, Ordering, SleepGate};
 /// advances with every interpreted step and its sleeps end on time, so a
 /// spin there costs minutes of interpretation and buys nothing.
 pub(crate) const SPIN_NS: u64 = if cfg!(miri) { 1_000 } else { 60_000 };
+
+/// irqmode=1: after the ring empties, look for new requests for this long
+/// before sleeping, unless the last submitter to wake this thread ran on
+/// its CPU (then it cannot submit while we spin). A sleep and a wake cost
+/// about 5 us here (two futex calls and two context switches: the
+/// handoff that sleeps per I/O on one CPU runs at 150-190k IOPS), so a
+/// spin as long costs at most what it saves (the classic bound for
+/// spinning before blocking). Without it, a submitter on another CPU,
+/// slower than this thread, finds it going to sleep after each request and
+/// pays a futex wake per I/O, which slows it further: that handoff settles
+/// there too. Under Miri 1 us, as `SPIN_NS`.
+pub(crate) const HANDOFF_SPIN_NS: u64 = if cfg!(miri) { 1_000 } else { 5_000 };
 
 /// Timer mode: after the ring empties, look for new requests for this long
 /// before sleeping. Waking a sleeping thread takes 10-30 us here, longer than
@@ -48,6 +73,10 @@ struct Shared {
     late_ns_sum: AtomicU64,
     late_ns_max: AtomicU64,
 }
+
+/// Completions between two wakeups of their clients at most, so that a
+/// long run does not hold the first ones back (io_uring's IO_COMPL_BATCH).
+const BATCH_MAX: usize = 32;
 
 /// Pushes to a full completion ring retried before it counts as a broken
 /// tag invariant.
@@ -138,10 +167,22 @@ impl Drop for IrqQueue {
 fn completion_loop(shared: &Shared, idle_spin: bool) {
     set_precise_timer_slack();
     let mut idle_since: Option<u64> = None;
+    // The clients of a run of completions are woken once, when it ends
+    // (the core's completion/batch.rs), as an interrupt handler completes
+    // its whole queue before the tasks it woke run: a wakeup that preempted
+    // this thread after each completion would have the client reap one I/O
+    // per sleep.
+    let mut batch = CompletionBatch::begin();
+    let mut in_batch = 0usize;
     loop {
         // SAFETY: this thread is the ring's only consumer.
         if let Some(p) = unsafe { shared.ring.pop() } {
             if p.due_ns > 0 {
+                if in_batch > 0 && p.due_ns > now_ns() {
+                    // Hold nothing back while waiting for this one.
+                    batch.flush();
+                    in_batch = 0;
+                }
                 let late_ns = wait_until(p.due_ns, SPIN_NS) - p.due_ns;
                 // Only this thread writes these: plain load/store suffices.
                 let st = shared;
@@ -153,27 +194,61 @@ fn completion_loop(shared: &Shared, idle_spin: bool) {
             }
             super::end_rq(p.rq, p.status);
             shared.completed.fetch_add(1, Ordering::Relaxed);
+            in_batch += 1;
+            if in_batch == BATCH_MAX {
+                batch.flush();
+                in_batch = 0;
+            }
             idle_since = None;
             continue;
+        }
+        if in_batch > 0 {
+            batch.flush();
+            in_batch = 0;
         }
         if shared.stop.load(Ordering::SeqCst) {
             return; // ring empty and no submitter left (the queue is going)
         }
-        if idle_spin && keep_spinning(&mut idle_since) {
+        if keep_spinning(&mut idle_since, idle_spin_ns(shared, idle_spin)) {
             continue;
         }
         idle_since = None;
-        shared.gate.sleep_unless(|| shared.ring.has_ready() || shared.stop.load(Ordering::SeqCst), None);
+        let has_work = || shared.ring.has_ready() || shared.stop.load(Ordering::SeqCst);
+        if shared.gate.sleep_unless(has_work, None) && shared.gate.woken_on_this_cpu() {
+            // The submitter that woke us shares this CPU, and the wakeup
+            // preempted it after one submission. Let it run on: it submits
+            // the rest (to a thread that is awake, so without wakeups) and
+            // we complete them in one batch when it sleeps or its slice
+            // ends, as the kernel's softirq runs when the submitting CPU
+            // leaves the submission path, not at each request.
+            std::thread::yield_now();
+        }
     }
 }
 
-/// Timer mode's idle spin: true (after a spin-loop hint) while the thread
-/// has been idle for less than `IDLE_SPIN_NS` since `idle_since` (set on
-/// the first idle round).
-pub(crate) fn keep_spinning(idle_since: &mut Option<u64>) -> bool {
+/// How long to look for new requests after the ring empties: timer mode
+/// `IDLE_SPIN_NS`; irqmode=1 `HANDOFF_SPIN_NS`, or not at all when the
+/// last wakeup came from this CPU (its submitter shares it).
+fn idle_spin_ns(shared: &Shared, idle_spin: bool) -> u64 {
+    if idle_spin {
+        IDLE_SPIN_NS
+    } else if shared.gate.woken_on_this_cpu() {
+        0
+    } else {
+        HANDOFF_SPIN_NS
+    }
+}
+
+/// The idle spin: true (after a spin-loop hint) while the thread has been
+/// idle for less than `spin_ns` since `idle_since` (set on the first idle
+/// round); false at once for 0.
+pub(crate) fn keep_spinning(idle_since: &mut Option<u64>, spin_ns: u64) -> bool {
+    if spin_ns == 0 {
+        return false;
+    }
     let now = now_ns();
     let since = *idle_since.get_or_insert(now);
-    if now - since < IDLE_SPIN_NS {
+    if now - since < spin_ns {
         std::hint::spin_loop();
         return true;
     }

@@ -334,10 +334,44 @@ pub fn dekker_fence() {
 /// producer.join().unwrap();
 /// gate.force_wake(); // shutdown: wakes it whether it sleeps or not
 /// ```
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SleepGate {
     sleeping: AtomicBool,
     parker: Parker,
+    /// The CPU of the last producer that found the consumer going to sleep
+    /// (`NO_CPU`: none yet), for [`SleepGate::woken_on_this_cpu`].
+    waker_cpu: AtomicU32,
+}
+
+/// `SleepGate::waker_cpu` before any wakeup.
+const NO_CPU: u32 = u32::MAX;
+
+impl Default for SleepGate {
+    fn default() -> Self {
+        Self { sleeping: AtomicBool::new(false), parker: Parker::new(), waker_cpu: AtomicU32::new(NO_CPU) }
+    }
+}
+
+/// The CPU the calling thread runs on (a hint: it may move at once); 0
+/// where that cannot be asked (Miri, loom).
+///
+/// ```
+/// let cpu = mqblk_sync::current_cpu();
+/// assert!((cpu as usize) < libc::CPU_SETSIZE as usize);
+/// ```
+#[inline]
+pub fn current_cpu() -> u32 {
+    #[cfg(not(any(miri, loom)))]
+    {
+        // SAFETY: no arguments; glibc answers from the thread's rseq area
+        // or the vDSO, without a system call.
+        let cpu = unsafe { libc::sched_getcpu() };
+        u32::try_from(cpu).unwrap_or(0)
+    }
+    #[cfg(any(miri, loom))]
+    {
+        0
+    }
 }
 
 impl SleepGate {
@@ -346,8 +380,20 @@ impl SleepGate {
     pub fn notify(&self) {
         dekker_fence();
         if self.sleeping.load(Ordering::SeqCst) {
+            // Relaxed: published by the Release swap in `unpark`, which the
+            // consumer's park acquires.
+            self.waker_cpu.store(current_cpu(), Ordering::Relaxed);
             self.parker.unpark();
         }
+    }
+
+    /// Consumer: did the last producer that woke it (found it going to
+    /// sleep) run on this CPU? After `sleep_unless` slept, the wakeup then
+    /// preempted that producer (or will) in the middle of its work; before
+    /// a sleep, that producer cannot run while the consumer spins. A hint:
+    /// a stale answer costs one yield or spin, or misses one.
+    pub fn woken_on_this_cpu(&self) -> bool {
+        self.waker_cpu.load(Ordering::Relaxed) == current_cpu()
     }
 
     /// Consumer: sleeps (at most `timeout`) unless `has_work` (a SeqCst

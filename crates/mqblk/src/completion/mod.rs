@@ -7,7 +7,8 @@
 //! and the count of pieces left), or a bio merged into another bio's request
 //! (its buffer, cookie and place in the request's chain of bios).
 //!
-//! Relies on: ring.rs for the completion ring; sync.rs for sleeping.
+//! Relies on: ring.rs for the completion ring; sync.rs for sleeping;
+//! batch.rs for a completer's deferred wakeups.
 
 use std::os::fd::RawFd;
 use std::time::Duration;
@@ -19,8 +20,10 @@ use crate::status::Status;
 use crate::sync::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering, SleepGate, UnsafeCell};
 use mqblk_sync::ring::MpscRing;
 
+mod batch;
 mod counters;
 
+pub use batch::CompletionBatch;
 pub use counters::RwCount;
 pub(crate) use counters::{ClientCounters, CounterTotals};
 
@@ -456,6 +459,16 @@ impl ClientShared {
             // The client never has more bios outstanding than the ring holds.
             panic!("completion ring overflow: client in-flight accounting is broken");
         }
+        if batch::defer_wakeup(self) {
+            return; // woken when the completer's batch ends (batch.rs)
+        }
+        self.wake();
+    }
+
+    /// Wakes the client if it sleeps, and signals its eventfd if armed:
+    /// after a completion is in the ring.
+    #[inline(always)]
+    fn wake(&self) {
         self.gate.notify();
         self.notify_if_armed();
     }

@@ -67,6 +67,7 @@ pub use registry::{driver_names, register_driver, register_driver_config, Driver
 
 // What a driver works with, from the block layer's own modules.
 pub use crate::bio::op_is_sync;
+pub use crate::completion::CompletionBatch;
 pub use crate::limits::{
     QueueLimits, DEFAULT_MAX_SECTORS, DEFAULT_MAX_SEGMENTS, DEFAULT_MAX_SEGMENT_SIZE, DEFAULT_SEG_BOUNDARY_MASK,
     MIN_SEGMENT_SIZE,
