@@ -138,6 +138,58 @@ fn flush_deferred() {
     });
 }
 
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::{ClientShared, CompletionBatch, BATCH_SINKS};
+    use crate::buf::BioVec;
+    use crate::completion::Completion;
+    use crate::status::Status;
+    use std::sync::Arc;
+
+    /// More clients than a batch remembers, each asleep until its one
+    /// completion: those past `BATCH_SINKS` are woken at once, the rest
+    /// when the batch ends; every client gets exactly its own.
+    #[test]
+    fn every_client_of_a_batch_is_woken_past_its_sink_bound() {
+        let clients = BATCH_SINKS + 3;
+        let sinks: Vec<_> = (0..clients).map(|_| Arc::new(ClientShared::new(2))).collect();
+        let reapers: Vec<_> = sinks
+            .iter()
+            .map(|sink| {
+                let sink = sink.clone();
+                std::thread::spawn(move || loop {
+                    // SAFETY: this thread is the sink's owner and only consumer.
+                    if let Some(c) = unsafe { sink.take() } {
+                        // SAFETY: as above.
+                        assert!(unsafe { sink.take() }.is_none(), "one completion each");
+                        return c.user_data;
+                    }
+                    // SAFETY: as above.
+                    unsafe { sink.sleep_until_delivery(None) };
+                })
+            })
+            .collect();
+        let batch = CompletionBatch::begin();
+        for (i, sink) in sinks.iter().enumerate() {
+            sink.deliver(Completion::new(i as u64, Status::Ok, BioVec::new(), 0));
+        }
+        drop(batch);
+        let got: Vec<u64> = reapers.into_iter().map(|t| t.join().unwrap()).collect();
+        assert_eq!(got, (0..clients as u64).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_nested_batch_leaves_the_wakeups_to_the_outer_one() {
+        let outer = CompletionBatch::begin();
+        let inner = CompletionBatch::begin();
+        assert!(outer.outermost && !inner.outermost);
+        drop(inner);
+        super::DEFERRED.with(|d| assert!(d.active.get(), "still open"));
+        drop(outer);
+        super::DEFERRED.with(|d| assert!(!d.active.get() && d.len.get() == 0, "closed and flushed"));
+    }
+}
+
 /// loom models of the deferred wakeup: a completer that delivers a run of
 /// completions and wakes the client only at the batch's end, alone and as
 /// the completion thread of a client that submits to it (each side asleep
