@@ -18,16 +18,26 @@ cd "$(dirname "$0")/.."
 cache=${MQBLK_CACHE:-$HOME/.cache/mqblk}
 die() { echo "fio-examples: $*" >&2; exit 2; }
 
-for d in $(find "$cache" -maxdepth 1 -name "fio-${MQBLK_FIO_VERSION:-*}-examples" 2>/dev/null | sort -rV); do
-  if [ -f "$d/source.txt" ] && [ -d "$d/examples" ]; then
-    echo "$d/examples"
-    exit 0
-  fi
-done
+cached() {
+  local d
+  for d in $(find "$cache" -maxdepth 1 -name "fio-${MQBLK_FIO_VERSION:-*}-examples" 2>/dev/null | sort -rV); do
+    if [ -f "$d/source.txt" ] && [ -d "$d/examples" ]; then
+      echo "$d/examples"
+      return 0
+    fi
+  done
+  return 1
+}
+cached && exit 0
+# One fetch at a time (tests run in parallel): the others wait, then find
+# the cached copy.
+mkdir -p "$cache"
+exec 9>"$cache/.fio-examples.lock"
+flock 9
+cached && exit 0
 
 # shellcheck source=scripts/debian-apt.sh
 . scripts/debian-apt.sh
-mkdir -p "$cache"
 work=$(mktemp -d "$cache/.fio-examples.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 debian_apt_update || die "apt-get update of the private lists failed (see above)"

@@ -52,7 +52,10 @@ declare -A opts=(
   [qd128-batch32-full-latency]="--iodepth=128 --iodepth_batch=32"
   [qd1-full-latency]="--iodepth=1"
 )
-base=(--name=gate --rw=randread --bs=4k)
+# Both programs draw offsets without fio's random map (norandommap): the
+# gate watches the I/O path, and the map is the job's choice of offsets
+# (bench's costs about 50 instructions per I/O: BENCHMARKS.md).
+base=(--name=gate --rw=randread --bs=4k --norandommap)
 
 # A 1 GiB region holds 262,144 4k blocks: without io_size both programs stop
 # there, whatever number_ios says (the records before this check divided

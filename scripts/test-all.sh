@@ -89,6 +89,9 @@ fi
 # libraries: Debian's loads 64 over 9p, 11-17 s a start under TCG), once
 # and cached (tests/guest/run.sh would build it too, inside a guest test).
 scripts/fio-libblkio.sh --guest >/dev/null
+# fio's own job files (examples/ of Debian's fio source), for
+# crates/mqblk-cli/tests/fio_examples.rs; cached in ~/.cache/mqblk.
+scripts/fio-examples.sh >/dev/null
 
 # The guests' kernels (Linux 6.12, and 6.1 for the oracle: tests/guest/
 # fetch-kernel.sh, cached), fetched beside the lints and unit tests: the

@@ -37,7 +37,7 @@ use super::log::Logs;
 use super::options::JobOptions;
 use super::pattern::{Pattern, ZoneWriter};
 use super::replay::OpenTrace;
-use super::shape::{Pacer, Stall, Think};
+use super::shape::{Pacer, Think};
 use super::start::StartGate;
 pub use super::stats::JobResult;
 use super::stats::{DirStats, Rusage};
@@ -83,6 +83,7 @@ pub struct Live {
 
 mod complete;
 mod replayed;
+mod shaped;
 
 use replayed::ReplaySource;
 
@@ -511,72 +512,6 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
         Ok(true)
     }
 
-    /// The next I/O's direction, as the pattern and the job's rates pick
-    /// it; None when the rates hold every direction back (`p.paced` says
-    /// until when).
-    #[inline(never)]
-    fn paced_direction(&self, io: &mut IoState, p: &mut Progress) -> Option<bool> {
-        let wanted = match p.held_direction.take() {
-            Some(is_write) => is_write,
-            None => p.pattern.next_is_write(),
-        };
-        let Some(pacer) = io.pacer.as_ref() else { return Some(wanted) };
-        match pacer.stall(wanted, self.clock.now_ns() - io.shape_epoch_ns) {
-            Stall::Go(is_write) => Some(is_write),
-            Stall::Until { until_ns, is_write, quiesce } => {
-                p.held_direction = Some(is_write);
-                p.paced = Some((until_ns, quiesce));
-                None
-            }
-        }
-    }
-
-    /// Counts an issued I/O against the job's rate and think time.
-    #[inline(never)]
-    fn shaped_issued(&self, is_write: bool, bs: u64, io: &mut IoState, p: &mut Progress) {
-        if let Some(pacer) = io.pacer.as_mut() {
-            pacer.issued(is_write, bs);
-        }
-        if let Some(think) = io.think.as_mut() {
-            p.think_due = think.issued();
-        }
-    }
-
-    /// A stall of the `SHAPED` loop (fio's `rate_ddir` sleep and
-    /// `handle_thinktime`): waits for the I/O in flight when asked (fio's
-    /// `io_u_quiesce`), spins and sleeps the think time, sleeps until the
-    /// rate lets the next I/O go, and checks `rate_min`. Sleeps are cut
-    /// short when the run stops.
-    #[cold]
-    fn stall(&self, client: &mut Client, ctrl: &Control, io: &mut IoState, p: &mut Progress) -> Result<(), String> {
-        let quiesce = p.think_due || p.paced.is_some_and(|(_, q)| q);
-        while quiesce && client.in_flight() > 0 {
-            self.reap(client, client.in_flight(), io, p)?;
-        }
-        if p.think_due {
-            let think = io.think.as_mut().expect("a job due to think has a think time");
-            let spin_until = self.clock.now_ns() + think.spin_ns;
-            while self.clock.now_ns() < spin_until {
-                std::hint::spin_loop();
-            }
-            let until = self.clock.now_ns() + think.sleep_ns;
-            think.thought();
-            p.think_due = false;
-            sleep_until(&self.clock, until, ctrl);
-        }
-        if let Some((until_ns, _)) = p.paced.take() {
-            sleep_until(&self.clock, io.shape_epoch_ns + until_ns, ctrl);
-        }
-        self.publish(io, p);
-        if let Some(pacer) = io.pacer.as_mut() {
-            let (bytes, ios) = ([io.stats[0].bytes, io.stats[1].bytes], [io.stats[0].ios, io.stats[1].ios]);
-            pacer
-                .check_min_rate(self.clock.now_ns() - io.shape_epoch_ns, bytes, ios)
-                .map_err(|e| format!("job '{}': {e}", self.opts.name))?;
-        }
-        Ok(())
-    }
-
     /// Submits `bio` (`action` of `len_bytes` at `offset`) in slot `idx`
     /// (`plugged`: under the chunk's plug); its clock read closes the
     /// previous I/O's (`prev`) submission latency.
@@ -684,18 +619,6 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
 fn epoch_ms() -> u64 {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     now.as_millis() as u64
-}
-
-/// Sleeps until `until_ns` on `clock`, in slices of at most 50 ms so that
-/// a stopped run is not kept waiting.
-fn sleep_until(clock: &Clock, until_ns: u64, ctrl: &Control) {
-    loop {
-        let now = clock.now_ns();
-        if now >= until_ns || ctrl.phase.load(Ordering::Acquire) == PHASE_STOP {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_nanos((until_ns - now).min(50_000_000)));
-    }
 }
 
 /// Sleeps for fio's `startdelay`; false if the run stopped meanwhile.
