@@ -145,6 +145,15 @@ fn timeline(v: &Value) -> Vec<(String, u64, u64, u64)> {
         .collect()
 }
 
+/// Each entry is the next group (0, 1, ...) and starts after the one
+/// before it ended.
+fn assert_one_group_after_another(t: &[(String, u64, u64, u64)]) {
+    for (i, pair) in t.windows(2).enumerate() {
+        assert_eq!((pair[0].3, pair[1].3), (i as u64, i as u64 + 1), "a group each: {t:?}");
+        assert!(pair[1].1 >= pair[0].1 + pair[0].2, "{} started before {} ended: {t:?}", pair[1].0, pair[0].0);
+    }
+}
+
 #[test]
 fn wait_for_starts_each_group_after_the_one_it_waits_for() {
     // examples/waitfor.fio: writers; readers (new_group, wait_for=writers);
@@ -155,10 +164,7 @@ fn wait_for_starts_each_group_after_the_one_it_waits_for() {
     let t = timeline(&v);
     let names: Vec<&str> = t.iter().map(|j| j.0.as_str()).collect();
     assert_eq!(names, ["writers", "readers", "writers2", "readers2"], "one entry per group: {t:?}");
-    for (i, pair) in t.windows(2).enumerate() {
-        assert_eq!((pair[0].3, pair[1].3), (i as u64, i as u64 + 1), "a group each: {t:?}");
-        assert!(pair[1].1 >= pair[0].1 + pair[0].2, "{} started before {} ended: {t:?}", pair[1].0, pair[0].0);
-    }
+    assert_one_group_after_another(&t);
 }
 
 #[test]
@@ -168,10 +174,7 @@ fn stonewalled_jobs_run_one_after_another() {
     let v = json(&bench(&dir.join("ssd-test.fio"), &[], &scratch("ssd-test")), "ssd-test.fio");
     let t = timeline(&v);
     assert_eq!(t.len(), 4, "{t:?}");
-    for (i, pair) in t.windows(2).enumerate() {
-        assert_eq!((pair[0].3, pair[1].3), (i as u64, i as u64 + 1), "a group each: {t:?}");
-        assert!(pair[1].1 >= pair[0].1 + pair[0].2, "{} started before {} ended: {t:?}", pair[1].0, pair[0].0);
-    }
+    assert_one_group_after_another(&t);
 }
 
 #[test]
