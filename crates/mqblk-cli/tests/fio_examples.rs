@@ -237,3 +237,67 @@ fn fios_own_tool_reads_the_bandwidth_log() {
     assert!(values > 0, "fio2gnuplot counted no values: {global}");
     let _ = std::fs::remove_dir_all(&cwd);
 }
+
+#[test]
+fn flow_weights_set_the_ratio_of_ios() {
+    // examples/flow.fio: job1 (randread, flow=8) and job2 (write, flow=1)
+    // share flow 0: 8 of job1's I/Os for each of job2's (fio's flow
+    // control counts every I/O; flow_sleep=1000 µs when ahead).
+    let dir = examples();
+    let v = json(&bench(&dir.join("flow.fio"), &[], &scratch("flow")), "flow.fio");
+    let ios = |name: &str| {
+        let job = v["jobs"].as_array().unwrap().iter().find(|j| j["jobname"] == name).expect("job");
+        job["read"]["total_ios"].as_u64().unwrap() + job["write"]["total_ios"].as_u64().unwrap()
+    };
+    let (job1, job2) = (ios("job1"), ios("job2"));
+    assert!(job2 > 0, "job2 issued nothing");
+    // The ratio holds to within one I/O of each job's count at any time.
+    let ratio = job1 as f64 / job2 as f64;
+    assert!((ratio - 8.0).abs() <= 8.0 / job2 as f64 + 0.05, "job1 {job1} : job2 {job2} = {ratio}");
+}
+
+#[test]
+fn exit_what_stops_its_group_the_phase_or_the_run() {
+    // Three phases of a fast job (rate-limited, time_based 30 s) beside
+    // an exitall job that ends early: exit_what=group stops only its own
+    // group (the fast job in another group runs its 2 s), stonewall
+    // stops the phase, all ends the run (the last phase never starts).
+    let cwd = scratch("exit-what");
+    let file = cwd.join("exit.fio");
+    let fast = "rw=randread\nrate_iops=200\ntime_based\nruntime=2\n";
+    let text = format!(
+        "[g]\nnumber_ios=10\nexitall\nexit_what=group\n[g-other]\nnew_group\n{fast}\
+         [s]\nstonewall\nnumber_ios=10\nexitall\nexit_what=stonewall\n[s-other]\nnew_group\n{fast}\
+         [a]\nstonewall\nnumber_ios=10\nexitall\nexit_what=all\n[a-other]\n{fast}[never]\nstonewall\n"
+    );
+    std::fs::write(&file, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_mqblk"))
+        .current_dir(&cwd)
+        .args(["bench", "--device", DEVICE, "exit.fio", "--output-format=json"])
+        .output()
+        .unwrap();
+    let v = json(&out, "exit.fio");
+    let runtime = |name: &str| {
+        v["jobs"].as_array().unwrap().iter().find(|j| j["jobname"] == name).map(|j| j["job_runtime"].as_u64().unwrap())
+    };
+    assert!(runtime("g-other").unwrap() >= 1900, "exit_what=group stopped another group: {:?}", runtime("g-other"));
+    assert!(runtime("s-other").unwrap() < 1900, "exit_what=stonewall left the phase running");
+    assert!(runtime("a-other").unwrap() < 1900, "exit_what=all left the phase running");
+    assert_eq!(runtime("never"), None, "exit_what=all: a later phase ran");
+}
+
+#[test]
+fn a_steady_job_stops_and_reports_its_window() {
+    // examples/steadystate.fio's criteria (iops:10%, bw_slope:1%) over
+    // a short window: a null device's IOPS settle within seconds, so the
+    // 30 s jobs stop early with attained=1 and fio's "steadystate" object.
+    let dir = examples();
+    let extra = ["--runtime=30", "--ss_dur=3", "--ss_ramp=1", "--ss=iops:50%"];
+    let v = json(&bench(&dir.join("steadystate.fio"), &extra, &scratch("steadystate")), "steadystate.fio");
+    for job in v["jobs"].as_array().unwrap() {
+        let ss = &job["steadystate"];
+        assert_eq!(ss["attained"], 1, "{}: {ss}", job["jobname"]);
+        assert_eq!(ss["data"]["iops"].as_array().unwrap().len(), 3, "three 1 s samples in a 3 s window");
+        assert!(job["job_runtime"].as_u64().unwrap() < 29_000, "{} ran its whole runtime", job["jobname"]);
+    }
+}

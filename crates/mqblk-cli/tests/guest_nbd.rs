@@ -3,8 +3,8 @@
 //! it, serves a memory-backed null device and then a file device on the
 //! guest's tmpfs over a Unix socket with the host's target/release/mqblk,
 //! connects /dev/nbd0 with the host's `nbd-client -unix`, runs fio with
-//! crc32c verification and ext4 with fsck and a byte-exact remount,
-//! disconnects and stops the server by SIGTERM, then kills a server with
+//! crc32c verification on both and ext4 with fsck and a byte-exact
+//! remount on the null device, disconnects and stops the server by SIGTERM, then kills a server with
 //! SIGKILL mid-I/O: the device must fail its I/O within its timeout (see
 //! the script's header).
 //!

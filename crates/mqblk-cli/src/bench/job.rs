@@ -29,6 +29,7 @@ use crossbeam_utils::CachePadded;
 use mqblk::clock::Clock;
 use mqblk::{Bio, Buf, Client, Device, ReqFlags};
 
+use super::flow::FlowMember;
 use super::iolog::{IoAction, IologWriter};
 use super::job_setup::{
     buffer_sizes, job_depth, job_region, new_iolog_writer, new_verifier, new_zone_writer, slot_buffers,
@@ -228,6 +229,8 @@ struct IoState {
     pacer: Option<Pacer>,
     think: Option<Think>,
     logs: Option<Logs>,
+    /// fio's flow control (flow.rs): the job's membership of its flow.
+    flow: Option<FlowMember>,
     /// Indexed by an I/O's `user_data`.
     slots: Vec<Slot>,
     read_bufs: Vec<Option<Buf>>,
@@ -297,6 +300,7 @@ impl IoState {
             pacer,
             think: Think::new(&opts.shape),
             logs,
+            flow: (opts.shape.flow_weight > 0).then(|| FlowMember::join(opts.shape.flow_id, opts.shape.flow_weight)),
             slots: vec![Slot::default(); depth],
             read_bufs,
             write_bufs,

@@ -6,10 +6,12 @@
 
 mod blktrace_input;
 pub mod cpus;
+mod flow;
 mod iolog;
 pub mod job;
 mod job_setup;
 mod log;
+mod numa;
 pub mod options;
 mod order;
 mod parse;
@@ -20,6 +22,7 @@ mod setter;
 mod shape;
 mod start;
 pub mod stats;
+mod steadystate;
 pub mod thread_cpu;
 pub mod values;
 pub mod verify;
@@ -33,7 +36,7 @@ use mqblk::clock::Clock;
 use mqblk::{Device, DeviceConfig};
 
 use job::{Control, JobResult, Live, PHASE_RUN, PHASE_STOP};
-use options::{BenchPlan, JobOptions};
+use options::{BenchPlan, ExitWhat, JobOptions};
 use report::{DeviceInfo, Entry, Samples};
 use start::StartGate;
 use stats::{ProcessCpu, Rusage};
@@ -130,6 +133,8 @@ struct Running {
     read_samples: Samples,
     write_samples: Samples,
     last: (Instant, u64, u64, u64),
+    /// fio's steady-state verdict (`ss`), at the end.
+    steadystate: Option<steadystate::Steady>,
 }
 
 impl Running {
@@ -229,7 +234,7 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
     let mut entries: Vec<Entry> = Vec::new();
     let mut process_cpu = None;
     for phase in &phases {
-        let (phase_entries, cpu) = run_phase(plan, phase.clone(), &dev, fixed.as_ref(), clock, &bar)?;
+        let (phase_entries, cpu, end_run) = run_phase(plan, phase.clone(), &dev, fixed.as_ref(), clock, &bar)?;
         for entry in phase_entries {
             // fio's group_reporting: one entry per group.
             match entries
@@ -242,6 +247,9 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
         }
         // The process's CPU per I/O needs every job measuring at once.
         process_cpu = if phases.len() == 1 { cpu } else { None };
+        if end_run {
+            break; // fio's exit_what=all: the later phases never start
+        }
     }
     if let Some(bar) = bar {
         bar.finish_and_clear();
@@ -271,7 +279,7 @@ fn run_phase(
     fixed: Option<&mqblk::FixedBufs>,
     clock: Clock,
     bar: &Option<indicatif::ProgressBar>,
-) -> Result<(Vec<Entry>, Option<ProcessCpu>), BenchError> {
+) -> Result<(Vec<Entry>, Option<ProcessCpu>, bool), BenchError> {
     let jobs = &plan.jobs[phase.clone()];
     let waitees = order::waitees(&plan.jobs, phase.clone());
     // A gate for the jobs that wait for none, and one per waiting job.
@@ -305,16 +313,23 @@ fn run_phase(
                         if let Some(cpus) = &r.opts.cpus_allowed {
                             cpus::pin_current_thread(&cpus.for_job(r.opts.cpus_allowed_split, r.clone))?;
                         }
+                        // fio's numa_cpu_nodes and numa_mem_policy, before
+                        // the job allocates its buffers on this thread.
+                        if let Some(cpus) = r.opts.numa.cpus()? {
+                            cpus::pin_current_thread(&cpus)?;
+                        }
+                        r.opts.numa.apply_mem_policy()?;
                         job::run_job(r.opts, dev, fixed, clock, r.job_index, &r.ctrl, &r.live, trace)
                     })
                     .expect("spawn job thread")
             })
             .collect();
-        let process_cpu = supervise(&shared, &mut running, bar);
+        let (process_cpu, end_run) = supervise(&shared, &mut running, bar);
         let results = handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("job thread panicked".into())));
-        (results.collect(), process_cpu)
+        (results.collect(), (process_cpu, end_run))
     });
-    Ok((report_entries(&shared, running, results)?, process_cpu))
+    let (process_cpu, end_run) = process_cpu;
+    Ok((report_entries(&shared, running, results)?, process_cpu, end_run))
 }
 
 /// Each job clone's trace (`read_iolog`), parsed and checked against the
@@ -367,6 +382,7 @@ fn job_clones<'a>(
                 read_samples: Samples::default(),
                 write_samples: Samples::default(),
                 last: (ramp_end, 0, 0, 0),
+                steadystate: None,
             });
         }
     }
@@ -383,7 +399,9 @@ fn report_entries(
     let mut entries: Vec<Entry> = Vec::new();
     for ((sh, r), res) in shared.iter().zip(running).zip(results) {
         let res = res.map_err(BenchError::Failed)?;
-        entries.push(Entry::from_result(sh.opts, &res, r.read_samples, r.write_samples));
+        let mut entry = Entry::from_result(sh.opts, &res, r.read_samples, r.write_samples);
+        entry.steadystate = r.steadystate;
+        entries.push(entry);
     }
     Ok(entries)
 }
@@ -511,10 +529,17 @@ impl ProcessWindow {
 }
 
 /// Keeps every job's timeline and samples until all are done; returns the
-/// process's CPU while every job was measuring.
-fn supervise(shared: &[Shared], running: &mut [Running], bar: &Option<indicatif::ProgressBar>) -> Option<ProcessCpu> {
+/// process's CPU while every job was measuring, and whether an `exitall`
+/// job with `exit_what=all` ended the run.
+fn supervise(
+    shared: &[Shared],
+    running: &mut [Running],
+    bar: &Option<indicatif::ProgressBar>,
+) -> (Option<ProcessCpu>, bool) {
     let mut last_bar = (Instant::now(), 0u64);
     let mut window = ProcessWindow::default();
+    let units: Vec<_> = shared.iter().map(|sh| (&sh.opts.steady, sh.opts.groupid, sh.opts.group_reporting)).collect();
+    let mut steady = steadystate::SteadyWatch::new(&units);
     loop {
         std::thread::sleep(Duration::from_millis(20));
         let now = Instant::now();
@@ -523,13 +548,25 @@ fn supervise(shared: &[Shared], running: &mut [Running], bar: &Option<indicatif:
         }
         window.maybe_open(shared);
         let mut all_done = true;
-        // fio's exitall: once a job that has it finishes, the rest stop.
-        let exit_all = shared.iter().any(|sh| sh.opts.exitall && sh.live.done.load(Ordering::Acquire));
+        // fio's steady state: a job (or group) whose window is steady stops.
+        let started = |i: usize| running[i].started && shared[i].live.measuring.load(Ordering::Acquire);
+        let counters = |i: usize| {
+            let live = &shared[i].live;
+            (
+                live.ios.load(Ordering::Relaxed),
+                live.read_bytes.load(Ordering::Relaxed) + live.write_bytes.load(Ordering::Relaxed),
+            )
+        };
+        for i in steady.tick(now, started, counters) {
+            window.close(shared);
+            shared[i].ctrl.phase.store(PHASE_STOP, Ordering::Release);
+        }
+        let exits = exitall_stops(shared);
         for (sh, r) in shared.iter().zip(running.iter_mut()) {
             if sh.live.done.load(Ordering::Acquire) {
                 continue;
             }
-            if exit_all {
+            if exits.stops(sh.opts) {
                 window.close(shared);
                 sh.ctrl.phase.store(PHASE_STOP, Ordering::Release);
             }
@@ -563,9 +600,39 @@ fn supervise(shared: &[Shared], running: &mut [Running], bar: &Option<indicatif:
         }
         if all_done {
             window.close(shared);
-            return window.result;
+            for (r, ss) in running.iter_mut().zip(steady.results(shared.len())) {
+                r.steadystate = ss;
+            }
+            return (window.result, exits.end_run);
         }
     }
+}
+
+/// What the ends of the phase's `exitall` jobs stop (fio's `exit_what`):
+/// the groups of those that stop their group, everything, and whether
+/// the run ends with this phase.
+struct ExitallStops {
+    groups: Vec<u32>,
+    phase: bool,
+    end_run: bool,
+}
+
+impl ExitallStops {
+    fn stops(&self, opts: &JobOptions) -> bool {
+        self.phase || self.groups.contains(&opts.groupid)
+    }
+}
+
+fn exitall_stops(shared: &[Shared]) -> ExitallStops {
+    let mut stops = ExitallStops { groups: Vec::new(), phase: false, end_run: false };
+    for sh in shared.iter().filter(|sh| sh.opts.exitall && sh.live.done.load(Ordering::Acquire)) {
+        match sh.opts.exit_what {
+            ExitWhat::Group => stops.groups.push(sh.opts.groupid),
+            ExitWhat::Stonewall => stops.phase = true,
+            ExitWhat::All => (stops.phase, stops.end_run) = (true, true),
+        }
+    }
+    stops
 }
 
 fn take_sample(sh: &Shared, r: &mut Running, now: Instant) {

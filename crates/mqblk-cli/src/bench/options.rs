@@ -5,7 +5,9 @@
 use std::fmt;
 
 use super::log::{LogOptions, LOG_OPTIONS};
+use super::numa::{NumaOptions, NUMA_OPTIONS};
 use super::shape::{ShapeOptions, SHAPE_OPTIONS};
+use super::steadystate::{SteadyOptions, STEADY_OPTIONS};
 
 pub use super::parse::{parse_bench_args, BenchPlan};
 
@@ -66,6 +68,7 @@ pub const JOB_OPTIONS: &[&str] = &[
     "prioclass",
     "startdelay",
     "exitall",
+    "exit_what",
     "filename",
     "verify",
     "direct",
@@ -125,12 +128,21 @@ pub fn is_job_option(key: &str) -> bool {
     JOB_OPTIONS.contains(&key)
         || SHAPE_OPTIONS.contains(&key)
         || LOG_OPTIONS.contains(&key)
+        || STEADY_OPTIONS.contains(&key)
+        || NUMA_OPTIONS.contains(&key)
         || REFUSED_OPTIONS.iter().any(|(k, _)| *k == key)
 }
 
 /// Every job option bench knows.
 pub fn job_options() -> Vec<&'static str> {
-    JOB_OPTIONS.iter().chain(SHAPE_OPTIONS).chain(LOG_OPTIONS).copied().collect()
+    JOB_OPTIONS
+        .iter()
+        .chain(SHAPE_OPTIONS)
+        .chain(LOG_OPTIONS)
+        .chain(STEADY_OPTIONS)
+        .chain(NUMA_OPTIONS)
+        .copied()
+        .collect()
 }
 
 /// `ioengine` values accepted: the engines mqblk's client stands in for.
@@ -254,8 +266,10 @@ pub struct JobOptions {
     pub ioprio: mqblk::IoPrio,
     /// fio's `startdelay`: the job starts this late (ns).
     pub startdelay_ns: u64,
-    /// fio's `exitall`: when this job finishes, every job stops.
+    /// fio's `exitall`: when this job finishes, the jobs `exit_what`
+    /// names stop.
     pub exitall: bool,
+    pub exit_what: ExitWhat,
     /// fio's `filename`, `direct` and `registerfiles`: with a filename the
     /// device is `file:path=FILENAME,direct=D,registerfiles=R` (the
     /// io_uring driver), shared by every job.
@@ -320,8 +334,24 @@ pub struct JobOptions {
     pub shape: ShapeOptions,
     /// fio's latency, bandwidth and IOPS logs (log.rs).
     pub logs: LogOptions,
+    /// fio's steady-state detection (steadystate.rs).
+    pub steady: SteadyOptions,
+    /// fio's `numa_cpu_nodes` and `numa_mem_policy` (numa.rs).
+    pub numa: NumaOptions,
     /// The options as given, for the JSON "job options" object.
     pub given: Vec<(String, String)>,
+}
+
+/// fio's `exit_what`: which jobs an `exitall` job's end stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitWhat {
+    /// The running jobs of its reporting group (fio's default).
+    Group,
+    /// Every running job; the run goes on with the next stonewalled
+    /// phase.
+    Stonewall,
+    /// Every job: the run ends.
+    All,
 }
 
 /// The `:N` after `rw=` (fio's `ddir_seq_add` and `ddir_seq_nr`).
@@ -371,6 +401,7 @@ impl JobOptions {
             ioprio: mqblk::IoPrio::default(),
             startdelay_ns: 0,
             exitall: false,
+            exit_what: ExitWhat::Group,
             filename: None,
             verify: false,
             direct: false,
@@ -396,6 +427,8 @@ impl JobOptions {
             random_lfsr: false,
             shape: ShapeOptions::default(),
             logs: LogOptions::default(),
+            steady: SteadyOptions::default(),
+            numa: NumaOptions::default(),
             given: Vec::new(),
         }
     }
@@ -441,6 +474,8 @@ impl JobOptions {
         }
         self.shape.validate(&self.name)?;
         self.logs.validate(&self.name, self.gtod_reduce)?;
+        self.steady.validate(&self.name)?;
+        self.numa.validate(&self.name)?;
         self.validate_iolog()
     }
 

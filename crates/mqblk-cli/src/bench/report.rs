@@ -26,11 +26,13 @@ pub struct Entry {
     pub run: JobResult,
     pub read_samples: Samples,
     pub write_samples: Samples,
+    /// fio's steady-state detection (`ss`), when the job has it.
+    pub steadystate: Option<super::steadystate::Steady>,
 }
 
 impl Entry {
     pub fn from_result(opts: &JobOptions, r: &JobResult, read_samples: Samples, write_samples: Samples) -> Self {
-        Self { opts: opts.clone(), nr_jobs: 1, run: r.clone(), read_samples, write_samples }
+        Self { opts: opts.clone(), nr_jobs: 1, run: r.clone(), read_samples, write_samples, steadystate: None }
     }
 
     /// Folds another job into this group entry (fio's group_reporting).
@@ -198,7 +200,7 @@ pub fn to_json(
 fn job_json(i: usize, e: &Entry) -> Value {
     let timed = !e.opts.gtod_reduce;
     let cpu_base = e.secs() * 1e9 * e.nr_jobs as f64;
-    json!({
+    let mut job = json!({
         "jobname": e.opts.name,
         "groupid": e.opts.groupid,
         "job_index": i,
@@ -218,7 +220,11 @@ fn job_json(i: usize, e: &Entry) -> Value {
         "majf": e.run.rusage.majflt,
         "minf": e.run.rusage.minflt,
         "mqblk": ctx_json(e),
-    })
+    });
+    if let Some(ss) = &e.steadystate {
+        job["steadystate"] = ss.to_json();
+    }
+    job
 }
 
 /// The "mqblk" object: the device's facts and block-layer counters, and
@@ -405,6 +411,9 @@ fn human_job(out: &mut String, e: &Entry) {
     }
     human_dir(out, "read", e, &e.run.read);
     human_dir(out, "write", e, &e.run.write);
+    if let Some(ss) = &e.steadystate {
+        out.push_str(&ss.to_human());
+    }
     let cpu_base = e.secs() * 1e9 * e.nr_jobs as f64;
     let _ = writeln!(
         out,

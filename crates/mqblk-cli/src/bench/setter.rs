@@ -5,7 +5,7 @@
 
 use super::cpus::CpuList;
 use super::options::{
-    err, job_options, unknown_option, JobOptions, OptionError, RwMode, RwModifier, IOENGINES, REFUSED_OPTIONS,
+    err, job_options, unknown_option, ExitWhat, JobOptions, OptionError, RwMode, RwModifier, IOENGINES, REFUSED_OPTIONS,
 };
 use super::values::{parse_flag, parse_int, parse_size, parse_time_ns};
 
@@ -48,7 +48,9 @@ impl JobOptions {
             || self.set_file(key, value)?
             || self.set_replay(key, value)?
             || self.shape.set(key, value)?
-            || self.logs.set(key, value)?;
+            || self.logs.set(key, value)?
+            || self.steady.set(key, value)?
+            || self.numa.set(key, value)?;
         if !known {
             return err(unknown_option(key, &job_options()));
         }
@@ -191,6 +193,12 @@ impl JobOptions {
             "thread" => _ = parse_flag(key, value)?,
             "threads" => _ = parse_int(key, v()?, 1, 4096)?,
             "exitall" => self.exitall = parse_flag(key, value)?,
+            "exit_what" => {
+                let accepted = [("group", ExitWhat::Group), ("stonewall", ExitWhat::Stonewall), ("all", ExitWhat::All)];
+                self.exit_what = choice(v()?, &accepted, |o| {
+                    format!("exit_what: bad value '{o}' (accepted: group, stonewall, all)")
+                })?
+            }
             "cpus_allowed" => self.cpus_allowed = Some(CpuList::parse(key, v()?)?),
             "cpus_allowed_policy" => {
                 self.cpus_allowed_split = choice(v()?, &[("shared", false), ("split", true)], |o| {

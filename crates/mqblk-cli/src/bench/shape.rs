@@ -14,25 +14,29 @@
 //! waited for its I/O in flight first (fio's `io_u_quiesce`) unless
 //! `io_submit_mode=offload`. Think time: after every `thinktime_blocks`
 //! I/Os issued, the job waits for its I/O in flight, spins
-//! `thinktime_spin`, then sleeps the rest of `thinktime`.
+//! `thinktime_spin`, then sleeps the rest of `thinktime`. Flow control
+//! (`flow`, flow.rs): a job ahead of its flow's share stalls likewise,
+//! its I/O in flight waited for, then `flow_sleep` slept.
 //!
 //! Relies on the job's clock (mqblk::clock) for `now`, in ns since the
 //! job's start; sleeping is `std::thread::sleep` (a real sleep).
 
+use super::flow::FLOW_MAX_WEIGHT;
 use super::options::{err, OptionError};
 use super::values::{parse_int, parse_size, parse_time_ns};
 
 /// The shaping options of one job, with fio's defaults.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ShapeOptions {
-    /// `rate=R[,W]`: bytes per second per direction (0: no limit).
-    pub rate_bytes: [u64; 2],
-    /// `rate_iops=R[,W]`: I/Os per second per direction (0: no limit).
-    pub rate_iops: [u64; 2],
+    /// `rate=R[,W[,T]]`: bytes per second per direction (0: no limit;
+    /// the trims' value is kept for a trim direction, which jobs lack).
+    pub rate_bytes: [u64; 3],
+    /// `rate_iops=R[,W[,T]]`: I/Os per second per direction (0: no limit).
+    pub rate_iops: [u64; 3],
     /// `rate_min=R[,W]` (`ratemin`) and `rate_iops_min=R[,W]`: the job
     /// fails when a `ratecycle` (1 s) falls below them.
-    pub rate_min_bytes: [u64; 2],
-    pub rate_iops_min: [u64; 2],
+    pub rate_min_bytes: [u64; 3],
+    pub rate_iops_min: [u64; 3],
     /// `rate_process=poisson` (default `linear`).
     pub poisson: bool,
     /// `io_submit_mode=offload`: a job ahead of its rate does not wait for
@@ -43,6 +47,11 @@ pub struct ShapeOptions {
     pub thinktime_ns: u64,
     pub thinktime_spin_ns: u64,
     pub thinktime_blocks: u64,
+    /// `flow` (a weight, 0: no flow control), `flow_id`, `flow_sleep`
+    /// (µs by default): flow.rs.
+    pub flow_weight: u64,
+    pub flow_id: u64,
+    pub flow_sleep_ns: u64,
 }
 
 /// The shaping options' names (options.rs' `job_options` adds them).
@@ -57,17 +66,26 @@ pub const SHAPE_OPTIONS: &[&str] = &[
     "thinktime",
     "thinktime_spin",
     "thinktime_blocks",
+    "flow",
+    "flow_id",
+    "flow_sleep",
 ];
 
-/// `V` or `R,W` (an empty side keeps 0), each parsed by `one`.
+/// `V` (every direction) or `R,W[,T]` (reads, writes, trims; an empty
+/// or missing one keeps 0), each parsed by `one`.
 fn per_direction(
     key: &str,
     v: &str,
     one: impl Fn(&str, &str) -> Result<u64, OptionError>,
-) -> Result<[u64; 2], OptionError> {
-    let (r, w) = v.split_once(',').unwrap_or((v, v));
+) -> Result<[u64; 3], OptionError> {
     let side = |s: &str| if s.is_empty() { Ok(0) } else { one(key, s) };
-    Ok([side(r)?, side(w)?])
+    let parts: Vec<&str> = v.split(',').collect();
+    match parts[..] {
+        [all] => Ok([side(all)?; 3]),
+        [r, w] => Ok([side(r)?, side(w)?, 0]),
+        [r, w, t] => Ok([side(r)?, side(w)?, side(t)?]),
+        _ => err(format!("{key}: bad value '{v}' (accepted: V, or R,W,T for reads, writes and trims)")),
+    }
 }
 
 /// fio's `thinktime` family: a time whose bare number is microseconds.
@@ -82,11 +100,15 @@ fn parse_time_us(key: &str, v: &str) -> Result<u64, OptionError> {
 impl ShapeOptions {
     /// Whether the job shapes its I/O at all.
     pub fn any(&self) -> bool {
-        self.paced() || self.thinktime_ns > 0 || self.rate_min_bytes != [0, 0] || self.rate_iops_min != [0, 0]
+        self.paced()
+            || self.thinktime_ns > 0
+            || self.rate_min_bytes != [0, 0, 0]
+            || self.rate_iops_min != [0, 0, 0]
+            || self.flow_weight > 0
     }
 
     fn paced(&self) -> bool {
-        self.rate_bytes != [0, 0] || self.rate_iops != [0, 0]
+        self.rate_bytes != [0, 0, 0] || self.rate_iops != [0, 0, 0]
     }
 
     /// Sets one shaping option; false if `key` is none of them.
@@ -115,6 +137,9 @@ impl ShapeOptions {
             "thinktime" => self.thinktime_ns = parse_time_us(key, v()?)?,
             "thinktime_spin" => self.thinktime_spin_ns = parse_time_us(key, v()?)?,
             "thinktime_blocks" => self.thinktime_blocks = parse_int(key, v()?, 1, u64::MAX)?,
+            "flow" => self.flow_weight = parse_int(key, v()?, 0, FLOW_MAX_WEIGHT)?,
+            "flow_id" => self.flow_id = parse_int(key, v()?, 0, u64::from(u32::MAX))?,
+            "flow_sleep" => self.flow_sleep_ns = parse_time_us(key, v()?)?,
             _ => return Ok(false),
         }
         Ok(true)
@@ -166,7 +191,7 @@ impl Pacer {
     /// The pacer of `o` for block sizes `bs` (read, write), `mixed` when
     /// the job reads and writes; None if the job has no rate.
     pub(super) fn new(o: &ShapeOptions, bs: [u64; 2], mixed: bool, seed: u64) -> Option<Self> {
-        if !o.paced() && o.rate_min_bytes == [0, 0] && o.rate_iops_min == [0, 0] {
+        if !o.paced() && o.rate_min_bytes == [0, 0, 0] && o.rate_iops_min == [0, 0, 0] {
             return None;
         }
         let bps = [0, 1].map(|d| if o.rate_iops[d] > 0 { o.rate_iops[d] * bs[d] } else { o.rate_bytes[d] });
@@ -178,8 +203,8 @@ impl Pacer {
             poisson: o.poisson.then_some(seed | 1),
             quiesce: !o.offload,
             mixed,
-            min_bytes: o.rate_min_bytes,
-            min_iops: o.rate_iops_min,
+            min_bytes: [o.rate_min_bytes[0], o.rate_min_bytes[1]],
+            min_iops: [o.rate_iops_min[0], o.rate_iops_min[1]],
             cycle: (0, [0, 0], [0, 0]),
         })
     }
@@ -298,14 +323,21 @@ mod tests {
     #[test]
     fn options_parse_as_fio_writes_them() {
         let o = opts(&[("rate", "1m,500k"), ("rate_iops", ",200"), ("thinktime", "250"), ("thinktime_spin", "1ms")]);
-        assert_eq!(o.rate_bytes, [1 << 20, 500 << 10]);
-        assert_eq!(o.rate_iops, [0, 200]);
+        assert_eq!(o.rate_bytes, [1 << 20, 500 << 10, 0]);
+        assert_eq!(o.rate_iops, [0, 200, 0]);
+        assert_eq!(opts(&[("rate", "300")]).rate_bytes, [300; 3], "one value: every direction, as fio");
+        assert_eq!(opts(&[("rate_iops", "1,2,3")]).rate_iops, [1, 2, 3]);
+        assert!(ShapeOptions::default().set("rate", Some("1,2,3,4")).is_err());
         assert_eq!((o.thinktime_ns, o.thinktime_spin_ns), (250_000, 1_000_000), "bare thinktime is µs");
         assert!(o.validate("j").unwrap_err().0.contains("thinktime_spin"));
         let e = opts(&[("rate_process", "poisson")]).validate("j").unwrap_err().0;
         assert!(e.contains("needs rate"), "{e}");
         assert!(ShapeOptions::default().set("rate_process", Some("bursty")).unwrap_err().0.contains("poisson"));
         assert!(!ShapeOptions::default().set("iodepth", Some("1")).unwrap());
+        let o = opts(&[("flow", "8"), ("flow_sleep", "1000")]);
+        assert!(o.any(), "a flow weight shapes the job");
+        assert_eq!((o.flow_weight, o.flow_sleep_ns), (8, 1_000_000), "bare flow_sleep is µs");
+        assert!(ShapeOptions::default().set("flow", Some("1001")).is_err());
     }
 
     #[test]

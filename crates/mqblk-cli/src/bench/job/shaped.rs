@@ -12,6 +12,9 @@ use mqblk::Client;
 use super::{Control, IoState, JobLoop, Progress, PHASE_STOP};
 use crate::bench::shape::Stall;
 
+/// A job ahead of its flow with no `flow_sleep` looks again after this.
+const FLOW_RETRY_NS: u64 = 20_000;
+
 impl<const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'_, TIMED, REPLAY, SHAPED> {
     /// The next I/O's direction, as the pattern and the job's rates pick
     /// it; None when the rates hold every direction back (`p.paced` says
@@ -22,15 +25,26 @@ impl<const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'_, TIME
             Some(is_write) => is_write,
             None => p.pattern.next_is_write(),
         };
-        let Some(pacer) = io.pacer.as_ref() else { return Some(wanted) };
-        match pacer.stall(wanted, self.clock.now_ns() - io.shape_epoch_ns) {
-            Stall::Go(is_write) => Some(is_write),
-            Stall::Until { until_ns, is_write, quiesce } => {
+        let is_write = match io.pacer.as_ref().map(|pacer| pacer.stall(wanted, self.clock.now_ns() - io.shape_epoch_ns))
+        {
+            None => wanted,
+            Some(Stall::Go(is_write)) => is_write,
+            Some(Stall::Until { until_ns, is_write, quiesce }) => {
                 p.held_direction = Some(is_write);
                 p.paced = Some((until_ns, quiesce));
-                None
+                return None;
             }
+        };
+        if io.flow.as_mut().is_some_and(|flow| flow.ahead()) {
+            // fio's flow stall: the I/O in flight, then flow_sleep (with
+            // none, fio spins; here a short sleep, so waiting sleeps).
+            p.held_direction = Some(is_write);
+            let sleep_ns =
+                if self.opts.shape.flow_sleep_ns > 0 { self.opts.shape.flow_sleep_ns } else { FLOW_RETRY_NS };
+            p.paced = Some((self.clock.now_ns() - io.shape_epoch_ns + sleep_ns, true));
+            return None;
         }
+        Some(is_write)
     }
 
     /// Counts an issued I/O against the job's rate and think time.
