@@ -301,3 +301,20 @@ fn a_steady_job_stops_and_reports_its_window() {
         assert!(job["job_runtime"].as_u64().unwrap() < 29_000, "{} ran its whole runtime", job["jobname"]);
     }
 }
+
+#[test]
+fn cmdprio_percentage_gives_its_share_of_ios_the_command_priority() {
+    // examples/cmdprio-percentage.fio: prioclass=3 (idle) for the job,
+    // cmdprio_percentage=20 with cmdprio_class=1 (RT); log_prio=1 logs
+    // each I/O's priority (class << 13 | level) in its latency log.
+    let dir = examples();
+    let cwd = scratch("cmdprio");
+    json(&bench(&dir.join("cmdprio-percentage.fio"), &["--size=64m"], &cwd), "cmdprio-percentage.fio");
+    let log = std::fs::read_to_string(cwd.join("prio-run.log_clat.1.log")).expect("the clat log");
+    let prios: Vec<&str> = log.lines().map(|l| l.rsplit(", ").next().unwrap()).collect();
+    assert_eq!(prios.len(), 512, "64 MiB of 128 KiB reads");
+    let rt = prios.iter().filter(|p| **p == "0x2000").count();
+    let idle = prios.iter().filter(|p| **p == "0x6004").count();
+    assert_eq!(rt + idle, prios.len(), "every I/O RT level 0 or the job's idle level 4");
+    assert!((72..=133).contains(&rt), "{rt} of 512 I/Os RT, 20% asked");
+}

@@ -29,6 +29,7 @@ use crossbeam_utils::CachePadded;
 use mqblk::clock::Clock;
 use mqblk::{Bio, Buf, Client, Device, ReqFlags};
 
+use super::cmdprio::CmdPrio;
 use super::flow::FlowMember;
 use super::iolog::{IoAction, IologWriter};
 use super::job_setup::{
@@ -96,6 +97,9 @@ struct Slot {
     slat_ns: u64,
     offset: u64,
     is_write: bool,
+    /// The I/O's priority (the job's, or cmdprio's pick), for log_prio:
+    /// it fits in the padding after `is_write`.
+    ioprio: mqblk::IoPrio,
 }
 
 /// Runs one job to completion on the calling thread; `trace` is the
@@ -231,6 +235,8 @@ struct IoState {
     logs: Option<Logs>,
     /// fio's flow control (flow.rs): the job's membership of its flow.
     flow: Option<FlowMember>,
+    /// fio's per-command priorities (cmdprio.rs).
+    cmdprio: Option<CmdPrio>,
     /// Indexed by an I/O's `user_data`.
     slots: Vec<Slot>,
     read_bufs: Vec<Option<Buf>>,
@@ -300,6 +306,7 @@ impl IoState {
             pacer,
             think: Think::new(&opts.shape),
             logs,
+            cmdprio: CmdPrio::new(&opts.cmdprio, seed ^ 0xc3d0),
             flow: (opts.shape.flow_weight > 0).then(|| FlowMember::join(opts.shape.flow_id, opts.shape.flow_weight)),
             slots: vec![Slot::default(); depth],
             read_bufs,
@@ -532,7 +539,8 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
         if let Some(prev) = prev {
             io.slots[prev as usize].slat_ns = t - io.slots[prev as usize].issue_ns;
         }
-        io.slots[idx as usize] = Slot { issue_ns: t, slat_ns: 0, offset, is_write: action == IoAction::Write };
+        let ioprio = bio.ioprio;
+        io.slots[idx as usize] = Slot { issue_ns: t, slat_ns: 0, offset, is_write: action == IoAction::Write, ioprio };
         if let (true, Some(log)) = (SHAPED, io.iolog.as_mut()) {
             log.record(action, offset, len_bytes);
         }
@@ -575,7 +583,7 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
     /// verify).
     #[inline(always)]
     fn prep_bio(&self, idx: u32, is_write: bool, offset: u64, io: &mut IoState) -> Bio {
-        if is_write {
+        let bio = if is_write {
             let mut buf = io.write_bufs[idx as usize].take().expect("slot owns its write buffer");
             if let Some(v) = io.verifier.as_mut() {
                 v.fill(&mut buf, offset);
@@ -584,8 +592,14 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
         } else {
             Bio::read(offset, io.read_bufs[idx as usize].take().expect("slot owns its read buffer"))
                 .with_flags(self.hipri)
+        };
+        match (SHAPED, io.cmdprio.as_mut()) {
+            (true, Some(c)) => {
+                let prio = c.pick(is_write, bio.len, self.opts.ioprio);
+                bio.with_ioprio(prio)
+            }
+            _ => bio.with_ioprio(self.opts.ioprio),
         }
-        .with_ioprio(self.opts.ioprio)
     }
 
     /// Publishes progress for the progress bar and bandwidth samples.

@@ -5,6 +5,7 @@
 //! 500 ms, draws the progress bar on a terminal, and writes the report.
 
 mod blktrace_input;
+mod cmdprio;
 pub mod cpus;
 mod flow;
 mod iolog;

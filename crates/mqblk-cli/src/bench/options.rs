@@ -4,6 +4,7 @@
 
 use std::fmt;
 
+use super::cmdprio::{CmdPrioOptions, CMDPRIO_OPTIONS};
 use super::log::{LogOptions, LOG_OPTIONS};
 use super::numa::{NumaOptions, NUMA_OPTIONS};
 use super::shape::{ShapeOptions, SHAPE_OPTIONS};
@@ -130,6 +131,7 @@ pub fn is_job_option(key: &str) -> bool {
         || LOG_OPTIONS.contains(&key)
         || STEADY_OPTIONS.contains(&key)
         || NUMA_OPTIONS.contains(&key)
+        || CMDPRIO_OPTIONS.contains(&key)
         || REFUSED_OPTIONS.iter().any(|(k, _)| *k == key)
 }
 
@@ -141,6 +143,7 @@ pub fn job_options() -> Vec<&'static str> {
         .chain(LOG_OPTIONS)
         .chain(STEADY_OPTIONS)
         .chain(NUMA_OPTIONS)
+        .chain(CMDPRIO_OPTIONS)
         .copied()
         .collect()
 }
@@ -338,6 +341,8 @@ pub struct JobOptions {
     pub steady: SteadyOptions,
     /// fio's `numa_cpu_nodes` and `numa_mem_policy` (numa.rs).
     pub numa: NumaOptions,
+    /// fio's per-command priorities (cmdprio.rs).
+    pub cmdprio: CmdPrioOptions,
     /// The options as given, for the JSON "job options" object.
     pub given: Vec<(String, String)>,
 }
@@ -429,6 +434,7 @@ impl JobOptions {
             logs: LogOptions::default(),
             steady: SteadyOptions::default(),
             numa: NumaOptions::default(),
+            cmdprio: CmdPrioOptions::default(),
             given: Vec::new(),
         }
     }
@@ -457,7 +463,7 @@ impl JobOptions {
     /// Whether the job runs the job loop's copy that shapes or logs each
     /// I/O (job.rs' `SHAPED`).
     pub fn shaped(&self) -> bool {
-        self.write_iolog.is_some() || self.shape.any() || self.logs.any()
+        self.write_iolog.is_some() || self.shape.any() || self.logs.any() || self.cmdprio.any()
     }
 
     /// Whether the job may read and write: as its mix says, or both when
@@ -476,6 +482,7 @@ impl JobOptions {
         self.logs.validate(&self.name, self.gtod_reduce)?;
         self.steady.validate(&self.name)?;
         self.numa.validate(&self.name)?;
+        self.cmdprio.validate(&self.name)?;
         self.validate_iolog()
     }
 

@@ -50,7 +50,8 @@ impl JobOptions {
             || self.shape.set(key, value)?
             || self.logs.set(key, value)?
             || self.steady.set(key, value)?
-            || self.numa.set(key, value)?;
+            || self.numa.set(key, value)?
+            || self.cmdprio.set(key, value)?;
         if !known {
             return err(unknown_option(key, &job_options()));
         }

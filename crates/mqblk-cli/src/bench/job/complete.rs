@@ -87,7 +87,7 @@ impl<const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'_, TIME
             is_write: slot.is_write,
             bs,
             offset: slot.offset,
-            ioprio: self.opts.ioprio,
+            ioprio: slot.ioprio,
             slat_ns: slot.slat_ns,
             clat_ns,
         };
