@@ -175,6 +175,7 @@ fn run_loop<const TIMED: bool, const REPLAY: bool, const SHAPED: bool>(
         issued_ios: 0,
         total_ios: 0,
         error: 0,
+        first_error: 0,
         measuring: false,
         source_done: false,
         paced: None,
@@ -260,8 +261,10 @@ struct Progress {
     issued_bytes: u64,
     issued_ios: u64,
     total_ios: u64,
-    /// First error's errno (0: none).
+    /// The error that ends the job's I/O (0: none).
     error: i32,
+    /// The first error, even one the job went past (`continue_on_error`).
+    first_error: i32,
     measuring: bool,
     /// The replayed trace is over (read only by the `REPLAY` loop).
     source_done: bool,
@@ -629,7 +632,8 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
         }
         let [read, write] = io.stats;
         let job_start_ms = io.start_epoch_ms;
-        Ok(JobResult { read, write, elapsed_ns, rusage, client: client.stats(), error: p.error, job_start_ms })
+        let (error, first_error) = (p.error, p.first_error);
+        Ok(JobResult { read, write, elapsed_ns, rusage, client: client.stats(), error, first_error, job_start_ms })
     }
 }
 

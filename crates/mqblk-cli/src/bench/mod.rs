@@ -7,6 +7,7 @@
 mod blktrace_input;
 mod cmdprio;
 pub mod cpus;
+mod errors;
 mod flow;
 mod iolog;
 pub mod job;

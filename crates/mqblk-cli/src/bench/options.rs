@@ -5,6 +5,7 @@
 use std::fmt;
 
 use super::cmdprio::{CmdPrioOptions, CMDPRIO_OPTIONS};
+use super::errors::{ErrorOptions, ERROR_OPTIONS};
 use super::log::{LogOptions, LOG_OPTIONS};
 use super::numa::{NumaOptions, NUMA_OPTIONS};
 use super::shape::{ShapeOptions, SHAPE_OPTIONS};
@@ -132,6 +133,7 @@ pub fn is_job_option(key: &str) -> bool {
         || STEADY_OPTIONS.contains(&key)
         || NUMA_OPTIONS.contains(&key)
         || CMDPRIO_OPTIONS.contains(&key)
+        || ERROR_OPTIONS.contains(&key)
         || REFUSED_OPTIONS.iter().any(|(k, _)| *k == key)
 }
 
@@ -144,6 +146,7 @@ pub fn job_options() -> Vec<&'static str> {
         .chain(STEADY_OPTIONS)
         .chain(NUMA_OPTIONS)
         .chain(CMDPRIO_OPTIONS)
+        .chain(ERROR_OPTIONS)
         .copied()
         .collect()
 }
@@ -343,6 +346,8 @@ pub struct JobOptions {
     pub numa: NumaOptions,
     /// fio's per-command priorities (cmdprio.rs).
     pub cmdprio: CmdPrioOptions,
+    /// fio's error policy (errors.rs).
+    pub errors: ErrorOptions,
     /// The options as given, for the JSON "job options" object.
     pub given: Vec<(String, String)>,
 }
@@ -435,6 +440,7 @@ impl JobOptions {
             steady: SteadyOptions::default(),
             numa: NumaOptions::default(),
             cmdprio: CmdPrioOptions::default(),
+            errors: ErrorOptions::default(),
             given: Vec::new(),
         }
     }

@@ -224,6 +224,11 @@ fn job_json(i: usize, e: &Entry) -> Value {
     if let Some(ss) = &e.steadystate {
         job["steadystate"] = ss.to_json();
     }
+    // fio adds these when the job may go past errors.
+    if e.opts.errors.continue_on.iter().any(|c| *c) || e.opts.errors.ignore.iter().any(Option::is_some) {
+        job["total_err"] = json!(e.run.read.errors + e.run.write.errors);
+        job["first_error"] = json!(e.run.first_error);
+    }
     job
 }
 
@@ -413,6 +418,11 @@ fn human_job(out: &mut String, e: &Entry) {
     human_dir(out, "write", e, &e.run.write);
     if let Some(ss) = &e.steadystate {
         out.push_str(&ss.to_human());
+    }
+    if e.run.first_error != 0 && e.run.error == 0 {
+        let text = std::io::Error::from_raw_os_error(e.run.first_error);
+        let total = e.run.read.errors + e.run.write.errors;
+        let _ = writeln!(out, "     errors    : total={total}, first_error={}/<{text}>", e.run.first_error);
     }
     let cpu_base = e.secs() * 1e9 * e.nr_jobs as f64;
     let _ = writeln!(

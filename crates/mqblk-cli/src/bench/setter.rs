@@ -51,7 +51,8 @@ impl JobOptions {
             || self.logs.set(key, value)?
             || self.steady.set(key, value)?
             || self.numa.set(key, value)?
-            || self.cmdprio.set(key, value)?;
+            || self.cmdprio.set(key, value)?
+            || self.errors.set(key, value)?;
         if !known {
             return err(unknown_option(key, &job_options()));
         }

@@ -17,6 +17,9 @@ pub struct JobResult {
     pub client: ClientStats,
     /// First error's errno (0: none), as fio's "error".
     pub error: i32,
+    /// The first error's errno even if the job went past it
+    /// (`continue_on_error`: fio's "first_error"; 0: none).
+    pub first_error: i32,
     /// When the job started measuring, ms since the Unix epoch (fio's
     /// "job_start"; 0: it never started).
     pub job_start_ms: u64,
@@ -32,6 +35,7 @@ impl JobResult {
             rusage: Rusage::default(),
             client: ClientStats::default(),
             error: 0,
+            first_error: 0,
             job_start_ms: 0,
         }
     }
@@ -50,6 +54,9 @@ impl JobResult {
         self.client.completion_sleeps += o.client.completion_sleeps;
         if self.error == 0 {
             self.error = o.error;
+        }
+        if self.first_error == 0 {
+            self.first_error = o.first_error;
         }
         self.job_start_ms = match (self.job_start_ms, o.job_start_ms) {
             (0, b) => b,

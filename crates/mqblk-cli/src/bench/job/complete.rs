@@ -4,6 +4,7 @@
 
 use mqblk::{Client, Completion};
 
+use super::super::errors::ErrorKind;
 use super::super::log::Sample;
 use super::{IoState, JobLoop, Progress};
 
@@ -59,9 +60,7 @@ impl<const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'_, TIME
             }
         } else {
             stats.errors += 1;
-            if p.error == 0 {
-                p.error = c.status.errno();
-            }
+            self.io_error(c.status.errno(), slot, bs, p);
         }
         if data {
             let buf = c.segs.into_buf().expect("data I/O completions carry their buffer");
@@ -77,6 +76,30 @@ impl<const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'_, TIME
 }
 
 impl<const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'_, TIMED, REPLAY, SHAPED> {
+    /// A failed I/O (errno `errno`): printed when `error_dump`, and the
+    /// job's error unless its error policy (errors.rs) goes past it.
+    #[cold]
+    #[inline(never)]
+    fn io_error(&self, errno: i32, slot: super::Slot, bs: u64, p: &mut Progress) {
+        let policy = &self.opts.errors;
+        let kind = if slot.is_write { ErrorKind::Write } else { ErrorKind::Read };
+        let continues = policy.continues(kind, errno);
+        if policy.dump || !continues {
+            let what = if slot.is_write { "write" } else { "read" };
+            let text = std::io::Error::from_raw_os_error(errno);
+            eprintln!(
+                "mqblk bench: job '{}': io_u error: {text}: {what} offset={}, buflen={bs}",
+                self.opts.name, slot.offset
+            );
+        }
+        if p.first_error == 0 {
+            p.first_error = errno;
+        }
+        if !continues && p.error == 0 {
+            p.error = errno;
+        }
+    }
+
     /// fio's logs of one completion (log.rs), if the job writes any.
     #[inline(never)]
     fn log_completion(&self, now: u64, slot: super::Slot, bs: u64, io: &mut IoState) {

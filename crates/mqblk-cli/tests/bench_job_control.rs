@@ -1,0 +1,79 @@
+//! fio's options for how a job meets failures and its machine, through
+//! `mqblk bench` on null devices: the error policy (`continue_on_error`,
+//! `ignore_error`, `error_dump`) against null_blk's bad blocks, and the
+//! NUMA placement of a job (`numa_cpu_nodes`, `numa_mem_policy`).
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn bench(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_mqblk")).arg("bench").args(args).output().expect("run mqblk bench")
+}
+
+fn json(out: &Output) -> Value {
+    assert!(out.status.success(), "exit {:?}: {}", out.status, String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("bench's JSON")
+}
+
+/// Sectors 0-7 (the first 4 KiB block) fail every write with EIO.
+const BAD_FIRST_BLOCK: &str = "null:gb=1,memory_backed=1,badblocks=+0-7";
+
+#[test]
+fn by_default_the_first_error_ends_the_job_and_is_dumped() {
+    let out = bench(&["--device", BAD_FIRST_BLOCK, "--name=w", "--rw=write", "--size=1m", "--output-format=json"]);
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON even when a job failed");
+    let job = &v["jobs"][0];
+    assert_eq!(job["error"], 5, "EIO ends the job");
+    assert_eq!(job["write"]["total_ios"], 0, "no write after the first, failed one");
+    assert!(job.get("total_err").is_none(), "fio adds total_err only with continue_on_error");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("io_u error: Input/output error") && stderr.contains("write offset=0, buflen=4096"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn continue_on_error_counts_non_fatal_errors_and_goes_on() {
+    let args = ["--device", BAD_FIRST_BLOCK, "--name=w", "--rw=write", "--size=1m"];
+    let v =
+        json(&bench(&[&args[..], &["--continue_on_error=write", "--error_dump=0", "--output-format=json"]].concat()));
+    let job = &v["jobs"][0];
+    assert_eq!(
+        (job["error"].as_i64(), job["total_err"].as_u64(), job["first_error"].as_i64()),
+        (Some(0), Some(1), Some(5))
+    );
+    assert_eq!(job["write"]["total_ios"], 255, "every block but the bad one written");
+    // error_dump=0: the errors the job went past are not printed.
+    let out = bench(&[&args[..], &["--continue_on_error=write", "--error_dump=0"]].concat());
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("io_u error"));
+    let human = String::from_utf8_lossy(&out.stdout);
+    assert!(human.contains("errors    : total=1, first_error=5/<Input/output error"), "{human}");
+    // Reads are another kind: continue_on_error=read does not cover writes.
+    let v = json(&bench(&[&args[..], &["--continue_on_error=read", "--output-format=json"]].concat()));
+    assert_eq!(v["jobs"][0]["error"], 5);
+}
+
+#[test]
+fn ignore_error_replaces_the_kinds_list() {
+    // EIO on writes is not in the list ENOSPC:EDQUOT, so the job ends.
+    let args = ["--device", BAD_FIRST_BLOCK, "--name=w", "--rw=write", "--size=1m", "--output-format=json"];
+    let v = json(&bench(&[&args[..], &["--continue_on_error=write", "--ignore_error=,ENOSPC:EDQUOT"]].concat()));
+    assert_eq!(v["jobs"][0]["error"], 5);
+    let v = json(&bench(&[&args[..], &["--ignore_error=,EIO"]].concat()));
+    assert_eq!((v["jobs"][0]["error"].as_i64(), v["jobs"][0]["total_err"].as_u64()), (Some(0), Some(1)));
+    let out = bench(&[&args[..], &["--ignore_error=,ENOWHERE"]].concat());
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ignore_error: bad error 'ENOWHERE'"));
+}
+
+#[test]
+fn numa_options_place_the_job_on_node_zero_and_name_a_missing_node() {
+    let base = ["--device", "null:gb=1", "--name=r", "--rw=randread", "--size=4m", "--output-format=json"];
+    let v = json(&bench(&[&base[..], &["--numa_cpu_nodes=0", "--numa_mem_policy=bind:0"]].concat()));
+    assert_eq!(v["jobs"][0]["read"]["total_ios"], 1024);
+    let out = bench(&[&base[..], &["--numa_cpu_nodes=0-63"]].concat());
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not online"), "{}", String::from_utf8_lossy(&out.stderr));
+}
