@@ -77,3 +77,41 @@ fn numa_options_place_the_job_on_node_zero_and_name_a_missing_node() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("is not online"), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+#[test]
+fn latency_target_finds_the_depth_below_the_devices_knee() {
+    // A null device with 4 tags completing each request after 100 µs: at
+    // depth 8 an I/O waits at most one round for a tag (about 200 µs),
+    // from depth 9 on a fifth of them wait two (300 µs), past the 250 µs
+    // target. The search starts at 1 and must settle at 8 or below, then
+    // end after its final window, long before the 20 s runtime.
+    let device = "null:gb=1,irqmode=2,completion_nsec=100000,hw_queue_depth=4,submit_queues=1";
+    let v = json(&bench(&[
+        "--device",
+        device,
+        "--name=l",
+        "--rw=randread",
+        "--iodepth=64",
+        "--latency_target=250",
+        "--latency_window=100ms",
+        "--latency_percentile=95",
+        "--time_based",
+        "--runtime=20",
+        "--output-format=json",
+    ]));
+    let job = &v["jobs"][0];
+    assert_eq!(job["error"], 0);
+    let depth = job["latency_depth"].as_u64().unwrap();
+    assert!((1..=8).contains(&depth), "settled at depth {depth}");
+    assert_eq!((job["latency_target"].as_u64(), job["latency_window"].as_u64()), (Some(250_000), Some(100_000_000)));
+    assert!(job["job_runtime"].as_u64().unwrap() < 19_000, "the search ended the job");
+    // max_latency: an I/O over 1 µs fails the job with ETIMEDOUT.
+    let out =
+        bench(&["--device", device, "--name=m", "--rw=read", "--size=1m", "--max_latency=1", "--output-format=json"]);
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["jobs"][0]["error"], ETIMEDOUT);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("exceeds the specified maximum"));
+}
+
+/// ETIMEDOUT on Linux.
+const ETIMEDOUT: i64 = 110;

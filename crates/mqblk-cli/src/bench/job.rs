@@ -35,6 +35,7 @@ use super::iolog::{IoAction, IologWriter};
 use super::job_setup::{
     buffer_sizes, job_depth, job_region, new_iolog_writer, new_verifier, new_zone_writer, slot_buffers,
 };
+use super::latency::LatencyTarget;
 use super::log::Logs;
 use super::options::JobOptions;
 use super::pattern::{Pattern, ZoneWriter};
@@ -176,6 +177,8 @@ fn run_loop<const TIMED: bool, const REPLAY: bool, const SHAPED: bool>(
         total_ios: 0,
         error: 0,
         first_error: 0,
+        lat_done: false,
+        lat_reset_due: false,
         measuring: false,
         source_done: false,
         paced: None,
@@ -238,6 +241,8 @@ struct IoState {
     flow: Option<FlowMember>,
     /// fio's per-command priorities (cmdprio.rs).
     cmdprio: Option<CmdPrio>,
+    /// fio's latency target's depth search and limit (latency.rs).
+    lat_target: Option<LatencyTarget>,
     /// Indexed by an I/O's `user_data`.
     slots: Vec<Slot>,
     read_bufs: Vec<Option<Buf>>,
@@ -265,6 +270,11 @@ struct Progress {
     error: i32,
     /// The first error, even one the job went past (`continue_on_error`).
     first_error: i32,
+    /// The latency target's search is over (`SHAPED` only).
+    lat_done: bool,
+    /// Its final window starts once the I/O in flight is in: the
+    /// statistics start again then (`SHAPED` only).
+    lat_reset_due: bool,
     measuring: bool,
     /// The replayed trace is over (read only by the `REPLAY` loop).
     source_done: bool,
@@ -310,6 +320,7 @@ impl IoState {
             think: Think::new(&opts.shape),
             logs,
             cmdprio: CmdPrio::new(&opts.cmdprio, seed ^ 0xc3d0),
+            lat_target: LatencyTarget::new(&opts.latency, depth),
             flow: (opts.shape.flow_weight > 0).then(|| FlowMember::join(opts.shape.flow_id, opts.shape.flow_weight)),
             slots: vec![Slot::default(); depth],
             read_bufs,
@@ -423,7 +434,10 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
     /// `number_ios`, and before the end of a replayed trace.
     #[inline(always)]
     fn below_limits(&self, p: &Progress) -> bool {
-        p.issued_bytes < self.io_limit_bytes && p.issued_ios < self.io_limit_count && !(REPLAY && p.source_done)
+        p.issued_bytes < self.io_limit_bytes
+            && p.issued_ios < self.io_limit_count
+            && !(REPLAY && p.source_done)
+            && !(SHAPED && p.lat_done)
     }
 
     /// Fills the queue to `iodepth` in chunks of up to `batch` I/Os.
@@ -434,7 +448,10 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
             // left below iodepth.
             debug_assert_eq!(io.free.len(), self.depth - client.in_flight());
             let ios_left = self.io_limit_count - p.issued_ios;
-            let chunk = self.batch.min(io.free.len()).min(usize::try_from(ios_left).unwrap_or(usize::MAX));
+            let mut chunk = self.batch.min(io.free.len()).min(usize::try_from(ios_left).unwrap_or(usize::MAX));
+            if let (true, Some(lt)) = (SHAPED, io.lat_target.as_ref()) {
+                chunk = chunk.min(lt.qd.saturating_sub(client.in_flight())); // the depth searched
+            }
             if chunk == 0 || self.submit_chunk(client, io, p, chunk)? < chunk {
                 return Ok(());
             }
@@ -633,7 +650,9 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
         let [read, write] = io.stats;
         let job_start_ms = io.start_epoch_ms;
         let (error, first_error) = (p.error, p.first_error);
-        Ok(JobResult { read, write, elapsed_ns, rusage, client: client.stats(), error, first_error, job_start_ms })
+        let latency_depth = io.lat_target.as_ref().map_or(self.depth, |lt| lt.qd);
+        let client = client.stats();
+        Ok(JobResult { read, write, elapsed_ns, rusage, client, error, first_error, latency_depth, job_start_ms })
     }
 }
 

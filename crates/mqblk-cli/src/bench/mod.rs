@@ -12,6 +12,7 @@ mod flow;
 mod iolog;
 pub mod job;
 mod job_setup;
+mod latency;
 mod log;
 mod numa;
 pub mod options;

@@ -6,6 +6,7 @@ use std::fmt;
 
 use super::cmdprio::{CmdPrioOptions, CMDPRIO_OPTIONS};
 use super::errors::{ErrorOptions, ERROR_OPTIONS};
+use super::latency::{LatencyOptions, LATENCY_OPTIONS};
 use super::log::{LogOptions, LOG_OPTIONS};
 use super::numa::{NumaOptions, NUMA_OPTIONS};
 use super::shape::{ShapeOptions, SHAPE_OPTIONS};
@@ -134,6 +135,7 @@ pub fn is_job_option(key: &str) -> bool {
         || NUMA_OPTIONS.contains(&key)
         || CMDPRIO_OPTIONS.contains(&key)
         || ERROR_OPTIONS.contains(&key)
+        || LATENCY_OPTIONS.contains(&key)
         || REFUSED_OPTIONS.iter().any(|(k, _)| *k == key)
 }
 
@@ -147,6 +149,7 @@ pub fn job_options() -> Vec<&'static str> {
         .chain(NUMA_OPTIONS)
         .chain(CMDPRIO_OPTIONS)
         .chain(ERROR_OPTIONS)
+        .chain(LATENCY_OPTIONS)
         .copied()
         .collect()
 }
@@ -348,6 +351,8 @@ pub struct JobOptions {
     pub cmdprio: CmdPrioOptions,
     /// fio's error policy (errors.rs).
     pub errors: ErrorOptions,
+    /// fio's latency target and limit (latency.rs).
+    pub latency: LatencyOptions,
     /// The options as given, for the JSON "job options" object.
     pub given: Vec<(String, String)>,
 }
@@ -441,6 +446,7 @@ impl JobOptions {
             numa: NumaOptions::default(),
             cmdprio: CmdPrioOptions::default(),
             errors: ErrorOptions::default(),
+            latency: LatencyOptions::default(),
             given: Vec::new(),
         }
     }
@@ -469,7 +475,7 @@ impl JobOptions {
     /// Whether the job runs the job loop's copy that shapes or logs each
     /// I/O (job.rs' `SHAPED`).
     pub fn shaped(&self) -> bool {
-        self.write_iolog.is_some() || self.shape.any() || self.logs.any() || self.cmdprio.any()
+        self.write_iolog.is_some() || self.shape.any() || self.logs.any() || self.cmdprio.any() || self.latency.any()
     }
 
     /// Whether the job may read and write: as its mix says, or both when
@@ -489,6 +495,7 @@ impl JobOptions {
         self.steady.validate(&self.name)?;
         self.numa.validate(&self.name)?;
         self.cmdprio.validate(&self.name)?;
+        self.latency.validate(&self.name, self.gtod_reduce)?;
         self.validate_iolog()
     }
 

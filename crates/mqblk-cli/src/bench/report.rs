@@ -224,6 +224,13 @@ fn job_json(i: usize, e: &Entry) -> Value {
     if let Some(ss) = &e.steadystate {
         job["steadystate"] = ss.to_json();
     }
+    if e.opts.latency.target_ns > 0 {
+        let l = &e.opts.latency;
+        job["latency_depth"] = json!(e.run.latency_depth);
+        job["latency_target"] = json!(l.target_ns);
+        job["latency_percentile"] = json!(l.percentile);
+        job["latency_window"] = json!(l.window_ns);
+    }
     // fio adds these when the job may go past errors.
     if e.opts.errors.continue_on.iter().any(|c| *c) || e.opts.errors.ignore.iter().any(Option::is_some) {
         job["total_err"] = json!(e.run.read.errors + e.run.write.errors);

@@ -52,7 +52,8 @@ impl JobOptions {
             || self.steady.set(key, value)?
             || self.numa.set(key, value)?
             || self.cmdprio.set(key, value)?
-            || self.errors.set(key, value)?;
+            || self.errors.set(key, value)?
+            || self.latency.set(key, value)?;
         if !known {
             return err(unknown_option(key, &job_options()));
         }

@@ -20,6 +20,9 @@ pub struct JobResult {
     /// The first error's errno even if the job went past it
     /// (`continue_on_error`: fio's "first_error"; 0: none).
     pub first_error: i32,
+    /// The queue depth a `latency_target` search settled on (fio's
+    /// "latency_depth"; else the job's iodepth).
+    pub latency_depth: usize,
     /// When the job started measuring, ms since the Unix epoch (fio's
     /// "job_start"; 0: it never started).
     pub job_start_ms: u64,
@@ -36,6 +39,7 @@ impl JobResult {
             client: ClientStats::default(),
             error: 0,
             first_error: 0,
+            latency_depth: 0,
             job_start_ms: 0,
         }
     }

@@ -56,6 +56,7 @@ impl<const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'_, TIME
                 }
                 if SHAPED {
                     self.log_completion(now, slot, bs, io);
+                    self.latency_completion(now, slot, io, p);
                 }
             }
         } else {

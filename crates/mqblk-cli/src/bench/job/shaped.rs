@@ -10,6 +10,7 @@ use mqblk::clock::Clock;
 use mqblk::Client;
 
 use super::{Control, IoState, JobLoop, Progress, PHASE_STOP};
+use crate::bench::latency::Verdict;
 use crate::bench::shape::Stall;
 
 /// A job ahead of its flow with no `flow_sleep` looks again after this.
@@ -75,6 +76,11 @@ impl<const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'_, TIME
         while quiesce && client.in_flight() > 0 {
             self.reap(client, client.in_flight(), io, p)?;
         }
+        if p.lat_reset_due {
+            // The latency target's final window: from fresh statistics.
+            p.lat_reset_due = false;
+            self.end_ramp(io, p);
+        }
         if p.think_due {
             let think = io.think.as_mut().expect("a job due to think has a think time");
             let spin_until = self.clock.now_ns() + think.spin_ns;
@@ -97,6 +103,39 @@ impl<const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'_, TIME
                 .map_err(|e| format!("job '{}': {e}", self.opts.name))?;
         }
         Ok(())
+    }
+}
+
+impl<const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'_, TIMED, REPLAY, SHAPED> {
+    /// A completion against the latency target and limit (latency.rs):
+    /// a miss may bring the depth down (the I/O in flight waited for
+    /// first, through a stall) or fail the job with ETIMEDOUT; then the
+    /// window is checked (fio's `lat_target_check`, here per completion).
+    #[inline(never)]
+    pub(super) fn latency_completion(&self, now: u64, slot: super::Slot, io: &mut IoState, p: &mut Progress) {
+        let Some(lt) = io.lat_target.as_mut() else { return };
+        let lat_ns = now.saturating_sub(slot.issue_ns);
+        let mut verdict = lt.completed(slot.is_write, lat_ns, now);
+        if verdict == Verdict::Ok && p.measuring {
+            let (v, final_window) = lt.check(now);
+            verdict = v;
+            p.lat_reset_due |= final_window;
+        }
+        p.lat_done = lt.done;
+        match verdict {
+            Verdict::Ok => {}
+            Verdict::Quiesce => p.paced = Some((now.saturating_sub(io.shape_epoch_ns), true)),
+            Verdict::Fatal => {
+                if p.error == 0 {
+                    eprintln!(
+                        "mqblk bench: job '{}': latency of {} us exceeds the specified maximum",
+                        self.opts.name,
+                        lat_ns / 1_000
+                    );
+                    p.error = libc::ETIMEDOUT;
+                }
+            }
+        }
     }
 }
 
