@@ -20,6 +20,12 @@ const BLOCK_ENGINES: &[&str] = &["libaio", "io_uring", "posixaio", "sync", "psyn
 
 const DEVICE: &str = "null:gb=1,memory_backed=1";
 
+/// The device of a file with `zonemode=zbd`: zoned, in fio's examples'
+/// 256 MiB zones, 528 of them, so that their offsets (524 zones in) fit.
+/// Such a file runs on two zones (`--size=2z`): fio refuses a write
+/// region of less than one zone, as `--size=16m` would be.
+const ZONED_DEVICE: &str = "null:gb=132,zoned=1,zone_size=256,memory_backed=1";
+
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -84,13 +90,17 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 /// `mqblk bench --device DEVICE FILE --runtime=1 --size=16m EXTRA... --output-format=json`
-/// in `cwd`.
+/// in `cwd` (a `zonemode=zbd` file: `ZONED_DEVICE` and `--size=2z`).
 fn bench(file: &Path, extra: &[&str], cwd: &Path) -> Output {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    let zbd = text.lines().any(|l| l.split_whitespace().collect::<String>() == "zonemode=zbd");
+    let (device, size): (&str, &[&str]) = if zbd { (ZONED_DEVICE, &["--size=2z"]) } else { (DEVICE, &[]) };
     Command::new(env!("CARGO_BIN_EXE_mqblk"))
         .current_dir(cwd)
-        .args(["bench", "--device", DEVICE])
+        .args(["bench", "--device", device])
         .arg(file)
         .args(["--runtime=1", "--size=16m"])
+        .args(size)
         .args(extra)
         .arg("--output-format=json")
         .output()

@@ -32,19 +32,18 @@ use mqblk::{Bio, Buf, Client, Device, ReqFlags};
 use super::cmdprio::CmdPrio;
 use super::flow::FlowMember;
 use super::iolog::{IoAction, IologWriter};
-use super::job_setup::{
-    buffer_sizes, job_depth, job_region, new_iolog_writer, new_verifier, new_zone_writer, slot_buffers,
-};
+use super::job_setup::{buffer_sizes, job_depth, job_region, new_iolog_writer, new_verifier, new_zbd, slot_buffers};
 use super::latency::LatencyTarget;
 use super::log::Logs;
 use super::options::JobOptions;
-use super::pattern::{Pattern, ZoneWriter};
+use super::pattern::Pattern;
 use super::replay::OpenTrace;
 use super::shape::{Pacer, Think};
 use super::start::StartGate;
 pub use super::stats::JobResult;
 use super::stats::{DirStats, Rusage};
 use super::verify::Verifier;
+use super::zbd::{SharedZones, ZbdJob, ZoneWrite};
 
 /// The kernel's io_submit plugs only batches above this many I/Os (and
 /// io_uring likewise, `max_ios > 2`).
@@ -61,6 +60,8 @@ pub const PHASE_STOP: u8 = 2;
 pub struct Control<'g> {
     pub phase: AtomicU8,
     pub start: &'g StartGate,
+    /// The device's zones, shared by the phase's `zonemode=zbd` jobs.
+    pub zones: Option<std::sync::Arc<SharedZones>>,
 }
 
 /// A job's progress, published once per loop iteration for the progress
@@ -97,6 +98,8 @@ struct Slot {
     issue_ns: u64,
     slat_ns: u64,
     offset: u64,
+    /// The I/O's length (sizes vary: blocksize.rs, zbd.rs).
+    len_bytes: u32,
     is_write: bool,
     /// The I/O's priority (the job's, or cmdprio's pick), for log_prio:
     /// it fits in the padding after `is_write`.
@@ -166,12 +169,13 @@ fn run_loop<const TIMED: bool, const REPLAY: bool, const SHAPED: bool>(
     trace: Option<OpenTrace>,
 ) -> Result<JobResult, String> {
     let depth = job_depth(opts, trace.as_ref());
-    let mut io = IoState::new(opts, dev, fixed, depth, job_index, (offset, region_len), trace)?;
+    let zones = ctrl.zones.clone();
+    let mut io = IoState::new(opts, dev, (fixed, zones), depth, job_index, (offset, region_len), trace)?;
     debug_assert_eq!(io.replay.is_some(), REPLAY);
     debug_assert_eq!(opts.shaped(), SHAPED);
     let job = JobLoop::<TIMED, REPLAY, SHAPED>::new(opts, clock, live, ctrl, depth, region_len);
     let mut progress = Progress {
-        pattern: Pattern::new(opts, job_index, offset, region_len),
+        pattern: Pattern::new(opts, device_geometry(dev), job_index, offset, region_len)?,
         issued_bytes: 0,
         issued_ios: 0,
         total_ios: 0,
@@ -221,12 +225,15 @@ struct JobLoop<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> {
     io_limit_count: u64,
     hipri: ReqFlags,
     write_flags: ReqFlags,
+    /// I/O sizes vary: each buffer is cut to its I/O.
+    sizes_vary: bool,
 }
 
 /// Per-I/O slots and buffers, allocated before the run, and what the job
 /// measured.
 struct IoState {
-    zone_writer: Option<ZoneWriter>,
+    /// `zonemode=zbd`: the job's zones (zbd.rs).
+    zbd: Option<ZbdJob>,
     verifier: Option<Verifier>,
     /// `read_iolog`: the trace the job replays, and the length of each
     /// slot's I/O.
@@ -293,14 +300,14 @@ impl IoState {
     fn new(
         opts: &JobOptions,
         dev: &Device,
-        fixed: Option<&mqblk::FixedBufs>,
+        (fixed, zones): (Option<&mqblk::FixedBufs>, Option<std::sync::Arc<SharedZones>>),
         depth: usize,
         job_index: usize,
         (offset, region_len): (u64, u64),
         trace: Option<OpenTrace>,
     ) -> Result<Self, String> {
         let read_pct = opts.rw.read_pct(opts.rwmixread);
-        let zone_writer = new_zone_writer(opts, dev, offset, region_len)?;
+        let zbd = new_zbd(opts, zones, job_index, (offset, region_len))?;
         let verifier = new_verifier(opts, read_pct, offset, region_len)?;
         let (replay, trace) = trace.unzip();
         let sizes = buffer_sizes(opts, read_pct, trace.as_ref());
@@ -312,7 +319,7 @@ impl IoState {
         let pacer = Pacer::new(&opts.shape, [opts.bs_read, opts.bs_write], reads && writes, seed);
         let logs = Logs::new(&opts.logs, &opts.name, job_index + 1)?;
         Ok(Self {
-            zone_writer,
+            zbd,
             verifier,
             replay,
             iolog,
@@ -368,6 +375,7 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
             io_limit_count: if opts.number_ios == 0 { u64::MAX } else { opts.number_ios },
             hipri,
             write_flags,
+            sizes_vary: !opts.one_block_size() || opts.zonemode_zbd,
         }
     }
 
@@ -436,7 +444,7 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
     fn below_limits(&self, p: &Progress) -> bool {
         p.issued_bytes < self.io_limit_bytes
             && p.issued_ios < self.io_limit_count
-            && !(REPLAY && p.source_done)
+            && !p.source_done
             && !(SHAPED && p.lat_done)
     }
 
@@ -530,9 +538,11 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
         } else {
             p.pattern.next_is_write()
         };
-        let bs = if is_write { self.opts.bs_write } else { self.opts.bs_read };
-        let offset = self.next_offset(c, is_write, bs, io, p)?;
-        let bio = self.prep_bio(idx, is_write, offset, io);
+        let bs = p.pattern.next_len(is_write);
+        let Some((offset, bs)) = self.next_offset(c, is_write, bs, io, p)? else {
+            return Ok(false); // no zone to write yet, or none to read
+        };
+        let bio = self.prep_bio(idx, is_write, (offset, bs), io);
         let action = if is_write { IoAction::Write } else { IoAction::Read };
         self.issue(c, (idx, prev, plugged), bio, (action, offset, bs), io)?;
         p.issued_bytes += bs;
@@ -559,8 +569,9 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
         if let Some(prev) = prev {
             io.slots[prev as usize].slat_ns = t - io.slots[prev as usize].issue_ns;
         }
-        let ioprio = bio.ioprio;
-        io.slots[idx as usize] = Slot { issue_ns: t, slat_ns: 0, offset, is_write: action == IoAction::Write, ioprio };
+        let (is_write, ioprio) = (action == IoAction::Write, bio.ioprio);
+        io.slots[idx as usize] =
+            Slot { issue_ns: t, slat_ns: 0, offset, len_bytes: len_bytes as u32, is_write, ioprio };
         if let (true, Some(log)) = (SHAPED, io.iolog.as_mut()) {
             log.record(action, offset, len_bytes);
         }
@@ -575,8 +586,10 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
         Ok(())
     }
 
-    /// The next I/O's offset: a zone's write pointer for a `zonemode=zbd`
-    /// write (resetting a full zone first), else the job's pattern.
+    /// The next I/O's offset and length: for `zonemode=zbd` a zone's
+    /// write pointer (resetting the zone first if due) or a read below
+    /// one (zbd.rs), else the job's pattern. None: no zone may be written
+    /// yet, or no zone holds data to read (the job's source is done).
     #[inline(always)]
     fn next_offset(
         &self,
@@ -585,33 +598,65 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
         bs: u64,
         io: &mut IoState,
         p: &mut Progress,
-    ) -> Result<u64, String> {
-        match io.zone_writer.as_mut() {
-            Some(zw) if is_write => {
-                let (offset, reset) = zw.next(&mut p.pattern, bs);
+    ) -> Result<Option<(u64, u64)>, String> {
+        let Some(zbd) = io.zbd.as_mut() else { return Ok(Some((p.pattern.next_offset(bs, is_write), bs))) };
+        self.next_zoned(c, zbd, is_write, bs, p)
+    }
+
+    /// `next_offset` of a `zonemode=zbd` job.
+    #[cold]
+    fn next_zoned(
+        &self,
+        c: &mut Client,
+        zbd: &mut ZbdJob,
+        is_write: bool,
+        bs: u64,
+        p: &mut Progress,
+    ) -> Result<Option<(u64, u64)>, String> {
+        if !is_write {
+            let offset = p.pattern.next_offset(bs, false);
+            let adjusted = zbd.adjust_read(offset, bs);
+            match adjusted {
+                Some((offset, len)) if !p.pattern.random => p.pattern.continue_after(offset, len),
+                Some(_) => {}
+                None => p.source_done = true,
+            }
+            return Ok(adjusted.filter(|&(_, len)| len > 0));
+        }
+        match zbd.next_write(&mut p.pattern, bs) {
+            ZoneWrite::Wait => {
+                std::thread::yield_now();
+                Ok(None)
+            }
+            ZoneWrite::At { offset, len, reset } => {
                 if let Some(zone) = reset {
                     let reset = Bio::zone_mgmt(mqblk::zoned::ZoneMgmt::Reset, zone);
                     c.submit_and_wait(reset).map_err(|e| format!("job '{}': zone reset: {e}", self.opts.name))?;
                 }
-                Ok(offset)
+                Ok(Some((offset, len)))
             }
-            _ => Ok(p.pattern.next_offset(bs)),
         }
     }
 
     /// The bio for slot `idx`, with its buffer (a write's filled for
     /// verify).
     #[inline(always)]
-    fn prep_bio(&self, idx: u32, is_write: bool, offset: u64, io: &mut IoState) -> Bio {
+    fn prep_bio(&self, idx: u32, is_write: bool, (offset, len_bytes): (u64, u64), io: &mut IoState) -> Bio {
         let bio = if is_write {
             let mut buf = io.write_bufs[idx as usize].take().expect("slot owns its write buffer");
+            if self.sizes_vary {
+                buf.set_len(len_bytes as usize);
+            }
             if let Some(v) = io.verifier.as_mut() {
                 v.fill(&mut buf, offset);
             }
             Bio::write(offset, buf).with_flags(self.write_flags)
         } else {
-            Bio::read(offset, io.read_bufs[idx as usize].take().expect("slot owns its read buffer"))
-                .with_flags(self.hipri)
+            let mut buf = io.read_bufs[idx as usize].take().expect("slot owns its read buffer");
+            if self.sizes_vary {
+                buf.set_len(len_bytes as usize);
+            }
+            Bio::read(offset, buf).with_flags(self.hipri)
         };
         match (SHAPED, io.cmdprio.as_mut()) {
             (true, Some(c)) => {
@@ -654,6 +699,12 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
         let client = client.stats();
         Ok(JobResult { read, write, elapsed_ns, rusage, client, error, first_error, latency_depth, job_start_ms })
     }
+}
+
+/// The device's (capacity, logical block size), bytes.
+fn device_geometry(dev: &Device) -> (u64, u64) {
+    let limits = dev.limits();
+    (limits.capacity_bytes, u64::from(limits.logical_block_size))
 }
 
 /// Now, in ms since the Unix epoch.

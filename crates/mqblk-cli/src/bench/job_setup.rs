@@ -8,9 +8,9 @@ use mqblk::{Buf, Device};
 
 use super::iolog::{IologWriter, ReplayRules};
 use super::options::JobOptions;
-use super::pattern::ZoneWriter;
 use super::replay::{OpenTrace, Replay, TraceSummary};
 use super::verify::Verifier;
+use super::zbd::{SharedZones, ZbdJob};
 
 /// The job's region of the device: (offset, length), bytes.
 pub(super) fn job_region(opts: &JobOptions, dev: &Device, job_index: usize) -> Result<(u64, u64), String> {
@@ -19,29 +19,29 @@ pub(super) fn job_region(opts: &JobOptions, dev: &Device, job_index: usize) -> R
     if offset >= capacity {
         return Err(format!("job '{}': offset {offset} is beyond the device size {capacity}", opts.name));
     }
-    let max_bs = opts.bs_read.max(opts.bs_write);
+    let max_bs = opts.max_bs();
     // fio: without `size`, a job covers its file (`filesize`), else the
     // device from its offset on.
     let region_len = opts.size.or(opts.filesize).unwrap_or(capacity - offset).min(capacity - offset);
     if region_len < max_bs {
         return Err(format!("job '{}': size {region_len} is smaller than the block size {max_bs}", opts.name));
     }
-    Ok((offset, region_len))
+    super::zones::align_zbd_region(opts, dev, (offset, region_len))
 }
 
-/// fio's `zonemode=zbd`: the job's zones, if set.
-pub(super) fn new_zone_writer(
+/// fio's `zonemode=zbd`: the job's view of the phase's shared zones.
+pub(super) fn new_zbd(
     opts: &JobOptions,
-    dev: &Device,
-    offset: u64,
-    region_len: u64,
-) -> Result<Option<ZoneWriter>, String> {
-    match opts.zonemode_zbd {
-        true if dev.limits().zoned.is_none() => {
-            Err(format!("job '{}': zonemode=zbd on a device that is not zoned", opts.name))
+    zones: Option<std::sync::Arc<SharedZones>>,
+    job_index: usize,
+    region: (u64, u64),
+) -> Result<Option<ZbdJob>, String> {
+    match (opts.zonemode_zbd, zones) {
+        (false, _) => Ok(None),
+        (true, None) => Err(format!("job '{}': zonemode=zbd on a device that is not zoned", opts.name)),
+        (true, Some(zones)) => {
+            Ok(Some(ZbdJob::new(opts, zones, job_index, region).map_err(|e| format!("job '{}': {e}", opts.name))?))
         }
-        true => Ok(Some(ZoneWriter::new(dev, offset, region_len).map_err(|e| format!("job '{}': {e}", opts.name))?)),
-        false => Ok(None),
     }
 }
 
@@ -113,7 +113,7 @@ pub(super) fn buffer_sizes(
         Some(t) => {
             ((t.max_read_bytes > 0).then_some(t.max_read_bytes), (t.max_write_bytes > 0).then_some(t.max_write_bytes))
         }
-        None => ((read_pct > 0).then_some(opts.bs_read), (read_pct < 100).then_some(opts.bs_write)),
+        None => ((read_pct > 0).then_some(opts.max_bs_of(0)), (read_pct < 100).then_some(opts.max_bs_of(1))),
     }
 }
 

@@ -5,8 +5,10 @@
 //! 500 ms, draws the progress bar on a terminal, and writes the report.
 
 mod blktrace_input;
+mod blocksize;
 mod cmdprio;
 pub mod cpus;
+mod distribution;
 mod errors;
 mod flow;
 mod iolog;
@@ -29,6 +31,8 @@ mod steadystate;
 pub mod thread_cpu;
 pub mod values;
 pub mod verify;
+mod zbd;
+mod zones;
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
@@ -230,6 +234,8 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
     let cfg = device_config(plan)?;
     let spec = cfg.to_string();
     let dev = cfg.build().map_err(|e| BenchError::BadInput(format!("--device {spec}: {e}")))?;
+    // Sizes in zones ("8z") need the device's zone size.
+    let plan = &zones::resolve(plan, &dev).map_err(BenchError::BadInput)?;
     let fixed = fixed_bufs(plan, &dev)?;
     let clock = bench_clock(plan)?;
     let bar = progress_bar(!plan.json);
@@ -292,7 +298,8 @@ fn run_phase(
     let exits = start::Exits::default();
     // Job indices count every clone of the plan, as fio's thread numbers.
     let first_index = plan.jobs[..phase.start].iter().map(|j| j.numjobs).sum();
-    let (shared, mut running) = job_clones(jobs, first_index, &waitees, &gates, &exits, Instant::now());
+    let zones = zbd::SharedZones::for_jobs(jobs, dev).map_err(BenchError::BadInput)?;
+    let (shared, mut running) = job_clones(jobs, first_index, &waitees, &gates, &exits, zones, Instant::now());
     let traces = open_traces(&shared, dev)?;
     let (results, process_cpu): (Vec<Result<JobResult, String>>, _) = std::thread::scope(|scope| {
         let handles: Vec<_> = shared
@@ -352,6 +359,7 @@ fn job_clones<'a>(
     waitees: &[Vec<usize>],
     gates: &'a [StartGate],
     exits: &'a start::Exits,
+    zones: Option<std::sync::Arc<zbd::SharedZones>>,
     start: Instant,
 ) -> (Vec<Shared<'a>>, Vec<Running>) {
     let mut shared: Vec<Shared> = Vec::new();
@@ -364,7 +372,7 @@ fn job_clones<'a>(
         let gate = if waits_for.is_empty() { &gates[0] } else { &gates[1 + j] };
         for clone in 0..opts.numjobs {
             let ramp_end = start + Duration::from_nanos(opts.ramp_time_ns);
-            let ctrl = Control { phase: Default::default(), start: gate };
+            let ctrl = Control { phase: Default::default(), start: gate, zones: zones.clone() };
             if opts.ramp_time_ns == 0 {
                 ctrl.phase.store(PHASE_RUN, Ordering::Release);
             }
@@ -417,7 +425,7 @@ fn fixed_bufs(plan: &BenchPlan, dev: &Device) -> Result<Option<mqblk::FixedBufs>
     if jobs.is_empty() {
         return Ok(None);
     }
-    let slot_bytes = jobs.iter().map(|j| j.bs_read.max(j.bs_write)).max().unwrap_or(4096) as usize;
+    let slot_bytes = jobs.iter().map(|j| j.max_bs()).max().unwrap_or(4096) as usize;
     let nr_slots: usize = jobs
         .iter()
         .map(|j| {

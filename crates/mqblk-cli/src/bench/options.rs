@@ -4,13 +4,16 @@
 
 use std::fmt;
 
+use super::blocksize::{BlockSizeOptions, BLOCKSIZE_OPTIONS};
 use super::cmdprio::{CmdPrioOptions, CMDPRIO_OPTIONS};
+use super::distribution::{RandomDistribution, DISTRIBUTION_OPTIONS};
 use super::errors::{ErrorOptions, ERROR_OPTIONS};
 use super::latency::{LatencyOptions, LATENCY_OPTIONS};
 use super::log::{LogOptions, LOG_OPTIONS};
 use super::numa::{NumaOptions, NUMA_OPTIONS};
 use super::shape::{ShapeOptions, SHAPE_OPTIONS};
 use super::steadystate::{SteadyOptions, STEADY_OPTIONS};
+use super::zones::{ZoneOptions, ZONE_OPTIONS};
 
 pub use super::parse::{parse_bench_args, BenchPlan};
 
@@ -122,36 +125,40 @@ pub const REFUSED_OPTIONS: &[(&str, &str)] = &[
     ("apptag", PI),
     ("apptag_mask", PI),
     ("atomic", "atomic writes (RWF_ATOMIC) need a device's atomic write limits, which mqblk's queues do not state"),
+    ("sprandom", SPRANDOM),
+    ("spr_op", SPRANDOM),
+    ("spr_num_regions", SPRANDOM),
 ];
 const FDP: &str = "NVMe flexible data placement: mqblk's devices have no placement identifiers";
 const PI: &str = "NVMe protection information: mqblk's devices keep no per-block metadata";
+const SPRANDOM: &str = "SPRandom preconditions an SSD's flash translation layer to its steady-state spread of invalid \
+                        blocks (from the drive's over-provisioning); mqblk's devices have no flash translation layer \
+                        to precondition";
+
+/// The option groups that live in their own modules, each with its names.
+const OPTION_GROUPS: &[&[&str]] = &[
+    SHAPE_OPTIONS,
+    LOG_OPTIONS,
+    STEADY_OPTIONS,
+    NUMA_OPTIONS,
+    CMDPRIO_OPTIONS,
+    ERROR_OPTIONS,
+    LATENCY_OPTIONS,
+    BLOCKSIZE_OPTIONS,
+    DISTRIBUTION_OPTIONS,
+    ZONE_OPTIONS,
+];
 
 /// Whether `key` is a job option bench knows (or knows to refuse).
 pub fn is_job_option(key: &str) -> bool {
     JOB_OPTIONS.contains(&key)
-        || SHAPE_OPTIONS.contains(&key)
-        || LOG_OPTIONS.contains(&key)
-        || STEADY_OPTIONS.contains(&key)
-        || NUMA_OPTIONS.contains(&key)
-        || CMDPRIO_OPTIONS.contains(&key)
-        || ERROR_OPTIONS.contains(&key)
-        || LATENCY_OPTIONS.contains(&key)
+        || OPTION_GROUPS.iter().any(|group| group.contains(&key))
         || REFUSED_OPTIONS.iter().any(|(k, _)| *k == key)
 }
 
 /// Every job option bench knows.
 pub fn job_options() -> Vec<&'static str> {
-    JOB_OPTIONS
-        .iter()
-        .chain(SHAPE_OPTIONS)
-        .chain(LOG_OPTIONS)
-        .chain(STEADY_OPTIONS)
-        .chain(NUMA_OPTIONS)
-        .chain(CMDPRIO_OPTIONS)
-        .chain(ERROR_OPTIONS)
-        .chain(LATENCY_OPTIONS)
-        .copied()
-        .collect()
+    JOB_OPTIONS.iter().chain(OPTION_GROUPS.iter().copied().flatten()).copied().collect()
 }
 
 /// `ioengine` values accepted: the engines mqblk's client stands in for.
@@ -353,6 +360,12 @@ pub struct JobOptions {
     pub errors: ErrorOptions,
     /// fio's latency target and limit (latency.rs).
     pub latency: LatencyOptions,
+    /// fio's `bsrange`, `bssplit`, `blockalign` ... (blocksize.rs).
+    pub block_sizes: BlockSizeOptions,
+    /// fio's `random_distribution` (distribution.rs).
+    pub distribution: RandomDistribution,
+    /// fio's zone options and sizes in zones (zones.rs, zbd.rs).
+    pub zones: ZoneOptions,
     /// The options as given, for the JSON "job options" object.
     pub given: Vec<(String, String)>,
 }
@@ -447,6 +460,9 @@ impl JobOptions {
             cmdprio: CmdPrioOptions::default(),
             errors: ErrorOptions::default(),
             latency: LatencyOptions::default(),
+            block_sizes: BlockSizeOptions::default(),
+            distribution: RandomDistribution::default(),
+            zones: ZoneOptions::default(),
             given: Vec::new(),
         }
     }
@@ -496,6 +512,8 @@ impl JobOptions {
         self.numa.validate(&self.name)?;
         self.cmdprio.validate(&self.name)?;
         self.latency.validate(&self.name, self.gtod_reduce)?;
+        self.validate_block_sizes()?;
+        self.validate_zones()?;
         self.validate_iolog()
     }
 

@@ -289,8 +289,9 @@ fn parse_job_file(text: &str, path: &str, c: &mut Collector) -> Result<(), Optio
     let mut seen_section = false;
     for (lineno, raw) in text.lines().enumerate() {
         let expanded = expand_env(raw);
-        let line = expanded.trim();
-        if line.is_empty() || line.starts_with(';') || line.starts_with('#') {
+        // fio's strip_blank_end: a ';' or '#' anywhere starts a comment.
+        let line = expanded.split([';', '#']).next().unwrap_or_default().trim();
+        if line.is_empty() {
             continue;
         }
         let at = || format!("{path}:{}", lineno + 1);

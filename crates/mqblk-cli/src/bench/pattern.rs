@@ -1,10 +1,25 @@
-//! Where a job's next I/O goes: fio's offset patterns (sequential or
-//! random over the job's region, the read/write mix) and, for
-//! `zonemode=zbd`, the write pointers of the job's zones.
+//! Where a job's next I/O goes and how big it is: fio's offset patterns
+//! (sequential or random over the job's region, the read/write mix),
+//! each I/O's size (blocksize.rs), random offsets on `blockalign`
+//! boundaries and in `random_distribution`'s shape (distribution.rs),
+//! and `zonemode=strided`'s moving window (zones.rs). A job of one block
+//! size, uniform offsets and no modifier takes the plain path; anything
+//! else takes `next_modified`, so the plain job tests none of it per I/O.
 
-use mqblk::Device;
-
+use super::blocksize::BlockSizes;
+use super::distribution::Distribution;
 use super::options::{JobOptions, RwModifier};
+use super::zones::Strided;
+
+/// The next word of the job's generator (xorshift64*: fast and good
+/// enough for offsets and sizes).
+#[inline]
+pub(super) fn next_rand(state: &mut u64) -> u64 {
+    *state ^= *state >> 12;
+    *state ^= *state << 25;
+    *state ^= *state >> 27;
+    state.wrapping_mul(0x2545_f491_4f6c_dd1d)
+}
 
 /// Where the next I/O goes.
 pub(super) struct Pattern {
@@ -26,18 +41,36 @@ pub(super) struct Pattern {
     /// fio's random map (the default for random patterns; not with
     /// `norandommap`): every block once per pass.
     pub(super) map: Option<RandomMap>,
-    /// A modifier or a map: offsets come from `next_modified`.
+    /// Each I/O's size (`bs`, `bsrange`, `bssplit`).
+    pub(super) sizes: BlockSizes,
+    /// Random offsets' boundary per direction (`blockalign`).
+    pub(super) align: [u64; 2],
+    /// `random_distribution` other than `random`.
+    pub(super) dist: Option<Distribution>,
+    /// `zonemode=strided`: the window the job's I/O is in.
+    pub(super) strided: Option<Strided>,
+    /// A modifier, a map, sizes or alignments that differ, a skewed
+    /// distribution or strided zones: offsets come from `next_modified`.
     pub(super) modified: bool,
 }
 
 impl Pattern {
     /// Job `job_index`'s pattern over its region (`region_start`,
-    /// `region_len` bytes): fio's seeds (`randseed`, `randrepeat`), the
-    /// `rw=MODE:N` modifier, and the random map unless `norandommap`.
-    /// fio's map counts blocks of the smallest block size; a job whose
-    /// reads and writes differ in size draws its offsets as with
-    /// `norandommap`.
-    pub(super) fn new(opts: &JobOptions, job_index: usize, region_start: u64, region_len: u64) -> Self {
+    /// `region_len` bytes) of a device of `capacity_bytes` whose logical
+    /// block is `logical_block_bytes`: fio's seeds (`randseed`,
+    /// `randrepeat`), the `rw=MODE:N` modifier, the block sizes, the
+    /// distribution, strided zones, and the random map unless
+    /// `norandommap`. fio's map counts blocks of the smallest block size;
+    /// a job whose I/Os differ in size or alignment, or whose offsets are
+    /// skewed or strided, draws its offsets as with `norandommap` (fio
+    /// turns its map off for the last three).
+    pub(super) fn new(
+        opts: &JobOptions,
+        (capacity_bytes, logical_block_bytes): (u64, u64),
+        job_index: usize,
+        region_start: u64,
+        region_len: u64,
+    ) -> Result<Self, String> {
         let seed = if opts.randrepeat {
             opts.randseed
         } else {
@@ -51,10 +84,18 @@ impl Pattern {
             RwModifier::None => (0, 1),
         };
         let random = opts.rw.is_random();
-        let mapped = random && (opts.random_lfsr || !opts.norandommap) && opts.bs_read == opts.bs_write;
-        let blocks = region_len / opts.bs_read;
-        let map = (mapped && blocks > 0).then(|| RandomMap::new(blocks, opts.bs_read, &mut rng));
-        Self {
+        let strided = Strided::new(opts, region_start, capacity_bytes);
+        let zone_len = strided.as_ref().map_or(region_len, |s| s.window_len());
+        let dist = distribution(opts, zone_len, &mut rng)?;
+        let plain_sizes = opts.one_block_size();
+        let mapped =
+            random && (opts.random_lfsr || !opts.norandommap) && plain_sizes && dist.is_none() && strided.is_none();
+        let bs = opts.bs_read;
+        let map = (mapped && region_len / bs > 0).then(|| RandomMap::new(region_len / bs, bs, &mut rng));
+        let (region_start, region_len) = strided.as_ref().map_or((region_start, region_len), |s| s.window());
+        let modifier = seq_add != 0 || seq_nr > 1;
+        let modified = map.is_some() || modifier || !plain_sizes || dist.is_some() || strided.is_some();
+        Ok(Self {
             random,
             read_pct: opts.rw.read_pct(opts.rwmixread),
             region_start,
@@ -65,18 +106,18 @@ impl Pattern {
             seq_add,
             seq_nr,
             seq_left: 0,
-            modified: map.is_some() || seq_add != 0 || seq_nr > 1,
             map,
-        }
+            sizes: BlockSizes::new(opts, logical_block_bytes),
+            align: [opts.block_align(0), opts.block_align(1)],
+            dist,
+            strided,
+            modified,
+        })
     }
 
     #[inline]
-    fn next_rand(&mut self) -> u64 {
-        // xorshift64*: fast and good enough for offsets.
-        self.rng ^= self.rng >> 12;
-        self.rng ^= self.rng << 25;
-        self.rng ^= self.rng >> 27;
-        self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    pub(super) fn next_rand(&mut self) -> u64 {
+        next_rand(&mut self.rng)
     }
 
     #[inline]
@@ -88,10 +129,19 @@ impl Pattern {
         }
     }
 
+    /// The next I/O's size (`is_write`: its direction). With
+    /// `bs_is_seq_rand`, an I/O is random when it starts a random run.
     #[inline]
-    pub(super) fn next_offset(&mut self, bs: u64) -> u64 {
+    pub(super) fn next_len(&mut self, is_write: bool) -> u64 {
+        let is_random = self.random && (self.seq_nr <= 1 || self.seq_left == 0);
+        let rng = &mut self.rng;
+        self.sizes.next(is_write, is_random, || next_rand(rng))
+    }
+
+    #[inline]
+    pub(super) fn next_offset(&mut self, bs: u64, is_write: bool) -> u64 {
         if self.modified {
-            return self.next_modified(bs);
+            return self.next_modified(bs, is_write);
         }
         if self.random {
             if self.blocks.0 != bs {
@@ -110,21 +160,51 @@ impl Pattern {
         self.pos += bs;
         off
     }
+
+    /// A sequential pattern's next I/O goes on from `offset` + `len`
+    /// (zonemode=zbd moved it past a zone's written data).
+    pub(super) fn continue_after(&mut self, offset: u64, len: u64) {
+        self.pos = offset.saturating_sub(self.region_start) + len;
+    }
+}
+
+/// The job's skewed distribution, over its region (or strided zone) in
+/// ranges of its smallest block size, as fio's `nranges`.
+fn distribution(opts: &JobOptions, region_len: u64, rng: &mut u64) -> Result<Option<Distribution>, String> {
+    let range_bytes = opts.bs_limits(0).0.min(opts.bs_limits(1).0);
+    let nranges = region_len.div_ceil(range_bytes);
+    let dist = Distribution::new(&opts.distribution, nranges, &mut || next_rand(rng));
+    let abs_bytes = dist.as_ref().map_or(0, Distribution::zoned_abs_bytes);
+    if abs_bytes > region_len {
+        return Err(format!(
+            "job '{}': random_distribution=zoned_abs: the zones span {abs_bytes} bytes, more than the job's \
+             region of {region_len}",
+            opts.name
+        ));
+    }
+    Ok(dist)
 }
 
 impl Pattern {
-    /// The next offset of a pattern with an `rw=MODE:N` modifier, as
-    /// fio's `get_next_seq_offset` and `ddir_seq_nr` place it.
+    /// The next offset of a pattern with a modifier, a map, sizes or
+    /// alignments that differ, a skewed distribution or strided zones, as
+    /// fio's `get_next_offset` places it.
     #[cold]
-    fn next_modified(&mut self, bs: u64) -> u64 {
+    fn next_modified(&mut self, bs: u64, is_write: bool) -> u64 {
+        if let Some(strided) = self.strided.as_mut() {
+            if let Some((start, len)) = strided.account(bs) {
+                (self.region_start, self.region_len, self.pos, self.blocks) = (start, len, 0, (0, 0));
+            }
+        }
         if self.random && self.seq_nr <= 1 {
             if let Some(map) = self.map.as_mut() {
                 let block = map.next_block(&mut self.rng);
                 return self.region_start + block * map.bs;
             }
+            return self.next_random(bs, is_write);
         }
         if self.random {
-            return self.next_random_run(bs);
+            return self.next_random_run(bs, is_write);
         }
         // `pos` is where the last I/O ended, relative to the region. fio
         // adds the modifier to it from the second I/O on; a backwards
@@ -149,11 +229,26 @@ impl Pattern {
         self.region_start + pos as u64
     }
 
+    /// A random offset for an I/O of `bs` bytes: a multiple of the
+    /// direction's alignment at which it fits the region, drawn
+    /// uniformly or from the job's distribution.
+    fn next_random(&mut self, bs: u64, is_write: bool) -> u64 {
+        let align = self.align[usize::from(is_write)];
+        let fit = self.region_len.saturating_sub(bs) / align + 1;
+        let rng = &mut self.rng;
+        let block = match &self.dist {
+            None => ((u128::from(next_rand(rng)) * u128::from(fit)) >> 64) as u64,
+            // Ranked draws count ranges of the smallest size: those past
+            // the last fit wrap, as fio's past the file end would fail.
+            Some(d) => d.next_block(is_write, fit, align, &mut || next_rand(rng)) % fit,
+        };
+        self.region_start + block * align
+    }
+
     /// `randMODE:N`: a random offset, then N - 1 I/Os in sequence from it.
-    fn next_random_run(&mut self, bs: u64) -> u64 {
+    fn next_random_run(&mut self, bs: u64, is_write: bool) -> u64 {
         if self.seq_left == 0 || self.pos + bs > self.region_len {
-            let blocks = (self.region_len / bs).max(1);
-            self.pos = ((u128::from(self.next_rand()) * u128::from(blocks)) >> 64) as u64 * bs;
+            self.pos = self.next_random(bs, is_write) - self.region_start;
             self.seq_left = self.seq_nr;
         }
         self.seq_left -= 1;
@@ -226,57 +321,6 @@ impl RandomMap {
     }
 }
 
-/// fio's `zonemode=zbd` for writes: each goes to a zone's write pointer.
-/// The job owns the sequential zones inside its region (give jobs their
-/// own zones with `offset_increment`), so it tracks their write pointers
-/// itself; a zone too full for the next write is reset first.
-pub(super) struct ZoneWriter {
-    /// (zone start, capacity, write pointer), bytes.
-    zones: Vec<(u64, u64, u64)>,
-    cur: usize,
-}
-
-impl ZoneWriter {
-    pub(super) fn new(dev: &Device, region_start: u64, region_len: u64) -> Result<Self, String> {
-        let zones = dev.zones().ok_or("zonemode=zbd: the device is not zoned")?;
-        let all = zones.report(0, usize::MAX).map_err(|s| format!("zonemode=zbd: zone report failed: {s}"))?;
-        let zones: Vec<(u64, u64, u64)> = all
-            .iter()
-            .filter(|z| z.ztype == mqblk::zoned::ZoneType::SeqWriteRequired)
-            .map(|z| (z.start << 9, z.capacity << 9, (z.wp - z.start) << 9))
-            .filter(|&(start, cap, _)| start >= region_start && start + cap <= region_start + region_len)
-            .collect();
-        if zones.is_empty() {
-            return Err("zonemode=zbd: no sequential zone lies inside the job's region".into());
-        }
-        Ok(Self { zones, cur: 0 })
-    }
-
-    /// The next write's offset, and the zone to reset before it, if any.
-    #[inline]
-    pub(super) fn next(&mut self, pattern: &mut Pattern, bs: u64) -> (u64, Option<u64>) {
-        let n = self.zones.len();
-        let fits = |z: &(u64, u64, u64)| z.2 + bs <= z.1;
-        let z = if pattern.random {
-            (pattern.next_rand() % n as u64) as usize
-        } else {
-            if !fits(&self.zones[self.cur]) {
-                self.cur = (self.cur + 1) % n; // sequential: on to the next zone
-            }
-            self.cur
-        };
-        let mut reset = None;
-        if !fits(&self.zones[z]) {
-            reset = Some(self.zones[z].0);
-            self.zones[z].2 = 0;
-        }
-        let (start, _, wp) = &mut self.zones[z];
-        let off = *start + *wp;
-        *wp += bs;
-        (off, reset)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -295,6 +339,10 @@ mod tests {
             seq_nr,
             seq_left: 0,
             map: None,
+            sizes: BlockSizes::new(&JobOptions::defaults("t"), 512),
+            align: [4096, 4096],
+            dist: None,
+            strided: None,
             modified: seq_add != 0 || seq_nr > 1,
         }
     }
@@ -323,7 +371,7 @@ mod tests {
         // first read is at the end minus 8k, each next 4k lower; past the
         // start it wraps to the end minus 8k again.
         let mut p = pattern(false, -8192, 1);
-        let offs: Vec<u64> = (0..17).map(|_| p.next_offset(4096) - (1 << 20)).collect();
+        let offs: Vec<u64> = (0..17).map(|_| p.next_offset(4096, false) - (1 << 20)).collect();
         let want: Vec<u64> = (0..15).map(|i| (56 << 10) - i * 4096).chain([56 << 10, 52 << 10]).collect();
         assert_eq!(offs, want);
     }
@@ -331,14 +379,14 @@ mod tests {
     #[test]
     fn a_positive_modifier_leaves_holes_and_wraps_to_the_start() {
         let mut p = pattern(false, 4096, 1);
-        let offs: Vec<u64> = (0..9).map(|_| p.next_offset(4096) - (1 << 20)).collect();
+        let offs: Vec<u64> = (0..9).map(|_| p.next_offset(4096, false) - (1 << 20)).collect();
         assert_eq!(offs, [0, 8192, 16384, 24576, 32768, 40960, 49152, 57344, 0]);
     }
 
     #[test]
     fn a_random_run_issues_n_ios_in_sequence_from_each_random_offset() {
         let mut p = pattern(true, 0, 4);
-        let offs: Vec<u64> = (0..400).map(|_| p.next_offset(4096) - (1 << 20)).collect();
+        let offs: Vec<u64> = (0..400).map(|_| p.next_offset(4096, false) - (1 << 20)).collect();
         let mut runs = 0;
         for w in offs.windows(2) {
             if w[1] != w[0] + 4096 {
@@ -350,7 +398,7 @@ mod tests {
         assert!((99..=140).contains(&(runs + 1)), "{} runs in 400 I/Os", runs + 1);
         let mut plain = pattern(true, 0, 1);
         let jumps = (0..400)
-            .map(|_| plain.next_offset(4096))
+            .map(|_| plain.next_offset(4096, false))
             .collect::<Vec<_>>()
             .windows(2)
             .filter(|w| w[1] != w[0] + 4096)

@@ -42,7 +42,8 @@ impl JobOptions {
         if let Some((_, why)) = REFUSED_OPTIONS.iter().find(|(k, _)| *k == key) {
             return err(format!("{key}: not supported: {why}"));
         }
-        let known = self.set_pattern(key, value)?
+        let known = self.zones.set_count(key, value)
+            || self.set_pattern(key, value)?
             || self.set_queue(key, value)?
             || self.set_run(key, value)?
             || self.set_file(key, value)?
@@ -53,7 +54,10 @@ impl JobOptions {
             || self.numa.set(key, value)?
             || self.cmdprio.set(key, value)?
             || self.errors.set(key, value)?
-            || self.latency.set(key, value)?;
+            || self.latency.set(key, value)?
+            || self.block_sizes.set(key, value)?
+            || self.distribution.set(key, value)?
+            || self.zones.set(key, value)?;
         if !known {
             return err(unknown_option(key, &job_options()));
         }
@@ -88,6 +92,7 @@ impl JobOptions {
                 if self.bs_read == 0 || self.bs_write == 0 {
                     return err(format!("{key}: block size must be positive, got '{v}'"));
                 }
+                self.block_sizes.fixed_by_bs();
             }
             "size" => self.size = Some(parse_size(key, v()?)?),
             "io_size" | "io_limit" => {
@@ -99,10 +104,7 @@ impl JobOptions {
             }
             "offset" => self.offset = parse_size(key, v()?)?,
             "offset_increment" => self.offset_increment = parse_size(key, v()?)?,
-            "zonemode" => {
-                self.zonemode_zbd =
-                    choice(v()?, &[("zbd", true), ("none", false)], |o| format!("zonemode={o} (accepted: none, zbd)"))?
-            }
+            "zonemode" => self.zonemode_zbd = self.zones.set_mode(v()?)?,
             "verify" => {
                 let accepted = [("0", false), ("none", false), ("crc32c", true), ("crc32c-intel", true)];
                 self.verify = choice(v()?, &accepted, |o| format!("verify={o} (accepted: crc32c, none)"))?

@@ -40,7 +40,7 @@ impl<const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'_, TIME
         let (data, bs) = if REPLAY {
             (!c.segs.is_empty(), io.replay.as_ref().expect("a replaying job has its trace").len_bytes[idx])
         } else {
-            (true, if slot.is_write { self.opts.bs_write } else { self.opts.bs_read })
+            (true, u64::from(slot.len_bytes))
         };
         let stats = &mut io.stats[usize::from(slot.is_write)];
         if c.status.is_ok() {
@@ -62,6 +62,9 @@ impl<const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'_, TIME
         } else {
             stats.errors += 1;
             self.io_error(c.status.errno(), slot, bs, p);
+        }
+        if let (true, Some(zbd)) = (slot.is_write, io.zbd.as_mut()) {
+            zbd.completed(slot.offset);
         }
         if data {
             let buf = c.segs.into_buf().expect("data I/O completions carry their buffer");
