@@ -79,6 +79,9 @@ need=()
 for tool in nbdinfo:libnbd-bin nbdcopy:libnbd-bin qemu-img:qemu-utils qemu-io:qemu-utils fio:fio losetup:mount mkfs.btrfs:btrfs-progs nbd-client:nbd-client valgrind:valgrind sqlite3:sqlite3 mkfs.ext4:e2fsprogs blkparse:blktrace; do
   command -v "${tool%%:*}" >/dev/null || [[ " ${need[*]} " == *" ${tool#*:} "* ]] || need+=("${tool#*:}")
 done
+# fio's fio_jsonplus_clat2csv (tests/bench_output.rs) imports six, which
+# Debian's fio package does not pull in.
+python3 -c 'import six' 2>/dev/null || need+=(python3-six)
 if [ ${#need[@]} -gt 0 ]; then
   echo "== installing ${need[*]}"
   [ -n "${apt_updated:-}" ] || apt-get update -qq

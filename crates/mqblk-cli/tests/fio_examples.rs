@@ -193,7 +193,10 @@ fn fixed_and_poisson_rates_are_held() {
     // poisson-rate-submission.fio (rate_iops=50 as a poisson process),
     // for 2 s: one I/O due each ms from the start (the count is the
     // runtime in ms, plus the one at 0), and a Poisson count of mean 50 a
-    // second (within about three standard deviations).
+    // second (within about three standard deviations). Never more than
+    // that; fewer by up to 50 ms of I/Os more, as the job's runtime also
+    // counts the supervisor's stop (a 20 ms tick, later on a busy
+    // machine) and the wait for its last I/O.
     let dir = examples();
     for (file, per_s, slack) in
         [("fixed-rate-submission.fio", 1000.0, 3.0), ("poisson-rate-submission.fio", 50.0, 32.0)]
@@ -203,7 +206,8 @@ fn fixed_and_poisson_rates_are_held() {
         let ios = job["read"]["total_ios"].as_u64().unwrap() as f64;
         let secs = job["job_runtime"].as_u64().unwrap() as f64 / 1e3;
         let want = per_s * secs + 1.0;
-        assert!((ios - want).abs() <= slack, "{file}: {ios} I/Os in {secs} s, {want} due at rate_iops={per_s}");
+        let (most, least) = (want + slack, want - slack - per_s * 0.05);
+        assert!((least..=most).contains(&ios), "{file}: {ios} I/Os in {secs} s, {want} due at rate_iops={per_s}");
     }
 }
 

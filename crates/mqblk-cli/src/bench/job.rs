@@ -41,7 +41,8 @@ use super::replay::OpenTrace;
 use super::shape::{Pacer, Think};
 use super::start::StartGate;
 pub use super::stats::JobResult;
-use super::stats::{DirStats, Rusage};
+use super::stats::{Dir, DirStats, Rusage};
+use super::trim::{self, Trims};
 use super::verify::Verifier;
 use super::zbd::{SharedZones, ZbdJob, ZoneWrite};
 
@@ -78,6 +79,7 @@ pub struct Live {
     pub ios: CachePadded<AtomicU64>,
     pub read_bytes: AtomicU64,
     pub write_bytes: AtomicU64,
+    pub trim_bytes: AtomicU64,
     pub measuring: AtomicBool,
     pub done: AtomicBool,
     /// The job thread's id (gettid; 0 until it starts), so the supervisor
@@ -100,9 +102,9 @@ struct Slot {
     offset: u64,
     /// The I/O's length (sizes vary: blocksize.rs, zbd.rs).
     len_bytes: u32,
-    is_write: bool,
+    dir: Dir,
     /// The I/O's priority (the job's, or cmdprio's pick), for log_prio:
-    /// it fits in the padding after `is_write`.
+    /// it fits in the padding after `dir`.
     ioprio: mqblk::IoPrio,
 }
 
@@ -119,6 +121,8 @@ pub(super) fn run_job(
     live: &Live,
     trace: Option<OpenTrace>,
 ) -> Result<JobResult, String> {
+    // A trim job's reads and writes are of its trim's size (trim.rs).
+    let opts = &*trim::loop_options(opts);
     let region = job_region(opts, dev, job_index)?;
     // Two copies of the loop, with and without clock reads (gtod_reduce),
     // so that neither tests the choice per I/O.
@@ -155,7 +159,7 @@ fn run_source<const TIMED: bool>(
 }
 
 /// One copy of the loop: `TIMED` (not `gtod_reduce`), `REPLAY` (`trace`
-/// is Some), `SHAPED` (`write_iolog`, fio's logs, rates or think time).
+/// is Some), `SHAPED` (`write_iolog`, fio's logs, rates, think time or trims).
 #[allow(clippy::too_many_arguments)]
 fn run_loop<const TIMED: bool, const REPLAY: bool, const SHAPED: bool>(
     opts: &JobOptions,
@@ -188,6 +192,7 @@ fn run_loop<const TIMED: bool, const REPLAY: bool, const SHAPED: bool>(
         paced: None,
         held_direction: None,
         think_due: false,
+        trimmed_at: None,
     };
     let mut client = dev.client_with_capacity(job.depth);
     ctrl.start.arrive_and_wait(&live.arrived);
@@ -208,7 +213,7 @@ fn run_loop<const TIMED: bool, const REPLAY: bool, const SHAPED: bool>(
 /// inlined into `run`. `TIMED`: clock reads per I/O (not `gtod_reduce`);
 /// `REPLAY`: the I/Os come from a trace (`read_iolog`), not the pattern;
 /// `SHAPED`: each I/O may be logged (`write_iolog`, log.rs), paced or
-/// followed by think time (shape.rs).
+/// followed by think time (shape.rs), or be a trim (trim.rs).
 struct JobLoop<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> {
     opts: &'a JobOptions,
     clock: Clock,
@@ -227,6 +232,11 @@ struct JobLoop<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> {
     write_flags: ReqFlags,
     /// I/O sizes vary: each buffer is cut to its I/O.
     sizes_vary: bool,
+    /// Each direction's block size, by `Dir` (trims' only: reads' and
+    /// writes' come from the pattern, blocksize.rs).
+    bs: [u64; 3],
+    /// Whether the job trims (only the `SHAPED` loop reads it).
+    trims: Trims,
 }
 
 /// Per-I/O slots and buffers, allocated before the run, and what the job
@@ -256,9 +266,9 @@ struct IoState {
     write_bufs: Vec<Option<Buf>>,
     /// Slots not in flight.
     free: Vec<u32>,
-    /// Reads' and writes' measurements, indexed by `is_write`: one array
-    /// (not two fields) so that accounting selects its base address once.
-    stats: [DirStats; 2],
+    /// Each direction's measurements, indexed by `Dir`: one array (not
+    /// fields) so that accounting selects its base address once.
+    stats: [DirStats; 3],
     start_ns: u64,
     start_ru: Rusage,
     /// When the job started (not reset by a ramp): its rates' time base.
@@ -292,6 +302,8 @@ struct Progress {
     paced: Option<(u64, bool)>,
     held_direction: Option<bool>,
     think_due: bool,
+    /// A trimwrite's trim whose write is due next: its offset.
+    trimmed_at: Option<u64>,
 }
 
 impl IoState {
@@ -333,7 +345,7 @@ impl IoState {
             read_bufs,
             write_bufs,
             free: (0..depth as u32).rev().collect(),
-            stats: [DirStats::default(), DirStats::default()],
+            stats: Default::default(),
             start_ns: 0,
             start_ru: Rusage::default(),
             shape_epoch_ns: 0,
@@ -376,6 +388,8 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
             hipri,
             write_flags,
             sizes_vary: !opts.one_block_size() || opts.zonemode_zbd,
+            bs: [opts.bs_read, opts.bs_write, opts.bs_trim],
+            trims: Trims::of(opts),
         }
     }
 
@@ -429,7 +443,7 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
     /// Ramp over: forget what was measured, start the clock now.
     #[cold]
     fn end_ramp(&self, io: &mut IoState, p: &mut Progress) {
-        io.stats = [DirStats::default(), DirStats::default()];
+        io.stats = Default::default();
         p.total_ios = 0;
         p.measuring = true;
         io.start_ns = self.clock.now_ns();
@@ -530,25 +544,30 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
         io: &mut IoState,
         p: &mut Progress,
     ) -> Result<bool, String> {
-        let is_write = if SHAPED {
+        let dir = if SHAPED {
             match self.paced_direction(io, p) {
                 Some(d) => d,
                 None => return Ok(false),
             }
         } else {
-            p.pattern.next_is_write()
+            Dir::of_write(p.pattern.next_is_write())
         };
-        let bs = p.pattern.next_len(is_write);
-        let Some((offset, bs)) = self.next_offset(c, is_write, bs, io, p)? else {
+        let bs = if dir == Dir::Trim { self.bs[2] } else { p.pattern.next_len(dir == Dir::Write) };
+        let Some((offset, bs)) = self.next_offset(c, dir, bs, io, p)? else {
             return Ok(false); // no zone to write yet, or none to read
         };
-        let bio = self.prep_bio(idx, is_write, (offset, bs), io);
-        let action = if is_write { IoAction::Write } else { IoAction::Read };
+        let bio = self.prep_bio(idx, dir, (offset, bs), io);
+        let action = match dir {
+            Dir::Read => IoAction::Read,
+            Dir::Write => IoAction::Write,
+            Dir::Trim => IoAction::Trim,
+        };
+
         self.issue(c, (idx, prev, plugged), bio, (action, offset, bs), io)?;
         p.issued_bytes += bs;
         p.issued_ios += 1;
         if SHAPED {
-            self.shaped_issued(is_write, bs, io, p);
+            self.shaped_issued(dir, bs, io, p);
         }
         Ok(true)
     }
@@ -569,9 +588,15 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
         if let Some(prev) = prev {
             io.slots[prev as usize].slat_ns = t - io.slots[prev as usize].issue_ns;
         }
-        let (is_write, ioprio) = (action == IoAction::Write, bio.ioprio);
-        io.slots[idx as usize] =
-            Slot { issue_ns: t, slat_ns: 0, offset, len_bytes: len_bytes as u32, is_write, ioprio };
+        // A replayed sync is accounted nowhere (job/complete.rs), under
+        // the read index.
+        let dir = match action {
+            IoAction::Write => Dir::Write,
+            IoAction::Trim => Dir::Trim,
+            _ => Dir::Read,
+        };
+        let ioprio = bio.ioprio;
+        io.slots[idx as usize] = Slot { issue_ns: t, slat_ns: 0, offset, len_bytes: len_bytes as u32, dir, ioprio };
         if let (true, Some(log)) = (SHAPED, io.iolog.as_mut()) {
             log.record(action, offset, len_bytes);
         }
@@ -586,19 +611,24 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
         Ok(())
     }
 
-    /// The next I/O's offset and length: for `zonemode=zbd` a zone's
-    /// write pointer (resetting the zone first if due) or a read below
-    /// one (zbd.rs), else the job's pattern. None: no zone may be written
-    /// yet, or no zone holds data to read (the job's source is done).
+    /// The next I/O's offset and length: a trimwrite's (job/shaped.rs);
+    /// for `zonemode=zbd` a zone's write pointer (resetting the zone first
+    /// if due) or a read below one (zbd.rs); else the job's pattern.
+    /// None: no zone may be written yet, or no zone holds data to read
+    /// (the job's source is done).
     #[inline(always)]
     fn next_offset(
         &self,
         c: &mut Client,
-        is_write: bool,
+        dir: Dir,
         bs: u64,
         io: &mut IoState,
         p: &mut Progress,
     ) -> Result<Option<(u64, u64)>, String> {
+        if SHAPED && self.trims == Trims::ThenWrite {
+            return Ok(Some((self.trimwrite_offset(dir, bs, p), bs)));
+        }
+        let is_write = dir == Dir::Write;
         let Some(zbd) = io.zbd.as_mut() else { return Ok(Some((p.pattern.next_offset(bs, is_write), bs))) };
         self.next_zoned(c, zbd, is_write, bs, p)
     }
@@ -638,29 +668,33 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
         }
     }
 
-    /// The bio for slot `idx`, with its buffer (a write's filled for
-    /// verify).
+    /// The bio for slot `idx` (`bs` bytes at `offset`), with its buffer
+    /// (a write's filled for verify); a trim's is a discard, without one.
     #[inline(always)]
-    fn prep_bio(&self, idx: u32, is_write: bool, (offset, len_bytes): (u64, u64), io: &mut IoState) -> Bio {
-        let bio = if is_write {
-            let mut buf = io.write_bufs[idx as usize].take().expect("slot owns its write buffer");
-            if self.sizes_vary {
-                buf.set_len(len_bytes as usize);
+    fn prep_bio(&self, idx: u32, dir: Dir, (offset, len_bytes): (u64, u64), io: &mut IoState) -> Bio {
+        let bio = match dir {
+            Dir::Write => {
+                let mut buf = io.write_bufs[idx as usize].take().expect("slot owns its write buffer");
+                if self.sizes_vary {
+                    buf.set_len(len_bytes as usize);
+                }
+                if let Some(v) = io.verifier.as_mut() {
+                    v.fill(&mut buf, offset);
+                }
+                Bio::write(offset, buf).with_flags(self.write_flags)
             }
-            if let Some(v) = io.verifier.as_mut() {
-                v.fill(&mut buf, offset);
+            Dir::Read => {
+                let mut buf = io.read_bufs[idx as usize].take().expect("slot owns its read buffer");
+                if self.sizes_vary {
+                    buf.set_len(len_bytes as usize);
+                }
+                Bio::read(offset, buf).with_flags(self.hipri)
             }
-            Bio::write(offset, buf).with_flags(self.write_flags)
-        } else {
-            let mut buf = io.read_bufs[idx as usize].take().expect("slot owns its read buffer");
-            if self.sizes_vary {
-                buf.set_len(len_bytes as usize);
-            }
-            Bio::read(offset, buf).with_flags(self.hipri)
+            Dir::Trim => Bio::discard(offset, len_bytes),
         };
         match (SHAPED, io.cmdprio.as_mut()) {
             (true, Some(c)) => {
-                let prio = c.pick(is_write, bio.len, self.opts.ioprio);
+                let prio = c.pick(dir == Dir::Write, bio.len, self.opts.ioprio);
                 bio.with_ioprio(prio)
             }
             _ => bio.with_ioprio(self.opts.ioprio),
@@ -673,6 +707,10 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
         self.live.ios.store(p.total_ios, Ordering::Relaxed);
         self.live.read_bytes.store(io.stats[0].bytes, Ordering::Relaxed);
         self.live.write_bytes.store(io.stats[1].bytes, Ordering::Relaxed);
+        if SHAPED {
+            // Only the SHAPED loop trims (trim.rs).
+            self.live.trim_bytes.store(io.stats[2].bytes, Ordering::Relaxed);
+        }
     }
 
     /// Stops the clocks, verifies (fio does so after the job's writes,
@@ -692,12 +730,12 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
                 v.run(&mut client, bufs).map_err(|e| format!("job '{}': verify: {e}", self.opts.name))?;
             }
         }
-        let [read, write] = io.stats;
+        let [read, write, trim] = io.stats;
         let job_start_ms = io.start_epoch_ms;
         let (error, first_error) = (p.error, p.first_error);
         let latency_depth = io.lat_target.as_ref().map_or(self.depth, |lt| lt.qd);
         let client = client.stats();
-        Ok(JobResult { read, write, elapsed_ns, rusage, client, error, first_error, latency_depth, job_start_ms })
+        Ok(JobResult { read, write, trim, elapsed_ns, rusage, client, error, first_error, latency_depth, job_start_ms })
     }
 }
 

@@ -113,7 +113,12 @@ pub(super) fn buffer_sizes(
         Some(t) => {
             ((t.max_read_bytes > 0).then_some(t.max_read_bytes), (t.max_write_bytes > 0).then_some(t.max_write_bytes))
         }
-        None => ((read_pct > 0).then_some(opts.max_bs_of(0)), (read_pct < 100).then_some(opts.max_bs_of(1))),
+        None => {
+            // A job that only trims has no buffers (`directions`).
+            let (reads, writes) = opts.directions();
+            debug_assert_eq!(reads, read_pct > 0);
+            (reads.then_some(opts.max_bs_of(0)), writes.then_some(opts.max_bs_of(1)))
+        }
     }
 }
 

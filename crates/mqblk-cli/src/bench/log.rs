@@ -7,7 +7,7 @@
 //! A line is `msec, value, ddir, bs, [offset, ]prio` (fio's
 //! `flush_samples`): the time in ms since the job started measuring, the
 //! value (latency in ns, bandwidth in KiB/s, I/Os), the direction (0 read,
-//! 1 write), the block size, the offset with `log_offset=1`, and the
+//! 1 write, 2 trim), the block size, the offset with `log_offset=1`, and the
 //! priority: with `log_prio=1` the ioprio value as 0x%04x, else 1 for an
 //! RT-class I/O and 0 otherwise. Without `log_avg_msec`, every I/O is a
 //! line (bandwidth then is the I/O's bytes over its completion latency,
@@ -23,6 +23,7 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 
 use super::options::{err, OptionError};
+use super::stats::Dir;
 use super::values::{parse_flag, parse_int};
 
 /// The log options of one job, with fio's defaults.
@@ -135,7 +136,7 @@ struct Window {
 
 /// What one completion tells the logs.
 pub(super) struct Sample {
-    pub(super) is_write: bool,
+    pub(super) dir: Dir,
     pub(super) bs: u64,
     pub(super) offset: u64,
     pub(super) ioprio: mqblk::IoPrio,
@@ -153,7 +154,7 @@ pub(super) struct Logs {
     prio: bool,
     window_start_ns: u64,
     window_end_ns: u64,
-    window: [Window; 2],
+    window: [Window; 3],
 }
 
 impl Logs {
@@ -190,7 +191,7 @@ impl Logs {
             prio: o.prio,
             window_start_ns: 0,
             window_end_ns: o.avg_msec * 1_000_000,
-            window: [Window::default(); 2],
+            window: [Window::default(); 3],
         }))
     }
 
@@ -207,7 +208,7 @@ impl Logs {
             while now_ns >= self.window_end_ns {
                 self.close_window()?;
             }
-            let w = &mut self.window[usize::from(s.is_write)];
+            let w = &mut self.window[s.dir as usize];
             w.ios += 1;
             w.bytes += s.bs;
             w.lat_ns += s.slat_ns + s.clat_ns;
@@ -225,7 +226,7 @@ impl Logs {
                 Kind::Bw => bw,
                 Kind::Iops => 1,
             };
-            self.line(i, ms, value, s.is_write, s.bs, Some(s))?;
+            self.line(i, ms, value, s.dir, s.bs, Some(s))?;
         }
         Ok(())
     }
@@ -236,8 +237,8 @@ impl Logs {
         let ms = self.window_end_ns / 1_000_000;
         // The last window ends with the job, maybe early.
         let secs = (self.window_end_ns - self.window_start_ns).max(1) as f64 / 1e9;
-        for d in 0..2 {
-            let w = std::mem::take(&mut self.window[d]);
+        for dir in [Dir::Read, Dir::Write, Dir::Trim] {
+            let w = std::mem::take(&mut self.window[dir as usize]);
             if w.ios == 0 {
                 continue;
             }
@@ -250,7 +251,7 @@ impl Logs {
                     Kind::Bw => (w.bytes as f64 / 1024.0 / secs) as u64,
                     Kind::Iops => (w.ios as f64 / secs) as u64,
                 };
-                self.line(i, ms, value, d == 1, 0, None)?;
+                self.line(i, ms, value, dir, 0, None)?;
             }
         }
         self.window_start_ns = self.window_end_ns;
@@ -258,17 +259,9 @@ impl Logs {
         Ok(())
     }
 
-    fn line(
-        &mut self,
-        i: usize,
-        ms: u64,
-        value: u64,
-        is_write: bool,
-        bs: u64,
-        s: Option<&Sample>,
-    ) -> Result<(), String> {
+    fn line(&mut self, i: usize, ms: u64, value: u64, dir: Dir, bs: u64, s: Option<&Sample>) -> Result<(), String> {
         let Some(sink) = self.sinks[i].as_mut() else { return Ok(()) };
-        let _ = write!(sink.buf, "{ms}, {value}, {}, {bs}, ", u8::from(is_write));
+        let _ = write!(sink.buf, "{ms}, {value}, {}, {bs}, ", dir as u8);
         if self.offset {
             let _ = write!(sink.buf, "{}, ", s.map_or(0, |s| s.offset));
         }
@@ -318,7 +311,14 @@ mod tests {
     }
 
     fn sample(is_write: bool, offset: u64) -> Sample {
-        Sample { is_write, bs: 4096, offset, ioprio: mqblk::IoPrio::default(), slat_ns: 1_000, clat_ns: 40_000 }
+        Sample {
+            dir: Dir::of_write(is_write),
+            bs: 4096,
+            offset,
+            ioprio: mqblk::IoPrio::default(),
+            slat_ns: 1_000,
+            clat_ns: 40_000,
+        }
     }
 
     #[test]

@@ -14,11 +14,13 @@ mod flow;
 mod iolog;
 pub mod job;
 mod job_setup;
+mod lat_bins;
 mod latency;
 mod log;
 mod numa;
 pub mod options;
 mod order;
+mod output;
 mod parse;
 mod pattern;
 mod replay;
@@ -29,6 +31,7 @@ mod start;
 pub mod stats;
 mod steadystate;
 pub mod thread_cpu;
+mod trim;
 pub mod values;
 pub mod verify;
 mod zbd;
@@ -53,7 +56,7 @@ pub const DEFAULT_DEVICE: &str = "null:gb=1";
 
 /// `mqblk bench`'s usage line.
 pub const USAGE: &str =
-    "mqblk bench [--device SPEC] [--output-format=normal|json] [--stats] [--blktrace=DIR] [fio options] [jobfile ...]";
+    "mqblk bench [--device SPEC] [--output-format=normal|terse|json|json+[,...]] [--output=FILE] [--stats] [--blktrace=DIR] [fio options] [jobfile ...]";
 
 /// The body of `mqblk bench --help`: mqblk's own options, then fio's.
 pub fn help() -> String {
@@ -61,7 +64,10 @@ pub fn help() -> String {
         "\
 mqblk's options (also as --option VALUE):
   --device SPEC                 The device: driver:key=value,... (default null:gb=1)
-  --output-format=normal|json   fio's human report (default) or fio's JSON
+  --output-format=LIST          fio's reports, comma-separated: normal (default),
+                                terse, json, json+ (JSON with latency bins)
+  --terse-version=2|3|4|5       The terse line's version (default 3); --minimal: terse
+  --output=FILE                 Write the report to FILE instead of stdout
   --stats                       Append the device's debugfs-like counters
   --blktrace=DIR                Trace the block layer into DIR (blkparse -D DIR -i DRIVER)
   --sched=NAME[,tunable=value]  The device's I/O scheduler
@@ -137,9 +143,10 @@ struct Running {
     started: bool,
     ramp_end: Instant,
     stop_at: Option<Instant>,
-    read_samples: Samples,
-    write_samples: Samples,
-    last: (Instant, u64, u64, u64),
+    /// Each direction's samples, in `Dir` order.
+    samples: [Samples; 3],
+    /// The last sample's time, I/Os and each direction's bytes.
+    last: (Instant, u64, [u64; 3]),
     /// fio's steady-state verdict (`ss`), at the end.
     steadystate: Option<steadystate::Steady>,
 }
@@ -152,7 +159,7 @@ impl Running {
         self.ramp_end = now + Duration::from_nanos(opts.ramp_time_ns);
         self.stop_at =
             (opts.runtime_ns > 0 && opts.ramp_time_ns == 0).then(|| now + Duration::from_nanos(opts.runtime_ns));
-        self.last = (self.ramp_end, 0, 0, 0);
+        self.last = (self.ramp_end, 0, [0; 3]);
     }
 
     /// After a ramp, the runtime counts from when the job has seen the
@@ -176,21 +183,35 @@ pub struct RunOutput {
     pub stats: String,
 }
 
-/// Runs `plan` and formats the report (human or JSON, plus `--stats`).
+/// Runs `plan` and formats its reports (fio's order: terse, JSON, normal;
+/// then `--stats`); with `--output=FILE` they go to FILE and nothing is
+/// returned to print.
 pub fn run(plan: &BenchPlan) -> Result<String, BenchError> {
     let r = run_plan(plan)?;
-    let mut out = if plan.json {
-        serde_json::to_string_pretty(&report::to_json(&r.entries, &plan.global_given, &r.device, r.process_cpu))
-            .expect("JSON encoding")
-            + "\n"
-    } else {
-        report::to_human(&r.entries, &r.device, r.process_cpu)
-    };
+    let o = &plan.output;
+    let mut out = String::new();
+    if o.terse {
+        out.push_str(&report::to_terse(&r.entries, o.terse_version));
+    }
+    if o.json {
+        let doc = report::to_json(&r.entries, &plan.global_given, &r.device, r.process_cpu, o.json_plus);
+        out.push_str(&serde_json::to_string_pretty(&doc).expect("JSON encoding"));
+        out.push('\n');
+    }
+    if o.normal {
+        out.push_str(&report::to_human(&r.entries, &r.device, r.process_cpu));
+    }
     if plan.stats {
         out.push_str("\n== stats ==\n");
         out.push_str(&r.stats);
     }
-    Ok(out)
+    match &o.file {
+        Some(path) => {
+            std::fs::write(path, out).map_err(|e| BenchError::Failed(format!("--output={path}: {e}")))?;
+            Ok(String::new())
+        }
+        None => Ok(out),
+    }
 }
 
 /// The plan's device: its `--device` spec (or the file of its jobs'
@@ -238,7 +259,8 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
     let plan = &zones::resolve(plan, &dev).map_err(BenchError::BadInput)?;
     let fixed = fixed_bufs(plan, &dev)?;
     let clock = bench_clock(plan)?;
-    let bar = progress_bar(!plan.json);
+    trim::check_device(&plan.jobs, &dev).map_err(BenchError::BadInput)?;
+    let bar = progress_bar(plan.output.progress_bar());
     let phases = order::phases(&plan.jobs);
     let mut entries: Vec<Entry> = Vec::new();
     let mut process_cpu = None;
@@ -390,9 +412,8 @@ fn job_clones<'a>(
                 started: false,
                 ramp_end,
                 stop_at: None,
-                read_samples: Samples::default(),
-                write_samples: Samples::default(),
-                last: (ramp_end, 0, 0, 0),
+                samples: Default::default(),
+                last: (ramp_end, 0, [0; 3]),
                 steadystate: None,
             });
         }
@@ -410,7 +431,7 @@ fn report_entries(
     let mut entries: Vec<Entry> = Vec::new();
     for ((sh, r), res) in shared.iter().zip(running).zip(results) {
         let res = res.map_err(BenchError::Failed)?;
-        let mut entry = Entry::from_result(sh.opts, &res, r.read_samples, r.write_samples);
+        let mut entry = Entry::from_result(sh.opts, &res, r.samples);
         entry.steadystate = r.steadystate;
         entries.push(entry);
     }
@@ -565,7 +586,9 @@ fn supervise(
             let live = &shared[i].live;
             (
                 live.ios.load(Ordering::Relaxed),
-                live.read_bytes.load(Ordering::Relaxed) + live.write_bytes.load(Ordering::Relaxed),
+                live.read_bytes.load(Ordering::Relaxed)
+                    + live.write_bytes.load(Ordering::Relaxed)
+                    + live.trim_bytes.load(Ordering::Relaxed),
             )
         };
         for i in steady.tick(now, started, counters) {
@@ -590,7 +613,7 @@ fn supervise(
             }
             if now >= r.ramp_end && sh.ctrl.phase.load(Ordering::Relaxed) < PHASE_RUN {
                 sh.ctrl.phase.store(PHASE_RUN, Ordering::Release);
-                r.last = (now, 0, 0, 0);
+                r.last = (now, 0, [0; 3]);
             }
             r.measuring_from(sh.opts, &sh.live, now);
             if r.stop_at.is_some_and(|t| now >= t) {
@@ -646,6 +669,9 @@ fn exitall_stops(shared: &[Shared]) -> ExitallStops {
     stops
 }
 
+/// Every 500 ms of measuring: each direction the job does gets a
+/// bandwidth sample and an IOPS sample (the I/Os since the last sample,
+/// split by the directions' bytes).
 fn take_sample(sh: &Shared, r: &mut Running, now: Instant) {
     if !sh.live.measuring.load(Ordering::Acquire) {
         return;
@@ -655,21 +681,19 @@ fn take_sample(sh: &Shared, r: &mut Running, now: Instant) {
         return;
     }
     let ios = sh.live.ios.load(Ordering::Relaxed);
-    let rb = sh.live.read_bytes.load(Ordering::Relaxed);
-    let wb = sh.live.write_bytes.load(Ordering::Relaxed);
+    let bytes = [&sh.live.read_bytes, &sh.live.write_bytes, &sh.live.trim_bytes].map(|b| b.load(Ordering::Relaxed));
     let secs = dt.as_secs_f64();
-    let (_, last_ios, last_rb, last_wb) = r.last;
-    let (drb, dwb) = (rb.saturating_sub(last_rb), wb.saturating_sub(last_wb));
+    let (_, last_ios, last_bytes) = r.last;
+    let delta: Vec<u64> = bytes.iter().zip(last_bytes).map(|(b, l)| b.saturating_sub(l)).collect();
     let dios = ios.saturating_sub(last_ios) as f64;
-    let total = (drb + dwb).max(1) as f64;
+    let total = delta.iter().sum::<u64>().max(1) as f64;
     let (reads, writes) = sh.opts.directions();
-    if reads {
-        r.read_samples.bw_kib.push(drb as f64 / 1024.0 / secs);
-        r.read_samples.iops.push(dios * drb as f64 / total / secs);
+    let does = [reads, writes, sh.opts.rw.trims()];
+    for ((samples, d), does) in r.samples.iter_mut().zip(delta).zip(does) {
+        if does {
+            samples.bw_kib.push(d as f64 / 1024.0 / secs);
+            samples.iops.push(dios * d as f64 / total / secs);
+        }
     }
-    if writes {
-        r.write_samples.bw_kib.push(dwb as f64 / 1024.0 / secs);
-        r.write_samples.iops.push(dios * dwb as f64 / total / secs);
-    }
-    r.last = (now, ios, rb, wb);
+    r.last = (now, ios, bytes);
 }

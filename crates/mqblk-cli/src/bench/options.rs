@@ -176,6 +176,12 @@ pub enum RwMode {
     RandWrite,
     ReadWrite,
     RandRw,
+    /// fio's trims (trim.rs): each I/O a discard, or a discard then a
+    /// write of the block discarded.
+    Trim,
+    RandTrim,
+    TrimWrite,
+    RandTrimWrite,
 }
 
 impl RwMode {
@@ -187,9 +193,14 @@ impl RwMode {
             "randwrite" => RwMode::RandWrite,
             "rw" | "readwrite" => RwMode::ReadWrite,
             "randrw" => RwMode::RandRw,
+            "trim" => RwMode::Trim,
+            "randtrim" => RwMode::RandTrim,
+            "trimwrite" => RwMode::TrimWrite,
+            "randtrimwrite" => RwMode::RandTrimWrite,
             _ => {
                 return err(format!(
-                    "rw: bad value '{v}' (accepted: read, write, randread, randwrite, rw, readwrite, randrw)"
+                    "rw: bad value '{v}' (accepted: read, write, randread, randwrite, rw, readwrite, randrw, trim, \
+                     randtrim, trimwrite, randtrimwrite)"
                 ))
             }
         })
@@ -203,18 +214,29 @@ impl RwMode {
             RwMode::RandWrite => "randwrite",
             RwMode::ReadWrite => "rw",
             RwMode::RandRw => "randrw",
+            RwMode::Trim => "trim",
+            RwMode::RandTrim => "randtrim",
+            RwMode::TrimWrite => "trimwrite",
+            RwMode::RandTrimWrite => "randtrimwrite",
         }
     }
 
     pub fn is_random(self) -> bool {
-        matches!(self, RwMode::RandRead | RwMode::RandWrite | RwMode::RandRw)
+        matches!(self, RwMode::RandRead | RwMode::RandWrite | RwMode::RandRw | RwMode::RandTrim | RwMode::RandTrimWrite)
     }
 
-    /// Share of reads in percent, given rwmixread.
+    /// Whether the job trims (fio's third data direction).
+    pub fn trims(self) -> bool {
+        matches!(self, RwMode::Trim | RwMode::RandTrim | RwMode::TrimWrite | RwMode::RandTrimWrite)
+    }
+
+    /// Share of reads in percent, given rwmixread (a trimming job reads
+    /// nothing).
     pub fn read_pct(self, rwmixread: u32) -> u32 {
         match self {
             RwMode::Read | RwMode::RandRead => 100,
             RwMode::Write | RwMode::RandWrite => 0,
+            RwMode::Trim | RwMode::RandTrim | RwMode::TrimWrite | RwMode::RandTrimWrite => 0,
             RwMode::ReadWrite | RwMode::RandRw => rwmixread,
         }
     }
@@ -228,6 +250,8 @@ pub struct JobOptions {
     pub rwmixread: u32,
     pub bs_read: u64,
     pub bs_write: u64,
+    /// The third of `bs=R,W,T`: the size of a trim.
+    pub bs_trim: u64,
     /// Bytes of I/O per job (None: the device size minus offset).
     pub size: Option<u64>,
     /// fio's `io_size` (alias `io_limit`): bytes to transfer before the
@@ -402,6 +426,7 @@ impl JobOptions {
             rwmixread: 50,
             bs_read: 4096,
             bs_write: 4096,
+            bs_trim: 4096,
             size: None,
             io_size: None,
             offset: 0,
@@ -490,8 +515,15 @@ impl JobOptions {
 
     /// Whether the job runs the job loop's copy that shapes or logs each
     /// I/O (job.rs' `SHAPED`).
+    /// Trims run there too (trim.rs), so the synthetic copy never tests
+    /// for them.
     pub fn shaped(&self) -> bool {
-        self.write_iolog.is_some() || self.shape.any() || self.logs.any() || self.cmdprio.any() || self.latency.any()
+        self.write_iolog.is_some()
+            || self.shape.any()
+            || self.logs.any()
+            || self.cmdprio.any()
+            || self.latency.any()
+            || self.rw.trims()
     }
 
     /// Whether the job may read and write: as its mix says, or both when
@@ -499,7 +531,8 @@ impl JobOptions {
     pub fn directions(&self) -> (bool, bool) {
         let read_pct = self.rw.read_pct(self.rwmixread);
         let replay = self.read_iolog.is_some();
-        (replay || read_pct > 0, replay || read_pct < 100)
+        let trims_only = matches!(self.rw, RwMode::Trim | RwMode::RandTrim);
+        (replay || read_pct > 0, replay || (read_pct < 100 && !trims_only))
     }
 
     pub(super) fn validate(&self) -> Result<(), OptionError> {
@@ -514,6 +547,7 @@ impl JobOptions {
         self.latency.validate(&self.name, self.gtod_reduce)?;
         self.validate_block_sizes()?;
         self.validate_zones()?;
+        super::trim::validate(self)?;
         self.validate_iolog()
     }
 

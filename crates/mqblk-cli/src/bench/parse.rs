@@ -5,15 +5,17 @@
 //! `BenchPlan`.
 
 use super::options::{err, is_job_option, job_options, unknown_option, JobOptions, OptionError};
+use super::output::{OutputOptions, OUTPUT_OPTIONS};
 
 /// Options of `mqblk bench`'s command line only (not of job files).
-const BENCH_OPTIONS: &[&str] = &["output-format", "stats", "blktrace"];
+const BENCH_OPTIONS: &[&str] = &["stats", "blktrace"];
 
 /// The unknown-option message of the command line, where mqblk's own
 /// options are known too.
 fn unknown_cli_option(key: &str) -> String {
     let mut known = job_options();
     known.extend(BENCH_OPTIONS);
+    known.extend(OUTPUT_OPTIONS);
     unknown_option(key, &known)
 }
 
@@ -27,7 +29,8 @@ pub struct BenchPlan {
     /// `plug_nesting=` and `sched=`: the device's block-layer options.
     pub plug_nesting: Option<String>,
     pub sched: Option<String>,
-    pub json: bool,
+    /// The reports to print (output.rs).
+    pub output: OutputOptions,
     pub stats: bool,
     pub global_given: Vec<(String, String)>,
     /// `--blktrace=DIR`: trace the device's block layer into DIR.
@@ -161,7 +164,7 @@ pub fn parse_bench_args(args: &[String]) -> Result<BenchPlan, OptionError> {
         let text = std::fs::read_to_string(path).map_err(|e| OptionError(format!("job file '{path}': {e}")))?;
         parse_job_file(&text, path, &mut c)?;
     }
-    let (json, stats, blktrace) = (cli.json, cli.stats, cli.blktrace);
+    let (output, stats, blktrace) = (cli.output, cli.stats, cli.blktrace);
     if c.jobs.is_empty() && !cli.any_job_option && cli.job_files.is_empty() {
         let (device, plug_nesting, sched) = (c.device.take(), c.plug_nesting.take(), c.sched.take());
         return Ok(BenchPlan {
@@ -170,7 +173,7 @@ pub fn parse_bench_args(args: &[String]) -> Result<BenchPlan, OptionError> {
             file: None,
             plug_nesting,
             sched,
-            json,
+            output,
             stats,
             global_given: Vec::new(),
             blktrace,
@@ -185,13 +188,13 @@ pub fn parse_bench_args(args: &[String]) -> Result<BenchPlan, OptionError> {
     }
     let (plug_nesting, sched) = (c.plug_nesting.take(), c.sched.take());
     let (jobs, global_given, device, file) = c.finish()?;
-    Ok(BenchPlan { jobs, device, file, plug_nesting, sched, json, stats, global_given, blktrace })
+    Ok(BenchPlan { jobs, device, file, plug_nesting, sched, output, stats, global_given, blktrace })
 }
 
 /// What the command line held besides job options.
 #[derive(Default)]
 struct CliArgs {
-    json: bool,
+    output: OutputOptions,
     stats: bool,
     blktrace: Option<String>,
     job_files: Vec<String>,
@@ -225,13 +228,10 @@ fn parse_cli(args: &[String], c: &mut Collector) -> Result<CliArgs, OptionError>
             Ok(v)
         };
         match key.as_str() {
-            "output-format" => {
+            "minimal" => _ = cli.output.set(&key, inline.as_deref())?,
+            _ if OUTPUT_OPTIONS.contains(&key.as_str()) => {
                 let v = take_value(inline)?;
-                cli.json = match v.as_str() {
-                    "json" => true,
-                    "normal" => false,
-                    _ => return err(format!("--output-format: bad value '{v}' (accepted: normal, json)")),
-                };
+                cli.output.set(&key, Some(&v))?;
             }
             "stats" => cli.stats = true,
             "blktrace" => cli.blktrace = Some(take_value(inline)?),
@@ -369,7 +369,7 @@ mod tests {
             "--bs=8k --iodepth=4 --name=a --rw=randwrite --name=b --rw=read --iodepth=2 --output-format=json --device null:irqmode=0",
         ))
         .unwrap();
-        assert!(plan.json);
+        assert!(plan.output.json);
         assert_eq!(plan.device.as_deref(), Some("null:irqmode=0"));
         assert_eq!(plan.jobs.len(), 2);
         assert_eq!((plan.jobs[0].name.as_str(), plan.jobs[0].rw, plan.jobs[0].iodepth), ("a", RwMode::RandWrite, 4));

@@ -35,6 +35,20 @@ fn rw_modifier(mode: RwMode, n: &str) -> Result<RwModifier, OptionError> {
     Ok(RwModifier::SeqAdd(if negative { -bytes } else { bytes }))
 }
 
+/// fio's per-direction value `R,W,T` (bs=...): one for reads, writes and
+/// trims; an empty one is fio's default (None), and the last one given
+/// applies to the directions after it unless a comma ends the list
+/// (`8k,32k`: trims 32k; `8k,32k,`: trims default).
+fn split_rwt<'v>(key: &str, v: &'v str) -> Result<[Option<&'v str>; 3], OptionError> {
+    let parts: Vec<&str> = v.split(',').collect();
+    if parts.len() > 3 {
+        return err(format!("{key}: at most 3 values (read,write,trim), got '{v}'"));
+    }
+    let last = parts[parts.len() - 1];
+    let at = |i: usize| Some(*parts.get(i).unwrap_or(&last)).filter(|p| !p.is_empty());
+    Ok([at(0), at(1), at(2)])
+}
+
 impl JobOptions {
     /// Sets one option, and records it as given (for the JSON "job
     /// options"); an unknown option names the nearest known one.
@@ -86,10 +100,10 @@ impl JobOptions {
             "rwmixwrite" => self.rwmixread = 100 - parse_int(key, v()?, 0, 100)? as u32,
             "bs" | "blocksize" => {
                 let v = v()?;
-                let (r, w) = v.split_once(',').unwrap_or((v, v));
-                self.bs_read = parse_size(key, r)?;
-                self.bs_write = if w.is_empty() { self.bs_read } else { parse_size(key, w)? };
-                if self.bs_read == 0 || self.bs_write == 0 {
+                let size = |s: Option<&str>| s.map_or(Ok(4096), |s| parse_size(key, s));
+                let [r, w, t] = split_rwt(key, v)?;
+                (self.bs_read, self.bs_write, self.bs_trim) = (size(r)?, size(w)?, size(t)?);
+                if self.bs_read == 0 || self.bs_write == 0 || self.bs_trim == 0 {
                     return err(format!("{key}: block size must be positive, got '{v}'"));
                 }
                 self.block_sizes.fixed_by_bs();
@@ -261,5 +275,30 @@ impl JobOptions {
             _ => return Ok(false),
         }
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_sizes_per_direction_as_fio_reads_them() {
+        // HOWTO.rst's examples of bs=.
+        for (v, want) in [
+            ("256k", [262_144, 262_144, 262_144]),
+            ("8k,32k", [8192, 32_768, 32_768]),
+            ("8k,32k,", [8192, 32_768, 4096]),
+            (",8k", [4096, 8192, 8192]),
+            (",8k,", [4096, 8192, 4096]),
+            ("1k,2k,3k", [1024, 2048, 3072]),
+        ] {
+            let mut o = JobOptions::defaults("j");
+            o.set("bs", Some(v)).unwrap();
+            assert_eq!([o.bs_read, o.bs_write, o.bs_trim], want, "bs={v}");
+        }
+        let mut o = JobOptions::defaults("j");
+        assert!(o.set("bs", Some("1k,2k,3k,4k")).unwrap_err().0.contains("at most 3"));
+        assert!(o.set("bs", Some("4k,0")).unwrap_err().0.contains("positive"));
     }
 }

@@ -1,5 +1,5 @@
 //! Per-job measurements (`JobResult`): latency summaries and histograms
-//! per data direction, and the thread's CPU use and context switches
+//! per data direction (fio's three: read, write, trim; `Dir`), and the thread's CPU use and context switches
 //! (getrusage);
 //! and the whole process's CPU while every job ran, split into the job
 //! threads' and the device's threads' (`ProcessCpu`).
@@ -7,11 +7,36 @@
 use hdrhistogram::Histogram;
 use mqblk::ClientStats;
 
+/// fio's data directions, in fio's order (its `DDIR_READ`, `DDIR_WRITE`,
+/// `DDIR_TRIM`): an index into per-direction arrays, as u8 so that a slot
+/// keeps it in one byte and indexing by it needs no bounds check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(u8)]
+pub enum Dir {
+    #[default]
+    Read = 0,
+    Write = 1,
+    Trim = 2,
+}
+
+impl Dir {
+    /// Read or write, from a pattern's choice.
+    #[inline(always)]
+    pub fn of_write(is_write: bool) -> Self {
+        if is_write {
+            Dir::Write
+        } else {
+            Dir::Read
+        }
+    }
+}
+
 /// What one job thread measured.
 #[derive(Debug, Clone)]
 pub struct JobResult {
     pub read: DirStats,
     pub write: DirStats,
+    pub trim: DirStats,
     pub elapsed_ns: u64,
     pub rusage: Rusage,
     pub client: ClientStats,
@@ -34,6 +59,7 @@ impl JobResult {
         Self {
             read: DirStats::default(),
             write: DirStats::default(),
+            trim: DirStats::default(),
             elapsed_ns: 0,
             rusage: Rusage::default(),
             client: ClientStats::default(),
@@ -44,11 +70,22 @@ impl JobResult {
         }
     }
 
+    /// The three directions' stats, in `Dir` order.
+    pub fn dirs(&self) -> [&DirStats; 3] {
+        [&self.read, &self.write, &self.trim]
+    }
+
+    /// Every direction's completed I/Os.
+    pub fn total_ios(&self) -> u64 {
+        self.dirs().iter().map(|d| d.ios).sum()
+    }
+
     /// Adds another job's measurements (group reporting): totals add up,
     /// the run lasts as long as the longest job, the first error stays.
     pub fn merge(&mut self, o: &JobResult) {
         self.read.merge(&o.read);
         self.write.merge(&o.write);
+        self.trim.merge(&o.trim);
         self.elapsed_ns = self.elapsed_ns.max(o.elapsed_ns);
         self.rusage.add(&o.rusage);
         self.client.submitted += o.client.submitted;
@@ -138,7 +175,7 @@ impl Summary {
     }
 }
 
-/// Everything measured for one direction (read or write) of one job.
+/// Everything measured for one direction (read, write or trim) of one job.
 #[derive(Debug, Clone)]
 pub struct DirStats {
     pub ios: u64,

@@ -6,7 +6,7 @@ use mqblk::{Client, Completion};
 
 use super::super::errors::ErrorKind;
 use super::super::log::Sample;
-use super::{IoState, JobLoop, Progress};
+use super::{Dir, IoState, JobLoop, Progress};
 
 impl<const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'_, TIMED, REPLAY, SHAPED> {
     /// Reaps at least `iodepth_batch_complete_min` (at most what is in
@@ -35,19 +35,24 @@ impl<const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'_, TIME
     fn account(&self, c: Completion, now: u64, io: &mut IoState, p: &mut Progress) {
         let idx = c.user_data as usize;
         let slot = io.slots[idx];
-        // A replayed trim or sync is no data I/O (it has no buffer) and is
-        // outside the read and write stats.
-        let (data, bs) = if REPLAY {
-            (!c.segs.is_empty(), io.replay.as_ref().expect("a replaying job has its trace").len_bytes[idx])
+        // Whether the I/O counts in its direction's stats, and carries a
+        // buffer: a trim counts without one (only the REPLAY and SHAPED
+        // loops trim); a replayed sync does neither.
+        let (counted, data, bs) = if REPLAY {
+            let data = !c.segs.is_empty();
+            let len = io.replay.as_ref().expect("a replaying job has its trace").len_bytes[idx];
+            (data || slot.dir == Dir::Trim, data, len)
+        } else if SHAPED {
+            (true, slot.dir != Dir::Trim, u64::from(slot.len_bytes))
         } else {
-            (true, u64::from(slot.len_bytes))
+            (true, true, u64::from(slot.len_bytes))
         };
-        let stats = &mut io.stats[usize::from(slot.is_write)];
+        let stats = &mut io.stats[slot.dir as usize];
         if c.status.is_ok() {
-            if let (true, Some(v)) = (slot.is_write, io.verifier.as_mut()) {
+            if let (Dir::Write, Some(v)) = (slot.dir, io.verifier.as_mut()) {
                 v.written(slot.offset);
             }
-            if data {
+            if counted {
                 stats.ios += 1;
                 stats.bytes += bs;
                 if TIMED {
@@ -63,12 +68,12 @@ impl<const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'_, TIME
             stats.errors += 1;
             self.io_error(c.status.errno(), slot, bs, p);
         }
-        if let (true, Some(zbd)) = (slot.is_write, io.zbd.as_mut()) {
+        if let (Dir::Write, Some(zbd)) = (slot.dir, io.zbd.as_mut()) {
             zbd.completed(slot.offset);
         }
         if data {
             let buf = c.segs.into_buf().expect("data I/O completions carry their buffer");
-            if slot.is_write {
+            if slot.dir == Dir::Write {
                 io.write_bufs[idx] = Some(buf);
             } else {
                 io.read_bufs[idx] = Some(buf);
@@ -86,10 +91,15 @@ impl<const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'_, TIME
     #[inline(never)]
     fn io_error(&self, errno: i32, slot: super::Slot, bs: u64, p: &mut Progress) {
         let policy = &self.opts.errors;
-        let kind = if slot.is_write { ErrorKind::Write } else { ErrorKind::Read };
+        // fio counts a trim's error as a write's.
+        let kind = if slot.dir == Dir::Read { ErrorKind::Read } else { ErrorKind::Write };
         let continues = policy.continues(kind, errno);
         if policy.dump || !continues {
-            let what = if slot.is_write { "write" } else { "read" };
+            let what = match slot.dir {
+                Dir::Read => "read",
+                Dir::Write => "write",
+                Dir::Trim => "trim",
+            };
             let text = std::io::Error::from_raw_os_error(errno);
             eprintln!(
                 "mqblk bench: job '{}': io_u error: {text}: {what} offset={}, buflen={bs}",
@@ -110,14 +120,8 @@ impl<const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'_, TIME
         let Some(logs) = io.logs.as_mut() else { return };
         let now = if TIMED { now } else { self.clock.now_ns() };
         let clat_ns = if TIMED { now.saturating_sub(slot.issue_ns + slot.slat_ns) } else { 0 };
-        let sample = Sample {
-            is_write: slot.is_write,
-            bs,
-            offset: slot.offset,
-            ioprio: slot.ioprio,
-            slat_ns: slot.slat_ns,
-            clat_ns,
-        };
+        let sample =
+            Sample { dir: slot.dir, bs, offset: slot.offset, ioprio: slot.ioprio, slat_ns: slot.slat_ns, clat_ns };
         logs.complete(now.saturating_sub(io.start_ns), &sample);
     }
 }

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use mqblk::clock::Clock;
 use mqblk::Client;
 
-use super::{Control, IoState, JobLoop, Progress, PHASE_STOP};
+use super::{Control, Dir, IoState, JobLoop, Progress, Trims, PHASE_STOP};
 use crate::bench::latency::Verdict;
 use crate::bench::shape::Stall;
 
@@ -19,40 +19,73 @@ const FLOW_RETRY_NS: u64 = 20_000;
 impl<const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'_, TIMED, REPLAY, SHAPED> {
     /// The next I/O's direction, as the pattern and the job's rates pick
     /// it; None when the rates hold every direction back (`p.paced` says
-    /// until when).
+    /// until when). A trim job's alternate as trim.rs says (it has no
+    /// rates).
     #[inline(never)]
-    pub(super) fn paced_direction(&self, io: &mut IoState, p: &mut Progress) -> Option<bool> {
-        let wanted = match p.held_direction.take() {
-            Some(is_write) => is_write,
-            None => p.pattern.next_is_write(),
-        };
-        let is_write = match io.pacer.as_ref().map(|pacer| pacer.stall(wanted, self.clock.now_ns() - io.shape_epoch_ns))
-        {
-            None => wanted,
-            Some(Stall::Go(is_write)) => is_write,
-            Some(Stall::Until { until_ns, is_write, quiesce }) => {
-                p.held_direction = Some(is_write);
-                p.paced = Some((until_ns, quiesce));
-                return None;
+    pub(super) fn paced_direction(&self, io: &mut IoState, p: &mut Progress) -> Option<Dir> {
+        let dir = match self.trims {
+            Trims::Only => Dir::Trim,
+            Trims::ThenWrite => {
+                if p.trimmed_at.is_some() {
+                    Dir::Write
+                } else {
+                    Dir::Trim
+                }
             }
+            Trims::None => self.rated_direction(io, p)?,
         };
         if io.flow.as_mut().is_some_and(|flow| flow.ahead()) {
             // fio's flow stall: the I/O in flight, then flow_sleep (with
             // none, fio spins; here a short sleep, so waiting sleeps).
-            p.held_direction = Some(is_write);
+            if dir != Dir::Trim {
+                p.held_direction = Some(dir == Dir::Write);
+            }
             let sleep_ns =
                 if self.opts.shape.flow_sleep_ns > 0 { self.opts.shape.flow_sleep_ns } else { FLOW_RETRY_NS };
             p.paced = Some((self.clock.now_ns() - io.shape_epoch_ns + sleep_ns, true));
             return None;
         }
-        Some(is_write)
+        Some(dir)
     }
 
-    /// Counts an issued I/O against the job's rate and think time.
+    /// A read or write job's next direction as its rates allow it; None
+    /// (with `p.paced` set) when they hold every direction back.
+    fn rated_direction(&self, io: &mut IoState, p: &mut Progress) -> Option<Dir> {
+        let wanted = match p.held_direction.take() {
+            Some(is_write) => is_write,
+            None => p.pattern.next_is_write(),
+        };
+        let Some(pacer) = io.pacer.as_ref() else { return Some(Dir::of_write(wanted)) };
+        match pacer.stall(wanted, self.clock.now_ns() - io.shape_epoch_ns) {
+            Stall::Go(is_write) => Some(Dir::of_write(is_write)),
+            Stall::Until { until_ns, is_write, quiesce } => {
+                p.held_direction = Some(is_write);
+                p.paced = Some((until_ns, quiesce));
+                None
+            }
+        }
+    }
+
+    /// A trimwrite's next offset (trim.rs): a trim's from the pattern, and
+    /// the write after it where the trim went.
     #[inline(never)]
-    pub(super) fn shaped_issued(&self, is_write: bool, bs: u64, io: &mut IoState, p: &mut Progress) {
-        if let Some(pacer) = io.pacer.as_mut() {
-            pacer.issued(is_write, bs);
+    pub(super) fn trimwrite_offset(&self, dir: Dir, bs: u64, p: &mut Progress) -> u64 {
+        match (dir, p.trimmed_at.take()) {
+            (Dir::Write, Some(offset)) => offset,
+            _ => {
+                let offset = p.pattern.next_offset(bs, false);
+                p.trimmed_at = Some(offset);
+                offset
+            }
+        }
+    }
+
+    /// Counts an issued I/O against the job's rate and think time (trims
+    /// are not paced: trim.rs refuses rates with them).
+    #[inline(never)]
+    pub(super) fn shaped_issued(&self, dir: Dir, bs: u64, io: &mut IoState, p: &mut Progress) {
+        if let (Some(pacer), false) = (io.pacer.as_mut(), dir == Dir::Trim) {
+            pacer.issued(dir == Dir::Write, bs);
         }
         if let Some(think) = io.think.as_mut() {
             p.think_due = think.issued();
@@ -115,7 +148,7 @@ impl<const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'_, TIME
     pub(super) fn latency_completion(&self, now: u64, slot: super::Slot, io: &mut IoState, p: &mut Progress) {
         let Some(lt) = io.lat_target.as_mut() else { return };
         let lat_ns = now.saturating_sub(slot.issue_ns);
-        let mut verdict = lt.completed(slot.is_write, lat_ns, now);
+        let mut verdict = lt.completed(slot.dir == Dir::Write, lat_ns, now);
         if verdict == Verdict::Ok && p.measuring {
             let (v, final_window) = lt.check(now);
             verdict = v;
