@@ -157,6 +157,12 @@ fn run_bench(args: &[String]) -> ExitCode {
     let result = bench::run(&plan).map_err(|e| match e {
         bench::BenchError::BadInput(e) => (2, e),
         bench::BenchError::Failed(e) => (1, e),
+        // fio's exit status: non-zero when a job ended with an error, after
+        // the report.
+        bench::BenchError::JobErrors { report, jobs } => {
+            let _ = std::io::stdout().lock().write_all(report.as_bytes());
+            (1, format!("{jobs} job(s) ended with an error (see err= in the report)"))
+        }
     });
     finish("bench", result)
 }

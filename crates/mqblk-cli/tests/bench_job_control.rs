@@ -51,7 +51,9 @@ fn continue_on_error_counts_non_fatal_errors_and_goes_on() {
     let human = String::from_utf8_lossy(&out.stdout);
     assert!(human.contains("errors    : total=1, first_error=5/<Input/output error"), "{human}");
     // Reads are another kind: continue_on_error=read does not cover writes.
-    let v = json(&bench(&[&args[..], &["--continue_on_error=read", "--output-format=json"]].concat()));
+    let out = bench(&[&args[..], &["--continue_on_error=read", "--output-format=json"]].concat());
+    assert_eq!(out.status.code(), Some(1), "a job error fails the run");
+    let v: Value = serde_json::from_slice(&out.stdout).expect("the report");
     assert_eq!(v["jobs"][0]["error"], 5);
 }
 
@@ -59,8 +61,9 @@ fn continue_on_error_counts_non_fatal_errors_and_goes_on() {
 fn ignore_error_replaces_the_kinds_list() {
     // EIO on writes is not in the list ENOSPC:EDQUOT, so the job ends.
     let args = ["--device", BAD_FIRST_BLOCK, "--name=w", "--rw=write", "--size=1m", "--output-format=json"];
-    let v = json(&bench(&[&args[..], &["--continue_on_error=write", "--ignore_error=,ENOSPC:EDQUOT"]].concat()));
-    assert_eq!(v["jobs"][0]["error"], 5);
+    let out = bench(&[&args[..], &["--continue_on_error=write", "--ignore_error=,ENOSPC:EDQUOT"]].concat());
+    let v: Value = serde_json::from_slice(&out.stdout).expect("the report");
+    assert_eq!((out.status.code(), v["jobs"][0]["error"].as_i64()), (Some(1), Some(5)));
     let v = json(&bench(&[&args[..], &["--ignore_error=,EIO"]].concat()));
     assert_eq!((v["jobs"][0]["error"].as_i64(), v["jobs"][0]["total_err"].as_u64()), (Some(0), Some(1)));
     let out = bench(&[&args[..], &["--ignore_error=,ENOWHERE"]].concat());
@@ -115,3 +118,19 @@ fn latency_target_finds_the_depth_below_the_devices_knee() {
 
 /// ETIMEDOUT on Linux.
 const ETIMEDOUT: i64 = 110;
+
+#[test]
+fn continue_on_error_verify_goes_past_blocks_that_read_back_wrong() {
+    // A null device that keeps nothing: every block reads back as zeros,
+    // so each of the 256 fails its check (EILSEQ, fio's verify error).
+    let base = ["--device", "null:gb=1", "--name=v", "--rw=write", "--size=1m", "--verify=crc32c"];
+    let out = bench(&[&base[..], &["--output-format=json"]].concat());
+    assert_eq!(out.status.code(), Some(1), "a verify failure fails the run");
+    let v: Value = serde_json::from_slice(&out.stdout).expect("the report");
+    assert_eq!(v["jobs"][0]["error"], 84);
+    let v = json(&bench(&[&base[..], &["--continue_on_error=verify", "--output-format=json"]].concat()));
+    let job = &v["jobs"][0];
+    assert_eq!((job["error"].as_i64(), job["first_error"].as_i64()), (Some(0), Some(84)));
+    assert_eq!(job["total_err"], 256, "every block counted");
+    assert_eq!(job["mqblk"]["verify"]["failed"], 256);
+}

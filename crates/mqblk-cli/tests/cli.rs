@@ -249,9 +249,10 @@ fn cpus_allowed_split_runs_each_clone_on_its_cpu() {
 
 #[test]
 fn offset_beyond_device_is_a_clear_error() {
+    // Bad input, found before any job starts (fio: "offset extends end").
     let out = mqblk(&["bench", "--device", "null:gb=1", "--name=o", "--offset=2g", "--number_ios=1"]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("offset"), "{err}");
 }
 
@@ -491,7 +492,11 @@ fn filename_maps_to_the_file_driver_and_verify_checks_the_data() {
     let out =
         mqblk(&["bench", "--device", "null:gb=1", "--name=w", "--rw=write", "--bs=4k", "--size=1m", "--verify=crc32c"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("verify: bad magic header at offset 0"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("w: verify: bad magic header 0000000000000000, wanted mqblkvfy at file null offset 0"),
+        "{stderr}"
+    );
     // fixedbufs=1: the job's buffers are registered slots, the driver issues
     // fixed-buffer I/O (counted in its stats), and verify still holds.
     let out = mqblk(&[

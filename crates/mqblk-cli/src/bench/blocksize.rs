@@ -197,7 +197,7 @@ impl JobOptions {
     pub(super) fn validate_block_sizes(&self) -> Result<(), OptionError> {
         let (wmin, wmax) = self.bs_limits(1);
         let varies = wmin != wmax || self.block_align(1) != wmin || self.block_sizes.seq_rand;
-        if self.verify && self.rw.read_pct(self.rwmixread) < 100 && varies {
+        if self.verify.enabled() && self.rw.read_pct(self.rwmixread) < 100 && varies {
             return err(format!(
                 "job '{}': verify with bsrange, bssplit, blockalign or bs_is_seq_rand on writes is not supported: \
                  verify checks blocks of one size at multiples of it",

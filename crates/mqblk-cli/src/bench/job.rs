@@ -30,6 +30,7 @@ use mqblk::clock::Clock;
 use mqblk::{Bio, Buf, Client, Device, ReqFlags};
 
 use super::cmdprio::CmdPrio;
+use super::errors::ErrorKind;
 use super::flow::FlowMember;
 use super::iolog::{IoAction, IologWriter};
 use super::job_setup::{buffer_sizes, job_depth, job_region, new_iolog_writer, new_verifier, new_zbd, slot_buffers};
@@ -90,6 +91,7 @@ pub struct Live {
 mod complete;
 mod replayed;
 mod shaped;
+mod verifying;
 
 use replayed::ReplaySource;
 
@@ -193,6 +195,7 @@ fn run_loop<const TIMED: bool, const REPLAY: bool, const SHAPED: bool>(
         held_direction: None,
         think_due: false,
         trimmed_at: None,
+        verify_due: false,
     };
     let mut client = dev.client_with_capacity(job.depth);
     ctrl.start.arrive_and_wait(&live.arrived);
@@ -201,7 +204,11 @@ fn run_loop<const TIMED: bool, const REPLAY: bool, const SHAPED: bool>(
         return Ok(JobResult::empty());
     }
     job.start(ctrl, &mut io, &mut progress);
-    job.run(&mut client, ctrl, &mut io, &mut progress)?;
+    if opts.verify.only && io.verifier.as_ref().is_some_and(|v| v.writes()) {
+        job.dry_run(&mut io, &mut progress); // fio's verify_only: no writes
+    } else {
+        job.run(&mut client, ctrl, &mut io, &mut progress)?;
+    }
     job.finish(client, io, &progress)
 }
 
@@ -260,6 +267,9 @@ struct IoState {
     cmdprio: Option<CmdPrio>,
     /// fio's latency target's depth search and limit (latency.rs).
     lat_target: Option<LatencyTarget>,
+    /// The device's (capacity, logical block size), bytes: a pattern's
+    /// (verify's replay of the job's writes makes one afresh).
+    geometry: (u64, u64),
     /// Indexed by an I/O's `user_data`.
     slots: Vec<Slot>,
     read_bufs: Vec<Option<Buf>>,
@@ -304,6 +314,8 @@ struct Progress {
     think_due: bool,
     /// A trimwrite's trim whose write is due next: its offset.
     trimmed_at: Option<u64>,
+    /// `verify_backlog` blocks written since the last check.
+    verify_due: bool,
 }
 
 impl IoState {
@@ -320,7 +332,7 @@ impl IoState {
     ) -> Result<Self, String> {
         let read_pct = opts.rw.read_pct(opts.rwmixread);
         let zbd = new_zbd(opts, zones, job_index, (offset, region_len))?;
-        let verifier = new_verifier(opts, read_pct, offset, region_len)?;
+        let verifier = new_verifier(opts, (offset, region_len), depth, job_index, dev.driver_name())?;
         let (replay, trace) = trace.unzip();
         let sizes = buffer_sizes(opts, read_pct, trace.as_ref());
         let replay = replay.map(|r| ReplaySource::new(r, depth));
@@ -341,6 +353,7 @@ impl IoState {
             cmdprio: CmdPrio::new(&opts.cmdprio, seed ^ 0xc3d0),
             lat_target: LatencyTarget::new(&opts.latency, depth),
             flow: (opts.shape.flow_weight > 0).then(|| FlowMember::join(opts.shape.flow_id, opts.shape.flow_weight)),
+            geometry: device_geometry(dev),
             slots: vec![Slot::default(); depth],
             read_bufs,
             write_bufs,
@@ -436,6 +449,9 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
             }
             self.reap(client, in_flight, io, p)?;
             self.publish(io, p);
+            if p.verify_due {
+                self.backlog_check(client, io, p)?;
+            }
         }
         Ok(())
     }
@@ -679,7 +695,7 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
                     buf.set_len(len_bytes as usize);
                 }
                 if let Some(v) = io.verifier.as_mut() {
-                    v.fill(&mut buf, offset);
+                    v.fill(&mut buf, offset, idx as usize);
                 }
                 Bio::write(offset, buf).with_flags(self.write_flags)
             }
@@ -724,18 +740,29 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
         if let Some(logs) = io.logs.take() {
             logs.finish(elapsed_ns).map_err(|e| format!("job '{}': log: {e}", self.opts.name))?;
         }
-        if let Some(v) = &io.verifier {
-            if p.error == 0 {
-                let bufs = io.write_bufs.drain(..).flatten().collect();
-                v.run(&mut client, bufs).map_err(|e| format!("job '{}': verify: {e}", self.opts.name))?;
-            }
-        }
+        let (end_error, verify) = self.verify_end(&mut client, &mut io, p)?;
+        // A verify failure the error policy goes past (continue_on_error=
+        // verify) leaves the job without error, counted in total_err.
+        let past = p.error == 0 && end_error != 0 && self.opts.errors.continues(ErrorKind::Verify, end_error);
+        let error = if past { 0 } else { end_error };
+        let first_error = if p.first_error != 0 { p.first_error } else { end_error };
         let [read, write, trim] = io.stats;
         let job_start_ms = io.start_epoch_ms;
-        let (error, first_error) = (p.error, p.first_error);
         let latency_depth = io.lat_target.as_ref().map_or(self.depth, |lt| lt.qd);
         let client = client.stats();
-        Ok(JobResult { read, write, trim, elapsed_ns, rusage, client, error, first_error, latency_depth, job_start_ms })
+        Ok(JobResult {
+            read,
+            write,
+            trim,
+            elapsed_ns,
+            rusage,
+            client,
+            error,
+            first_error,
+            latency_depth,
+            job_start_ms,
+            verify,
+        })
     }
 }
 

@@ -22,7 +22,9 @@ pub(super) fn job_region(opts: &JobOptions, dev: &Device, job_index: usize) -> R
     let max_bs = opts.max_bs();
     // fio: without `size`, a job covers its file (`filesize`), else the
     // device from its offset on.
-    let region_len = opts.size.or(opts.filesize).unwrap_or(capacity - offset).min(capacity - offset);
+    // fio's `fill_device`: without `size`, up to the device's end.
+    let filesize = opts.filesize.filter(|_| !opts.fill_device);
+    let region_len = opts.size.or(filesize).unwrap_or(capacity - offset).min(capacity - offset);
     if region_len < max_bs {
         return Err(format!("job '{}': size {region_len} is smaller than the block size {max_bs}", opts.name));
     }
@@ -45,22 +47,21 @@ pub(super) fn new_zbd(
     }
 }
 
-/// fio's `verify`, for a job that writes.
+/// fio's `verify` (verify/), for the job's region and `depth` slots, on
+/// the device driven by `driver` (its name in messages without `filename`).
 pub(super) fn new_verifier(
     opts: &JobOptions,
-    read_pct: u32,
-    offset: u64,
-    region_len: u64,
+    region: (u64, u64),
+    depth: usize,
+    job_index: usize,
+    driver: &str,
 ) -> Result<Option<Verifier>, String> {
-    match opts.verify && read_pct < 100 {
-        true if opts.zonemode_zbd => {
-            Err(format!("job '{}': verify with zonemode=zbd is not supported (zone resets erase blocks)", opts.name))
-        }
-        true => {
-            Ok(Some(Verifier::new(offset, region_len, opts.bs_write).map_err(|e| format!("job '{}': {e}", opts.name))?))
-        }
-        false => Ok(None),
+    let named = |e: String| format!("job '{}': {e}", opts.name);
+    let Some(resolved) = super::verify::resolve(opts).map_err(|e| e.0)? else { return Ok(None) };
+    if opts.zonemode_zbd {
+        return Err(named("verify with zonemode=zbd is not supported (zone resets erase blocks)".into()));
     }
+    Ok(Some(Verifier::new(opts, resolved, (region, depth), job_index, driver).map_err(named)?))
 }
 
 /// fio's `read_iolog`: the job's trace, parsed and checked against the

@@ -99,6 +99,12 @@ then a section per job). The fio options mqblk understands:
 pub enum BenchError {
     BadInput(String),
     Failed(String),
+    /// The run finished and its report is this, but a job ended with an
+    /// error (fio's exit status counts such jobs).
+    JobErrors {
+        report: String,
+        jobs: usize,
+    },
 }
 
 const SAMPLE_NS: u64 = 500_000_000;
@@ -205,12 +211,16 @@ pub fn run(plan: &BenchPlan) -> Result<String, BenchError> {
         out.push_str("\n== stats ==\n");
         out.push_str(&r.stats);
     }
-    match &o.file {
+    let out = match &o.file {
         Some(path) => {
             std::fs::write(path, out).map_err(|e| BenchError::Failed(format!("--output={path}: {e}")))?;
-            Ok(String::new())
+            String::new()
         }
-        None => Ok(out),
+        None => out,
+    };
+    match r.entries.iter().filter(|e| e.run.error != 0).count() {
+        0 => Ok(out),
+        jobs => Err(BenchError::JobErrors { report: out, jobs }),
     }
 }
 
@@ -257,6 +267,11 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
     let dev = cfg.build().map_err(|e| BenchError::BadInput(format!("--device {spec}: {e}")))?;
     // Sizes in zones ("8z") need the device's zone size.
     let plan = &zones::resolve(plan, &dev).map_err(BenchError::BadInput)?;
+    // Every clone's region fits the device (as fio's "offset extends end").
+    let clones = plan.jobs.iter().flat_map(|j| std::iter::repeat(j).take(j.numjobs));
+    for (index, job) in clones.enumerate() {
+        job_setup::job_region(job, &dev, index).map_err(BenchError::BadInput)?;
+    }
     let fixed = fixed_bufs(plan, &dev)?;
     let clock = bench_clock(plan)?;
     trim::check_device(&plan.jobs, &dev).map_err(BenchError::BadInput)?;

@@ -13,6 +13,7 @@ use super::log::{LogOptions, LOG_OPTIONS};
 use super::numa::{NumaOptions, NUMA_OPTIONS};
 use super::shape::{ShapeOptions, SHAPE_OPTIONS};
 use super::steadystate::{SteadyOptions, STEADY_OPTIONS};
+use super::verify::{VerifyOptions, VERIFY_OPTIONS};
 use super::zones::{ZoneOptions, ZONE_OPTIONS};
 
 pub use super::parse::{parse_bench_args, BenchPlan};
@@ -76,7 +77,6 @@ pub const JOB_OPTIONS: &[&str] = &[
     "exitall",
     "exit_what",
     "filename",
-    "verify",
     "direct",
     "registerfiles",
     "fixedbufs",
@@ -109,6 +109,9 @@ pub const JOB_OPTIONS: &[&str] = &[
     "randrepeat",
     "random_generator",
     "allow_file_create",
+    "fill_device",
+    "fill_fs",
+    "create_serialize",
 ];
 
 /// fio options bench knows and refuses, each with why: what they ask of a
@@ -147,6 +150,7 @@ const OPTION_GROUPS: &[&[&str]] = &[
     BLOCKSIZE_OPTIONS,
     DISTRIBUTION_OPTIONS,
     ZONE_OPTIONS,
+    VERIFY_OPTIONS,
 ];
 
 /// Whether `key` is a job option bench knows (or knows to refuse).
@@ -314,9 +318,6 @@ pub struct JobOptions {
     /// device is `file:path=FILENAME,direct=D,registerfiles=R` (the
     /// io_uring driver), shared by every job.
     pub filename: Option<String>,
-    /// fio's `verify=crc32c`: written blocks carry a checksum and are read
-    /// back and checked when the job's writes are done (verify.rs).
-    pub verify: bool,
     pub direct: bool,
     pub registerfiles: bool,
     /// fio's `fixedbufs`: the job's buffers are slots of a region
@@ -390,6 +391,11 @@ pub struct JobOptions {
     pub distribution: RandomDistribution,
     /// fio's zone options and sizes in zones (zones.rs, zbd.rs).
     pub zones: ZoneOptions,
+    /// fio's verify options (verify/).
+    pub verify: VerifyOptions,
+    /// fio's `fill_device` (alias `fill_fs`): without `size`, the job's
+    /// region runs to the device's end (`filesize` aside).
+    pub fill_device: bool,
     /// The options as given, for the JSON "job options" object.
     pub given: Vec<(String, String)>,
 }
@@ -456,7 +462,6 @@ impl JobOptions {
             exitall: false,
             exit_what: ExitWhat::Group,
             filename: None,
-            verify: false,
             direct: false,
             registerfiles: true,
             fixedbufs: false,
@@ -488,6 +493,8 @@ impl JobOptions {
             block_sizes: BlockSizeOptions::default(),
             distribution: RandomDistribution::default(),
             zones: ZoneOptions::default(),
+            verify: VerifyOptions::default(),
+            fill_device: false,
             given: Vec::new(),
         }
     }
@@ -548,6 +555,7 @@ impl JobOptions {
         self.validate_block_sizes()?;
         self.validate_zones()?;
         super::trim::validate(self)?;
+        super::verify::resolve(self)?;
         self.validate_iolog()
     }
 
@@ -564,7 +572,7 @@ impl JobOptions {
         }
         let conflict = [
             (self.numjobs > 1, "numjobs > 1"),
-            (self.verify, "verify"),
+            (self.verify.enabled(), "verify"),
             (self.zonemode_zbd, "zonemode=zbd"),
             (self.fixedbufs, "fixedbufs"),
         ];

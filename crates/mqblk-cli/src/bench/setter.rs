@@ -71,7 +71,8 @@ impl JobOptions {
             || self.latency.set(key, value)?
             || self.block_sizes.set(key, value)?
             || self.distribution.set(key, value)?
-            || self.zones.set(key, value)?;
+            || self.zones.set(key, value)?
+            || self.verify.set(key, value)?;
         if !known {
             return err(unknown_option(key, &job_options()));
         }
@@ -81,8 +82,8 @@ impl JobOptions {
         Ok(())
     }
 
-    /// What and where: direction, mix, block sizes, the region, zones,
-    /// verify. False if `key` is none of these.
+    /// What and where: direction, mix, block sizes, the region, zones.
+    /// False if `key` is none of these.
     fn set_pattern(&mut self, key: &str, value: Option<&str>) -> Result<bool, OptionError> {
         let v = || need(key, value);
         match key {
@@ -119,10 +120,6 @@ impl JobOptions {
             "offset" => self.offset = parse_size(key, v()?)?,
             "offset_increment" => self.offset_increment = parse_size(key, v()?)?,
             "zonemode" => self.zonemode_zbd = self.zones.set_mode(v()?)?,
-            "verify" => {
-                let accepted = [("0", false), ("none", false), ("crc32c", true), ("crc32c-intel", true)];
-                self.verify = choice(v()?, &accepted, |o| format!("verify={o} (accepted: crc32c, none)"))?
-            }
             _ => return Ok(false),
         }
         Ok(true)
@@ -240,6 +237,9 @@ impl JobOptions {
             "directory" => self.directory = Some(need(key, value)?.to_string()),
             "filesize" => self.filesize = Some(parse_size(key, need(key, value)?)?),
             "registerfiles" => self.registerfiles = parse_flag(key, value)?,
+            "fill_device" | "fill_fs" => self.fill_device = parse_flag(key, value)?,
+            // Files are laid out one at a time or not: one device has none.
+            "create_serialize" => _ = parse_flag(key, value)?,
             // Options of fio's io_uring engine that mqblk cannot honour say so.
             "fixedbufs" => self.fixedbufs = parse_flag(key, value)?,
             "sqthread_poll" if parse_flag(key, value)? => {

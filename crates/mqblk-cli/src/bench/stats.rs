@@ -51,6 +51,8 @@ pub struct JobResult {
     /// When the job started measuring, ms since the Unix epoch (fio's
     /// "job_start"; 0: it never started).
     pub job_start_ms: u64,
+    /// What its verification checked (verify/).
+    pub verify: super::verify::VerifyCounts,
 }
 
 impl JobResult {
@@ -67,6 +69,7 @@ impl JobResult {
             first_error: 0,
             latency_depth: 0,
             job_start_ms: 0,
+            verify: Default::default(),
         }
     }
 
@@ -99,6 +102,7 @@ impl JobResult {
         if self.first_error == 0 {
             self.first_error = o.first_error;
         }
+        self.verify.merge(&o.verify);
         self.job_start_ms = match (self.job_start_ms, o.job_start_ms) {
             (0, b) => b,
             (a, 0) => a,

@@ -52,7 +52,7 @@ pub(super) fn validate(opts: &JobOptions) -> Result<(), OptionError> {
     }
     let rw = opts.rw.name();
     let conflict = [
-        (opts.verify, "verify: a trim discards blocks the verifier expects to read back"),
+        (opts.verify.enabled(), "verify: a trim discards blocks the verifier expects to read back"),
         (
             opts.shape.rate_bytes != [0, 0, 0]
                 || opts.shape.rate_iops != [0, 0, 0]

@@ -1,11 +1,13 @@
 //! The completion side of the job loop (fio's `io_completed`): reaping
 //! completions in batches and accounting each where it is reaped, its
-//! stats and latencies, the verifier's map, its slot and buffer free again.
+//! stats and latencies, the verifier's map (or its check of a read), its
+//! slot and buffer free again.
 
 use mqblk::{Client, Completion};
 
 use super::super::errors::ErrorKind;
 use super::super::log::Sample;
+use super::super::verify::EILSEQ;
 use super::{Dir, IoState, JobLoop, Progress};
 
 impl<const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'_, TIMED, REPLAY, SHAPED> {
@@ -48,10 +50,10 @@ impl<const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'_, TIME
             (true, true, u64::from(slot.len_bytes))
         };
         let stats = &mut io.stats[slot.dir as usize];
+        if let (Dir::Write, Some(v)) = (slot.dir, io.verifier.as_mut()) {
+            p.verify_due |= v.written(idx, slot.offset, c.status.is_ok());
+        }
         if c.status.is_ok() {
-            if let (Dir::Write, Some(v)) = (slot.dir, io.verifier.as_mut()) {
-                v.written(slot.offset);
-            }
             if counted {
                 stats.ios += 1;
                 stats.bytes += bs;
@@ -72,10 +74,17 @@ impl<const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'_, TIME
             zbd.completed(slot.offset);
         }
         if data {
-            let buf = c.segs.into_buf().expect("data I/O completions carry their buffer");
+            let mut buf = c.segs.into_buf().expect("data I/O completions carry their buffer");
             if slot.dir == Dir::Write {
                 io.write_bufs[idx] = Some(buf);
             } else {
+                if let (true, Some(v)) = (c.status.is_ok(), io.verifier.as_mut()) {
+                    // A job that only reads checks each read (fio's verify
+                    // of a read workload); verify_fatal stops it.
+                    if !v.writes() && !v.check_read(&mut buf, slot.offset) && p.error == 0 {
+                        p.error = EILSEQ;
+                    }
+                }
                 io.read_bufs[idx] = Some(buf);
             }
         }

@@ -93,6 +93,7 @@ fn ctx_json(e: &Entry) -> Value {
         "tag_waits": e.run.client.tag_waits,
         "completion_sleeps": e.run.client.completion_sleeps,
         "cpu_ns_per_io": e.cpu_ns_per_io(),
+        "verify": verify_json(&e.run.verify),
     })
 }
 
@@ -153,10 +154,17 @@ fn job_json(i: usize, e: &Entry, plus: bool) -> Value {
     }
     // fio adds these when the job may go past errors.
     if e.opts.errors.continue_on.iter().any(|c| *c) || e.opts.errors.ignore.iter().any(Option::is_some) {
-        job["total_err"] = json!(e.run.read.errors + e.run.write.errors + e.run.trim.errors);
+        let verify_failed = e.run.verify.failed;
+        job["total_err"] = json!(e.run.read.errors + e.run.write.errors + e.run.trim.errors + verify_failed);
         job["first_error"] = json!(e.run.first_error);
     }
     job
+}
+
+/// What the job's verification checked (fio reports verify reads as
+/// reads; bench keeps them apart from the measured I/O).
+fn verify_json(v: &crate::bench::verify::VerifyCounts) -> Value {
+    json!({ "blocks": v.blocks, "during_run": v.during_run, "failed": v.failed })
 }
 
 /// The "mqblk" object: the device's facts and block-layer counters, and

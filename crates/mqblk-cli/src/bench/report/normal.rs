@@ -98,7 +98,7 @@ fn human_job(out: &mut String, e: &Entry) {
     }
     if e.run.first_error != 0 && e.run.error == 0 {
         let text = std::io::Error::from_raw_os_error(e.run.first_error);
-        let total = e.run.read.errors + e.run.write.errors + e.run.trim.errors;
+        let total = e.run.read.errors + e.run.write.errors + e.run.trim.errors + e.run.verify.failed;
         let _ = writeln!(out, "     errors    : total={total}, first_error={}/<{text}>", e.run.first_error);
     }
     let (usr_cpu, sys_cpu) = e.cpu_pct();
@@ -119,6 +119,14 @@ fn human_job(out: &mut String, e: &Entry) {
         e.run.client.completion_sleeps,
         e.cpu_ns_per_io()
     );
+    let v = &e.run.verify;
+    if v.blocks > 0 || v.failed > 0 {
+        let _ = writeln!(
+            out,
+            "  verify: {} blocks checked ({} during the run), {} failed",
+            v.blocks, v.during_run, v.failed
+        );
+    }
     let _ = writeln!(out);
 }
 
