@@ -29,6 +29,7 @@ use crossbeam_utils::CachePadded;
 use mqblk::clock::Clock;
 use mqblk::{Bio, Buf, Client, Device, ReqFlags};
 
+use super::buffers::BufferFiller;
 use super::cmdprio::CmdPrio;
 use super::errors::ErrorKind;
 use super::flow::FlowMember;
@@ -265,6 +266,8 @@ struct IoState {
     flow: Option<FlowMember>,
     /// fio's per-command priorities (cmdprio.rs).
     cmdprio: Option<CmdPrio>,
+    /// Each write's contents when they are refilled (buffers.rs).
+    filler: Option<BufferFiller>,
     /// fio's latency target's depth search and limit (latency.rs).
     lat_target: Option<LatencyTarget>,
     /// The device's (capacity, logical block size), bytes: a pattern's
@@ -336,7 +339,7 @@ impl IoState {
         let (replay, trace) = trace.unzip();
         let sizes = buffer_sizes(opts, read_pct, trace.as_ref());
         let replay = replay.map(|r| ReplaySource::new(r, depth));
-        let (read_bufs, write_bufs) = slot_buffers(fixed, depth, sizes, job_index);
+        let (read_bufs, write_bufs) = slot_buffers(fixed, depth, sizes, (&opts.buffers, job_index));
         let iolog = new_iolog_writer(opts, opts.filename.as_deref().unwrap_or(dev.driver_name()))?;
         let (reads, writes) = opts.directions();
         let seed = opts.randseed ^ (job_index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
@@ -351,6 +354,7 @@ impl IoState {
             think: Think::new(&opts.shape),
             logs,
             cmdprio: CmdPrio::new(&opts.cmdprio, seed ^ 0xc3d0),
+            filler: BufferFiller::new(&opts.buffers, seed ^ 0xb0f, opts.randseed, region_len / opts.bs_write.max(1)),
             lat_target: LatencyTarget::new(&opts.latency, depth),
             flow: (opts.shape.flow_weight > 0).then(|| FlowMember::join(opts.shape.flow_id, opts.shape.flow_weight)),
             geometry: device_geometry(dev),
@@ -449,7 +453,7 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
             }
             self.reap(client, in_flight, io, p)?;
             self.publish(io, p);
-            if p.verify_due {
+            if SHAPED && p.verify_due {
                 self.backlog_check(client, io, p)?;
             }
         }
@@ -474,7 +478,7 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
     fn below_limits(&self, p: &Progress) -> bool {
         p.issued_bytes < self.io_limit_bytes
             && p.issued_ios < self.io_limit_count
-            && !p.source_done
+            && !((REPLAY || SHAPED) && p.source_done)
             && !(SHAPED && p.lat_done)
     }
 
@@ -568,7 +572,13 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
         } else {
             Dir::of_write(p.pattern.next_is_write())
         };
-        let bs = if dir == Dir::Trim { self.bs[2] } else { p.pattern.next_len(dir == Dir::Write) };
+        // A job of one block size per direction (the common case) reads it
+        // from an array; trims have one size (reads' and writes' may vary).
+        let bs = if self.sizes_vary && dir != Dir::Trim {
+            p.pattern.next_len(dir == Dir::Write)
+        } else {
+            self.bs[dir as usize]
+        };
         let Some((offset, bs)) = self.next_offset(c, dir, bs, io, p)? else {
             return Ok(false); // no zone to write yet, or none to read
         };
@@ -579,7 +589,7 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
             Dir::Trim => IoAction::Trim,
         };
 
-        self.issue(c, (idx, prev, plugged), bio, (action, offset, bs), io)?;
+        self.issue(c, (idx, prev, plugged), bio, (dir, action, offset, bs), io)?;
         p.issued_bytes += bs;
         p.issued_ios += 1;
         if SHAPED {
@@ -588,7 +598,8 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
         Ok(true)
     }
 
-    /// Submits `bio` (`action` of `len_bytes` at `offset`) in slot `idx`
+    /// Submits `bio` (`action` in direction `dir`, of `len_bytes` at
+    /// `offset`) in slot `idx`
     /// (`plugged`: under the chunk's plug); its clock read closes the
     /// previous I/O's (`prev`) submission latency.
     #[inline(always)]
@@ -597,20 +608,13 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
         c: &mut Client,
         (idx, prev, plugged): (u32, Option<u32>, bool),
         bio: Bio,
-        (action, offset, len_bytes): (IoAction, u64, u64),
+        (dir, action, offset, len_bytes): (Dir, IoAction, u64, u64),
         io: &mut IoState,
     ) -> Result<(), String> {
         let t = if TIMED { self.clock.now_ns() } else { 0 };
         if let Some(prev) = prev {
             io.slots[prev as usize].slat_ns = t - io.slots[prev as usize].issue_ns;
         }
-        // A replayed sync is accounted nowhere (job/complete.rs), under
-        // the read index.
-        let dir = match action {
-            IoAction::Write => Dir::Write,
-            IoAction::Trim => Dir::Trim,
-            _ => Dir::Read,
-        };
         let ioprio = bio.ioprio;
         io.slots[idx as usize] = Slot { issue_ns: t, slat_ns: 0, offset, len_bytes: len_bytes as u32, dir, ioprio };
         if let (true, Some(log)) = (SHAPED, io.iolog.as_mut()) {
@@ -645,8 +649,10 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
             return Ok(Some((self.trimwrite_offset(dir, bs, p), bs)));
         }
         let is_write = dir == Dir::Write;
-        let Some(zbd) = io.zbd.as_mut() else { return Ok(Some((p.pattern.next_offset(bs, is_write), bs))) };
-        self.next_zoned(c, zbd, is_write, bs, p)
+        match io.zbd.as_mut() {
+            Some(zbd) if SHAPED => self.next_zoned(c, zbd, is_write, bs, p),
+            _ => Ok(Some((p.pattern.next_offset(bs, is_write), bs))),
+        }
     }
 
     /// `next_offset` of a `zonemode=zbd` job.
@@ -694,8 +700,12 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
                 if self.sizes_vary {
                     buf.set_len(len_bytes as usize);
                 }
-                if let Some(v) = io.verifier.as_mut() {
-                    v.fill(&mut buf, offset, idx as usize);
+                if SHAPED {
+                    if let Some(v) = io.verifier.as_mut() {
+                        v.fill(&mut buf, offset, idx as usize);
+                    } else if let Some(f) = io.filler.as_mut() {
+                        f.fill(&mut buf, offset);
+                    }
                 }
                 Bio::write(offset, buf).with_flags(self.write_flags)
             }

@@ -6,6 +6,7 @@
 
 use mqblk::{Buf, Device};
 
+use super::buffers::{fill_initial, BufferOptions};
 use super::iolog::{IologWriter, ReplayRules};
 use super::options::JobOptions;
 use super::replay::{OpenTrace, Replay, TraceSummary};
@@ -129,34 +130,24 @@ pub(super) fn slot_buffers(
     fixed: Option<&mqblk::FixedBufs>,
     depth: usize,
     sizes: (Option<u64>, Option<u64>),
-    job_index: usize,
+    (contents, job_index): (&BufferOptions, usize),
 ) -> (Vec<Option<Buf>>, Vec<Option<Buf>>) {
     let new_buf = |len: u64| match fixed {
         Some(pool) => pool.take(len as usize).expect("the fixedbufs pool has a slot for every job buffer"),
         None => Buf::new(len as usize),
     };
     let read_bufs: Vec<Option<Buf>> = (0..depth).map(|_| sizes.0.map(new_buf)).collect();
+    // fio's default contents: random bytes (each slot's from a seed of
+    // its own, so no two buffers are alike), or zeros or a pattern.
     let write_bufs: Vec<Option<Buf>> = (0..depth)
-        .map(|_| {
+        .map(|slot| {
             sizes.1.map(|len| {
                 let mut b = new_buf(len);
-                fill_random(&mut b, job_index);
+                let seed = 0x1234_5678_9abc_def1u64 ^ ((job_index << 20) + slot) as u64;
+                fill_initial(&mut b, contents, seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
                 b
             })
         })
         .collect();
     (read_bufs, write_bufs)
-}
-
-/// Write buffers hold pseudo-random bytes (fio's default buffer content), so
-/// a device that compresses or dedups gains nothing.
-fn fill_random(buf: &mut Buf, seed: usize) {
-    let mut x = 0x1234_5678_9abc_def1u64 ^ (seed as u64).wrapping_mul(0x9e37_79b9);
-    for chunk in buf.chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let bytes = x.to_le_bytes();
-        chunk.copy_from_slice(&bytes[..chunk.len()]);
-    }
 }

@@ -6,6 +6,7 @@
 
 mod blktrace_input;
 mod blocksize;
+mod buffers;
 mod cmdprio;
 pub mod cpus;
 mod distribution;

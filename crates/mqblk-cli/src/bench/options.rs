@@ -5,6 +5,7 @@
 use std::fmt;
 
 use super::blocksize::{BlockSizeOptions, BLOCKSIZE_OPTIONS};
+use super::buffers::{BufferOptions, BUFFER_OPTIONS};
 use super::cmdprio::{CmdPrioOptions, CMDPRIO_OPTIONS};
 use super::distribution::{RandomDistribution, DISTRIBUTION_OPTIONS};
 use super::errors::{ErrorOptions, ERROR_OPTIONS};
@@ -151,6 +152,7 @@ const OPTION_GROUPS: &[&[&str]] = &[
     DISTRIBUTION_OPTIONS,
     ZONE_OPTIONS,
     VERIFY_OPTIONS,
+    BUFFER_OPTIONS,
 ];
 
 /// Whether `key` is a job option bench knows (or knows to refuse).
@@ -385,6 +387,8 @@ pub struct JobOptions {
     pub errors: ErrorOptions,
     /// fio's latency target and limit (latency.rs).
     pub latency: LatencyOptions,
+    /// fio's write-buffer contents (buffers.rs).
+    pub buffers: BufferOptions,
     /// fio's `bsrange`, `bssplit`, `blockalign` ... (blocksize.rs).
     pub block_sizes: BlockSizeOptions,
     /// fio's `random_distribution` (distribution.rs).
@@ -490,6 +494,7 @@ impl JobOptions {
             cmdprio: CmdPrioOptions::default(),
             errors: ErrorOptions::default(),
             latency: LatencyOptions::default(),
+            buffers: BufferOptions::default(),
             block_sizes: BlockSizeOptions::default(),
             distribution: RandomDistribution::default(),
             zones: ZoneOptions::default(),
@@ -530,6 +535,9 @@ impl JobOptions {
             || self.logs.any()
             || self.cmdprio.any()
             || self.latency.any()
+            || self.buffers.refills()
+            || self.verify.enabled()
+            || self.zonemode_zbd
             || self.rw.trims()
     }
 

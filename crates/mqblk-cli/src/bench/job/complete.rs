@@ -50,7 +50,9 @@ impl<const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'_, TIME
             (true, true, u64::from(slot.len_bytes))
         };
         let stats = &mut io.stats[slot.dir as usize];
-        if let (Dir::Write, Some(v)) = (slot.dir, io.verifier.as_mut()) {
+        // Verify and zbd jobs run the SHAPED copy: the plain one tests
+        // for neither.
+        if let (true, Dir::Write, Some(v)) = (SHAPED, slot.dir, io.verifier.as_mut()) {
             p.verify_due |= v.written(idx, slot.offset, c.status.is_ok());
         }
         if c.status.is_ok() {
@@ -70,7 +72,7 @@ impl<const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'_, TIME
             stats.errors += 1;
             self.io_error(c.status.errno(), slot, bs, p);
         }
-        if let (Dir::Write, Some(zbd)) = (slot.dir, io.zbd.as_mut()) {
+        if let (true, Dir::Write, Some(zbd)) = (SHAPED, slot.dir, io.zbd.as_mut()) {
             zbd.completed(slot.offset);
         }
         if data {
@@ -78,7 +80,7 @@ impl<const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'_, TIME
             if slot.dir == Dir::Write {
                 io.write_bufs[idx] = Some(buf);
             } else {
-                if let (true, Some(v)) = (c.status.is_ok(), io.verifier.as_mut()) {
+                if let (true, true, Some(v)) = (SHAPED, c.status.is_ok(), io.verifier.as_mut()) {
                     // A job that only reads checks each read (fio's verify
                     // of a read workload); verify_fatal stops it.
                     if !v.writes() && !v.check_read(&mut buf, slot.offset) && p.error == 0 {

@@ -39,6 +39,7 @@ mod state;
 use mqblk::Buf;
 
 pub use options::{resolve, VerifyOptions, VERIFY_OPTIONS};
+pub use pattern::VerifyPattern;
 
 use super::pattern::Pattern;
 use block::{Layout, Want};
