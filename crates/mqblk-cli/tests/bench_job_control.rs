@@ -134,3 +134,31 @@ fn continue_on_error_verify_goes_past_blocks_that_read_back_wrong() {
     assert_eq!(job["total_err"], 256, "every block counted");
     assert_eq!(job["mqblk"]["verify"]["failed"], 256);
 }
+
+#[test]
+fn fsync_end_fsync_and_sync_flush_and_write_fua() {
+    // 256 writes of 4 KiB with fsync=16 and end_fsync: 16 flushes, then
+    // one more at the end: 273 requests reach the device.
+    let device = "null:gb=1,memory_backed=1,cache_size=64";
+    let base = ["--device", device, "--name=w", "--rw=write", "--size=1m", "--output-format=json"];
+    let v = json(&bench(&[&base[..], &["--fsync=16", "--end_fsync=1"]].concat()));
+    assert_eq!(v["mqblk"]["dispatched"], 273);
+    assert_eq!(v["jobs"][0]["write"]["total_ios"], 256, "flushes are not counted as writes");
+    // sync=1 writes with FUA, and fsync=8 flushes twice in 16 writes:
+    // blktrace shows them as the kernel's rwbs "WFS" and "FN".
+    let dir = std::env::temp_dir().join(format!("mqblk-sync-trace-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = format!("--blktrace={}", dir.display());
+    let args = ["--device", device, "--name=w", "--rw=write", "--size=64k", "--fsync=8", "--sync=1", &trace];
+    json(&bench(&[&args[..], &["--output-format=json"]].concat()));
+    let out = Command::new("blkparse").arg("-D").arg(&dir).args(["-i", "null"]).output().expect("blkparse");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let queued = |rwbs: &str| {
+        text.lines()
+            .filter(|l| l.split_whitespace().nth(5) == Some("Q") && l.split_whitespace().nth(6) == Some(rwbs))
+            .count()
+    };
+    assert_eq!((queued("WFS"), queued("FN")), (16, 2), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

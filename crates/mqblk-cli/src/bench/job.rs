@@ -32,6 +32,7 @@ use mqblk::{Bio, Buf, Client, Device, ReqFlags};
 use super::buffers::BufferFiller;
 use super::cmdprio::CmdPrio;
 use super::errors::ErrorKind;
+use super::files::Syncer;
 use super::flow::FlowMember;
 use super::iolog::{IoAction, IologWriter};
 use super::job_setup::{buffer_sizes, job_depth, job_region, new_iolog_writer, new_verifier, new_zbd, slot_buffers};
@@ -190,6 +191,7 @@ fn run_loop<const TIMED: bool, const REPLAY: bool, const SHAPED: bool>(
         first_error: 0,
         lat_done: false,
         lat_reset_due: false,
+        flush_due: false,
         measuring: false,
         source_done: false,
         paced: None,
@@ -268,6 +270,8 @@ struct IoState {
     cmdprio: Option<CmdPrio>,
     /// Each write's contents when they are refilled (buffers.rs).
     filler: Option<BufferFiller>,
+    /// fio's fsync, end_fsync and sync on the device (files.rs).
+    syncer: Option<Syncer>,
     /// fio's latency target's depth search and limit (latency.rs).
     lat_target: Option<LatencyTarget>,
     /// The device's (capacity, logical block size), bytes: a pattern's
@@ -305,6 +309,8 @@ struct Progress {
     /// Its final window starts once the I/O in flight is in: the
     /// statistics start again then (`SHAPED` only).
     lat_reset_due: bool,
+    /// `fsync=N`: a flush once the I/O in flight is in (`SHAPED` only).
+    flush_due: bool,
     measuring: bool,
     /// The replayed trace is over (read only by the `REPLAY` loop).
     source_done: bool,
@@ -354,6 +360,7 @@ impl IoState {
             think: Think::new(&opts.shape),
             logs,
             cmdprio: CmdPrio::new(&opts.cmdprio, seed ^ 0xc3d0),
+            syncer: Syncer::new(&opts.sync),
             filler: BufferFiller::new(&opts.buffers, seed ^ 0xb0f, opts.randseed, region_len / opts.bs_write.max(1)),
             lat_target: LatencyTarget::new(&opts.latency, depth),
             flow: (opts.shape.flow_weight > 0).then(|| FlowMember::join(opts.shape.flow_id, opts.shape.flow_weight)),
@@ -707,7 +714,12 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
                         f.fill(&mut buf, offset);
                     }
                 }
-                Bio::write(offset, buf).with_flags(self.write_flags)
+                let fua = SHAPED && io.syncer.as_mut().is_some_and(|s| s.next_write());
+                Bio::write(offset, buf).with_flags(if fua {
+                    self.write_flags | ReqFlags::FUA
+                } else {
+                    self.write_flags
+                })
             }
             Dir::Read => {
                 let mut buf = io.read_bufs[idx as usize].take().expect("slot owns its read buffer");
@@ -749,6 +761,11 @@ impl<'a, const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'a, 
         }
         if let Some(logs) = io.logs.take() {
             logs.finish(elapsed_ns).map_err(|e| format!("job '{}': log: {e}", self.opts.name))?;
+        }
+        if io.syncer.as_ref().is_some_and(|s| s.flush_at_end()) && p.error == 0 {
+            // fio's end_fsync: the job's writes are all in (it waited for
+            // its I/O), then one flush.
+            client.submit_and_wait(Bio::flush()).map_err(|e| format!("job '{}': end_fsync: {e}", self.opts.name))?;
         }
         let (end_error, verify) = self.verify_end(&mut client, &mut io, p)?;
         // A verify failure the error policy goes past (continue_on_error=

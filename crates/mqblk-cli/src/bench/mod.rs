@@ -11,6 +11,7 @@ mod cmdprio;
 pub mod cpus;
 mod distribution;
 mod errors;
+mod files;
 mod flow;
 mod iolog;
 pub mod job;

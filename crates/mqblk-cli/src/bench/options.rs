@@ -9,6 +9,7 @@ use super::buffers::{BufferOptions, BUFFER_OPTIONS};
 use super::cmdprio::{CmdPrioOptions, CMDPRIO_OPTIONS};
 use super::distribution::{RandomDistribution, DISTRIBUTION_OPTIONS};
 use super::errors::{ErrorOptions, ERROR_OPTIONS};
+use super::files::{SyncOptions, FILE_OPTIONS};
 use super::latency::{LatencyOptions, LATENCY_OPTIONS};
 use super::log::{LogOptions, LOG_OPTIONS};
 use super::numa::{NumaOptions, NUMA_OPTIONS};
@@ -153,6 +154,7 @@ const OPTION_GROUPS: &[&[&str]] = &[
     ZONE_OPTIONS,
     VERIFY_OPTIONS,
     BUFFER_OPTIONS,
+    FILE_OPTIONS,
 ];
 
 /// Whether `key` is a job option bench knows (or knows to refuse).
@@ -389,6 +391,8 @@ pub struct JobOptions {
     pub latency: LatencyOptions,
     /// fio's write-buffer contents (buffers.rs).
     pub buffers: BufferOptions,
+    /// fio's flushes and file-layout options (files.rs).
+    pub sync: SyncOptions,
     /// fio's `bsrange`, `bssplit`, `blockalign` ... (blocksize.rs).
     pub block_sizes: BlockSizeOptions,
     /// fio's `random_distribution` (distribution.rs).
@@ -495,6 +499,7 @@ impl JobOptions {
             errors: ErrorOptions::default(),
             latency: LatencyOptions::default(),
             buffers: BufferOptions::default(),
+            sync: SyncOptions::default(),
             block_sizes: BlockSizeOptions::default(),
             distribution: RandomDistribution::default(),
             zones: ZoneOptions::default(),
@@ -536,6 +541,7 @@ impl JobOptions {
             || self.cmdprio.any()
             || self.latency.any()
             || self.buffers.refills()
+            || self.sync.any()
             || self.verify.enabled()
             || self.zonemode_zbd
             || self.rw.trims()

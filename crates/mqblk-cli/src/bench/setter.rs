@@ -70,6 +70,7 @@ impl JobOptions {
             || self.errors.set(key, value)?
             || self.latency.set(key, value)?
             || self.buffers.set(key, value)?
+            || self.sync.set(key, value)?
             || self.block_sizes.set(key, value)?
             || self.distribution.set(key, value)?
             || self.zones.set(key, value)?

@@ -7,7 +7,7 @@
 use std::sync::atomic::Ordering;
 
 use mqblk::clock::Clock;
-use mqblk::Client;
+use mqblk::{Bio, Client};
 
 use super::{Control, Dir, IoState, JobLoop, Progress, Trims, PHASE_STOP};
 use crate::bench::latency::Verdict;
@@ -90,6 +90,11 @@ impl<const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'_, TIME
         if let Some(think) = io.think.as_mut() {
             p.think_due = think.issued();
         }
+        if dir == Dir::Write && io.syncer.as_ref().is_some_and(|s| s.flush_due()) {
+            // fio's fsync=N: the I/O in flight, then a flush (a stall).
+            p.flush_due = true;
+            p.paced = Some((self.clock.now_ns() - io.shape_epoch_ns, true));
+        }
     }
 
     /// A stall of the `SHAPED` loop (fio's `rate_ddir` sleep and
@@ -108,6 +113,11 @@ impl<const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'_, TIME
         let quiesce = p.think_due || p.paced.is_some_and(|(_, q)| q);
         while quiesce && client.in_flight() > 0 {
             self.reap(client, client.in_flight(), io, p)?;
+        }
+        if p.flush_due {
+            p.flush_due = false;
+            client.submit_and_wait(Bio::flush()).map_err(|e| format!("job '{}': fsync: {e}", self.opts.name))?;
+            io.syncer.as_mut().expect("a job due to flush has a syncer").flushes += 1;
         }
         if p.lat_reset_due {
             // The latency target's final window: from fresh statistics.
