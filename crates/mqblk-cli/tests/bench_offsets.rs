@@ -274,3 +274,16 @@ fn zbd_refuses_a_zonesize_other_than_the_devices() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("zonesize 8388608 does not match the device's zone size 16777216"), "{stderr}");
 }
+
+#[test]
+fn sizes_and_offsets_in_percent_are_shares_of_the_device() {
+    // A 1 GiB device: offset=50% starts at 512 MiB, size=25% covers
+    // 256 MiB of 1 MiB reads.
+    let ios = issued("percent", "null:gb=1", &["--rw=read", "--bs=1m", "--offset=50%", "--size=25%"]);
+    assert_eq!(ios.len(), 256);
+    assert_eq!(ios.first().map(|io| io.1), Some(512 << 20));
+    assert_eq!(ios.last().map(|io| io.1 + io.2), Some(768 << 20));
+    let out = mqblk(&["bench", "--device", "null:gb=1", "--name=j", "--size=101%"].map(String::from));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("size: bad percentage '101%'"));
+}

@@ -25,6 +25,7 @@ mod order;
 mod output;
 mod parse;
 mod pattern;
+mod percent;
 mod replay;
 pub mod report;
 mod rw;
@@ -270,6 +271,8 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
     let dev = cfg.build().map_err(|e| BenchError::BadInput(format!("--device {spec}: {e}")))?;
     // Sizes in zones ("8z") need the device's zone size.
     let plan = &zones::resolve(plan, &dev).map_err(BenchError::BadInput)?;
+    // Sizes in percent ("50%") need its capacity.
+    let plan = &percent::resolve(plan, &dev).map_err(BenchError::BadInput)?;
     // Every clone's region fits the device (as fio's "offset extends end").
     let clones = plan.jobs.iter().flat_map(|j| std::iter::repeat(j).take(j.numjobs));
     for (index, job) in clones.enumerate() {

@@ -319,6 +319,8 @@ pub struct JobOptions {
     pub buffers: BufferOptions,
     /// fio's flushes and file-layout options (files.rs).
     pub sync: SyncOptions,
+    /// Sizes and offsets given in percent of the device (percent.rs).
+    pub percents: super::percent::SizePercents,
     /// fio's `bsrange`, `bssplit`, `blockalign` ... (blocksize.rs).
     pub block_sizes: BlockSizeOptions,
     /// fio's `random_distribution` (distribution.rs).
@@ -415,6 +417,7 @@ impl JobOptions {
             latency: LatencyOptions::default(),
             buffers: BufferOptions::default(),
             sync: SyncOptions::default(),
+            percents: Default::default(),
             block_sizes: BlockSizeOptions::default(),
             distribution: RandomDistribution::default(),
             zones: ZoneOptions::default(),

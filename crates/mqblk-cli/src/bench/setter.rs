@@ -56,7 +56,12 @@ impl JobOptions {
         if let Some((_, why)) = REFUSED_OPTIONS.iter().find(|(k, _)| *k == key) {
             return err(format!("{key}: not supported: {why}"));
         }
-        let known = self.zones.set_count(key, value)
+        // A size in percent or in zones: each forgets the other's earlier
+        // value, so both look at every size.
+        let in_percent = self.percents.set(key, value)?;
+        let in_zones = self.zones.set_count(key, value);
+        let known = in_percent
+            || in_zones
             || self.set_pattern(key, value)?
             || self.set_queue(key, value)?
             || self.set_run(key, value)?
