@@ -332,3 +332,31 @@ fn cmdprio_percentage_gives_its_share_of_ios_the_command_priority() {
     assert_eq!(rt + idle, prios.len(), "every I/O RT level 0 or the job's idle level 4");
     assert!((72..=133).contains(&rt), "{rt} of 512 I/Os RT, 20% asked");
 }
+
+#[test]
+fn fio_generate_plots_draws_bench_logs() {
+    // fio_generate_plots (Debian's fio package, with gnuplot: the test
+    // command installs gnuplot-nox) plots every *_bw, *_iops, *_lat,
+    // *_clat and *_slat log in its directory into TITLE-KIND.svg: 2 s of
+    // 100 ms averages give each plot a line of about 20 points.
+    let cwd = scratch("generate-plots");
+    let out = Command::new(env!("CARGO_BIN_EXE_mqblk"))
+        .current_dir(&cwd)
+        .args(["bench", "--device", DEVICE, "--name=j", "--rw=randread", "--runtime=2", "--time_based"])
+        .args(["--write_bw_log=j", "--write_iops_log=j", "--write_lat_log=j", "--log_avg_msec=100"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let plots = Command::new("fio_generate_plots").current_dir(&cwd).arg("mqblk").output().expect("fio_generate_plots");
+    assert!(plots.status.success(), "{}", String::from_utf8_lossy(&plots.stdout));
+    for kind in ["bw", "iops", "lat", "clat", "slat"] {
+        let svg = std::fs::read_to_string(cwd.join(format!("mqblk-{kind}.svg")))
+            .unwrap_or_else(|e| panic!("mqblk-{kind}.svg: {e}: {}", String::from_utf8_lossy(&plots.stdout)));
+        // The first plot's line: gnuplot's path after its legend sample.
+        let plot = svg.split("gnuplot_plot_1\"").nth(1).unwrap_or_else(|| panic!("{kind}: no plot in the SVG"));
+        let path = plot.split("d='").nth(1).and_then(|p| p.split('\'').next()).expect("a path");
+        let points = path.matches(" L").count();
+        assert!(points >= 10, "{kind}: a line of {points} points from 2 s of 100 ms samples");
+    }
+    let _ = std::fs::remove_dir_all(&cwd);
+}
