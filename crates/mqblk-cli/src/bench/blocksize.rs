@@ -16,7 +16,7 @@
 //! Relies on: the job's random word (pattern.rs), values.rs for sizes.
 
 use super::options::{err, JobOptions, OptionError};
-use super::values::{parse_flag, parse_size};
+use super::values::{parse_flag, parse_size, per_direction};
 
 /// fio's limit of sizes in one direction's `bssplit`.
 const BSSPLIT_MAX: usize = 64;
@@ -50,14 +50,6 @@ pub const BLOCKSIZE_OPTIONS: &[&str] = &[
     "blocksize_unaligned",
     "bs_is_seq_rand",
 ];
-
-/// fio's per-direction value: `V` for both, `R,W` (a third, trim part is
-/// ignored: mqblk's jobs do not trim), an empty side keeping its default.
-pub(super) fn per_direction(v: &str) -> [Option<&str>; 2] {
-    let Some((r, rest)) = v.split_once(',') else { return [Some(v), Some(v)] };
-    let w = rest.split(',').next().unwrap_or("");
-    [Some(r).filter(|s| !s.is_empty()), Some(w).filter(|s| !s.is_empty())]
-}
 
 /// `MIN-MAX` (or `MIN:MAX`, or one size).
 fn parse_range(key: &str, v: &str) -> Result<(u64, u64), OptionError> {
@@ -107,7 +99,7 @@ impl BlockSizeOptions {
         let v = || value.ok_or_else(|| OptionError(format!("{key}: needs a value ({key}=...)")));
         match key {
             "bsrange" | "blocksize_range" => {
-                for (dir, side) in per_direction(v()?).into_iter().enumerate() {
+                for (dir, side) in per_direction(key, v()?)?.into_iter().take(2).enumerate() {
                     if let Some(side) = side {
                         self.range[dir] = Some(parse_range(key, side)?);
                         self.split[dir].clear();
@@ -115,7 +107,7 @@ impl BlockSizeOptions {
                 }
             }
             "bssplit" => {
-                for (dir, side) in per_direction(v()?).into_iter().enumerate() {
+                for (dir, side) in per_direction(key, v()?)?.into_iter().take(2).enumerate() {
                     if let Some(side) = side {
                         self.split[dir] = parse_split(key, side)?;
                         self.range[dir] = None;
@@ -123,7 +115,7 @@ impl BlockSizeOptions {
                 }
             }
             "blockalign" | "ba" => {
-                for (dir, side) in per_direction(v()?).into_iter().enumerate() {
+                for (dir, side) in per_direction(key, v()?)?.into_iter().take(2).enumerate() {
                     if let Some(side) = side {
                         self.align[dir] = parse_size(key, side)?;
                     }

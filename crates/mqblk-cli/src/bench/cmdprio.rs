@@ -15,7 +15,7 @@
 use mqblk::{IoPrio, IoPrioClass};
 
 use super::options::{err, OptionError};
-use super::values::{parse_int, parse_size};
+use super::values::{parse_int, parse_size, per_direction_values};
 
 /// One `cmdprio_bssplit` entry: this share of the I/Os of this size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,15 +39,16 @@ pub struct CmdPrioOptions {
 pub const CMDPRIO_OPTIONS: &[&str] =
     &["cmdprio_percentage", "cmdprio_class", "cmdprio", "cmdprio_hint", "cmdprio_bssplit"];
 
-/// `V` (both directions) or `R,W`.
-fn per_direction<T: Copy>(v: &str, one: impl Fn(&str) -> Result<T, OptionError>) -> Result<[T; 2], OptionError> {
-    match v.split_once(',') {
-        None => {
-            let x = one(v)?;
-            Ok([x, x])
-        }
-        Some((r, w)) => Ok([one(r)?, one(w)?]),
-    }
+/// `V` (both directions) or `R,W` (fio's rule: values.rs), `default`
+/// where none is given; a trims' value has no I/O to apply to.
+fn per_direction<T: Copy>(
+    key: &str,
+    v: &str,
+    default: T,
+    one: impl Fn(&str) -> Result<T, OptionError>,
+) -> Result<[T; 2], OptionError> {
+    let [r, w, _] = per_direction_values(key, v, default, one)?;
+    Ok([r, w])
 }
 
 fn class(key: &str, v: &str) -> Result<IoPrioClass, OptionError> {
@@ -68,11 +69,13 @@ impl CmdPrioOptions {
     pub(super) fn set(&mut self, key: &str, value: Option<&str>) -> Result<bool, OptionError> {
         let v = value.ok_or_else(|| OptionError(format!("{key}: needs a value ({key}=...)")));
         match key {
-            "cmdprio_percentage" => self.percentage = per_direction(v?, |s| Ok(parse_int(key, s, 0, 100)? as u32))?,
-            "cmdprio_class" => self.class = per_direction(v?, |s| class(key, s).map(Some))?,
-            "cmdprio" => self.level = per_direction(v?, |s| Ok(Some(parse_int(key, s, 0, 7)? as u8)))?,
+            "cmdprio_percentage" => {
+                self.percentage = per_direction(key, v?, 0, |s| Ok(parse_int(key, s, 0, 100)? as u32))?
+            }
+            "cmdprio_class" => self.class = per_direction(key, v?, None, |s| class(key, s).map(Some))?,
+            "cmdprio" => self.level = per_direction(key, v?, None, |s| Ok(Some(parse_int(key, s, 0, 7)? as u8)))?,
             "cmdprio_hint" => {
-                if per_direction(v?, |s| parse_int(key, s, 0, 7))? != [0, 0] {
+                if per_direction(key, v?, 0, |s| parse_int(key, s, 0, 7))? != [0, 0] {
                     return err(format!(
                         "{key}: not supported: priority hints (command duration limits) need a device that has them, and mqblk's devices do not"
                     ));

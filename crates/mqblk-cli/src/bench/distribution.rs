@@ -23,9 +23,9 @@
 //!
 //! Relies on: the job's random words (pattern.rs `next_rand`).
 
-use super::blocksize::per_direction;
 use super::options::{err, OptionError};
 use super::values::parse_size;
+use super::values::per_direction;
 
 /// fio's cap on the terms of zipf's normalising sum (lib/zipf.c).
 const ZIPF_MAX_TERMS: u64 = 10_000_000;
@@ -124,7 +124,7 @@ fn parse_float(key: &str, v: &str) -> Result<f64, OptionError> {
 
 /// `zoned:`'s zones, per direction as `bs` takes them.
 fn parse_zones(key: &str, v: &str, absolute: bool) -> Result<[Vec<ZoneSplit>; 2], OptionError> {
-    let sides = per_direction(v);
+    let sides = per_direction(key, v)?;
     let read = parse_zone_side(key, sides[0].unwrap_or(""), absolute)?;
     let write = match sides[1] {
         Some(side) => parse_zone_side(key, side, absolute)?,

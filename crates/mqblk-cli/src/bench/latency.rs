@@ -15,7 +15,7 @@
 //! loop's clock (a `gtod_reduce` job has no latencies: refused).
 
 use super::options::{err, OptionError};
-use super::values::{parse_flag, parse_int, parse_time_ns};
+use super::values::{parse_flag, parse_int, parse_time_ns, per_direction_values};
 
 /// The options, with fio's defaults.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -69,11 +69,9 @@ impl LatencyOptions {
             }
             "latency_run" => self.run = parse_flag(key, value)?,
             "max_latency" => {
-                let v = v()?;
-                let (r, w) = v.split_once(',').unwrap_or((v, v));
-                let w = w.split(',').next().unwrap_or(w); // a trims' value: jobs have no trims
-                let side = |s: &str| if s.is_empty() { Ok(0) } else { parse_time_us(key, s) };
-                self.max_ns = [side(r)?, side(w)?];
+                // A trims' limit is not kept: trim jobs run no latency target.
+                let [r, w, _] = per_direction_values(key, v()?, 0, |s| parse_time_us(key, s))?;
+                self.max_ns = [r, w];
             }
             _ => return Ok(false),
         }

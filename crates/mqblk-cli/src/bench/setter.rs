@@ -7,7 +7,7 @@ use super::cpus::CpuList;
 use super::options::{
     err, job_options, unknown_option, ExitWhat, JobOptions, OptionError, RwMode, RwModifier, IOENGINES, REFUSED_OPTIONS,
 };
-use super::values::{parse_flag, parse_int, parse_size, parse_time_ns};
+use super::values::{parse_flag, parse_int, parse_size, parse_time_ns, per_direction_values};
 
 /// The option's value, or the error of an option given bare that needs one.
 fn need<'v>(key: &str, value: Option<&'v str>) -> Result<&'v str, OptionError> {
@@ -33,20 +33,6 @@ fn rw_modifier(mode: RwMode, n: &str) -> Result<RwModifier, OptionError> {
     let (negative, size) = n.strip_prefix('-').map_or((false, n), |s| (true, s));
     let bytes = i64::try_from(parse_size("rw", size)?).map_err(|_| OptionError(format!("rw: ':{n}' overflows")))?;
     Ok(RwModifier::SeqAdd(if negative { -bytes } else { bytes }))
-}
-
-/// fio's per-direction value `R,W,T` (bs=...): one for reads, writes and
-/// trims; an empty one is fio's default (None), and the last one given
-/// applies to the directions after it unless a comma ends the list
-/// (`8k,32k`: trims 32k; `8k,32k,`: trims default).
-fn split_rwt<'v>(key: &str, v: &'v str) -> Result<[Option<&'v str>; 3], OptionError> {
-    let parts: Vec<&str> = v.split(',').collect();
-    if parts.len() > 3 {
-        return err(format!("{key}: at most 3 values (read,write,trim), got '{v}'"));
-    }
-    let last = parts[parts.len() - 1];
-    let at = |i: usize| Some(*parts.get(i).unwrap_or(&last)).filter(|p| !p.is_empty());
-    Ok([at(0), at(1), at(2)])
 }
 
 impl JobOptions {
@@ -108,9 +94,8 @@ impl JobOptions {
             "rwmixwrite" => self.rwmixread = 100 - parse_int(key, v()?, 0, 100)? as u32,
             "bs" | "blocksize" => {
                 let v = v()?;
-                let size = |s: Option<&str>| s.map_or(Ok(4096), |s| parse_size(key, s));
-                let [r, w, t] = split_rwt(key, v)?;
-                (self.bs_read, self.bs_write, self.bs_trim) = (size(r)?, size(w)?, size(t)?);
+                [self.bs_read, self.bs_write, self.bs_trim] =
+                    per_direction_values(key, v, 4096, |s| parse_size(key, s))?;
                 if self.bs_read == 0 || self.bs_write == 0 || self.bs_trim == 0 {
                     return err(format!("{key}: block size must be positive, got '{v}'"));
                 }

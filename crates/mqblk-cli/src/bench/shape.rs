@@ -23,7 +23,7 @@
 
 use super::flow::FLOW_MAX_WEIGHT;
 use super::options::{err, OptionError};
-use super::values::{parse_int, parse_size, parse_time_ns};
+use super::values::{parse_int, parse_size, parse_time_ns, per_direction_values};
 
 /// The shaping options of one job, with fio's defaults.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -71,23 +71,6 @@ pub const SHAPE_OPTIONS: &[&str] = &[
     "flow_sleep",
 ];
 
-/// `V` (every direction) or `R,W[,T]` (reads, writes, trims; an empty
-/// or missing one keeps 0), each parsed by `one`.
-fn per_direction(
-    key: &str,
-    v: &str,
-    one: impl Fn(&str, &str) -> Result<u64, OptionError>,
-) -> Result<[u64; 3], OptionError> {
-    let side = |s: &str| if s.is_empty() { Ok(0) } else { one(key, s) };
-    let parts: Vec<&str> = v.split(',').collect();
-    match parts[..] {
-        [all] => Ok([side(all)?; 3]),
-        [r, w] => Ok([side(r)?, side(w)?, 0]),
-        [r, w, t] => Ok([side(r)?, side(w)?, side(t)?]),
-        _ => err(format!("{key}: bad value '{v}' (accepted: V, or R,W,T for reads, writes and trims)")),
-    }
-}
-
 /// fio's `thinktime` family: a time whose bare number is microseconds.
 fn parse_time_us(key: &str, v: &str) -> Result<u64, OptionError> {
     if v.trim().bytes().all(|b| b.is_ascii_digit()) {
@@ -116,10 +99,10 @@ impl ShapeOptions {
         let v = || value.ok_or_else(|| OptionError(format!("{key}: needs a value ({key}=...)")));
         let count = |k: &str, s: &str| parse_int(k, s, 0, u64::MAX);
         match key {
-            "rate" => self.rate_bytes = per_direction(key, v()?, parse_size)?,
-            "rate_iops" => self.rate_iops = per_direction(key, v()?, count)?,
-            "rate_min" | "ratemin" => self.rate_min_bytes = per_direction(key, v()?, parse_size)?,
-            "rate_iops_min" => self.rate_iops_min = per_direction(key, v()?, count)?,
+            "rate" => self.rate_bytes = per_direction_values(key, v()?, 0, |s| parse_size(key, s))?,
+            "rate_iops" => self.rate_iops = per_direction_values(key, v()?, 0, |s| count(key, s))?,
+            "rate_min" | "ratemin" => self.rate_min_bytes = per_direction_values(key, v()?, 0, |s| parse_size(key, s))?,
+            "rate_iops_min" => self.rate_iops_min = per_direction_values(key, v()?, 0, |s| count(key, s))?,
             "rate_process" => {
                 self.poisson = match v()? {
                     "linear" => false,
@@ -323,8 +306,9 @@ mod tests {
     #[test]
     fn options_parse_as_fio_writes_them() {
         let o = opts(&[("rate", "1m,500k"), ("rate_iops", ",200"), ("thinktime", "250"), ("thinktime_spin", "1ms")]);
-        assert_eq!(o.rate_bytes, [1 << 20, 500 << 10, 0]);
-        assert_eq!(o.rate_iops, [0, 200, 0]);
+        // fio's rule (values.rs): the last value given covers the trims.
+        assert_eq!(o.rate_bytes, [1 << 20, 500 << 10, 500 << 10]);
+        assert_eq!(o.rate_iops, [0, 200, 200]);
         assert_eq!(opts(&[("rate", "300")]).rate_bytes, [300; 3], "one value: every direction, as fio");
         assert_eq!(opts(&[("rate_iops", "1,2,3")]).rate_iops, [1, 2, 3]);
         assert!(ShapeOptions::default().set("rate", Some("1,2,3,4")).is_err());

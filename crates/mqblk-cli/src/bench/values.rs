@@ -8,6 +8,33 @@ fn err<T>(msg: impl Into<String>) -> Result<T, OptionError> {
     Err(OptionError(msg.into()))
 }
 
+/// fio's per-direction value `R,W,T` (`bs`, `rate`, `bsrange`, ...): one
+/// for reads, writes and trims; an empty one keeps fio's default (None),
+/// and the last one given applies to the directions after it unless a
+/// comma ends the list (`8k,32k`: trims 32k; `8k,32k,`: trims default),
+/// as fio's parser stores a multi-direction option.
+pub fn per_direction<'v>(key: &str, v: &'v str) -> Result<[Option<&'v str>; 3], OptionError> {
+    let parts: Vec<&str> = v.split(',').collect();
+    if parts.len() > 3 {
+        return err(format!("{key}: at most 3 values (read,write,trim), got '{v}'"));
+    }
+    let last = parts[parts.len() - 1];
+    let at = |i: usize| Some(*parts.get(i).unwrap_or(&last)).filter(|p| !p.trim().is_empty());
+    Ok([at(0), at(1), at(2)])
+}
+
+/// `per_direction`'s values parsed by `one`, `default` where none is given.
+pub fn per_direction_values<T: Copy>(
+    key: &str,
+    v: &str,
+    default: T,
+    one: impl Fn(&str) -> Result<T, OptionError>,
+) -> Result<[T; 3], OptionError> {
+    let [r, w, t] = per_direction(key, v)?;
+    let value = |side: Option<&str>| side.map_or(Ok(default), &one);
+    Ok([value(r)?, value(w)?, value(t)?])
+}
+
 /// fio integer: decimal or 0x hex, within `min..=max`.
 pub fn parse_int(key: &str, v: &str, min: u64, max: u64) -> Result<u64, OptionError> {
     let parsed = match v.strip_prefix("0x") {
@@ -64,5 +91,23 @@ pub(super) fn parse_flag(key: &str, value: Option<&str>) -> Result<bool, OptionE
         None | Some("1") | Some("true") => Ok(true),
         Some("0") | Some("false") => Ok(false),
         Some(v) => err(format!("{key}: bad value '{v}' (accepted: 0 or 1)")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// fio's rule for `bs=`, `rate=` and the other options per direction.
+    #[test]
+    fn per_direction_values_follow_fios_parser() {
+        let dirs = |v| per_direction("bs", v).unwrap();
+        assert_eq!(dirs("4k"), [Some("4k"); 3], "one value: every direction");
+        assert_eq!(dirs("8k,32k"), [Some("8k"), Some("32k"), Some("32k")], "the last covers the rest");
+        assert_eq!(dirs("8k,32k,"), [Some("8k"), Some("32k"), None], "a trailing comma leaves trims' default");
+        assert_eq!(dirs(",500k"), [None, Some("500k"), Some("500k")]);
+        assert!(per_direction("bs", "1,2,3,4").unwrap_err().0.contains("at most 3"));
+        let sizes = per_direction_values("bs", ",8k,", 4096, |s| parse_size("bs", s)).unwrap();
+        assert_eq!(sizes, [4096, 8192, 4096]);
     }
 }
