@@ -220,11 +220,7 @@ mod tests {
     use super::*;
 
     fn opts(set: &[(&str, &str)]) -> BufferOptions {
-        let mut o = BufferOptions::default();
-        for (k, v) in set {
-            assert!(o.set(k, Some(v)).unwrap(), "{k}");
-        }
-        o
+        crate::bench::options::group_from(set, BufferOptions::set)
     }
 
     /// How many bytes of `buf` a run of zeros covers, per 512-byte chunk.

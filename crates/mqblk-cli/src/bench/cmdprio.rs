@@ -181,11 +181,7 @@ mod tests {
     use super::*;
 
     fn opts(set: &[(&str, &str)]) -> CmdPrioOptions {
-        let mut o = CmdPrioOptions::default();
-        for (k, v) in set {
-            assert!(o.set(k, Some(v)).unwrap(), "{k}");
-        }
-        o
+        crate::bench::options::group_from(set, CmdPrioOptions::set)
     }
 
     #[test]

@@ -162,11 +162,7 @@ mod tests {
     use super::*;
 
     fn opts(set: &[(&str, &str)]) -> SyncOptions {
-        let mut o = SyncOptions::default();
-        for (k, v) in set {
-            assert!(o.set(k, Some(v)).unwrap(), "{k}");
-        }
-        o
+        crate::bench::options::group_from(set, SyncOptions::set)
     }
 
     #[test]

@@ -165,6 +165,20 @@ pub fn is_job_option(key: &str) -> bool {
         || REFUSED_OPTIONS.iter().any(|(k, _)| *k == key)
 }
 
+/// An option group's settings from `(key, value)` pairs, each of which
+/// must be the group's (the groups' unit tests).
+#[cfg(test)]
+pub(super) fn group_from<T: Default>(
+    set: &[(&str, &str)],
+    apply: impl Fn(&mut T, &str, Option<&str>) -> Result<bool, OptionError>,
+) -> T {
+    let mut group = T::default();
+    for (k, v) in set {
+        assert!(apply(&mut group, k, Some(v)).unwrap(), "{k} is not one of the group's options");
+    }
+    group
+}
+
 /// Every job option bench knows.
 pub fn job_options() -> Vec<&'static str> {
     JOB_OPTIONS.iter().chain(OPTION_GROUPS.iter().copied().flatten()).copied().collect()

@@ -296,11 +296,7 @@ mod tests {
     use super::*;
 
     fn opts(set: &[(&str, &str)]) -> ShapeOptions {
-        let mut o = ShapeOptions::default();
-        for (k, v) in set {
-            assert!(o.set(k, Some(v)).unwrap(), "{k}");
-        }
-        o
+        crate::bench::options::group_from(set, ShapeOptions::set)
     }
 
     #[test]

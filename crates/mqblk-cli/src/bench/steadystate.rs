@@ -303,11 +303,7 @@ mod tests {
     use super::*;
 
     fn opts(set: &[(&str, &str)]) -> SteadyOptions {
-        let mut o = SteadyOptions::default();
-        for (k, v) in set {
-            assert!(o.set(k, Some(v)).unwrap(), "{k}");
-        }
-        o
+        crate::bench::options::group_from(set, SteadyOptions::set)
     }
 
     #[test]
