@@ -14,6 +14,9 @@ fn err<T>(msg: impl Into<String>) -> Result<T, OptionError> {
 /// comma ends the list (`8k,32k`: trims 32k; `8k,32k,`: trims default),
 /// as fio's parser stores a multi-direction option.
 pub fn per_direction<'v>(key: &str, v: &'v str) -> Result<[Option<&'v str>; 3], OptionError> {
+    if v.trim().is_empty() {
+        return err(format!("{key}: bad value '' (a value, or R,W,T per direction)"));
+    }
     let parts: Vec<&str> = v.split(',').collect();
     if parts.len() > 3 {
         return err(format!("{key}: at most 3 values (read,write,trim), got '{v}'"));
@@ -107,6 +110,7 @@ mod tests {
         assert_eq!(dirs("8k,32k,"), [Some("8k"), Some("32k"), None], "a trailing comma leaves trims' default");
         assert_eq!(dirs(",500k"), [None, Some("500k"), Some("500k")]);
         assert!(per_direction("bs", "1,2,3,4").unwrap_err().0.contains("at most 3"));
+        assert!(per_direction("bs", "").unwrap_err().0.contains("bad value ''"), "an unset FIO_BS in a job file");
         let sizes = per_direction_values("bs", ",8k,", 4096, |s| parse_size("bs", s)).unwrap();
         assert_eq!(sizes, [4096, 8192, 4096]);
     }
