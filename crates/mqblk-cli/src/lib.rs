@@ -63,7 +63,8 @@ struct Cli {
 enum Command {
     /// Run fio-style jobs on an mqblk device (fio's options and job files).
     ///
-    /// Without options: 4k randread, iodepth 32, 10 s on null:gb=1.
+    /// Without options: 4k randread, iodepth 32, 10 s on null:gb=1, its
+    /// completions on the job's CPU.
     #[command(
         disable_help_flag = true,
         override_usage = bench::USAGE,

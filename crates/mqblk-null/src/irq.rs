@@ -76,7 +76,7 @@ struct Shared {
 
 /// Completions between two wakeups of their clients at most, so that a
 /// long run does not hold the first ones back (io_uring's IO_COMPL_BATCH).
-const BATCH_MAX: usize = 32;
+pub const BATCH_MAX: usize = 32;
 
 /// Pushes to a full completion ring retried before it counts as a broken
 /// tag invariant.

@@ -120,6 +120,10 @@ use cache::WriteCache;
 pub use config::{CacheMode, FaultSpec, IrqMode, NullConfig, PollMode};
 use fault::{FaultAttr, Faults};
 use hybrid::HybridQueue;
+/// The most completions the irqmode=1 and 2 threads end before they wake
+/// their clients: a job that keeps this many I/Os in flight is woken once
+/// per batch.
+pub use irq::BATCH_MAX as COMPLETION_BATCH;
 use irq::{IrqQueue, Pending, SPIN_NS};
 use mem::MemStore;
 use service::{Channels, Rotational, Throttle};

@@ -26,6 +26,7 @@ mod output;
 mod parse;
 mod pattern;
 mod percent;
+mod placement;
 mod replay;
 pub mod report;
 mod rw;
@@ -67,7 +68,9 @@ pub fn help() -> String {
     let mut out = String::from(
         "\
 mqblk's options (also as --option VALUE):
-  --device SPEC                 The device: driver:key=value,... (default null:gb=1)
+  --device SPEC                 The device: driver:key=value,... (default null:gb=1,
+                                completing on the CPU of a job that runs alone
+                                with iodepth 32 or more, as null_blk's softirq)
   --output-format=LIST          fio's reports, comma-separated: normal (default),
                                 terse, json, json+ (JSON with latency bins)
   --terse-version=2|3|4|5       The terse line's version (default 3); --minimal: terse
@@ -263,6 +266,9 @@ pub fn device_config(plan: &BenchPlan) -> Result<DeviceConfig, BenchError> {
 /// Runs `plan` and returns its measurements: its phases (order.rs) one
 /// after another on one device.
 pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
+    // Bench's own device completes on its one job thread's CPU.
+    let placed = placement::resolve(plan).map_err(BenchError::Failed)?;
+    let plan = placed.as_ref().unwrap_or(plan);
     for cpus in plan.jobs.iter().filter_map(|j| j.cpus_allowed.as_ref()) {
         cpus::check_available(&cpus.0).map_err(BenchError::BadInput)?;
     }
