@@ -169,6 +169,14 @@ stage "fio's libblkio engine on libblkio.so.1 (tests/blkio/fio.sh)"
 cargo build --release -p mqblk-blkio
 tests/blkio/fio.sh target/release
 
+# Connections that leave nothing behind: the NBD and vhost-user servers
+# under clients we did not write (fio's nbd engine; libblkio's
+# virtio-blk-vhost-user driver under fio's libblkio engine) that connect,
+# verify and disconnect for a minute; fails if a run fails or a server's
+# memory, fds or threads grow.
+stage "soak: serve and vhost under connecting clients (scripts/soak.sh 1)"
+scripts/soak.sh 1
+
 # Instructions per I/O against the counts recorded in BENCHMARKS.md
 # (callgrind: exact, so a 2% regression fails here and not by chance).
 stage "performance gate (scripts/perf-gate.sh)"

@@ -18,6 +18,7 @@
 //! vmm-sys-util (eventfds).
 
 use std::io;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Mutex;
 
 use vhost::vhost_user::message::VhostUserProtocolFeatures;
@@ -41,6 +42,9 @@ pub struct BlkBackend {
     queue_size: u16,
     mem: GuestMemoryAtomic<Mem>,
     queues: Vec<Mutex<VirtQueue>>,
+    /// The exit events' consumer ends handed to vhost-user-backend, closed
+    /// when the backend drops (`Drop`).
+    exit_consumers: Mutex<Vec<RawFd>>,
 }
 
 impl BlkBackend {
@@ -52,6 +56,7 @@ impl BlkBackend {
             queue_size,
             mem,
             queues: queues.into_iter().map(Mutex::new).collect(),
+            exit_consumers: Mutex::new(Vec::new()),
         }
     }
 
@@ -70,6 +75,27 @@ impl BlkBackend {
             total.add(&q.stats());
         }
         total
+    }
+}
+
+/// vhost-user-backend 0.24 registers each worker's exit-event consumer in
+/// the worker's epoll with `into_raw_fd` and never closes it
+/// (VringEpollHandler::new in its event_loop.rs): one eventfd per
+/// virtqueue per connection stayed open for the life of the server
+/// (scripts/soak.sh found it). Every holder of this backend (the daemon's
+/// handler, each worker's epoll handler) is gone when it drops, workers
+/// joined and their epolls closed, so nothing refers to those fds any more:
+/// the backend closes them. Cargo.toml pins the crate's version, as a
+/// release that closed them itself would make this a double close.
+impl Drop for BlkBackend {
+    fn drop(&mut self) {
+        for fd in self.exit_consumers.get_mut().unwrap_or_else(|e| e.into_inner()).drain(..) {
+            // SAFETY: `fd` is the consumer end made in `exit_event`, whose
+            // one owner (the library's epoll handler, via into_raw_fd) is
+            // gone with this backend's last holder and never closed it; no
+            // other code knows the number, so this is its only close.
+            unsafe { libc::close(fd) };
+        }
     }
 }
 
@@ -96,7 +122,10 @@ impl VhostUserBackend for BlkBackend {
     }
 
     fn protocol_features(&self) -> VhostUserProtocolFeatures {
-        VhostUserProtocolFeatures::CONFIG | VhostUserProtocolFeatures::MQ | VhostUserProtocolFeatures::REPLY_ACK
+        VhostUserProtocolFeatures::CONFIG
+            | VhostUserProtocolFeatures::MQ
+            | VhostUserProtocolFeatures::REPLY_ACK
+            | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
     }
 
     fn set_event_idx(&self, _enabled: bool) {
@@ -128,7 +157,9 @@ impl VhostUserBackend for BlkBackend {
     }
 
     fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
-        new_event_consumer_and_notifier(EventFlag::NONBLOCK | EventFlag::CLOEXEC).ok()
+        let (consumer, notifier) = new_event_consumer_and_notifier(EventFlag::NONBLOCK | EventFlag::CLOEXEC).ok()?;
+        self.exit_consumers.lock().unwrap_or_else(|e| e.into_inner()).push(consumer.as_raw_fd());
+        Some((consumer, notifier))
     }
 
     fn stop_vring(&self, queue_index: u32) -> io::Result<()> {

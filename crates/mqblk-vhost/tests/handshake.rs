@@ -69,3 +69,37 @@ fn frontend_sees_the_device_and_stop_ends_the_server() {
     assert_eq!((summary.requests, summary.errors), (0, 0));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The fds this process has open.
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").expect("/proc/self/fd").count()
+}
+
+#[test]
+fn connections_that_end_leave_no_fd_behind() {
+    mqblk_null::register();
+    let dir = std::env::temp_dir().join(format!("mqblk-vhost-fds-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("vhost.sock");
+    let dev = Device::open("null:gb=1,irqmode=0").unwrap();
+    let server = Server::new(dev, &sock, Options { queues: 2, ..Options::default() }).unwrap();
+    let stopper = server.stopper();
+    let serving = std::thread::spawn(move || server.run());
+
+    // The server serves one connection at a time: when a frontend's
+    // negotiation is answered, the one before it has been torn down, and
+    // this one's set-up (its daemon, a worker per queue) is done.
+    drop(negotiate(&sock));
+    let (fe, _) = negotiate(&sock);
+    let with_one = open_fds();
+    drop(fe);
+    for round in 0..4 {
+        let (fe, _) = negotiate(&sock);
+        assert_eq!(open_fds(), with_one, "round {round}: fds left by the connections before");
+        drop(fe);
+    }
+    stopper.stop();
+    let summary = serving.join().expect("server thread").expect("server");
+    assert_eq!(summary.connections, 6);
+    let _ = std::fs::remove_dir_all(&dir);
+}
