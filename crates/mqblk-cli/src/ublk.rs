@@ -1,14 +1,17 @@
 //! `mqblk ublk`: any mqblk device as a Linux /dev/ublkbN (crates/mqblk-ublk).
 //!
-//! `add --device SPEC [--queues N] [--depth D] [--id N]` creates the device
-//! and serves it in the foreground until SIGINT or SIGTERM (or `del` from
-//! elsewhere), then stops and deletes it; `list` shows the kernel's ublk
-//! devices; `del ID` deletes one (its server exits).
+//! `add --device SPEC [--queues N] [--depth D] [--id N] [--recovery MODE]`
+//! creates the device and serves it in the foreground until SIGINT or
+//! SIGTERM (or `del` from elsewhere), then stops and deletes it; with
+//! `--recovery=reissue` a server that dies leaves the device waiting, and
+//! `recover ID --device SPEC` serves it again (the requests the dead
+//! server held reissued); `list` shows the kernel's ublk devices; `del ID`
+//! deletes one (its server exits).
 
 use std::io::Write;
 
 use mqblk::Device;
-use mqblk_ublk::{Error, Options, Server};
+use mqblk_ublk::{Error, Options, Recovery, Server};
 
 /// Linux ublk devices served by mqblk.
 #[derive(clap::Subcommand, Debug)]
@@ -16,6 +19,9 @@ pub enum UblkCommand {
     /// Create /dev/ublkbN over an mqblk device and serve it until SIGINT or
     /// SIGTERM (then stop and delete it).
     Add(AddArgs),
+    /// Serve ublk device ID again after its server died (a device added
+    /// with --recovery): the held requests go to this server.
+    Recover(RecoverArgs),
     /// List the ublk devices: id, state, queues, depth, server pid.
     List,
     /// Delete ublk device ID (its server, if running, exits).
@@ -39,8 +45,27 @@ pub struct AddArgs {
     /// The device id to ask for [default: the first free one].
     #[arg(long, value_name = "N")]
     id: Option<u32>,
+    /// What the device does if this server dies: off (removed with it),
+    /// reissue (kept; held I/O reissued to the server `ublk recover`
+    /// starts), fail_io (kept; I/O fails until then: Linux 6.13+).
+    #[arg(long, value_name = "MODE", default_value = "off")]
+    recovery: String,
     /// A control socket at PATH for `mqblk control PATH ...`: power cuts
     /// and live attributes (bad blocks) of the device.
+    #[arg(long, value_name = "PATH")]
+    control: Option<std::path::PathBuf>,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct RecoverArgs {
+    /// The device id (N of /dev/ublkbN) whose server died.
+    id: u32,
+    /// The device to serve it from: the dead server's, with the same
+    /// capacity and block size (a file device keeps its data; a null
+    /// device's memory died with the old server).
+    #[arg(long, value_name = "SPEC")]
+    device: String,
+    /// A control socket at PATH for `mqblk control PATH ...`.
     #[arg(long, value_name = "PATH")]
     control: Option<std::path::PathBuf>,
 }
@@ -50,6 +75,7 @@ pub fn run(command: UblkCommand) -> Result<String, (u8, String)> {
     crate::serve::init_logger("ublk");
     match command {
         UblkCommand::Add(args) => add(args),
+        UblkCommand::Recover(args) => recover(args),
         UblkCommand::List => list(),
         UblkCommand::Del { id } => {
             mqblk_ublk::delete(id).map_err(failed)?;
@@ -67,11 +93,28 @@ fn failed(e: Error) -> (u8, String) {
 }
 
 fn add(args: AddArgs) -> Result<String, (u8, String)> {
+    let recovery = Recovery::from_name(&args.recovery)
+        .ok_or_else(|| (2, format!("--recovery {}: accepted: {}", args.recovery, Recovery::NAMES.join(", "))))?;
+    let opts = Options { queues: args.queues, depth: args.depth, id: args.id, recovery };
+    serve(&args.device, opts, args.control.as_deref(), None)
+}
+
+fn recover(args: RecoverArgs) -> Result<String, (u8, String)> {
+    serve(&args.device, Options::default(), args.control.as_deref(), Some(args.id))
+}
+
+/// Serves `spec` as a new device (`recover`: None) or as device `recover`
+/// whose server died, until stopped; then deletes it.
+fn serve(
+    spec: &str,
+    opts: Options,
+    control: Option<&std::path::Path>,
+    recover: Option<u32>,
+) -> Result<String, (u8, String)> {
     crate::register_drivers();
-    let device = Device::open(&args.device).map_err(|e| (2, format!("--device {}: {e}", args.device)))?;
-    let opts = Options { queues: args.queues, depth: args.depth, id: args.id };
+    let device = Device::open(spec).map_err(|e| (2, format!("--device {spec}: {e}")))?;
     let zoned = device.limits().zoned.is_some();
-    let control = crate::control::Control::for_one_device(args.control.as_deref(), &device)?;
+    let control = crate::control::Control::for_one_device(control, &device)?;
     // Its blktrace, if traced, ends once the server stops.
     let traced = device.clone();
     let server = Server::new(device, opts).map_err(failed)?;
@@ -79,8 +122,7 @@ fn add(args: AddArgs) -> Result<String, (u8, String)> {
         let stopper = server.stopper();
         move || stopper.stop()
     })?;
-    let spec = args.device.clone();
-    let summary = server.run(|s| {
+    let announce = |s: &mqblk_ublk::Started| {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(
             out,
@@ -91,7 +133,11 @@ fn add(args: AddArgs) -> Result<String, (u8, String)> {
             s.max_io_bytes / 1024
         );
         let _ = out.flush();
-    });
+    };
+    let summary = match recover {
+        None => server.run(announce),
+        Some(id) => server.recover(id, announce),
+    };
     signals.close();
     if let Some(c) = control {
         c.close();

@@ -1,6 +1,6 @@
 //! The control device, /dev/ublk-control: each control command (ADD_DEV,
 //! SET_PARAMS, START_DEV, STOP_DEV, DEL_DEV, GET_DEV_INFO, GET_PARAMS,
-//! GET_FEATURES) is one IORING_OP_URING_CMD on a private SQE128 ring,
+//! GET_FEATURES, START_USER_RECOVERY, END_USER_RECOVERY) is one IORING_OP_URING_CMD on a private SQE128 ring,
 //! submitted and waited for on the calling thread.
 //!
 //! Relies on: uapi.rs for the command numbers and structs; the io-uring
@@ -158,6 +158,31 @@ impl Control {
         let cmd = CtrlCmd { data: [server_pid as u64], ..Self::cmd_for(dev_id) };
         self.run(uapi::UBLK_U_CMD_START_DEV, cmd).map_err(|e| Error::Command {
             cmd: "START_DEV",
+            dev_id,
+            source: e,
+        })?;
+        Ok(())
+    }
+
+    /// START_USER_RECOVERY: a recoverable device whose server died (state
+    /// QUIESCED or FAIL_IO, /dev/ublkcN closed) takes a new server; EBUSY
+    /// while the old one's files are still being released.
+    pub fn start_recovery(&mut self, dev_id: u32) -> Result<(), Error> {
+        self.run(uapi::UBLK_U_CMD_START_USER_RECOVERY, Self::cmd_for(dev_id)).map_err(|e| Error::Command {
+            cmd: "START_USER_RECOVERY",
+            dev_id,
+            source: e,
+        })?;
+        Ok(())
+    }
+
+    /// END_USER_RECOVERY: waits until every queue of the new server has
+    /// fetched its tags, then makes the device LIVE again with
+    /// `server_pid` as its server and reissues (or fails) the held I/O.
+    pub fn end_recovery(&mut self, dev_id: u32, server_pid: i32) -> Result<(), Error> {
+        let cmd = CtrlCmd { data: [server_pid as u64], ..Self::cmd_for(dev_id) };
+        self.run(uapi::UBLK_U_CMD_END_USER_RECOVERY, cmd).map_err(|e| Error::Command {
+            cmd: "END_USER_RECOVERY",
             dev_id,
             source: e,
         })?;

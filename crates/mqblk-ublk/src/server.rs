@@ -13,8 +13,13 @@
 //! threads), join the threads, close /dev/ublkcN, DEL_DEV (which waits for
 //! that close). The device is flushed through mqblk at the end.
 //!
+//! `Server::recover` takes over a recoverable device whose server died
+//! (recovery.rs): START_USER_RECOVERY instead of ADD_DEV and SET_PARAMS,
+//! the same queues, END_USER_RECOVERY instead of START_DEV; from then on
+//! it is served and stopped as one added here.
+//!
 //! Relies on: ctrl.rs (control commands), queue.rs (queue threads),
-//! uapi.rs; mqblk's Device and QueueLimits.
+//! recovery.rs, uapi.rs; mqblk's Device and QueueLimits.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -28,6 +33,7 @@ use mqblk::{Bio, Device, QueueLimits};
 use crate::ctrl::Control;
 use crate::error::Error;
 use crate::queue::{Queue, QueueConfig, QueueStats};
+use crate::recovery::{self, Recovery};
 use crate::uapi::{self, DevInfo, Params};
 
 /// The largest request the server takes (per-tag buffer size): 1 MiB, or
@@ -58,12 +64,23 @@ pub struct Options {
     pub depth: u16,
     /// The device id (N of /dev/ublkbN), or None for the first free one.
     pub id: Option<u32>,
+    /// What the device does if this server dies (recovery.rs).
+    pub recovery: Recovery,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { queues: 1, depth: 64, id: None }
+        Self { queues: 1, depth: 64, id: None, recovery: Recovery::Off }
     }
+}
+
+/// How the queues, once each has fetched its tags, are put to work.
+#[derive(Clone, Copy)]
+enum Begin {
+    /// START_DEV: a device just added.
+    Start,
+    /// END_USER_RECOVERY: a recovered device.
+    EndRecovery,
 }
 
 /// The device as started, for the caller to announce.
@@ -258,7 +275,7 @@ impl Server {
     pub fn run(self, on_started: impl FnOnce(&Started)) -> Result<Summary, Error> {
         let mut ctrl = Control::open()?;
         let limits = self.device.limits().clone();
-        let flags = device_flags(&limits);
+        let flags = device_flags(&limits) | self.opts.recovery.flags();
         probe(&mut ctrl, flags)?;
         let max_io = max_io_bytes(&limits);
         let wanted = DevInfo {
@@ -280,14 +297,33 @@ impl Server {
             });
         }
         // From here on the device exists: every failure deletes it.
-        let result = self.serve_added(&mut ctrl, &info, &limits, on_started);
-        let deleted = delete_quietly(&mut ctrl, dev_id);
+        let result = ctrl
+            .set_params(dev_id, &params_for(&limits, info.max_io_buf_bytes))
+            .and_then(|()| self.serve_added(&mut ctrl, &info, Begin::Start, on_started));
+        self.end(&mut ctrl, dev_id, result)
+    }
+
+    /// Takes over recoverable device `dev_id`, whose server died, and
+    /// serves it until stopped, as `run` serves a device it added (and
+    /// deletes it the same way at the end, or on a failure).
+    pub fn recover(self, dev_id: u32, on_started: impl FnOnce(&Started)) -> Result<Summary, Error> {
+        let mut ctrl = Control::open()?;
+        let limits = self.device.limits().clone();
+        probe(&mut ctrl, device_flags(&limits))?;
+        let info = recovery::start(&mut ctrl, dev_id, &limits, device_flags(&limits))?;
+        let result = self.serve_added(&mut ctrl, &info, Begin::EndRecovery, on_started);
+        self.end(&mut ctrl, dev_id, result)
+    }
+
+    /// After serving: DEL_DEV whatever happened, then flush the device.
+    fn end(&self, ctrl: &mut Control, dev_id: u32, result: Result<Summary, Error>) -> Result<Summary, Error> {
+        let deleted = delete_quietly(ctrl, dev_id);
         let mut summary = result?;
         deleted?;
         summary.dev_id = dev_id;
         // What the kernel acknowledged with a flush reached mqblk; make the
         // device's own cache durable too before the device goes.
-        if limits.write_cache {
+        if self.device.limits().write_cache {
             self.device.client().submit_and_wait(Bio::flush())?;
         }
         Ok(summary)
@@ -297,11 +333,10 @@ impl Server {
         &self,
         ctrl: &mut Control,
         info: &DevInfo,
-        limits: &QueueLimits,
+        begin: Begin,
         on_started: impl FnOnce(&Started),
     ) -> Result<Summary, Error> {
         let dev_id = info.dev_id;
-        ctrl.set_params(dev_id, &params_for(limits, info.max_io_buf_bytes))?;
         let cdev = Arc::new(open_char_device(dev_id)?);
         let mut threads = Vec::new();
         for q_id in 0..info.nr_hw_queues {
@@ -316,7 +351,7 @@ impl Server {
             threads.push(spawn_queue(cfg, self.events_tx.clone())?);
         }
         drop(cdev);
-        let outcome = self.start_and_wait(ctrl, info, &mut threads, on_started);
+        let outcome = self.start_and_wait(ctrl, info, begin, &mut threads, on_started);
         // Stop whatever happened: aborts the fetches the threads wait on.
         if let Err(e) = ctrl.stop(dev_id) {
             log::debug!("STOP_DEV: {e}");
@@ -354,6 +389,7 @@ impl Server {
         &self,
         ctrl: &mut Control,
         info: &DevInfo,
+        begin: Begin,
         threads: &mut [JoinHandle<Result<QueueStats, Error>>],
         on_started: impl FnOnce(&Started),
     ) -> Result<(), Error> {
@@ -372,7 +408,11 @@ impl Server {
                 Ok(Event::Stop) | Err(_) => return Ok(()),
             }
         }
-        ctrl.start(info.dev_id, std::process::id() as i32)?;
+        let pid = std::process::id() as i32;
+        match begin {
+            Begin::Start => ctrl.start(info.dev_id, pid)?,
+            Begin::EndRecovery => ctrl.end_recovery(info.dev_id, pid)?,
+        }
         on_started(&Started {
             dev_id: info.dev_id,
             queues: info.nr_hw_queues,
@@ -491,7 +531,7 @@ mod tests {
             Device::open("null:gb=1").unwrap()
         };
         for (queues, depth) in [(0, 64), (1, 0), (1, 4097), (4097, 1)] {
-            let opts = Options { queues, depth, id: None };
+            let opts = Options { queues, depth, ..Options::default() };
             assert!(matches!(Server::new(device.clone(), opts), Err(Error::BadOption(_))), "{queues} x {depth}");
         }
     }

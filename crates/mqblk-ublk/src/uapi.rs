@@ -46,6 +46,8 @@ pub const UBLK_U_CMD_START_DEV: u32 = iowr(0x06, CTRL);
 pub const UBLK_U_CMD_STOP_DEV: u32 = iowr(0x07, CTRL);
 pub const UBLK_U_CMD_SET_PARAMS: u32 = iowr(0x08, CTRL);
 pub const UBLK_U_CMD_GET_PARAMS: u32 = ior(0x09, CTRL);
+pub const UBLK_U_CMD_START_USER_RECOVERY: u32 = iowr(0x10, CTRL);
+pub const UBLK_U_CMD_END_USER_RECOVERY: u32 = iowr(0x11, CTRL);
 pub const UBLK_U_CMD_GET_FEATURES: u32 = ior(0x13, CTRL);
 
 /// GET_FEATURES answers with this many bytes (a u64 of UBLK_F_* bits).
@@ -76,9 +78,11 @@ pub const UBLK_F_UNPRIVILEGED_DEV: u64 = 1 << 5;
 pub const UBLK_F_CMD_IOCTL_ENCODE: u64 = 1 << 6;
 pub const UBLK_F_USER_COPY: u64 = 1 << 7;
 pub const UBLK_F_ZONED: u64 = 1 << 8;
+/// Linux 6.13: while no server runs, fail I/O instead of holding it.
+pub const UBLK_F_USER_RECOVERY_FAIL_IO: u64 = 1 << 9;
 
 /// Feature bits with their header names, for messages.
-pub const FEATURE_NAMES: [(u64, &str); 9] = [
+pub const FEATURE_NAMES: [(u64, &str); 10] = [
     (UBLK_F_SUPPORT_ZERO_COPY, "UBLK_F_SUPPORT_ZERO_COPY"),
     (UBLK_F_URING_CMD_COMP_IN_TASK, "UBLK_F_URING_CMD_COMP_IN_TASK"),
     (UBLK_F_NEED_GET_DATA, "UBLK_F_NEED_GET_DATA"),
@@ -88,6 +92,7 @@ pub const FEATURE_NAMES: [(u64, &str); 9] = [
     (UBLK_F_CMD_IOCTL_ENCODE, "UBLK_F_CMD_IOCTL_ENCODE"),
     (UBLK_F_USER_COPY, "UBLK_F_USER_COPY"),
     (UBLK_F_ZONED, "UBLK_F_ZONED"),
+    (UBLK_F_USER_RECOVERY_FAIL_IO, "UBLK_F_USER_RECOVERY_FAIL_IO"),
 ];
 
 /// The names of the bits set in `flags` ("0x.." for unknown bits).
@@ -105,6 +110,8 @@ pub fn feature_names(flags: u64) -> Vec<String> {
 pub const UBLK_S_DEV_DEAD: u16 = 0;
 pub const UBLK_S_DEV_LIVE: u16 = 1;
 pub const UBLK_S_DEV_QUIESCED: u16 = 2;
+/// Linux 6.13: no server, I/O failed (UBLK_F_USER_RECOVERY_FAIL_IO).
+pub const UBLK_S_DEV_FAIL_IO: u16 = 3;
 
 /// A device state's name as the kernel's constants spell it.
 pub fn state_name(state: u16) -> &'static str {
@@ -112,6 +119,7 @@ pub fn state_name(state: u16) -> &'static str {
         UBLK_S_DEV_DEAD => "DEAD",
         UBLK_S_DEV_LIVE => "LIVE",
         UBLK_S_DEV_QUIESCED => "QUIESCED",
+        UBLK_S_DEV_FAIL_IO => "FAIL_IO",
         _ => "UNKNOWN",
     }
 }
@@ -425,6 +433,8 @@ mod tests {
         assert_eq!(UBLK_U_CMD_ADD_DEV, 0xc020_7504);
         assert_eq!(UBLK_U_CMD_GET_DEV_INFO, 0x8020_7502);
         assert_eq!(UBLK_U_CMD_GET_FEATURES, 0x8020_7513);
+        assert_eq!(UBLK_U_CMD_START_USER_RECOVERY, 0xc020_7510);
+        assert_eq!(UBLK_U_CMD_END_USER_RECOVERY, 0xc020_7511);
         assert_eq!(UBLK_U_IO_FETCH_REQ, 0xc010_7520);
         assert_eq!(UBLK_U_IO_COMMIT_AND_FETCH_REQ, 0xc010_7521);
     }
