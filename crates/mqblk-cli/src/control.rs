@@ -45,13 +45,19 @@ pub(crate) struct Control {
 impl Control {
     /// `--control PATH` of a front end serving one device (`ublk add`,
     /// `vhost add`): the socket if a path is given, its error as bad input.
-    pub(crate) fn for_one_device(path: Option<&Path>, device: &Device) -> Result<Option<Self>, (u8, String)> {
-        path.map(|path| Self::start(path, vec![(String::new(), device.clone())])).transpose().map_err(|e| (2, e))
+    pub(crate) fn for_one_device(
+        path: Option<&Path>,
+        device: &Device,
+        mode: u32,
+    ) -> Result<Option<Self>, (u8, String)> {
+        path.map(|path| Self::start(path, vec![(String::new(), device.clone())], mode)).transpose().map_err(|e| (2, e))
     }
 
-    /// Listens on `path` for the `(name, device)` exports.
-    pub(crate) fn start(path: &Path, exports: Vec<(String, Device)>) -> Result<Self, String> {
-        let listener = UnixListener::bind(path).map_err(|e| format!("--control {}: {e}", path.display()))?;
+    /// Listens on `path`, a socket of permissions `mode`, for the
+    /// `(name, device)` exports.
+    pub(crate) fn start(path: &Path, exports: Vec<(String, Device)>, mode: u32) -> Result<Self, String> {
+        let listener = mqblk::socket_mode::bind_with_mode(mode, || UnixListener::bind(path))
+            .map_err(|e| format!("--control {}: {e}", path.display()))?;
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
         let thread = std::thread::spawn(move || {
@@ -229,7 +235,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("mqblk-control-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("ctl");
-        let control = Control::start(&path, exports()).unwrap();
+        let control = Control::start(&path, exports(), mqblk::socket_mode::DEFAULT_SOCKET_MODE).unwrap();
         let ok = request(&path, &["set".into(), "badblocks".into(), "+0-7".into()]).unwrap();
         assert_eq!(ok, "ok\n");
         assert_eq!(request(&path, &["get".into(), "badblocks".into()]).unwrap(), "ok 0-7\n");

@@ -37,6 +37,10 @@ pub struct ServeArgs {
     /// and live attributes (bad blocks) of the exports' devices.
     #[arg(long, value_name = "PATH")]
     control: Option<std::path::PathBuf>,
+    /// The permissions of the Unix and control sockets, in octal: who
+    /// may connect (only their owner unless told otherwise).
+    #[arg(long, value_name = "MODE", default_value = "600")]
+    socket_mode: String,
     /// Connections served at once.
     #[arg(long, value_name = "N", default_value_t = 16)]
     max_connections: usize,
@@ -71,6 +75,7 @@ pub fn run(args: ServeArgs, matches: &clap::ArgMatches) -> Result<String, (u8, S
     init_logger("serve");
     let bad = |e: String| (2u8, e);
     let exports = exports(&args, matches).map_err(bad)?;
+    let mode = mqblk::socket_mode::parse_socket_mode(&args.socket_mode).map_err(bad)?;
     let ServeArgs { listen, unix, read_only, max_connections: max_conn, control, no_direct_reads, no_splice, .. } =
         args;
     if exports.is_empty() {
@@ -86,7 +91,7 @@ pub fn run(args: ServeArgs, matches: &clap::ArgMatches) -> Result<String, (u8, S
     }
     let listener = match (listen, unix) {
         (Some(_), Some(_)) => return Err(bad("--listen and --unix: choose one".into())),
-        (_, Some(path)) => Listen::unix(path).map_err(nbd_error)?,
+        (_, Some(path)) => Listen::unix_with_mode(path, mode).map_err(nbd_error)?,
         (addr, None) => Listen::tcp(addr.as_deref().unwrap_or("127.0.0.1:10809")).map_err(nbd_error)?,
     };
     // Devices to flush and blktraces to end once stopped (the server owns
@@ -95,7 +100,7 @@ pub fn run(args: ServeArgs, matches: &clap::ArgMatches) -> Result<String, (u8, S
     let control = match control {
         Some(path) => {
             let devices = list.iter().map(|e| (e.name.clone(), e.device.clone())).collect();
-            Some(crate::control::Control::start(&path, devices).map_err(bad)?)
+            Some(crate::control::Control::start(&path, devices, mode).map_err(bad)?)
         }
         None => None,
     };

@@ -114,7 +114,7 @@ fn serve(
     crate::register_drivers();
     let device = Device::open(spec).map_err(|e| (2, format!("--device {spec}: {e}")))?;
     let zoned = device.limits().zoned.is_some();
-    let control = crate::control::Control::for_one_device(control, &device)?;
+    let control = crate::control::Control::for_one_device(control, &device, mqblk::socket_mode::DEFAULT_SOCKET_MODE)?;
     // Its blktrace, if traced, ends once the server stops.
     let traced = device.clone();
     let server = Server::new(device, opts).map_err(failed)?;

@@ -42,6 +42,11 @@ pub struct AddArgs {
     /// and live attributes (bad blocks) of the device.
     #[arg(long, value_name = "PATH")]
     control: Option<PathBuf>,
+    /// The permissions of the vhost-user and control sockets, in octal:
+    /// who may connect (only their owner unless told otherwise; QEMU run
+    /// as another user needs 660 or more).
+    #[arg(long, value_name = "MODE", default_value = "600")]
+    socket_mode: String,
 }
 
 /// Runs `mqblk vhost ...`. Err((exit code, message)).
@@ -64,8 +69,15 @@ fn add(args: AddArgs) -> Result<String, (u8, String)> {
     crate::register_drivers();
     let config = crate::serve::fast_config(&args.device).map_err(|e| (2, format!("--device {}: {e}", args.device)))?;
     let device = config.build().map_err(|e| (2, format!("--device {}: {e}", args.device)))?;
-    let opts = Options { queues: args.queues, depth: args.depth, read_only: args.read_only, ..Options::default() };
-    let control = crate::control::Control::for_one_device(args.control.as_deref(), &device)?;
+    let socket_mode = mqblk::socket_mode::parse_socket_mode(&args.socket_mode).map_err(|e| (2, e))?;
+    let opts = Options {
+        queues: args.queues,
+        depth: args.depth,
+        read_only: args.read_only,
+        socket_mode,
+        ..Options::default()
+    };
+    let control = crate::control::Control::for_one_device(args.control.as_deref(), &device, socket_mode)?;
     // Its blktrace, if traced, ends once the server stops.
     let traced = device.clone();
     let server = Server::new(device, &args.socket, opts).map_err(failed)?;

@@ -30,12 +30,18 @@ impl Listen {
             .map_err(|source| Error::Listen { address: address.to_string(), source })
     }
 
-    /// Binds a Unix socket at `path`, replacing a stale socket file left
-    /// there by an earlier server.
+    /// Binds a Unix socket at `path` with mode 0600 (only its owner may
+    /// connect), replacing a stale socket file left there by an earlier
+    /// server.
     pub fn unix(path: impl AsRef<Path>) -> Result<Self, Error> {
+        Self::unix_with_mode(path, mqblk::socket_mode::DEFAULT_SOCKET_MODE)
+    }
+
+    /// `unix` with the socket's permissions `mode` (0o660: its group too).
+    pub fn unix_with_mode(path: impl AsRef<Path>, mode: u32) -> Result<Self, Error> {
         let path = path.as_ref();
         let _ = std::fs::remove_file(path);
-        UnixListener::bind(path)
+        mqblk::socket_mode::bind_with_mode(mode, || UnixListener::bind(path))
             .map(|l| Listen::Unix(l, path.to_path_buf()))
             .map_err(|source| Error::Listen { address: path.display().to_string(), source })
     }

@@ -48,11 +48,19 @@ pub struct Options {
     pub read_only: bool,
     /// The GET_ID answer (at most 20 bytes are sent).
     pub serial: String,
+    /// The socket's permissions (0600: only its owner may connect).
+    pub socket_mode: u32,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { queues: 1, depth: 128, read_only: false, serial: "mqblk".into() }
+        Self {
+            queues: 1,
+            depth: 128,
+            read_only: false,
+            serial: "mqblk".into(),
+            socket_mode: mqblk::socket_mode::DEFAULT_SOCKET_MODE,
+        }
     }
 }
 
@@ -116,7 +124,8 @@ impl Server {
             check_reaping_clients(&device, opts.queues)?;
         }
         let disk = DiskLimits::new(device.limits(), opts.queues, MAX_QUEUE_SIZE, opts.read_only);
-        let listener = Listener::new(socket, true)
+        let listener = mqblk::socket_mode::bind_with_mode(opts.socket_mode, || Ok(Listener::new(socket, true)))
+            .map_err(|e| Error::BadOption(e.to_string()))?
             .map_err(|source| Error::Listen { path: socket.display().to_string(), source })?;
         let wake = EventFd::new(EFD_NONBLOCK).map_err(|source| Error::Io { what: "eventfd", source })?;
         let stop = Stopper(Arc::new(StopState { stopped: AtomicBool::new(false), wake, conn: Mutex::new(None) }));

@@ -103,6 +103,7 @@ mod request;
 pub mod sbitmap;
 pub mod sched;
 mod segment;
+pub mod socket_mode;
 mod status;
 mod sync;
 mod tag;
