@@ -287,3 +287,49 @@ fn sizes_and_offsets_in_percent_are_shares_of_the_device() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("size: bad percentage '101%'"));
 }
+
+#[test]
+fn zbd_trims_are_zone_resets_of_whole_zones() {
+    // Four 16 MiB zones written full, then (stonewall) trimmed one zone a
+    // trim, then read: fio's zbd reads stop below the write pointers, so
+    // zones the trims reset give nothing to read.
+    let dir = scratch("zbd-trim");
+    let tlog = dir.join("t.log");
+    let base = ["bench", "--device", "null:gb=1,zoned=1,zone_size=16,memory_backed=1", "--zonemode=zbd", "--size=4z"];
+    let jobs = [
+        "--name=w",
+        "--rw=write",
+        "--bs=1m",
+        "--name=t",
+        "--stonewall",
+        "--rw=trim",
+        "--bs=16m",
+        &format!("--write_iolog={}", tlog.display()),
+        "--name=r",
+        "--stonewall",
+        "--rw=read",
+        "--bs=1m",
+        "--output-format=json",
+    ];
+    let args: Vec<String> = base.iter().chain(&jobs).map(|s| s.to_string()).collect();
+    let out = mqblk(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let zone = 16u64 << 20;
+    let trims: Vec<(u64, u64)> = iolog_ios(&tlog).into_iter().map(|(_, offset, len)| (offset, len)).collect();
+    assert_eq!(trims, (0..4).map(|z| (z * zone, zone)).collect::<Vec<_>>(), "a reset of each whole zone");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let jobs = report["jobs"].as_array().unwrap();
+    assert_eq!(jobs[0]["write"]["io_bytes"], 4 * zone);
+    assert_eq!(jobs[1]["trim"]["total_ios"], 4);
+    assert_eq!(jobs[2]["read"]["total_ios"], 0, "every zone was reset: nothing below a write pointer");
+
+    // fio's zbd_verify_bs: a trim is a whole zone.
+    let bad: Vec<String> = base.iter().chain(&["--rw=trim", "--bs=8m"]).map(|s| s.to_string()).collect();
+    let out = mqblk(&bad);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("the trim block size 8388608 is not the zone size 16777216"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

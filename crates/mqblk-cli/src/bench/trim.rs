@@ -60,7 +60,6 @@ pub(super) fn validate(opts: &JobOptions) -> Result<(), OptionError> {
                 || opts.shape.rate_iops_min != [0, 0, 0],
             "rate options: bench paces reads and writes, not trims",
         ),
-        (opts.zonemode_zbd, "zonemode=zbd: fio turns a trim of whole zones into zone resets, which bench does not"),
     ];
     match conflict.iter().find(|(bad, _)| *bad) {
         Some((_, why)) => err(format!("job '{}': rw={rw} with {why}", opts.name)),
@@ -86,7 +85,8 @@ pub(super) fn check_device(jobs: &[JobOptions], dev: &Device) -> Result<(), Stri
     if dev.limits().max_discard_sectors > 0 {
         return Ok(());
     }
-    match jobs.iter().find(|j| Trims::of(j) != Trims::None) {
+    // A zonemode=zbd job's trims are zone resets (zbd.rs).
+    match jobs.iter().find(|j| Trims::of(j) != Trims::None && !j.zonemode_zbd) {
         Some(j) => Err(format!(
             "job '{}': rw={} needs a device that supports discard, and the {} device does not (the null and \
              ram drivers discard with discard=1 and memory_backed=1)",

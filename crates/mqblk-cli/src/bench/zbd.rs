@@ -19,6 +19,12 @@
 //!   a random read folds its offset into the written part, a sequential
 //!   one moves on to the next zone holding data, and a read with no
 //!   written zone left ends the job (fio's end of file).
+//! - A trim is a zone reset (fio's zbd_do_io_u_trim): its block size must
+//!   be the zone size; a random trim of an empty zone moves on to the next
+//!   zone holding data (zbd_adjust_block's DDIR_TRIM). Here a trim also
+//!   passes over a zone another job has open for writing, and holds the
+//!   zone it resets as its owner until the reset completes, so no write
+//!   is in flight to a zone being reset.
 //!
 //! The device's zones are shared by every job of a phase (`SharedZones`:
 //! write pointers and owners as atomics). A zone is written by one job at
@@ -141,6 +147,27 @@ impl SharedZones {
     }
 }
 
+/// A job that ends gives its zones back: open ones stay as written, for
+/// the next phase's jobs (a `wait_for` job, say) to open and write on.
+impl Drop for ZbdJob {
+    fn drop(&mut self) {
+        for &z in self.open.iter().chain(&self.closing) {
+            self.shared.close(z);
+        }
+    }
+}
+
+/// fio's zbd_verify_bs for trims: the trim block size is the zone size
+/// (bench's trims have one size: `bs`'s third value).
+fn check_trim_size(opts: &JobOptions, zone_bytes: u64) -> Result<(), String> {
+    match opts.bs_trim {
+        bs if bs != zone_bytes => {
+            Err(format!("zonemode=zbd: the trim block size {bs} is not the zone size {zone_bytes}"))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// What the job does for its next write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum ZoneWrite {
@@ -214,6 +241,9 @@ impl ZbdJob {
             let every = (1.0 / z.reset_frequency).min(f64::from(u32::MAX)) as u64;
             ResetPolicy { threshold_bytes: (len as f64 * z.reset_threshold) as u64, every, countdown: every }
         });
+        if opts.rw.trims() {
+            check_trim_size(opts, zone)?;
+        }
         let job_max_open = if z.job_max_open_zones == 0 { count } else { z.job_max_open_zones as usize };
         Ok(Self {
             shared,
@@ -271,6 +301,38 @@ impl ZbdJob {
             }
         }
         ZoneWrite::At { offset: slot.start_bytes + written, len, reset }
+    }
+
+    /// The zone the next trim resets, from `offset` (the job's pattern's):
+    /// its start, taken by this job until `trim_completed`; None when no
+    /// zone can be reset now (each empty, for a random trim, or another
+    /// job's).
+    pub(super) fn next_trim(&mut self, offset: u64) -> Option<u64> {
+        let shared = &self.shared;
+        let orig = (offset / shared.zone_bytes) as usize;
+        let from = orig.clamp(self.first, self.first + self.count - 1) - self.first;
+        let zones = (0..self.count).map(|i| self.first + (from + i) % self.count);
+        let tries = if self.random { self.count } else { 1 };
+        for z in zones.take(tries) {
+            let slot = &shared.zones[z];
+            if !slot.sequential || (self.random && shared.written(z) == 0) {
+                continue;
+            }
+            // Acquire pairs with `close`'s and `trim_completed`'s Release.
+            if slot.owner.compare_exchange(NO_OWNER, self.owner, Ordering::AcqRel, Ordering::Acquire).is_err() {
+                continue;
+            }
+            let written = slot.written_bytes.swap(0, Ordering::Relaxed);
+            shared.written_bytes.fetch_sub(written, Ordering::Relaxed);
+            return Some(slot.start_bytes);
+        }
+        None
+    }
+
+    /// The reset of the zone at `offset` completed: the zone is free.
+    pub(super) fn trim_completed(&mut self, offset: u64) {
+        let z = (offset / self.shared.zone_bytes) as usize;
+        self.shared.zones[z].owner.store(NO_OWNER, Ordering::Release);
     }
 
     /// A write at `offset` completed.

@@ -72,8 +72,10 @@ impl<const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'_, TIME
             stats.errors += 1;
             self.io_error(c.status.errno(), slot, bs, p);
         }
-        if let (true, Dir::Write, Some(zbd)) = (SHAPED, slot.dir, io.zbd.as_mut()) {
-            zbd.completed(slot.offset);
+        match (SHAPED, slot.dir, io.zbd.as_mut()) {
+            (true, Dir::Write, Some(zbd)) => zbd.completed(slot.offset),
+            (true, Dir::Trim, Some(zbd)) => zbd.trim_completed(slot.offset),
+            _ => {}
         }
         if data {
             let mut buf = c.segs.into_buf().expect("data I/O completions carry their buffer");

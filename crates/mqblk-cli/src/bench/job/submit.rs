@@ -181,9 +181,27 @@ impl<const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'_, TIME
         }
         let is_write = dir == Dir::Write;
         match io.zbd.as_mut() {
+            Some(zbd) if SHAPED && dir == Dir::Trim => Ok(self.next_zone_reset(zbd, bs, p)),
             Some(zbd) if SHAPED => self.next_zoned(c, zbd, is_write, bs, p),
             _ => Ok(Some((p.pattern.next_offset(bs, is_write), bs))),
         }
+    }
+
+    /// `next_offset` of a `zonemode=zbd` job's trim: a zone to reset.
+    /// None when none can be now: a time-based job tries again, another
+    /// ends (fio's end of file).
+    #[cold]
+    fn next_zone_reset(&self, zbd: &mut ZbdJob, bs: u64, p: &mut Progress) -> Option<(u64, u64)> {
+        let offset = p.pattern.next_offset(bs, false);
+        let zone = zbd.next_trim(offset);
+        if zone.is_none() {
+            if self.opts.time_based {
+                std::thread::yield_now();
+            } else {
+                p.source_done = true;
+            }
+        }
+        zone.map(|start| (start, bs))
     }
 
     /// `next_offset` of a `zonemode=zbd` job.
@@ -252,6 +270,8 @@ impl<const TIMED: bool, const REPLAY: bool, const SHAPED: bool> JobLoop<'_, TIME
                 }
                 Bio::read(offset, buf).with_flags(self.hipri)
             }
+            // zonemode=zbd: a trim is a zone reset (zbd.rs).
+            Dir::Trim if SHAPED && io.zbd.is_some() => Bio::zone_mgmt(mqblk::zoned::ZoneMgmt::Reset, offset),
             Dir::Trim => Bio::discard(offset, len_bytes),
         };
         match (SHAPED, io.cmdprio.as_mut()) {
