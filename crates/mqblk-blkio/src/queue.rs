@@ -1,5 +1,6 @@
 //! `struct blkioq`: one mqblk client and the requests queued on it. The
-//! zone requests are in zone.rs, readv/writev in vectored.rs, what is
+//! zone requests are in zone.rs, readv/writev in vectored.rs (their pass
+//! over the iovecs in iovec_pass.rs), what is
 //! remembered of a request in flight in inflight.rs, `blkioq_do_io` in
 //! reap.rs, the exported functions in ffi.rs.
 //!
@@ -23,6 +24,7 @@ use mqblk::{Bio, Buf, Client, Device, ReqFlags};
 
 mod ffi;
 mod inflight;
+mod iovec_pass;
 mod reap;
 mod segvecs;
 mod vectored;

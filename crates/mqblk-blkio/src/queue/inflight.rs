@@ -96,23 +96,22 @@ impl Inflight {
     }
 
     /// Takes back a request's segments: a vector of buffers to its pool;
-    /// the caller's iovecs, a borrowed buffer, or none, simply end.
+    /// the caller's iovecs, a borrowed buffer, or none, simply end. One
+    /// test tells a vector of buffers from the rest (`owns_vec`): a call
+    /// to learn that the caller's iovecs need nothing cost 17 instructions
+    /// per readv8 (qd1.c, callgrind).
     #[inline(always)]
     pub(super) fn end_segments(&mut self, segs: BioVec) {
-        if segs.is_vectored() {
+        if segs.owns_vec() {
             return self.end_vector(segs);
         }
         // Borrowed (or nothing): dropping it would free nothing.
         std::mem::forget(segs);
     }
 
-    /// A vector's end: pooled buffers back to the pool, the caller's
-    /// iovecs simply given up (nothing of them is ours).
+    /// A vector of buffers' end: back to the pool.
     #[inline(never)]
     fn end_vector(&mut self, segs: BioVec) {
-        if segs.iovecs().is_some() {
-            return std::mem::forget(segs);
-        }
         debug_assert!(segs.iter().all(Buf::is_borrowed), "every lent buffer is borrowed (module header)");
         self.seg_vecs.give_back(segs.into_vec());
     }

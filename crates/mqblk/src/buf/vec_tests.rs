@@ -128,6 +128,31 @@ fn a_checked_iovec_array_is_an_iovec_array_that_says_so() {
     assert_eq!(memory[0], 7);
 }
 
+/// `owns_vec` is true for a vector of `Buf`s whatever its capacity, and
+/// for nothing else: none, one `Buf`, an iovec array checked or not, the
+/// words a `take` leaves behind.
+#[test]
+fn owns_vec_is_a_vector_of_bufs_only() {
+    for capacity in [0, 1, 2, 3, 16, 255] {
+        let v = BioVec::from(Vec::with_capacity(capacity));
+        assert!(v.owns_vec(), "capacity {capacity}");
+        assert_eq!(v.into_vec().capacity(), capacity);
+    }
+    let mut v = BioVec::from(vec![Buf::new(512), Buf::new(512)]);
+    assert!(v.owns_vec() && !v.iovecs_checked() && v.iovecs().is_none());
+    let taken = v.take();
+    assert!(!v.owns_vec() && taken.owns_vec());
+    assert!(!BioVec::new().owns_vec());
+    assert!(!BioVec::from(Buf::new(512)).owns_vec());
+    let mut memory = vec![7u8; 12288];
+    let iov = two_pages_apart(&mut memory);
+    // SAFETY: `iov` and `memory` outlive both, untouched meanwhile.
+    let (checked, unchecked) =
+        unsafe { (BioVec::from_iovecs_checked(iov.as_ptr(), 2), BioVec::from_iovecs(iov.as_ptr(), 2)) };
+    assert!(!checked.owns_vec() && !unchecked.owns_vec());
+    assert!(checked.is_vectored() && unchecked.is_vectored());
+}
+
 #[test]
 #[should_panic(expected = "borrowed iovec array")]
 fn a_borrowed_iovec_array_has_no_bufs() {

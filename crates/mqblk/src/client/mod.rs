@@ -134,6 +134,10 @@ pub struct Client {
     /// `RequestQueue::plain_max_bytes`: bios up to this long may take the
     /// plain submission path (submit.rs `is_plain`).
     plain_max_bytes: u64,
+    /// How many segments a checked iovec array no longer than
+    /// `plain_max_bytes` may have and fit one request wherever they lie
+    /// (limits.rs `segments_fit_anywhere_up_to`).
+    plain_fit_segs: u64,
     /// Where the plain path sends bios (the queue map, worked out once).
     plain: PlainMap,
     /// Free bio slots of `shared` (only this client touches the list).
@@ -185,6 +189,7 @@ impl Client {
             notify_registered: false,
             plug: PlugState::new(q.plug_nesting(), q.plug_sync),
             plain_max_bytes: q.plain_max_bytes(),
+            plain_fit_segs: q.limits.segments_fit_anywhere_up_to(q.plain_max_bytes()),
             plain: PlainMap::new(&q, hctx_index, poll_hctx),
             q,
             free_slots: (0..capacity as u32).rev().collect(),

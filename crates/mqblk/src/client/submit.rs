@@ -151,7 +151,7 @@ impl Client {
     /// scheduler) takes the general path, which would do the same with it.
     #[inline(always)]
     fn is_plain(&self, bio: &Bio) -> bool {
-        self.plain_but_data(bio) && self.q.plain_rw_ok(bio)
+        self.plain_but_data(bio) && self.q.plain_rw_ok(bio, self.plain_fit_segs)
     }
 
     /// `is_plain` for a vectored bio: the same conditions, its segments

@@ -212,10 +212,10 @@ impl RequestQueue {
     }
 
     /// A read or write no longer than `plain_max_bytes` that passes
-    /// `check_bio` as it is (limits.rs).
+    /// `check_bio` as it is (limits.rs); `fit_segs` as there.
     #[inline(always)]
-    pub(crate) fn plain_rw_ok(&self, bio: &Bio) -> bool {
-        self.limits.plain_rw_ok_within_max(bio)
+    pub(crate) fn plain_rw_ok(&self, bio: &Bio, fit_segs: u64) -> bool {
+        self.limits.plain_rw_ok_within_max(bio, fit_segs)
     }
 
     /// A vectored bio the plain path may take (limits.rs).
