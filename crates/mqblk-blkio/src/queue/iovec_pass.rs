@@ -108,8 +108,11 @@ mod tests {
     /// for every pair of iovecs from addresses and lengths at each edge,
     /// and a third after and between them: never an array the rule
     /// refuses, and every array it takes whose addresses are in the lower
-    /// half (the others go to `other_shapes`).
+    /// half (the others go to `other_shapes`). Not under Miri: 115,000
+    /// arrays of safe arithmetic over `fold`, whose unsafe loads
+    /// `fold_is_fold_plain` covers there.
     #[test]
+    #[cfg_attr(miri, ignore)]
     fn each_a_segment_is_the_plain_rule_in_the_lower_half() {
         let addrs = [0usize, 512, 4096, 4097, 0x7fff_ffff_f000, 1 << 63, (1 << 63) + 4096, usize::MAX & !4095];
         let lens = [
