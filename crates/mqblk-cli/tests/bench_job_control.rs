@@ -152,7 +152,9 @@ fn fsync_end_fsync_and_sync_flush_and_write_fua() {
     let trace = format!("--blktrace={}", dir.display());
     let args = ["--device", device, "--name=w", "--rw=write", "--size=64k", "--fsync=8", "--sync=1", &trace];
     json(&bench(&[&args[..], &["--output-format=json"]].concat()));
-    let out = Command::new("blkparse").arg("-D").arg(&dir).args(["-i", "null"]).output().expect("blkparse");
+    // In the trace's directory: the blktrace tools write beside where they run.
+    let out =
+        Command::new("blkparse").current_dir(&dir).arg("-D").arg(&dir).args(["-i", "null"]).output().expect("blkparse");
     let text = String::from_utf8_lossy(&out.stdout);
     let queued = |rwbs: &str| {
         text.lines()

@@ -44,10 +44,17 @@ fn bench_traced(dir: &Path, args: &[&str]) -> Value {
     serde_json::from_slice(&out.stdout).expect("valid JSON on stdout")
 }
 
-/// Runs a tool and returns its stdout, asserting it succeeded and wrote
-/// nothing to stderr.
-fn run_tool(tool: &str, args: &[&str]) -> String {
-    let out = Command::new(tool).args(args).output().unwrap_or_else(|e| panic!("run {tool} (blktrace package): {e}"));
+/// Runs a tool in the trace's directory `dir` and returns its stdout,
+/// asserting it succeeded and wrote nothing to stderr. In `dir` because
+/// btt writes its per-device data files (`0,1_iops_fp.dat`,
+/// `sys_mbps_fp.dat`, ...) into the directory it runs in, which for a
+/// test is the crate's own.
+fn run_tool(dir: &Path, tool: &str, args: &[&str]) -> String {
+    let out = Command::new(tool)
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("run {tool} (blktrace package): {e}"));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{tool} {args:?} failed: {stderr}");
     assert!(stderr.trim().is_empty(), "{tool} {args:?} complained: {stderr}");
@@ -59,7 +66,7 @@ fn blkparse(dir: &Path) -> (HashMap<String, u64>, PathBuf) {
     let dump = dir.join("dump.bin");
     let dir_arg = dir.to_str().expect("UTF-8 path");
     let text =
-        run_tool("blkparse", &["-D", dir_arg, "-i", "null", "-f", "@@ %a %S %N\\n", "-d", dump.to_str().unwrap()]);
+        run_tool(dir, "blkparse", &["-D", dir_arg, "-i", "null", "-f", "@@ %a %S %N\\n", "-d", dump.to_str().unwrap()]);
     assert!(text.contains("Input file"), "blkparse found the files: {text}");
     assert!(text.contains("Skips: 0 forward"), "no sequence number missing: {text}");
     let mut counts = HashMap::new();
@@ -72,7 +79,7 @@ fn blkparse(dir: &Path) -> (HashMap<String, u64>, PathBuf) {
 
 /// btt's (Q2C, D2C) averages over all devices, in ns.
 fn btt_q2c_d2c_ns(dump: &Path) -> (f64, f64) {
-    let out = run_tool("btt", &["-i", dump.to_str().unwrap()]);
+    let out = run_tool(dump.parent().expect("the trace's directory"), "btt", &["-i", dump.to_str().unwrap()]);
     let avg = |name: &str| {
         let line = out.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{name} in btt's output: {out}"));
         let secs: f64 = line.split_whitespace().nth(2).expect("AVG column").parse().expect("a number");
@@ -160,7 +167,7 @@ fn bios_past_max_sectors_split_in_the_trace_as_in_the_counters() {
     let (counts, dump) = blkparse(&dir);
     assert_eq!(counts["X"], counter(&v, "bios"), "one split each: {counts:?}");
     check_counts(&v, &counts);
-    let btt = run_tool("btt", &["-i", dump.to_str().unwrap()]);
+    let btt = run_tool(&dir, "btt", &["-i", dump.to_str().unwrap()]);
     assert!(btt.contains("All Devices"), "btt read the dump: {btt}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -210,7 +217,7 @@ fn serve_traces_its_device_through_the_spec_key() {
     s.child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
     assert!(stderr.contains("blktrace:") && stderr.contains(" 0 dropped"), "the trace's summary: {stderr}");
 
-    let text = run_tool("blkparse", &["-D", dir.to_str().unwrap(), "-i", "null", "-f", "@@ %a %d %n\\n"]);
+    let text = run_tool(&dir, "blkparse", &["-D", dir.to_str().unwrap(), "-i", "null", "-f", "@@ %a %d %n\\n"]);
     assert!(text.contains("Skips: 0 forward"), "no sequence number missing: {text}");
     let events: Vec<Vec<&str>> =
         text.lines().filter_map(|l| l.strip_prefix("@@ ")).map(|l| l.split_whitespace().collect()).collect();
