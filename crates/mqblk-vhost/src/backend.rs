@@ -14,20 +14,28 @@
 //! and enable events, and `num_queues + 1` the queue client's completion
 //! eventfd, registered by the server (`COMPLETION_EVENT`).
 //!
-//! Relies on: queue.rs, config.rs; vhost-user-backend (the trait),
+//! A queue that stops (an error of its `run`) says why in the log at
+//! once. A broken ring stops that queue only, and its error eventfd
+//! (SET_VRING_ERR) tells the frontend; a guest memory access that faulted
+//! (the frontend's memory file shrank: memory.rs) ends the connection,
+//! since none of that memory can be trusted any more.
+//!
+//! Relies on: queue.rs, memory.rs, vring.rs, config.rs;
+//! vhost-user-backend (the trait, the connection's `ShutdownHandle`),
 //! vmm-sys-util (eventfds).
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use vhost::vhost_user::message::VhostUserProtocolFeatures;
-use vhost_user_backend::VhostUserBackend;
+use vhost_user_backend::{ShutdownHandle, VhostUserBackend};
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic};
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier};
 
 use crate::config::{DiskLimits, CONFIG_BYTES};
+use crate::memory::MemoryWatch;
 use crate::queue::{Mem, QueueStats, VirtQueue, Vring};
 
 /// The epoll event number of a queue's completion eventfd, in its
@@ -36,27 +44,83 @@ pub fn completion_event(num_queues: usize) -> u64 {
     num_queues as u64 + 1
 }
 
+/// Ends the connection from a queue's worker: holds the connection's
+/// shutdown handle once the server has it, and remembers an end asked
+/// before that.
+#[derive(Default)]
+pub struct ConnectionEnd(Mutex<(Option<ShutdownHandle>, bool)>);
+
+impl ConnectionEnd {
+    /// The connection's handle, once accepted; ends it now if asked to
+    /// before.
+    pub fn attach(&self, handle: Option<ShutdownHandle>) {
+        let mut state = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        state.0 = handle;
+        if let (Some(handle), true) = &*state {
+            handle.shutdown();
+        }
+    }
+
+    /// Ends the connection (the server then waits for the next).
+    pub fn end(&self) {
+        let mut state = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        state.1 = true;
+        if let Some(handle) = &state.0 {
+            handle.shutdown();
+        }
+    }
+}
+
 pub struct BlkBackend {
     disk: DiskLimits,
     config: [u8; CONFIG_BYTES],
     queue_size: u16,
-    mem: GuestMemoryAtomic<Mem>,
+    /// The guest memory the queues read, checked and guarded.
+    memory: Arc<MemoryWatch>,
     queues: Vec<Mutex<VirtQueue>>,
+    end: Arc<ConnectionEnd>,
     /// The exit events' consumer ends handed to vhost-user-backend, closed
     /// when the backend drops (`Drop`).
     exit_consumers: Mutex<Vec<RawFd>>,
 }
 
 impl BlkBackend {
-    pub fn new(disk: DiskLimits, queue_size: u16, mem: GuestMemoryAtomic<Mem>, queues: Vec<VirtQueue>) -> Self {
+    /// The backend of one connection: `queues` watch `memory`'s faults.
+    pub fn new(
+        disk: DiskLimits,
+        queue_size: u16,
+        memory: Arc<MemoryWatch>,
+        queues: Vec<VirtQueue>,
+        end: Arc<ConnectionEnd>,
+    ) -> Self {
         assert_eq!(queues.len(), usize::from(disk.num_queues), "one VirtQueue per virtqueue");
+        let queues = queues
+            .into_iter()
+            .map(|mut q| {
+                q.watch_memory_faults(Arc::clone(memory.faulted()));
+                Mutex::new(q)
+            })
+            .collect();
         Self {
             config: disk.config_space(),
             disk,
             queue_size,
-            mem,
-            queues: queues.into_iter().map(Mutex::new).collect(),
+            memory,
+            queues,
+            end,
             exit_consumers: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A queue stopped with `error`: logged, and the frontend told (the
+    /// ring's error eventfd), or the connection ended if guest memory
+    /// faulted.
+    fn stopped(&self, index: usize, vring: Option<&Vring>, error: &io::Error) {
+        log::error!("queue {index} stopped: {error}");
+        if self.memory.has_faulted() {
+            self.end.end();
+        } else if let Some(Err(e)) = vring.map(Vring::signal_error) {
+            log::warn!("queue {index}: the ring's error eventfd: {e}");
         }
     }
 
@@ -65,8 +129,9 @@ impl BlkBackend {
         self.queues.iter().map(|q| lock(q).completion_fd()).collect()
     }
 
-    /// After the connection: drops every answer still in flight and sums
-    /// the queues' counts.
+    /// After the connection (its workers joined): drops every answer
+    /// still in flight and sums the queues' counts. Nothing touches the
+    /// guest's memory after that, so its guards are released.
     pub fn finish(&self) -> QueueStats {
         let mut total = QueueStats::default();
         for q in &self.queues {
@@ -74,6 +139,7 @@ impl BlkBackend {
             q.abandon_in_flight();
             total.add(&q.stats());
         }
+        self.memory.release();
         total
     }
 }
@@ -147,9 +213,13 @@ impl VhostUserBackend for BlkBackend {
         Ok(())
     }
 
-    fn update_memory(&self, _mem: GuestMemoryAtomic<Mem>) -> io::Result<()> {
-        // The daemon updates the GuestMemoryAtomic we were built with.
-        Ok(())
+    fn update_memory(&self, mem: GuestMemoryAtomic<Mem>) -> io::Result<()> {
+        // `mem` is the daemon's, the new table already in it: checked
+        // before the queues' memory takes it (memory.rs).
+        self.memory.update(&mem).map_err(|e| {
+            log::error!("memory table refused: {e}");
+            io::Error::new(io::ErrorKind::InvalidInput, e)
+        })
     }
 
     fn queues_per_thread(&self) -> Vec<u64> {
@@ -164,7 +234,8 @@ impl VhostUserBackend for BlkBackend {
 
     fn stop_vring(&self, queue_index: u32) -> io::Result<()> {
         let q = self.queues.get(queue_index as usize).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
-        lock(q).finish_in_flight(&self.mem.memory())
+        let result = lock(q).finish_in_flight(&self.memory.served().memory());
+        result.inspect_err(|e| self.stopped(queue_index as usize, None, e))
     }
 
     fn handle_event(&self, device_event: u16, evset: EventSet, vrings: &[Vring], thread_id: usize) -> io::Result<()> {
@@ -183,6 +254,8 @@ impl VhostUserBackend for BlkBackend {
         // An error ends this queue's worker (vhost-user-backend stops its
         // thread): say so now, not at the connection's end. The snapshot's
         // Arc goes to the requests whose bios borrow guest memory.
-        q.run(vring, &self.mem.memory().into_inner()).inspect_err(|e| log::error!("queue {thread_id} stopped: {e}"))
+        let result = q.run(vring, &self.memory.served().memory().into_inner());
+        drop(q);
+        result.inspect_err(|e| self.stopped(thread_id, Some(vring), e))
     }
 }

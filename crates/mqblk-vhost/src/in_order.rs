@@ -20,6 +20,9 @@
 //! Entries are placed by their distance from the next used position, so
 //! any ring size works and the u16 indices may wrap.
 //!
+//! Also here, the checks of a ring's indices and size that stop a queue
+//! (`start_ring`, `unreadable_avail`, `check_size`).
+//!
 //! Relies on: virtio-queue's `Queue` (its positions, and the guest's used
 //! index when a ring starts); `add_used` is the caller's.
 
@@ -148,6 +151,33 @@ pub fn start_ring<M: GuestMemory>(index: u16, queue: &mut Queue, mem: &M) -> io:
     Ok(())
 }
 
+/// The error for an avail index that moved while no chain could be popped:
+/// it is more than a ring ahead of ours (a driver never has more chains
+/// than the ring), or the avail ring's entries are outside guest memory.
+pub fn unreadable_avail<M: GuestMemory>(index: u16, queue: &Queue, mem: &M) -> io::Error {
+    let next = queue.next_avail();
+    match queue.avail_idx(mem, Ordering::Acquire) {
+        Ok(avail) if (avail - std::num::Wrapping(next)).0 > queue.size() => io::Error::other(format!(
+            "queue {index}: avail index {} is more than a ring ({}) ahead of {next}",
+            avail.0,
+            queue.size()
+        )),
+        _ => io::Error::other(format!("queue {index}: avail index moved past {next} but no chain could be read")),
+    }
+}
+
+/// Checks the ring's size against the one the frontend asked (vring.rs
+/// `asked_size`): virtio-queue keeps its old size when the asked one is
+/// not a power of two, and the guest's rings are not that size.
+pub fn check_size(index: u16, asked: Option<u16>, queue: &Queue) -> io::Result<()> {
+    match asked {
+        Some(asked) if asked != queue.size() => Err(io::Error::other(format!(
+            "queue {index}: the frontend set a ring of {asked} entries, not a power of two (virtio 1.2, 2.7)"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,6 +268,18 @@ mod tests {
         assert_eq!(order.held(), 0);
         order.hold(3, 4, 40);
         assert_eq!(publish_all(&mut order, &mut used), 1, "the window moved past the dropped one");
+    }
+
+    #[test]
+    fn a_size_the_ring_did_not_take_stops_it() {
+        let mut queue = Queue::new(16).unwrap();
+        assert!(check_size(0, None, &queue).is_ok(), "no size asked yet");
+        queue.set_size(12);
+        assert_eq!(queue.size(), 16, "virtio-queue keeps its size");
+        let e = check_size(3, Some(12), &queue).unwrap_err();
+        assert!(e.to_string().contains("queue 3: the frontend set a ring of 12 entries, not a power of two"), "{e}");
+        queue.set_size(8);
+        assert!(check_size(3, Some(8), &queue).is_ok());
     }
 
     #[test]

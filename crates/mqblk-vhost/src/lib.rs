@@ -3,11 +3,15 @@
 //! `memory-backend-memfd,share=on`).
 //!
 //! Modules, bottom up: config.rs (features and configuration space from
-//! the device's limits), chain.rs (a chain's descriptors, an indirect
-//! table read in one copy), regions.rs (guest memory regions, the last
-//! one kept), request.rs (a descriptor chain to a typed request), in_order.rs (answers put in the used ring in avail order),
-//! slot.rs (a request in flight; its data segments lent as one bio),
-//! queue.rs (one virtqueue through one mqblk `Client`),
+//! the device's limits), guard.rs (a SIGBUS guard over guest mappings
+//! whose file may shrink), memory.rs (each memory table checked against
+//! its files and guarded before the queues read it), vring.rs (the vring,
+//! keeping the queue size asked and the error eventfd), chain.rs (a
+//! chain's descriptors, an indirect table read in one copy), regions.rs
+//! (guest memory regions, the last one kept), request.rs (a descriptor
+//! chain to a typed request), in_order.rs (answers put in the used ring
+//! in avail order), slot.rs (a request in flight; its data segments lent
+//! as one bio), queue.rs (one virtqueue through one mqblk `Client`),
 //! backend.rs (vhost-user-backend's trait), server.rs (the socket, one
 //! connection at a time, stop), error.rs.
 //!
@@ -43,12 +47,15 @@ pub mod backend;
 mod chain;
 pub mod config;
 pub mod error;
+mod guard;
 pub mod in_order;
+pub mod memory;
 pub mod queue;
 mod regions;
 pub mod request;
 pub mod server;
 mod slot;
+pub mod vring;
 
 pub use config::DiskLimits;
 pub use error::Error;

@@ -45,19 +45,21 @@
 
 use std::io;
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use mqblk::{Bio, BioVec, Buf, Client, Completion, Status};
-use vhost_user_backend::{VringMutex, VringT};
+use vhost_user_backend::VringT;
 use virtio_bindings::virtio_blk::{VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, VIRTIO_BLK_S_UNSUPP};
 use virtio_queue::QueueT;
-use vm_memory::{Bytes, GuestAddress, GuestMemoryAtomic, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::chain::ChainReader;
 use crate::config::DiskLimits;
 use crate::in_order::{self, InOrderUsed};
 use crate::request::{self, Kind, Request, ID_BYTES};
 use crate::slot::Slot;
+pub use crate::vring::Vring;
 
 /// A read or write of this many bytes or more is submitted, and answered
 /// if it completed, before the next chain is popped. The plug would issue
@@ -71,8 +73,6 @@ const ANSWER_EARLY_BYTES: u64 = 128 << 10;
 
 /// The guest memory type served.
 pub type Mem = GuestMemoryMmap<()>;
-/// The vring type served.
-pub type Vring = VringMutex<GuestMemoryAtomic<Mem>>;
 
 /// Counts of one queue's life.
 #[derive(Debug, Default, Clone, Copy)]
@@ -126,6 +126,9 @@ pub struct VirtQueue {
     ring_started: bool,
     /// The vring, kept from the first event so `stop` can finish requests.
     vring: Option<Vring>,
+    /// Set when an access to guest memory faulted (its file shrank:
+    /// memory.rs, guard.rs); read before any answer is published.
+    faulted: Arc<AtomicBool>,
     stats: QueueStats,
 }
 
@@ -159,8 +162,21 @@ impl VirtQueue {
             used: InOrderUsed::default(),
             ring_started: false,
             vring: None,
+            faulted: Arc::new(AtomicBool::new(false)),
             stats: QueueStats::default(),
         })
+    }
+
+    /// Watches `faulted`, the flag of the guest memory's SIGBUS guard
+    /// (memory.rs `MemoryWatch::faulted`), instead of a flag of its own.
+    pub fn watch_memory_faults(&mut self, faulted: Arc<AtomicBool>) {
+        self.faulted = faulted;
+    }
+
+    /// Whether an access to the guest's memory faulted: its file shrank.
+    pub fn memory_faulted(&self) -> bool {
+        // Acquire: pairs with the handler's Release store (guard.rs).
+        self.faulted.load(Ordering::Acquire)
     }
 
     /// The client's completion eventfd, for the worker's epoll.
@@ -196,13 +212,20 @@ impl VirtQueue {
         loop {
             let popped = self.pop_and_submit(vring, mem)?;
             let reaped = self.reap(mem, 0)?;
-            let published = self.publish(vring)?;
+            // The requests served so far touched guest memory (parsing,
+            // copies, the device's own access to lent segments): none is
+            // answered if any of it faulted.
+            if self.memory_faulted() {
+                return Err(self.fail_after_memory_fault());
+            }
+            let published = self.publish(vring, mem)?;
             // Signalled as answers are published, not once at the end: a
             // pass that stopped after a large request (`pop`) lets the guest
             // refill its queue while the next one is served. The event
             // index makes a signal rare while the guest is still busy with
-            // the last one.
-            if published > 0 && vring.needs_notification().map_err(io::Error::other)? {
+            // the last one. Ring accesses go through `mem`, the checked
+            // memory (memory.rs), never the vring's own.
+            if published > 0 && vring.get_mut().get_queue_mut().needs_notification(&**mem).map_err(io::Error::other)? {
                 vring.signal_used_queue()?;
             }
             if popped == 0 && reaped == 0 && published == 0 {
@@ -219,7 +242,10 @@ impl VirtQueue {
         while self.client.in_flight() > 0 {
             self.reap(mem, 1)?;
         }
-        self.publish(&vring)?;
+        if self.memory_faulted() {
+            return Err(self.fail_after_memory_fault());
+        }
+        self.publish(&vring, mem)?;
         debug_assert_eq!(self.used.held(), 0, "every answer published once nothing is in flight");
         self.ring_started = false;
         vring.signal_used_queue()
@@ -263,12 +289,30 @@ impl VirtQueue {
 
     /// Puts the answers whose turn has come in the used ring (in_order.rs);
     /// returns how many.
-    fn publish(&mut self, vring: &Vring) -> io::Result<usize> {
+    fn publish(&mut self, vring: &Vring, mem: &Mem) -> io::Result<usize> {
         if self.used.held() == 0 {
             return Ok(0);
         }
         let mut state = vring.get_mut();
-        self.used.publish(|head, used_len| state.add_used(head, used_len)).map_err(io::Error::other)
+        let queue = state.get_queue_mut();
+        let index = self.index;
+        self.used
+            .publish(|head, used_len| queue.add_used(mem, head, used_len))
+            .map_err(|e| io::Error::other(format!("queue {index}: cannot put an answer in the used ring: {e}")))
+    }
+
+    /// The requests not yet answered fail (none is published: what they
+    /// read or wrote of guest memory may be an anonymous page standing in
+    /// for the file's), and the error that ends the connection.
+    fn fail_after_memory_fault(&mut self) -> io::Error {
+        let failed = self.used.held() + self.client.in_flight();
+        self.stats.errors += failed as u64;
+        self.used.clear();
+        io::Error::other(format!(
+            "queue {}: the frontend's memory file shrank under its mapping (a guest memory access faulted past \
+             its end): {failed} requests failed, connection ended",
+            self.index
+        ))
     }
 
     /// Pops chains while slots are free and the in-order window has room,
@@ -290,6 +334,7 @@ impl VirtQueue {
         if !state.get_queue().ready() {
             return Ok(0);
         }
+        in_order::check_size(self.index, vring.asked_size(), state.get_queue())?;
         if !self.ring_started {
             in_order::start_ring(self.index, state.get_queue_mut(), &**mem)?;
             self.ring_started = true;
@@ -299,7 +344,7 @@ impl VirtQueue {
         // index moved (chains published after the last pop found none).
         let mut avail_moved = false;
         loop {
-            state.disable_notification().map_err(io::Error::other)?;
+            state.get_queue_mut().disable_notification(&**mem).map_err(io::Error::other)?;
             let mut popped_now = 0;
             while let Some(&slot_id) = self.free_slots.last() {
                 let pos = state.get_queue().next_avail();
@@ -315,6 +360,13 @@ impl VirtQueue {
                 let queue = state.get_queue();
                 let descs = self.chains.chain(mem, GuestAddress(queue.desc_table()), queue.size(), head);
                 let parsed = request::parse(descs, mem, &self.disk, &mut self.slots[usize::from(slot_id)].data);
+                // Parsed from an anonymous page standing in for the file's
+                // if the ring, the table or the header faulted: not started.
+                if self.memory_faulted() {
+                    self.free_slots.push(slot_id);
+                    self.stats.errors += 1;
+                    return Err(self.fail_after_memory_fault());
+                }
                 if let Some(used_len) = self.start(slot_id, head, pos, parsed, mem) {
                     self.free_slots.push(slot_id);
                     self.used.hold(pos, head, used_len);
@@ -328,12 +380,12 @@ impl VirtQueue {
             // The index moved, yet with slots free nothing could be popped:
             // asking again would spin on the same broken ring.
             if avail_moved && popped_now == 0 {
-                return Err(unreadable_avail(self.index, state.get_queue(), mem));
+                return Err(in_order::unreadable_avail(self.index, state.get_queue(), &**mem));
             }
             // Out of slots or of window: notifications stay off; the
             // requests in flight run us again when they complete.
             let full = self.free_slots.is_empty() || !self.used.has_room(state.get_queue().next_avail());
-            if full || !state.enable_notification().map_err(io::Error::other)? {
+            if full || !state.get_queue_mut().enable_notification(&**mem).map_err(io::Error::other)? {
                 break;
             }
             avail_moved = true;
@@ -529,21 +581,6 @@ impl VirtQueue {
         };
         buf.set_len(len);
         buf
-    }
-}
-
-/// The error for an avail index that moved while no chain could be popped:
-/// it is more than a ring ahead of ours (a driver never has more chains
-/// than the ring), or the avail ring's entries are outside guest memory.
-fn unreadable_avail(index: u16, queue: &virtio_queue::Queue, mem: &Mem) -> io::Error {
-    let next = queue.next_avail();
-    match queue.avail_idx(mem, std::sync::atomic::Ordering::Acquire) {
-        Ok(avail) if (avail - std::num::Wrapping(next)).0 > queue.size() => io::Error::other(format!(
-            "queue {index}: avail index {} is more than a ring ({}) ahead of {next}",
-            avail.0,
-            queue.size()
-        )),
-        _ => io::Error::other(format!("queue {index}: avail index moved past {next} but no chain could be read")),
     }
 }
 

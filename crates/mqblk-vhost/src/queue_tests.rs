@@ -8,7 +8,7 @@ use virtio_bindings::virtio_blk::{VIRTIO_BLK_T_GET_ID, VIRTIO_BLK_T_IN, VIRTIO_B
 use virtio_bindings::virtio_ring::{VRING_DESC_F_NEXT, VRING_DESC_F_WRITE};
 use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
 use virtio_queue::mock::MockSplitQueue;
-use vm_memory::GuestMemoryBackend;
+use vm_memory::{GuestMemoryAtomic, GuestMemoryBackend};
 
 const QUEUE_SIZE: u16 = 16;
 const BUF: u64 = 0x10_0000;

@@ -3,17 +3,19 @@
 //!
 //! Steps (`Server::run`): the socket listens from `Server::new` on, so a
 //! caller can start QEMU once `new` returned. For each connection: a
-//! client of the device per virtqueue (queue.rs), the backend (backend.rs)
-//! and vhost-user-backend's daemon over them, each client's completion
-//! eventfd registered in its queue worker's epoll; serve until QEMU hangs
-//! up or a `Stopper` (SIGINT/SIGTERM in `mqblk vhost add`) shuts the
-//! connection; then the workers are joined, answers still in flight are
+//! client of the device per virtqueue (queue.rs), the guest memory the
+//! queues read, which takes each memory table once checked (memory.rs),
+//! the backend (backend.rs) and vhost-user-backend's daemon over them,
+//! each client's completion eventfd registered in its queue worker's
+//! epoll; serve until QEMU hangs up, a `Stopper` (SIGINT/SIGTERM in
+//! `mqblk vhost add`) shuts the connection, or a queue ends it (the
+//! frontend's memory file shrank); then the workers are joined, answers still in flight are
 //! dropped, and the server waits for the next connection (a guest reboot
 //! or a QEMU restart reconnects). On a stop the device is flushed. A
 //! device whose clients reap their own rings (file `reap=client`) needs a
 //! ring per queue, checked in `new`.
 //!
-//! Relies on: backend.rs, queue.rs, config.rs; mqblk's Device;
+//! Relies on: backend.rs, memory.rs, queue.rs, config.rs; mqblk's Device;
 //! vhost-user-backend's VhostUserDaemon; vhost's Listener.
 
 use std::os::fd::AsRawFd;
@@ -28,9 +30,10 @@ use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
-use crate::backend::{completion_event, BlkBackend};
+use crate::backend::{completion_event, BlkBackend, ConnectionEnd};
 use crate::config::DiskLimits;
 use crate::error::Error;
+use crate::memory::MemoryWatch;
 use crate::queue::{QueueStats, VirtQueue};
 
 /// The largest virtqueue a guest may set up (QEMU's vhost-user-blk allows
@@ -200,7 +203,10 @@ impl Server {
 
     /// Serves one connection to its end.
     fn serve_connection(&mut self) -> Result<QueueStats, Error> {
-        let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
+        // Two memories (memory.rs): the daemon maps each table into its
+        // own; the queues read `served`, which takes a table once checked.
+        let daemon_mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
+        let memory = Arc::new(MemoryWatch::new(GuestMemoryAtomic::new(GuestMemoryMmap::new())));
         let queues = (0..self.opts.queues)
             .map(|i| {
                 // A request is one bio (queue.rs).
@@ -208,9 +214,11 @@ impl Server {
                 VirtQueue::new(i, client, self.opts.depth, self.disk, &self.opts.serial)
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let backend = Arc::new(BlkBackend::new(self.disk, MAX_QUEUE_SIZE, mem.clone(), queues));
+        let end = Arc::new(ConnectionEnd::default());
+        let backend = Arc::new(BlkBackend::new(self.disk, MAX_QUEUE_SIZE, memory, queues, Arc::clone(&end)));
         let daemon_error = |e: vhost_user_backend::Error| Error::Daemon(e.to_string());
-        let mut daemon = VhostUserDaemon::new("mqblk-vhost".into(), backend.clone(), mem).map_err(daemon_error)?;
+        let mut daemon =
+            VhostUserDaemon::new("mqblk-vhost".into(), backend.clone(), daemon_mem).map_err(daemon_error)?;
         let event = completion_event(usize::from(self.opts.queues));
         for (handler, fd) in daemon.get_epoll_handlers().iter().zip(backend.completion_fds()) {
             handler
@@ -219,6 +227,7 @@ impl Server {
         }
         daemon.start(&mut self.listener).map_err(daemon_error)?;
         log::info!("guest connected");
+        end.attach(daemon.shutdown_handle());
         *self.stop.0.conn.lock().unwrap_or_else(|e| e.into_inner()) = daemon.shutdown_handle();
         // A stop between the check in wait_for_connection and here.
         if self.stop.stopped() {
