@@ -9,8 +9,10 @@
 //! bit 2: VIRTIO_RING_F_EVENT_IDX, bit 3: ring addresses from the input;
 //! bits 4-5 the device: 0 null's default segment limits, 1 requests of at
 //! most 2 physical segments of 4 KiB and 8 KiB, 2 a 4 KiB virt boundary,
-//! so the block layer splits the guest's segments its own ways);
-//! byte 1 the queue size (1 << (byte % 6)); bytes 2..26 the descriptor
+//! so the block layer splits the guest's segments its own ways; bit 6:
+//! any queue size, not only powers of two);
+//! byte 1 the queue size (1 << (byte % 6), or with bit 6 1 + byte % 32: a
+//! size that is not a power of two stops the queue); bytes 2..26 the descriptor
 //! table, avail ring and used ring addresses (u64 little-endian, read only
 //! with bit 3; else 0x0, 0x200, 0x300); the rest fills region 0 (guest
 //! address 0) and then region 1 (REGION1_BASE, after a hole).
@@ -98,7 +100,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     let (flags, size_byte) = (data[0], data[1]);
-    let queue_size = 1u16 << (size_byte % 6);
+    let queue_size = if flags & 0x40 != 0 { u16::from(size_byte % 32) + 1 } else { 1u16 << (size_byte % 6) };
     let (desc, avail, used) =
         if flags & 8 != 0 { (u64_at(data, 2), u64_at(data, 10), u64_at(data, 18)) } else { (0, 0x200, 0x300) };
     let contents = &data[PREAMBLE_BYTES..];

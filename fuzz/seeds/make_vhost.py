@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes the seed inputs of the vhost_request fuzz target (see its
 header): one well-formed chain each for read, write, flush, get_id and
-discard, in a 16-entry queue with the default ring addresses.
+discard, in a 16-entry queue with the default ring addresses, and a read
+in a queue of 12 entries (not a power of two: the queue stops).
 Run from fuzz/: python3 seeds/make_vhost.py"""
 import os
 import struct
@@ -17,9 +18,10 @@ def desc(addr, length, flags, nxt):
     return struct.pack("<QIHH", addr, length, flags, nxt)
 
 
-def seed(req_type, sector, data_desc, payload=b""):
+def seed(req_type, sector, data_desc, payload=b"", preamble=bytes([0, 4])):
     """A queue of 16 with one chain: header, the data descriptor (if
-    any), the status byte; `payload` goes at DATA."""
+    any), the status byte; `payload` goes at DATA. `preamble`: the flags
+    and queue size bytes."""
     descs = [(HDR, 16, 0)]
     if data_desc:
         descs.append((DATA,) + data_desc)
@@ -32,8 +34,7 @@ def seed(req_type, sector, data_desc, payload=b""):
     mem[AVAIL:AVAIL + 6] = struct.pack("<HHH", 0, 1, 0)
     mem[HDR:HDR + 16] = struct.pack("<IIQ", req_type, 0, sector)
     mem[DATA:DATA + len(payload)] = payload
-    preamble = bytes([0, 4]) + bytes(24)
-    return preamble + bytes(mem)
+    return preamble + bytes(24) + bytes(mem)
 
 
 SEEDS = {
@@ -42,6 +43,8 @@ SEEDS = {
     "flush": seed(T_FLUSH, 0, None),
     "get_id": seed(T_GET_ID, 0, (20, WRITE)),
     "discard": seed(T_DISCARD, 0, (16, 0), struct.pack("<QII", 32, 8, 0)),
+    # Flags bit 6, size byte 11: a queue of 12, not a power of two (stops).
+    "read_queue_of_12": seed(T_IN, 8, (512, WRITE), preamble=bytes([0x40, 11])),
 }
 
 os.makedirs(OUT, exist_ok=True)
