@@ -40,7 +40,7 @@
 //! | irqmode | 1 | 0: complete inline, 1: softirq (completion thread), 2: timer |
 //! | completion_nsec | 10000 | irqmode=2: time from submission to completion |
 //! | irq_cpus | (any) | CPUs the completion threads run on, as ranges and `:`-separated lists (`2-3`, `0:2`; `,` separates spec keys): queue i's thread on the i-th CPU of the list, round-robin, as managed interrupts are spread over CPUs |
-//! | memory_backed | 0 | keep written data (never-written blocks read zeros) |
+//! | memory_backed | 0 | keep written data (never-written blocks read zeros); discard, write zeroes and zone reset free its pages, as null_blk's do (the stats' `null/pages`, `null/store_pages_held`, `null/store_chunks_resident`) |
 //! | discard | 0 | support discard (needs memory_backed) |
 //! | cache_size | 0 | a volatile write cache of this many MiB (needs memory_backed; not zoned): writes are acknowledged from it, FLUSH and FUA make them durable, a power cut (`Device::power`) loses the rest |
 //! | cache_mode | writeback | `writeback`: as above; `writethrough`: every write also reaches the medium before it completes (a power cut loses nothing; no volatile cache is advertised) |

@@ -95,10 +95,11 @@ impl Store {
         }
     }
 
-    /// A line for the device's stats: pages in memory, or the file.
+    /// The device's stats lines for its medium: the memory store's pages
+    /// and chunks (mem/), or the file.
     pub(crate) fn describe(&self) -> String {
         match self {
-            Store::Memory(m) => format!("null/pages={}", m.nr_pages()),
+            Store::Memory(m) => m.describe(),
             Store::File(f) => format!("null/backing_file={}", f.path.display()),
         }
     }

@@ -237,19 +237,28 @@ pub(super) mod chunked {
         /// went back to the kernel: it waits for a batch of them, whose
         /// frames go back outside the lock.
         pub(crate) fn free(&self, page: OwnedPage) {
+            self.free_all(std::iter::once(page));
+        }
+
+        /// `free` of every page, under one lock (a retired batch:
+        /// reclaim.rs), let go only while a batch of lent pages' frames
+        /// goes back.
+        pub(crate) fn free_all(&self, pages: impl Iterator<Item = OwnedPage>) {
             let mut g = self.inner.lock();
-            let (i, k) = g.locate(page.into_raw() as usize);
-            let c = &mut g.chunks[i];
-            if c.lent[k / 64] & (1 << (k % 64)) == 0 {
-                return g.give(i, k);
-            }
-            assert!(c.held[k / 64] & (1 << (k % 64)) != 0, "page {k} of a chunk freed twice");
-            c.lent[k / 64] &= !(1 << (k % 64));
-            // SAFETY: page k is inside the chunk's mapping.
-            let page = unsafe { c.base.as_ptr().add(k * PAGE_BYTES) };
-            if let Some(batch) = g.discards.push(page) {
-                drop(g);
-                self.discard(batch);
+            for page in pages {
+                let (i, k) = g.locate(page.into_raw() as usize);
+                let c = &mut g.chunks[i];
+                if c.lent[k / 64] & (1 << (k % 64)) == 0 {
+                    g.give(i, k);
+                    continue;
+                }
+                assert!(c.held[k / 64] & (1 << (k % 64)) != 0, "page {k} of a chunk freed twice");
+                c.lent[k / 64] &= !(1 << (k % 64));
+                // SAFETY: page k is inside the chunk's mapping.
+                let page = unsafe { c.base.as_ptr().add(k * PAGE_BYTES) };
+                if let Some(batch) = g.discards.push(page) {
+                    parking_lot::MutexGuard::unlocked(&mut g, || self.discard(batch));
+                }
             }
         }
 
@@ -337,14 +346,12 @@ pub(super) mod chunked {
 
         /// Pages held by owners (published, awaiting their grace period,
         /// or being filled).
-        #[cfg(test)]
         pub(crate) fn nr_live(&self) -> usize {
             self.inner.lock().chunks.iter().map(|c| c.live).sum()
         }
 
         /// Chunks whose memory is in use (at least one page handed out
-        /// since the chunk was last released).
-        #[cfg(test)]
+        /// since the chunk was last released; the spare among them).
         pub(crate) fn nr_resident_chunks(&self) -> usize {
             self.inner.lock().chunks.iter().filter(|c| c.carved > 0).count()
         }
@@ -362,7 +369,6 @@ pub(super) mod chunked {
         }
 
         /// Chunks ever mapped (address space; released ones included).
-        #[cfg(test)]
         pub(crate) fn nr_chunks(&self) -> usize {
             self.inner.lock().chunks.len()
         }

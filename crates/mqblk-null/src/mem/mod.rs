@@ -22,9 +22,16 @@
 //! - reclaim.rs: a replaced or discarded page is retired; it goes back to
 //!   the arena once every pinned reader has left (crossbeam-epoch, RCU's
 //!   role in the kernel), so steady overwrites reuse pages instead of
-//!   allocating.
+//!   allocating. Pages a call retires go in batches, and a discard or zone
+//!   reset waits the grace period out itself, so their memory is free when
+//!   it returns, as null_blk's null_free_sector frees it at once.
 //! - arena.rs: the pages' memory, 2 MiB huge-page chunks carved into
 //!   pages; a chunk whose pages are all free goes back to the kernel.
+//!
+//! Resident memory thus follows the data held: the data's pages, pages
+//! waiting out a grace period (a few MiB a writing thread), the chunks'
+//! unused pages, and one spare chunk. The device's stats show the counts
+//! (`describe`).
 //!
 //! Guarantee: concurrent writes to one page are per-page atomic (each page
 //! shows one whole write or another, never a torn mix), stronger than
@@ -49,6 +56,8 @@ mod lent_tests;
 #[cfg(all(test, loom))]
 mod loom_tests;
 #[cfg(all(test, not(loom)))]
+mod release_tests;
+#[cfg(all(test, not(loom)))]
 mod tests;
 
 use std::ptr::null_mut;
@@ -59,7 +68,7 @@ pub(crate) use page::PAGE_SIZE;
 /// under IOV_MAX, so one writev each).
 pub(crate) const LEND_SLICES: usize = 256;
 use page::{lend_shared, read_shared, OwnedPage, Page, Piece};
-use reclaim::{Guard, Reclaim};
+use reclaim::{Reclaim, WriteGuard};
 use table::{Slot, Table};
 
 use mqblk_sync::{AtomicUsize, Ordering};
@@ -183,28 +192,35 @@ impl MemStore {
     /// # Panics
     /// If the range runs past the device's end (the queue refuses that).
     pub(crate) fn write(&self, pos: u64, data: &[u8]) {
-        let guard = self.reclaim.pin();
+        let mut guard = self.reclaim.pin_writer();
         let mut done = 0;
         for (page, offset, n) in pieces(pos, data.len() as u64) {
             let slot = self.table.slot_or_install(page);
-            self.update(&guard, slot, offset, Piece::Bytes(&data[done..done + n]));
+            self.update(&mut guard, slot, offset, Piece::Bytes(&data[done..done + n]));
             done += n;
         }
     }
 
     /// Makes `[pos, pos + len)` read as zeros: whole pages are freed,
     /// partial ones rewritten with the piece zeroed (discard, write zeroes
-    /// and zone reset alike).
+    /// and zone reset alike, as null_blk's null_handle_discard and
+    /// null_zone_reset free a range's pages with null_free_sector). Once
+    /// enough freed pages wait for their grace period, this waits it out
+    /// (reclaim.rs, `settle`), so the memory is the arena's again when the
+    /// call returns (unless a reader held the epoch back).
     pub(crate) fn zero(&self, pos: u64, len: u64) {
-        let guard = self.reclaim.pin();
+        let mut guard = self.reclaim.pin_writer();
         for (page, offset, n) in pieces(pos, len) {
             let Some(slot) = self.table.slot(page) else { continue };
             if n as u64 == PAGE_SIZE {
-                self.free(&guard, slot);
+                self.free(&mut guard, slot);
             } else {
-                self.update(&guard, slot, offset, Piece::Zeros(n));
+                self.update(&mut guard, slot, offset, Piece::Zeros(n));
             }
         }
+        // Unpinned first: a pinned thread holds the epoch back itself.
+        drop(guard);
+        self.reclaim.settle();
     }
 
     /// Whether the page holding byte `pos` was written and not discarded
@@ -225,11 +241,26 @@ impl MemStore {
         }
     }
 
+    /// The lines for the device's stats: the data pages (published) and
+    /// the memory under them: pages the arena has handed out (the data,
+    /// pages waiting out a grace period, pages being written) and its
+    /// 2 MiB chunks, resident (some page handed out since the chunk was
+    /// last given back to the kernel, or kept as the spare) and mapped.
+    pub(crate) fn describe(&self) -> String {
+        let (held, resident, mapped) = self.reclaim.usage();
+        format!(
+            "null/pages={} ({} MiB of data)\nnull/store_pages_held={held}\n\
+             null/store_chunks_resident={resident} of {mapped} mapped (2 MiB each)",
+            self.nr_pages(),
+            (self.nr_pages() as u64 * PAGE_SIZE) >> 20,
+        )
+    }
+
     /// Publishes `piece` at `offset` of the slot's page, copy-on-write: a
     /// new page is built from the current one and exchanged in; a lost race
     /// rebuilds on the winner's page. A zeros piece leaves an empty slot
     /// empty (it reads as zeros already).
-    fn update(&self, guard: &Guard, slot: &Slot, offset: usize, piece: Piece<'_>) {
+    fn update(&self, guard: &mut WriteGuard<'_>, slot: &Slot, offset: usize, piece: Piece<'_>) {
         if piece.len() as u64 == PAGE_SIZE && matches!(piece, Piece::Bytes(_)) {
             return self.replace_whole(guard, slot, piece);
         }
@@ -261,7 +292,7 @@ impl MemStore {
 
     /// A full-page write needs nothing of the old page: build once, swap
     /// in (the swap orders racing writers as a serial history would).
-    fn replace_whole(&self, guard: &Guard, slot: &Slot, piece: Piece<'_>) {
+    fn replace_whole(&self, guard: &mut WriteGuard<'_>, slot: &Slot, piece: Piece<'_>) {
         let mut new = self.reclaim.take();
         // SAFETY: a null base is never read; the piece is exactly a page.
         unsafe { new.compose(std::ptr::null(), 0, piece) };
@@ -272,23 +303,23 @@ impl MemStore {
 
     /// After a page went in in place of `old`: count a new page, or retire
     /// the one replaced.
-    fn published(&self, guard: &Guard, old: *mut Page) {
+    fn published(&self, guard: &mut WriteGuard<'_>, old: *mut Page) {
         if old.is_null() {
             self.pages.fetch_add(1, Ordering::Relaxed);
         } else {
             // SAFETY: our exchange took `old` out of the slot while pinned.
-            unsafe { self.reclaim.retire(guard, old) };
+            unsafe { guard.retire(old) };
         }
     }
 
     /// Empties the slot (a whole-page discard): the page is retired.
-    fn free(&self, guard: &Guard, slot: &Slot) {
+    fn free(&self, guard: &mut WriteGuard<'_>, slot: &Slot) {
         // AcqRel: Acquire orders the page's creation before its reuse.
         let old = slot.swap(null_mut(), Ordering::AcqRel);
         if !old.is_null() {
             self.pages.fetch_sub(1, Ordering::Relaxed);
             // SAFETY: our swap took `old` out of the slot while pinned.
-            unsafe { self.reclaim.retire(guard, old) };
+            unsafe { guard.retire(old) };
         }
     }
 }

@@ -321,7 +321,7 @@ fn partial_writes_to_one_page_lose_nothing() {
 /// to the system allocator. Not under Miri (each pin registers with the
 /// store's collector there, which allocates by design: reclaim.rs).
 #[cfg(not(miri))]
-mod counting {
+pub(super) mod counting {
     use std::alloc::{GlobalAlloc, Layout, System};
     use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 
@@ -365,7 +365,7 @@ mod counting {
     }
 
     /// Allocations made by the calling thread while `f` runs.
-    pub(super) fn allocations_in(f: impl FnOnce()) -> usize {
+    pub(in crate::mem) fn allocations_in(f: impl FnOnce()) -> usize {
         // One counted thread at a time (tests may share the process).
         static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
