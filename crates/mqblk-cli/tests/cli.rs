@@ -591,15 +591,3 @@ fn serve_pairs_each_export_with_the_device_before_it() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("two exports are named 'a'"));
 }
-
-#[test]
-fn ublk_recovery_modes_are_checked_before_anything_runs() {
-    let out = mqblk(&["ublk", "add", "--device", "null:gb=1", "--recovery=sometimes"]);
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--recovery sometimes: accepted: off, reissue, fail_io"), "{err}");
-    // recover needs a device to serve from; clap names what is missing.
-    let out = mqblk(&["ublk", "recover", "0"]);
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--device"), "{out:?}");
-}
