@@ -156,10 +156,10 @@ impl BlkBackend {
 impl Drop for BlkBackend {
     fn drop(&mut self) {
         for fd in self.exit_consumers.get_mut().unwrap_or_else(|e| e.into_inner()).drain(..) {
-            // SAFETY: `fd` is the consumer end made in `exit_event`, whose
-            // one owner (the library's epoll handler, via into_raw_fd) is
-            // gone with this backend's last holder and never closed it; no
-            // other code knows the number, so this is its only close.
+            // Its one owner (the library's epoll handler, via into_raw_fd)
+            // is gone with this backend's last holder and never closed it.
+            // SAFETY: the consumer end made in `exit_event`; no other code
+            // knows the number, so this is its only close.
             unsafe { libc::close(fd) };
         }
     }

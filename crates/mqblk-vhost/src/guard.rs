@@ -185,10 +185,10 @@ fn install() -> io::Result<()> {
         // SA_ONSTACK: a handler we chain to may need the alternate stack
         // (Rust's stack-overflow report runs on it).
         ours.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
-        // SAFETY: installs a handler that is async-signal-safe (module
-        // header). Until this closure returns, `PREVIOUS.get()` is None
-        // and the handler defaults a fault (`chain`), as if it were not
-        // there; no mapping is registered before `install` returns.
+        // Until this closure returns, `PREVIOUS.get()` is None and the
+        // handler defaults a fault (`chain`), as if it were not there; no
+        // mapping is registered before `install` returns.
+        // SAFETY: installs a handler that is async-signal-safe (module header).
         if unsafe { libc::sigaction(libc::SIGBUS, &ours, std::ptr::null_mut()) } != 0 {
             return Err(io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL));
         }
@@ -212,11 +212,10 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, context: *
             // SAFETY: errno is this thread's; saved and restored around
             // the system call so the interrupted code sees its own.
             let errno = unsafe { *libc::__errno_location() };
-            // SAFETY: replaces the rest of a guest mapping the registry
-            // holds (the server's own mmap of the frontend's file, alive
-            // while registered) with zeroed anonymous memory: what the
-            // interrupted access reads or writes is plain guest bytes,
-            // which no code trusts (slot.rs).
+            // What the interrupted access reads or writes is plain guest
+            // bytes, which no code trusts (slot.rs).
+            // SAFETY: replaces the rest of a guest mapping the registry holds
+            // (the server's own mmap, alive while registered) with zeroes.
             let covered = unsafe {
                 libc::mmap(
                     cover_start as *mut libc::c_void,
