@@ -70,8 +70,8 @@ region_mb=16
 job=(--rw=randwrite --bs=4k --iodepth=16 --size=${region_mb}m --verify=crc32c --do_verify=1
   --verify_fatal=1 --norandommap=0 --output-format=terse --terse-version=3)
 
-# One client run: its fio command line, then the bytes it verified (the
-# region's) or a failure with fio's output.
+# One client run of NAME on REGION, the fio command line after them: fails
+# with fio's output's tail when fio does (a verify mismatch among them).
 client() {
   local name=$1 region=$2
   shift 2

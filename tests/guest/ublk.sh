@@ -97,6 +97,20 @@ wait_exit() {
 
 gone() { [ ! -e /dev/ublkb0 ] && [ ! -e /sys/block/ublkb0 ]; }
 
+# Waits (at most 60 s) until fio ($fio_pid) has completed 2000 I/Os on
+# ublkb0, counted by the awk expression $1 over /sys/block/ublkb0/stat
+# (fields 1 and 5: completed reads and writes), or has ended; sets ios.
+ios=0
+wait_for_ios() {
+  ios=0
+  for _ in $(seq 600); do
+    ios=$(awk "{ print $1 }" /sys/block/ublkb0/stat 2>/dev/null || echo 0)
+    [ "$ios" -gt 2000 ] && break
+    kill -0 "$fio_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+}
+
 # Checks 1-4 over device SPEC ($1), named LABEL ($2) in the output; fio
 # sizes SMALL ($3, 4k jobs) and LARGE ($4, 1M jobs).
 check_device() {
@@ -222,13 +236,7 @@ if start_server; then
   fio_pid=$!
   # Kill only once fio's I/O is flowing (fio starts slowly under TCG):
   # /sys/block/ublkb0/stat fields 1 and 5 count completed reads and writes.
-  ios=0
-  for _ in $(seq 600); do
-    ios=$(awk '{ print $1 + $5 }' /sys/block/ublkb0/stat 2>/dev/null || echo 0)
-    [ "$ios" -gt 2000 ] && break
-    kill -0 "$fio_pid" 2>/dev/null || break
-    sleep 0.1
-  done
+  wait_for_ios '$1 + $5'
   echo "crash test: SIGKILL to the server after $ios completed I/Os"
   t0=$(now)
   kill -KILL "$server_pid"
@@ -300,13 +308,7 @@ if start_server; then
     --iodepth=32 --size=128m --verify=crc32c --do_verify=1 --verify_fatal=1 --allow_file_create=0 \
     --output=/tmp/fio-recover.txt > /dev/null 2>&1 &
   fio_pid=$!
-  ios=0
-  for _ in $(seq 600); do
-    ios=$(awk '{ print $5 }' /sys/block/ublkb0/stat 2>/dev/null || echo 0)
-    [ "$ios" -gt 2000 ] && break
-    kill -0 "$fio_pid" 2>/dev/null || break
-    sleep 0.1
-  done
+  wait_for_ios '$5'
   inflight=$(cat /sys/block/ublkb0/inflight 2>/dev/null | awk '{ print $1 + $2 }')
   t0=$(now)
   kill -KILL "$server_pid"
