@@ -223,7 +223,12 @@ for m in $(cat /modules/load); do
   insmod "/modules/$m.ko" || fail "insmod $m"
 done
 mkdir -p /host
-mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000 host /host || fail "9p mount of the host's /"
+# cache=loose: the guest keeps what it read of the host's files (programs,
+# libraries) in its page cache instead of asking the host again on every
+# exec and read; a guest test ran in 0.4x the CPU time of cache=none (the
+# power-cut test: 83 against 208 user-s). Safe here: the share is
+# read-only, and the host changes none of its files while a guest runs.
+mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000,cache=loose host /host || fail "9p mount of the host's /"
 mount -t proc proc /host/proc || fail "mount /proc"
 mount -t sysfs sys /host/sys || fail "mount /sys"
 mount -t devtmpfs dev /host/dev || fail "mount /dev"

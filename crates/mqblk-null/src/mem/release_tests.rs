@@ -18,6 +18,10 @@ const PAGE: usize = PAGE_SIZE as usize;
 const ZONE_PAGES: usize = if cfg!(miri) { 2 * CHUNK_PAGES } else { 8 * CHUNK_PAGES };
 /// Pages a write carries: 1 MiB (4 under Miri).
 const WRITE_PAGES: usize = if cfg!(miri) { 4 } else { 256 };
+/// Cycles and passes of the loops below: 10, 3 under Miri (the first
+/// cycle maps, the second and third must reuse; each cycle cost Miri a
+/// second of the suite).
+const CYCLES: u8 = if cfg!(miri) { 3 } else { 10 };
 
 /// Fills pages `[first, first + n)` with `byte`, a `WRITE_PAGES` write at
 /// a time.
@@ -80,7 +84,7 @@ fn a_zone_reset_frees_that_zone_only() {
     assert!(filled(&out, 0), "zone 0 reads as zeros");
 }
 
-/// Ten cycles of filling two zones and zeroing them (zone by zone, as a
+/// `CYCLES` cycles of filling two zones and zeroing them (zone by zone, as a
 /// reset all does): after each the arena holds no page and at most the
 /// spare chunk, and no cycle maps memory the first did not.
 #[test]
@@ -88,7 +92,7 @@ fn fill_and_reset_cycles_reuse_the_same_memory() {
     let m = MemStore::new((2 * ZONE_PAGES * PAGE) as u64);
     let arena = m.reclaim.arena();
     let mut mapped = None;
-    for cycle in 0..10u8 {
+    for cycle in 0..CYCLES {
         fill(&m, 0, 2 * ZONE_PAGES, cycle);
         assert_eq!(m.nr_pages(), 2 * ZONE_PAGES);
         zero_pages(&m, 0, ZONE_PAGES);
@@ -108,7 +112,7 @@ fn fill_and_reset_cycles_reuse_the_same_memory() {
 fn large_overwrites_free_pages_as_fast_as_they_retire_them() {
     let m = MemStore::new((ZONE_PAGES * PAGE) as u64);
     let arena = m.reclaim.arena();
-    for pass in 0..10u8 {
+    for pass in 0..CYCLES {
         fill(&m, 0, ZONE_PAGES, pass);
         let held = arena.nr_live();
         assert!(
