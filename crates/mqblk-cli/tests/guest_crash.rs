@@ -15,5 +15,5 @@ mod common;
 
 #[test]
 fn guest_crash_script_passes() {
-    common::guest_script_release("tests/guest/crash.sh", "crash: all 3 cuts survived");
+    common::guest_script_release("tests/guest/crash.sh", "crash: all 4 cuts survived");
 }
