@@ -289,13 +289,18 @@ impl Queue {
         {
             return;
         }
-        // The file driver's write zeroes punches a hole (deallocates): with
-        // NO_UNMAP it falls back to writing zeroes. Elsewhere (null) write
-        // zeroes keeps the space, as NO_UNMAP asks.
-        let unmaps = self.device.driver_name() == "file";
-        let native = self.device.limits().max_write_zeroes_sectors > 0 && !(unmaps && flags & BLKIO_REQ_NO_UNMAP != 0);
+        // NO_UNMAP is the block layer's REQ_NOUNMAP: null keeps the range's
+        // pages. The file driver keeps a file's blocks with ZERO_RANGE
+        // where the file system has it and by writing zeros where it has
+        // not (tmpfs), which NO_FALLBACK forbids and this layer cannot
+        // tell apart: on files NO_UNMAP takes the fallback below (and
+        // NO_FALLBACK is refused).
+        let nounmap = flags & BLKIO_REQ_NO_UNMAP != 0;
+        let native =
+            self.device.limits().max_write_zeroes_sectors > 0 && !(nounmap && self.device.driver_name() == "file");
         if native {
-            return self.submit(Bio::write_zeroes(start, len).with_flags(fua(flags)), user_data);
+            let nounmap = if nounmap { ReqFlags::NOUNMAP } else { ReqFlags::NONE };
+            return self.submit(Bio::write_zeroes(start, len).with_flags(fua(flags) | nounmap), user_data);
         }
         if flags & BLKIO_REQ_NO_FALLBACK != 0 {
             let msg = "blkioq_write_zeroes: no write zeroes without a fallback to writes here (NO_FALLBACK given)";

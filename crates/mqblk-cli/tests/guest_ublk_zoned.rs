@@ -21,7 +21,8 @@ mod common;
 fn guest_ublk_zoned_script_passes() {
     let out = common::guest_script_release("tests/guest/ublk_zoned.sh", "ublk zoned: all checks passed");
     // The parts that prove zoned ublk, not just a passing script.
-    for needle in ["blkzone report: the same", "identical JSON lines", "cycles' reset", "zone appends, each committed"] {
+    for needle in ["blkzone report: the same", "identical JSON lines", "cycles' reset", "zone appends, each committed"]
+    {
         assert!(out.contains(needle), "missing '{needle}' in:\n{out}");
     }
 }

@@ -65,6 +65,7 @@ use mqblk::driver::{Driver, QueueRqResult};
 use mqblk::Error;
 use mqblk::Op;
 use mqblk::QueueLimits;
+use mqblk::ReqFlags;
 use mqblk::Status;
 use mqblk::TagSetConfig;
 
@@ -316,6 +317,39 @@ impl FileDriver {
     }
 }
 
+impl FileDriver {
+    /// Files: a write zeroes with REQ_NOUNMAP keeps its blocks
+    /// (FALLOC_FL_ZERO_RANGE), done inline as the block devices' ioctls
+    /// are; where the file system has no ZERO_RANGE (tmpfs), zeros are
+    /// written, which keeps the blocks too. A plain write zeroes punches
+    /// a hole through the ring instead (sqe.rs).
+    fn zero_range(&self, rq: &Rq) -> Status {
+        let (pos, len) = (rq.pos_bytes(), rq.len_bytes());
+        let mode = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
+        // SAFETY: fallocate on our own descriptor; no memory is passed.
+        if unsafe { libc::fallocate(self.file.as_raw_fd(), mode, pos as i64, len as i64) } == 0 {
+            return Status::Ok;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
+            return Status::from_errno(e.raw_os_error().unwrap_or(libc::EIO));
+        }
+        // Page aligned, for a file opened O_DIRECT.
+        #[repr(align(4096))]
+        struct Zeros([u8; 64 << 10]);
+        static ZEROS: Zeros = Zeros([0; 64 << 10]);
+        let mut at = 0;
+        while at < len {
+            let n = (len - at).min(ZEROS.0.len() as u64) as usize;
+            if let Err(e) = std::os::unix::fs::FileExt::write_all_at(&self.file, &ZEROS.0[..n], pos + at) {
+                return Status::from_errno(e.raw_os_error().unwrap_or(libc::EIO));
+            }
+            at += n as u64;
+        }
+        Status::Ok
+    }
+}
+
 impl Driver for FileDriver {
     fn name(&self) -> &str {
         "file"
@@ -348,8 +382,9 @@ impl Driver for FileDriver {
     }
 
     fn queue_rq(&self, hctx: &Hctx, rq: Rq, last: bool) -> QueueRqResult {
-        if self.blockdev && matches!(rq.op(), Op::Discard | Op::WriteZeroes) {
-            let status = self.blockdev_range_op(&rq);
+        let nounmap_zeroes = rq.op() == Op::WriteZeroes && rq.flags().contains(ReqFlags::NOUNMAP);
+        if (self.blockdev && matches!(rq.op(), Op::Discard | Op::WriteZeroes)) || nounmap_zeroes {
+            let status = if self.blockdev { self.blockdev_range_op(&rq) } else { self.zero_range(&rq) };
             rq.complete(status);
             if last {
                 self.rings[hctx.index()].submit();

@@ -130,6 +130,28 @@ fn flush_and_fua_complete_and_the_data_is_there() {
     assert!(back.iter().all(|b| *b == 7));
 }
 
+/// A write zeroes with REQ_NOUNMAP keeps the file's blocks (ZERO_RANGE,
+/// or written zeros); a plain one punches them out, as a discard does.
+#[test]
+fn a_nounmap_write_zeroes_keeps_the_files_blocks() {
+    use std::os::unix::fs::MetadataExt;
+    let f = TmpFile::new("nounmap");
+    let dev = open(&format!("file:path={},size=1m,create=1", f.path())).unwrap();
+    let mut c = dev.client();
+    c.write_at(&[9; 65536], 0).unwrap();
+    c.submit_and_wait(Bio::flush()).unwrap();
+    let blocks = || std::fs::metadata(f.path()).unwrap().blocks();
+    let written = blocks();
+    assert!(written >= 128, "64 KiB written: {written} blocks of 512");
+    c.submit_and_wait(Bio::write_zeroes(0, 65536).with_flags(ReqFlags::NOUNMAP)).unwrap();
+    let mut back = vec![1u8; 65536];
+    c.read_at(&mut back, 0).unwrap();
+    assert!(back.iter().all(|b| *b == 0), "zeroed in place reads as zeros");
+    assert_eq!(blocks(), written, "REQ_NOUNMAP: the blocks stay allocated");
+    c.submit_and_wait(Bio::write_zeroes(0, 65536)).unwrap();
+    assert!(blocks() < written, "a plain write zeroes punches them out: {} of {written}", blocks());
+}
+
 #[test]
 fn discard_and_write_zeroes_read_back_as_zeros() {
     let f = TmpFile::new("zero");

@@ -511,6 +511,10 @@ impl<'a> Transmission<'a> {
             CMD_WRITE => Bio::write(r.offset, payload.take().expect("read above")).with_flags(fua | ReqFlags::SYNC),
             CMD_FLUSH => Bio::flush(),
             CMD_TRIM => Bio::discard(r.offset, len).with_flags(fua),
+            // NO_HOLE: the zeroes must stay allocated (REQ_NOUNMAP).
+            _ if r.flags & CMD_FLAG_NO_HOLE != 0 => {
+                Bio::write_zeroes(r.offset, len).with_flags(fua | ReqFlags::NOUNMAP)
+            }
             _ => Bio::write_zeroes(r.offset, len).with_flags(fua),
         };
         let slot = self.free.pop().expect("the socket is polled only with a free slot");

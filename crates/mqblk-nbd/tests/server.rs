@@ -240,3 +240,43 @@ fn large_reads_by_direct_access_send_what_bios_would() {
     }
     assert!(answers[0] == answers[1], "direct access and bios send the same bytes");
 }
+
+/// NBD_CMD_WRITE_ZEROES with NBD_CMD_FLAG_NO_HOLE keeps the zeroed range
+/// allocated (the bio carries REQ_NOUNMAP: a memory-backed null device
+/// keeps its pages); without the flag the server may punch a hole, and
+/// the null device frees them.
+#[test]
+fn write_zeroes_with_no_hole_keeps_the_pages() {
+    let path = socket_path("no-hole");
+    let e = Export::open("", "null:size=4,bs=4096,memory_backed=1,irqmode=0", false).expect("a null device");
+    let device = e.device.clone();
+    let pages = || {
+        let stats = device.show_stats();
+        let line = stats.lines().find(|l| l.starts_with("null/pages=")).expect("null/pages in the stats");
+        line["null/pages=".len()..].split_whitespace().next().unwrap().parse::<u64>().unwrap()
+    };
+    let server = Server::new(Listen::unix(&path).unwrap(), vec![e]).unwrap();
+    let (stop, done, t) = spawn(server);
+    let mut c = connect_and_go(&path);
+    let mut w = request(1, 1, 0, 1 << 20);
+    w.extend_from_slice(&vec![7u8; 1 << 20]);
+    c.write_all(&w).unwrap();
+    assert_eq!(simple_reply(&mut c, 1), 0);
+    assert_eq!(pages(), 256, "1 MiB written");
+    let mut no_hole = request(6, 2, 0, 512 << 10);
+    no_hole[4..6].copy_from_slice(&2u16.to_be_bytes()); // NBD_CMD_FLAG_NO_HOLE
+    c.write_all(&no_hole).unwrap();
+    assert_eq!(simple_reply(&mut c, 2), 0);
+    assert_eq!(pages(), 256, "NO_HOLE: the zeroed half keeps its pages");
+    c.write_all(&request(6, 3, 512 << 10, 512 << 10)).unwrap();
+    assert_eq!(simple_reply(&mut c, 3), 0);
+    assert_eq!(pages(), 128, "without NO_HOLE the other half's pages are freed");
+    c.write_all(&request(0, 4, 0, 1 << 20)).unwrap();
+    assert_eq!(simple_reply(&mut c, 4), 0);
+    let mut data = vec![1u8; 1 << 20];
+    c.read_exact(&mut data).unwrap();
+    assert!(data.iter().all(|&b| b == 0), "every zeroed byte reads as zero");
+    stop.stop();
+    assert!(done.recv_timeout(HANG_GUARD).expect("run() returned").is_ok());
+    t.join().unwrap();
+}

@@ -150,14 +150,18 @@ impl WriteCache {
         res
     }
 
-    /// Discard or write zeroes: the medium is zeroed at once, and so are
-    /// cached copies.
-    pub(crate) fn zero(&self, mem: &Store, pos: u64, len: u64) -> io::Result<()> {
+    /// Discard or write zeroes: the medium is zeroed at once (its pages
+    /// or blocks kept with `nounmap`), and so are cached copies.
+    pub(crate) fn zero(&self, mem: &Store, pos: u64, len: u64, nounmap: bool) -> io::Result<()> {
         let mut inner = self.inner.lock();
         if inner.drop_while_off() {
             return Ok(());
         }
-        mem.zero(pos, len)?;
+        if nounmap {
+            mem.zero_in_place(pos, len)?;
+        } else {
+            mem.zero(pos, len)?;
+        }
         for_pages(pos, len as usize, |page, offset, _, n| {
             if let Some(p) = inner.pages.get_mut(&page) {
                 p[offset..offset + n].fill(0);
@@ -332,7 +336,7 @@ mod tests {
         let c = WriteCache::new(1 << 20, None, false);
         m.write(0, &[9; 8192]).unwrap();
         c.write(&m, 0, &[1; 100], false).unwrap();
-        c.zero(&m, 0, 8192).unwrap();
+        c.zero(&m, 0, 8192, false).unwrap();
         assert_eq!(read(&c, &m, 0, 8192), vec![0; 8192]);
         c.power_cut(&m, false);
         assert_eq!(read(&c, &m, 0, 8192), vec![0; 8192]);
@@ -348,7 +352,7 @@ mod tests {
         assert_eq!(c.power_cut(&m, true), 1);
         c.write(&m, 0, &[3; 4096], false).unwrap();
         c.write(&m, 4096, &[3; 4096], true).unwrap();
-        c.zero(&m, 0, 4096).unwrap();
+        c.zero(&m, 0, 4096, false).unwrap();
         c.flush(&m).unwrap();
         assert_eq!(read(&c, &m, 0, 8192)[..4096], [1; 4096], "the durable state, untouched");
         assert_eq!(read(&c, &m, 4096, 4096), vec![0; 4096]);

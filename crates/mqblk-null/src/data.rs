@@ -36,7 +36,8 @@ impl NullDriver {
             Op::Write => {
                 rq.for_each_segment(|pos, seg| keep_first_err(&mut res, || self.write_data(mem, pos, seg, fua)))
             }
-            Op::Discard | Op::WriteZeroes => res = self.zero_data(mem, pos, rq.len_bytes()),
+            Op::Discard => res = self.zero_data(mem, pos, rq.len_bytes(), false),
+            Op::WriteZeroes => res = self.zero_data(mem, pos, rq.len_bytes(), rq.flags().contains(ReqFlags::NOUNMAP)),
             Op::Flush => {
                 res = match &self.cache {
                     Some(c) => c.flush(mem),
@@ -88,9 +89,10 @@ impl NullDriver {
     }
 
     #[inline]
-    fn zero_data(&self, mem: &Store, pos: u64, len: u64) -> io::Result<()> {
+    fn zero_data(&self, mem: &Store, pos: u64, len: u64, nounmap: bool) -> io::Result<()> {
         match &self.cache {
-            Some(c) => c.zero(mem, pos, len),
+            Some(c) => c.zero(mem, pos, len, nounmap),
+            None if nounmap => mem.zero_in_place(pos, len),
             None => mem.zero(pos, len),
         }
     }
@@ -126,7 +128,10 @@ impl NullDriver {
                     let n = (limit.saturating_sub(pos) as usize).min(seg.len());
                     keep_first_err(&mut res, || self.write_data(mem, pos, &seg[..n], fua));
                 }),
-                _ => res = self.zero_data(mem, start, ok_bytes),
+                op => {
+                    let nounmap = op == Op::WriteZeroes && rq.flags().contains(ReqFlags::NOUNMAP);
+                    res = self.zero_data(mem, start, ok_bytes, nounmap)
+                }
             }
         }
         if let Err(e) = res {

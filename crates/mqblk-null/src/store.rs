@@ -68,6 +68,19 @@ impl Store {
         }
     }
 
+    /// Makes `[pos, pos + len)` read as zeros without deallocating it (a
+    /// write zeroes with REQ_NOUNMAP): a file keeps its blocks, memory its
+    /// pages.
+    pub(crate) fn zero_in_place(&self, pos: u64, len: u64) -> io::Result<()> {
+        match self {
+            Store::Memory(m) => {
+                m.zero_in_place(pos, len);
+                Ok(())
+            }
+            Store::File(f) => f.zero_in_place(pos, len),
+        }
+    }
+
     /// Makes everything stored so far durable against a host crash too
     /// (nothing to do in memory, which a host crash loses anyway).
     pub(crate) fn sync(&self) -> io::Result<()> {
@@ -161,6 +174,26 @@ impl FileStore {
             }
             self.punch.store(false, Relaxed);
         }
+        self.write_zeros(pos, len)
+    }
+
+    /// Zeroes `[pos, pos + len)` keeping its blocks allocated
+    /// (FALLOC_FL_ZERO_RANGE), or writes zeros where the file system
+    /// cannot.
+    fn zero_in_place(&self, pos: u64, len: u64) -> io::Result<()> {
+        let mode = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
+        // SAFETY: fallocate on our own descriptor; no memory is passed.
+        if unsafe { libc::fallocate(self.file.as_raw_fd(), mode, pos as i64, len as i64) } == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
+            return Err(e);
+        }
+        self.write_zeros(pos, len)
+    }
+
+    fn write_zeros(&self, pos: u64, len: u64) -> io::Result<()> {
         let zeros = [0u8; PAGE_SIZE as usize];
         let mut at = 0;
         while at < len {
@@ -213,6 +246,28 @@ mod tests {
         s.read(0, &mut out).unwrap();
         assert!(out.iter().all(|&b| b == 0));
         assert!(!s.is_present(4096), "zeroed pages are holes again");
+        std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "Miri does not emulate flock or fallocate")]
+    fn a_nounmap_zeroing_keeps_the_files_blocks_and_a_plain_one_frees_them() {
+        use std::os::unix::fs::MetadataExt;
+        let path = temp("nounmap");
+        let _ = std::fs::remove_file(&path);
+        let s = Store::File(FileStore::open(&path, 1 << 20).unwrap());
+        s.write(0, &[7; 65536]).unwrap();
+        s.sync().unwrap();
+        let blocks = || std::fs::metadata(&path).unwrap().blocks();
+        let written = blocks();
+        assert!(written >= 128, "64 KiB written: {written} blocks of 512");
+        s.zero_in_place(0, 65536).unwrap();
+        let mut out = vec![1u8; 65536];
+        s.read(0, &mut out).unwrap();
+        assert!(out.iter().all(|&b| b == 0), "zeroed in place reads as zeros");
+        assert_eq!(blocks(), written, "REQ_NOUNMAP: the blocks stay allocated");
+        s.zero(0, 65536).unwrap();
+        assert!(blocks() < written, "a plain zeroing punches the blocks out: {} of {written}", blocks());
         std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
     }
 

@@ -1,6 +1,7 @@
 //! A memory-backed null device gives memory back as null_blk does
 //! (null_free_sector, from null_handle_discard and null_zone_reset): after
-//! a zone reset, a reset all, a discard or a write zeroes, the store's
+//! a zone reset, a reset all, a discard or a write zeroes (but one with
+//! REQ_NOUNMAP, which keeps its pages), the store's
 //! stats (`show_stats`: data pages, pages held, chunks resident and
 //! mapped) say it holds what the data needs, and write-and-reset cycles
 //! map no new memory. Counts, read as soon as each request completes. Each
@@ -10,7 +11,7 @@
 #![cfg(not(loom))]
 
 use mqblk::zoned::ZoneMgmt;
-use mqblk::{Bio, Client, Device};
+use mqblk::{Bio, Client, Device, ReqFlags};
 
 mod common;
 use common::filled;
@@ -130,4 +131,24 @@ fn discard_and_write_zeroes_free_their_pages() {
     c.submit_and_wait(Bio::discard(0, 64 * MIB)).unwrap();
     let s = assert_holds(&dev, 0, "all discarded");
     assert!(s.resident_chunks <= 1, "only the spare chunk stays resident: {s:?}");
+}
+
+/// A write zeroes with REQ_NOUNMAP zeroes its range and keeps its pages
+/// (what a thin-provisioned device promises: the range stays provisioned);
+/// the same write zeroes without it frees them.
+#[test]
+fn a_write_zeroes_with_nounmap_keeps_its_pages() {
+    let dev = plain();
+    let mut c = dev.client();
+    fill(&mut c, 0, 32, 0xa5);
+    assert_holds(&dev, 32, "filled");
+    c.submit_and_wait(Bio::write_zeroes(0, 16 * MIB).with_flags(ReqFlags::NOUNMAP)).unwrap();
+    assert_holds(&dev, 32, "16 MiB zeroed, NOUNMAP");
+    let mut out = vec![1u8; MIB as usize];
+    c.read_at(&mut out, 8 * MIB).unwrap();
+    assert!(filled(&out, 0), "the zeroed range reads as zeros");
+    c.read_at(&mut out, 24 * MIB).unwrap();
+    assert!(filled(&out, 0xa5), "the rest keeps its data");
+    c.submit_and_wait(Bio::write_zeroes(0, 16 * MIB)).unwrap();
+    assert_holds(&dev, 16, "the same 16 MiB zeroed again, unmapping");
 }

@@ -411,7 +411,13 @@ fn bio_for(desc: &IoDesc, tag: &mut Tag) -> Result<(Bio, i32), i32> {
         uapi::UBLK_IO_OP_ZONE_FINISH => mgmt(ZoneMgmt::Finish),
         uapi::UBLK_IO_OP_ZONE_RESET => mgmt(ZoneMgmt::Reset),
         uapi::UBLK_IO_OP_DISCARD => Ok((Bio::discard(offset, bytes), 0)),
-        uapi::UBLK_IO_OP_WRITE_ZEROES => Ok((Bio::write_zeroes(offset, bytes), 0)),
+        uapi::UBLK_IO_OP_WRITE_ZEROES => {
+            // REQ_NOUNMAP (blkdev_issue_zeroout without BLKDEV_ZERO_UNMAP,
+            // the BLKZEROOUT ioctl's): the range must stay provisioned.
+            let nounmap = desc.flags() & uapi::UBLK_IO_F_NOUNMAP != 0;
+            let flags = if nounmap { flags | ReqFlags::NOUNMAP } else { flags };
+            Ok((Bio::write_zeroes(offset, bytes).with_flags(flags), 0))
+        }
         _ => Err(libc::EOPNOTSUPP),
     }
 }
@@ -500,6 +506,16 @@ mod tests {
         let mut t = tag(4096);
         let (bio, _) = bio_for(&desc(uapi::UBLK_IO_OP_WRITE, uapi::UBLK_IO_F_FUA, 0, 8), &mut t).unwrap();
         assert!(bio.flags.contains(ReqFlags::FUA));
+    }
+
+    #[test]
+    fn a_nounmap_write_zeroes_carries_the_flag() {
+        let mut t = tag(4096);
+        let zeroes = uapi::UBLK_IO_OP_WRITE_ZEROES;
+        let (bio, _) = bio_for(&desc(zeroes, uapi::UBLK_IO_F_NOUNMAP, 0, 8), &mut t).unwrap();
+        assert!(bio.flags.contains(ReqFlags::NOUNMAP));
+        let (bio, _) = bio_for(&desc(zeroes, 0, 0, 8), &mut t).unwrap();
+        assert!(!bio.flags.contains(ReqFlags::NOUNMAP), "may unmap: {:?}", bio.flags);
     }
 
     #[test]

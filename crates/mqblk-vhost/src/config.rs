@@ -158,7 +158,8 @@ impl DiskLimits {
         if self.max_write_zeroes_sectors > 0 {
             put(48, &self.max_write_zeroes_sectors.to_le_bytes());
             put(52, &1u32.to_le_bytes());
-            // write_zeroes_may_unmap: the UNMAP flag is accepted (and ignored).
+            // write_zeroes_may_unmap: with the UNMAP flag the device may
+            // deallocate; without it the bio carries REQ_NOUNMAP.
             put(56, &[1]);
         }
         c

@@ -48,7 +48,7 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use mqblk::{Bio, BioVec, Buf, Client, Completion, Status};
+use mqblk::{Bio, BioVec, Buf, Client, Completion, ReqFlags, Status};
 use vhost_user_backend::VringT;
 use virtio_bindings::virtio_blk::{VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, VIRTIO_BLK_S_UNSUPP};
 use virtio_queue::QueueT;
@@ -446,7 +446,12 @@ impl VirtQueue {
             }
             Kind::Flush => Bio::flush(),
             Kind::Discard { offset, len } => Bio::discard(offset, len),
-            Kind::WriteZeroes { offset, len } => Bio::write_zeroes(offset, len),
+            // Without the UNMAP flag the range must stay allocated (Linux's
+            // virtio_blk sets it unless the request carries REQ_NOUNMAP).
+            Kind::WriteZeroes { offset, len, unmap: false } => {
+                Bio::write_zeroes(offset, len).with_flags(ReqFlags::NOUNMAP)
+            }
+            Kind::WriteZeroes { offset, len, unmap: true } => Bio::write_zeroes(offset, len),
             Kind::Read { offset, len } | Kind::Write { offset, len } => {
                 let write = matches!(req.kind, Kind::Write { .. });
                 if let Some(bio) = slot.lend(offset, write, block, mem) {

@@ -45,7 +45,7 @@ pub enum Kind {
     Flush,
     GetId,
     Discard { offset: u64, len: u64 },
-    WriteZeroes { offset: u64, len: u64 },
+    WriteZeroes { offset: u64, len: u64, unmap: bool },
 }
 
 impl Kind {
@@ -274,7 +274,7 @@ fn range<M: GuestMemory>(
     if sectors > disk.max_write_zeroes_sectors {
         return Err(ParseError::BadLength(len));
     }
-    Ok(Kind::WriteZeroes { offset, len })
+    Ok(Kind::WriteZeroes { offset, len, unmap: flags & VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP != 0 })
 }
 
 /// Read-only, range, alignment and direction checks.
@@ -288,7 +288,7 @@ fn check(kind: &Kind, out_bytes: u64, in_bytes: u64, disk: &DiskLimits) -> Resul
             }
             (offset, len)
         }
-        Kind::Write { offset, len } | Kind::Discard { offset, len } | Kind::WriteZeroes { offset, len } => {
+        Kind::Write { offset, len } | Kind::Discard { offset, len } | Kind::WriteZeroes { offset, len, .. } => {
             if disk.read_only {
                 return Err(ParseError::ReadOnly);
             }

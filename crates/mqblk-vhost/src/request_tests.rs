@@ -127,7 +127,8 @@ fn flush_get_id_discard_and_write_zeroes() {
     assert_eq!(req.unwrap().kind, Kind::GetId);
     assert_eq!(data, [seg(DATA, 20)]);
 
-    for (t, flags) in [(VIRTIO_BLK_T_DISCARD, 0), (VIRTIO_BLK_T_WRITE_ZEROES, VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP)] {
+    let zeroes = VIRTIO_BLK_T_WRITE_ZEROES;
+    for (t, flags) in [(VIRTIO_BLK_T_DISCARD, 0), (zeroes, VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP), (zeroes, 0)] {
         header(&m, t, 0);
         let mut r = [0u8; 16];
         r[0..8].copy_from_slice(&16u64.to_le_bytes());
@@ -138,7 +139,8 @@ fn flush_get_id_discard_and_write_zeroes() {
         let want = if t == VIRTIO_BLK_T_DISCARD {
             Kind::Discard { offset: 8192, len: 4096 }
         } else {
-            Kind::WriteZeroes { offset: 8192, len: 4096 }
+            // Without UNMAP the range must stay allocated.
+            Kind::WriteZeroes { offset: 8192, len: 4096, unmap: flags != 0 }
         };
         assert_eq!(req.unwrap().kind, want);
     }

@@ -141,6 +141,11 @@ impl ReqFlags {
     pub const BACKGROUND: ReqFlags = ReqFlags(1 << 3);
     /// Fail with `Again` instead of sleeping for a tag (REQ_NOWAIT).
     pub const NOWAIT: ReqFlags = ReqFlags(1 << 4);
+    /// A write zeroes that must not deallocate what it zeroes
+    /// (REQ_NOUNMAP): the range stays provisioned (a file keeps its
+    /// blocks, a memory store its pages). Without it a write zeroes may
+    /// free the range, as a discard does.
+    pub const NOUNMAP: ReqFlags = ReqFlags(1 << 5);
 
     /// Are all of `other`'s flags set?
     pub const fn contains(self, other: ReqFlags) -> bool {
@@ -179,6 +184,7 @@ impl fmt::Debug for ReqFlags {
             (ReqFlags::HIPRI, "HIPRI"),
             (ReqFlags::BACKGROUND, "BACKGROUND"),
             (ReqFlags::NOWAIT, "NOWAIT"),
+            (ReqFlags::NOUNMAP, "NOUNMAP"),
         ];
         let set: Vec<&str> = names.iter().filter(|(fl, _)| self.contains(*fl)).map(|(_, n)| *n).collect();
         write!(f, "{}", if set.is_empty() { "NONE".to_string() } else { set.join("|") })
@@ -375,7 +381,8 @@ impl Bio {
         Self::no_data(Op::Discard, offset, len)
     }
 
-    /// Write zeroes over `len` bytes at `offset`.
+    /// Write zeroes over `len` bytes at `offset`; the driver may
+    /// deallocate the range unless the bio carries `ReqFlags::NOUNMAP`.
     pub fn write_zeroes(offset: u64, len: u64) -> Self {
         Self::no_data(Op::WriteZeroes, offset, len)
     }

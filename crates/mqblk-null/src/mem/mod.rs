@@ -223,6 +223,20 @@ impl MemStore {
         self.reclaim.settle();
     }
 
+    /// Makes `[pos, pos + len)` read as zeros and keeps its pages (a write
+    /// zeroes with REQ_NOUNMAP): each present page is rewritten with its
+    /// piece zeroed, never freed; an absent page already reads as zeros
+    /// and stays absent (nothing was provisioned to keep).
+    pub(crate) fn zero_in_place(&self, pos: u64, len: u64) {
+        let mut guard = self.reclaim.pin_writer();
+        for (page, offset, n) in pieces(pos, len) {
+            let Some(slot) = self.table.slot(page) else { continue };
+            self.update(&mut guard, slot, offset, Piece::Zeros(n));
+        }
+        drop(guard);
+        self.reclaim.settle();
+    }
+
     /// Whether the page holding byte `pos` was written and not discarded
     /// since: absent pages read as zeros.
     pub(crate) fn is_present(&self, pos: u64) -> bool {
