@@ -4,10 +4,14 @@
 //! (the first one's default name is the empty string, NBD's default
 //! export). TCP on 127.0.0.1:10809 unless `--listen ADDR` or `--unix PATH`;
 //! SIGINT or SIGTERM stop it cleanly: connections finish their in-flight
-//! requests, then every writable device is flushed.
+//! requests, then every writable device is flushed. TLS with nbdkit's
+//! options and meanings: `--tls=off|on|require`, `--tls-psk=FILE`,
+//! `--tls-certificates=DIR`, `--tls-verify-peer` (mqblk-nbd's tls.rs).
+
+use std::path::PathBuf;
 
 use mqblk::{Bio, DeviceConfig};
-use mqblk_nbd::{Export, Listen, Server};
+use mqblk_nbd::{Credentials, Export, Listen, Server, Tls, TlsMode};
 
 /// An NBD server (fixed newstyle) over mqblk devices.
 ///
@@ -54,6 +58,58 @@ pub struct ServeArgs {
     /// kept unchanged until the client has read them).
     #[arg(long)]
     no_splice: bool,
+    /// TLS, as nbdkit's --tls: off (STARTTLS refused), on (clients may
+    /// upgrade; clear ones are served too) or require (nothing but
+    /// STARTTLS in clear). on and require need --tls-psk or
+    /// --tls-certificates.
+    #[arg(long, value_name = "MODE", default_value = "off")]
+    tls: String,
+    /// Pre-shared keys: psktool's username:hexkey lines
+    /// (`psktool -u alice -p FILE`), read at start.
+    #[arg(long, value_name = "FILE")]
+    tls_psk: Option<PathBuf>,
+    /// X.509 credentials: DIR/ca-cert.pem, DIR/server-cert.pem and
+    /// DIR/server-key.pem.
+    #[arg(long, value_name = "DIR")]
+    tls_certificates: Option<PathBuf>,
+    /// Require a client certificate signed by DIR/ca-cert.pem (with
+    /// --tls-certificates).
+    #[arg(long)]
+    tls_verify_peer: bool,
+}
+
+/// The TLS setting the --tls options ask for: None when off; Err says
+/// which combination is wrong.
+fn tls_setting(
+    mode: &str,
+    psk: Option<PathBuf>,
+    certificates: Option<PathBuf>,
+    verify_peer: bool,
+) -> Result<Option<(TlsMode, Credentials)>, String> {
+    let mode: TlsMode = mode.parse()?;
+    if mode == TlsMode::Off {
+        let given = [(psk.is_some(), "--tls-psk"), (certificates.is_some(), "--tls-certificates")]
+            .into_iter()
+            .chain([(verify_peer, "--tls-verify-peer")])
+            .find(|(given, _)| *given);
+        return match given {
+            Some((_, option)) => Err(format!("{option} needs --tls=on or --tls=require (TLS is off by default)")),
+            None => Ok(None),
+        };
+    }
+    let flag = if mode == TlsMode::On { "on" } else { "require" };
+    let credentials = match (psk, certificates) {
+        (None, None) => return Err(format!("--tls={flag} needs --tls-psk=FILE or --tls-certificates=DIR")),
+        (Some(_), Some(_)) => return Err("--tls-psk and --tls-certificates: choose one".into()),
+        (Some(_), None) if verify_peer => {
+            return Err(
+                "--tls-verify-peer checks client certificates: it needs --tls-certificates, not --tls-psk".into()
+            )
+        }
+        (Some(file), None) => Credentials::Psk(file),
+        (None, Some(dir)) => Credentials::Certificates { dir, verify_peer },
+    };
+    Ok(Some((mode, credentials)))
 }
 
 /// The (device spec, export name) pairs: each --export names the last
@@ -81,6 +137,10 @@ pub fn run(args: ServeArgs, matches: &clap::ArgMatches) -> Result<String, (u8, S
     if exports.is_empty() {
         return Err(bad("serve needs --device SPEC (see mqblk serve --help)".into()));
     }
+    let tls = match tls_setting(&args.tls, args.tls_psk, args.tls_certificates, args.tls_verify_peer).map_err(bad)? {
+        Some((mode, credentials)) => Tls::new(mode, &credentials).map_err(nbd_error)?,
+        None => Tls::off(),
+    };
     let mut list = Vec::new();
     for (i, (spec, name)) in exports.iter().enumerate() {
         let name = name.clone().unwrap_or_else(|| if i == 0 { String::new() } else { format!("export{i}") });
@@ -104,7 +164,7 @@ pub fn run(args: ServeArgs, matches: &clap::ArgMatches) -> Result<String, (u8, S
         }
         None => None,
     };
-    let server = Server::new(listener, list).map_err(nbd_error)?.max_connections(max_conn);
+    let server = Server::new(listener, list).map_err(nbd_error)?.max_connections(max_conn).tls(tls);
     let stop = server.stop_handle();
     let signals = stop_on_signals(move || stop.stop())?;
     let served = server.run();
@@ -149,7 +209,10 @@ pub(crate) fn fast_config(spec: &str) -> Result<DeviceConfig, String> {
 /// line asked wrongly (a device spec, two exports of one name), else 1.
 fn nbd_error(e: mqblk_nbd::Error) -> (u8, String) {
     let code = match e {
-        mqblk_nbd::Error::Device { .. } | mqblk_nbd::Error::DuplicateExport { .. } | mqblk_nbd::Error::NoExports => 2,
+        mqblk_nbd::Error::Device { .. }
+        | mqblk_nbd::Error::DuplicateExport { .. }
+        | mqblk_nbd::Error::NoExports
+        | mqblk_nbd::Error::TlsSetup(_) => 2,
         _ => 1,
     };
     (code, e.to_string())
@@ -192,7 +255,32 @@ pub(crate) fn init_logger(command: &'static str) {
 
 #[cfg(test)]
 mod tests {
-    use super::fast_config;
+    use super::{fast_config, tls_setting};
+    use mqblk_nbd::{Credentials, TlsMode};
+    use std::path::PathBuf;
+
+    #[test]
+    fn tls_options_combine_as_nbdkit_means_them_or_say_what_is_wrong() {
+        let p = |s: &str| Some(PathBuf::from(s));
+        assert!(tls_setting("off", None, None, false).unwrap().is_none());
+        let (mode, c) = tls_setting("require", p("k.psk"), None, false).unwrap().unwrap();
+        assert_eq!(mode, TlsMode::Require);
+        assert!(matches!(c, Credentials::Psk(f) if f == PathBuf::from("k.psk")));
+        let (mode, c) = tls_setting("on", None, p("d"), true).unwrap().unwrap();
+        assert_eq!(mode, TlsMode::On);
+        assert!(matches!(c, Credentials::Certificates { verify_peer: true, .. }));
+        let err = |m, psk, certs, verify| tls_setting(m, psk, certs, verify).unwrap_err();
+        assert_eq!(err("require", None, None, false), "--tls=require needs --tls-psk=FILE or --tls-certificates=DIR");
+        assert_eq!(err("on", None, None, false), "--tls=on needs --tls-psk=FILE or --tls-certificates=DIR");
+        assert_eq!(err("on", p("k"), p("d"), false), "--tls-psk and --tls-certificates: choose one");
+        assert!(err("on", p("k"), None, true).contains("it needs --tls-certificates, not --tls-psk"));
+        assert_eq!(
+            err("off", p("k"), None, false),
+            "--tls-psk needs --tls=on or --tls=require (TLS is off by default)"
+        );
+        assert!(err("off", None, None, true).starts_with("--tls-verify-peer needs --tls=on"));
+        assert_eq!(err("maybe", None, None, false), "--tls=maybe: expected off, on or require");
+    }
 
     #[test]
     fn null_exports_complete_inline_unless_their_spec_chose() {

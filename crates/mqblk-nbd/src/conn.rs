@@ -2,7 +2,7 @@
 //! and its two phases in turn, the handshake and option haggling
 //! (handshake.rs) and then transmission (transmission.rs).
 //!
-//! Relies on: handshake.rs, transmission.rs, proto.rs's transmission
+//! Relies on: handshake.rs, transmission.rs, tls.rs (the upgraded stream), proto.rs's transmission
 //! flags, and mqblk's Device (open, limits).
 
 use std::io::{Read, Write};
@@ -12,7 +12,7 @@ use mqblk::{Device, DeviceConfig};
 
 use crate::proto::*;
 use crate::transmission::Transmission;
-use crate::{handshake, Error, StopHandle};
+use crate::{handshake, Error, StopHandle, Tls};
 
 /// An export: a name and the device behind it.
 #[derive(Clone)]
@@ -85,13 +85,26 @@ impl Export {
     }
 }
 
-/// A stream the connection runs over (TCP or Unix socket).
-pub trait Stream: Read + Write + AsRawFd + Send {}
-impl<T: Read + Write + AsRawFd + Send> Stream for T {}
+/// A stream the connection runs over: a TCP or Unix socket, or TLS over
+/// one after NBD_OPT_STARTTLS (tls.rs). Its fd is polled for readiness.
+pub trait Stream: Read + Write + AsRawFd + Send {
+    /// Bytes the stream has taken from its socket and not yet returned
+    /// (a TLS record's rest): poll(2) on the fd cannot see them.
+    fn buffered_bytes(&self) -> usize {
+        0
+    }
+    /// Whether the socket carries TLS records: its fd must then not be
+    /// written to directly (no zero-copy read replies).
+    fn is_tls(&self) -> bool {
+        false
+    }
+}
+impl Stream for std::net::TcpStream {}
+impl Stream for std::os::unix::net::UnixStream {}
 
 /// Runs one connection to its end (the client's disconnect or abort, or
-/// `stop`). Errors are the reason it closed.
-pub fn serve_connection(mut s: Box<dyn Stream>, exports: &[Export], stop: &StopHandle) -> Result<(), Error> {
-    let Some((export, opts)) = handshake::handshake(&mut *s, exports, stop)? else { return Ok(()) };
+/// `stop`), with TLS as `tls` says. Errors are the reason it closed.
+pub fn serve_connection(s: Box<dyn Stream>, exports: &[Export], tls: &Tls, stop: &StopHandle) -> Result<(), Error> {
+    let (s, Some((export, opts))) = handshake::handshake(s, exports, tls, stop)? else { return Ok(()) };
     Transmission::new(s, export, opts)?.run(stop)
 }

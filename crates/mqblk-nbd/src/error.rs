@@ -34,6 +34,18 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// TLS settings that cannot be used: an unreadable or malformed PSK
+    /// file (the line named), a certificate or key OpenSSL refused.
+    #[error("{0}")]
+    TlsSetup(String),
+    /// A connection's TLS handshake failed (a wrong key, an unknown PSK
+    /// identity, no client certificate where one is required ...).
+    #[error("TLS handshake: {0}")]
+    TlsHandshake(String),
+    /// A client asked for an export in clear (NBD_OPT_EXPORT_NAME, which
+    /// has no error reply) where TLS is required: the connection closed.
+    #[error("a client asked for an export in clear, and TLS is required")]
+    TlsRequired,
     /// A connection's socket failed (most often: the client went away).
     #[error("socket: {0}")]
     Socket(#[source] std::io::Error),

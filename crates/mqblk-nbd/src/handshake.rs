@@ -6,13 +6,21 @@
 //! INFO and GO. It ends in transmission (EXPORT_NAME or GO), or in the
 //! client's ABORT or a stop.
 //!
+//! TLS (the spec's STARTTLS section, nbdkit's behaviour): `gate` decides
+//! each option's fate under the server's TLS mode before it is handled.
+//! STARTTLS is answered ACK in clear, then the TLS handshake runs on the
+//! same socket and haggling goes on over it, with what was negotiated in
+//! clear forgotten. With TLS required, every other option in clear but
+//! ABORT is answered NBD_REP_ERR_TLS_REQD, and EXPORT_NAME (which has no
+//! error reply) ends the connection: no export is reachable in clear.
+//!
 //! Relies on: proto.rs (wire format, option replies), conn.rs's Export
-//! and Stream, and the StopHandle's eventfd (an idle client does not hold
-//! up a stop).
+//! and Stream, tls.rs (the handshake, the upgraded stream), and the
+//! StopHandle's eventfd (an idle client does not hold up a stop).
 
 use crate::conn::{Export, Stream};
 use crate::proto::*;
-use crate::{Error, StopHandle};
+use crate::{Error, StopHandle, Tls, TlsMode};
 
 /// What option haggling settled.
 #[derive(Default, Clone, Copy)]
@@ -21,13 +29,18 @@ pub(crate) struct Negotiated {
     pub(crate) base_allocation: bool,
 }
 
-/// The greeting, the client's flags and the option phase; Some(export)
-/// when transmission starts, None when the client aborted or `stop`.
+/// The stream to go on with (upgraded if the client started TLS) and,
+/// when transmission starts, its export and what was negotiated.
+pub(crate) type Settled<'a> = (Box<dyn Stream>, Option<(&'a Export, Negotiated)>);
+
+/// The greeting, the client's flags and the option phase; the export is
+/// Some when transmission starts, None when the client aborted or `stop`.
 pub(crate) fn handshake<'a>(
-    s: &mut dyn Stream,
+    mut s: Box<dyn Stream>,
     exports: &'a [Export],
+    tls: &Tls,
     stop: &StopHandle,
-) -> Result<Option<(&'a Export, Negotiated)>, Error> {
+) -> Result<Settled<'a>, Error> {
     let io = Error::Socket;
     let mut greeting = Vec::with_capacity(18);
     greeting.extend_from_slice(&NBDMAGIC.to_be_bytes());
@@ -36,7 +49,7 @@ pub(crate) fn handshake<'a>(
     s.write_all(&greeting).map_err(io)?;
     let mut b4 = [0u8; 4];
     if !readable_unless_stopped(&*s, stop)? {
-        return Ok(None);
+        return Ok((s, None));
     }
     s.read_exact(&mut b4).map_err(io)?;
     let client_flags = u32::from_be_bytes(b4);
@@ -47,13 +60,49 @@ pub(crate) fn handshake<'a>(
         return Err(Error::Protocol(format!("unknown client flags {client_flags:#x}")));
     }
     let no_zeroes = client_flags & FLAG_C_NO_ZEROES != 0;
-    haggle(s, exports, no_zeroes, stop)
+    haggle(s, exports, no_zeroes, tls, stop)
+}
+
+/// What the server's TLS mode makes of an option, before it is handled.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Gate {
+    /// Handle it as usual.
+    Pass,
+    /// Answer this error reply and message; haggling goes on.
+    Refuse(u32, &'static str),
+    /// Answer ACK in clear, then the TLS handshake.
+    StartTls,
+    /// End the connection (EXPORT_NAME has no error reply).
+    Close,
+}
+
+/// The TLS state machine of the option phase: option `opt` with
+/// `data_len` bytes of data, under `mode`, TLS up or not (`tls_up`).
+pub(crate) fn gate(opt: u32, data_len: usize, mode: TlsMode, tls_up: bool) -> Gate {
+    if opt == OPT_STARTTLS {
+        return match () {
+            _ if data_len != 0 => Gate::Refuse(REP_ERR_INVALID, "STARTTLS takes no data"),
+            _ if mode == TlsMode::Off => Gate::Refuse(REP_ERR_POLICY, "TLS is off on this server"),
+            _ if tls_up => Gate::Refuse(REP_ERR_INVALID, "TLS is already on"),
+            _ => Gate::StartTls,
+        };
+    }
+    if mode == TlsMode::Require && !tls_up && opt != OPT_ABORT {
+        if opt == OPT_EXPORT_NAME {
+            return Gate::Close;
+        }
+        return Gate::Refuse(REP_ERR_TLS_REQD, "TLS is required: send NBD_OPT_STARTTLS first");
+    }
+    Gate::Pass
 }
 
 /// Waits until the socket has bytes to read (or the client closed it):
 /// true; or until `stop`: false. An idle client in the handshake or the
 /// option phase does not hold up a stop.
 fn readable_unless_stopped(s: &dyn Stream, stop: &StopHandle) -> Result<bool, Error> {
+    if s.buffered_bytes() > 0 {
+        return Ok(true); // decrypted already: the socket may have nothing more
+    }
     loop {
         if stop.is_stopped() {
             return Ok(false);
@@ -81,34 +130,56 @@ fn readable_unless_stopped(s: &dyn Stream, stop: &StopHandle) -> Result<bool, Er
 /// function queues its reply on `out` and returns the export when
 /// transmission starts with it; the reply is written here.
 fn haggle<'a>(
-    s: &mut dyn Stream,
+    mut s: Box<dyn Stream>,
     exports: &'a [Export],
     no_zeroes: bool,
+    tls: &Tls,
     stop: &StopHandle,
-) -> Result<Option<(&'a Export, Negotiated)>, Error> {
+) -> Result<Settled<'a>, Error> {
     let mut neg = Negotiated::default();
     let mut out = Vec::new();
     loop {
-        let Some((opt, data)) = read_option(s, stop)? else { return Ok(None) };
+        let Some((opt, data)) = read_option(&mut *s, stop)? else { return Ok((s, None)) };
         out.clear();
+        match gate(opt, data.len(), tls.mode(), s.is_tls()) {
+            Gate::Pass => {}
+            Gate::Refuse(reply, message) => {
+                option_reply(&mut out, opt, reply, message.as_bytes());
+                s.write_all(&out).map_err(Error::Socket)?;
+                continue;
+            }
+            Gate::Close => return Err(Error::TlsRequired),
+            Gate::StartTls => {
+                option_reply(&mut out, opt, REP_ACK, &[]);
+                s.write_all(&out).map_err(Error::Socket)?;
+                // The client's hello, or a stop (the handshake itself
+                // then runs on a client that is talking).
+                if !readable_unless_stopped(&*s, stop)? {
+                    return Ok((s, None));
+                }
+                s = tls.accept(s)?;
+                // The spec: nothing negotiated in clear carries over.
+                neg = Negotiated::default();
+                continue;
+            }
+        }
         let transmit = match opt {
             OPT_EXPORT_NAME => Some(export_name(&mut out, &data, exports, no_zeroes)?),
             OPT_ABORT => {
                 option_reply(&mut out, opt, REP_ACK, &[]);
                 // The client is leaving: a failed write changes nothing.
                 let _ = s.write_all(&out);
-                return Ok(None);
+                return Ok((s, None));
             }
             OPT_LIST => list(&mut out, &data, exports),
             OPT_INFO | OPT_GO => info_or_go(&mut out, opt, &data, exports),
             OPT_STRUCTURED_REPLY => structured_reply(&mut out, &data, &mut neg),
             OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => meta_context(&mut out, opt, &data, exports, &mut neg),
-            OPT_STARTTLS => refuse(&mut out, opt, REP_ERR_POLICY, b"no TLS here"),
             _ => refuse(&mut out, opt, REP_ERR_UNSUP, format!("option {opt} is not supported").as_bytes()),
         };
         s.write_all(&out).map_err(Error::Socket)?;
         if let Some(e) = transmit {
-            return Ok(Some((e, neg)));
+            return Ok((s, Some((e, neg))));
         }
     }
 }

@@ -9,6 +9,7 @@
 //!   replies;
 //! - server.rs: listening on TCP or a Unix socket, a thread per
 //!   connection, and a clean stop;
+//! - tls.rs: TLS settings (nbdkit's), the PSK file, the upgraded stream;
 //! - stop.rs: the stop handle that ends a server from another thread;
 //! - error.rs: the library's error type.
 //!
@@ -34,9 +35,11 @@ mod server;
 pub mod sparse;
 mod splice;
 mod stop;
+mod tls;
 mod transmission;
 
 pub use conn::Export;
 pub use error::Error;
 pub use server::{Listen, Server, DEFAULT_MAX_CONNECTIONS};
 pub use stop::StopHandle;
+pub use tls::{parse_psk_file, Credentials, Tls, TlsMode};

@@ -1,5 +1,6 @@
 //! The accept loop: a TCP or Unix listener, a thread per connection (up
-//! to a maximum), and a clean stop through a [`StopHandle`].
+//! to a maximum, each with the server's TLS setting), and a clean stop
+//! through a [`StopHandle`].
 
 use std::net::TcpListener;
 use std::os::fd::{AsRawFd, RawFd};
@@ -9,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::conn::{self, Export};
-use crate::{Error, StopHandle};
+use crate::{Error, StopHandle, Tls, TlsMode};
 
 /// Connections served at once unless [`Server::max_connections`] says.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 16;
@@ -128,6 +129,7 @@ pub struct Server {
     listen: Listen,
     exports: Vec<Export>,
     max_connections: usize,
+    tls: Tls,
     stop: StopHandle,
 }
 
@@ -144,13 +146,25 @@ impl Server {
             }
         }
         listen.set_nonblocking().map_err(|source| Error::Listen { address: listen.address(), source })?;
-        Ok(Self { listen, exports, max_connections: DEFAULT_MAX_CONNECTIONS, stop: StopHandle::new()? })
+        Ok(Self {
+            listen,
+            exports,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            tls: Tls::off(),
+            stop: StopHandle::new()?,
+        })
     }
 
     /// Connections served at once; more are accepted and closed at once
     /// (with a warning). [`DEFAULT_MAX_CONNECTIONS`] unless set.
     pub fn max_connections(mut self, max_connections: usize) -> Self {
         self.max_connections = max_connections;
+        self
+    }
+
+    /// TLS on the server's connections ([`Tls::off`] unless set).
+    pub fn tls(mut self, tls: Tls) -> Self {
+        self.tls = tls;
         self
     }
 
@@ -165,8 +179,14 @@ impl Server {
     /// complete before a connection's thread exits). An error from poll
     /// stops the connections too before it is returned.
     pub fn run(self) -> Result<(), Error> {
-        let Server { listen, exports, max_connections, stop } = self;
-        log::info!("{} export(s) on {}, ready", exports.len(), listen.address());
+        let Server { listen, exports, max_connections, tls, stop } = self;
+        let tls_note = match tls.mode() {
+            TlsMode::Off => "",
+            TlsMode::On => " (TLS on)",
+            TlsMode::Require => " (TLS required)",
+        };
+        log::info!("{} export(s) on {}{tls_note}, ready", exports.len(), listen.address());
+        let tls = Arc::new(tls);
         let exports = Arc::new(exports);
         let active = Arc::new(AtomicUsize::new(0));
         let mut threads = Vec::new();
@@ -204,9 +224,9 @@ impl Server {
                 continue; // dropping the stream closes it
             }
             active.fetch_add(1, Ordering::SeqCst);
-            let (exports, active, stop) = (exports.clone(), active.clone(), stop.clone());
+            let (exports, active, tls, stop) = (exports.clone(), active.clone(), tls.clone(), stop.clone());
             threads.push(std::thread::spawn(move || {
-                match conn::serve_connection(stream, &exports, &stop) {
+                match conn::serve_connection(stream, &exports, &tls, &stop) {
                     Ok(()) => log::debug!("connection ended"),
                     Err(e @ Error::Socket(_)) => log::info!("connection closed: {e}"),
                     Err(e) => log::warn!("connection closed: {e}"),

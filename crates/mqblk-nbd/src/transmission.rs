@@ -196,6 +196,12 @@ pub(crate) struct Transmission<'a> {
     spill: Vec<u8>,
     /// Zero-copy read replies (Unix sockets, lending devices: splice.rs).
     splicer: Option<Splicer>,
+    /// Reads by the device's direct access (the export allows them and
+    /// the socket is clear: they write to its fd).
+    direct_reads: bool,
+    /// The stream is TLS (tls.rs): it may hold decrypted requests that
+    /// poll(2) on the socket does not see.
+    tls: bool,
 }
 
 impl<'a> Transmission<'a> {
@@ -204,8 +210,12 @@ impl<'a> Transmission<'a> {
         let efd = client.completion_fd().map_err(|source| Error::Client { what: "completion eventfd", source })?;
         // Devices whose submitters reap (file reap=client): the ring's fd.
         let poll_fd = client.poll_fd().unwrap_or(-1);
+        // Under TLS the socket carries records: nothing may be written to
+        // its fd directly, so reads take the copy path through the stream.
+        let tls = s.is_tls();
+        let direct_reads = export.direct_reads && !tls;
         let splicer =
-            (export.direct_reads && export.splice_reads).then(|| Splicer::new(&export.device, s.as_raw_fd())).flatten();
+            (direct_reads && export.splice_reads).then(|| Splicer::new(&export.device, s.as_raw_fd())).flatten();
         Ok(Self {
             poll_fd,
             s,
@@ -227,6 +237,8 @@ impl<'a> Transmission<'a> {
             runs: Vec::with_capacity(mqblk::driver::MAX_EXTENTS + 1),
             spill: Vec::new(),
             splicer,
+            direct_reads,
+            tls,
         })
     }
 
@@ -254,8 +266,10 @@ impl<'a> Transmission<'a> {
                 // Readable once stopped (checked at the top of the loop).
                 libc::pollfd { fd: stop.wake_fd(), events: libc::POLLIN, revents: 0 },
             ];
-            // Requests already buffered are served without waiting.
-            let buffered = want_socket && self.rbuf.len() >= REQUEST_BYTES;
+            // Requests already buffered are served without waiting (under
+            // TLS, those decrypted and still inside the stream too).
+            let buffered =
+                want_socket && (self.rbuf.len() >= REQUEST_BYTES || (self.tls && self.s.buffered_bytes() > 0));
             let timeout_ms = if buffered { 0 } else { 200 };
             // SAFETY: four pollfds (the third may be -1, which poll skips);
             // the timeout is a backstop: a stop wakes the poll itself.
@@ -502,7 +516,7 @@ impl<'a> Transmission<'a> {
             self.flush_out()?;
             return Ok(true);
         }
-        if r.cmd == CMD_READ && len >= DIRECT_READ_BYTES && e.direct_reads && self.read_direct(&r)? {
+        if r.cmd == CMD_READ && len >= DIRECT_READ_BYTES && self.direct_reads && self.read_direct(&r)? {
             return Ok(true);
         }
         let fua = if r.flags & CMD_FLAG_FUA != 0 { ReqFlags::FUA } else { ReqFlags::NONE };
