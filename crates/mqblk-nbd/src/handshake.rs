@@ -333,3 +333,149 @@ fn meta_context<'a>(
     option_reply(out, opt, REP_ACK, &[]);
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Credentials;
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+
+    fn option(out: &mut Vec<u8>, opt: u32, data: &[u8]) {
+        out.extend_from_slice(&IHAVEOPT.to_be_bytes());
+        out.extend_from_slice(&opt.to_be_bytes());
+        out.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        out.extend_from_slice(data);
+    }
+
+    /// NBD_OPT_GO (or INFO) for the default export, no info requests.
+    const GO_DEFAULT: [u8; 6] = [0; 6];
+
+    /// A server's TLS setting in `mode`, with a PSK file written for it.
+    fn tls(mode: TlsMode, test: &str) -> Tls {
+        if mode == TlsMode::Off {
+            return Tls::off();
+        }
+        let path = std::env::temp_dir().join(format!("mqblk-handshake-{test}-{}.psk", std::process::id()));
+        std::fs::write(&path, "alice:000102030405060708090a0b0c0d0e0f\n").unwrap();
+        let tls = Tls::new(mode, &Credentials::Psk(path.clone())).unwrap();
+        std::fs::remove_file(path).unwrap();
+        tls
+    }
+
+    /// Runs the handshake on one end of a socket pair fed the client
+    /// flags and `options` (then EOF): what the handshake returned (the
+    /// export's name if transmission started), and the server's option
+    /// replies as (option, reply type) after the 18-byte greeting, with
+    /// any bytes that did not parse as replies.
+    fn run(mode: TlsMode, test: &str, options: &[u8]) -> (Result<Option<String>, Error>, Vec<(u32, u32)>, Vec<u8>) {
+        let exports = vec![Export::open("", "null:size=1,memory_backed=1", false).unwrap()];
+        let (mut client, server) = UnixStream::pair().unwrap();
+        let mut input = (FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES).to_be_bytes().to_vec();
+        input.extend_from_slice(options);
+        client.write_all(&input).unwrap();
+        client.shutdown(std::net::Shutdown::Write).unwrap();
+        let stop = StopHandle::new().unwrap();
+        let tls = tls(mode, test);
+        let result =
+            handshake(Box::new(server), &exports, &tls, &stop).map(|(_, settled)| settled.map(|(e, _)| e.name.clone()));
+        // A server that closed with client bytes unread resets the
+        // connection: what arrived before the reset is what it sent.
+        let mut wire = Vec::new();
+        let mut chunk = [0u8; 4096];
+        while let Ok(n @ 1..) = client.read(&mut chunk) {
+            wire.extend_from_slice(&chunk[..n]);
+        }
+        assert_eq!(&wire[..8], &NBDMAGIC.to_be_bytes(), "the greeting");
+        let mut rest = &wire[18..];
+        let mut replies = Vec::new();
+        while rest.len() >= 20 && rest[..8] == REPLY_MAGIC.to_be_bytes() {
+            let word = |at: usize| u32::from_be_bytes(rest[at..at + 4].try_into().unwrap());
+            let (opt, reply, len) = (word(8), word(12), word(16) as usize);
+            replies.push((opt, reply));
+            rest = &rest[20 + len..];
+        }
+        (result, replies, rest.to_vec())
+    }
+
+    #[test]
+    fn gate_is_the_tls_state_machine_of_the_option_phase() {
+        use TlsMode::*;
+        let tls_reqd = Gate::Refuse(REP_ERR_TLS_REQD, "TLS is required: send NBD_OPT_STARTTLS first");
+        for opt in [OPT_LIST, OPT_INFO, OPT_GO, OPT_STRUCTURED_REPLY, OPT_SET_META_CONTEXT, 99] {
+            assert_eq!(gate(opt, 0, Require, false), tls_reqd, "option {opt} in clear");
+            assert_eq!(gate(opt, 0, Require, true), Gate::Pass, "option {opt} under TLS");
+            assert_eq!(gate(opt, 0, On, false), Gate::Pass, "option {opt} in clear, TLS optional");
+            assert_eq!(gate(opt, 0, Off, false), Gate::Pass, "option {opt}, TLS off");
+        }
+        assert_eq!(gate(OPT_EXPORT_NAME, 0, Require, false), Gate::Close, "no error reply exists: close");
+        assert_eq!(gate(OPT_EXPORT_NAME, 0, Require, true), Gate::Pass);
+        assert_eq!(gate(OPT_ABORT, 0, Require, false), Gate::Pass, "a client may leave in clear");
+        assert_eq!(gate(OPT_STARTTLS, 0, Require, false), Gate::StartTls);
+        assert_eq!(gate(OPT_STARTTLS, 0, On, false), Gate::StartTls);
+        assert_eq!(gate(OPT_STARTTLS, 0, On, true), Gate::Refuse(REP_ERR_INVALID, "TLS is already on"));
+        assert_eq!(gate(OPT_STARTTLS, 0, Off, false), Gate::Refuse(REP_ERR_POLICY, "TLS is off on this server"));
+        assert_eq!(gate(OPT_STARTTLS, 4, Require, false), Gate::Refuse(REP_ERR_INVALID, "STARTTLS takes no data"));
+    }
+
+    #[test]
+    fn required_tls_answers_every_clear_option_tls_reqd_and_reaches_no_export() {
+        let mut o = Vec::new();
+        for opt in [OPT_LIST, OPT_STRUCTURED_REPLY, 99] {
+            option(&mut o, opt, &[]);
+        }
+        option(&mut o, OPT_INFO, &GO_DEFAULT);
+        option(&mut o, OPT_GO, &GO_DEFAULT);
+        option(&mut o, OPT_ABORT, &[]);
+        let (result, replies, rest) = run(TlsMode::Require, "reqd", &o);
+        assert!(matches!(result, Ok(None)), "ABORT ends the handshake: {result:?}");
+        let reqd = REP_ERR_TLS_REQD;
+        let want = [
+            (OPT_LIST, reqd),
+            (OPT_STRUCTURED_REPLY, reqd),
+            (99, reqd),
+            (OPT_INFO, reqd),
+            (OPT_GO, reqd),
+            (OPT_ABORT, REP_ACK),
+        ];
+        assert_eq!(replies, want);
+        assert!(rest.is_empty());
+    }
+
+    #[test]
+    fn required_tls_closes_on_export_name_in_clear() {
+        let mut o = Vec::new();
+        option(&mut o, OPT_EXPORT_NAME, b"");
+        let (result, replies, rest) = run(TlsMode::Require, "export-name", &o);
+        assert!(matches!(result, Err(Error::TlsRequired)), "{result:?}");
+        assert!(replies.is_empty() && rest.is_empty(), "nothing but the greeting: no export size or flags");
+    }
+
+    #[test]
+    fn optional_tls_serves_clear_clients_and_off_refuses_starttls() {
+        let mut o = Vec::new();
+        option(&mut o, OPT_GO, &GO_DEFAULT);
+        let (result, replies, _) = run(TlsMode::On, "on", &o);
+        assert_eq!(result.unwrap(), Some(String::new()), "GO in clear reaches the export");
+        assert_eq!(replies.last(), Some(&(OPT_GO, REP_ACK)));
+        let mut o = Vec::new();
+        option(&mut o, OPT_STARTTLS, &[]);
+        option(&mut o, OPT_STARTTLS, b"data");
+        option(&mut o, OPT_GO, &GO_DEFAULT);
+        let (result, replies, _) = run(TlsMode::Off, "off", &o);
+        assert_eq!(result.unwrap(), Some(String::new()));
+        assert_eq!(replies[..2], [(OPT_STARTTLS, REP_ERR_POLICY), (OPT_STARTTLS, REP_ERR_INVALID)]);
+    }
+
+    #[test]
+    fn starttls_is_acknowledged_in_clear_before_the_tls_handshake() {
+        let mut o = Vec::new();
+        option(&mut o, OPT_STARTTLS, b"x");
+        option(&mut o, OPT_STARTTLS, &[]);
+        // Not a TLS ClientHello: the handshake fails after the ACK.
+        o.extend_from_slice(&[0u8; 64]);
+        let (result, replies, _) = run(TlsMode::Require, "starttls", &o);
+        assert!(matches!(result, Err(Error::TlsHandshake(_))), "{result:?}");
+        assert_eq!(replies[..2], [(OPT_STARTTLS, REP_ERR_INVALID), (OPT_STARTTLS, REP_ACK)]);
+    }
+}
