@@ -74,10 +74,14 @@ fi
 # valgrind for the performance gate's instruction counts, and sqlite3 for
 # the power-cut test in the guest (guest_crash), and a sans-serif font for
 # the experiments' charts (plotters lays text out with it), and gnuplot
-# for fio's fio_generate_plots on bench's logs (tests/fio_examples.rs).
+# for fio's fio_generate_plots on bench's logs (tests/fio_examples.rs);
+# OpenSSL's headers and pkg-config for the NBD server's TLS (the openssl
+# crate links the system's libssl), and psktool and certtool (gnutls-bin)
+# for the TLS tests' keys and certificates (tests/nbd_tls.rs).
 need=()
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
-for tool in nbdinfo:libnbd-bin nbdcopy:libnbd-bin qemu-img:qemu-utils qemu-io:qemu-utils fio:fio losetup:mount mkfs.btrfs:btrfs-progs nbd-client:nbd-client valgrind:valgrind sqlite3:sqlite3 mkfs.ext4:e2fsprogs blkparse:blktrace gnuplot:gnuplot-nox; do
+[ -e /usr/include/openssl/ssl.h ] || need+=(libssl-dev)
+for tool in nbdinfo:libnbd-bin nbdcopy:libnbd-bin qemu-img:qemu-utils qemu-io:qemu-utils fio:fio losetup:mount mkfs.btrfs:btrfs-progs nbd-client:nbd-client valgrind:valgrind sqlite3:sqlite3 mkfs.ext4:e2fsprogs blkparse:blktrace gnuplot:gnuplot-nox pkg-config:pkg-config psktool:gnutls-bin certtool:gnutls-bin; do
   command -v "${tool%%:*}" >/dev/null || [[ " ${need[*]} " == *" ${tool#*:} "* ]] || need+=("${tool#*:}")
 done
 # fio's fio_jsonplus_clat2csv (tests/bench_output.rs) imports six, which

@@ -149,7 +149,8 @@ fn psk_context(path: &Path) -> Result<SslContext, Error> {
         // An unknown identity gets no key (0): the handshake then fails,
         // as there is no certificate to fall back to.
         let Some(key) = identity.and_then(|id| keys.get(id)) else {
-            log::info!("TLS: unknown PSK identity {:?}", identity.map(String::from_utf8_lossy));
+            let who = identity.map(String::from_utf8_lossy).unwrap_or_default();
+            log::warn!("TLS: unknown PSK identity '{who}' (the handshake fails next)");
             return Ok(0);
         };
         // Keys were checked against MAX_KEY_BYTES; OpenSSL's buffer is at least that.
