@@ -7,8 +7,13 @@
 //! fixed-newstyle handshake and NBD_OPT_GO (bit 1: structured replies
 //! first, bit 2: the read-only export, bit 3: base:allocation set first),
 //! so the fuzzer reaches transmission without having to find the magic
-//! numbers itself. Seeds (seeds/nbd_connection, made by seeds/make.py)
-//! hold every command and option once.
+//! numbers itself. Bit 4 serves with TLS required (`--tls=require`, a PSK):
+//! then everything the server sends in clear must be the greeting and
+//! option replies that refuse (NBD_REP_ERR_TLS_REQD), let the client go
+//! (ABORT) or start TLS (STARTTLS, after whose ACK only TLS records
+//! follow): no export's size, no transmission reply, is ever sent in
+//! clear. Seeds (seeds/nbd_connection, made by seeds/make.py) hold every
+//! command and option once, and each option again under TLS required.
 #![no_main]
 
 use std::io::{Read, Write};
@@ -18,8 +23,8 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use mqblk::Device;
-use mqblk_nbd::proto::{IHAVEOPT, OPT_GO, OPT_SET_META_CONTEXT, OPT_STRUCTURED_REPLY};
-use mqblk_nbd::{Export, StopHandle};
+use mqblk_nbd::proto::*;
+use mqblk_nbd::{Credentials, Export, StopHandle, Tls, TlsMode};
 
 /// Inputs longer than this are skipped: they must fit the socket buffer.
 const MAX_INPUT_BYTES: usize = 64 << 10;
@@ -43,6 +48,39 @@ fn exports() -> &'static [Export] {
         };
         vec![export("", false), export("ro", true)]
     })
+}
+
+/// TLS required, with a PSK for alice (the fuzzer never has the key: a
+/// STARTTLS leads to a handshake that fails).
+fn tls_required() -> &'static Tls {
+    static TLS: OnceLock<Tls> = OnceLock::new();
+    TLS.get_or_init(|| {
+        let path = std::env::temp_dir().join(format!("mqblk-fuzz-{}.psk", std::process::id()));
+        std::fs::write(&path, format!("alice:{}\n", "5a".repeat(32))).expect("a PSK file");
+        let tls = Tls::new(TlsMode::Require, &Credentials::Psk(path.clone())).expect("TLS settings");
+        let _ = std::fs::remove_file(path);
+        tls
+    })
+}
+
+/// Under TLS required, what the server sent in clear: the greeting, then
+/// option replies that refuse, let the client go or start TLS. Panics on
+/// anything else (an export's size, a transmission reply). A reply cut
+/// short at the end is the connection's reset, not a finding.
+fn check_nothing_served_in_clear(wire: &[u8]) {
+    let Some(mut rest) = wire.get(18..) else { return };
+    assert_eq!(wire[..8], NBDMAGIC.to_be_bytes(), "the greeting first");
+    while rest.len() >= 20 {
+        assert_eq!(rest[..8], REPLY_MAGIC.to_be_bytes(), "only option replies in clear, found {:02x?}", &rest[..20]);
+        let word = |at: usize| u32::from_be_bytes(rest[at..at + 4].try_into().expect("4 bytes"));
+        let (opt, reply, len) = (word(8), word(12), word(16) as usize);
+        match (opt, reply) {
+            (_, REP_ERR_TLS_REQD) | (OPT_ABORT, REP_ACK) | (OPT_STARTTLS, REP_ERR_INVALID) => {}
+            (OPT_STARTTLS, REP_ACK) => return, // TLS records from here on
+            _ => panic!("option {opt} answered {reply:#x} in clear under TLS required"),
+        }
+        rest = rest.get(20 + len..).unwrap_or_default();
+    }
 }
 
 fn option(out: &mut Vec<u8>, opt: u32, data: &[u8]) {
@@ -90,12 +128,24 @@ fuzz_target!(|data: &[u8]| {
     // KiB): write it, then half-close, so the server sees EOF after it.
     client.write_all(&input).expect("input fits the socket buffer");
     client.shutdown(Shutdown::Write).expect("shutdown");
-    // Replies are drained apart: the server may block on them.
+    // Replies are drained apart: the server may block on them. Under TLS
+    // required they are kept, to check.
+    let require = mode & 16 != 0;
     let d = std::thread::spawn(move || {
         let mut sink = [0u8; 64 << 10];
-        while matches!(client.read(&mut sink), Ok(n) if n > 0) {}
+        let mut kept = Vec::new();
+        while let Ok(n @ 1..) = client.read(&mut sink) {
+            if require {
+                kept.extend_from_slice(&sink[..n]);
+            }
+        }
+        kept
     });
     let stop = StopHandle::new().expect("eventfd");
-    let _ = mqblk_nbd::conn::serve_connection(Box::new(server), exports(), &stop);
-    d.join().expect("drainer");
+    let tls = if require { tls_required().clone() } else { Tls::off() };
+    let _ = mqblk_nbd::conn::serve_connection(Box::new(server), exports(), &tls, &stop);
+    let wire = d.join().expect("drainer");
+    if require {
+        check_nothing_served_in_clear(&wire);
+    }
 });

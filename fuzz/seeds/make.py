@@ -51,3 +51,12 @@ for mode in (1, 3, 11):
     open(f"{OUT}/mode{mode}-all", "wb").write(bytes([mode]) + all_cmds)
 for o, data in OPTIONS.items():
     open(f"{OUT}/options-{o}", "wb").write(bytes([0]) + struct.pack(">I", 3) + data + opt(2))
+# TLS required (mode bit 4): each option in clear, then STARTTLS and a
+# ClientHello-sized run of bytes that are not one; and the GO prefix with
+# every command after it (none may be served).
+for o, data in OPTIONS.items():
+    open(f"{OUT}/tls-require-{o}", "wb").write(bytes([16]) + struct.pack(">I", 3) + data + opt(2))
+open(f"{OUT}/tls-require-starttls-garbage", "wb").write(
+    bytes([16]) + struct.pack(">I", 3) + opt(5) + b"\x16\x03\x01" + bytes(200))
+all_cmds = b"".join(v for k, v in COMMANDS.items() if k != "disc") + COMMANDS["disc"]
+open(f"{OUT}/tls-require-mode17-all", "wb").write(bytes([17]) + all_cmds)
