@@ -42,6 +42,11 @@ use openssl::x509::X509Name;
 use crate::conn::Stream;
 use crate::Error;
 
+/// How long the TLS handshake may wait on the client (a client that
+/// stalls mid-handshake would otherwise hold its thread, and a stop, for
+/// good; the option phase's own waits watch the stop handle instead).
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Longest PSK identity accepted (OpenSSL's PSK_MAX_IDENTITY_LEN in 1.1.1).
 const MAX_IDENTITY_BYTES: usize = 128;
 /// Longest PSK accepted (OpenSSL's PSK_MAX_PSK_LEN in 1.1.1; psktool
@@ -119,14 +124,55 @@ impl Tls {
     pub(crate) fn accept(&self, s: Box<dyn Stream>) -> Result<Box<dyn Stream>, Error> {
         let context = self.context.as_ref().expect("STARTTLS is accepted only with TLS on");
         let ssl = Ssl::new(context).map_err(|e| Error::TlsHandshake(e.to_string()))?;
+        let fd = s.as_raw_fd();
+        set_timeouts(fd, HANDSHAKE_TIMEOUT)?;
         let stream = ssl.accept(s).map_err(|e| {
             Error::TlsHandshake(match e {
                 HandshakeError::SetupFailure(e) => e.to_string(),
                 HandshakeError::Failure(m) | HandshakeError::WouldBlock(m) => m.error().to_string(),
             })
         })?;
+        // Transmission blocks on the socket as a clear connection does.
+        set_timeouts(fd, std::time::Duration::ZERO)?;
         Ok(Box::new(TlsStream(stream)))
     }
+}
+
+/// Sets the socket's receive and send timeouts (zero: none).
+fn set_timeouts(fd: RawFd, timeout: std::time::Duration) -> Result<(), Error> {
+    let tv = libc::timeval { tv_sec: timeout.as_secs() as libc::time_t, tv_usec: timeout.subsec_micros() as _ };
+    for option in [libc::SO_RCVTIMEO, libc::SO_SNDTIMEO] {
+        // SAFETY: setsockopt on the connection's socket with a live
+        // timeval of the size given.
+        let r = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                option,
+                (&tv as *const libc::timeval).cast(),
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(Error::Io {
+                what: "socket timeout for the TLS handshake",
+                source: std::io::Error::last_os_error(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Whether a TLS stream has more to read without waiting: plaintext it
+/// decrypted already, or bytes on its socket (a record, which arrives
+/// whole from a client that sent it whole).
+pub(crate) fn more_to_read(s: &dyn Stream) -> bool {
+    if s.buffered_bytes() > 0 {
+        return true;
+    }
+    let mut fd = libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd, no timeout.
+    unsafe { libc::poll(&mut fd, 1, 0) > 0 }
 }
 
 /// A context common to both kinds of credentials: TLS 1.2 and up, no

@@ -430,8 +430,11 @@ impl<'a> Transmission<'a> {
     /// before a DISC is still submitted).
     fn read_batch(&mut self) -> Result<bool, Error> {
         let mut open = self.read_request()?;
+        // Under TLS a client's requests come a record each (libnbd writes
+        // one per request): those already on the socket join the batch
+        // too, or each would cost a poll, a submission and a reply write.
         while open
-            && self.rbuf.len() >= REQUEST_BYTES
+            && (self.rbuf.len() >= REQUEST_BYTES || (self.tls && crate::tls::more_to_read(&*self.s)))
             && self.batch.len() < BATCH_REQUESTS
             && !self.free.is_empty()
             && self.bytes_in_flight < BUDGET_BYTES
