@@ -265,7 +265,7 @@ mod tests {
         assert!(tls_setting("off", None, None, false).unwrap().is_none());
         let (mode, c) = tls_setting("require", p("k.psk"), None, false).unwrap().unwrap();
         assert_eq!(mode, TlsMode::Require);
-        assert!(matches!(c, Credentials::Psk(f) if f == PathBuf::from("k.psk")));
+        assert!(matches!(c, Credentials::Psk(f) if f == std::path::Path::new("k.psk")));
         let (mode, c) = tls_setting("on", None, p("d"), true).unwrap().unwrap();
         assert_eq!(mode, TlsMode::On);
         assert!(matches!(c, Credentials::Certificates { verify_peer: true, .. }));

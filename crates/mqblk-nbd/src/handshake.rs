@@ -363,12 +363,17 @@ mod tests {
         tls
     }
 
+    /// What the handshake returned (the export's name if transmission
+    /// started), its option replies (option, reply type), and the bytes
+    /// after them that are not replies.
+    type Outcome = (Result<Option<String>, Error>, Vec<(u32, u32)>, Vec<u8>);
+
     /// Runs the handshake on one end of a socket pair fed the client
     /// flags and `options` (then EOF): what the handshake returned (the
     /// export's name if transmission started), and the server's option
     /// replies as (option, reply type) after the 18-byte greeting, with
     /// any bytes that did not parse as replies.
-    fn run(mode: TlsMode, test: &str, options: &[u8]) -> (Result<Option<String>, Error>, Vec<(u32, u32)>, Vec<u8>) {
+    fn run(mode: TlsMode, test: &str, options: &[u8]) -> Outcome {
         let exports = vec![Export::open("", "null:size=1,memory_backed=1", false).unwrap()];
         let (mut client, server) = UnixStream::pair().unwrap();
         let mut input = (FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES).to_be_bytes().to_vec();
