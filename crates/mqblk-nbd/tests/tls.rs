@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use mqblk_nbd::proto::*;
 use mqblk_nbd::{Credentials, Export, Listen, Server, Tls, TlsMode};
-use openssl::ssl::{SslConnector, SslMethod, SslVerifyMode};
+use openssl::ssl::{SslConnector, SslMethod, SslVerifyMode, SslVersion};
 
 const KEY: [u8; 32] = [7; 32];
 /// A hang guard on every read (not a performance bound).
@@ -57,9 +57,14 @@ fn start(test: &str) -> (mqblk_nbd::StopHandle, std::thread::JoinHandle<()>, Pat
     (stop, t, sock)
 }
 
-/// TLS over `s` with alice's key (the server was told yes to STARTTLS).
-fn tls_client(s: UnixStream) -> openssl::ssl::SslStream<UnixStream> {
+/// TLS over `s` with alice's key (the server was told yes to STARTTLS),
+/// in `version` (TLS 1.3: an external PSK; 1.2: a PSK cipher suite).
+fn tls_client(s: UnixStream, version: SslVersion) -> openssl::ssl::SslStream<UnixStream> {
     let mut c = SslConnector::builder(SslMethod::tls_client()).unwrap();
+    c.set_min_proto_version(Some(version)).unwrap();
+    c.set_max_proto_version(Some(version)).unwrap();
+    // The connector's default list leaves PSK suites out (TLS 1.2 needs one).
+    c.set_cipher_list("PSK").unwrap();
     c.set_verify(SslVerifyMode::NONE);
     c.set_psk_client_callback(|_ssl, _hint, identity, psk| {
         identity[..6].copy_from_slice(b"alice\0");
@@ -88,8 +93,17 @@ fn simple(s: &mut impl Read) -> (u32, u64) {
 }
 
 #[test]
-fn starttls_then_options_and_transmission_under_tls() {
-    let (stop, t, sock) = start("starttls");
+fn starttls_then_options_and_transmission_under_tls_1_3() {
+    starttls_session("tls13", SslVersion::TLS1_3);
+}
+
+#[test]
+fn starttls_then_options_and_transmission_under_tls_1_2() {
+    starttls_session("tls12", SslVersion::TLS1_2);
+}
+
+fn starttls_session(test: &str, version: SslVersion) {
+    let (stop, t, sock) = start(test);
     let mut s = UnixStream::connect(&sock).unwrap();
     s.set_read_timeout(Some(HANG_GUARD)).unwrap();
     let mut greeting = [0u8; 18];
@@ -101,7 +115,8 @@ fn starttls_then_options_and_transmission_under_tls() {
     s.write_all(&o).unwrap();
     assert_eq!(reply(&mut s).1, REP_ERR_TLS_REQD, "GO in clear");
     assert_eq!(kind(&mut s), (OPT_STARTTLS, REP_ACK), "STARTTLS acknowledged in clear");
-    let mut s = tls_client(s);
+    let mut s = tls_client(s, version);
+    assert_eq!(s.ssl().version2(), Some(version));
     // Three options in one write (one TLS record): the second and third
     // wait decrypted inside the server's stream, unseen by poll(2).
     let mut o = Vec::new();
