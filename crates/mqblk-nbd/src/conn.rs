@@ -2,8 +2,9 @@
 //! and its two phases in turn, the handshake and option haggling
 //! (handshake.rs) and then transmission (transmission.rs).
 //!
-//! Relies on: handshake.rs, transmission.rs, tls.rs (the upgraded stream), proto.rs's transmission
-//! flags, and mqblk's Device (open, limits).
+//! Relies on: handshake.rs, transmission.rs, tls.rs (the upgraded
+//! stream), proto.rs's transmission flags, and mqblk's Device (open,
+//! limits).
 
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;

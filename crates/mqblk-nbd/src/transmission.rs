@@ -11,6 +11,10 @@
 //! A stop (the server's [`StopHandle`]) wakes the poll through its
 //! eventfd; what is in flight is answered before the connection closes.
 //!
+//! Over TLS (tls.rs) the same loop runs on the OpenSSL stream, less the
+//! direct and spliced reads (they write to the socket's fd), and asks
+//! the stream for requests it decrypted already, which poll cannot see.
+//!
 //! Relies on: proto.rs (requests, replies), reads.rs (direct and sparse
 //! read replies), what handshake.rs negotiated, and mqblk's Client
 //! (completion_fd, poll_fd, plug, do_io, drain).
