@@ -104,6 +104,20 @@ impl Tls {
 
     /// TLS `mode` (on or require) with `credentials`; Err names the file
     /// or line that is wrong.
+    ///
+    /// ```
+    /// use mqblk_nbd::{Credentials, Export, Listen, Server, Tls, TlsMode};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let psk = std::env::temp_dir().join(format!("mqblk-doc-{}.psk", std::process::id()));
+    /// std::fs::write(&psk, "alice:5f3c1a0b9d8e7f6a5b4c3d2e1f0a9b8c\n")?; // as `psktool -u alice -p FILE`
+    /// let tls = Tls::new(TlsMode::Require, &Credentials::Psk(psk.clone()))?;
+    /// let export = Export::open("", "null:size=64,memory_backed=1", false)?;
+    /// let server = Server::new(Listen::tcp("127.0.0.1:0")?, vec![export])?.tls(tls);
+    /// # drop(server);
+    /// # std::fs::remove_file(psk)?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn new(mode: TlsMode, credentials: &Credentials) -> Result<Self, Error> {
         if mode == TlsMode::Off {
             return Err(Error::TlsSetup("TLS credentials given with TLS off".into()));
@@ -234,6 +248,13 @@ fn certificate_context(dir: &Path, verify_peer: bool) -> Result<SslContext, Erro
 
 /// Parses psktool's PSK file: a `username:hexkey` line per identity
 /// (blank lines skipped). Err names the line and what is wrong with it.
+///
+/// ```
+/// let keys = mqblk_nbd::parse_psk_file("alice:00ff\n").unwrap();
+/// assert_eq!(keys[&b"alice"[..]], [0x00, 0xff]);
+/// assert_eq!(mqblk_nbd::parse_psk_file("alice:00ff\nbob").unwrap_err(),
+///            "line 2: expected username:hexkey (psktool's format), found no ':'");
+/// ```
 pub fn parse_psk_file(text: &str) -> Result<HashMap<Vec<u8>, Vec<u8>>, String> {
     let mut keys = HashMap::new();
     let mut first_line = HashMap::new();
