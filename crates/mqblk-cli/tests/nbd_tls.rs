@@ -1,7 +1,8 @@
 //! `mqblk serve` with TLS against real clients: libnbd's nbdinfo and
 //! nbdcopy (nbds:// URIs with tls-psk-file or tls-certificates) and qemu
-//! (tls-creds-psk and tls-creds-x509 objects), over TCP and a Unix
-//! socket; and the refusals: a wrong key, an unknown identity, a clear
+//! (tls-creds-psk and tls-creds-x509 objects; TLS 1.3, and qemu's GnuTLS
+//! held to TLS 1.2 with a PSK suite), over TCP and a Unix socket; and the
+//! refusals: a wrong key, an unknown identity, a clear
 //! client where TLS is required (the NBD_REP_ERR_TLS_REQD answer seen on
 //! a raw socket), a missing client certificate under --tls-verify-peer.
 //! Credentials are made per run by psktool and certtool (gnutls-bin;
@@ -192,6 +193,11 @@ fn psk_over_tcp_serves_nbdinfo_nbdcopy_and_qemu() {
     let object = format!("tls-creds-psk,id=tls0,endpoint=client,dir={},username=alice", dir.display());
     let image = format!("driver=nbd,server.type=inet,server.host=127.0.0.1,server.port={},tls-creds=tls0", s.port());
     qemu_round_trip(&object, &image, &dir);
+    // GnuTLS held to TLS 1.2: a PSK cipher suite instead of TLS 1.3's
+    // external PSK.
+    let tls12 = format!("{object},priority=NORMAL:-VERS-TLS1.3:+ECDHE-PSK:+PSK");
+    let info = run("qemu-img", &["info", "--object", &tls12, "--image-opts", &image]);
+    assert!(info.contains("16777216 bytes"), "{info}");
     std::fs::remove_dir_all(dir).unwrap();
 }
 
