@@ -10,7 +10,9 @@
 //! - server.rs: listening on TCP or a Unix socket, a thread per
 //!   connection, and a clean stop;
 //! - stop.rs: the stop handle that ends a server from another thread;
-//! - error.rs: the library's error type.
+//! - error.rs: the library's error type;
+//! - client/: the `nbd:` driver, the protocol's client side (an NBD
+//!   export as an mqblk device).
 //!
 //! ```no_run
 //! use mqblk_nbd::{Export, Listen, Server};
@@ -26,6 +28,7 @@
 //! Messages go through the `log` crate (target `mqblk_nbd`): connections
 //! closed and refused at `warn`/`info`, connections opened at `debug`.
 
+pub mod client;
 pub mod conn;
 mod error;
 mod handshake;
