@@ -68,7 +68,8 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-# Real clients for the NBD server tests, fio for its nbd engine, and
+# Real clients for the NBD server tests, real servers for the nbd:
+# driver's (nbdkit, qemu-nbd), fio for its nbd engine, and
 # btrfs-progs for the zoned btrfs on /dev/ublkb0 (guest_ublk_zoned),
 # nbd-client for the kernel nbd client in the guest (guest_nbd),
 # valgrind for the performance gate's instruction counts, and sqlite3 for
@@ -77,7 +78,7 @@ fi
 # for fio's fio_generate_plots on bench's logs (tests/fio_examples.rs).
 need=()
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
-for tool in nbdinfo:libnbd-bin nbdcopy:libnbd-bin qemu-img:qemu-utils qemu-io:qemu-utils fio:fio losetup:mount mkfs.btrfs:btrfs-progs nbd-client:nbd-client valgrind:valgrind sqlite3:sqlite3 mkfs.ext4:e2fsprogs blkparse:blktrace gnuplot:gnuplot-nox; do
+for tool in nbdinfo:libnbd-bin nbdcopy:libnbd-bin qemu-img:qemu-utils qemu-io:qemu-utils qemu-nbd:qemu-utils nbdkit:nbdkit fio:fio losetup:mount mkfs.btrfs:btrfs-progs nbd-client:nbd-client valgrind:valgrind sqlite3:sqlite3 mkfs.ext4:e2fsprogs blkparse:blktrace gnuplot:gnuplot-nox; do
   command -v "${tool%%:*}" >/dev/null || [[ " ${need[*]} " == *" ${tool#*:} "* ]] || need+=("${tool#*:}")
 done
 # fio's fio_jsonplus_clat2csv (tests/bench_output.rs) imports six, which
