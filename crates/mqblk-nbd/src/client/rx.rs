@@ -7,8 +7,9 @@
 //!
 //! Syscalls per reply: a read's data is received together with up to the
 //! next 16 bytes of the stream (the shortest reply header, so never a byte
-//! of a later reply's payload), so a stream of replies costs about one
-//! `recvmsg` each. Completions are batched (`CompletionBatch`) and the
+//! of a later reply's payload), so a stream of simple replies costs about
+//! one `recvmsg` each, structured ones two (the rest of the chunk header
+//! with the data chunk's offset, then the data). Completions are batched (`CompletionBatch`) and the
 //! batch is flushed before the thread blocks, so no client waits on a
 //! wakeup held back.
 //!
@@ -28,6 +29,7 @@ use super::conn::Conn;
 use super::reply::*;
 use super::slot::split_cookie;
 use super::sock;
+use crate::proto::REPLY_TYPE_OFFSET_DATA;
 
 /// First and longest pause between reconnection attempts.
 const RETRY_MIN: Duration = Duration::from_millis(10);
@@ -141,7 +143,16 @@ impl Rx {
     fn reply(&mut self, conn: &Conn, batch: &mut CompletionBatch) -> Result<(), End> {
         self.fill(4, batch)?;
         let len = header_len(self.buf[..4].try_into().expect("4 bytes"), self.structured)?;
-        self.fill(len, batch)?;
+        // A data chunk's fixed part (its offset) is part of the chunk
+        // whatever follows: read it with the header, one call fewer.
+        let mut want = len;
+        if len == CHUNK_HEADER_BYTES {
+            self.fill(8, batch)?;
+            if u16::from_be_bytes([self.buf[6], self.buf[7]]) == REPLY_TYPE_OFFSET_DATA {
+                want = CHUNK_HEADER_BYTES + 8;
+            }
+        }
+        self.fill(want, batch)?;
         let header = parse_header(&self.buf[..len], self.structured)?;
         self.consume(len);
         match header {
