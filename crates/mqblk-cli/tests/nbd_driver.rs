@@ -131,7 +131,8 @@ fn serve_exports_an_nbd_device_mqblk_serving_mqblk() {
     assert!(info.contains("export-size: 67108864") && info.contains("can_trim: true"), "{info}");
     verified_writes(&s.0, &format!("nbd:uri={}", front.uri()), "--size=16m");
     // What went through both servers is in nbdkit's memory.
-    let direct = bench(&s.0, &["--device", &format!("nbd:uri={}", uri(&kit)), "--name=r", "--rw=read", "--bs=1m", "--size=16m"]);
+    let direct =
+        bench(&s.0, &["--device", &format!("nbd:uri={}", uri(&kit)), "--name=r", "--rw=read", "--bs=1m", "--size=16m"]);
     assert!(direct.status.success(), "{}", String::from_utf8_lossy(&direct.stderr));
 }
 

@@ -107,7 +107,8 @@ fn nbdkit_memory_round_trips_vectored_io_flush_trim_and_zeroes() {
         let mut c = dev.client();
         let data = pattern(structured, 16384);
         // Three segments out, two back: each lands straight in its buffer.
-        let out = vec![Buf::from_slice(&data[..4096]), Buf::from_slice(&data[4096..12288]), Buf::from_slice(&data[12288..])];
+        let out =
+            vec![Buf::from_slice(&data[..4096]), Buf::from_slice(&data[4096..12288]), Buf::from_slice(&data[12288..])];
         c.submit_and_wait(Bio::writev(1 << 20, out)).unwrap();
         let back = c.submit_and_wait(Bio::readv(1 << 20, vec![Buf::new(8192), Buf::new(8192)])).unwrap();
         let got: Vec<u8> = back.into_vec().iter().flat_map(|b| b.to_vec()).collect();
@@ -216,6 +217,22 @@ fn killed_server_fails_io_within_the_timeout_and_a_new_one_is_found() {
     let mut back = [0u8; 4096];
     c.read_at(&mut back, 0).unwrap();
     assert_eq!(back, [9; 4096]);
+}
+
+#[test]
+fn a_read_the_server_never_answers_fails_with_eio_and_the_queue_goes_on() {
+    let s = Scratch::new("slow");
+    let _server = nbdkit(&s, &["--filter=delay", "memory", "16M", "delay-read=60"]);
+    let dev = open(&format!("nbd:uri={},timeout_ms=300", s.uri()));
+    let mut c = dev.client();
+    c.write_at(&[3; 4096], 0).unwrap();
+    let e = c.read_at(&mut [0; 4096], 0).unwrap_err();
+    assert_eq!(status(e), Status::IoErr, "timed out");
+    // The timeout shut that connection down (a late answer would name a
+    // cookie no longer in flight); writes go on over the next one.
+    c.write_at(&[4; 4096], 4096).unwrap();
+    let shown = dev.show_stats();
+    assert!(shown.contains("timeouts=1") && shown.contains("lost=1"), "{shown}");
 }
 
 #[test]

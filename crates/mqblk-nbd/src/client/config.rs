@@ -75,7 +75,9 @@ impl NbdConfig {
     /// A spec's keys (the block layer's are taken out before).
     pub fn from_params(p: &SpecParams) -> Result<Self, ConfigError> {
         p.check_keys(NBD_KEYS)?;
-        let uri = p.raw("uri").ok_or_else(|| p.conflict("uri=nbd://HOST[:PORT]/EXPORT (or nbd+unix:///EXPORT?socket=PATH) is required"))?;
+        let uri = p.raw("uri").ok_or_else(|| {
+            p.conflict("uri=nbd://HOST[:PORT]/EXPORT (or nbd+unix:///EXPORT?socket=PATH) is required")
+        })?;
         let cfg = Self {
             uri: uri.to_string(),
             connections: p.u64_in("connections", 1, CONNECTIONS.0, CONNECTIONS.1)? as usize,

@@ -73,8 +73,14 @@ impl NbdDriver {
         let mut threads = Vec::with_capacity(first.len());
         for (index, (fd, _)) in first.into_iter().enumerate() {
             use std::os::fd::AsRawFd;
-            let conn =
-                Arc::new(Conn::new(index, target.clone(), info, fd.as_raw_fd(), cfg.queue_depth, MAX_SEGMENTS as usize));
+            let conn = Arc::new(Conn::new(
+                index,
+                target.clone(),
+                info,
+                fd.as_raw_fd(),
+                cfg.queue_depth,
+                MAX_SEGMENTS as usize,
+            ));
             let rx_conn = conn.clone();
             let thread = std::thread::Builder::new()
                 .name(format!("nbd-rx{index}"))
@@ -149,7 +155,9 @@ impl Driver for NbdDriver {
     fn queue_rq(&self, hctx: &Hctx, rq: Rq, last: bool) -> QueueRqResult {
         let conn = &self.conns[hctx.index()];
         let refused = match command_of(&rq, &self.info) {
-            Some(_) if self.info.has(TF_READ_ONLY) && matches!(rq.op(), Op::Write | Op::Discard | Op::WriteZeroes) => Some(Status::NotSupp),
+            Some(_) if self.info.has(TF_READ_ONLY) && matches!(rq.op(), Op::Write | Op::Discard | Op::WriteZeroes) => {
+                Some(Status::NotSupp)
+            }
             Some((cmd, flags)) => {
                 conn.issue(rq, cmd, flags, last);
                 return QueueRqResult::Queued;

@@ -79,7 +79,9 @@ fn serve(mut s: UnixStream, mut misbehave: Option<Misbehave>, memory: &Mutex<Vec
         }
         match misbehave.take() {
             Some(Misbehave::BadMagic) => out.extend_from_slice(&[0xa5; 20]),
-            Some(Misbehave::UnknownCookie) => chunk_header(&mut out, REPLY_FLAG_DONE, REPLY_TYPE_NONE, r.cookie ^ 1 << 40, 0),
+            Some(Misbehave::UnknownCookie) => {
+                chunk_header(&mut out, REPLY_FLAG_DONE, REPLY_TYPE_NONE, r.cookie ^ 1 << 40, 0)
+            }
             Some(Misbehave::ChunkPastRequest) => {
                 chunk_header(&mut out, REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, r.cookie, 8 + 512);
                 out.extend_from_slice(&(r.offset + u64::from(r.length)).to_be_bytes());
