@@ -25,6 +25,7 @@ const DEFAULT_QUEUE_DEPTH: u32 = 128;
 ///
 /// ```
 /// use mqblk::config::SpecParams;
+/// use mqblk::driver::DriverConfig;
 /// use mqblk::Device;
 /// use mqblk_nbd::client::NbdConfig;
 ///
