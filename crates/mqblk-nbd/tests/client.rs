@@ -253,6 +253,22 @@ fn malformed_replies_end_the_connection_and_the_request_is_sent_again() {
 }
 
 #[test]
+fn an_error_chunk_after_data_fails_that_read_and_keeps_the_connection() {
+    let s = Scratch::new("errchunk");
+    let fake = Fake::start(&s.0, |n| (n == 0).then_some(Misbehave::DataThenError));
+    let dev = open(&format!("nbd:uri={}", fake.uri()));
+    let mut c = dev.client();
+    let e = c.read_at(&mut [0; 8192], 0).unwrap_err();
+    assert_eq!(status(e), Status::Target, "EPERM: the server refused");
+    c.write_at(&[6; 4096], 0).unwrap();
+    let mut back = [0u8; 4096];
+    c.read_at(&mut back, 0).unwrap();
+    assert_eq!(back, [6; 4096]);
+    assert_eq!(fake.accepted.load(std::sync::atomic::Ordering::SeqCst), 1, "no reconnect");
+    assert!(dev.show_stats().contains("lost=0"), "{}", dev.show_stats());
+}
+
+#[test]
 fn a_server_that_always_breaks_the_protocol_fails_io_with_eio() {
     let s = Scratch::new("always");
     let fake = Fake::start(&s.0, |_| Some(Misbehave::BadMagic));

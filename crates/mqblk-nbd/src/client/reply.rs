@@ -20,8 +20,8 @@ use crate::proto::*;
 pub const SIMPLE_REPLY_BYTES: usize = 16;
 /// A structured reply chunk's header: magic, flags, type, cookie, length.
 pub const CHUNK_HEADER_BYTES: usize = 20;
-/// The shortest reply header: what may safely be read past the end of a
-/// payload without taking bytes of a later reply (rx.rs reads it ahead).
+/// The shortest reply header: what may be read past the end of a payload
+/// without taking bytes of a later reply's payload.
 pub const MIN_REPLY_BYTES: usize = SIMPLE_REPLY_BYTES;
 /// An error chunk's message is at most this long (doc/proto.md: 4096).
 pub const MAX_ERROR_MESSAGE: u32 = 4096;

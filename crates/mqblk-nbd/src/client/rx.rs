@@ -5,11 +5,13 @@
 //! connection fails it parks the requests (conn.rs) and reconnects, with
 //! a growing pause between attempts, until the driver stops.
 //!
-//! Syscalls per reply: a read's data is received together with up to the
-//! next 16 bytes of the stream (the shortest reply header, so never a byte
-//! of a later reply's payload), so a stream of simple replies costs about
-//! one `recvmsg` each, structured ones two (the rest of the chunk header
-//! with the data chunk's offset, then the data). Completions are batched (`CompletionBatch`) and the
+//! Syscalls per reply: a read's data is received together with the next
+//! bytes of the stream: the shortest reply header (16) with simple
+//! replies, so never a byte of a later reply's payload; a data chunk's
+//! header and offset (28) with structured replies, copying out the few
+//! bytes that turn out to be payload after a reply of another kind (an
+//! error's message). A stream of replies to reads costs about one
+//! `recvmsg` each. Completions are batched (`CompletionBatch`) and the
 //! batch is flushed before the thread blocks, so no client waits on a
 //! wakeup held back.
 //!
@@ -113,6 +115,10 @@ struct Rx {
     /// Header bytes: what was read ahead, then what a header needs.
     buf: [u8; 32],
     have: usize,
+    /// Bytes read past a payload: the shortest reply header (16) with
+    /// simple replies; with structured ones a data chunk's header and
+    /// offset (28), so a stream of data chunks costs one call each.
+    read_ahead: usize,
     /// A payload's iovecs (max_segments, and the read-ahead).
     iov: Vec<libc::iovec>,
     sink: Box<[u8]>,
@@ -125,6 +131,7 @@ impl Rx {
             structured: conn.info.structured,
             buf: [0; 32],
             have: 0,
+            read_ahead: if conn.info.structured { CHUNK_HEADER_BYTES + 8 } else { MIN_REPLY_BYTES },
             iov: Vec::with_capacity(conn.max_segments + 1),
             sink: vec![0; SINK_BYTES].into_boxed_slice(),
         }
@@ -254,11 +261,16 @@ impl Rx {
     /// Fills `self.iov` (`len` bytes) from the stream, reading up to
     /// MIN_REPLY_BYTES past it into `buf`.
     fn receive_into_iov(&mut self, len: usize, batch: &mut CompletionBatch) -> Result<(), End> {
-        debug_assert_eq!(self.have, 0, "header bytes are read exactly, so none are left before a payload");
-        let mut left = len;
-        let ahead = libc::iovec { iov_base: self.buf.as_mut_ptr().cast(), iov_len: MIN_REPLY_BYTES };
+        let drained = self.drain_read_ahead(len);
+        let total = self.iov.len();
+        let mut first = total - sock::advance(&mut self.iov, drained).len();
+        let mut left = len - drained;
+        if left == 0 {
+            return Ok(());
+        }
+        debug_assert_eq!(self.have, 0, "what was read ahead went into the payload");
+        let ahead = libc::iovec { iov_base: self.buf.as_mut_ptr().cast(), iov_len: self.read_ahead };
         self.iov.push(ahead);
-        let mut first = 0;
         while left > 0 {
             let n = self.recv(first, batch)?;
             let taken = n.min(left);
@@ -268,6 +280,28 @@ impl Rx {
             first = total - sock::advance(&mut self.iov[first..], n).len();
         }
         Ok(())
+    }
+
+    /// Copies bytes read ahead (still in `buf`) that turn out to be
+    /// payload into `self.iov`, at most `len`: a few bytes, and only
+    /// after a reply the read-ahead did not expect (an error chunk's
+    /// message, a simple reply's data under structured replies).
+    fn drain_read_ahead(&mut self, len: usize) -> usize {
+        let n = self.have.min(len);
+        let mut copied = 0;
+        for v in &self.iov {
+            if copied == n {
+                break;
+            }
+            let k = (n - copied).min(v.iov_len);
+            let from = self.buf[copied..copied + k].as_ptr();
+            // SAFETY: `v` is memory this thread may write (as in `recv`),
+            // which does not overlap `buf`.
+            unsafe { std::ptr::copy_nonoverlapping(from, v.iov_base.cast::<u8>(), k) };
+            copied += k;
+        }
+        self.consume(n);
+        n
     }
 
     /// One recvmsg over `self.iov[first..]`: without blocking first; if
@@ -315,8 +349,11 @@ impl Rx {
 
     /// Reads `n` bytes into the sink (an error chunk's message).
     fn skip(&mut self, n: usize, batch: &mut CompletionBatch) -> Result<(), End> {
-        debug_assert!(n <= self.sink.len() && self.have == 0);
-        let mut got = 0;
+        debug_assert!(n <= self.sink.len());
+        let ahead = self.have.min(n);
+        self.sink[..ahead].copy_from_slice(&self.buf[..ahead]);
+        self.consume(ahead);
+        let mut got = ahead;
         while got < n {
             self.iov.clear();
             let at = self.sink[got..n].as_mut_ptr();

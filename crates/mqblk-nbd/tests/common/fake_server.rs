@@ -15,7 +15,8 @@ use mqblk_nbd::proto::*;
 
 pub const SIZE: usize = 1 << 20;
 
-/// How the first reply of a misbehaving connection breaks the protocol.
+/// How the first reply of a misbehaving connection breaks the protocol
+/// (or, for `DataThenError`, answers unusually).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Misbehave {
     /// Twenty bytes that are no reply.
@@ -24,6 +25,10 @@ pub enum Misbehave {
     UnknownCookie,
     /// Read data that lies past the end of the request.
     ChunkPastRequest,
+    /// Not a breach: half a read's data, then an error chunk (EPERM)
+    /// with a message, written at once so that the client's read-ahead
+    /// after the data takes the error chunk's first bytes.
+    DataThenError,
 }
 
 pub struct Fake {
@@ -86,6 +91,13 @@ fn serve(mut s: UnixStream, mut misbehave: Option<Misbehave>, memory: &Mutex<Vec
                 chunk_header(&mut out, REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, r.cookie, 8 + 512);
                 out.extend_from_slice(&(r.offset + u64::from(r.length)).to_be_bytes());
                 out.extend_from_slice(&[0; 512]);
+            }
+            Some(Misbehave::DataThenError) => {
+                let half = r.length / 2;
+                chunk_header(&mut out, 0, REPLY_TYPE_OFFSET_DATA, r.cookie, 8 + half);
+                out.extend_from_slice(&r.offset.to_be_bytes());
+                out.extend_from_slice(&memory.lock().unwrap()[start..start + half as usize]);
+                error_chunk(&mut out, r.cookie, EPERM, "no reading here today");
             }
             None if r.cmd == CMD_READ => {
                 chunk_header(&mut out, REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, r.cookie, 8 + r.length);
