@@ -70,8 +70,9 @@ struct Tx {
     iov: Vec<libc::iovec>,
     /// The tags in the batch.
     batch: Vec<u32>,
-    /// Requests left `ready` in their slots while the lock was held.
-    ready: usize,
+    /// Tags of requests left `ready` in their slots while the lock was
+    /// held (capacity: the queue depth, so pushing never allocates).
+    ready: Vec<u32>,
 }
 
 // SAFETY: the iovecs point at `headers` (owned here) and at the segments
@@ -128,7 +129,7 @@ impl Conn {
                 headers: vec![[0; REQUEST_BYTES]; depth].into_boxed_slice(),
                 iov: Vec::with_capacity(IOV_MAX),
                 batch: Vec::with_capacity(depth),
-                ready: 0,
+                ready: Vec::with_capacity(depth),
             }),
             shut: Mutex::new(fd),
             stop: Mutex::new(false),
@@ -187,23 +188,33 @@ impl Conn {
         self.unlock_and_complete(tx);
     }
 
-    /// Releases the sender's lock, then completes what ended under it.
+    /// Releases the sender's lock, then completes what ended under it:
+    /// a reply that beat its own sendmsg (on a fast local server, often),
+    /// a timeout, a lost connection. The tags are copied out first, up to
+    /// a stack array's worth; more than that (a lost connection's whole
+    /// queue) is found by a walk over every slot.
     fn unlock_and_complete(&self, mut tx: parking_lot::MutexGuard<'_, Tx>) {
-        let ready = std::mem::take(&mut tx.ready);
+        const AT_ONCE: usize = 32;
+        let mut tags = [0u32; AT_ONCE];
+        let n = tx.ready.len();
+        if n <= AT_ONCE {
+            tags[..n].copy_from_slice(&tx.ready);
+        }
+        tx.ready.clear();
         drop(tx);
-        if ready > 0 {
-            self.complete_ready();
+        if n > AT_ONCE {
+            (0..self.slots.len()).for_each(|tag| self.complete_ready(tag));
+        } else {
+            tags[..n].iter().for_each(|&tag| self.complete_ready(tag as usize));
         }
     }
 
-    /// Completes every request left `ready` (rare: a reply that beat
-    /// its own sendmsg, a timeout, a lost connection).
-    fn complete_ready(&self) {
-        for slot in self.slots.iter() {
-            let done = slot.lock().take_ready();
-            if let Some((rq, status)) = done {
-                rq.complete(status);
-            }
+    /// Completes the request `tag`'s slot holds `ready`, if it still does
+    /// (another walk may have completed it).
+    fn complete_ready(&self, tag: usize) {
+        let done = self.slots[tag].lock().take_ready();
+        if let Some((rq, status)) = done {
+            rq.complete(status);
         }
     }
 
@@ -225,14 +236,15 @@ impl Conn {
             tx.fd = -1;
             tx.down_since.get_or_insert_with(Instant::now);
         }
-        let mut ready = 0;
-        for &tag in &tx.batch {
+        let Tx { batch, ready, .. } = tx;
+        for &tag in batch.iter() {
             let mut slot = self.slots[tag as usize].lock();
             slot.tx_busy = false;
-            ready += usize::from(slot.settle_later());
+            if slot.settle_later() {
+                ready.push(tag);
+            }
         }
-        tx.batch.clear();
-        tx.ready += ready;
+        batch.clear();
     }
 
     /// Wakes whatever is blocked on the socket: it fails, and the
@@ -290,15 +302,15 @@ impl Conn {
         tx.down_since.get_or_insert_with(Instant::now);
         tx.iov.clear();
         tx.batch.clear();
-        let mut ready = 0;
-        for slot in self.slots.iter() {
+        for (tag, slot) in self.slots.iter().enumerate() {
             let mut slot = slot.lock();
             if slot.rq.is_some() && slot.ready.is_none() {
                 slot.park();
-                ready += usize::from(slot.settle_later());
+                if slot.settle_later() {
+                    tx.ready.push(tag as u32);
+                }
             }
         }
-        tx.ready += ready;
         self.unlock_and_complete(tx);
     }
 
@@ -373,16 +385,14 @@ impl Conn {
         (tx.fd, tx.stopped) = (-1, true);
         tx.iov.clear();
         tx.batch.clear();
-        let mut ready = 0;
-        for slot in self.slots.iter() {
+        for (tag, slot) in self.slots.iter().enumerate() {
             let mut slot = slot.lock();
             if slot.rq.is_some() && slot.ready.is_none() {
                 slot.park();
                 slot.ready = Some(Status::IoErr);
-                ready += 1;
+                tx.ready.push(tag as u32);
             }
         }
-        tx.ready += ready;
         self.unlock_and_complete(tx);
     }
 
