@@ -86,6 +86,9 @@ pub(crate) struct ConnStats {
     pub(crate) reconnects: AtomicU64,
     pub(crate) timeouts: AtomicU64,
     pub(crate) lost: AtomicU64,
+    /// Requests ended as their sendmsg returned: a reply came first (or,
+    /// rarely, their timeout).
+    pub(crate) early_replies: AtomicU64,
 }
 
 pub(crate) struct Conn {
@@ -237,12 +240,17 @@ impl Conn {
             tx.down_since.get_or_insert_with(Instant::now);
         }
         let Tx { batch, ready, .. } = tx;
+        let mut early = 0;
         for &tag in batch.iter() {
             let mut slot = self.slots[tag as usize].lock();
             slot.tx_busy = false;
             if slot.settle_later() {
                 ready.push(tag);
+                early += 1;
             }
+        }
+        if early > 0 {
+            self.stats.early_replies.fetch_add(early, Ordering::Relaxed);
         }
         batch.clear();
     }

@@ -214,12 +214,13 @@ impl Driver for NbdDriver {
             let s = &c.stats;
             let _ = writeln!(
                 out,
-                "nbd/conn{}: up={} lost={} reconnects={} timeouts={}",
+                "nbd/conn{}: up={} lost={} reconnects={} timeouts={} early_replies={}",
                 c.index,
                 u8::from(c.is_up()),
                 s.lost.load(Ordering::Relaxed),
                 s.reconnects.load(Ordering::Relaxed),
-                s.timeouts.load(Ordering::Relaxed)
+                s.timeouts.load(Ordering::Relaxed),
+                s.early_replies.load(Ordering::Relaxed)
             );
         }
     }
