@@ -269,6 +269,21 @@ fn an_error_chunk_after_data_fails_that_read_and_keeps_the_connection() {
 }
 
 #[test]
+fn a_broken_reply_while_a_write_is_stuck_in_sendmsg_ends_that_connection() {
+    let s = Scratch::new("stuck");
+    let fake = Fake::start(&s.0, |n| (n == 0).then_some(Misbehave::GarbageWhileNotReading));
+    // A timeout far off: the receiver, not the timeout, must unstick the sender.
+    let dev = open(&format!("nbd:uri={},timeout_ms=600000", fake.uri()));
+    let mut c = dev.client();
+    let data = pattern(9, fake_server::SIZE);
+    c.write_at(&data, 0).unwrap();
+    let mut back = vec![0u8; fake_server::SIZE];
+    c.read_at(&mut back, 0).unwrap();
+    assert!(back == data, "written whole on the second connection");
+    assert_eq!(fake.accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
+
+#[test]
 fn a_server_that_always_breaks_the_protocol_fails_io_with_eio() {
     let s = Scratch::new("always");
     let fake = Fake::start(&s.0, |_| Some(Misbehave::BadMagic));

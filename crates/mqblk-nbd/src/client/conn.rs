@@ -19,6 +19,18 @@
 //! Lock order: the sender's lock, then one slot's. The receiver and the
 //! timeout handler take one slot's lock alone; `shut` is a leaf.
 //!
+//! Who may wait for the sender's lock: a sender holding it can block in
+//! `sendmsg` for as long as the server does not read (until the timeout
+//! shuts the socket down). A completion on the receiving thread can run
+//! the queue, and so call `issue` there (with a scheduler, or requests on
+//! the dispatch list): were it to wait, no reply would be read, the
+//! server could stop reading while its replies back up, and nothing would
+//! move. The block layer's kblockd runs the timeouts that end such a
+//! stall, so it must not wait either. Those two threads take the lock
+//! only if it is free, and otherwise hand the request back (`Busy`: the
+//! block layer retries it at the next completion) or leave a batch to
+//! the lock's holder, whose thread always flushes what it finds.
+//!
 //! Relies on: slot.rs (the per-tag state machine), sock.rs (sendmsg,
 //! shutdown), handshake.rs (a reconnect's negotiation), proto.rs.
 
@@ -144,20 +156,22 @@ impl Conn {
     /// Sends `rq` as NBD command `cmd` with command flags `flags` (at
     /// `last`, with the batch before it), or parks it while the
     /// connection is down, or fails it once the connection has been down
-    /// longer than the request timeout.
-    pub(crate) fn issue(&self, mut rq: Rq, cmd: u16, flags: u16, last: bool) {
+    /// longer than the request timeout. Err: the lock was taken and this
+    /// thread must not wait for it (the module docs): the request goes
+    /// back to the block layer.
+    pub(crate) fn issue(&self, mut rq: Rq, cmd: u16, flags: u16, last: bool) -> Result<(), Rq> {
         let tag = rq.tag();
-        let mut tx = self.tx.lock();
+        let Some(mut tx) = self.lock_tx() else { return Err(rq) };
         if tx.fd < 0 {
             let expired = tx.stopped || tx.down_since.is_some_and(|t| t.elapsed() >= self.target.timeout);
             if expired {
                 drop(tx);
                 rq.complete(Status::IoErr);
-                return;
+                return Ok(());
             }
             // Parked: sent by the reconnect, or ended by the timeout.
             self.slots[tag as usize].lock().hold(rq);
-            return;
+            return Ok(());
         }
         let segments = if cmd == crate::proto::CMD_WRITE { rq.nr_phys_segments() as usize } else { 0 };
         if tx.iov.len() + 1 + segments > IOV_MAX {
@@ -182,13 +196,32 @@ impl Conn {
             self.flush(&mut tx);
         }
         self.unlock_and_complete(tx);
+        Ok(())
     }
 
     /// Sends the batch (`commit_rqs`, or a batch ended without `last`).
+    /// On a thread that must not wait, a lock held elsewhere means its
+    /// holder's thread flushes the batch.
     pub(crate) fn commit(&self) {
-        let mut tx = self.tx.lock();
-        self.flush(&mut tx);
-        self.unlock_and_complete(tx);
+        if let Some(mut tx) = self.lock_tx() {
+            self.flush(&mut tx);
+            self.unlock_and_complete(tx);
+        }
+    }
+
+    /// The sender's lock: waited for on a client's thread, only taken if
+    /// free on the receiving thread and kblockd (the module docs).
+    fn lock_tx(&self) -> Option<parking_lot::MutexGuard<'_, Tx>> {
+        if let Some(tx) = self.tx.try_lock() {
+            return Some(tx);
+        }
+        let current = std::thread::current();
+        let must_not_wait = super::rx::on_receiving_thread() || current.name() == Some("mqblk-kblockd");
+        if must_not_wait {
+            None
+        } else {
+            Some(self.tx.lock())
+        }
     }
 
     /// Releases the sender's lock, then completes what ended under it:
@@ -303,7 +336,16 @@ impl Conn {
     /// it, and every one in an unsent batch, waits for the next
     /// connection; any that timed out meanwhile fail now.
     pub(crate) fn connection_lost(&self) {
-        *self.shut.lock() = -1;
+        {
+            // A sender may be blocked in sendmsg on a socket that is still
+            // open (the receiver saw a broken reply): wake it first, or the
+            // sender's lock below is never free.
+            let mut shut = self.shut.lock();
+            if *shut >= 0 {
+                sock::shutdown(*shut);
+            }
+            *shut = -1;
+        }
         self.stats.lost.fetch_add(1, Ordering::Relaxed);
         let mut tx = self.tx.lock();
         tx.fd = -1;

@@ -159,8 +159,10 @@ impl Driver for NbdDriver {
                 Some(Status::NotSupp)
             }
             Some((cmd, flags)) => {
-                conn.issue(rq, cmd, flags, last);
-                return QueueRqResult::Queued;
+                return match conn.issue(rq, cmd, flags, last) {
+                    Ok(()) => QueueRqResult::Queued,
+                    Err(rq) => QueueRqResult::Busy(rq),
+                };
             }
             // Without a write cache on the server there is nothing to flush.
             None if rq.op() == Op::Flush => Some(Status::Ok),

@@ -62,9 +62,21 @@ impl From<ReplyError> for End {
     }
 }
 
+thread_local! {
+    /// This is a receiving thread (conn.rs: it must not wait for a
+    /// sender's lock).
+    static RECEIVING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the calling thread is one of the driver's receiving threads.
+pub(crate) fn on_receiving_thread() -> bool {
+    RECEIVING.with(|r| r.get())
+}
+
 /// The thread's body: receive on `first`, then on each new connection,
 /// until the driver stops; then fail whatever is left.
 pub(crate) fn run(conn: Arc<Conn>, first: OwnedFd) {
+    RECEIVING.with(|r| r.set(true));
     let mut rx = Rx::new(&conn);
     let mut sock = Some(first);
     let mut delay = RETRY_MIN;

@@ -29,6 +29,11 @@ pub enum Misbehave {
     /// with a message, written at once so that the client's read-ahead
     /// after the data takes the error chunk's first bytes.
     DataThenError,
+    /// Twenty bytes that are no reply, sent once the first request has
+    /// begun to arrive, and nothing read after: a large write stays
+    /// blocked in the client's sendmsg while its receiver finds the
+    /// garbage.
+    GarbageWhileNotReading,
 }
 
 pub struct Fake {
@@ -66,6 +71,16 @@ fn serve(mut s: UnixStream, mut misbehave: Option<Misbehave>, memory: &Mutex<Vec
     if negotiate(&mut s).is_err() {
         return;
     }
+    if misbehave == Some(Misbehave::GarbageWhileNotReading) {
+        // The first request's header and a little of its data: the
+        // client is inside a sendmsg that cannot finish.
+        let mut started = [0u8; REQUEST_BYTES + 4096];
+        let _ = s.read_exact(&mut started);
+        let _ = s.write_all(&[0xa5; 20]);
+        loop {
+            std::thread::park(); // the socket stays open, unread
+        }
+    }
     let mut header = [0u8; REQUEST_BYTES];
     while s.read_exact(&mut header).is_ok() {
         let r = parse_request(&header).unwrap();
@@ -83,7 +98,7 @@ fn serve(mut s: UnixStream, mut misbehave: Option<Misbehave>, memory: &Mutex<Vec
             _ => {}
         }
         match misbehave.take() {
-            Some(Misbehave::BadMagic) => out.extend_from_slice(&[0xa5; 20]),
+            Some(Misbehave::BadMagic | Misbehave::GarbageWhileNotReading) => out.extend_from_slice(&[0xa5; 20]),
             Some(Misbehave::UnknownCookie) => {
                 chunk_header(&mut out, REPLY_FLAG_DONE, REPLY_TYPE_NONE, r.cookie ^ 1 << 40, 0)
             }
