@@ -178,6 +178,41 @@ fn mqblk_server_with_four_connections_gives_four_queues() {
 }
 
 #[test]
+fn tcp_uris_pick_named_exports_and_an_unknown_name_is_named() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let exports = vec![
+        Export::open("small", "null:size=16,memory_backed=1", false).unwrap(),
+        Export::open("big", "null:size=32,memory_backed=1", false).unwrap(),
+    ];
+    let server = Server::new(Listen::Tcp(listener), exports).unwrap();
+    let stop = server.stop_handle();
+    let thread = std::thread::spawn(move || server.run());
+    let dev = open(&format!("nbd:uri=nbd://127.0.0.1:{port}/big,connections=2"));
+    assert_eq!((dev.limits().capacity_bytes, dev.nr_hw_queues()), (32 << 20, 2));
+    let mut c = dev.client();
+    c.write_at(&pattern(4, 8192), 30 << 20).unwrap();
+    let mut back = vec![0u8; 8192];
+    c.read_at(&mut back, 30 << 20).unwrap();
+    assert!(back == pattern(4, 8192));
+    mqblk_nbd::client::register();
+    let e = Device::open(&format!("nbd:uri=nbd://127.0.0.1:{port}/nosuch")).err().expect("no such export");
+    assert!(e.to_string().contains("no export named 'nosuch'"), "{e}");
+    drop((c, dev));
+    stop.stop();
+    thread.join().unwrap().unwrap();
+}
+
+#[test]
+fn an_unreachable_server_is_a_clear_open_error() {
+    let s = Scratch::new("nobody");
+    mqblk_nbd::client::register();
+    let e = Device::open(&format!("nbd:uri={}", s.uri())).err().expect("nothing listens");
+    let msg = e.to_string();
+    assert!(msg.contains("connection 0") && msg.contains("cannot connect"), "{msg}");
+}
+
+#[test]
 fn read_only_export_refuses_writes_and_serves_reads() {
     let s = Scratch::new("ro");
     let _server = nbdkit(&s, &["-r", "pattern", "1M"]);
