@@ -61,6 +61,10 @@ command -v cpio >/dev/null || need+=(cpio)
 command -v modinfo >/dev/null || need+=(kmod)
 command -v xz >/dev/null || need+=(xz-utils)
 [ -e /usr/lib/x86_64-linux-gnu/libc.a ] || need+=(libc6-dev)
+# OpenSSL's headers and pkg-config for the openssl crate (the nbd:
+# driver's TLS), which every build of mqblk-nbd links.
+[ -e /usr/include/openssl/ssl.h ] || need+=(libssl-dev)
+command -v pkg-config >/dev/null || need+=(pkg-config)
 if [ ${#need[@]} -gt 0 ]; then
   echo "== installing ${need[*]}"
   apt-get update -qq
@@ -69,7 +73,8 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 # Real clients for the NBD server tests, real servers for the nbd:
-# driver's (nbdkit, qemu-nbd), fio for its nbd engine, and
+# driver's (nbdkit, qemu-nbd; psktool makes its TLS keys), fio for its
+# nbd engine, and
 # btrfs-progs for the zoned btrfs on /dev/ublkb0 (guest_ublk_zoned),
 # nbd-client for the kernel nbd client in the guest (guest_nbd),
 # valgrind for the performance gate's instruction counts, and sqlite3 for
@@ -78,7 +83,7 @@ fi
 # for fio's fio_generate_plots on bench's logs (tests/fio_examples.rs).
 need=()
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
-for tool in nbdinfo:libnbd-bin nbdcopy:libnbd-bin qemu-img:qemu-utils qemu-io:qemu-utils qemu-nbd:qemu-utils nbdkit:nbdkit fio:fio losetup:mount mkfs.btrfs:btrfs-progs nbd-client:nbd-client valgrind:valgrind sqlite3:sqlite3 mkfs.ext4:e2fsprogs blkparse:blktrace gnuplot:gnuplot-nox; do
+for tool in nbdinfo:libnbd-bin nbdcopy:libnbd-bin qemu-img:qemu-utils qemu-io:qemu-utils qemu-nbd:qemu-utils nbdkit:nbdkit psktool:gnutls-bin fio:fio losetup:mount mkfs.btrfs:btrfs-progs nbd-client:nbd-client valgrind:valgrind sqlite3:sqlite3 mkfs.ext4:e2fsprogs blkparse:blktrace gnuplot:gnuplot-nox; do
   command -v "${tool%%:*}" >/dev/null || [[ " ${need[*]} " == *" ${tool#*:} "* ]] || need+=("${tool#*:}")
 done
 # fio's fio_jsonplus_clat2csv (tests/bench_output.rs) imports six, which

@@ -1,5 +1,5 @@
 //! The `nbd:` driver through the `mqblk` command: bench's fio-style
-//! verify over nbdkit and qemu-nbd, `mqblk serve` exporting an `nbd:`
+//! verify over nbdkit (plain and TLS) and qemu-nbd, `mqblk serve` exporting an `nbd:`
 //! device (mqblk serving mqblk), and a bench whose nbdkit is killed
 //! (SIGKILL) mid-run ending with EIO instead of hanging. nbdkit and
 //! qemu-nbd are installed by scripts/test-all.sh; a missing one fails
@@ -119,6 +119,18 @@ fn bench_verifies_writes_over_nbdkit_and_qemu_nbd() {
     let args = ["-t", "-e", "4", "-f", "raw", "-k", q.to_str().unwrap(), file.to_str().unwrap()];
     let _qemu = spawn("qemu-nbd", &args, &q);
     verified_writes(&s.0, &format!("nbd:uri={}", uri(&q)), "--size=16m");
+}
+
+#[test]
+fn bench_verifies_writes_over_tls_with_a_psk() {
+    let s = Scratch::new("tls");
+    let (sock, keys) = (s.path("kit.sock"), s.path("keys.psk"));
+    let made = Command::new("psktool").args(["-u", "alice", "-p"]).arg(&keys).output().expect("psktool (gnutls-bin)");
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let psk_arg = format!("--tls-psk={}", keys.display());
+    let _kit = nbdkit(&sock, &["--tls=require", &psk_arg, "memory", "64M"]);
+    let uri = format!("nbds+unix://alice@/?socket={}", sock.display());
+    verified_writes(&s.0, &format!("nbd:uri={uri},tls_psk={},connections=2", keys.display()), "--size=16m");
 }
 
 #[test]

@@ -1,7 +1,8 @@
-//! The `nbd:` driver against real servers: nbdkit's memory plugin,
-//! qemu-nbd on a raw file, and mqblk's own server in this process; and
-//! against a scripted server that breaks the protocol. nbdkit and
-//! qemu-nbd are installed by scripts/test-all.sh; a missing one fails the
+//! The `nbd:` driver against real servers: nbdkit's memory plugin (plain
+//! and TLS with a pre-shared key), qemu-nbd on a raw file, and mqblk's
+//! own server in this process, over Unix sockets and TCP; and against a
+//! scripted server that breaks the protocol. nbdkit, qemu-nbd and
+//! psktool are installed by scripts/test-all.sh; a missing one fails the
 //! test, naming it.
 
 #[path = "common/fake_server.rs"]
@@ -82,6 +83,15 @@ fn nbdkit(s: &Scratch, args: &[&str]) -> Proc {
 fn open(spec: &str) -> Device {
     mqblk_nbd::client::register();
     Device::open(spec).unwrap_or_else(|e| panic!("{spec}: {e}"))
+}
+
+/// The error opening `spec` gives (`why` it should fail, for the panic).
+fn open_err(spec: &str, why: &str) -> Error {
+    mqblk_nbd::client::register();
+    match Device::open(spec) {
+        Ok(_) => panic!("{spec} opened, but should not: {why}"),
+        Err(e) => e,
+    }
 }
 
 fn pattern(seed: u8, len: usize) -> Vec<u8> {
@@ -195,8 +205,7 @@ fn tcp_uris_pick_named_exports_and_an_unknown_name_is_named() {
     let mut back = vec![0u8; 8192];
     c.read_at(&mut back, 30 << 20).unwrap();
     assert!(back == pattern(4, 8192));
-    mqblk_nbd::client::register();
-    let e = Device::open(&format!("nbd:uri=nbd://127.0.0.1:{port}/nosuch")).err().expect("no such export");
+    let e = open_err(&format!("nbd:uri=nbd://127.0.0.1:{port}/nosuch"), "no such export");
     assert!(e.to_string().contains("no export named 'nosuch'"), "{e}");
     drop((c, dev));
     stop.stop();
@@ -206,10 +215,39 @@ fn tcp_uris_pick_named_exports_and_an_unknown_name_is_named() {
 #[test]
 fn an_unreachable_server_is_a_clear_open_error() {
     let s = Scratch::new("nobody");
-    mqblk_nbd::client::register();
-    let e = Device::open(&format!("nbd:uri={}", s.uri())).err().expect("nothing listens");
+    let e = open_err(&format!("nbd:uri={}", s.uri()), "nothing listens");
     let msg = e.to_string();
     assert!(msg.contains("connection 0") && msg.contains("cannot connect"), "{msg}");
+}
+
+#[test]
+fn nbds_with_a_psk_talks_tls_to_nbdkit() {
+    let s = Scratch::new("tls");
+    let keys = s.0.join("keys.psk");
+    let made = Command::new("psktool").args(["-u", "alice", "-p"]).arg(&keys).output().expect("psktool (gnutls-bin)");
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let psk_arg = format!("--tls-psk={}", keys.display());
+    let _server = nbdkit(&s, &["--tls=require", &psk_arg, "memory", "64M"]);
+    let socket = s.sock();
+    let tls_uri = format!("nbds+unix://alice@/?socket={}", socket.display());
+    for structured in [1, 0] {
+        let dev = open(&format!("nbd:uri={tls_uri},tls_psk={},structured={structured}", keys.display()));
+        let mut c = dev.client();
+        let data = pattern(structured, 65536);
+        let out = vec![Buf::from_slice(&data[..16384]), Buf::from_slice(&data[16384..])];
+        c.submit_and_wait(Bio::writev(1 << 20, out)).unwrap();
+        let mut back = vec![0u8; 65536];
+        c.read_at(&mut back, 1 << 20).unwrap();
+        assert!(back == data, "structured={structured}: through TLS and back");
+    }
+    // Without TLS, the server says it needs it, and the error says what to give.
+    let e = open_err(&format!("nbd:uri={}", s.uri()), "TLS required");
+    assert!(e.to_string().contains("requires TLS") && e.to_string().contains("tls_psk"), "{e}");
+    // A key the server does not know fails the TLS handshake, named.
+    std::fs::write(s.0.join("wrong.psk"), "alice:00112233445566778899aabbccddeeff\n").unwrap();
+    let wrong = format!("nbd:uri={tls_uri},tls_psk={}", s.0.join("wrong.psk").display());
+    let e = open_err(&wrong, "wrong key");
+    assert!(e.to_string().contains("TLS handshake"), "{e}");
 }
 
 #[test]

@@ -40,7 +40,8 @@ const DEFAULT_QUEUE_DEPTH: u32 = 128;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct NbdConfig {
-    /// `uri`: the export (nbd://, nbd+unix://; nbds:// is refused for now).
+    /// `uri`: the export (nbd://, nbd+unix://; nbds://, nbds+unix:// with
+    /// `tls_psk`).
     pub uri: String,
     /// `connections`: sockets, one per hardware queue.
     pub connections: usize,
@@ -54,7 +55,7 @@ pub struct NbdConfig {
     /// messages); 0 forces simple replies.
     pub structured: bool,
     /// `tls_psk`: a PSK file (psktool's `identity:hexkey` lines) for
-    /// nbds:// URIs.
+    /// nbds:// URIs: the key of the URI's user, or the file's first.
     pub tls_psk: Option<String>,
 }
 
@@ -107,14 +108,15 @@ impl DriverConfig for NbdConfig {
         check_range("nbd", "queue_depth", self.queue_depth.into(), QUEUE_DEPTH)?;
         check_range("nbd", "timeout_ms", self.timeout_ms, TIMEOUT_MS)?;
         let uri = self.parsed_uri()?;
-        // The seam for TLS: nbds:// with a PSK file is where it plugs in.
-        if uri.tls || self.tls_psk.is_some() {
-            return Err(ConfigError::conflict(
+        // TLS is by pre-shared key only (no certificates yet): both or neither.
+        match (uri.tls, &self.tls_psk) {
+            (true, None) => Err(ConfigError::conflict(
                 "nbd",
-                format!("{}: TLS (nbds://, tls_psk=) is not yet supported by the nbd: driver", self.uri),
-            ));
+                format!("{}: nbds:// needs tls_psk=FILE (a psktool key file)", self.uri),
+            )),
+            (false, Some(_)) => Err(ConfigError::conflict("nbd", "tls_psk= is for nbds:// URIs")),
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     fn write_spec(&self, w: &mut SpecWriter) {
@@ -157,10 +159,12 @@ mod tests {
     }
 
     #[test]
-    fn tls_is_refused_clearly_for_now() {
+    fn tls_takes_an_nbds_uri_and_a_key_file_together() {
+        let c = parse("nbd:uri=nbds://alice@h/e,tls_psk=/etc/keys.psk").unwrap();
+        assert_eq!(c.tls_psk.as_deref(), Some("/etc/keys.psk"));
         let e = parse("nbd:uri=nbds://alice@h/e").unwrap_err().to_string();
-        assert!(e.contains("TLS") && e.contains("not yet supported"), "{e}");
+        assert!(e.contains("needs tls_psk=FILE"), "{e}");
         let e = parse("nbd:uri=nbd://h/e,tls_psk=/etc/keys.psk").unwrap_err().to_string();
-        assert!(e.contains("TLS"), "{e}");
+        assert!(e.contains("nbds://"), "{e}");
     }
 }

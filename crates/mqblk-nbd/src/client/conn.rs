@@ -34,8 +34,9 @@
 //! Relies on: slot.rs (the per-tag state machine), sock.rs (sendmsg,
 //! shutdown), handshake.rs (a reconnect's negotiation), proto.rs.
 
-use std::os::fd::{OwnedFd, RawFd};
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -43,9 +44,11 @@ use parking_lot::{Condvar, Mutex};
 use mqblk::driver::{Rq, TimeoutAction};
 use mqblk::Status;
 
-use super::handshake::{handshake, ExportInfo};
+use super::handshake::{greet, negotiate, starttls, ExportInfo};
+use super::link::{Link, LinkRef};
 use super::slot::Slot;
 use super::sock::{self, Stream};
+use super::tls::{Psk, TlsSession};
 use super::uri::NbdUri;
 use crate::proto::{REQUEST_BYTES, REQUEST_MAGIC};
 
@@ -57,22 +60,34 @@ pub(crate) struct Target {
     pub(crate) uri: NbdUri,
     pub(crate) structured: bool,
     pub(crate) timeout: Duration,
+    /// TLS with this key (nbds:// URIs).
+    pub(crate) psk: Option<Psk>,
 }
 
 impl Target {
-    /// A new connection, negotiated.
-    pub(crate) fn connect(&self) -> Result<(OwnedFd, ExportInfo), String> {
+    /// A new connection, negotiated (in TLS after NBD_OPT_STARTTLS when
+    /// the target has a key).
+    pub(crate) fn connect(&self) -> Result<(Link, ExportInfo), String> {
         let mut s = Stream::connect(&self.uri.endpoint, self.timeout).map_err(|e| format!("cannot connect: {e}"))?;
-        let info = handshake(&mut s, &self.uri.export, self.structured).map_err(|e| e.to_string())?;
-        let fd = s.into_transmission().map_err(|e| format!("socket: {e}"))?;
-        Ok((fd, info))
+        let (name, structured) = (&self.uri.export, self.structured);
+        let no_zeroes = greet(&mut s).map_err(|e| e.to_string())?;
+        let Some(psk) = &self.psk else {
+            let info = negotiate(&mut s, name, structured, no_zeroes).map_err(|e| e.to_string())?;
+            let fd = s.into_transmission().map_err(|e| format!("socket: {e}"))?;
+            return Ok((Link::Plain(fd), info));
+        };
+        starttls(&mut s).map_err(|e| e.to_string())?;
+        let tls = TlsSession::connect(s, psk)?;
+        let info = negotiate(&mut &tls, name, structured, no_zeroes).map_err(|e| e.to_string())?;
+        tls.start_transmission().map_err(|e| format!("socket: {e}"))?;
+        Ok((Link::Tls(Arc::new(tls)), info))
     }
 }
 
 /// The sender's state, under its lock.
 struct Tx {
-    /// The socket (-1 while the connection is down).
-    fd: RawFd,
+    /// The stream (Down while the connection is down).
+    link: LinkRef,
     down_since: Option<Instant>,
     /// The driver is shutting down: requests fail at once.
     stopped: bool,
@@ -105,7 +120,7 @@ pub(crate) struct ConnStats {
 
 pub(crate) struct Conn {
     pub(crate) index: usize,
-    pub(crate) target: std::sync::Arc<Target>,
+    pub(crate) target: Arc<Target>,
     /// What the first handshake found: a reconnect must find the same.
     pub(crate) info: ExportInfo,
     pub(crate) slots: Box<[Mutex<Slot>]>,
@@ -124,8 +139,9 @@ pub(crate) struct Conn {
 impl Conn {
     pub(crate) fn new(
         index: usize,
-        target: std::sync::Arc<Target>,
+        target: Arc<Target>,
         info: ExportInfo,
+        link: LinkRef,
         fd: RawFd,
         queue_depth: u32,
         max_segments: usize,
@@ -138,7 +154,7 @@ impl Conn {
             slots: (0..depth).map(|_| Mutex::new(Slot::default())).collect(),
             max_segments,
             tx: Mutex::new(Tx {
-                fd,
+                link,
                 down_since: None,
                 stopped: false,
                 headers: vec![[0; REQUEST_BYTES]; depth].into_boxed_slice(),
@@ -162,7 +178,7 @@ impl Conn {
     pub(crate) fn issue(&self, mut rq: Rq, cmd: u16, flags: u16, last: bool) -> Result<(), Rq> {
         let tag = rq.tag();
         let Some(mut tx) = self.lock_tx() else { return Err(rq) };
-        if tx.fd < 0 {
+        if !tx.link.is_up() {
             let expired = tx.stopped || tx.down_since.is_some_and(|t| t.elapsed() >= self.target.timeout);
             if expired {
                 drop(tx);
@@ -264,12 +280,12 @@ impl Conn {
         }
         // SAFETY: the iovecs point at this Tx's headers and at segments of
         // requests in `tx_busy` slots, valid until those flags clear below.
-        let sent = unsafe { sock::send_all(tx.fd, &mut tx.iov) };
+        let sent = unsafe { tx.link.send_all(&mut tx.iov) };
         tx.iov.clear();
         if let Err(e) = sent {
             log::warn!("nbd: connection {} to {}: send failed: {e}", self.index, self.target.uri);
             self.shut_down();
-            tx.fd = -1;
+            tx.link = LinkRef::Down;
             tx.down_since.get_or_insert_with(Instant::now);
         }
         let Tx { batch, ready, .. } = tx;
@@ -348,7 +364,7 @@ impl Conn {
         }
         self.stats.lost.fetch_add(1, Ordering::Relaxed);
         let mut tx = self.tx.lock();
-        tx.fd = -1;
+        tx.link = LinkRef::Down;
         tx.down_since.get_or_insert_with(Instant::now);
         tx.iov.clear();
         tx.batch.clear();
@@ -366,9 +382,9 @@ impl Conn {
 
     /// A new connection on `fd` carries the queue from now on: the
     /// parked requests go out on it again, under new cookies.
-    pub(crate) fn reconnected(&self, fd: RawFd) {
+    pub(crate) fn reconnected(&self, link: LinkRef, fd: RawFd) {
         let mut tx = self.tx.lock();
-        tx.fd = fd;
+        tx.link = link;
         tx.down_since = None;
         *self.shut.lock() = fd;
         if self.stopping() {
@@ -420,11 +436,28 @@ impl Conn {
         *self.stop.lock()
     }
 
-    /// Stops the connection: its receiver returns from any wait.
+    /// Stops the connection: tells the server (NBD_CMD_DISC, and TLS's
+    /// close_notify), then its receiver returns from any wait.
     pub(crate) fn stop(&self) {
         *self.stop.lock() = true;
         self.stop_cv.notify_all();
+        self.say_goodbye();
         self.shut_down();
+    }
+
+    /// NBD_CMD_DISC, best effort: the device has no users left, so no
+    /// request should be in flight; a sender still holding the lock (a
+    /// stuck one) means the connection is past being polite to.
+    fn say_goodbye(&self) {
+        let Some(tx) = self.tx.try_lock() else { return };
+        let mut disc = [0u8; REQUEST_BYTES];
+        write_header(&mut disc, 0, crate::proto::CMD_DISC, 0, 0, 0);
+        let mut iov = [libc::iovec { iov_base: disc.as_mut_ptr().cast(), iov_len: REQUEST_BYTES }];
+        // SAFETY: `disc` outlives the call.
+        let _ = unsafe { tx.link.send_all(&mut iov) };
+        if let LinkRef::Tls(tls) = &tx.link {
+            tls.close_notify();
+        }
     }
 
     /// The receiver's last act: every request still held fails, and any
@@ -432,7 +465,7 @@ impl Conn {
     pub(crate) fn fail_everything(&self) {
         *self.shut.lock() = -1;
         let mut tx = self.tx.lock();
-        (tx.fd, tx.stopped) = (-1, true);
+        (tx.link, tx.stopped) = (LinkRef::Down, true);
         tx.iov.clear();
         tx.batch.clear();
         for (tag, slot) in self.slots.iter().enumerate() {
@@ -448,7 +481,7 @@ impl Conn {
 
     /// Connected now (for `show`).
     pub(crate) fn is_up(&self) -> bool {
-        self.tx.lock().fd >= 0
+        self.tx.lock().link.is_up()
     }
 }
 

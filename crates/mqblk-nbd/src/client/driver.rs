@@ -20,6 +20,7 @@ use super::config::NbdConfig;
 use super::conn::{command_of, Conn, Target};
 use super::handshake::ExportInfo;
 use super::rx;
+use super::tls::load_psk;
 use crate::proto::*;
 
 /// Physical segments per request: a bio's most (BIO_MAX_VECS), each an
@@ -48,7 +49,12 @@ impl NbdDriver {
         cfg.validate()?;
         let uri = cfg.parsed_uri()?;
         let timeout = Duration::from_millis(cfg.timeout_ms);
-        let target = Arc::new(Target { uri, structured: cfg.structured, timeout });
+        // nbds://: the key of the URI's user (or the file's first key).
+        let psk = match &cfg.tls_psk {
+            Some(file) => Some(load_psk(file, uri.user.as_deref()).map_err(|e| Error::Setup(format!("nbd: {e}")))?),
+            None => None,
+        };
+        let target = Arc::new(Target { uri, structured: cfg.structured, timeout, psk });
         let setup = |what: String| Error::Setup(format!("nbd: {}: {what}", target.uri));
         let mut first = Vec::with_capacity(cfg.connections);
         for i in 0..cfg.connections {
@@ -71,20 +77,20 @@ impl NbdDriver {
         }
         let mut conns = Vec::with_capacity(first.len());
         let mut threads = Vec::with_capacity(first.len());
-        for (index, (fd, _)) in first.into_iter().enumerate() {
-            use std::os::fd::AsRawFd;
+        for (index, (link, _)) in first.into_iter().enumerate() {
             let conn = Arc::new(Conn::new(
                 index,
                 target.clone(),
                 info,
-                fd.as_raw_fd(),
+                link.handle(),
+                link.fd(),
                 cfg.queue_depth,
                 MAX_SEGMENTS as usize,
             ));
             let rx_conn = conn.clone();
             let thread = std::thread::Builder::new()
                 .name(format!("nbd-rx{index}"))
-                .spawn(move || rx::run(rx_conn, fd))
+                .spawn(move || rx::run(rx_conn, link))
                 .map_err(|e| Error::Setup(format!("nbd: cannot start a receiving thread: {e}")))?;
             conns.push(conn);
             threads.push(thread);

@@ -51,7 +51,7 @@ pub enum HandshakeError {
     Protocol(String),
     #[error("the server has no export named '{0}'")]
     NoExport(String),
-    #[error("the server requires TLS (an nbds:// URI), which the nbd: driver does not support yet")]
+    #[error("the server requires TLS: give an nbds:// URI and tls_psk=FILE")]
     TlsRequired,
     #[error("the server refused option {option} (reply {reply:#x}): {message}")]
     Refused { option: u32, reply: u32, message: String },
@@ -64,6 +64,13 @@ fn protocol(msg: impl Into<String>) -> HandshakeError {
 /// Negotiates export `name` on a fresh stream; structured replies are
 /// asked for if `structured`.
 pub fn handshake(s: &mut (impl Read + Write), name: &str, structured: bool) -> Result<ExportInfo, HandshakeError> {
+    let no_zeroes = greet(s)?;
+    negotiate(s, name, structured, no_zeroes)
+}
+
+/// The server's greeting and the client's flags; returns whether the
+/// server dropped the zero padding (NO_ZEROES).
+pub(crate) fn greet(s: &mut (impl Read + Write)) -> Result<bool, HandshakeError> {
     let mut greeting = [0u8; 18];
     s.read_exact(&mut greeting[..16])?;
     let (magic, second) = (be64(&greeting[0..8]), be64(&greeting[8..16]));
@@ -84,7 +91,27 @@ pub fn handshake(s: &mut (impl Read + Write), name: &str, structured: bool) -> R
     let no_zeroes = server_flags & FLAG_NO_ZEROES != 0;
     let client_flags = FLAG_C_FIXED_NEWSTYLE | if no_zeroes { FLAG_C_NO_ZEROES } else { 0 };
     s.write_all(&client_flags.to_be_bytes())?;
+    Ok(no_zeroes)
+}
 
+/// NBD_OPT_STARTTLS: after its acknowledgement the TLS handshake starts
+/// on the same stream (tls.rs), and the options go on inside it.
+pub(crate) fn starttls(s: &mut (impl Read + Write)) -> Result<(), HandshakeError> {
+    send_option(s, OPT_STARTTLS, &[])?;
+    match read_option_reply(s, OPT_STARTTLS)? {
+        (REP_ACK, _) => Ok(()),
+        (reply, payload) => Err(refusal(OPT_STARTTLS, reply, &payload, "")),
+    }
+}
+
+/// The options after the greeting (and STARTTLS): structured replies if
+/// `structured`, then NBD_OPT_GO for export `name`.
+pub(crate) fn negotiate(
+    s: &mut (impl Read + Write),
+    name: &str,
+    structured: bool,
+    no_zeroes: bool,
+) -> Result<ExportInfo, HandshakeError> {
     let structured = structured && negotiate_structured(s)?;
     let mut data = Vec::with_capacity(name.len() + 8);
     data.extend_from_slice(&(name.len() as u32).to_be_bytes());

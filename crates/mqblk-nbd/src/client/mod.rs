@@ -9,12 +9,12 @@
 //!
 //! | key | default | meaning |
 //! |---|---|---|
-//! | uri | (required) | `nbd://HOST[:PORT]/EXPORT` or `nbd+unix:///EXPORT?socket=PATH` (uri.rs); `nbds://` is refused for now |
+//! | uri | (required) | `nbd://HOST[:PORT]/EXPORT` or `nbd+unix:///EXPORT?socket=PATH` (uri.rs); `nbds://`, `nbds+unix://`: TLS, with `tls_psk` |
 //! | connections | 1 | sockets, one per hardware queue (Linux nbd's nr_hw_queues = connections) |
 //! | queue_depth | 128 | tags per hardware queue: requests in flight per connection |
 //! | timeout_ms | 30000 | a request not answered within it fails with EIO, waiting for a reconnect included |
 //! | structured | 1 | ask for structured replies; 0: simple replies only |
-//! | tls_psk | none | the seam for TLS (a psktool `identity:hexkey` file): refused until TLS lands |
+//! | tls_psk | none | with an `nbds` URI: a psktool key file (`identity:hexkey` lines); the key of the URI's user (`nbds://alice@host/`), else the file's first |
 //!
 //! The export's transmission flags and NBD_INFO_BLOCK_SIZE become the
 //! queue limits (driver.rs `limits_of`): read-only (writes fail with
@@ -43,23 +43,32 @@
 //! - conn.rs: a connection's sending side, timeouts, reconnection;
 //! - rx.rs: a connection's receiving thread;
 //! - sock.rs: connecting, sendmsg and recvmsg;
+//! - tls.rs: pre-shared keys and the TLS session (OpenSSL);
+//! - link.rs: a connection's stream, plain or TLS;
 //! - driver.rs: `NbdDriver`, the `Driver` implementation.
 //!
-//! Relies on: mqblk's driver API; proto.rs.
+//! TLS (NBD_OPT_STARTTLS, then TLS with a pre-shared key, as nbdkit's and
+//! qemu-nbd's `--tls-psk`) copies every byte through encryption: each
+//! iovec is one `SSL_write` or `SSL_read` (tls.rs).
+//!
+//! Relies on: mqblk's driver API; proto.rs; the openssl crate (tls.rs).
 
 mod config;
 mod conn;
 mod driver;
 mod handshake;
+mod link;
 pub mod reply;
 mod rx;
 mod slot;
 mod sock;
+mod tls;
 mod uri;
 
 pub use config::{NbdConfig, NBD_KEYS};
 pub use driver::NbdDriver;
 pub use handshake::{handshake, ExportInfo, HandshakeError};
+pub use tls::{load_psk, Psk};
 pub use uri::{Endpoint, NbdUri, DEFAULT_PORT};
 
 /// Registers the `nbd:` driver (once; later calls do nothing).

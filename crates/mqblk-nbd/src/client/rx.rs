@@ -20,7 +20,6 @@
 
 use std::fmt;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +27,7 @@ use std::time::Duration;
 use mqblk::driver::{CompletionBatch, Rq};
 
 use super::conn::Conn;
+use super::link::{Link, LinkRef};
 use super::reply::*;
 use super::slot::split_cookie;
 use super::sock;
@@ -75,32 +75,33 @@ pub(crate) fn on_receiving_thread() -> bool {
 
 /// The thread's body: receive on `first`, then on each new connection,
 /// until the driver stops; then fail whatever is left.
-pub(crate) fn run(conn: Arc<Conn>, first: OwnedFd) {
+pub(crate) fn run(conn: Arc<Conn>, first: Link) {
     RECEIVING.with(|r| r.set(true));
     let mut rx = Rx::new(&conn);
     let mut sock = Some(first);
     let mut delay = RETRY_MIN;
     loop {
-        if let Some(fd) = sock.take() {
-            rx.fd = fd.as_raw_fd();
+        if let Some(link) = sock.take() {
+            rx.link = link.handle();
             rx.have = 0;
             let end = rx.receive(&conn);
             if !conn.stopping() {
                 log::warn!("nbd: connection {} to {}: {end}; reconnecting", conn.index, conn.target.uri);
             }
             conn.connection_lost();
-            drop(fd);
+            rx.link = LinkRef::Down;
+            drop(link); // after the sender's handle is Down (connection_lost)
             delay = RETRY_MIN;
         }
         if conn.stopping() {
             break;
         }
         match conn.target.connect() {
-            Ok((fd, info)) if info == conn.info => {
+            Ok((link, info)) if info == conn.info => {
                 conn.stats.reconnects.fetch_add(1, Ordering::Relaxed);
                 log::info!("nbd: connection {} to {}: reconnected", conn.index, conn.target.uri);
-                conn.reconnected(fd.as_raw_fd());
-                sock = Some(fd);
+                conn.reconnected(link.handle(), link.fd());
+                sock = Some(link);
                 continue;
             }
             Ok((_, info)) => log::error!(
@@ -122,7 +123,7 @@ pub(crate) fn run(conn: Arc<Conn>, first: OwnedFd) {
 
 /// The receiving side of one connection.
 struct Rx {
-    fd: RawFd,
+    link: LinkRef,
     structured: bool,
     /// Header bytes: what was read ahead, then what a header needs.
     buf: [u8; 32],
@@ -139,7 +140,7 @@ struct Rx {
 impl Rx {
     fn new(conn: &Conn) -> Self {
         Self {
-            fd: -1,
+            link: LinkRef::Down,
             structured: conn.info.structured,
             buf: [0; 32],
             have: 0,
@@ -323,14 +324,13 @@ impl Rx {
     /// and the sink, and the segments of a request whose slot is
     /// `rx_busy` (it stays in flight, and no other party touches them).
     fn recv(&mut self, first: usize, batch: &mut CompletionBatch) -> Result<usize, End> {
-        let fd = self.fd;
         let iov = &mut self.iov[first..];
         // SAFETY: the iovecs are writable and ours for the call (above).
-        let n = match unsafe { sock::recv_some(fd, iov, true) } {
+        let n = match unsafe { self.link.recv_some(iov, true) } {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 batch.flush();
                 // SAFETY: as above.
-                unsafe { sock::recv_some(fd, iov, false) }
+                unsafe { self.link.recv_some(iov, false) }
             }
             other => other,
         };

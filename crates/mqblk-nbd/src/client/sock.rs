@@ -16,6 +16,7 @@ use std::time::Duration;
 use super::uri::Endpoint;
 
 /// A connected stream, during the handshake.
+#[derive(Debug)]
 pub(crate) enum Stream {
     Unix(UnixStream),
     Tcp(TcpStream),
@@ -72,6 +73,25 @@ impl Stream {
                 s.into()
             }
         })
+    }
+}
+
+impl Stream {
+    /// For a TLS session's transmission (tls.rs): no time limits, and
+    /// nonblocking, so that neither thread waits holding the session.
+    pub(crate) fn set_transmission_nonblocking(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => {
+                s.set_read_timeout(None)?;
+                s.set_write_timeout(None)?;
+                s.set_nonblocking(true)
+            }
+            Stream::Tcp(s) => {
+                s.set_read_timeout(None)?;
+                s.set_write_timeout(None)?;
+                s.set_nonblocking(true)
+            }
+        }
     }
 }
 
