@@ -251,6 +251,30 @@ fn nbds_with_a_psk_talks_tls_to_nbdkit() {
 }
 
 #[test]
+fn a_tls_connection_comes_back_after_the_server_restarts() {
+    let s = Scratch::new("tls-again");
+    let keys = s.0.join("keys.psk");
+    let made = Command::new("psktool").args(["-u", "alice", "-p"]).arg(&keys).output().expect("psktool (gnutls-bin)");
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let psk_arg = format!("--tls-psk={}", keys.display());
+    let server = nbdkit(&s, &["--tls=require", &psk_arg, "memory", "16M"]);
+    let uri = format!("nbds+unix://alice@/?socket={}", s.sock().display());
+    let dev = open(&format!("nbd:uri={uri},tls_psk={},timeout_ms=20000", keys.display()));
+    let mut c = dev.client();
+    c.write_at(&[1; 4096], 0).unwrap();
+    drop(server); // SIGKILL, reaped
+    std::fs::remove_file(s.sock()).unwrap();
+    let _again = nbdkit(&s, &["--tls=require", &psk_arg, "memory", "16M"]);
+    // Parked while the connection is down, sent once it is back: no event
+    // to wait for, the write itself waits (well within its timeout).
+    c.write_at(&[2; 4096], 4096).unwrap();
+    let mut back = [0u8; 4096];
+    c.read_at(&mut back, 4096).unwrap();
+    assert_eq!(back, [2; 4096]);
+    assert!(dev.show_stats().contains("reconnects=1"), "{}", dev.show_stats());
+}
+
+#[test]
 fn read_only_export_refuses_writes_and_serves_reads() {
     let s = Scratch::new("ro");
     let _server = nbdkit(&s, &["-r", "pattern", "1M"]);
