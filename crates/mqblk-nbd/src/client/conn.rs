@@ -8,8 +8,8 @@
 //! header and, for a write, the request's physical segments to a batch of
 //! iovecs; at `last` (or `commit_rqs`) the batch goes out in one
 //! `sendmsg` under the sender's lock, as the kernel's `tx_lock` keeps one
-//! request's bytes together on the stream. Nothing is copied and
-//! nothing allocated per request.
+//! request's bytes together on the stream. Nothing is copied (but by TLS's
+//! encryption, link.rs) and nothing allocated per request.
 //!
 //! Completing a request can run the queue, which can call `issue` on
 //! this thread: no request is ever completed while the sender's lock is
@@ -31,8 +31,9 @@
 //! block layer retries it at the next completion) or leave a batch to
 //! the lock's holder, whose thread always flushes what it finds.
 //!
-//! Relies on: slot.rs (the per-tag state machine), sock.rs (sendmsg,
-//! shutdown), handshake.rs (a reconnect's negotiation), proto.rs.
+//! Relies on: slot.rs (the per-tag state machine), link.rs (sending on a
+//! plain or TLS stream), sock.rs (connecting, shutdown), handshake.rs and
+//! tls.rs (a connection's negotiation), proto.rs.
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};

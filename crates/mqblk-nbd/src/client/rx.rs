@@ -1,9 +1,10 @@
 //! A connection's receiving thread (`nbd-rxN`, the kernel's `recv_work`):
 //! reads replies, finds each request by its cookie, reads a read's data
 //! straight into the request's segments (`recvmsg` over their iovecs, no
-//! bounce buffer), and completes requests as their replies end. When the
-//! connection fails it parks the requests (conn.rs) and reconnects, with
-//! a growing pause between attempts, until the driver stops.
+//! bounce buffer; over TLS, decrypted into them), and completes requests
+//! as their replies end. When the connection fails it parks the requests
+//! (conn.rs) and reconnects, with a growing pause between attempts, until
+//! the driver stops.
 //!
 //! Syscalls per reply: a read's data is received together with the next
 //! bytes of the stream: the shortest reply header (16) with simple
@@ -16,7 +17,8 @@
 //! wakeup held back.
 //!
 //! Relies on: reply.rs (what the bytes mean), slot.rs (who may touch a
-//! request's buffers), conn.rs (parking and resending), sock.rs.
+//! request's buffers), conn.rs (parking and resending), link.rs (the
+//! stream, plain or TLS), sock.rs (advancing iovecs).
 
 use std::fmt;
 use std::io;
