@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the cargo-fuzz targets of the NBD and vhost-user-blk servers for a
 # bounded time: nbd_connection (a whole connection fed arbitrary client
-# bytes) for SECS seconds, nbd_parsers (the request and option parsers)
+# bytes) for SECS seconds, nbd_parsers (the request and option parsers,
+# and the nbd: driver's handshake and reply parsers)
 # for SECS/3, vhost_request (a virtqueue whose guest memory and rings are
 # arbitrary bytes) for SECS/3.
 # Usage: scripts/fuzz.sh [SECS [TARGET...]]   (default 60, every target;

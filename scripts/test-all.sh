@@ -61,6 +61,11 @@ command -v cpio >/dev/null || need+=(cpio)
 command -v modinfo >/dev/null || need+=(kmod)
 command -v xz >/dev/null || need+=(xz-utils)
 [ -e /usr/lib/x86_64-linux-gnu/libc.a ] || need+=(libc6-dev)
+# OpenSSL's headers and pkg-config for the openssl crate (TLS in the NBD
+# server and the nbd: driver), which every build of mqblk-nbd links: the
+# lints below build it.
+[ -e /usr/include/openssl/ssl.h ] || need+=(libssl-dev)
+command -v pkg-config >/dev/null || need+=(pkg-config)
 if [ ${#need[@]} -gt 0 ]; then
   echo "== installing ${need[*]}"
   apt-get update -qq
@@ -68,20 +73,20 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-# Real clients for the NBD server tests, fio for its nbd engine, and
+# Real clients for the NBD server tests, real servers for the nbd:
+# driver's (nbdkit, qemu-nbd; psktool makes its TLS keys), fio for its
+# nbd engine, and
 # btrfs-progs for the zoned btrfs on /dev/ublkb0 (guest_ublk_zoned),
 # nbd-client for the kernel nbd client in the guest (guest_nbd),
 # valgrind for the performance gate's instruction counts, and sqlite3 for
 # the power-cut test in the guest (guest_crash), and a sans-serif font for
 # the experiments' charts (plotters lays text out with it), and gnuplot
 # for fio's fio_generate_plots on bench's logs (tests/fio_examples.rs);
-# OpenSSL's headers and pkg-config for the NBD server's TLS (the openssl
-# crate links the system's libssl), and psktool and certtool (gnutls-bin)
-# for the TLS tests' keys and certificates (tests/nbd_tls.rs).
+# psktool and certtool (gnutls-bin) for the TLS tests' keys and
+# certificates (tests/nbd_tls.rs, the nbd: driver's TLS tests).
 need=()
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
-[ -e /usr/include/openssl/ssl.h ] || need+=(libssl-dev)
-for tool in nbdinfo:libnbd-bin nbdcopy:libnbd-bin qemu-img:qemu-utils qemu-io:qemu-utils fio:fio losetup:mount mkfs.btrfs:btrfs-progs nbd-client:nbd-client valgrind:valgrind sqlite3:sqlite3 mkfs.ext4:e2fsprogs blkparse:blktrace gnuplot:gnuplot-nox pkg-config:pkg-config psktool:gnutls-bin certtool:gnutls-bin; do
+for tool in nbdinfo:libnbd-bin nbdcopy:libnbd-bin qemu-img:qemu-utils qemu-io:qemu-utils qemu-nbd:qemu-utils nbdkit:nbdkit fio:fio losetup:mount mkfs.btrfs:btrfs-progs nbd-client:nbd-client valgrind:valgrind sqlite3:sqlite3 mkfs.ext4:e2fsprogs blkparse:blktrace gnuplot:gnuplot-nox psktool:gnutls-bin certtool:gnutls-bin; do
   command -v "${tool%%:*}" >/dev/null || [[ " ${need[*]} " == *" ${tool#*:} "* ]] || need+=("${tool#*:}")
 done
 # fio's fio_jsonplus_clat2csv (tests/bench_output.rs) imports six, which

@@ -32,16 +32,18 @@ pub use queue::{blkio_completion, blkio_zone, Queue};
 pub use region::blkio_mem_region;
 use region::{free_region, MemRegion};
 
-/// The device a `path` spec names; a `file:` spec that chose no ring
-/// layout gets one for `nr_queues` queues whose clients reap their own
-/// rings (`FileConfig::reaped_by_clients`, then true): the file driver's
-/// default, a completion thread per ring waking the client, suits clients
-/// that cannot reap, but costs half the IOPS here (BENCHMARKS.md, "The C
-/// library"). A queue's completion fd still works: it is registered with
-/// its ring.
+/// The device a `path` spec names (`null:`, `file:` or `nbd:`, each
+/// registered here as an outside driver would be); a `file:` spec that
+/// chose no ring layout gets one for `nr_queues` queues whose clients
+/// reap their own rings (`FileConfig::reaped_by_clients`, then true):
+/// the file driver's default, a completion thread per ring waking the
+/// client, suits clients that cannot reap, but costs half the IOPS here
+/// (BENCHMARKS.md, "The C library"). A queue's completion fd still
+/// works: it is registered with its ring.
 fn fast_file_config(spec: &str, nr_queues: c_int) -> Result<(DeviceConfig, bool), mqblk::ConfigError> {
     mqblk_null::register();
     mqblk_file::register();
+    mqblk_nbd::client::register();
     let mut cfg = DeviceConfig::parse(spec)?;
     let nr_clients = usize::try_from(nr_queues).unwrap_or(1);
     let chose = cfg.driver_mut::<mqblk_file::FileConfig>().is_some_and(|f| f.reaped_by_clients(nr_clients));

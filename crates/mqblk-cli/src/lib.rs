@@ -29,11 +29,13 @@ use std::process::ExitCode;
 
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 
-/// The drivers every command's `--device` spec may name: `null:` and
-/// `file:` (mqblk-null, mqblk-file), registered as an outside driver would be.
+/// The drivers every command's `--device` spec may name: `null:`,
+/// `file:` and `nbd:` (mqblk-null, mqblk-file, mqblk-nbd's client),
+/// registered as an outside driver would be.
 pub fn register_drivers() {
     mqblk_null::register();
     mqblk_file::register();
+    mqblk_nbd::client::register();
 }
 
 /// Ends a device's blktrace (`blktrace=DIR` in its spec, or bench's

@@ -11,7 +11,9 @@
 //!   connection, and a clean stop;
 //! - tls.rs: TLS settings (nbdkit's), the PSK file, the upgraded stream;
 //! - stop.rs: the stop handle that ends a server from another thread;
-//! - error.rs: the library's error type.
+//! - error.rs: the library's error type;
+//! - client/: the `nbd:` driver, the protocol's client side (an NBD
+//!   export as an mqblk device).
 //!
 //! ```no_run
 //! use mqblk_nbd::{Export, Listen, Server};
@@ -27,6 +29,7 @@
 //! Messages go through the `log` crate (target `mqblk_nbd`): connections
 //! closed and refused at `warn`/`info`, connections opened at `debug`.
 
+pub mod client;
 pub mod conn;
 mod error;
 mod handshake;
