@@ -36,7 +36,20 @@
 #      killed with SIGKILL with writes in flight; /dev/ublkb0 stays, and
 #      `mqblk ublk recover 0 --device SPEC` serves it again: fio ends with
 #      status 0, its verify pass reads every block back, dmesg shows no
-#      I/O error on ublkb0; SIGTERM then stops and deletes it.
+#      I/O error on ublkb0; SIGTERM then stops and deletes it;
+#   9. without root (UBLK_F_UNPRIVILEGED_DEV), as uid and gid 65534
+#      (setpriv, no supplementary groups): `ublk add --unprivileged` is
+#      refused while /dev/ublk-control is root's, with a message naming it;
+#      root then gives /dev/ublk-control to group 65534 (mode 0660) and a
+#      loop stands in for the udev rule (scripts/ublk-chown.sh on each new
+#      /dev/ublkc*, /dev/ublkb*); `ublk add` without --unprivileged is
+#      refused, naming the option; beside a root-owned device 0, `ublk add
+#      --unprivileged` serves device 1, whose nodes the rule gave to
+#      65534:65534 (`ublk info 1`: owner 65534:65534); as that user, fio's
+#      verified 4k random writes on /dev/ublkb1 pass, `ublk list` shows
+#      device 1 LIVE with its owner and device 0 as privileged, `ublk del 0`
+#      is refused (EPERM, only root) and device 0 stays, and `ublk del 1`
+#      ends its server with status 0 and removes the nodes.
 # Exits 0 only when all pass.
 #
 # SPDX-License-Identifier: MIT OR Apache-2.0
@@ -334,6 +347,109 @@ if start_server; then
     fail "recovered server: SIGTERM status $exit_status, ublkb0 $(gone && echo gone || echo present)"
 fi
 server_args=()
+
+# ---- 9. without root: an unprivileged device -------------------------------------------------------
+nobody=65534
+as_nobody() { setpriv --reuid=$nobody --regid=$nobody --clear-groups "$@"; }
+# The lean fio may sit under root's home (mode 0700): the user runs a copy.
+cp "$(command -v "$fio")" /tmp/fio-nobody && chmod 755 /tmp/fio-nobody
+
+out=$(as_nobody "$mqblk" ublk add --unprivileged --device null:gb=1,memory_backed=1 2>&1); status=$?
+if [ "$status" != 0 ] && echo "$out" | grep -q 'cannot open /dev/ublk-control' && echo "$out" | grep -q 'ublk without root'; then
+  pass "unprivileged: a user without access to /dev/ublk-control is told so (status $status): $out"
+else
+  fail "unprivileged: add without access to /dev/ublk-control: status $status: $out"
+fi
+
+# What the administrator does once: /dev/ublk-control to a group of the
+# user's, and the udev rule (here a loop running the rule's helper on each
+# new node, once per node).
+chgrp $nobody /dev/ublk-control && chmod 0660 /dev/ublk-control
+udev_rule_loop() {
+  local seen=" " node name key
+  while :; do
+    for node in /dev/ublkc[0-9]* /dev/ublkb[0-9]*; do
+      [ -e "$node" ] || continue
+      name=${node#/dev/}
+      key="$name:$(stat -c %i "$node" 2>/dev/null)"
+      case "$seen" in *" $key "*) continue ;; esac
+      MQBLK="$mqblk" sh "$root/scripts/ublk-chown.sh" "$name" add >> /tmp/udev-rule.log 2>&1 && seen="$seen$key "
+    done
+    sleep 0.1
+  done
+}
+udev_rule_loop &
+udev_pid=$!
+
+out=$(as_nobody "$mqblk" ublk add --device null:gb=1,memory_backed=1 2>&1); status=$?
+if [ "$status" != 0 ] && echo "$out" | grep -q -- '--unprivileged'; then
+  pass "unprivileged: add without --unprivileged as a user is refused, naming the option (status $status): $out"
+else
+  fail "unprivileged: add without --unprivileged as a user: status $status: $out"
+fi
+
+spec=null:gb=1,memory_backed=1
+if start_server; then
+  as_nobody "$mqblk" ublk add --unprivileged --device null:gb=1,memory_backed=1 --id 1 \
+    > /tmp/ublk-unpriv.out 2> /tmp/ublk-unpriv.err &
+  unpriv_pid=$!
+  t0=$(now)
+  for _ in $(seq 600); do
+    grep -q 'serving' /tmp/ublk-unpriv.out && break
+    kill -0 "$unpriv_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  owners="$(stat -c %u:%g /dev/ublkc1 2>/dev/null) $(stat -c %u:%g /dev/ublkb1 2>/dev/null)"
+  if [ -b /dev/ublkb1 ] && grep -q 'unprivileged' /tmp/ublk-unpriv.out && [ "$owners" = "$nobody:$nobody $nobody:$nobody" ]; then
+    pass "unprivileged: uid $nobody serves device 1 ($(since "$t0")): $(cat /tmp/ublk-unpriv.out); /dev/ublkc1 and /dev/ublkb1 given to $owners"
+    "$mqblk" ublk info 1 > /tmp/ublk-info.txt 2>&1
+    if grep -qx 'unprivileged yes' /tmp/ublk-info.txt && grep -qx "owner $nobody:$nobody" /tmp/ublk-info.txt; then
+      pass "unprivileged: ublk info 1: $(grep -E '^(unprivileged|owner|flags) ' /tmp/ublk-info.txt | tr '\n' ' ')"
+    else
+      fail "unprivileged: ublk info 1: $(cat /tmp/ublk-info.txt)"
+    fi
+    t0=$(now)
+    if as_nobody /tmp/fio-nobody --name=unpriv --filename=/dev/ublkb1 --direct=1 --ioengine=libaio \
+        --rw=randwrite --bs=4k --iodepth=32 --size=16m --allow_file_create=0 \
+        --verify=crc32c --do_verify=1 --verify_fatal=1 --verify_state_save=0 \
+        --output-format=terse --terse-version=3 --output=/tmp/fio-unpriv.txt > /dev/null 2>&1; then
+      pass "unprivileged: fio as uid $nobody, randwrite 4k iodepth=32 size=16m verify=crc32c: $(cut -d';' -f6 /tmp/fio-unpriv.txt) KiB verified ($(since "$t0"))"
+    else
+      fail "unprivileged: fio as uid $nobody: $(tail -n 5 /tmp/fio-unpriv.txt 2>/dev/null)"
+    fi
+    as_nobody "$mqblk" ublk list > /tmp/ublk-list.txt 2>&1
+    if grep -Eq "^1 +LIVE .*/dev/ublkb1 +$nobody:$nobody\$" /tmp/ublk-list.txt && grep -Eq '^0 +\? .* privileged$' /tmp/ublk-list.txt; then
+      pass "unprivileged: ublk list as uid $nobody shows device 1 LIVE, owned by $nobody:$nobody, and device 0 as privileged"
+    else
+      fail "unprivileged: ublk list as uid $nobody: $(cat /tmp/ublk-list.txt)"
+    fi
+    out=$(as_nobody "$mqblk" ublk del 0 2>&1); status=$?
+    if [ "$status" != 0 ] && echo "$out" | grep -q 'EPERM' && echo "$out" | grep -q 'only root' && [ -b /dev/ublkb0 ]; then
+      pass "unprivileged: uid $nobody cannot delete root's device 0 (status $status, device 0 stays): $out"
+    else
+      fail "unprivileged: ublk del 0 as uid $nobody: status $status: $out; ublkb0 $([ -b /dev/ublkb0 ] && echo present || echo gone)"
+    fi
+    t0=$(now)
+    out=$(as_nobody "$mqblk" ublk del 1 2>&1); status=$?
+    wait_exit "$unpriv_pid" 300
+    for _ in $(seq 50); do [ ! -e /dev/ublkb1 ] && [ ! -e /dev/ublkc1 ] && break; sleep 0.1; done
+    if [ "$status" = 0 ] && [ "$exit_status" = 0 ] && [ ! -e /dev/ublkb1 ] && [ ! -e /dev/ublkc1 ]; then
+      pass "unprivileged: uid $nobody deletes device 1: its server exited 0, nodes gone ($(since "$t0")): $(tail -n 1 /tmp/ublk-unpriv.out)"
+    else
+      fail "unprivileged: ublk del 1 as uid $nobody: status $status ($out), server status $exit_status; server: $(tail -n 3 /tmp/ublk-unpriv.err)"
+    fi
+  else
+    fail "unprivileged: no device 1 after $(since "$t0") (nodes $owners); server said: $(cat /tmp/ublk-unpriv.out /tmp/ublk-unpriv.err); rule: $(tail -n 5 /tmp/udev-rule.log 2>/dev/null)"
+    kill -TERM "$unpriv_pid" 2>/dev/null
+    wait_exit "$unpriv_pid" 300
+  fi
+  kill -TERM "$server_pid"
+  wait_exit "$server_pid" 300
+  [ "$exit_status" = 0 ] || fail "unprivileged: root's device 0: SIGTERM status $exit_status"
+fi
+kill "$udev_pid" 2>/dev/null
+wait "$udev_pid" 2>/dev/null
+chmod 0600 /dev/ublk-control && chgrp 0 /dev/ublk-control
 
 if [ "$failures" -ne 0 ]; then
   echo "ublk: $failures check(s) failed" >&2

@@ -1,12 +1,16 @@
 //! `mqblk ublk`: any mqblk device as a Linux /dev/ublkbN (crates/mqblk-ublk).
 //!
-//! `add --device SPEC [--queues N] [--depth D] [--id N] [--recovery MODE]`
-//! creates the device and serves it in the foreground until SIGINT or
-//! SIGTERM (or `del` from elsewhere), then stops and deletes it; with
-//! `--recovery=reissue` a server that dies leaves the device waiting, and
-//! `recover ID --device SPEC` serves it again (the requests the dead
-//! server held reissued); `list` shows the kernel's ublk devices; `del ID`
-//! deletes one (its server exits).
+//! `add --device SPEC [--queues N] [--depth D] [--id N] [--recovery MODE]
+//! [--unprivileged]` creates the device and serves it in the foreground
+//! until SIGINT or SIGTERM (or `del` from elsewhere), then stops and
+//! deletes it; with `--recovery=reissue` a server that dies leaves the
+//! device waiting, and `recover ID --device SPEC` serves it again (the
+//! requests the dead server held reissued); `list` shows the kernel's ublk
+//! devices, `info ID` one of them; `del ID` deletes one (its server exits).
+//! `--unprivileged` adds a device without root (UBLK_F_UNPRIVILEGED_DEV);
+//! `del`, `list`, `info` and `recover` need no option for such a device:
+//! GET_DEV_INFO2 tells them it is one, and they name its /dev/ublkcN in
+//! their commands as the kernel requires (mqblk-ublk's ctrl.rs).
 
 use std::io::Write;
 
@@ -22,8 +26,15 @@ pub enum UblkCommand {
     /// Serve ublk device ID again after its server died (a device added
     /// with --recovery): the held requests go to this server.
     Recover(RecoverArgs),
-    /// List the ublk devices: id, state, queues, depth, server pid.
+    /// List the ublk devices: id, state, queues, depth, server pid, block
+    /// device, owner (uid:gid of an unprivileged device's owner).
     List,
+    /// Show ublk device ID as `key value` lines (for scripts: the udev
+    /// helper scripts/ublk-chown.sh reads `unprivileged` and `owner`).
+    Info {
+        /// The device id (N of /dev/ublkbN).
+        id: u32,
+    },
     /// Delete ublk device ID (its server, if running, exits).
     Del {
         /// The device id (N of /dev/ublkbN).
@@ -54,6 +65,13 @@ pub struct AddArgs {
     /// and live attributes (bad blocks) of the device.
     #[arg(long, value_name = "PATH")]
     control: Option<std::path::PathBuf>,
+    /// Add an unprivileged device (UBLK_F_UNPRIVILEGED_DEV), as a user
+    /// without root: needs access to /dev/ublk-control and the udev rule
+    /// that gives the device's nodes to their owner (README, "ublk without
+    /// root"). Not with --recovery or a zoned device. As root, the kernel
+    /// adds a privileged device instead.
+    #[arg(long)]
+    unprivileged: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -77,6 +95,7 @@ pub fn run(command: UblkCommand) -> Result<String, (u8, String)> {
         UblkCommand::Add(args) => add(args),
         UblkCommand::Recover(args) => recover(args),
         UblkCommand::List => list(),
+        UblkCommand::Info { id } => info(id),
         UblkCommand::Del { id } => {
             mqblk_ublk::delete(id).map_err(failed)?;
             Ok(format!("mqblk ublk: deleted device {id}\n"))
@@ -95,7 +114,8 @@ fn failed(e: Error) -> (u8, String) {
 fn add(args: AddArgs) -> Result<String, (u8, String)> {
     let recovery = Recovery::from_name(&args.recovery)
         .ok_or_else(|| (2, format!("--recovery {}: accepted: {}", args.recovery, Recovery::NAMES.join(", "))))?;
-    let opts = Options { queues: args.queues, depth: args.depth, id: args.id, recovery };
+    let opts =
+        Options { queues: args.queues, depth: args.depth, id: args.id, recovery, unprivileged: args.unprivileged };
     serve(&args.device, opts, args.control.as_deref(), None)
 }
 
@@ -126,11 +146,12 @@ fn serve(
         let mut out = std::io::stdout().lock();
         let _ = writeln!(
             out,
-            "mqblk ublk: {} serving {spec} ({} queues x {} tags, requests up to {} KiB)",
+            "mqblk ublk: {} serving {spec} ({} queues x {} tags, requests up to {} KiB{})",
             mqblk_ublk::uapi::block_path(s.dev_id),
             s.queues,
             s.depth,
-            s.max_io_bytes / 1024
+            s.max_io_bytes / 1024,
+            if s.unprivileged { ", unprivileged" } else { "" }
         );
         let _ = out.flush();
     };
@@ -155,22 +176,63 @@ fn serve(
 
 fn list() -> Result<String, (u8, String)> {
     let devices = mqblk_ublk::list().map_err(failed)?;
-    let mut out = String::from("ID  STATE     QUEUES  DEPTH  MAX_IO_KIB  PID      BLOCK\n");
+    let mut out = String::from("ID  STATE     QUEUES  DEPTH  MAX_IO_KIB  PID      BLOCK        OWNER\n");
     for d in devices {
+        let d = match d {
+            mqblk_ublk::Listed::Visible(d) => d,
+            // The kernel describes it to its owner (or root) only.
+            mqblk_ublk::Listed::Hidden { dev_id, why } => {
+                out.push_str(&format!(
+                    "{dev_id:<3} {:<9} {:<7} {:<6} {:<11} {:<8} {:<12} {why}\n",
+                    "?", "?", "?", "?", "?", "?"
+                ));
+                continue;
+            }
+        };
+        let block = if d.state == mqblk_ublk::uapi::UBLK_S_DEV_LIVE {
+            mqblk_ublk::uapi::block_path(d.dev_id)
+        } else {
+            "-".into()
+        };
         out.push_str(&format!(
-            "{:<3} {:<9} {:<7} {:<6} {:<11} {:<8} {}\n",
+            "{:<3} {:<9} {:<7} {:<6} {:<11} {:<8} {:<12} {}\n",
             d.dev_id,
             mqblk_ublk::uapi::state_name(d.state),
             d.nr_hw_queues,
             d.queue_depth,
             d.max_io_buf_bytes / 1024,
             d.ublksrv_pid,
-            if d.state == mqblk_ublk::uapi::UBLK_S_DEV_LIVE {
-                mqblk_ublk::uapi::block_path(d.dev_id)
-            } else {
-                "-".into()
-            }
+            block,
+            owner(&d)
         ));
     }
     Ok(out)
+}
+
+/// An unprivileged device's owner as uid:gid; "privileged" otherwise (only
+/// root controls it, whoever added it).
+fn owner(d: &mqblk_ublk::uapi::DevInfo) -> String {
+    if d.flags & mqblk_ublk::uapi::UBLK_F_UNPRIVILEGED_DEV != 0 {
+        format!("{}:{}", d.owner_uid, d.owner_gid)
+    } else {
+        "privileged".into()
+    }
+}
+
+fn info(id: u32) -> Result<String, (u8, String)> {
+    let d = mqblk_ublk::info(id).map_err(failed)?;
+    let unprivileged = d.flags & mqblk_ublk::uapi::UBLK_F_UNPRIVILEGED_DEV != 0;
+    Ok(format!(
+        "id {}\nstate {}\nqueues {}\ndepth {}\nmax_io_bytes {}\npid {}\nflags {}\nunprivileged {}\nowner {}:{}\n",
+        d.dev_id,
+        mqblk_ublk::uapi::state_name(d.state),
+        d.nr_hw_queues,
+        d.queue_depth,
+        d.max_io_buf_bytes,
+        d.ublksrv_pid,
+        mqblk_ublk::uapi::feature_names(d.flags).join(","),
+        if unprivileged { "yes" } else { "no" },
+        d.owner_uid,
+        d.owner_gid
+    ))
 }

@@ -1,5 +1,6 @@
 //! Errors of the ublk server: each names what is missing or which kernel
-//! command failed, for which device.
+//! command failed, for which device, and, where the caller can act on it
+//! (permissions, the kernel's limits), what to do.
 //!
 //! Relies on: nothing (thiserror).
 
@@ -18,6 +19,34 @@ pub enum Error {
     MissingFeature { missing: String, offered: String },
     #[error("cannot open {path}: {source}")]
     Open { path: String, source: io::Error },
+    #[error(
+        "cannot open /dev/ublk-control: {source}: run as root, or ask the administrator to make it readable and \
+         writable by a group you are in and to install the udev rule (README, \"ublk without root\")"
+    )]
+    ControlDenied { source: io::Error },
+    #[error(
+        "the running kernel's ublk lacks UBLK_F_UNPRIVILEGED_DEV (it offers: {offered}): a device cannot be \
+         added without root on it; run `mqblk ublk add` as root"
+    )]
+    NoUnprivileged { offered: String },
+    #[error(
+        "ublk command ADD_DEV refused (EPERM): without CAP_SYS_ADMIN the kernel adds only unprivileged devices: \
+         pass --unprivileged (README, \"ublk without root\"), or run as root"
+    )]
+    NeedsUnprivileged,
+    #[error(
+        "ublk command ADD_DEV refused (EACCES): the kernel's limit of unprivileged ublk devices is reached \
+         (ublk_drv's ublks_max parameter, 64 by default): delete one, or ask the administrator to raise it"
+    )]
+    UnprivilegedLimit,
+    #[error("ublk command {cmd} for device {dev_id} refused ({errno}): {why}")]
+    Denied { cmd: &'static str, dev_id: u32, errno: &'static str, why: String },
+    #[error(
+        "{path} is still not readable and writable by you {waited_secs} s after the device was added ({source}): \
+         the kernel creates it owned by root, and the administrator's udev rule (scripts/ublk-chown.sh; README, \
+         \"ublk without root\") must give it to the device's owner: is the rule installed, and udev running?"
+    )]
+    NodeNotGiven { path: String, waited_secs: u64, source: io::Error },
     #[error("cannot set up {what}: {source}")]
     Ring { what: &'static str, source: io::Error },
     #[error("ublk command {cmd} for device {dev_id} failed: {source}")]

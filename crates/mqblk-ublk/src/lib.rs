@@ -5,7 +5,8 @@
 //! Modules: uapi.rs (the kernel ABI, by hand), ctrl.rs (the control
 //! device), queue.rs (one thread per queue: fetch, serve, commit),
 //! server.rs (the device's life: add, start, stop, delete), recovery.rs
-//! (a new server for a device whose server died), error.rs.
+//! (a new server for a device whose server died), unpriv.rs (devices
+//! added and served without root), error.rs.
 //!
 //! Relies on: the `io-uring` crate (UringCmd16/UringCmd80, SQE128 rings),
 //! libc (mmap, eventfd reads), mqblk. Linux 6.5 or later with ublk_drv.
@@ -18,8 +19,10 @@ mod queue;
 pub mod recovery;
 pub mod server;
 pub mod uapi;
+mod unpriv;
 
 pub use error::Error;
 pub use queue::QueueStats;
 pub use recovery::Recovery;
-pub use server::{delete, list, probe, Options, Server, Started, Stopper, Summary};
+pub use server::{delete, info, list, probe, Listed, Options, Server, Started, Stopper, Summary};
+pub use unpriv::NODE_WAIT;

@@ -12,7 +12,7 @@
 //! of every queue and sends END_USER_RECOVERY. Until then the kernel holds
 //! I/O indefinitely: `mqblk ublk del N` removes the device and fails it.
 //!
-//! Relies on: ctrl.rs (the commands, GET_DEV_INFO, GET_PARAMS), uapi.rs;
+//! Relies on: ctrl.rs (the commands, GET_DEV_INFO2, GET_PARAMS), uapi.rs;
 //! the server's queue set-up, shared with a fresh start (server.rs).
 
 use std::time::{Duration, Instant};
@@ -72,6 +72,12 @@ pub const DEAD_SERVER_WAIT: Duration = Duration::from_secs(30);
 /// buffer size and flags, which the new server must take as they are).
 pub fn start(ctrl: &mut Control, dev_id: u32, limits: &QueueLimits, needed: u64) -> Result<DevInfo, Error> {
     let info = ctrl.info(dev_id)?;
+    if info.flags & uapi::UBLK_F_UNPRIVILEGED_DEV != 0 {
+        return Err(Error::BadOption(format!(
+            "device {dev_id} is unprivileged: the kernel keeps no unprivileged device for recovery (it drops \
+             UBLK_F_USER_RECOVERY), so it cannot take a new server"
+        )));
+    }
     if info.flags & uapi::UBLK_F_USER_RECOVERY == 0 {
         return Err(Error::BadOption(format!(
             "device {dev_id} was not added as recoverable (mqblk ublk add --recovery=reissue): it cannot take a new server"

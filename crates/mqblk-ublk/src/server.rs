@@ -13,20 +13,24 @@
 //! threads), join the threads, close /dev/ublkcN, DEL_DEV (which waits for
 //! that close). The device is flushed through mqblk at the end.
 //!
+//! An unprivileged device (`Options::unprivileged`, unpriv.rs) is added
+//! the same way, after ADD_DEV waiting for the udev rule to give
+//! /dev/ublkcN to its owner (every later command names that node), and
+//! after START_DEV for /dev/ublkbN.
+//!
 //! `Server::recover` takes over a recoverable device whose server died
 //! (recovery.rs): START_USER_RECOVERY instead of ADD_DEV and SET_PARAMS,
 //! the same queues, END_USER_RECOVERY instead of START_DEV; from then on
 //! it is served and stopped as one added here.
 //!
 //! Relies on: ctrl.rs (control commands), queue.rs (queue threads),
-//! recovery.rs, uapi.rs; mqblk's Device and QueueLimits.
+//! recovery.rs, unpriv.rs, uapi.rs; mqblk's Device and QueueLimits.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use mqblk::{Bio, Device, QueueLimits};
 
@@ -35,6 +39,7 @@ use crate::error::Error;
 use crate::queue::{Queue, QueueConfig, QueueStats};
 use crate::recovery::{self, Recovery};
 use crate::uapi::{self, DevInfo, Params};
+use crate::unpriv;
 
 /// The largest request the server takes (per-tag buffer size): 1 MiB, or
 /// less when the device's max_sectors is smaller.
@@ -66,11 +71,15 @@ pub struct Options {
     pub id: Option<u32>,
     /// What the device does if this server dies (recovery.rs).
     pub recovery: Recovery,
+    /// Ask for an unprivileged device (UBLK_F_UNPRIVILEGED_DEV): what a
+    /// caller without CAP_SYS_ADMIN must do; the kernel gives a caller
+    /// with it a privileged device instead (unpriv.rs).
+    pub unprivileged: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { queues: 1, depth: 64, id: None, recovery: Recovery::Off }
+        Self { queues: 1, depth: 64, id: None, recovery: Recovery::Off, unprivileged: false }
     }
 }
 
@@ -87,6 +96,8 @@ enum Begin {
 #[derive(Debug, Clone)]
 pub struct Started {
     pub dev_id: u32,
+    /// The kernel made it unprivileged (owned by this process's user).
+    pub unprivileged: bool,
     pub queues: u16,
     pub depth: u16,
     pub max_io_bytes: u32,
@@ -131,13 +142,7 @@ pub struct Server {
 /// feature bits.
 pub fn probe(ctrl: &mut Control, needed: u64) -> Result<u64, Error> {
     let features = ctrl.features()?;
-    let missing = needed & !features;
-    if missing != 0 {
-        return Err(Error::MissingFeature {
-            missing: uapi::feature_names(missing).join(", "),
-            offered: uapi::feature_names(features).join(", "),
-        });
-    }
+    unpriv::check_features(features, needed)?;
     Ok(features)
 }
 
@@ -262,6 +267,9 @@ impl Server {
             )));
         }
         check_zoned(device.limits())?;
+        if opts.unprivileged {
+            unpriv::check_options(device.limits(), opts.recovery)?;
+        }
         let (events_tx, events_rx) = mpsc::channel();
         Ok(Self { device, opts, events_tx, events_rx })
     }
@@ -275,7 +283,8 @@ impl Server {
     pub fn run(self, on_started: impl FnOnce(&Started)) -> Result<Summary, Error> {
         let mut ctrl = Control::open()?;
         let limits = self.device.limits().clone();
-        let flags = device_flags(&limits) | self.opts.recovery.flags();
+        let unprivileged_flag = if self.opts.unprivileged { uapi::UBLK_F_UNPRIVILEGED_DEV } else { 0 };
+        let flags = device_flags(&limits) | self.opts.recovery.flags() | unprivileged_flag;
         probe(&mut ctrl, flags)?;
         let max_io = max_io_bytes(&limits);
         let wanted = DevInfo {
@@ -289,6 +298,13 @@ impl Server {
         };
         let info = ctrl.add(wanted)?;
         let dev_id = info.dev_id;
+        let unprivileged = info.flags & uapi::UBLK_F_UNPRIVILEGED_DEV != 0;
+        if self.opts.unprivileged && !unprivileged {
+            log::warn!("device {dev_id} is privileged: the kernel adds one for a caller with CAP_SYS_ADMIN even when asked for an unprivileged one");
+        }
+        // The kernel drops UBLK_F_UNPRIVILEGED_DEV for a privileged caller
+        // (above); any other flag it did not grant is missing.
+        let flags = flags & !uapi::UBLK_F_UNPRIVILEGED_DEV;
         if info.flags & flags != flags {
             let _ = delete_quietly(&mut ctrl, dev_id);
             return Err(Error::MissingFeature {
@@ -296,10 +312,13 @@ impl Server {
                 offered: uapi::feature_names(info.flags).join(", "),
             });
         }
-        // From here on the device exists: every failure deletes it.
-        let result = ctrl
-            .set_params(dev_id, &params_for(&limits, info.max_io_buf_bytes))
-            .and_then(|()| self.serve_added(&mut ctrl, &info, Begin::Start, on_started));
+        // From here on the device exists: every failure deletes it. An
+        // unprivileged device's next command names /dev/ublkcN, which
+        // must be ours first: open it (waiting for the udev rule) now.
+        let result = unpriv::open_char_device(dev_id, unprivileged).and_then(|cdev| {
+            ctrl.set_params(dev_id, &params_for(&limits, info.max_io_buf_bytes))?;
+            self.serve_added(&mut ctrl, &info, Begin::Start, cdev, on_started)
+        });
         self.end(&mut ctrl, dev_id, result)
     }
 
@@ -311,7 +330,8 @@ impl Server {
         let limits = self.device.limits().clone();
         probe(&mut ctrl, device_flags(&limits))?;
         let info = recovery::start(&mut ctrl, dev_id, &limits, device_flags(&limits))?;
-        let result = self.serve_added(&mut ctrl, &info, Begin::EndRecovery, on_started);
+        let result = unpriv::open_char_device(dev_id, ctrl.is_unprivileged(dev_id))
+            .and_then(|cdev| self.serve_added(&mut ctrl, &info, Begin::EndRecovery, cdev, on_started));
         self.end(&mut ctrl, dev_id, result)
     }
 
@@ -334,10 +354,11 @@ impl Server {
         ctrl: &mut Control,
         info: &DevInfo,
         begin: Begin,
+        cdev: File,
         on_started: impl FnOnce(&Started),
     ) -> Result<Summary, Error> {
         let dev_id = info.dev_id;
-        let cdev = Arc::new(open_char_device(dev_id)?);
+        let cdev = Arc::new(cdev);
         let mut threads = Vec::new();
         for q_id in 0..info.nr_hw_queues {
             let cfg = QueueConfig {
@@ -413,8 +434,14 @@ impl Server {
             Begin::Start => ctrl.start(info.dev_id, pid)?,
             Begin::EndRecovery => ctrl.end_recovery(info.dev_id, pid)?,
         }
+        let unprivileged = ctrl.is_unprivileged(info.dev_id);
+        if unprivileged {
+            // Announce /dev/ublkbN once its owner can open it.
+            unpriv::wait_for_block_node(info.dev_id);
+        }
         on_started(&Started {
             dev_id: info.dev_id,
+            unprivileged,
             queues: info.nr_hw_queues,
             depth: info.queue_depth,
             max_io_bytes: info.max_io_buf_bytes,
@@ -429,27 +456,15 @@ impl Server {
     }
 }
 
-/// DEL_DEV, where "already gone" (ENODEV) is success.
+/// DEL_DEV, where "already gone" is success: ENODEV, or for an
+/// unprivileged device ENOENT, since its DEL_DEV names /dev/ublkcN, which
+/// the kernel removes first when another process deletes the device.
 fn delete_quietly(ctrl: &mut Control, dev_id: u32) -> Result<(), Error> {
+    let unprivileged = ctrl.is_unprivileged(dev_id);
     match ctrl.delete(dev_id) {
         Err(Error::Command { source, .. }) if source.raw_os_error() == Some(libc::ENODEV) => Ok(()),
+        Err(Error::Command { source, .. }) if unprivileged && source.raw_os_error() == Some(libc::ENOENT) => Ok(()),
         other => other,
-    }
-}
-
-/// Opens /dev/ublkcN, waiting a little for the node to appear.
-fn open_char_device(dev_id: u32) -> Result<File, Error> {
-    let path = uapi::char_path(dev_id);
-    let mut tries = 0;
-    loop {
-        match OpenOptions::new().read(true).write(true).open(&path) {
-            Ok(f) => return Ok(f),
-            Err(e) if e.kind() == io::ErrorKind::NotFound && tries < 200 => {
-                tries += 1;
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            Err(e) => return Err(Error::Open { path, source: e }),
-        }
     }
 }
 
@@ -475,25 +490,56 @@ fn spawn_queue(cfg: QueueConfig, events: mpsc::Sender<Event>) -> Result<JoinHand
         .map_err(|e| Error::Queue { q_id, what: "spawning its thread", source: e })
 }
 
-/// One line per ublk device: id, state, queues, depth, server pid, block
-/// device, for `mqblk ublk list`.
-pub fn list() -> Result<Vec<DevInfo>, Error> {
+/// A ublk device as `list` finds it.
+#[derive(Debug, Clone)]
+pub enum Listed {
+    /// Its info, as GET_DEV_INFO2 answers.
+    Visible(DevInfo),
+    /// A device the kernel would not describe to this caller: a privileged
+    /// device (EPERM, for a caller without CAP_SYS_ADMIN), or another
+    /// user's unprivileged device (EACCES on its /dev/ublkcN).
+    Hidden { dev_id: u32, why: &'static str },
+}
+
+/// Every ublk device, for `mqblk ublk list`: those this caller may query
+/// with their info, the others by id.
+pub fn list() -> Result<Vec<Listed>, Error> {
     let mut ctrl = Control::open()?;
     let mut out = Vec::new();
     for id in crate::ctrl::device_ids() {
         match ctrl.info(id) {
-            Ok(info) => out.push(info),
+            Ok(info) => out.push(Listed::Visible(info)),
             Err(Error::Command { source, .. }) if source.raw_os_error() == Some(libc::ENODEV) => {}
+            Err(Error::Denied { errno, .. }) => {
+                let why = if errno == "EPERM" { "privileged" } else { "not yours" };
+                out.push(Listed::Hidden { dev_id: id, why });
+            }
             Err(e) => return Err(e),
         }
     }
     Ok(out)
 }
 
+/// Device `id`'s info (GET_DEV_INFO2), for `mqblk ublk info`.
+pub fn info(id: u32) -> Result<DevInfo, Error> {
+    Control::open()?.info(id)
+}
+
 /// Deletes device `id` (`mqblk ublk del`): its server, if any, sees its
 /// queues aborted and exits; DEL_DEV returns once /dev/ublkcN is closed.
+/// GET_DEV_INFO2 first says whether DEL_DEV must name /dev/ublkcN (an
+/// unprivileged device), and refuses a caller the kernel would refuse.
 pub fn delete(id: u32) -> Result<(), Error> {
     let mut ctrl = Control::open()?;
+    match ctrl.info(id) {
+        Ok(_) => {}
+        Err(e @ Error::Denied { .. }) => return Err(e),
+        Err(Error::Command { source, .. }) if source.raw_os_error() == Some(libc::ENODEV) => {
+            return Err(Error::Command { cmd: "DEL_DEV", dev_id: id, source });
+        }
+        // Deleting needs no info: try as for a privileged device.
+        Err(e) => log::debug!("device {id}: {e}"),
+    }
     ctrl.delete(id)
 }
 

@@ -48,6 +48,10 @@ pub const UBLK_U_CMD_SET_PARAMS: u32 = iowr(0x08, CTRL);
 pub const UBLK_U_CMD_GET_PARAMS: u32 = ior(0x09, CTRL);
 pub const UBLK_U_CMD_START_USER_RECOVERY: u32 = iowr(0x10, CTRL);
 pub const UBLK_U_CMD_END_USER_RECOVERY: u32 = iowr(0x11, CTRL);
+/// GET_DEV_INFO that names /dev/ublkcN (at the start of its buffer): the
+/// one info command an unprivileged device's owner may send, and one any
+/// caller may send without knowing whether the device is unprivileged.
+pub const UBLK_U_CMD_GET_DEV_INFO2: u32 = ior(0x12, CTRL);
 pub const UBLK_U_CMD_GET_FEATURES: u32 = ior(0x13, CTRL);
 
 /// GET_FEATURES answers with this many bytes (a u64 of UBLK_F_* bits).
@@ -190,7 +194,9 @@ pub struct CtrlCmd {
     pub addr: u64,
     /// Inline data (START_DEV: the server's pid).
     pub data: [u64; 1],
-    /// Unprivileged devices only: the length of a path before the buffer.
+    /// Unprivileged devices (and GET_DEV_INFO2): the length of the
+    /// /dev/ublkcN path at the start of the buffer at `addr`, which `len`
+    /// includes; the kernel checks the caller's access to that node.
     pub dev_path_len: u16,
     pub pad: u16,
     pub reserved: u32,
@@ -216,6 +222,8 @@ pub struct DevInfo {
     pub flags: u64,
     /// For the server's own use; the kernel keeps it.
     pub ublksrv_flags: u64,
+    /// The adder's uid and gid (set by the kernel at ADD_DEV): the owner
+    /// of an unprivileged device, to whom the udev rule gives its nodes.
     pub owner_uid: u32,
     pub owner_gid: u32,
     pub reserved1: u64,
@@ -433,6 +441,8 @@ mod tests {
         assert_eq!(UBLK_U_CMD_ADD_DEV, 0xc020_7504);
         assert_eq!(UBLK_U_CMD_GET_DEV_INFO, 0x8020_7502);
         assert_eq!(UBLK_U_CMD_GET_FEATURES, 0x8020_7513);
+        assert_eq!(UBLK_U_CMD_GET_DEV_INFO2, 0x8020_7512);
+        assert_eq!(UBLK_U_CMD_DEL_DEV, 0xc020_7505);
         assert_eq!(UBLK_U_CMD_START_USER_RECOVERY, 0xc020_7510);
         assert_eq!(UBLK_U_CMD_END_USER_RECOVERY, 0xc020_7511);
         assert_eq!(UBLK_U_IO_FETCH_REQ, 0xc010_7520);
