@@ -4,7 +4,9 @@
 //! target/release/mqblk, runs fio with crc32c verification (libaio and
 //! io_uring, QD 1 and 32, 4k random and 1M sequential), ext4 with fsck and
 //! a byte-exact remount, then stops it by SIGTERM, by `mqblk ublk del`,
-//! and by SIGKILL mid-I/O (see the script's header).
+//! and by SIGKILL mid-I/O; a power cut, a recovered server, and a device
+//! added, served and deleted without root (`--unprivileged`, as uid 65534;
+//! see the script's header).
 //!
 //! The guest runs the release binary, so this test builds it first
 //! (`cargo build --release -p mqblk-cli`). Needs root, network for the

@@ -4,7 +4,8 @@
 //!
 //! Modules: uapi.rs (the kernel ABI, by hand), ctrl.rs (the control
 //! device), queue.rs (one thread per queue: fetch, serve, commit),
-//! server.rs (the device's life: add, start, stop, delete), recovery.rs
+//! server.rs (the device's life: add, start, stop, delete), devices.rs
+//! (list, info and delete from any process), recovery.rs
 //! (a new server for a device whose server died), unpriv.rs (devices
 //! added and served without root), error.rs.
 //!
@@ -14,6 +15,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod ctrl;
+mod devices;
 mod error;
 mod queue;
 pub mod recovery;
@@ -21,8 +23,9 @@ pub mod server;
 pub mod uapi;
 mod unpriv;
 
+pub use devices::{delete, info, list, Listed};
 pub use error::Error;
 pub use queue::QueueStats;
 pub use recovery::Recovery;
-pub use server::{delete, info, list, probe, Listed, Options, Server, Started, Stopper, Summary};
+pub use server::{probe, Options, Server, Started, Stopper, Summary};
 pub use unpriv::NODE_WAIT;
