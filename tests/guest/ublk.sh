@@ -48,8 +48,10 @@
 #      65534:65534 (`ublk info 1`: owner 65534:65534); as that user, fio's
 #      verified 4k random writes on /dev/ublkb1 pass, `ublk list` shows
 #      device 1 LIVE with its owner and device 0 as privileged, `ublk del 0`
-#      is refused (EPERM, only root) and device 0 stays, and `ublk del 1`
-#      ends its server with status 0 and removes the nodes.
+#      is refused (EPERM, only root) and device 0 stays, `ublk del 1` by
+#      uid 65533 (in group 65534) is refused (EACCES on /dev/ublkc1) and
+#      device 1 stays, and `ublk del 1` by its owner ends its server with
+#      status 0 and removes the nodes.
 # Exits 0 only when all pass.
 #
 # SPDX-License-Identifier: MIT OR Apache-2.0
@@ -422,6 +424,14 @@ if start_server; then
       pass "unprivileged: ublk list as uid $nobody shows device 1 LIVE, owned by $nobody:$nobody, and device 0 as privileged"
     else
       fail "unprivileged: ublk list as uid $nobody: $(cat /tmp/ublk-list.txt)"
+    fi
+    # Another user, let into /dev/ublk-control by the same group: the
+    # kernel checks its access to /dev/ublkc1 (mode 0600, 65534's).
+    out=$(setpriv --reuid=65533 --regid=$nobody --clear-groups "$mqblk" ublk del 1 2>&1); status=$?
+    if [ "$status" != 0 ] && echo "$out" | grep -q 'EACCES' && echo "$out" | grep -q 'another user' && [ -b /dev/ublkb1 ]; then
+      pass "unprivileged: uid 65533 cannot delete uid $nobody's device 1 (status $status, device 1 stays): $out"
+    else
+      fail "unprivileged: ublk del 1 as uid 65533: status $status: $out; ublkb1 $([ -b /dev/ublkb1 ] && echo present || echo gone)"
     fi
     out=$(as_nobody "$mqblk" ublk del 0 2>&1); status=$?
     if [ "$status" != 0 ] && echo "$out" | grep -q 'EPERM' && echo "$out" | grep -q 'only root' && [ -b /dev/ublkb0 ]; then

@@ -338,6 +338,16 @@ impl Server {
     /// After serving: DEL_DEV whatever happened, then flush the device.
     fn end(&self, ctrl: &mut Control, dev_id: u32, result: Result<Summary, Error>) -> Result<Summary, Error> {
         let deleted = delete_quietly(ctrl, dev_id);
+        if let (Err(_), Err(e)) = (&result, &deleted) {
+            // The first error is the one returned; say what is left behind
+            // (an unprivileged device whose node the udev rule never gave
+            // us cannot be deleted by us).
+            log::warn!(
+                "device {dev_id} is left behind ({e}): delete it with `mqblk ublk del {dev_id}` as root, or as its \
+                 owner once {} is theirs",
+                uapi::char_path(dev_id)
+            );
+        }
         let mut summary = result?;
         deleted?;
         summary.dev_id = dev_id;
