@@ -19,3 +19,18 @@ fn ublk_recovery_modes_are_checked_before_anything_runs() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("--device"), "{out:?}");
 }
+
+#[test]
+fn what_the_kernel_refuses_unprivileged_devices_is_refused_before_anything_runs() {
+    // The kernel drops recovery for unprivileged devices and refuses them
+    // user copy, which zoned devices need: refused by option, exit 2.
+    let out = mqblk(&["ublk", "add", "--unprivileged", "--device", "null:gb=1", "--recovery=reissue"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--unprivileged with --recovery"), "{err}");
+    let zoned = "null:gb=1,zoned=1,zone_size=64";
+    let out = mqblk(&["ublk", "add", "--unprivileged", "--device", zoned]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--unprivileged with a zoned device"), "{err}");
+}
