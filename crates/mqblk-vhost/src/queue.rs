@@ -446,12 +446,10 @@ impl VirtQueue {
             }
             Kind::Flush => Bio::flush(),
             Kind::Discard { offset, len } => Bio::discard(offset, len),
-            // Without the UNMAP flag the range must stay allocated (Linux's
-            // virtio_blk sets it unless the request carries REQ_NOUNMAP).
-            Kind::WriteZeroes { offset, len, unmap: false } => {
-                Bio::write_zeroes(offset, len).with_flags(ReqFlags::NOUNMAP)
+            // No UNMAP flag (virtio_blk's REQ_NOUNMAP): the range stays allocated.
+            Kind::WriteZeroes { offset, len, unmap } => {
+                Bio::write_zeroes(offset, len).with_flags(if unmap { ReqFlags::NONE } else { ReqFlags::NOUNMAP })
             }
-            Kind::WriteZeroes { offset, len, unmap: true } => Bio::write_zeroes(offset, len),
             Kind::Read { offset, len } | Kind::Write { offset, len } => {
                 let write = matches!(req.kind, Kind::Write { .. });
                 if let Some(bio) = slot.lend(offset, write, block, mem) {
