@@ -158,6 +158,21 @@ fi
 ) &
 lane_pid=$!
 
+# The loom models first: they build in their own target directory
+# (target/loom), so they run while the background lane's release build
+# holds target/'s lock, which the stages after them wait for (the loop
+# test, the doc tests and fio's libblkio engine sat 2-3 minutes on it
+# when they came first).
+stage "loom models"
+# Optimised, but without the release profile's debug info, thin LTO and
+# single codegen unit (kept there for the bench's profiles and speed): the
+# build was half of this stage, and a model's failure prints its
+# interleaving either way.
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
+  cargo test -p mqblk --release --test loom_sbitmap --lib -- loom
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
+  cargo test -p mqblk-null -p mqblk-sync --release --lib -- loom
+
 # Ignored by default (an unprivileged run lists it as skipped); as root it
 # runs here, and a failure fails the suite.
 stage "loop block device test (needs root)"
@@ -190,16 +205,6 @@ scripts/soak.sh 1
 # (callgrind: exact, so a 2% regression fails here and not by chance).
 stage "performance gate (scripts/perf-gate.sh)"
 scripts/perf-gate.sh
-
-stage "loom models"
-# Optimised, but without the release profile's debug info, thin LTO and
-# single codegen unit (kept there for the bench's profiles and speed): the
-# build was half of this stage, and a model's failure prints its
-# interleaving either way.
-RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
-  cargo test -p mqblk --release --test loom_sbitmap --lib -- loom
-RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
-  cargo test -p mqblk-null -p mqblk-sync --release --lib -- loom
 
 # Miri reports go to target/miri/logs/; a failure here fails the suite at
 # the end, after the fuzzing and the background lane have had their say too.
