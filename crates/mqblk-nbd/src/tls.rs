@@ -148,7 +148,7 @@ impl Tls {
         })?;
         // Transmission blocks on the socket as a clear connection does.
         set_timeouts(fd, std::time::Duration::ZERO)?;
-        Ok(Box::new(TlsStream(stream)))
+        Ok(Box::new(TlsStream(stream, Vec::with_capacity(RECORD_BYTES))))
     }
 }
 
@@ -305,7 +305,11 @@ fn parse_hex(hex: &str) -> Result<Vec<u8>, String> {
 }
 
 /// A connection's stream once TLS is up: OpenSSL over the clear one.
-struct TlsStream(SslStream<Box<dyn Stream>>);
+struct TlsStream(SslStream<Box<dyn Stream>>, Vec<u8>);
+
+/// A TLS record's most plaintext: a short first buffer (a reply's header)
+/// and the start of the next one go out in one record of up to this.
+const RECORD_BYTES: usize = 16 << 10;
 
 impl Read for TlsStream {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
@@ -316,6 +320,25 @@ impl Read for TlsStream {
 impl Write for TlsStream {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.0.write(buf)
+    }
+    /// std's default writes the first buffer alone: a reply's header
+    /// would be a TLS record (and a write(2)) of its own. A short first
+    /// buffer is sent in one record with the start of the next.
+    fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
+        let mut nonempty = bufs.iter().filter(|b| !b.is_empty());
+        let (Some(first), Some(next)) = (nonempty.next(), nonempty.next()) else {
+            return self.0.write(bufs.iter().find(|b| !b.is_empty()).map_or(&[][..], |b| &b[..]));
+        };
+        if first.len() >= RECORD_BYTES / 4 {
+            return self.0.write(first);
+        }
+        let joined = &mut self.1;
+        joined.clear();
+        joined.extend_from_slice(first);
+        joined.extend_from_slice(&next[..next.len().min(RECORD_BYTES - first.len())]);
+        // Blocking SSL_write: all of it is sent, or it fails.
+        self.0.write_all(joined)?;
+        Ok(joined.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
         self.0.flush()
