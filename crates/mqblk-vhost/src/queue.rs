@@ -446,7 +446,6 @@ impl VirtQueue {
             }
             Kind::Flush => Bio::flush(),
             Kind::Discard { offset, len } => Bio::discard(offset, len),
-            // No UNMAP flag (virtio_blk's REQ_NOUNMAP): the range stays allocated.
             Kind::WriteZeroes { offset, len, unmap } => {
                 Bio::write_zeroes(offset, len).with_flags(if unmap { ReqFlags::NONE } else { ReqFlags::NOUNMAP })
             }

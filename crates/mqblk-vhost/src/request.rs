@@ -274,6 +274,8 @@ fn range<M: GuestMemory>(
     if sectors > disk.max_write_zeroes_sectors {
         return Err(ParseError::BadLength(len));
     }
+    // No UNMAP flag (Linux's virtio_blk: a REQ_NOUNMAP request): the range
+    // must stay allocated, and the bio carries ReqFlags::NOUNMAP.
     Ok(Kind::WriteZeroes { offset, len, unmap: flags & VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP != 0 })
 }
 
