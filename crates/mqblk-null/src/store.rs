@@ -163,14 +163,8 @@ impl FileStore {
     fn zero(&self, pos: u64, len: u64) -> io::Result<()> {
         use std::sync::atomic::Ordering::Relaxed;
         if self.punch.load(Relaxed) {
-            let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
-            // SAFETY: fallocate on our own descriptor; no memory is passed.
-            if unsafe { libc::fallocate(self.file.as_raw_fd(), mode, pos as i64, len as i64) } == 0 {
+            if self.fallocate(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, pos, len)? {
                 return Ok(());
-            }
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
-                return Err(e);
             }
             self.punch.store(false, Relaxed);
         }
@@ -181,16 +175,24 @@ impl FileStore {
     /// (FALLOC_FL_ZERO_RANGE), or writes zeros where the file system
     /// cannot.
     fn zero_in_place(&self, pos: u64, len: u64) -> io::Result<()> {
-        let mode = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
-        // SAFETY: fallocate on our own descriptor; no memory is passed.
-        if unsafe { libc::fallocate(self.file.as_raw_fd(), mode, pos as i64, len as i64) } == 0 {
+        if self.fallocate(libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE, pos, len)? {
             return Ok(());
         }
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
-            return Err(e);
-        }
         self.write_zeros(pos, len)
+    }
+
+    /// fallocate(2) over `[pos, pos + len)` with `mode`: false where the
+    /// file system does not support the mode (EOPNOTSUPP).
+    fn fallocate(&self, mode: i32, pos: u64, len: u64) -> io::Result<bool> {
+        // SAFETY: fallocate on our own descriptor; no memory is passed.
+        if unsafe { libc::fallocate(self.file.as_raw_fd(), mode, pos as i64, len as i64) } == 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
+            return Ok(false);
+        }
+        Err(e)
     }
 
     fn write_zeros(&self, pos: u64, len: u64) -> io::Result<()> {

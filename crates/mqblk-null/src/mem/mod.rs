@@ -209,18 +209,7 @@ impl MemStore {
     /// (reclaim.rs, `settle`), so the memory is the arena's again when the
     /// call returns (unless a reader held the epoch back).
     pub(crate) fn zero(&self, pos: u64, len: u64) {
-        let mut guard = self.reclaim.pin_writer();
-        for (page, offset, n) in pieces(pos, len) {
-            let Some(slot) = self.table.slot(page) else { continue };
-            if n as u64 == PAGE_SIZE {
-                self.free(&mut guard, slot);
-            } else {
-                self.update(&mut guard, slot, offset, Piece::Zeros(n));
-            }
-        }
-        // Unpinned first: a pinned thread holds the epoch back itself.
-        drop(guard);
-        self.reclaim.settle();
+        self.zero_range(pos, len, true);
     }
 
     /// Makes `[pos, pos + len)` read as zeros and keeps its pages (a write
@@ -228,11 +217,21 @@ impl MemStore {
     /// piece zeroed, never freed; an absent page already reads as zeros
     /// and stays absent (nothing was provisioned to keep).
     pub(crate) fn zero_in_place(&self, pos: u64, len: u64) {
+        self.zero_range(pos, len, false);
+    }
+
+    /// `zero` (`free_whole`: whole pages freed) and `zero_in_place`.
+    fn zero_range(&self, pos: u64, len: u64, free_whole: bool) {
         let mut guard = self.reclaim.pin_writer();
         for (page, offset, n) in pieces(pos, len) {
             let Some(slot) = self.table.slot(page) else { continue };
-            self.update(&mut guard, slot, offset, Piece::Zeros(n));
+            if free_whole && n as u64 == PAGE_SIZE {
+                self.free(&mut guard, slot);
+            } else {
+                self.update(&mut guard, slot, offset, Piece::Zeros(n));
+            }
         }
+        // Unpinned first: a pinned thread holds the epoch back itself.
         drop(guard);
         self.reclaim.settle();
     }
