@@ -128,10 +128,7 @@ impl NullDriver {
                     let n = (limit.saturating_sub(pos) as usize).min(seg.len());
                     keep_first_err(&mut res, || self.write_data(mem, pos, &seg[..n], fua));
                 }),
-                op => {
-                    let nounmap = op == Op::WriteZeroes && rq.flags().contains(ReqFlags::NOUNMAP);
-                    res = self.zero_data(mem, start, ok_bytes, nounmap)
-                }
+                _ => res = self.zero_data(mem, start, ok_bytes, keeps_pages(rq)),
             }
         }
         if let Err(e) = res {
@@ -141,6 +138,12 @@ impl NullDriver {
         *rq.driver_data() = ok_bytes;
         Status::IoErr
     }
+}
+
+/// A write zeroes with REQ_NOUNMAP zeroes in place; a discard or any
+/// other write zeroes frees what it zeroes.
+fn keeps_pages(rq: &Rq) -> bool {
+    rq.op() == Op::WriteZeroes && rq.flags().contains(ReqFlags::NOUNMAP)
 }
 
 /// Runs `f` unless an earlier segment failed, keeping the first error.
