@@ -367,18 +367,32 @@ impl Conn {
         let mut tx = self.tx.lock();
         tx.link = LinkRef::Down;
         tx.down_since.get_or_insert_with(Instant::now);
+        self.park_held(&mut tx, false);
+        self.unlock_and_complete(tx);
+    }
+
+    /// Drops the unsent batch and parks every request the server holds:
+    /// with `fail`, each fails with EIO; else each waits for the next
+    /// connection, unless it timed out meanwhile. Those to complete go on
+    /// `tx.ready`.
+    fn park_held(&self, tx: &mut Tx, fail: bool) {
         tx.iov.clear();
         tx.batch.clear();
         for (tag, slot) in self.slots.iter().enumerate() {
             let mut slot = slot.lock();
             if slot.rq.is_some() && slot.ready.is_none() {
                 slot.park();
-                if slot.settle_later() {
+                let complete = if fail {
+                    slot.ready = Some(Status::IoErr);
+                    true
+                } else {
+                    slot.settle_later()
+                };
+                if complete {
                     tx.ready.push(tag as u32);
                 }
             }
         }
-        self.unlock_and_complete(tx);
     }
 
     /// A new connection on `fd` carries the queue from now on: the
@@ -467,16 +481,7 @@ impl Conn {
         *self.shut.lock() = -1;
         let mut tx = self.tx.lock();
         (tx.link, tx.stopped) = (LinkRef::Down, true);
-        tx.iov.clear();
-        tx.batch.clear();
-        for (tag, slot) in self.slots.iter().enumerate() {
-            let mut slot = slot.lock();
-            if slot.rq.is_some() && slot.ready.is_none() {
-                slot.park();
-                slot.ready = Some(Status::IoErr);
-                tx.ready.push(tag as u32);
-            }
-        }
+        self.park_held(&mut tx, true);
         self.unlock_and_complete(tx);
     }
 
