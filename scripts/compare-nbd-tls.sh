@@ -18,7 +18,10 @@
 # prints its command, fio's IOPS and MB/s, and the server's CPU time over
 # the run (utime+stime from /proc, as % of one CPU). At the end, per
 # cell, the median and spread (min-max) over the rounds, and
-# mqblk-tls/nbdkit-tls (and clear-after/clear-before) per round.
+# mqblk-tls/nbdkit-tls (and clear-after/clear-before) per round. With
+# TLS_BEFORE=PATH (another mqblk binary), also that binary's TLS server
+# (tls-before) and mqblk-tls/tls-before per round: what a change to the
+# TLS path gains.
 # Needs fio, nbdkit and certtool. Usage: scripts/compare-nbd-tls.sh [rounds [secs]]
 # (default 3 rounds of 3 s runs).
 #
@@ -64,6 +67,11 @@ if [ -n "${BEFORE:-}" ]; then
   start clear-after 10914 $mqblk serve --device $dev --listen 127.0.0.1:10914
   uri[clear-before]="nbd://127.0.0.1:10913/" uri[clear-after]="nbd://127.0.0.1:10914/"
   servers+=(clear-before clear-after)
+fi
+if [ -n "${TLS_BEFORE:-}" ]; then
+  start tls-before 10915 "$TLS_BEFORE" serve --device $dev --listen 127.0.0.1:10915 --tls=require --tls-certificates="$pki"
+  uri[tls-before]="nbds://127.0.0.1:10915/"
+  servers+=(tls-before)
 fi
 sleep 2
 for s in "${servers[@]}"; do
@@ -112,7 +120,7 @@ for job, servers in cells.items():
         mbs = [r[1] for r in runs.values()]
         cpu = [r[2] for r in runs.values()]
         print(f"  {server:12} IOPS {spread(iops)}  MB/s {spread(mbs)}  server CPU% {spread(cpu)}")
-    for a, b in (("mqblk-tls", "nbdkit-tls"), ("clear-after", "clear-before")):
+    for a, b in (("mqblk-tls", "nbdkit-tls"), ("mqblk-tls", "tls-before"), ("tls-before", "nbdkit-tls"), ("clear-after", "clear-before")):
         x, y = servers.get(a, {}), servers.get(b, {})
         r = [x[k][0] / y[k][0] for k in x if k in y and y[k][0]]
         if r:

@@ -58,7 +58,7 @@ const BATCH_REQUESTS: usize = 32;
 const BUDGET_BYTES: u64 = 64 << 20;
 
 /// Writes `a` then `b` with writev, resuming after short writes.
-fn write_all_vectored(s: &mut dyn Stream, a: &[u8], b: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_all_vectored(s: &mut dyn Stream, a: &[u8], b: &[u8]) -> std::io::Result<()> {
     let mut done = 0;
     while done < a.len() + b.len() {
         let (x, y) = if done < a.len() { (&a[done..], b) } else { (&b[done - a.len()..], &[][..]) };
