@@ -212,8 +212,8 @@ stage "Miri (Tree Borrows and Stacked Borrows)"
 miri_status=0
 scripts/miri.sh || miri_status=$?
 
-stage "fuzzing the NBD and vhost-user-blk servers (cargo-fuzz, bounded: 60 s + 20 s + 20 s)"
-scripts/fuzz.sh 60
+stage "fuzzing the NBD and vhost-user-blk servers (cargo-fuzz, bounded: 45 s + 15 s + 15 s)"
+scripts/fuzz.sh 45
 
 stage "waiting for the background lane: the qemu guest tests, then the zoned kernel oracle"
 wait "$lane_pid" || true

@@ -47,7 +47,7 @@ mqblk=${MQBLK_BIN:-$root/target/release/mqblk}
 # The lean fio tests/guest/run.sh passes (Debian's loads 64 libraries over 9p).
 fio=${MQBLK_GUEST_FIO:-fio}
 seeds=${MQBLK_ZONED_SEEDS:-3}
-ops=${MQBLK_ZONED_OPS:-200}
+ops=${MQBLK_ZONED_OPS:-150}
 mods=$MQBLK_GUEST_MODULES
 
 failures=0
