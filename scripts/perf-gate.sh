@@ -38,8 +38,7 @@ command -v valgrind > /dev/null || die "needs valgrind (apt-get install valgrind
 command -v cc > /dev/null || die "needs a C compiler (apt-get install gcc)"
 command -v fio > /dev/null || die "needs fio (apt-get install fio)"
 cargo build --release -q -p mqblk-cli
-# With mqblk-cli: its features, so the crates built above serve.
-cargo build --release -q -p mqblk-cli -p mqblk-blkio --lib --bins --example qd1_native
+cargo build --release -q -p mqblk-blkio --lib --example qd1_native
 mqblk=target/release/mqblk
 device=null:gb=1,irqmode=0,hw_queue_depth=128
 work=$(mktemp -d)

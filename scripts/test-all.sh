@@ -202,11 +202,7 @@ cargo test --doc --workspace
 # cached in ~/.cache/mqblk (scripts/fio-libblkio.sh); every fio run is
 # killed after 120 s, so a hang fails a case instead of the suite.
 stage "fio's libblkio engine on libblkio.so.1 (tests/blkio/fio.sh)"
-# With mqblk-cli, whose features are a superset of mqblk-blkio's: the
-# release build the guests' lane made serves, and only mqblk-blkio is
-# compiled (alone, cargo resolved fewer features of log and syn and
-# rebuilt the workspace's crates: 2m28s).
-cargo build --release -p mqblk-cli -p mqblk-blkio
+cargo build --release -p mqblk-blkio
 tests/blkio/fio.sh target/release
 
 # Connections that leave nothing behind: the NBD and vhost-user servers
