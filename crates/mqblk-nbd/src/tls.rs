@@ -148,7 +148,7 @@ impl Tls {
         })?;
         // Transmission blocks on the socket as a clear connection does.
         set_timeouts(fd, std::time::Duration::ZERO)?;
-        Ok(Box::new(TlsStream(stream, Vec::with_capacity(RECORD_BYTES))))
+        Ok(Box::new(TlsStream { ssl: stream, joined: Vec::with_capacity(RECORD_BYTES) }))
     }
 }
 
@@ -305,7 +305,11 @@ fn parse_hex(hex: &str) -> Result<Vec<u8>, String> {
 }
 
 /// A connection's stream once TLS is up: OpenSSL over the clear one.
-struct TlsStream(SslStream<Corked>, Vec<u8>);
+struct TlsStream {
+    ssl: SslStream<Corked>,
+    /// A reply's header and the start of its data, for one record.
+    joined: Vec<u8>,
+}
 
 /// A TLS record's most plaintext: a short first buffer (a reply's header)
 /// and the start of the next one go out in one record of up to this.
@@ -324,11 +328,11 @@ impl TlsStream {
     /// start of the next one, not a record of its own.
     fn write_corked(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
         let mut rest = bufs.iter().map(|b| &b[..]).filter(|b| !b.is_empty()).peekable();
-        self.0.get_mut().corked = true;
+        self.ssl.get_mut().corked = true;
         let sent = (|| {
             let mut total = 0;
             while let Some(b) = rest.next() {
-                let (s, joined) = (&mut self.0, &mut self.1);
+                let (s, joined) = (&mut self.ssl, &mut self.joined);
                 match rest.peek_mut() {
                     Some(next) if b.len() < RECORD_BYTES / 4 => {
                         let take = next.len().min(RECORD_BYTES - b.len());
@@ -347,7 +351,7 @@ impl TlsStream {
             }
             Ok(total)
         })();
-        let corked = self.0.get_mut();
+        let corked = self.ssl.get_mut();
         corked.corked = false;
         corked.drain()?;
         sent
@@ -356,7 +360,7 @@ impl TlsStream {
 
 impl Read for TlsStream {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.0.read(buf)
+        self.ssl.read(buf)
     }
 }
 
@@ -371,7 +375,7 @@ impl Write for TlsStream {
         self.write_corked(bufs)
     }
     fn flush(&mut self) -> std::io::Result<()> {
-        self.0.flush()
+        self.ssl.flush()
     }
 }
 
@@ -426,13 +430,13 @@ impl Write for Corked {
 impl AsRawFd for TlsStream {
     /// The socket, for poll(2) only: its bytes are TLS records.
     fn as_raw_fd(&self) -> RawFd {
-        self.0.get_ref().inner.as_raw_fd()
+        self.ssl.get_ref().inner.as_raw_fd()
     }
 }
 
 impl Stream for TlsStream {
     fn buffered_bytes(&self) -> usize {
-        self.0.ssl().pending()
+        self.ssl.ssl().pending()
     }
     fn is_tls(&self) -> bool {
         true
@@ -443,7 +447,7 @@ impl Drop for TlsStream {
     /// A close_notify alert, so that the client sees a clean end rather
     /// than a truncation (it may be gone already: then nothing to do).
     fn drop(&mut self) {
-        let _ = self.0.shutdown();
+        let _ = self.ssl.shutdown();
     }
 }
 
