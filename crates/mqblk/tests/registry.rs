@@ -14,7 +14,7 @@ use mqblk::driver::{Driver, QueueRqResult};
 use mqblk::driver::{Hctx, Rq, RqList};
 use mqblk::sbitmap::{SbitmapQueue, WakePolicy};
 use mqblk::sched::Elevator;
-use mqblk::{QueueLimits, Sched, Status, TagSetConfig, Wake};
+use mqblk::{DeviceConfig, QueueLimits, Sched, Status, TagSetConfig, Wake};
 
 struct Nop;
 
@@ -129,15 +129,27 @@ fn a_registered_elevator_and_wake_policy_run_when_named() {
 
 #[test]
 fn a_registered_elevator_reads_its_own_tunables() {
+    // The quantum of the elevator built last (each parse builds one to
+    // check the values, each open the device's).
+    static BUILT_QUANTUM: AtomicU64 = AtomicU64::new(0);
     mqblk::sched::register_elevator("test-tuned", &["quantum"], |args| {
         let quantum = args.tunables.u64_in("quantum", 1, 1, 64)?;
-        assert_eq!(quantum, 8);
+        BUILT_QUANTUM.store(quantum, Ordering::Relaxed);
         let queues = (0..args.nr_hw_queues).map(|_| Mutex::new(VecDeque::new())).collect();
         Ok(Box::new(Fifo { queues, dispatched: Arc::new(AtomicU64::new(0)) }))
     });
     let dev = open("ram:gb=1,irqmode=0").unwrap();
     dev.set_scheduler("test-tuned,quantum=8".parse().unwrap()).unwrap();
-    let e = dev.set_scheduler("test-tuned,quantum=99".parse().unwrap()).unwrap_err().to_string();
+    assert_eq!(BUILT_QUANTUM.load(Ordering::Relaxed), 8, "the factory read the tunable given");
+    // A value outside the factory's range is refused where the spec is
+    // parsed, as a built-in's is, naming the key and the range.
+    let e = "test-tuned,quantum=99".parse::<Sched>().unwrap_err().to_string();
+    assert!(e.contains("'99'") && e.contains("'quantum'") && e.contains("1..=64"), "{e}");
+    let e = "ram:gb=1,sched=test-tuned,quantum=0".parse::<DeviceConfig>().unwrap_err().to_string();
+    assert!(e.contains("'0'") && e.contains("'quantum'") && e.contains("1..=64"), "{e}");
+    // Set in code, it is refused when the scheduler is built.
+    let set_in_code = Sched::Custom { name: "test-tuned".into(), tunables: vec![("quantum".into(), "99".into())] };
+    let e = dev.set_scheduler(set_in_code).unwrap_err().to_string();
     assert!(e.contains("quantum"), "{e}");
     let e = "test-tuned,quantm=8".parse::<Sched>().unwrap_err().to_string();
     assert!(e.contains("'quantm'") && e.contains("quantum"), "an unknown tunable names the accepted: {e}");
@@ -146,5 +158,5 @@ fn a_registered_elevator_reads_its_own_tunables() {
     let e = open("ram:gb=1,sched=bfq,quantum=8").unwrap_err().to_string();
     assert!(e.contains("'quantum' is not a tunable of sched=bfq"), "{e}");
     let e = open("ram:gb=1,quantm=8,sched=test-tuned").unwrap_err().to_string();
-    assert!(e.contains("'quantm'"), "{e}");
+    assert!(e.contains("'quantm'") && e.contains("did you mean 'quantum'?"), "a registered tunable is offered: {e}");
 }

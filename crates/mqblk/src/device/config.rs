@@ -5,7 +5,8 @@
 //! back as the spec that opens the same device.
 //!
 //! Relies on: config.rs (the grammar), queue/config.rs (`QueueConfig`),
-//! driver/ (`DriverConfig`), registry.rs (drivers by name).
+//! driver/ (`DriverConfig`), registry.rs (drivers by name), sched/
+//! (the registered elevators' tunables, listed in unknown-key errors).
 
 use std::fmt;
 use std::str::FromStr;
@@ -115,6 +116,21 @@ impl Device {
     }
 }
 
+/// A driver's unknown-key error with the registered elevators' tunables
+/// added to the keys it lists as accepted (`SpecParams::check_keys` lists
+/// the driver's own, the block layer's and the built-in schedulers'), so
+/// that a typo of one gets its "did you mean" too.
+fn with_elevator_tunables(e: ConfigError) -> ConfigError {
+    let ConfigError::UnknownKey { driver, key, mut accepted } = e else { return e };
+    for tunable in crate::sched::registry::elevator_tunables() {
+        if !accepted.split(", ").any(|k| k == tunable) {
+            accepted.push_str(", ");
+            accepted.push_str(&tunable);
+        }
+    }
+    ConfigError::UnknownKey { driver, key, accepted }
+}
+
 impl DeviceConfig {
     /// `driver`'s config with the block layer's defaults (as
     /// [`Device::builder`], whose example shows it).
@@ -132,7 +148,7 @@ impl DeviceConfig {
             return Err(ConfigError::UnknownDriver { driver: params.driver, accepted });
         };
         let (queue, driver_params) = QueueConfig::from_params(&params)?;
-        let driver = parse_driver(&driver_params)?;
+        let driver = parse_driver(&driver_params).map_err(with_elevator_tunables)?;
         assert_eq!(driver.driver_name(), params.driver, "a driver's parser returned another driver's config");
         Ok(Self { driver, queue })
     }
@@ -215,7 +231,11 @@ impl DeviceConfig {
     /// as its spec key) or on a driver that cannot start.
     pub fn build(&self) -> Result<Device, Error> {
         self.validate()?;
-        let driver = self.driver.open()?;
+        // A driver without a typed config checks its keys as it opens.
+        let driver = self.driver.open().map_err(|e| match e {
+            Error::Config(e) => Error::Config(with_elevator_tunables(e)),
+            other => other,
+        })?;
         Device::with_driver_options(driver, self.queue.clone())
     }
 }

@@ -63,6 +63,11 @@ pub enum Sched {
     },
 }
 
+/// The scheduler tags per queue of the probe device a registered
+/// elevator is built for when its spec is parsed (`Sched::check_values`):
+/// the default depth of a device of 32 driver tags or more.
+const PROBE_NR_REQUESTS: u32 = 64;
+
 /// A tunable: its kernel name, default and accepted range.
 struct Key {
     name: &'static str,
@@ -255,8 +260,31 @@ impl Sched {
             "mq-deadline" => Sched::MqDeadline(DeadlineTunables::from_params(&tunables)?),
             "kyber" => Sched::Kyber(KyberTunables::from_params(&tunables)?),
             "bfq" => Sched::Bfq(BfqTunables::from_params(&tunables)?),
-            other => Sched::Custom { name: other.to_string(), tunables: tunables.pairs().to_vec() },
+            other => {
+                let sched = Sched::Custom { name: other.to_string(), tunables: tunables.pairs().to_vec() };
+                sched.check_values()?;
+                sched
+            }
         })
+    }
+
+    /// Checks a registered elevator's tunable values when its spec is
+    /// parsed, as a built-in's are: its factory reads them with the
+    /// ranges it declares (`SpecParams::u64_in` and the like), so it
+    /// builds the elevator once for a probe device of one hardware queue
+    /// and [`PROBE_NR_REQUESTS`] scheduler tags and drops it. A
+    /// configuration error (a value out of its declared range) is the
+    /// parse's error; any other (one that may depend on the real device's
+    /// queues or depth) is left to `Device::open`, which builds it again.
+    fn check_values(&self) -> Result<(), ConfigError> {
+        let Sched::Custom { name, tunables } = self else { return Ok(()) };
+        let Some(entry) = super::registry::elevator(name) else { return Ok(()) };
+        let tunables = SpecParams::from_pairs(name, tunables.clone());
+        let args = ElevatorArgs { nr_hw_queues: 1, nr_requests: PROBE_NR_REQUESTS, tunables };
+        match (entry.factory)(&args) {
+            Err(Error::Config(e)) => Err(e),
+            _ => Ok(()),
+        }
     }
 
     /// Every tunable as a key=value pair (custom: those given).

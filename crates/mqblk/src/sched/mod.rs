@@ -23,7 +23,7 @@ mod bfq;
 mod choice;
 mod deadline;
 mod kyber;
-mod registry;
+pub(crate) mod registry;
 
 use std::fmt;
 

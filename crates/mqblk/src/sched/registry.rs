@@ -27,6 +27,15 @@ static ELEVATORS: Registry<ElevatorEntry> = Registry::new("elevator");
 /// tunable=value` in bench, in `ElevatorArgs::tunables`); any other key
 /// given with it is refused, as for the built-in schedulers (example:
 /// [`Elevator`]).
+///
+/// Values are checked when the spec is parsed, as a built-in's are: the
+/// parse builds the elevator once, for a probe device of one hardware
+/// queue and 64 scheduler tags, and drops it, so a value outside the range
+/// the factory reads it with (`SpecParams::u64_in` and the like) is the
+/// parse's error, naming the key. So the factory should only build (no
+/// side effects beyond the elevator it returns). An error of another kind
+/// (one that depends on the real device's queues or depth) comes from
+/// `Device::open`, which builds the elevator again for the device.
 pub fn register_elevator(
     name: &str,
     tunables: &[&str],
@@ -50,6 +59,20 @@ pub(crate) fn elevator(name: &str) -> Option<Arc<ElevatorEntry>> {
 /// Whether `key` is a tunable of some registered elevator.
 pub(crate) fn is_elevator_tunable(key: &str) -> bool {
     ELEVATORS.any(|e| e.tunables.iter().any(|t| t == key))
+}
+
+/// Every registered elevator's tunables, in registration order, each
+/// once (for the accepted keys an unknown key's error lists).
+pub(crate) fn elevator_tunables() -> Vec<String> {
+    let mut keys: Vec<String> = Vec::new();
+    for name in ELEVATORS.names(&[]) {
+        for key in elevator(&name).map(|e| e.tunables.clone()).unwrap_or_default() {
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
+        }
+    }
+    keys
 }
 
 /// Every name `sched=` accepts: the built-in [`SCHEDULERS`], then those
