@@ -69,7 +69,7 @@ enum Command {
     /// completions on the job's CPU.
     #[command(
         disable_help_flag = true,
-        override_usage = bench::USAGE,
+        override_usage = bench::usage(program()),
         after_help = bench::help(),
     )]
     Bench {
@@ -112,11 +112,26 @@ enum Command {
     Experiment(experiment::Options),
 }
 
+/// The program's name as it was run (the file name of
+/// `std::env::args()`'s first): "mqblk", or a program of a user's own that
+/// calls [`run`] after registering a policy, so that usage lines and
+/// errors name what the user typed.
+static PROGRAM: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// The program's name for messages: as run, or "mqblk" before [`run`].
+pub(crate) fn program() -> &'static str {
+    PROGRAM.get().map_or("mqblk", String::as_str)
+}
+
 /// Runs the `mqblk` command line `args`, program name first (as
 /// `std::env::args()` gives it), and returns the exit code: 0 success, 1 a
 /// run that failed, 2 bad input. Output goes to stdout, errors to stderr.
 pub fn run<I: IntoIterator<Item = String>>(args: I) -> ExitCode {
     register_drivers();
+    let args: Vec<String> = args.into_iter().collect();
+    if let Some(name) = args.first().and_then(|a| std::path::Path::new(a).file_name()) {
+        let _ = PROGRAM.set(name.to_string_lossy().into_owned());
+    }
     let parsed = Cli::command().try_get_matches_from(args).and_then(|m| Ok((Cli::from_arg_matches(&m)?, m)));
     let (cli, matches) = match parsed {
         Ok(parsed) => parsed,
@@ -153,7 +168,7 @@ fn run_bench(args: &[String]) -> ExitCode {
     let plan = match bench::options::parse_bench_args(args) {
         Ok(plan) => plan,
         Err(e) => {
-            eprintln!("mqblk bench: {e}");
+            eprintln!("{} bench: {e}", program());
             return ExitCode::from(2);
         }
     };
@@ -187,7 +202,7 @@ fn finish(command: &str, result: Result<String, (u8, String)>) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err((code, e)) => {
-            eprintln!("mqblk {command}: {e}");
+            eprintln!("{} {command}: {e}", program());
             ExitCode::from(code)
         }
     }

@@ -1,6 +1,8 @@
-//! The policy examples (examples/sstf.rs, examples/wake_one.rs) run a
-//! short bench with their policy chosen by name, and their policy ran:
-//! each prints its own counter after the run. The driver example
+//! The policy examples (examples/sstf.rs, examples/reads_first.rs,
+//! examples/wake_one.rs) run a short bench with their policy chosen by
+//! name, and their policy ran: each prints its own counter after the run;
+//! a registered scheduler's bad input is refused before any I/O, named as
+//! typed. The driver example
 //! (examples/ramdisk.rs) keeps what bench writes and serves it over NBD
 //! (nbdcopy, nbdinfo and qemu-io, which scripts/test-all.sh installs),
 //! with its direct reads and block status used.
@@ -62,6 +64,86 @@ fn sstf_example_schedules_every_request() {
     assert_eq!(v["jobs"][0]["read"]["total_ios"], 3000);
     assert_eq!(v["mqblk"]["dispatched"], 3000);
     assert_eq!(counter(&stderr, "sstf: dispatched "), 3000, "every request went through sstf");
+}
+
+#[test]
+fn reads_first_example_schedules_every_read_and_write() {
+    let (v, stderr) = bench(
+        "reads_first",
+        &[
+            "--device",
+            "null:gb=1,irqmode=1,hw_queue_depth=4,nr_requests=64",
+            "--sched=reads-first,read_batch=8",
+            "--name=r",
+            "--rw=randread",
+            "--iodepth=16",
+            "--number_ios=2000",
+            "--name=w",
+            "--rw=randwrite",
+            "--iodepth=16",
+            "--number_ios=500",
+        ],
+    );
+    assert_eq!(
+        (v["jobs"][0]["read"]["total_ios"].as_u64(), v["jobs"][1]["write"]["total_ios"].as_u64()),
+        (Some(2000), Some(500))
+    );
+    assert_eq!(
+        stderr.lines().find(|l| l.starts_with("reads-first: ")),
+        Some("reads-first: dispatched 2000 reads, 500 writes"),
+        "every request went through the registered scheduler: {stderr}"
+    );
+}
+
+/// Runs `example ARGS`: its exit code, stdout and stderr.
+fn run_example(name: &str, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(example(name)).args(args).output().expect("run the example");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
+#[test]
+fn a_registered_schedulers_bad_input_is_named_as_typed_before_any_io() {
+    let cases: &[(&[&str], &str)] = &[
+        // A value out of the factory's range, refused at parse as a
+        // built-in's is, under the program's own name and as typed.
+        (
+            &["--sched=reads-first,read_batch=0"],
+            "reads_first bench: --sched=reads-first,read_batch=0: reads-first: bad value '0' for 'read_batch' \
+             (accepted: an integer in 1..=1024)",
+        ),
+        (
+            &["--device", "null:gb=1,sched=reads-first,read_batch=-1"],
+            "reads_first bench: --device null:gb=1,sched=reads-first,read_batch=-1: reads-first: bad value '-1' \
+             for 'read_batch'",
+        ),
+        // A typo of its tunable in a device spec gets a "did you mean".
+        (
+            &["--device", "null:gb=1,sched=reads-first,read_btch=4"],
+            "unknown key 'read_btch' (did you mean 'read_batch'?)",
+        ),
+        (&["--sched=reads-first,read_btch=4"], "unknown key 'read_btch' (did you mean 'read_batch'?)"),
+        // Two choices of the scheduler: refused, not one winning silently.
+        (
+            &["--device", "null:gb=1,sched=mq-deadline", "--sched=reads-first"],
+            "reads_first bench: --device null:gb=1,sched=mq-deadline and --sched=reads-first both choose the scheduler",
+        ),
+    ];
+    for (args, wanted) in cases {
+        let (code, _, stderr) = run_example("reads_first", &[&["bench"], *args, &["--number_ios=10"]].concat());
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(wanted), "{args:?}: wanted '{wanted}' in: {stderr}");
+        assert!(stderr.contains("reads-first: dispatched 0 reads, 0 writes"), "{args:?}: no I/O ran: {stderr}");
+    }
+}
+
+#[test]
+fn bench_help_lists_every_scheduler_under_the_programs_name() {
+    let (code, stdout, _) = run_example("reads_first", &["bench", "--help"]);
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("reads_first bench [--device SPEC]"), "usage under the program's name: {stdout}");
+    let line = stdout.lines().skip_while(|l| !l.contains("--sched=")).nth(1).unwrap_or_default();
+    assert!(line.contains("NAME: none, mq-deadline, kyber, bfq, reads-first"), "{line}");
 }
 
 #[test]

@@ -59,12 +59,19 @@ use stats::ProcessCpu;
 /// The device of a bare `mqblk bench`.
 pub const DEFAULT_DEVICE: &str = "null:gb=1";
 
-/// `mqblk bench`'s usage line.
-pub const USAGE: &str =
-    "mqblk bench [--device SPEC] [--output-format=normal|terse|json|json+[,...]] [--output=FILE] [--stats] [--blktrace=DIR] [fio options] [jobfile ...]";
+/// `PROGRAM bench`'s usage line (PROGRAM: `mqblk`, or the name of a
+/// program that runs the command line with policies of its own).
+pub fn usage(program: &str) -> String {
+    format!(
+        "{program} bench [--device SPEC] [--output-format=normal|terse|json|json+[,...]] [--output=FILE] [--stats] \
+         [--blktrace=DIR] [fio options] [jobfile ...]"
+    )
+}
 
-/// The body of `mqblk bench --help`: mqblk's own options, then fio's.
+/// The body of `mqblk bench --help`: mqblk's own options (with the
+/// schedulers `--sched` can name, built in and registered), then fio's.
 pub fn help() -> String {
+    let scheds = mqblk::sched::elevator_names().join(", ");
     let mut out = String::from(
         "\
 mqblk's options (also as --option VALUE):
@@ -77,14 +84,16 @@ mqblk's options (also as --option VALUE):
   --output=FILE                 Write the report to FILE instead of stdout
   --stats                       Append the device's debugfs-like counters
   --blktrace=DIR                Trace the block layer into DIR (blkparse -D DIR -i DRIVER)
-  --sched=NAME[,tunable=value]  The device's I/O scheduler
+  --sched=NAME[,tunable=value]  The device's I/O scheduler (or sched= in --device;
+                                not both). NAME: {scheds}
   --plug_nesting=MODE           Plug nesting (flush_each: flush every level)
 
 fio's options: --name=NAME starts a job; options before the first --name are
 global; without --name, one job. Job files use fio's INI format ([global],
 then a section per job). The fio options mqblk understands:
 ",
-    );
+    )
+    .replace("{scheds}", &scheds);
     let mut line = String::from(" ");
     for name in options::job_options().iter().filter(|o| !matches!(**o, "device" | "sched" | "plug_nesting")) {
         if line.len() + name.len() + 1 > 78 {
@@ -258,9 +267,37 @@ pub fn device_config(plan: &BenchPlan) -> Result<DeviceConfig, BenchError> {
         cfg.queue_mut().blktrace = Some(dir.into());
     }
     if let Some(sched) = &plan.sched {
+        // Two choices of one scheduler: refused rather than one winning
+        // silently (a job file's device and a command line's --sched, say).
+        if let Some(spec) = plan.device.as_deref().filter(|spec| spec_names_sched(spec)) {
+            return Err(BenchError::BadInput(format!(
+                "--device {spec} and --sched={sched} both choose the scheduler: give it in one of them"
+            )));
+        }
         cfg.queue_mut().sched = sched.parse().map_err(|e| BenchError::BadInput(format!("--sched={sched}: {e}")))?;
     }
     Ok(cfg)
+}
+
+/// Whether a device spec has a `sched=` key.
+fn spec_names_sched(spec: &str) -> bool {
+    mqblk::config::SpecParams::parse(spec).is_ok_and(|p| p.is_set("sched"))
+}
+
+/// The device as the user gave it, for errors: `--device SPEC` (or the
+/// jobs' `--filename`, or bench's default device), and `--sched` if given.
+/// Not the spec printed back from the parsed configuration, which holds
+/// defaults and `--sched`'s choice the user never typed in that form.
+fn device_as_given(plan: &BenchPlan) -> String {
+    let device = match (&plan.file, &plan.device) {
+        (Some(file), _) => format!("--filename={}", file.path),
+        (None, Some(spec)) => format!("--device {spec}"),
+        (None, None) => format!("the default device {DEFAULT_DEVICE}"),
+    };
+    match &plan.sched {
+        Some(sched) => format!("{device} --sched={sched}"),
+        None => device,
+    }
 }
 
 /// Runs `plan` and returns its measurements: its phases (order.rs) one
@@ -273,8 +310,9 @@ pub fn run_plan(plan: &BenchPlan) -> Result<RunOutput, BenchError> {
         cpus::check_available(&cpus.0).map_err(BenchError::BadInput)?;
     }
     let cfg = device_config(plan)?;
+    // The spec the report prints: the device as built, defaults included.
     let spec = cfg.to_string();
-    let dev = cfg.build().map_err(|e| BenchError::BadInput(format!("--device {spec}: {e}")))?;
+    let dev = cfg.build().map_err(|e| BenchError::BadInput(format!("{}: {e}", device_as_given(plan))))?;
     // Sizes in zones ("8z") need the device's zone size.
     let plan = &zones::resolve(plan, &dev).map_err(BenchError::BadInput)?;
     // Sizes in percent ("50%") need its capacity.
