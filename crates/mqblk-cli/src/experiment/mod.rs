@@ -64,6 +64,11 @@ pub struct Cell {
     pub ctx_voluntary_per_sec: f64,
     pub ctx_per_sec: f64,
     pub ctx_voluntary_per_io: f64,
+    /// The whole system's context switches (every CPU, every task: the
+    /// kernel's `ctxt` in /proc/stat) over the run, per second of it and
+    /// per I/O: what a figure taken with `vmstat` or `sar -w` counts.
+    pub ctx_system_per_sec: f64,
+    pub ctx_system_per_io: f64,
     pub tag_waits: u64,
     /// Bytes per second over all directions.
     pub bw_bytes_per_sec: f64,
@@ -83,7 +88,12 @@ pub fn run_args(args: &[String]) -> Result<(bench::RunOutput, String), Experimen
 /// Runs one `mqblk bench` argument list (group_reporting: one entry).
 pub fn run_cell(args: &[String]) -> Result<Cell, ExperimentError> {
     let plan = bench::options::parse_bench_args(args).map_err(|e| ExperimentError::BadInput(e.to_string()))?;
+    let (system_ctxt, started) = (system_context_switches()?, std::time::Instant::now());
     let out = bench::run_plan(&plan).map_err(|e| ExperimentError::Failed(format!("{e:?}")))?;
+    // Over the whole of run_plan (the device's set-up and teardown too,
+    // a few ms against the run's second or more).
+    let system_ctxt = system_context_switches()?.saturating_sub(system_ctxt) as f64;
+    let system_secs = started.elapsed().as_secs_f64().max(1e-9);
     let e = out.entries.first().ok_or_else(|| ExperimentError::Failed("no job ran".into()))?;
     let secs = (e.run.elapsed_ns as f64 / 1e9).max(1e-9);
     let ios = e.total_ios().max(1) as f64;
@@ -94,11 +104,23 @@ pub fn run_cell(args: &[String]) -> Result<Cell, ExperimentError> {
         ctx_voluntary_per_sec: e.run.rusage.voluntary_ctx as f64 / secs,
         ctx_per_sec: (e.run.rusage.voluntary_ctx + e.run.rusage.involuntary_ctx) as f64 / secs,
         ctx_voluntary_per_io: e.run.rusage.voluntary_ctx as f64 / ios,
+        ctx_system_per_sec: system_ctxt / system_secs,
+        ctx_system_per_io: system_ctxt / ios,
         tag_waits: out.device.stats.tag_waits,
         bw_bytes_per_sec: (e.run.read.bytes + e.run.write.bytes) as f64 / secs,
         stats: out.device.stats,
         command: format!("mqblk bench {}", args.join(" ")),
     })
+}
+
+/// The context switches of the whole system since boot: /proc/stat's
+/// `ctxt` line.
+fn system_context_switches() -> Result<u64, ExperimentError> {
+    let stat =
+        std::fs::read_to_string("/proc/stat").map_err(|e| ExperimentError::Failed(format!("/proc/stat: {e}")))?;
+    stat.lines()
+        .find_map(|l| l.strip_prefix("ctxt ").and_then(|n| n.trim().parse().ok()))
+        .ok_or_else(|| ExperimentError::Failed("/proc/stat has no ctxt line".into()))
 }
 
 /// Runs the experiment (or `all` of them): tables on stdout, NAME.json,

@@ -241,6 +241,14 @@ const METRICS: &[Metric] = &[
     }),
     ("ctx_voluntary_per_io", "voluntary context switches per I/O", 3, true, |c| c.ctx_voluntary_per_io),
     ("ctx_per_sec", "context switches per second (voluntary + involuntary, job threads)", 0, false, |c| c.ctx_per_sec),
+    (
+        "ctx_system_per_sec",
+        "context switches per second (the whole system: /proc/stat ctxt over the run)",
+        0,
+        true,
+        |c| c.ctx_system_per_sec,
+    ),
+    ("ctx_system_per_io", "context switches per I/O (the whole system)", 3, false, |c| c.ctx_system_per_io),
     ("tag_waits", "tag waits (allocations that slept)", 0, false, |c| c.tag_waits as f64),
     ("tag_waits_per_io", "tag waits per I/O", 3, true, |c| c.stats.tag_waits as f64 / c.stats.bios.read.max(1) as f64),
     ("tag_wait_us_mean", "mean tag-wait time per wait (us)", 0, true, |c| {
@@ -296,7 +304,9 @@ pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentErro
         "results": measured.iter().flat_map(cell_json).collect::<Vec<_>>(),
         "notes": "table 1: 1 MB reads split into 4 requests of 256 KiB (max_sectors=512, the source's \
                   max_sectors_kb=256); table 2: 4k reads. Context switches are the job threads' voluntary ones \
-                  (getrusage per thread); a tag wait is one allocation that slept (it may sleep more than once).",
+                  (getrusage per thread) and, in ctx_system_*, the whole system's (/proc/stat ctxt over the run, \
+                  every task, other processes' included); a tag wait is one allocation that slept (it may \
+                  sleep more than once).",
     });
     Ok((doc, panels(&measured), table))
 }
@@ -341,7 +351,8 @@ fn spread(m: &Measured, policy: usize, f: fn(&Cell) -> f64) -> Spread {
 fn tables(measured: &[Measured], opts: &Options) -> String {
     let mut out = format!(
         "\ntag-wakeup: every cell is the median (min-max) of {} round(s), the policies alternating within a \
-         round; context switches are the job threads' voluntary ones\n",
+         round; context switches are counted twice: the job threads' voluntary ones (getrusage), and the whole \
+         system's (/proc/stat ctxt over the run: every task, as vmstat counts them)\n",
         opts.rounds
     );
     for (profile, source) in [(&HDD, &SRC_HDD), (&SSD_1M, &SRC_SSD), (&NVME, &SRC_NVME)] {
@@ -393,7 +404,9 @@ fn table1(profile: &Profile, source: &Source1, rows: &[&Measured], first: Row) -
     for (key, title, decimals, _, f) in METRICS.iter().filter(|m| m.3) {
         let source_col = match *key {
             "iops" => Some(source.iops),
-            "ctx_voluntary_per_sec" => Some(source.cs),
+            // The source's figure beside both of ours: the job threads'
+            // own switches and the whole system's.
+            "ctx_voluntary_per_sec" | "ctx_system_per_sec" => Some(source.cs),
             _ => None,
         };
         let extra: &[&str] = if source_col.is_some() { &["source 5.6.15", "source patched"] } else { &[] };
