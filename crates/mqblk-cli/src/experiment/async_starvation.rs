@@ -31,7 +31,9 @@
 //! device, its read latency (submission to completion, tag waits
 //! included) and its tag waits, each the median and spread (min-max) of
 //! the rounds, and below the table how much of the "before" time is tag
-//! waits.
+//! waits. Then (not in quick runs) how much of the headline is the device:
+//! idle, before and after again with the device's service time halved and
+//! doubled (`SCALES`).
 
 use serde_json::{json, Value};
 
@@ -42,6 +44,14 @@ use crate::bench::report::Entry;
 /// An SSD calibrated to the source's (DEVICE_MODEL), 32 driver tags (so
 /// nr_requests = 64 scheduler tags).
 const DEVICE: &str = "null:gb=64,irqmode=2,channels=4,completion_nsec=100000,mbps=65,hw_queue_depth=32";
+/// The device's per-request time and per-channel bandwidth (DEVICE's
+/// completion_nsec and mbps), which the sensitivity rows scale.
+const DEVICE_NSEC: f64 = 100_000.0;
+const DEVICE_MBPS: f64 = 65.0;
+/// The sensitivity rows' scales of the device's service time: 0.5 is a
+/// device twice as fast (half the per-request time, twice the bandwidth),
+/// 2 one twice as slow.
+const SCALES: &[f64] = &[0.5, 2.0];
 const DEVICE_MODEL: &str = "a SATA SSD like the source's PLEXTOR PX-256M5S: 4 channels x (100 us + 65 MiB/s) per \
                             request (a 4k read at QD1 in about 0.1 ms, 260 MiB/s of sequential writes), 32 driver \
                             tags (NCQ), 64 scheduler tags";
@@ -137,13 +147,100 @@ pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentErro
     };
     let runs = super::alternate(CASES.len(), opts.rounds, |i, round| {
         eprintln!("async-starvation: {} (round {})", CASES[i].label, round + 1);
-        run_case(&CASES[i], &shape)
+        run_case(&CASES[i], DEVICE, &shape)
     })?;
-    let rows: Vec<Row> = CASES.iter().zip(runs).map(|(case, runs)| row(case, &shape, &runs)).collect();
+    let rows: Vec<Row> = CASES.iter().zip(runs).map(|(case, runs)| row(case, DEVICE, &shape, &runs)).collect();
     let idle = rows[0].startup_s.median.max(1e-9);
-    let table = table(&rows, idle, &shape);
-    let doc = document(opts, &rows, idle, &shape);
+    // Not in quick runs: three more cases per scale.
+    let sensitivity = if opts.quick { Vec::new() } else { sensitivity(opts, &shape)? };
+    let mut table = table(&rows, idle, &shape);
+    table.push_str(&sensitivity_table(&sensitivity, &rows, idle));
+    let mut doc = document(opts, &rows, idle, &shape);
+    doc["sensitivity"] = sensitivity.iter().map(Scaled::json).collect::<Vec<_>>().into();
     Ok((doc, panels(&rows, idle), table))
+}
+
+/// The headline's three cases (idle, before, after) on the device with its
+/// service time scaled.
+struct Scaled {
+    scale: f64,
+    device: String,
+    /// idle, before, after.
+    rows: Vec<Row>,
+}
+
+impl Scaled {
+    /// Start-up time of row `i` against this device's idle start-up.
+    fn x_idle(&self, i: usize) -> f64 {
+        self.rows[i].startup_s.median / self.rows[0].startup_s.median.max(1e-9)
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "scale": self.scale,
+            "device": self.device,
+            "idle_startup_s": self.rows[0].startup_s.json(),
+            "before_startup_s": self.rows[1].startup_s.json(),
+            "after_startup_s": self.rows[2].startup_s.json(),
+            "before_vs_idle": self.x_idle(1),
+            "after_vs_idle": self.x_idle(2),
+            "commands": self.rows.iter().map(|r| r.command.clone()).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// The device at `scale` x its service time: per-request time x scale,
+/// bandwidth / scale.
+fn scaled_device(scale: f64) -> String {
+    let (nsec, mbps) = ((DEVICE_NSEC * scale).round(), (DEVICE_MBPS / scale).round());
+    format!("null:gb=64,irqmode=2,channels=4,completion_nsec={nsec},mbps={mbps},hw_queue_depth=32")
+}
+
+/// How much of the headline is the device: idle, before and after again
+/// at each of `SCALES`, alternating within each round.
+fn sensitivity(opts: &Options, shape: &Shape) -> Result<Vec<Scaled>, ExperimentError> {
+    let headline: Vec<&'static Case> = ["idle", BEFORE, AFTER]
+        .iter()
+        .map(|label| CASES.iter().find(|c| c.label == *label).expect("a headline case"))
+        .collect();
+    let mut out = Vec::new();
+    for &scale in SCALES {
+        let device = scaled_device(scale);
+        let runs = super::alternate(headline.len(), opts.rounds, |i, round| {
+            eprintln!("async-starvation: device x{scale}: {} (round {})", headline[i].label, round + 1);
+            run_case(headline[i], &device, shape)
+        })?;
+        let rows = headline.iter().zip(runs).map(|(case, runs)| row(case, &device, shape, &runs)).collect();
+        out.push(Scaled { scale, device, rows });
+    }
+    Ok(out)
+}
+
+/// The sensitivity rows beside the calibrated device's (scale 1).
+fn sensitivity_table(scaled: &[Scaled], rows: &[Row], idle: f64) -> String {
+    if scaled.is_empty() {
+        return String::new();
+    }
+    let find = |label: &str| rows.iter().find(|r| r.case.label == label).map_or(0.0, |r| r.startup_s.median);
+    let mut out = format!(
+        "\nsensitivity to the device (the headline's cases with the service time scaled: per-request time x k, \
+         bandwidth / k; wake={SOURCE_WAKE}): start-up s (x idle), medians\n\
+         {:<5} | {:<72} | {:>8} | {:>17} | {:>15}\n",
+        "k", "device", "idle", "before", "after"
+    );
+    let line = |k: &str, device: &str, idle: f64, before: f64, after: f64| {
+        format!(
+            "{k:<5} | {device:<72} | {idle:>8.3} | {before:>8.3} ({:>5.1}) | {after:>7.3} ({:>4.1})\n",
+            before / idle.max(1e-9),
+            after / idle.max(1e-9)
+        )
+    };
+    out.push_str(&line("1", DEVICE, idle, find(BEFORE), find(AFTER)));
+    for s in scaled {
+        let m = |i: usize| s.rows[i].startup_s.median;
+        out.push_str(&line(&s.scale.to_string(), &s.device, m(0), m(1), m(2)));
+    }
+    out
 }
 
 /// The source's start-up times against its idle 0.6 s, by case label.
@@ -166,8 +263,8 @@ fn panels(rows: &[Row], idle: f64) -> Vec<Panel> {
         .with(Series::source("source (Linux 4.15-rc, PLEXTOR PX-256M5S)", source))]
 }
 
-fn run_case(case: &Case, shape: &Shape) -> Result<Run, ExperimentError> {
-    let (out, _) = super::run_args(&case_args(case, shape))?;
+fn run_case(case: &Case, device: &str, shape: &Shape) -> Result<Run, ExperimentError> {
+    let (out, _) = super::run_args(&case_args(case, device, shape))?;
     let app = out
         .entries
         .iter()
@@ -181,8 +278,8 @@ fn run_case(case: &Case, shape: &Shape) -> Result<Run, ExperimentError> {
 
 /// One case's bench arguments: `writers` writeback jobs from the start
 /// (unless idle); then the app's reads after `delay`, ending the run.
-fn case_args(case: &Case, shape: &Shape) -> Vec<String> {
-    let device = format!("{DEVICE},wake={}", case.wake);
+fn case_args(case: &Case, device: &str, shape: &Shape) -> Vec<String> {
+    let device = format!("{device},wake={}", case.wake);
     let mut args = vec!["--device".to_string(), device, format!("--sched={}", case.sched)];
     if case.background != Background::None {
         args.extend(
@@ -216,7 +313,7 @@ fn measure(app: &Entry, bg_bytes: u64, bg_ns: u64) -> Run {
     }
 }
 
-fn row(case: &'static Case, shape: &Shape, runs: &[Run]) -> Row {
+fn row(case: &'static Case, device: &str, shape: &Shape, runs: &[Run]) -> Row {
     Row {
         case,
         startup_s: Spread::over(runs, |r| r.startup_s),
@@ -226,7 +323,7 @@ fn row(case: &'static Case, shape: &Shape, runs: &[Run]) -> Row {
         tag_waits: Spread::over(runs, |r| r.tag_waits),
         tag_wait_ms: Spread::over(runs, |r| r.tag_wait_ms),
         bg_write_mib_s: Spread::over(runs, |r| r.bg_write_mib_s),
-        command: format!("mqblk bench {}", case_args(case, shape).join(" ")),
+        command: format!("mqblk bench {}", case_args(case, device, shape).join(" ")),
     }
 }
 
