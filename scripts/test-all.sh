@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole mqblk test suite, from a fresh Debian machine: installs what the
 # tests need, then runs unit, integration, CLI and doc tests (debug build, so
-# lifecycle assertions are on; the guest tests boot Linux 6.12 under qemu),
+# lifecycle assertions are on; the guest tests boot Linux 6.12 and 7.x
+# under qemu),
 # stock fio's libblkio engine on libblkio.so.1 (tests/blkio/fio.sh), the
 # performance gate (scripts/perf-gate.sh), the loom models (bounded
 # preemptions), Miri (scripts/miri.sh), cargo-fuzz on the NBD and
@@ -106,12 +107,12 @@ scripts/fio-libblkio.sh --guest >/dev/null
 # crates/mqblk-cli/tests/fio_examples.rs; cached in ~/.cache/mqblk.
 scripts/fio-examples.sh >/dev/null
 
-# The guests' kernels (Linux 6.12, and 6.1 for the oracle: tests/guest/
-# fetch-kernel.sh, cached), fetched beside the lints and unit tests: the
-# fetch waits on the network, not the CPUs. The background lane waits
-# for it before its first guest.
+# The guests' kernels (Linux 6.12 and 7.x, and 6.1 for the oracle:
+# tests/guest/fetch-kernel.sh, cached), fetched beside the lints and unit
+# tests: the fetch waits on the network, not the CPUs. The background lane
+# waits for it before its first guest.
 mkdir -p target
-(tests/guest/fetch-kernel.sh 6.12 && tests/guest/fetch-kernel.sh 6.1) > target/kernel-fetch.log 2>&1 &
+(tests/guest/fetch-kernel.sh 6.12 && tests/guest/fetch-kernel.sh 7 && tests/guest/fetch-kernel.sh 6.1) > target/kernel-fetch.log 2>&1 &
 fetch_pid=$!
 
 stage "formatting and lints (cargo fmt --check, clippy -D warnings, module order)"
@@ -165,7 +166,7 @@ fi
   # rebuilt them: 2m15s in the lane).
   cargo nextest run --workspace -E "$guests" --no-fail-fast --success-output final > "$guest_log" 2>&1 || status=$?
   echo "$status" > target/guest-tests.status
-  printf '%6d  the qemu guest tests (Linux 6.12: ublk, zoned ublk, nbd, vhost-user-blk and its reconnect, power cuts, smoke)\n' $((SECONDS - start)) >> target/background.times
+  printf '%6d  the qemu guest tests (Linux 6.12: ublk, zoned ublk, nbd, vhost-user-blk and its reconnect, power cuts, smoke; Linux 7.x: ublk, smoke)\n' $((SECONDS - start)) >> target/background.times
   run_oracle "background lane"
 ) &
 lane_pid=$!
@@ -244,8 +245,10 @@ grep -E '^ +(PASS|FAIL|SIGSEGV|SIGABRT|SIGKILL|TIMEOUT) \[|Summary \[' "$guest_l
 # and .err as it runs (a test nextest killed leaves them too): show the
 # tails of those that did not pass.
 if [ "$guest_status" -ne 0 ]; then
-  for name in $(grep -oE '^ +(FAIL|SIGSEGV|SIGABRT|SIGKILL|TIMEOUT) \[.*guest_[a-z_]+_script_passes' "$guest_log" |
-      sed -E 's/.*guest_([a-z_]+)_script_passes/\1/' | sort -u); do
+  # (NAME: smoke, or smoke_7 for the test of the 7.x guest, as the logs
+  # are named: crates/mqblk-cli/tests/common/mod.rs.)
+  for name in $(grep -oE '^ +(FAIL|SIGSEGV|SIGABRT|SIGKILL|TIMEOUT) \[.*guest_[a-z0-9_]+_script_passes' "$guest_log" |
+      sed -E 's/.*guest_([a-z0-9_]+)_script_passes/\1/' | sort -u); do
     # (.err holds a hung guest's report: every task's state and stack.)
     for tail in out:80 err:320; do
       echo "== the guest test $name: the last ${tail#*:} lines of target/guest-logs/$name.${tail%:*}"

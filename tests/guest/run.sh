@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Runs a shell script as root inside a Linux 6.12 guest.
+# Runs a shell script as root inside a Linux guest: Debian's 6.12 or 7.x.
 #
-#   tests/guest/run.sh SCRIPT [--mem MiB] [--cpus N] [--shared-mem] [--qemu ARG]...
+#   [MQBLK_GUEST_SERIES=6.12|7] tests/guest/run.sh SCRIPT [--mem MiB] [--cpus N] [--shared-mem] [--qemu ARG]...
 #
-# Boots Debian's 6.12 kernel (bookworm-backports) under qemu with TCG
-# (`-accel tcg -cpu max`: KVM hangs on this machine). The
+# Boots Debian's kernel of the series MQBLK_GUEST_SERIES names: 6.12 (the
+# default; bookworm-backports) or 7 (the newest 7.x, from trixie-backports)
+# under qemu with TCG (`-accel tcg -cpu max`: KVM hangs on this machine). The
 # guest mounts the host's / read-only over 9p and chroots into it, so SCRIPT
 # and every host program (nbd-client, mkfs.ext4, target/release/mqblk) run
 # as they would on the host, on the guest's kernel (fio: the scripts run the
@@ -20,15 +21,19 @@
 #   - loaded: netfs, 9pnet, 9pnet_virtio, 9p, nbd (/dev/nbd0..15), ublk_drv
 #     (/dev/ublk-control), configfs, crc16, crc32c_generic, mbcache, jbd2,
 #     ext4 (each with its dependencies; modules the kernel has built in are
-#     skipped). null_blk is NOT loaded: the script picks its parameters:
+#     skipped, and a module neither shipped nor built in fails the run);
+#     on 7.x no crc32c_generic: its ext4 calls the crc32c library, built in.
+#     null_blk is NOT loaded: the script picks its parameters:
 #       insmod "$MQBLK_GUEST_MODULES/null_blk.ko" nr_devices=1 gb=1
 #     Also shipped, not loaded: xor, raid6_pq, libcrc32c, btrfs (insmod in
-#     that order for a zoned btrfs), virtio_blk (for a --qemu disk).
+#     that order for a zoned btrfs; on 7.x xor, raid6_pq, libblake2b,
+#     btrfs), virtio_blk (for a --qemu disk).
 #   - environment (nothing else is passed from the host):
 #       PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 #       HOME=/root TERM=dumb LANG=C.UTF-8 MQBLK_GUEST=1
 #       MQBLK_GUEST_MODULES=/run/mqblk-guest/modules  (decompressed .ko files)
 #       MQBLK_GUEST_KERNEL=<uname -r of the guest>
+#       MQBLK_GUEST_SERIES=<the series asked for: 6.12 or 7>
 #       MQBLK_GUEST_SCRIPT=<SCRIPT's absolute host path>
 #       MQBLK_GUEST_FIO=<path of the fio to run>: the stock fio that
 #         `scripts/fio-libblkio.sh --guest` builds once and caches (libaio
@@ -59,18 +64,20 @@
 # Needs root (apt, and qemu reads all of / for the share). Installs with apt
 # when missing: qemu-system-x86, busybox-static (and what
 # scripts/fio-libblkio.sh --guest needs to build fio). Nothing else on the
-# host is installed or reconfigured: tests/guest/fetch-kernel.sh 6.12
+# host is installed or reconfigured: tests/guest/fetch-kernel.sh SERIES
 # fetches the kernel package with `apt-get download` through a private apt
 # state and unpacks it with `dpkg-deb -x`.
 #
 # Cache (outside the checkout): ${MQBLK_CACHE:-$HOME/.cache/mqblk}/
-#   apt-6.12/, kernel-<pkg version>/   the kernel (tests/guest/fetch-kernel.sh)
+#   apt-<series>/, kernel-<pkg version>/   the kernels
+#                            (tests/guest/fetch-kernel.sh)
 #   kernel-<pkg version>/initrd-<hash>.cpio.gz  busybox + modules + /init,
-#                            keyed by a hash of /init, the module list and
-#                            busybox
+#                            one folder per kernel package, keyed by a hash
+#                            of /init, the kernel release, the module list
+#                            and busybox
 #   fio-<version>-guest/     MQBLK_GUEST_FIO (scripts/fio-libblkio.sh)
 # MQBLK_GUEST_KERNEL_VERSION=<pkg version> pins a version already cached
-# (no apt at all).
+# (no apt at all); its kernel must be of the series asked for.
 #
 # SPDX-License-Identifier: MIT OR Apache-2.0
 set -euo pipefail
@@ -100,6 +107,11 @@ script=$(realpath "$script")
 timeout_s=${MQBLK_GUEST_TIMEOUT:-900}
 [[ $timeout_s =~ ^[0-9]+$ ]] || die "MQBLK_GUEST_TIMEOUT wants seconds, got $timeout_s"
 cache=${MQBLK_CACHE:-$HOME/.cache/mqblk}
+series=${MQBLK_GUEST_SERIES:-6.12}
+case "$series" in
+  6.12|7) ;;
+  *) die "MQBLK_GUEST_SERIES wants 6.12 or 7, got $series" ;;
+esac
 [ "$(id -u)" = 0 ] || die "needs root (apt, and qemu reads all of / for the 9p share)"
 
 # Temporary files and processes of this run, removed and stopped on exit
@@ -138,14 +150,26 @@ if [ -n "${MQBLK_GUEST_KERNEL_VERSION:-}" ]; then
   kdir=$cache/kernel-$MQBLK_GUEST_KERNEL_VERSION
   [ -d "$kdir" ] || die "MQBLK_GUEST_KERNEL_VERSION=$MQBLK_GUEST_KERNEL_VERSION is not cached in $cache"
 else
-  kdir=$(MQBLK_CACHE=$cache "$(dirname "${BASH_SOURCE[0]}")/fetch-kernel.sh" 6.12) || die "fetch: no 6.12 kernel (tests/guest/fetch-kernel.sh 6.12)"
+  kdir=$(MQBLK_CACHE=$cache "$(dirname "${BASH_SOURCE[0]}")/fetch-kernel.sh" "$series") ||
+    die "fetch: no $series kernel (tests/guest/fetch-kernel.sh $series)"
 fi
 root_dir=$kdir/root
-kernel=$(find "$root_dir/boot" -maxdepth 1 -name 'vmlinuz-*' | head -n 1)
-[ -n "$kernel" ] || die "no boot/vmlinuz-* in $root_dir"
-kver=${kernel##*/vmlinuz-}
-moddir=$root_dir/lib/modules/$kver
-[ -d "$moddir" ] || die "no modules at $moddir"
+# Two layouts (tests/guest/fetch-kernel.sh): 6.x boot/vmlinuz-K with
+# lib/modules/K/; 7.x usr/lib/modules/K/vmlinuz with its modules beside it.
+if kernel=$(find "$root_dir/boot" -maxdepth 1 -name 'vmlinuz-*' 2>/dev/null | head -n 1) && [ -n "$kernel" ]; then
+  kver=${kernel##*/vmlinuz-}
+  moddir=$root_dir/lib/modules/$kver
+elif kernel=$(find "$root_dir/usr/lib/modules" -mindepth 2 -maxdepth 2 -name vmlinuz 2>/dev/null | head -n 1) && [ -n "$kernel" ]; then
+  moddir=${kernel%/vmlinuz}
+  kver=${moddir##*/}
+else
+  die "no kernel in $root_dir (neither boot/vmlinuz-* nor usr/lib/modules/*/vmlinuz)"
+fi
+[ -d "$moddir/kernel" ] || die "no modules at $moddir/kernel"
+case "$kver" in
+  "$series".*) ;;
+  *) die "the kernel in $kdir is $kver, not of the series $series (MQBLK_GUEST_SERIES)" ;;
+esac
 
 # ---- fio for the scripts -------------------------------------------------------
 # Built once (one run at a time, as for the kernel) and cached; a cached
@@ -166,10 +190,21 @@ guest_fio=$(realpath "$guest_fio")
 
 # ---- modules: decompressed, in dependency order ---------------------------------
 # Loaded by /init in this order (with their dependencies first).
-load_modules=(netfs 9pnet 9pnet_virtio 9p nbd ublk_drv configfs crc16 crc32c_generic mbcache jbd2 ext4)
 # Shipped for the script to insmod itself, in this order (null_blk's
 # dependency, configfs, is loaded by /init; btrfs's come before it).
-extra_modules=(null_blk xor raid6_pq libcrc32c btrfs virtio_blk)
+case "$series" in
+  6.12)
+    # ext4 refuses to mount without the crypto API's crc32c ("Cannot load
+    # crc32c driver"), which modinfo does not list among its dependencies.
+    load_modules=(netfs 9pnet 9pnet_virtio 9p nbd ublk_drv configfs crc16 crc32c_generic mbcache jbd2 ext4)
+    extra_modules=(null_blk xor raid6_pq libcrc32c btrfs virtio_blk) ;;
+  7)
+    # ext4 and btrfs call the crc32c library (built in, CONFIG_CRC32=y):
+    # no crc32c_generic (now crc32c-cryptoapi) and no libcrc32c (gone);
+    # btrfs needs libblake2b.
+    load_modules=(netfs 9pnet 9pnet_virtio 9p nbd ublk_drv configfs crc16 mbcache jbd2 ext4)
+    extra_modules=(null_blk xor raid6_pq libblake2b btrfs virtio_blk) ;;
+esac
 
 # Prints the path of module $1's .ko.xz (file names may spell _ as -).
 module_file() {
@@ -204,8 +239,9 @@ for m in "${extra_modules[@]}"; do visit "$m"; done
 # Channels: ttyS0 the kernel console (quiet), ttyS1 the script's stdout,
 # ttyS2 its stderr, ttyS3 the harness: dmesg after the script, then the
 # exit marker. /job (a second cpio appended per run) holds the script's path,
-# the caller's working directory, a copy of the script and fio's path (and
-# a copy of fio, fio.bin, when its path is under /tmp or /run).
+# the caller's working directory, a copy of the script, the series asked
+# for and fio's path (and a copy of fio, fio.bin, when its path is under
+# /tmp or /run).
 init_text=$(cat <<'INIT'
 #!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -254,7 +290,8 @@ chroot /host /usr/bin/env -i \
   PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   HOME=/root TERM=dumb LANG=C.UTF-8 MQBLK_GUEST=1 \
   MQBLK_GUEST_MODULES=/run/mqblk-guest/modules \
-  MQBLK_GUEST_KERNEL="$(uname -r)" MQBLK_GUEST_SCRIPT="$(cat /job/script)" \
+  MQBLK_GUEST_KERNEL="$(uname -r)" MQBLK_GUEST_SERIES="$(cat /job/series)" \
+  MQBLK_GUEST_SCRIPT="$(cat /job/script)" \
   MQBLK_GUEST_FIO="$fio" \
   /bin/sh -c 'cd "$1" && if [ -x "$2" ]; then exec "$2"; else exec /bin/sh "$2"; fi' \
   sh "$cwd" "$script" < /dev/null > /dev/ttyS1 2> /dev/ttyS2 &
@@ -296,7 +333,7 @@ poweroff -f
 INIT
 )
 busybox_hash=$(sha256sum < "$busybox" | cut -c1-16)
-key=$(printf '%s\n%s\n%s\n%s\n' "$init_text" "${load_order[*]}" "${order[*]}" "$busybox_hash" | sha256sum | cut -c1-16)
+key=$(printf '%s\n%s\n%s\n%s\n%s\n' "$init_text" "$kver" "${load_order[*]}" "${order[*]}" "$busybox_hash" | sha256sum | cut -c1-16)
 initrd=$kdir/initrd-$key.cpio.gz
 if [ ! -f "$initrd" ]; then
   initrd_tmp=$(mktemp -d "$cache/.initrd.XXXXXX")
@@ -319,6 +356,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/mqblk-guest.XXXXXX")
 # The per-run part of the initramfs: concatenated cpio archives are merged by the kernel.
 mkdir -p "$work/job/job"
 printf '%s' "$script" > "$work/job/job/script"
+printf '%s' "$series" > "$work/job/job/series"
 printf '%s' "$PWD" > "$work/job/job/cwd"
 printf '%s' "$(( timeout_s > 120 ? timeout_s - 60 : timeout_s / 2 ))" > "$work/job/job/deadline"
 cp "$script" "$work/job/job/script.sh"

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Smoke test of the guest harness: run it with tests/guest/run.sh.
 #
-#   tests/guest/run.sh tests/guest/smoke.sh
+#   [MQBLK_GUEST_SERIES=6.12|7] tests/guest/run.sh tests/guest/smoke.sh
 #
-# Checks, inside the guest: a 6.12 kernel, /dev/ublk-control and /dev/nbd0,
+# Checks, inside the guest: a kernel of the series run.sh was asked for
+# (MQBLK_GUEST_SERIES: 6.12 or 7), /dev/ublk-control and /dev/nbd0,
 # that null_blk loads from $MQBLK_GUEST_MODULES with the script's own
 # parameters, and that fio (MQBLK_GUEST_FIO) writes 16 MiB of random 4k
 # I/O on /dev/nullb0 (memory-backed) and verifies (crc32c) all of it, then
@@ -22,9 +23,10 @@ fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 fio=${MQBLK_GUEST_FIO:-fio}
 
 kernel=$(uname -r)
+series=${MQBLK_GUEST_SERIES:-}
 case "$kernel" in
-  6.12*) pass "kernel $kernel" ;;
-  *) fail "kernel $kernel is not 6.12" ;;
+  "$series".*) pass "kernel $kernel (series $series)" ;;
+  *) fail "kernel $kernel is not of the series '$series' (MQBLK_GUEST_SERIES)" ;;
 esac
 
 for dev in /dev/ublk-control /dev/nbd0; do
@@ -57,7 +59,7 @@ if [ -b /dev/nullb0 ]; then
     fail "fio on /dev/nullb0: $(cut -d';' -f6 /tmp/fio.txt 2>/dev/null) KiB verified of 16384"
     cat /tmp/fio.txt >&2 || true
   fi
-  # The ext4 stack run.sh loads (crc32c_generic, jbd2, mbcache, ext4) mounts.
+  # The ext4 stack run.sh loads (crc32c, jbd2, mbcache, ext4) mounts.
   mkdir -p /tmp/mnt
   if mkfs.ext4 -q -F /dev/nullb0 && mount -t ext4 /dev/nullb0 /tmp/mnt &&
       echo smoke > /tmp/mnt/file && umount /tmp/mnt &&

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# `mqblk ublk` in a Linux 6.12 guest: run it with tests/guest/run.sh.
+# `mqblk ublk` in a Linux guest (6.12, or 7.x): run it with tests/guest/run.sh.
 #
 #   cargo build --release -p mqblk-cli && tests/guest/run.sh tests/guest/ublk.sh
+#   MQBLK_GUEST_SERIES=7 tests/guest/run.sh tests/guest/ublk.sh
 #
 # Uses the host's target/release/mqblk (MQBLK_BIN overrides it). Checks,
 # inside the guest, each on its own line ("ok: ..." or "FAIL: ..."), over
