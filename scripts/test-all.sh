@@ -77,7 +77,7 @@ fi
 # Real clients for the NBD server tests, real servers for the nbd:
 # driver's (nbdkit, qemu-nbd; psktool makes its TLS keys), fio for its
 # nbd engine, and
-# btrfs-progs for the zoned btrfs on /dev/ublkb0 (guest_ublk_zoned),
+# btrfs-progs for the zoned btrfs on /dev/ublkb0 (guest_ublk_zoned_7),
 # nbd-client for the kernel nbd client in the guest (guest_nbd),
 # valgrind for the performance gate's instruction counts, and sqlite3 for
 # the power-cut test in the guest (guest_crash), and a sans-serif font for
@@ -166,7 +166,7 @@ fi
   # rebuilt them: 2m15s in the lane).
   cargo nextest run --workspace -E "$guests" --no-fail-fast --success-output final > "$guest_log" 2>&1 || status=$?
   echo "$status" > target/guest-tests.status
-  printf '%6d  the qemu guest tests (Linux 6.12: ublk, zoned ublk, nbd, vhost-user-blk and its reconnect, power cuts, smoke; Linux 7.x: ublk, smoke)\n' $((SECONDS - start)) >> target/background.times
+  printf '%6d  the qemu guest tests (Linux 6.12: ublk, nbd, vhost-user-blk and its reconnect, power cuts, smoke; Linux 7.x: ublk, zoned ublk, smoke)\n' $((SECONDS - start)) >> target/background.times
   run_oracle "background lane"
 ) &
 lane_pid=$!
