@@ -35,6 +35,8 @@ struct Record {
     calls: Mutex<Vec<Call>>,
     /// Complete only this many bytes of each request, failing the rest.
     partial_bytes: Option<u64>,
+    /// The queue's max_sectors (None: the default).
+    max_sectors: Option<u32>,
 }
 
 /// Records every request and completes it inline.
@@ -48,7 +50,9 @@ impl Driver for Recorder {
         TagSetConfig::new(1, 64)
     }
     fn limits(&self) -> QueueLimits {
-        QueueLimits::new(1 << 30, 512)
+        let mut limits = QueueLimits::new(1 << 30, 512);
+        limits.max_sectors = self.0.max_sectors.unwrap_or(limits.max_sectors);
+        limits
     }
     fn queue_rq(&self, _hctx: &Hctx, rq: Rq, last: bool) -> QueueRqResult {
         let call = Call { sector: rq.sector(), nr_sectors: rq.nr_sectors(), segments: rq.nr_segments(), last };
@@ -353,6 +357,30 @@ fn max_segments_and_max_sectors_cap_merges() {
         assert_eq!(reap_all(&mut c).len(), 16);
         let s = dev.stats();
         assert_eq!((s.requests.read, s.merges.read), (requests, 16 - requests), "{spec}");
+    }
+}
+
+/// `ll_back_merge_fn` refuses a bio that would take the request past
+/// max_sectors, and that bio starts the next request: a plugged batch of
+/// 32 adjacent 4 KiB reads at null_blk's max_sectors of 255 reaches the
+/// driver as 31 pages (248 sectors) and 1, not as two halves; at 256 as
+/// one request.
+#[test]
+fn a_batch_past_max_sectors_is_a_full_request_and_the_rest() {
+    for (max_sectors, sizes) in [(255, vec![248, 8]), (256, vec![256])] {
+        let record = Arc::new(Record { max_sectors: Some(max_sectors), ..Record::default() });
+        let dev = Device::with_driver_options(Box::new(Recorder(record.clone())), QueueConfig::default()).unwrap();
+        let mut c = dev.client();
+        {
+            let mut plug = c.plug_nr_ios(32);
+            for i in 0..32u64 {
+                plug.submit(Bio::read(i * 4096, Buf::new(4096)), i).unwrap();
+            }
+        }
+        assert_eq!(reap_all(&mut c).len(), 32);
+        let seen: Vec<u32> = calls(&record).iter().map(|c| c.nr_sectors).collect();
+        assert_eq!(seen, sizes, "max_sectors={max_sectors}");
+        assert_eq!(dev.stats().plug_flushes, 1, "one flush: no request reached 128 KiB before the last");
     }
 }
 

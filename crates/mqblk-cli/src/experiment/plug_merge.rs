@@ -242,8 +242,12 @@ pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentErro
     match &anchor {
         Ok(a) => table.push_str(&format!(
             "\nanchor, the kernel itself (fio libaio direct=1 on a loop device over tmpfs, batch 16): \
-             {} bios, {} requests, {} merges, {} KiB/s\n",
-            a["bios"], a["requests"], a["merges"], a["bw_kib_per_sec"]
+             {} bios (fio), {} requests and {} merges (the device's counters: {:.2} bios per request), {} KiB/s\n",
+            a["bios"],
+            a["requests"],
+            a["merges"],
+            a["bios_per_request"].as_f64().unwrap_or(f64::NAN),
+            a["bw_kib_per_sec"]
         )),
         Err(why) => table.push_str(&format!("\nkernel loop-device anchor not run: {why}\n")),
     }
