@@ -84,9 +84,25 @@ pub const UBLK_F_USER_COPY: u64 = 1 << 7;
 pub const UBLK_F_ZONED: u64 = 1 << 8;
 /// Linux 6.13: while no server runs, fail I/O instead of holding it.
 pub const UBLK_F_USER_RECOVERY_FAIL_IO: u64 = 1 << 9;
+// Named for messages (GET_FEATURES of Linux 7.3 reports bits 0-20; the
+// kernel adds PER_IO_DAEMON, BUF_REG_OFF_DAEMON and SAFE_STOP_DEV to every
+// device's flags); mqblk asks for none of them yet.
+pub const UBLK_F_UPDATE_SIZE: u64 = 1 << 10;
+/// The kernel registers each request's pages in the server's io_uring
+/// buffer table (Linux 6.16).
+pub const UBLK_F_AUTO_BUF_REG: u64 = 1 << 11;
+pub const UBLK_F_QUIESCE: u64 = 1 << 12;
+pub const UBLK_F_PER_IO_DAEMON: u64 = 1 << 13;
+pub const UBLK_F_BUF_REG_OFF_DAEMON: u64 = 1 << 14;
+pub const UBLK_F_BATCH_IO: u64 = 1 << 15;
+pub const UBLK_F_INTEGRITY: u64 = 1 << 16;
+pub const UBLK_F_SAFE_STOP_DEV: u64 = 1 << 17;
+pub const UBLK_F_NO_AUTO_PART_SCAN: u64 = 1 << 18;
+pub const UBLK_F_SHMEM_ZC: u64 = 1 << 19;
+pub const UBLK_F_IO_DESC_SIZE: u64 = 1 << 20;
 
 /// Feature bits with their header names, for messages.
-pub const FEATURE_NAMES: [(u64, &str); 10] = [
+pub const FEATURE_NAMES: [(u64, &str); 21] = [
     (UBLK_F_SUPPORT_ZERO_COPY, "UBLK_F_SUPPORT_ZERO_COPY"),
     (UBLK_F_URING_CMD_COMP_IN_TASK, "UBLK_F_URING_CMD_COMP_IN_TASK"),
     (UBLK_F_NEED_GET_DATA, "UBLK_F_NEED_GET_DATA"),
@@ -97,6 +113,17 @@ pub const FEATURE_NAMES: [(u64, &str); 10] = [
     (UBLK_F_USER_COPY, "UBLK_F_USER_COPY"),
     (UBLK_F_ZONED, "UBLK_F_ZONED"),
     (UBLK_F_USER_RECOVERY_FAIL_IO, "UBLK_F_USER_RECOVERY_FAIL_IO"),
+    (UBLK_F_UPDATE_SIZE, "UBLK_F_UPDATE_SIZE"),
+    (UBLK_F_AUTO_BUF_REG, "UBLK_F_AUTO_BUF_REG"),
+    (UBLK_F_QUIESCE, "UBLK_F_QUIESCE"),
+    (UBLK_F_PER_IO_DAEMON, "UBLK_F_PER_IO_DAEMON"),
+    (UBLK_F_BUF_REG_OFF_DAEMON, "UBLK_F_BUF_REG_OFF_DAEMON"),
+    (UBLK_F_BATCH_IO, "UBLK_F_BATCH_IO"),
+    (UBLK_F_INTEGRITY, "UBLK_F_INTEGRITY"),
+    (UBLK_F_SAFE_STOP_DEV, "UBLK_F_SAFE_STOP_DEV"),
+    (UBLK_F_NO_AUTO_PART_SCAN, "UBLK_F_NO_AUTO_PART_SCAN"),
+    (UBLK_F_SHMEM_ZC, "UBLK_F_SHMEM_ZC"),
+    (UBLK_F_IO_DESC_SIZE, "UBLK_F_IO_DESC_SIZE"),
 ];
 
 /// The names of the bits set in `flags` ("0x.." for unknown bits).
@@ -474,5 +501,13 @@ mod tests {
     #[test]
     fn feature_names_name_unknown_bits() {
         assert_eq!(feature_names(UBLK_F_CMD_IOCTL_ENCODE | 1 << 40), ["UBLK_F_CMD_IOCTL_ENCODE", "0x10000000000"]);
+        // What Linux 7.3's GET_FEATURES reported: every bit named.
+        let names = feature_names(0x1f_ffff);
+        assert_eq!(names.len(), 21, "{names:?}");
+        assert!(names.iter().all(|n| n.starts_with("UBLK_F_")), "{names:?}");
+        assert_eq!(
+            feature_names(0x26000),
+            ["UBLK_F_PER_IO_DAEMON", "UBLK_F_BUF_REG_OFF_DAEMON", "UBLK_F_SAFE_STOP_DEV"]
+        );
     }
 }
