@@ -52,6 +52,11 @@ impl<F: ?Sized> Registry<F> {
         self.entries.lock().iter().any(|(_, e)| f(e))
     }
 
+    /// Every registered entry, in registration order.
+    pub(crate) fn values(&self) -> Vec<Arc<F>> {
+        self.entries.lock().iter().map(|(_, e)| e.clone()).collect()
+    }
+
     /// The built-in names, then the registered ones.
     pub(crate) fn names(&self, builtin: &[&str]) -> Vec<String> {
         builtin.iter().map(|s| s.to_string()).chain(self.entries.lock().iter().map(|(n, _)| n.clone())).collect()

@@ -426,3 +426,15 @@ fn table(rows: &[Row], idle: f64, shape: &Shape) -> String {
     out.push_str(&explain(rows, idle, shape));
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_unscaled_device_is_the_calibrated_one() {
+        // DEVICE_NSEC and DEVICE_MBPS restate DEVICE's keys: they must agree.
+        assert_eq!(scaled_device(1.0), DEVICE);
+        assert!(scaled_device(2.0).contains("completion_nsec=200000,mbps=33,"), "{}", scaled_device(2.0));
+    }
+}

@@ -65,10 +65,10 @@ pub(crate) fn is_elevator_tunable(key: &str) -> bool {
 /// once (for the accepted keys an unknown key's error lists).
 pub(crate) fn elevator_tunables() -> Vec<String> {
     let mut keys: Vec<String> = Vec::new();
-    for name in ELEVATORS.names(&[]) {
-        for key in elevator(&name).map(|e| e.tunables.clone()).unwrap_or_default() {
-            if !keys.contains(&key) {
-                keys.push(key);
+    for entry in ELEVATORS.values() {
+        for key in &entry.tunables {
+            if !keys.contains(key) {
+                keys.push(key.clone());
             }
         }
     }
