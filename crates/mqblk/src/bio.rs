@@ -146,6 +146,11 @@ impl ReqFlags {
     /// blocks, a memory store its pages). Without it a write zeroes may
     /// free the range, as a discard does.
     pub const NOUNMAP: ReqFlags = ReqFlags(1 << 5);
+    /// The data is a kernel buffer ([`KernelBuf`](crate::KernelBuf)),
+    /// which the block layer cannot look into: never merged (as the
+    /// kernel's REQ_NOMERGE). Set by `Bio::read_kernel` and
+    /// `Bio::write_kernel`; submission refuses a kernel buffer without it.
+    pub const KERNEL_BUF: ReqFlags = ReqFlags(1 << 6);
 
     /// Are all of `other`'s flags set?
     pub const fn contains(self, other: ReqFlags) -> bool {
@@ -185,6 +190,7 @@ impl fmt::Debug for ReqFlags {
             (ReqFlags::BACKGROUND, "BACKGROUND"),
             (ReqFlags::NOWAIT, "NOWAIT"),
             (ReqFlags::NOUNMAP, "NOUNMAP"),
+            (ReqFlags::KERNEL_BUF, "KERNEL_BUF"),
         ];
         let set: Vec<&str> = names.iter().filter(|(fl, _)| self.contains(*fl)).map(|(_, n)| *n).collect();
         write!(f, "{}", if set.is_empty() { "NONE".to_string() } else { set.join("|") })
@@ -364,6 +370,19 @@ impl Bio {
     /// [`Bio::readv`] for the rules and an example).
     pub fn writev(offset: u64, segs: impl Into<BioVec>) -> Self {
         Self::with_segs(Op::Write, offset, segs.into())
+    }
+
+    /// Read `len` bytes at `offset` into a kernel buffer (a ublk
+    /// request's pages): for devices whose driver takes kernel buffers
+    /// (`QueueLimits::kernel_buffers`), as one request, never merged or
+    /// split. Example: [`KernelBuf`](crate::KernelBuf).
+    pub fn read_kernel(offset: u64, kbuf: crate::KernelBuf, len: usize) -> Self {
+        Self::with_segs(Op::Read, offset, BioVec::kernel(kbuf, len)).with_flags(ReqFlags::KERNEL_BUF)
+    }
+
+    /// Write `len` bytes of a kernel buffer at `offset` (as `read_kernel`).
+    pub fn write_kernel(offset: u64, kbuf: crate::KernelBuf, len: usize) -> Self {
+        Self::with_segs(Op::Write, offset, BioVec::kernel(kbuf, len)).with_flags(ReqFlags::KERNEL_BUF)
     }
 
     /// Flush the device's volatile cache.

@@ -58,6 +58,8 @@ pub enum SubmitError {
          block fits in one request (max_segments {max_segments}, seg_boundary_mask {seg_boundary_mask:#x})"
     )]
     Unsplittable { at: u64, max_segments: u32, seg_boundary_mask: u64 },
+    #[error("{op:?} of {len} bytes over a kernel buffer refused: {reason}")]
+    KernelBuffer { op: Op, len: u64, reason: &'static str },
     #[error("the client already has {max} I/Os in flight (its completion ring capacity): reap some with do_io first")]
     TooManyInFlight { max: usize },
     #[error("no free tag and NOWAIT was set")]

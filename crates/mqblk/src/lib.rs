@@ -111,7 +111,7 @@ mod trace;
 pub mod zoned;
 
 pub use bio::{Bio, IoPrio, IoPrioClass, Op, ReqFlags, SECTOR_SHIFT, SECTOR_SIZE};
-pub use buf::{BioVec, Buf, FixedBufs, BIO_MAX_VECS, BUF_ALIGN};
+pub use buf::{BioVec, Buf, FixedBufs, KernelBuf, BIO_MAX_VECS, BUF_ALIGN};
 pub use client::{Client, ClientStats, Completion, CompletionSink, Plug, RwCount};
 pub use config::ConfigError;
 pub use device::{Attrs, BlockStatusMap, Device, DeviceConfig, DirectReads, Power, RegisteredBuffers, Zones};

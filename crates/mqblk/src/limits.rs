@@ -6,7 +6,7 @@
 //! Relies on: bio.rs (Bio, Op), error.rs (SubmitError), segment.rs (the
 //! segment limits' rules), zoned.rs.
 
-use crate::bio::{Bio, Op, SECTOR_SHIFT, SECTOR_SIZE};
+use crate::bio::{Bio, Op, ReqFlags, SECTOR_SHIFT, SECTOR_SIZE};
 use crate::buf::BIO_MAX_VECS;
 use crate::error::SubmitError;
 use crate::segment::SegLimits;
@@ -93,6 +93,11 @@ pub struct QueueLimits {
     /// A zoned device's zone geometry and limits (None: not zoned). Bios
     /// are split at zone boundaries, and zone ops are accepted only then.
     pub zoned: Option<crate::zoned::ZonedLimits>,
+    /// The driver takes bios over kernel buffers (`Bio::read_kernel`,
+    /// `KernelBuf`: a ublk request's pages, read and written in place); a
+    /// feature, as the kernel's `queue_limits.features` holds its
+    /// BLK_FEAT_* flags. Without it such bios are refused.
+    pub kernel_buffers: bool,
 }
 
 impl QueueLimits {
@@ -113,6 +118,7 @@ impl QueueLimits {
             fua: false,
             rotational: false,
             zoned: None,
+            kernel_buffers: false,
         }
     }
 
@@ -288,6 +294,9 @@ impl QueueLimits {
                 return self.check_zone_bio(bio, z);
             }
         }
+        if bio.segs.is_kernel() {
+            self.check_kernel_bio(bio)?;
+        }
         let buf_len = self.check_segments(bio)?;
         if op.has_data() != buf_len.is_some() || (op.has_data() && buf_len != Some(len as usize)) {
             return Err(SubmitError::BadBuffer { op, len, buf_len });
@@ -312,6 +321,30 @@ impl QueueLimits {
             return Err(SubmitError::TooLarge { len, max });
         }
         Ok(())
+    }
+
+    /// A bio over a kernel buffer (`KernelBuf`): a read or write, to a
+    /// driver that takes them, carrying `KERNEL_BUF` (so nothing merges
+    /// it), and small enough to be one request as it is: the block layer
+    /// cannot split what it cannot address. (Bounds and alignment follow
+    /// in `check_bio_fully`, as for any bio.)
+    fn check_kernel_bio(&self, bio: &Bio) -> Result<(), SubmitError> {
+        let (op, len) = (bio.op, bio.len);
+        let reason = if !self.kernel_buffers {
+            "the device's driver does not take kernel buffers"
+        } else if !matches!(op, Op::Read | Op::Write) {
+            "only reads and writes carry a kernel buffer"
+        } else if !bio.flags.contains(ReqFlags::KERNEL_BUF) {
+            "a kernel buffer's bio must carry ReqFlags::KERNEL_BUF (Bio::read_kernel and write_kernel set it)"
+        } else if len > self.max_transfer_bytes()
+            || len > u64::from(self.max_segment_size)
+            || len > self.seg_boundary_mask.saturating_add(1)
+        {
+            "larger than one request may be (max_sectors, max_segment_size, seg_boundary_mask): it cannot be split"
+        } else {
+            return Ok(());
+        };
+        Err(SubmitError::KernelBuffer { op, len, reason })
     }
 
     /// A bio's segments: at most BIO_MAX_VECS, each a positive whole
@@ -359,6 +392,7 @@ impl QueueLimits {
         let (total, low_bits, any_zero) = match segs {
             crate::buf::SegArray::Bufs(b) => sum_lengths(b.iter().map(|b| b.len())),
             crate::buf::SegArray::Iovecs(v) => sum_lengths(v.iter().map(|v| v.iov_len)),
+            crate::buf::SegArray::Kernel(len) => sum_lengths(std::iter::once(len)),
         };
         if low_bits & lbs_mask != 0 || any_zero {
             return Err(self.bad_segment(segs));
@@ -381,7 +415,8 @@ impl QueueLimits {
     /// A vectored read or write of at most `plain_max_bytes` that passes
     /// `check_bio` as it is and needs no split for its segments
     /// (`segments_fit_anywhere`): the plain path's, as `plain_rw_ok` is for
-    /// one buffer.
+    /// one buffer. Not a kernel buffer's bio: its own checks are
+    /// `check_bio_fully`'s.
     #[inline]
     pub(crate) fn plain_vectored_ok(&self, bio: &Bio) -> bool {
         let (offset, len) = (bio.offset, bio.len);
@@ -389,6 +424,7 @@ impl QueueLimits {
         let end = offset.wrapping_add(len);
         let segs = bio.segs.seg_array();
         matches!(bio.op, Op::Read | Op::Write)
+            && !bio.segs.is_kernel()
             && len != 0
             && (offset | len) & lbs_mask == 0
             && end >= offset

@@ -11,7 +11,7 @@
 //! Reads, writes and discards merge (discards by the same
 //! contiguity rule, as the kernel does with one discard segment); flushes,
 //! write-zeroes and FUA bios never do (the kernel's REQ_NOMERGE_FLAGS and
-//! `rq_mergeable`). Pieces of a split bio neither merge nor take merges:
+//! `rq_mergeable`), nor do bios over a kernel buffer (`KernelBuf`). Pieces of a split bio neither merge nor take merges:
 //! they are already as large as a request may be.
 //!
 //! The merged bio keeps its identity: its buffer, cookie and origin go into
@@ -110,10 +110,14 @@ pub enum MergeKind {
 pub(crate) const MERGE_CLASS: ReqFlags =
     ReqFlags::SYNC.union(ReqFlags::HIPRI).union(ReqFlags::BACKGROUND).union(ReqFlags::FUA);
 
+/// Flags that keep an I/O out of every merge: FUA (REQ_NOMERGE_FLAGS), and
+/// a kernel buffer, which is one buffer the block layer cannot join.
+const NOMERGE: ReqFlags = ReqFlags::FUA.union(ReqFlags::KERNEL_BUF);
+
 /// Can an I/O of this op and flags take part in a merge at all?
 #[inline(always)]
 pub(crate) fn mergeable(op: Op, flags: ReqFlags) -> bool {
-    matches!(op, Op::Read | Op::Write | Op::Discard) && !flags.contains(ReqFlags::FUA)
+    matches!(op, Op::Read | Op::Write | Op::Discard) && flags.bits() & NOMERGE.bits() == 0
 }
 
 /// A bio, as far as the merge rules look at it (example: [`MergeKind`]).

@@ -19,9 +19,11 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 mod fixed;
+mod kernel;
 mod vec;
 
 pub use fixed::FixedBufs;
+pub use kernel::KernelBuf;
 use fixed::Region;
 pub use vec::{BioVec, BIO_MAX_VECS};
 pub(crate) use vec::{SegArray, SegArrayRaw};

@@ -20,14 +20,15 @@
 //! (`ptr`: its array of `Buf`s, `len`: their count, `owner >> 3`: the
 //! `Vec`'s capacity, bit 2 clear), or, with every bit of `owner` set or
 //! every bit but bit 3 (bit 2 set: no vector's), a borrowed array of `len`
-//! iovecs at `ptr`, unchecked or checked by its caller; any
-//! other value of the two bits makes the words one `Buf` (its pointer,
+//! iovecs at `ptr`, unchecked or checked by its caller; with every bit
+//! but bit 4 set, a kernel buffer (kernel.rs: `ptr` the packed
+//! `KernelBuf`, `len` its bytes, nothing owned); any other value of the two bits makes the words one `Buf` (its pointer,
 //! length and owner, buf/mod.rs). So the three low bits tell a vector of
 //! `Buf`s (`VEC`, bit 2 clear) from everything else in one test
 //! ([`BioVec::owns_vec`]).
 //!
 //! The block layer walks segments through [`SegArray`], which reads either
-//! array as (address, length) pairs.
+//! array (or a kernel buffer's one segment) as (address, length) pairs.
 //!
 //! Relies on: `Buf` being `#[repr(C)]` with `ptr`, `len`, `owner` in this
 //! order, its owner kinds using only the values 0-2 of the two low bits.
@@ -53,6 +54,12 @@ const OWNER_IOVECS: usize = usize::MAX;
 /// vector's bit 2 is clear).
 const OWNER_IOVECS_CHECKED: usize = usize::MAX - 8;
 const _: () = assert!(OWNER_IOVECS & OWNER_LOW3 == 7 && OWNER_IOVECS_CHECKED & OWNER_LOW3 == 7);
+/// `owner` of a kernel buffer (`BioVec::kernel`): the kind bits `VEC`,
+/// bit 2 set and bit 4 clear, so neither a vector's nor an iovec array's
+/// (`owner_is_iovecs` is false: bit 4 stays clear under `| 8`). `ptr` is
+/// the packed `KernelBuf` (never null), `len` its bytes.
+const OWNER_KERNEL: usize = usize::MAX - 16;
+const _: () = assert!(OWNER_KERNEL & OWNER_LOW3 == 7 && !owner_is_iovecs(OWNER_KERNEL));
 
 /// Is `owner` a borrowed iovec array's (checked or not)?
 #[inline(always)]
@@ -158,6 +165,24 @@ impl BioVec {
         Self { ptr: iov.cast_mut().cast(), len: nr, owner: OWNER_IOVECS }
     }
 
+    /// One segment of `len` bytes in a kernel buffer (`Bio::read_kernel`,
+    /// `Bio::write_kernel`): no memory of this process; nothing is owned.
+    #[inline]
+    pub fn kernel(kbuf: crate::KernelBuf, len: usize) -> Self {
+        Self { ptr: kbuf.pack() as *mut u8, len, owner: OWNER_KERNEL }
+    }
+
+    /// The kernel buffer, if that is what it holds (`BioVec::kernel`).
+    #[inline(always)]
+    pub fn kernel_buf(&self) -> Option<crate::KernelBuf> {
+        self.is_kernel().then(|| crate::KernelBuf::unpack(self.ptr as usize))
+    }
+
+    #[inline(always)]
+    pub(crate) fn is_kernel(&self) -> bool {
+        !self.ptr.is_null() && self.owner == OWNER_KERNEL
+    }
+
     /// Does it borrow an iovec array (`from_iovecs`)?
     #[inline(always)]
     fn is_iovecs(&self) -> bool {
@@ -203,6 +228,9 @@ impl BioVec {
     /// what the block layer's walks read.
     #[inline(always)]
     pub(crate) fn seg_array(&self) -> SegArray<'_> {
+        if self.is_kernel() {
+            return SegArray::Kernel(self.len);
+        }
         match self.iovecs() {
             Some(iov) => SegArray::Iovecs(iov),
             None => SegArray::Bufs(self.as_slice()),
@@ -256,7 +284,7 @@ impl BioVec {
     pub fn nr_segs(&self) -> usize {
         if self.ptr.is_null() {
             0
-        } else if self.owner & OWNER_KIND == OWNER_VEC {
+        } else if self.owner & OWNER_KIND == OWNER_VEC && self.owner != OWNER_KERNEL {
             self.len
         } else {
             1
@@ -271,6 +299,7 @@ impl BioVec {
             return &[];
         }
         assert!(!owner_is_iovecs(self.owner), "BioVec::as_slice of a borrowed iovec array (see BioVec::iovecs)");
+        assert_ne!(self.owner, OWNER_KERNEL, "BioVec::as_slice of a kernel buffer (see BioVec::kernel_buf)");
         if self.owner & OWNER_KIND != OWNER_VEC {
             // SAFETY: these words are one `Buf` (module header), and `Buf` is
             // `#[repr(C)]` with the same fields: `self` is a valid `Buf`.
@@ -288,6 +317,7 @@ impl BioVec {
             return &mut [];
         }
         assert!(!owner_is_iovecs(self.owner), "BioVec::as_mut_slice of a borrowed iovec array");
+        assert_ne!(self.owner, OWNER_KERNEL, "BioVec::as_mut_slice of a kernel buffer");
         if self.owner & OWNER_KIND != OWNER_VEC {
             // SAFETY: as in `as_slice`, exclusively (`&mut self`).
             return std::slice::from_mut(unsafe { &mut *(self as *mut BioVec).cast::<Buf>() });
@@ -307,6 +337,8 @@ impl BioVec {
         if self.is_iovecs() {
             return Some(SegArrayRaw { base: self.ptr.cast_const(), iovecs: true, nr: self.len });
         }
+        // Submission refuses a kernel buffer a request cannot hold whole.
+        assert!(!self.is_kernel(), "a bio over a kernel buffer is never split");
         let segs = self.as_mut_slice();
         Some(SegArrayRaw { base: segs.as_mut_ptr().cast_const().cast(), iovecs: false, nr: segs.len() })
     }
@@ -368,7 +400,7 @@ impl BioVec {
     #[inline(never)]
     unsafe fn vec_into_buf(ptr: *mut u8, len: usize, owner: usize) -> Result<Buf, BioVec> {
         let this = BioVec { ptr, len, owner };
-        if this.is_vectored() && !owner_is_iovecs(owner) && len == 1 {
+        if this.is_vectored() && !owner_is_iovecs(owner) && owner != OWNER_KERNEL && len == 1 {
             let mut v = this.into_vec();
             return Ok(v.pop().expect("one element"));
         }
@@ -380,7 +412,7 @@ impl BioVec {
     /// of one (an allocation); a borrowed iovec array, an empty one (it
     /// owned nothing).
     pub fn into_vec(self) -> Vec<Buf> {
-        if self.is_iovecs() {
+        if self.is_iovecs() || self.is_kernel() {
             std::mem::forget(self);
             return Vec::new();
         }
@@ -455,8 +487,8 @@ impl Drop for BioVec {
 /// `BioVec` is not used again.
 #[inline(never)]
 unsafe fn drop_words(ptr: *mut u8, len: usize, owner: usize) {
-    if owner_is_iovecs(owner) {
-        return; // borrowed: nothing is ours
+    if owner_is_iovecs(owner) || owner == OWNER_KERNEL {
+        return; // borrowed, or the kernel's: nothing is ours
     }
     if owner & OWNER_KIND == OWNER_VEC {
         // SAFETY: a vector's words are what `from(Vec<Buf>)` took apart.
@@ -474,6 +506,9 @@ impl fmt::Debug for BioVec {
         if self.is_iovecs() {
             return write!(f, "BioVec({} borrowed iovecs, {} bytes)", self.len, self.len_bytes());
         }
+        if let Some(kbuf) = self.kernel_buf() {
+            return write!(f, "BioVec(kernel buffer {kbuf:?}, {} bytes)", self.len);
+        }
         match (self.is_vectored(), self.nr_segs()) {
             (false, 0) => write!(f, "BioVec(none)"),
             (false, _) => write!(f, "BioVec({} bytes)", self.len),
@@ -488,6 +523,9 @@ impl fmt::Debug for BioVec {
 pub(crate) enum SegArray<'a> {
     Bufs(&'a [Buf]),
     Iovecs(&'a [libc::iovec]),
+    /// A kernel buffer of this many bytes: one segment at "address" 0, its
+    /// offset into the buffer (kernel.rs).
+    Kernel(usize),
 }
 
 impl<'a> SegArray<'a> {
@@ -496,6 +534,7 @@ impl<'a> SegArray<'a> {
         match self {
             SegArray::Bufs(b) => b.len(),
             SegArray::Iovecs(v) => v.len(),
+            SegArray::Kernel(_) => 1,
         }
     }
 
@@ -506,6 +545,10 @@ impl<'a> SegArray<'a> {
         match self {
             SegArray::Bufs(b) => (b[i].raw_ptr() as usize, b[i].len()),
             SegArray::Iovecs(v) => (v[i].iov_base as usize, v[i].iov_len),
+            SegArray::Kernel(len) => {
+                assert_eq!(i, 0, "a kernel buffer is one segment");
+                (0, len)
+            }
         }
     }
 

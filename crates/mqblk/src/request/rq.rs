@@ -311,6 +311,16 @@ impl Rq {
         unsafe { segs::for_each_phys(self.rq(), f) }
     }
 
+    /// The kernel buffer the request's data is in (`Bio::read_kernel`),
+    /// if it is one: then it is the request's only segment, never merged
+    /// or split, and its physical segment's "address" is the offset into
+    /// the buffer (0). Only drivers that set `QueueLimits::kernel_buffers`
+    /// are given such requests; `Rq::segments` and `Rq::data` panic on
+    /// them (there is no memory to show).
+    pub fn kernel_buf(&self) -> Option<crate::KernelBuf> {
+        self.rq().segs.kernel_buf()
+    }
+
     /// The data of a write (empty for ops without data). Only for a request
     /// of at most one segment: use [`Rq::segments`] or
     /// [`Rq::for_each_segment`] for any request.
