@@ -370,6 +370,9 @@ impl Driver for FileDriver {
         l.max_segments = MAX_SEGMENTS;
         l.max_segment_size = u32::MAX;
         l.seg_boundary_mask = u64::MAX;
+        // Every ring has its buffer table (not IOPOLL ones): ublk's zero
+        // copy (ring/kbuf.rs).
+        l.kernel_buffers = self.rings.iter().all(|r| r.kernel_buffers);
         l.rotational = self.sysfs.as_ref().is_some_and(|s| s.rotational);
         let discard = !self.blockdev || self.sysfs.as_ref().is_some_and(|s| s.discard);
         if discard {
@@ -457,7 +460,7 @@ impl Driver for FileDriver {
         let c = &self.cfg;
         let _ = writeln!(
             out,
-            "file/path={} direct={} size_bytes={} bs={} blockdev={} rings={} poll_queues={} fixed_ios={}",
+            "file/path={} direct={} size_bytes={} bs={} blockdev={} rings={} poll_queues={} fixed_ios={} kernel_buffer_ios={}",
             c.path,
             c.direct as u8,
             self.size_bytes,
@@ -465,7 +468,8 @@ impl Driver for FileDriver {
             self.blockdev as u8,
             self.rings.len(),
             c.nr_poll_queues(),
-            self.rings.iter().map(|r| r.fixed_ios.load(std::sync::atomic::Ordering::Relaxed)).sum::<usize>()
+            self.rings.iter().map(|r| r.fixed_ios.load(std::sync::atomic::Ordering::Relaxed)).sum::<usize>(),
+            self.rings.iter().map(|r| r.kernel_ios.load(std::sync::atomic::Ordering::Relaxed)).sum::<usize>()
         );
     }
 }

@@ -5,13 +5,15 @@
 //! that polls.
 //!
 //! Each in-flight request sits in the slot of its driver tag with its
-//! iovecs and progress, so nothing is allocated per I/O. Short reads and
+//! iovecs and progress, so nothing is allocated per I/O. A request over a
+//! kernel buffer (a ublk request's pages) becomes a chain of three SQEs
+//! instead (kbuf.rs), through the ring's sparse buffer table. Short reads and
 //! writes are resubmitted for the remainder, EAGAIN is retried, any other
 //! errno becomes the request's status.
 //!
 //! Relies on: the io-uring crate; the block layer's guarantee that a tag
 //! is in flight at most once (so its slot has one owner at a time);
-//! sqe.rs for the SQE each request becomes.
+//! sqe.rs for the SQE each request becomes, kbuf.rs for the chain.
 
 use std::cell::UnsafeCell;
 use std::os::fd::RawFd;
@@ -25,8 +27,10 @@ use parking_lot::Mutex;
 use mqblk::driver::Rq;
 use mqblk::Status;
 
+mod kbuf;
 mod sqe;
 
+use kbuf::{Chain, STEP_MASK};
 use sqe::advance;
 
 /// io_uring_enter: wait for completions (<linux/io_uring.h>).
@@ -67,6 +71,8 @@ struct Inflight {
     offset: u64,
     len: u64,
     done: u64,
+    /// A kernel-buffer request's chain (kbuf.rs); None for memory.
+    chain: Option<Chain>,
 }
 
 pub(crate) struct Ring {
@@ -83,6 +89,11 @@ pub(crate) struct Ring {
     inflight: AtomicUsize,
     /// SQEs issued with the fixed opcodes (shown by `show`).
     pub(crate) fixed_ios: AtomicUsize,
+    /// Kernel-buffer chains issued (kbuf.rs; shown by `show`).
+    pub(crate) kernel_ios: AtomicUsize,
+    /// The ring has a sparse buffer table of 1 + depth entries: index 0
+    /// for the registered region, 1 + tag for each tag's kernel buffer.
+    pub(crate) kernel_buffers: bool,
     /// Reaped by polling clients, not by a completion thread.
     pub(crate) polled: bool,
     /// IORING_SETUP_IOPOLL (else a waiting poller sleeps in the kernel).
@@ -137,7 +148,13 @@ impl Ring {
         // No inter-processor interrupt to run completion task work: it runs
         // when the submitting thread next enters the kernel (as fio sets).
         b.setup_coop_taskrun();
-        let ring = b.setup_cqsize(depth.next_power_of_two() * 2).build(depth.next_power_of_two())?;
+        // Room for a kernel-buffer chain's three CQEs per request.
+        let ring = b.setup_cqsize(depth.next_power_of_two() * 4).build(depth.next_power_of_two())?;
+        // The buffer table, sparse until something registers in it. Not on
+        // IOPOLL rings, which cannot issue the ublk commands a kernel
+        // buffer needs; a kernel without sparse tables (before 5.19) has
+        // no zero-copy ublk either.
+        let kernel_buffers = !iopoll && ring.submitter().register_buffers_sparse(depth + 1).is_ok();
         let file_ref = if register {
             ring.submitter().register_files(&[file])?;
             FileRef::Fixed
@@ -151,10 +168,12 @@ impl Ring {
             ring,
             file: file_ref,
             sq_lock: Mutex::new(()),
-            cq_lock: Mutex::new(Vec::with_capacity(depth.next_power_of_two() as usize * 2)),
+            cq_lock: Mutex::new(Vec::with_capacity(depth.next_power_of_two() as usize * 4)),
             slots: (0..depth).map(|_| UnsafeCell::new(Slot { iov: empty_iov(), io: None })).collect(),
             inflight: AtomicUsize::new(0),
             fixed_ios: AtomicUsize::new(0),
+            kernel_ios: AtomicUsize::new(0),
+            kernel_buffers,
             polled: polled || iopoll,
             iopoll,
             issuer: std::sync::OnceLock::new(),
@@ -188,7 +207,8 @@ impl Ring {
         let slot = unsafe { &mut *self.slots[tag].get() };
         debug_assert!(slot.io.is_none(), "a tag is in flight at most once");
         let mut nr = 0;
-        if rq.op().has_data() {
+        let chain = rq.kernel_buf().map(Chain::new);
+        if rq.op().has_data() && chain.is_none() {
             // The request's physical segments (contiguous memory coalesced):
             // at most max_segments, the iovec array's length.
             let iov = &mut slot.iov;
@@ -206,9 +226,13 @@ impl Ring {
             self.inflight.fetch_sub(1, Ordering::SeqCst);
             return rq.complete(Status::IoErr);
         }
-        slot.io = Some(Inflight { rq, first: 0, nr, offset, len, done: 0 });
-        let entry = self.entry(slot, tag as u64);
-        self.push(&entry);
+        slot.io = Some(Inflight { rq, first: 0, nr, offset, len, done: 0, chain });
+        if chain.is_some() {
+            self.push_chain(slot, tag);
+        } else {
+            let entry = self.entry(slot, tag as u64);
+            self.push(&entry);
+        }
         if submit {
             self.submit();
         }
@@ -224,6 +248,20 @@ impl Ring {
                 return;
             }
             // Full (only if submissions lag): hand what is queued to the kernel.
+            let _ = self.ring.submitter().submit();
+        }
+    }
+
+    /// Pushes linked SQEs together (a link is a run of adjacent SQEs:
+    /// another submitter's SQE between them would join the chain).
+    fn push_linked(&self, entries: &[squeue::Entry]) {
+        let _g = self.sq_lock.lock();
+        loop {
+            // SAFETY: as in `push`; the chain's buffer lives in the kernel.
+            let pushed = unsafe { self.ring.submission_shared().push_multiple(entries) };
+            if pushed.is_ok() {
+                return;
+            }
             let _ = self.ring.submitter().submit();
         }
     }
@@ -250,8 +288,17 @@ impl Ring {
         out.extend(cq.map(|c: cqueue::Entry| (c.user_data(), c.result())));
     }
 
-    /// Ends or continues the request of `tag` after a CQE with `res`.
-    fn complete(&self, tag: usize, res: i32) {
+    /// Ends or continues the request of a CQE's `user_data` (its driver
+    /// tag, and for a kernel-buffer chain its step) with `res`.
+    fn complete(&self, user_data: u64, res: i32) {
+        if user_data & STEP_MASK != 0 {
+            if let Some((inf, status)) = self.chain_cqe(user_data, res, false) {
+                self.inflight.fetch_sub(1, Ordering::Relaxed);
+                inf.rq.complete(status);
+            }
+            return;
+        }
+        let tag = user_data as usize;
         // SAFETY: this CQE makes us the tag's owner (see the Sync impl).
         let slot = unsafe { &mut *self.slots[tag].get() };
         let inf = slot.io.as_mut().expect("a CQE for a tag in flight");
@@ -322,8 +369,8 @@ impl Ring {
             }
         }
         self.drain_cq(&mut scratch);
-        for &(tag, res) in scratch.iter() {
-            self.complete(tag as usize, res);
+        for &(user_data, res) in scratch.iter() {
+            self.complete(user_data, res);
         }
         scratch.len()
     }
@@ -349,7 +396,13 @@ impl Ring {
         let iov = libc::iovec { iov_base: base as *mut libc::c_void, iov_len: len };
         // SAFETY: the region stays allocated while the ring may use it: the
         // ring keeps an Arc to it (set below) until the ring is dropped.
-        unsafe { self.ring.submitter().register_buffers(&[iov])? };
+        unsafe {
+            if self.kernel_buffers {
+                self.ring.submitter().register_buffers_update(0, &[iov], None)?;
+            } else {
+                self.ring.submitter().register_buffers(&[iov])?;
+            }
+        }
         let _ = self.fixed.set(region.clone());
         Ok(())
     }
@@ -440,7 +493,7 @@ pub(crate) fn spawn_completion_thread(ring: std::sync::Arc<Ring>, index: usize) 
             // included) are not in the CQ any more: end them first.
             for &(user_data, res) in &batch[next.min(batch.len())..] {
                 if user_data != STOP {
-                    ring.end_salvaged(user_data as usize, res);
+                    ring.end_salvaged(user_data, res);
                 }
             }
             ring.salvage();
@@ -471,8 +524,8 @@ fn completion_loop(ring: &Ring, batch: &mut Vec<(u64, i32)>, next: &mut usize) {
                 stop = true;
             } else {
                 #[cfg(test)]
-                tests::maybe_inject_panic(ring, user_data as usize);
-                ring.complete(user_data as usize, res);
+                tests::maybe_inject_panic(ring, (user_data & !STEP_MASK) as usize);
+                ring.complete(user_data, res);
             }
         }
         // After the stop, wait for what is still in flight (a client
@@ -512,7 +565,7 @@ impl Ring {
             self.drain_cq(&mut batch);
             for &(user_data, res) in batch.iter() {
                 if user_data != STOP && user_data != CANCEL {
-                    self.end_salvaged(user_data as usize, res);
+                    self.end_salvaged(user_data, res);
                 }
             }
         }
@@ -520,7 +573,15 @@ impl Ring {
 
     /// Ends the request of `tag` whose CQE arrived after the thread died:
     /// with success only if the whole transfer is done, else an error.
-    fn end_salvaged(&self, tag: usize, res: i32) {
+    fn end_salvaged(&self, user_data: u64, res: i32) {
+        if user_data & STEP_MASK != 0 {
+            if let Some((inf, status)) = self.chain_cqe(user_data, res, true) {
+                self.inflight.fetch_sub(1, Ordering::Release);
+                inf.rq.complete(status);
+            }
+            return;
+        }
+        let tag = user_data as usize;
         // SAFETY: this CQE makes us the tag's owner (see the Sync impl).
         let Some(inf) = (unsafe { (*self.slots[tag].get()).io.take() }) else { return };
         let status = if res < 0 {

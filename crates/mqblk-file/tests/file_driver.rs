@@ -541,3 +541,43 @@ fn fixed_buffers_carry_data_both_ways() {
     let null = open("null:size=1").unwrap();
     assert!(null.fixed_buffers().is_none(), "null has no fixed buffers");
 }
+
+/// A kernel-buffer bio (ublk's zero copy) runs its chain on the ring: here
+/// the fd is no ublk device, so the registration fails (or finds no
+/// buffer) and the request
+/// ends with `DevResource` (what tells the ublk server to copy instead),
+/// the file untouched; the tag, its table index and the ring serve the
+/// next requests, memory and kernel buffers alike. (The chain's success is
+/// tested against Linux 7.x's ublk in a guest: tests/guest/ublk.sh.)
+#[test]
+fn a_kernel_buffer_whose_registration_fails_ends_with_dev_resource() {
+    use mqblk::KernelBuf;
+    let f = TmpFile::new("kbuf");
+    std::fs::write(f.path(), vec![5u8; 1 << 20]).unwrap();
+    let dev = open(&format!("file:path={},queue_depth=4", f.path())).unwrap();
+    assert!(dev.limits().kernel_buffers, "a file device's rings have buffer tables");
+    // A regular file refuses the registration (EOPNOTSUPP); /dev/null
+    // answers it 0 on Linux 6.18, and the transfer then finds no buffer.
+    let file = std::fs::File::open(f.path()).unwrap();
+    let dev_null = std::fs::File::open("/dev/null").unwrap();
+    let mut c = dev.client();
+    for round in 0..8u64 {
+        let not_ublk = if round < 4 { &file } else { &dev_null };
+        let kbuf = KernelBuf { fd: std::os::fd::AsRawFd::as_raw_fd(not_ublk), q_id: 0, tag: round as u16 };
+        let bio = if round % 2 == 0 {
+            Bio::write_kernel(round * 65536, kbuf, 65536)
+        } else {
+            Bio::read_kernel(round * 65536, kbuf, 65536)
+        };
+        let done = c.submit_and_wait_completion(bio).unwrap();
+        assert_eq!(done.status, Status::DevResource, "round {round}");
+        assert_eq!(done.segs.kernel_buf(), Some(kbuf));
+        let read = c.submit_and_wait_completion(Bio::read(round * 65536, Buf::new(65536))).unwrap();
+        assert_eq!(read.status, Status::Ok);
+        assert!(read.segs.as_slice()[0].iter().all(|&b| b == 5), "round {round}: the file is untouched");
+    }
+    let stats = dev.show_stats();
+    assert!(stats.contains("kernel_buffer_ios=8"), "each chain ran once: {stats}");
+    drop(c);
+    drop(dev);
+}
