@@ -16,12 +16,16 @@
 #   2. fio with verify=crc32c on /dev/ublkb0: engines libaio and io_uring,
 #      QD 1 and 32 (the file device QD 32 only), 4k random writes and 1M
 #      sequential writes, each read back and verified (output under /tmp);
-#   3. ext4, on the null device only (the kernel's side is the same for
-#      both devices, and ext4 costs 90 s a device under TCG): mkfs, mount,
+#   3. ext4, on the null device, and on Linux 7.x on the file device too,
+#      whose reads and writes there are zero copy (ext4 costs 90 s a device
+#      under TCG; on 6.12 the kernel's side is the same for both): mkfs, mount,
 #      a 24 MiB file and a directory tree of small files, sync, umount,
 #      `fsck.ext4 -fn` clean, remount, every file's SHA-256 the same;
 #   4. SIGTERM stops the server: exit status 0, /dev/ublkb0 and /dev/ublkc0
-#      gone (after each device's checks 1-3);
+#      gone (after each device's checks 1-3); the file device's data path
+#      is zero copy on 7.x (every read and write with the request's own
+#      pages, none copied after a failed registration) and the kernel's
+#      copy on 6.12, as the server's first and last lines say;
 #   5. `mqblk ublk del 0` from another process ends a running server;
 #   6. a server killed with SIGKILL during fio: fio ends with errors (no
 #      hang), /dev/ublkb0 goes away, and `mqblk ublk del 0` removes the
@@ -225,7 +229,29 @@ check_device() {
 }
 
 check_device null:gb=1,memory_backed=1 null 4m 16m ext4 "1 32" || { echo "ublk: cannot go on without the device" >&2; exit 1; }
-check_device file:path=/tmp/ublk.img,create=1,size=512m file 2m 8m none 32
+# The file device's data path: zero copy where the kernel offers it (7.x:
+# SUPPORT_ZERO_COPY and BUF_REG_OFF_DAEMON), where ext4 runs on it too;
+# the kernel's copy through the server's buffers on 6.12.
+case "$(uname -r)" in
+  6.*) file_fs=none want_path="copied by the kernel" ;;
+  *) file_fs=ext4 want_path="zero copy" ;;
+esac
+check_device file:path=/tmp/ublk.img,create=1,size=512m file 2m 8m "$file_fs" 32
+if grep -q "KiB, $want_path)" /tmp/ublk-server.out; then
+  pass "file: data path '$want_path' on Linux $(uname -r): $(head -n 1 /tmp/ublk-server.out)"
+else
+  fail "file: want data path '$want_path' on Linux $(uname -r): $(head -n 1 /tmp/ublk-server.out)"
+fi
+summary=$(tail -n 1 /tmp/ublk-server.out)
+if [ "$want_path" = "zero copy" ]; then
+  # Every read and write went through the request's own pages.
+  zc=$(sed -n 's/.*, \([0-9]*\) zero copy, \([0-9]*\) copied.*/\1 \2/p' <<< "$summary")
+  if [ -n "$zc" ] && [ "${zc% *}" -gt 1000 ] && [ "${zc#* }" = 0 ]; then
+    pass "file: ${zc% *} reads and writes with zero copy, none copied after a failed registration: $summary"
+  else
+    fail "file: zero copy counts: $summary"
+  fi
+fi
 rm -f /tmp/ublk.img
 spec=null:gb=1,memory_backed=1
 

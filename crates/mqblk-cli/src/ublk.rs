@@ -15,7 +15,7 @@
 use std::io::Write;
 
 use mqblk::Device;
-use mqblk_ublk::{Error, Options, Recovery, Server};
+use mqblk_ublk::{Error, Options, Recovery, Server, ZeroCopy};
 
 /// Linux ublk devices served by mqblk.
 #[derive(clap::Subcommand, Debug)]
@@ -72,6 +72,12 @@ pub struct AddArgs {
     /// adds a privileged device instead.
     #[arg(long)]
     unprivileged: bool,
+    /// Reads and writes with the request's own pages, no copy through the
+    /// server (UBLK_F_SUPPORT_ZERO_COPY, Linux 6.16+, a file: device):
+    /// auto (where the kernel and the device can), on (refused where they
+    /// cannot, naming why), off (the kernel copies through the server).
+    #[arg(long, value_name = "MODE", default_value = "auto")]
+    zero_copy: String,
 }
 
 #[derive(clap::Args, Debug)]
@@ -114,8 +120,16 @@ fn failed(e: Error) -> (u8, String) {
 fn add(args: AddArgs) -> Result<String, (u8, String)> {
     let recovery = Recovery::from_name(&args.recovery)
         .ok_or_else(|| (2, format!("--recovery {}: accepted: {}", args.recovery, Recovery::NAMES.join(", "))))?;
-    let opts =
-        Options { queues: args.queues, depth: args.depth, id: args.id, recovery, unprivileged: args.unprivileged };
+    let zero_copy = ZeroCopy::from_name(&args.zero_copy)
+        .ok_or_else(|| (2, format!("--zero-copy {}: accepted: {}", args.zero_copy, ZeroCopy::NAMES.join(", "))))?;
+    let opts = Options {
+        queues: args.queues,
+        depth: args.depth,
+        id: args.id,
+        recovery,
+        unprivileged: args.unprivileged,
+        zero_copy,
+    };
     serve(&args.device, opts, args.control.as_deref(), None)
 }
 
@@ -146,11 +160,12 @@ fn serve(
         let mut out = std::io::stdout().lock();
         let _ = writeln!(
             out,
-            "mqblk ublk: {} serving {spec} ({} queues x {} tags, requests up to {} KiB{})",
+            "mqblk ublk: {} serving {spec} ({} queues x {} tags, requests up to {} KiB, {}{})",
             mqblk_ublk::uapi::block_path(s.dev_id),
             s.queues,
             s.depth,
             s.max_io_bytes / 1024,
+            data_path(s.flags),
             if s.unprivileged { ", unprivileged" } else { "" }
         );
         let _ = out.flush();
@@ -168,10 +183,27 @@ fn serve(
         eprintln!("{}", line.map_err(|e| (1, e))?);
     }
     let appends = if zoned { format!(", {} zone appends", summary.zone_appends) } else { String::new() };
+    let zero_copy = if summary.zero_copy_ios + summary.copy_fallbacks > 0 {
+        format!(", {} zero copy, {} copied after a failed registration", summary.zero_copy_ios, summary.copy_fallbacks)
+    } else {
+        String::new()
+    };
     Ok(format!(
-        "mqblk ublk: device {} stopped and deleted ({} requests, {} failed{appends})\n",
+        "mqblk ublk: device {} stopped and deleted ({} requests, {} failed{appends}{zero_copy})\n",
         summary.dev_id, summary.requests, summary.errors
     ))
+}
+
+/// How a device's data moves, by the flags it was added with.
+fn data_path(flags: u64) -> &'static str {
+    use mqblk_ublk::uapi;
+    if flags & uapi::UBLK_F_SUPPORT_ZERO_COPY != 0 {
+        "zero copy"
+    } else if flags & uapi::UBLK_F_USER_COPY != 0 {
+        "user copy"
+    } else {
+        "copied by the kernel"
+    }
 }
 
 fn list() -> Result<String, (u8, String)> {

@@ -7,7 +7,8 @@
 //! server.rs (the device's life: add, start, stop, delete), devices.rs
 //! (list, info and delete from any process), recovery.rs
 //! (a new server for a device whose server died), unpriv.rs (devices
-//! added and served without root), error.rs.
+//! added and served without root), zero_copy.rs (whether reads and writes
+//! move with the request's own pages), error.rs.
 //!
 //! Relies on: the `io-uring` crate (UringCmd16/UringCmd80, SQE128 rings),
 //! libc (mmap, eventfd reads), mqblk. Linux 6.5 or later with ublk_drv.
@@ -22,6 +23,7 @@ pub mod recovery;
 pub mod server;
 pub mod uapi;
 mod unpriv;
+mod zero_copy;
 
 pub use devices::{delete, info, list, Listed};
 pub use error::Error;
@@ -29,3 +31,4 @@ pub use queue::QueueStats;
 pub use recovery::Recovery;
 pub use server::{probe, Options, Server, Started, Stopper, Summary};
 pub use unpriv::NODE_WAIT;
+pub use zero_copy::ZeroCopy;

@@ -21,6 +21,15 @@
 //! `struct blk_zone` entries the same way. A zone append's commit returns
 //! the sector the data went to (`zone_append_lba`).
 //!
+//! Zero copy (UBLK_F_SUPPORT_ZERO_COPY, on a device whose driver takes
+//! kernel buffers): FETCH/COMMIT carry no address, as with user copy, and
+//! a read or write becomes a bio over the request's own pages
+//! (`Bio::read_kernel`, `KernelBuf`): the file driver registers them in
+//! its ring and reads or writes the file with them, so no byte passes
+//! through the server. Should the registration fail (the completion says
+//! `DevResource`), the request is served again by user copy through the
+//! tag's buffer, made on the first such fallback and kept.
+//!
 //! Completions of mqblk come back through the client's completion eventfd,
 //! polled on the same ring (IORING_OP_POLL_ADD), so the thread sleeps in
 //! one place: io_uring_enter. Every command of a queue must come from this
@@ -31,25 +40,27 @@
 //! completion vectors are sized at start-up.
 //!
 //! Relies on: uapi.rs (structs, command numbers); mqblk's Client (submit,
-//! plug, do_io, completion_fd) and Buf; desc.rs (the descriptor area) and
-//! ring.rs (the io_uring and the commands queued on it).
+//! plug, do_io, completion_fd) and Buf; desc.rs (the descriptor area),
+//! ring.rs (the io_uring and the commands queued on it) and copy.rs (user
+//! copy and zero copy).
 
 use std::fs::File;
 use std::io;
-use std::os::fd::RawFd;
-use std::os::unix::fs::FileExt;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 
 use io_uring::{squeue, IoUring};
 use mqblk::zoned::{Zone, ZoneMgmt, ZoneType};
-use mqblk::{Bio, Buf, Client, Completion, Device, Op, ReqFlags, SECTOR_SHIFT};
+use mqblk::{Bio, Buf, Client, Completion, Device, KernelBuf, Op, ReqFlags, Status, SECTOR_SHIFT};
 
 use crate::error::Error;
 use crate::uapi::{self, IoDesc};
 
+mod copy;
 mod desc;
 mod ring;
 
+use copy::{bio_with_data, copy_out, zero_copy_bio};
 use desc::DescMap;
 use ring::build_ring;
 
@@ -64,6 +75,9 @@ pub(crate) struct QueueConfig {
     pub buf_bytes: usize,
     /// UBLK_F_USER_COPY: data moves by pread/pwrite on /dev/ublkcN.
     pub user_copy: bool,
+    /// UBLK_F_SUPPORT_ZERO_COPY: reads and writes are bios over the
+    /// request's pages (user copy is their fallback).
+    pub zero_copy: bool,
     /// /dev/ublkcN, opened once by the server (the kernel allows one open).
     pub cdev: Arc<File>,
     pub device: Device,
@@ -76,6 +90,10 @@ pub struct QueueStats {
     pub errors: u64,
     /// Zone appends done (each returned its sector to the kernel).
     pub zone_appends: u64,
+    /// Reads and writes served with the request's own pages.
+    pub zero_copy_ios: u64,
+    /// Zero-copy requests whose registration failed, served by copying.
+    pub copy_fallbacks: u64,
 }
 
 /// Where a tag is.
@@ -104,6 +122,9 @@ pub(crate) struct Queue {
     cdev: Arc<File>,
     descs: DescMap,
     user_copy: bool,
+    zero_copy: bool,
+    /// Bytes of a tag's buffer, made when first needed under zero copy.
+    buf_bytes: usize,
     /// For report zones, which is no bio.
     device: Device,
     client: Client,
@@ -124,7 +145,7 @@ pub(crate) struct Queue {
 impl Queue {
     /// Maps the descriptors, makes the ring, the client and the buffers.
     pub(crate) fn new(cfg: QueueConfig) -> Result<Self, Error> {
-        let QueueConfig { q_id, depth, buf_bytes, user_copy, cdev, device } = cfg;
+        let QueueConfig { q_id, depth, buf_bytes, user_copy, zero_copy, cdev, device } = cfg;
         let descs = DescMap::map(&cdev, q_id, depth)?;
         let entries = (u32::from(depth) + 1).next_power_of_two();
         let ring = build_ring(entries).map_err(|e| Error::Queue { q_id, what: "io_uring_setup", source: e })?;
@@ -137,10 +158,14 @@ impl Queue {
         let completion_fd = client.completion_fd().map_err(Error::Device)?;
         let tags = (0..depth)
             .map(|_| {
-                let buf = Buf::new(buf_bytes);
+                // Zero copy needs a buffer only for a fallback (made then).
+                let buf = (!zero_copy).then(|| Buf::new(buf_bytes));
                 // User copy requires FETCH and COMMIT to carry no address.
-                let addr = if user_copy { 0 } else { buf.as_ptr() as u64 };
-                Tag { buf: Some(buf), addr, state: TagState::Fetching }
+                let addr = match &buf {
+                    Some(buf) if !user_copy => buf.as_ptr() as u64,
+                    _ => 0,
+                };
+                Tag { buf, addr, state: TagState::Fetching }
             })
             .collect();
         let capacity = usize::from(depth) * 2 + 2;
@@ -151,6 +176,8 @@ impl Queue {
             cdev,
             descs,
             user_copy,
+            zero_copy,
+            buf_bytes,
             device,
             client,
             tags,
@@ -205,7 +232,8 @@ impl Queue {
     /// Turns the CQEs just taken into bios, submitted under one plug;
     /// requests that cannot be served are committed with an error.
     fn handle_cqes(&mut self) -> Result<(), Error> {
-        let Self { cqes, client, tags, descs, live, stats, q_id, refused, reports, user_copy, cdev, .. } = self;
+        let Self { cqes, client, tags, descs, live, stats, q_id, refused, reports, user_copy, zero_copy, cdev, .. } =
+            self;
         let mut eventfd_fired = false;
         let nr_ios = u32::try_from(cqes.len()).unwrap_or(u32::MAX).max(1);
         client.with_plug(nr_ios, |client| {
@@ -238,7 +266,12 @@ impl Queue {
                     reports.push(tag_id);
                     continue;
                 }
-                let (bio, result_bytes) = match bio_with_data(&desc, tag, *user_copy, cdev, *q_id, tag_id) {
+                let kbuf = KernelBuf { fd: cdev.as_raw_fd(), q_id: *q_id, tag: tag_id };
+                let parsed = match if *zero_copy { zero_copy_bio(&desc, kbuf) } else { None } {
+                    Some(parsed) => parsed,
+                    None => bio_with_data(&desc, tag, *user_copy, cdev, *q_id, tag_id),
+                };
+                let (bio, result_bytes) = match parsed {
                     Ok(parsed) => parsed,
                     Err(errno) => {
                         log::debug!(
@@ -301,8 +334,14 @@ impl Queue {
             for i in 0..got {
                 let c = &mut self.done[i];
                 let tag_id = c.user_data as u16;
+                let zero_copied = c.segs.kernel_buf().is_some();
                 let buf = c.segs.take().into_buf().ok();
                 let (status, append_offset) = (c.status, c.append_offset);
+                if zero_copied && status == Status::DevResource {
+                    self.copy_instead(tag_id)?;
+                    continue;
+                }
+                self.stats.zero_copy_ios += u64::from(zero_copied);
                 let Some(tag) = self.tags.get_mut(usize::from(tag_id)) else { continue };
                 let TagState::Serving { op, result_bytes } = tag.state else {
                     log::error!("queue {}: a completion for tag {tag_id} in state {:?}", self.q_id, tag.state);
@@ -318,7 +357,7 @@ impl Queue {
                 }
                 tag.state = TagState::Fetching;
                 let mut result = if status.is_ok() { result_bytes } else { -status.errno() };
-                if result >= 0 && self.user_copy && op == Op::Read {
+                if result >= 0 && self.user_copy && op == Op::Read && !zero_copied {
                     result = copy_out(&self.cdev, self.q_id, tag_id, tag.buf.as_deref().unwrap_or(&[]))
                         .map_or_else(|errno| -errno, |()| result);
                 }
@@ -420,46 +459,6 @@ fn bio_for(desc: &IoDesc, tag: &mut Tag) -> Result<(Bio, i32), i32> {
         }
         _ => Err(libc::EOPNOTSUPP),
     }
-}
-
-/// `bio_for`, with a write's (or zone append's) data read in first under
-/// user copy; a failed copy gives the buffer back to the tag.
-fn bio_with_data(
-    desc: &IoDesc,
-    tag: &mut Tag,
-    user_copy: bool,
-    cdev: &File,
-    q_id: u16,
-    tag_id: u16,
-) -> Result<(Bio, i32), i32> {
-    bio_for(desc, tag).and_then(|(mut bio, result_bytes)| {
-        if user_copy && matches!(bio.op, Op::Write | Op::ZoneAppend) {
-            if let Err(errno) = copy_in(cdev, q_id, tag_id, &mut bio) {
-                tag.buf = bio.segs.take().into_buf().ok();
-                return Err(errno);
-            }
-        }
-        Ok((bio, result_bytes))
-    })
-}
-
-/// User copy in: a write's (or zone append's) data from the kernel's
-/// request into the bio's buffer. Err(errno) on a short or failed copy.
-fn copy_in(cdev: &File, q_id: u16, tag: u16, bio: &mut Bio) -> Result<(), i32> {
-    let buf = bio.segs.as_mut_slice().first_mut().ok_or(libc::EIO)?;
-    cdev.read_exact_at(buf, uapi::user_copy_offset(q_id, tag)).map_err(|e| {
-        log::debug!("queue {q_id}: tag {tag}: reading the request's data: {e}");
-        e.raw_os_error().unwrap_or(libc::EIO)
-    })
-}
-
-/// User copy out: `data` into the kernel's request (a read's data, a zone
-/// report). Err(errno) on a short or failed copy.
-fn copy_out(cdev: &File, q_id: u16, tag: u16, data: &[u8]) -> Result<(), i32> {
-    cdev.write_all_at(data, uapi::user_copy_offset(q_id, tag)).map_err(|e| {
-        log::debug!("queue {q_id}: tag {tag}: writing the request's data: {e}");
-        e.raw_os_error().unwrap_or(libc::EIO)
-    })
 }
 
 /// One zone as the kernel's report reads it.

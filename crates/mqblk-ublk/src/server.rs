@@ -40,6 +40,7 @@ use crate::queue::{Queue, QueueConfig, QueueStats};
 use crate::recovery::{self, Recovery};
 use crate::uapi::{self, DevInfo, Params};
 use crate::unpriv;
+use crate::zero_copy::ZeroCopy;
 
 /// The largest request the server takes (per-tag buffer size): 1 MiB, or
 /// less when the device's max_sectors is smaller.
@@ -75,11 +76,13 @@ pub struct Options {
     /// caller without CAP_SYS_ADMIN must do; the kernel gives a caller
     /// with it a privileged device instead (unpriv.rs).
     pub unprivileged: bool,
+    /// Whether reads and writes move with no copy through the server.
+    pub zero_copy: ZeroCopy,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { queues: 1, depth: 64, id: None, recovery: Recovery::Off, unprivileged: false }
+        Self { queues: 1, depth: 64, id: None, recovery: Recovery::Off, unprivileged: false, zero_copy: ZeroCopy::Auto }
     }
 }
 
@@ -111,6 +114,10 @@ pub struct Summary {
     pub requests: u64,
     pub errors: u64,
     pub zone_appends: u64,
+    /// Reads and writes served with the request's own pages (zero copy).
+    pub zero_copy_ios: u64,
+    /// Of those, the ones whose registration failed, served by copying.
+    pub copy_fallbacks: u64,
 }
 
 enum Event {
@@ -285,7 +292,8 @@ impl Server {
         let limits = self.device.limits().clone();
         let unprivileged_flag = if self.opts.unprivileged { uapi::UBLK_F_UNPRIVILEGED_DEV } else { 0 };
         let flags = device_flags(&limits) | self.opts.recovery.flags() | unprivileged_flag;
-        probe(&mut ctrl, flags)?;
+        let features = probe(&mut ctrl, flags)?;
+        let flags = flags | self.opts.zero_copy.flag(features, &limits, self.opts.unprivileged)?;
         let max_io = max_io_bytes(&limits);
         let wanted = DevInfo {
             nr_hw_queues: self.opts.queues,
@@ -330,8 +338,16 @@ impl Server {
         let limits = self.device.limits().clone();
         probe(&mut ctrl, device_flags(&limits))?;
         let info = recovery::start(&mut ctrl, dev_id, &limits, device_flags(&limits))?;
-        let result = unpriv::open_char_device(dev_id, ctrl.is_unprivileged(dev_id))
-            .and_then(|cdev| self.serve_added(&mut ctrl, &info, Begin::EndRecovery, cdev, on_started));
+        // The device keeps the data path it was added with.
+        let zero_copy = info.flags & uapi::UBLK_F_SUPPORT_ZERO_COPY != 0;
+        let result = if zero_copy && !limits.kernel_buffers {
+            Err(Error::BadOption(format!(
+                "device {dev_id} was added with zero copy: --device must take kernel buffers (a file: device)"
+            )))
+        } else {
+            unpriv::open_char_device(dev_id, ctrl.is_unprivileged(dev_id))
+                .and_then(|cdev| self.serve_added(&mut ctrl, &info, Begin::EndRecovery, cdev, on_started))
+        };
         self.end(&mut ctrl, dev_id, result)
     }
 
@@ -375,7 +391,11 @@ impl Server {
                 q_id,
                 depth: info.queue_depth,
                 buf_bytes: info.max_io_buf_bytes as usize,
-                user_copy: info.flags & uapi::UBLK_F_USER_COPY != 0,
+                // Zero copy implies user copy: FETCH and COMMIT carry no
+                // address, and a request whose registration fails is
+                // copied through /dev/ublkcN.
+                user_copy: info.flags & (uapi::UBLK_F_USER_COPY | uapi::UBLK_F_SUPPORT_ZERO_COPY) != 0,
+                zero_copy: info.flags & uapi::UBLK_F_SUPPORT_ZERO_COPY != 0,
                 cdev: cdev.clone(),
                 device: self.device.clone(),
             };
@@ -387,7 +407,8 @@ impl Server {
         if let Err(e) = ctrl.stop(dev_id) {
             log::debug!("STOP_DEV: {e}");
         }
-        let mut summary = Summary { dev_id, requests: 0, errors: 0, zone_appends: 0 };
+        let mut summary =
+            Summary { dev_id, requests: 0, errors: 0, zone_appends: 0, zero_copy_ios: 0, copy_fallbacks: 0 };
         let mut first_error = outcome.err();
         for thread in threads {
             match thread.join() {
@@ -395,6 +416,8 @@ impl Server {
                     summary.requests += stats.requests;
                     summary.errors += stats.errors;
                     summary.zone_appends += stats.zone_appends;
+                    summary.zero_copy_ios += stats.zero_copy_ios;
+                    summary.copy_fallbacks += stats.copy_fallbacks;
                 }
                 Ok(Err(e)) => {
                     first_error.get_or_insert(e);

@@ -23,8 +23,8 @@ mod kernel;
 mod vec;
 
 pub use fixed::FixedBufs;
-pub use kernel::KernelBuf;
 use fixed::Region;
+pub use kernel::KernelBuf;
 pub use vec::{BioVec, BIO_MAX_VECS};
 pub(crate) use vec::{SegArray, SegArrayRaw};
 
