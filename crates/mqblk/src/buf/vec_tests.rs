@@ -162,3 +162,32 @@ fn a_borrowed_iovec_array_has_no_bufs() {
     let v = unsafe { BioVec::from_iovecs(iov.as_ptr(), 1) };
     let _ = v.as_slice();
 }
+
+#[test]
+fn a_kernel_buffer_is_one_segment_owning_nothing() {
+    use crate::KernelBuf;
+    let kbuf = KernelBuf { fd: 12, q_id: 3, tag: 511 };
+    let v = BioVec::kernel(kbuf, 1 << 20);
+    assert_eq!((v.nr_segs(), v.len_bytes(), v.kernel_buf()), (1, 1 << 20, Some(kbuf)));
+    assert!(!v.owns_vec() && v.iovecs().is_none() && v.one_len().is_none() && !v.is_empty());
+    assert_eq!(v.seg_array().spans().collect::<Vec<_>>(), [(0, 1 << 20)], "its offset into the buffer");
+    assert!(format!("{v:?}").contains("kernel buffer"));
+    // Every way out gives nothing back and frees nothing.
+    assert!(BioVec::kernel(kbuf, 4096).into_vec().is_empty());
+    let back = BioVec::kernel(kbuf, 4096).into_buf().unwrap_err();
+    assert_eq!(back.kernel_buf(), Some(kbuf));
+    let mut v = BioVec::kernel(kbuf, 512);
+    let taken = v.take();
+    assert!(v.is_empty() && v.kernel_buf().is_none() && taken.kernel_buf() == Some(kbuf));
+    drop(taken);
+    // Other kinds are never a kernel buffer.
+    assert!(BioVec::from(Buf::new(512)).kernel_buf().is_none());
+    assert!(BioVec::from(vec![Buf::new(512), Buf::new(512)]).kernel_buf().is_none());
+}
+
+#[test]
+#[should_panic(expected = "kernel buffer")]
+fn a_kernel_buffer_has_no_bufs() {
+    let v = BioVec::kernel(crate::KernelBuf { fd: 3, q_id: 0, tag: 0 }, 512);
+    let _ = v.as_slice();
+}
