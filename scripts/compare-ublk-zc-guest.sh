@@ -4,14 +4,18 @@
 # host to collect.
 #
 # One 1 GiB file, written through once, on ext4 on a RAM disk (brd:
-# O_DIRECT reaches memory, no host I/O under TCG), served four ways, each
+# O_DIRECT reaches memory, no host I/O under TCG), served five ways, each
 # 1 queue of 64 tags, scheduler none, direct I/O on the file:
-#   zero_copy  /dev/ublkb0  `mqblk ublk add --device file:...,direct=1 --zero-copy on`
-#   copy       /dev/ublkb1  the same with --zero-copy off (the kernel
-#                           copies through the server's buffers)
-#   loop       /dev/loopN   `losetup --direct-io=on` (the kernel's own)
-#   rublk      /dev/ublkb2  `rublk add loop` (the peer ublk server; its loop
-#                           target opens the file with O_DIRECT), if RUBLK_BIN
+#   zero_copy    /dev/ublkb0  `mqblk ublk add --device file:...,direct=1,reap=client
+#                             --zero-copy on` (the queue thread reaps the file's ring)
+#   copy         /dev/ublkb1  the same with --zero-copy off (the kernel
+#                             copies through the server's buffers)
+#   zero_copy_cq /dev/ublkb3  zero copy without reap=client: the file
+#                             driver's completion thread wakes the queue thread
+#   loop         /dev/loopN   `losetup --direct-io=on` (the kernel's own)
+#   rublk        /dev/ublkb2  `rublk add loop` (the peer ublk server; its loop
+#                             target opens the file with O_DIRECT), if RUBLK_BIN
+#   rublk_zc     /dev/ublkb4  `rublk add loop -z`: rublk's zero copy (AUTO_BUF_REG)
 # Rows (fio io_uring, direct=1): 4k randread and randwrite at QD1 and QD32,
 # 1 MiB sequential read and write at QD4. ROUNDS rounds; in each, each row
 # runs on every device one after the other, the order rotated every
@@ -25,7 +29,8 @@
 # Settings (environment; scripts/compare-ublk-zc.sh sets them): MQBLK_BIN,
 # RUBLK_BIN (empty: no rublk), KMOD_BLOCK_DIR (the guest kernel's
 # drivers/block, for brd.ko.xz and loop.ko.xz),
-# UBENCH_ROUNDS (3), UBENCH_RUNTIME (4 s), UBENCH_RAMP (1 s).
+# UBENCH_ROUNDS (3), UBENCH_RUNTIME (4 s), UBENCH_RAMP (1 s), UBENCH_PROFILE
+# (0; 1: a perf profile of the 1 MiB rows after the timed rounds).
 #
 # SPDX-License-Identifier: MIT OR Apache-2.0
 set -uo pipefail
@@ -56,12 +61,12 @@ dd if=/dev/zero of=$img bs=1M count=1024 oflag=direct status=none || { echo "wri
 depth=64
 spec="file:path=$img,direct=1"
 declare -A path=() pid=() cmd=()
-devices=(zero_copy copy loop)
+devices=(zero_copy copy zero_copy_cq loop)
 
-# start_mqblk NAME ID MODE
+# start_mqblk NAME ID MODE [SPEC_EXTRA]
 start_mqblk() {
-  local name=$1 id=$2 mode=$3
-  cmd[$name]="$mqblk ublk add --device $spec --queues 1 --depth $depth --id $id --zero-copy $mode"
+  local name=$1 id=$2 mode=$3 extra=${4:-}
+  cmd[$name]="$mqblk ublk add --device $spec$extra --queues 1 --depth $depth --id $id --zero-copy $mode"
   ${cmd[$name]} > "/tmp/$name.out" 2> "/tmp/$name.err" &
   pid[$name]=$!
   for _ in $(seq 600); do
@@ -74,28 +79,39 @@ start_mqblk() {
   echo "$name: $(cat "/tmp/$name.out")" >&2
 }
 cleanup() {
-  for d in zero_copy copy; do [ -z "${pid[$d]:-}" ] || kill "${pid[$d]}" 2>/dev/null; done
-  [ -z "$rublk" ] || "$rublk" del -n 2 > /dev/null 2>&1
+  for d in zero_copy copy zero_copy_cq; do [ -z "${pid[$d]:-}" ] || kill "${pid[$d]}" 2>/dev/null; done
+  [ -z "$rublk" ] || { "$rublk" del -n 2; "$rublk" del -n 4; } > /dev/null 2>&1
   [ -z "${path[loop]:-}" ] || losetup -d "${path[loop]}"
 }
 trap cleanup EXIT
 
-start_mqblk zero_copy 0 on
+# reap=client: the ublk queue thread reaps the file's ring itself, one
+# wakeup a request; zero_copy_cq keeps the file driver's completion
+# thread (two wakeups a request: that thread's, then the queue thread's).
+start_mqblk zero_copy 0 on ,reap=client
 grep -q "zero copy)" /tmp/zero_copy.out || { echo "zero_copy: not zero copy: $(cat /tmp/zero_copy.out)" >&2; exit 1; }
-start_mqblk copy 1 off
+start_mqblk copy 1 off ,reap=client
+start_mqblk zero_copy_cq 3 on
 cmd[loop]="losetup --direct-io=on -f --show $img"
 path[loop]=$(${cmd[loop]}) || { echo "losetup failed" >&2; exit 1; }
 pid[loop]=-
 [ "$(cat "/sys/block/${path[loop]#/dev/}/loop/dio")" = 1 ] || { echo "loop: direct I/O is off" >&2; exit 1; }
+# start_rublk NAME ID [OPTIONS]: rublk's loop target (direct I/O on the
+# file, 1 MiB buffers); it daemonizes: `add` returns once the device is live.
+start_rublk() {
+  local name=$1 id=$2 opts=${3:-}
+  cmd[$name]="$rublk add loop -n $id -q 1 -d $depth -b 1MiB -f $img --quiet $opts"
+  ${cmd[$name]} > "/tmp/$name.out" 2>&1 || { echo "$name add failed: $(cat "/tmp/$name.out")" >&2; exit 1; }
+  for _ in $(seq 600); do [ -b "/dev/ublkb$id" ] && break; sleep 0.1; done
+  [ -b "/dev/ublkb$id" ] || { echo "$name: no /dev/ublkb$id: $(cat "/tmp/$name.out")" >&2; exit 1; }
+  path[$name]=/dev/ublkb$id
+  pid[$name]=$("$mqblk" ublk list | awk -v id="$id" '$1 == id { print $6 }')
+  devices+=("$name")
+}
 if [ -n "$rublk" ]; then
-  cmd[rublk]="$rublk add loop -n 2 -q 1 -d $depth -f $img --quiet"
-  # rublk daemonizes: `add` returns once the device is live.
-  ${cmd[rublk]} > /tmp/rublk.out 2>&1 || { echo "rublk add failed: $(cat /tmp/rublk.out)" >&2; exit 1; }
-  for _ in $(seq 600); do [ -b /dev/ublkb2 ] && break; sleep 0.1; done
-  [ -b /dev/ublkb2 ] || { echo "rublk: no /dev/ublkb2: $(cat /tmp/rublk.out)" >&2; exit 1; }
-  path[rublk]=/dev/ublkb2
-  pid[rublk]=$("$mqblk" ublk list | awk '$1 == 2 { print $6 }')
-  devices+=(rublk)
+  start_rublk rublk 2
+  # rublk's zero copy: AUTO_BUF_REG, the file I/O on the ublk queue's ring.
+  start_rublk rublk_zc 4 -z
 fi
 
 for d in "${devices[@]}"; do
@@ -114,22 +130,23 @@ jq -M -cn --arg kernel "$(uname -r)" --arg fio "$(fio --version)" --arg rublk "$
 
 # ---- snapshots around each fio job --------------------------------------------------
 # snap.sh PHASE JOB BLOCKDEV PID: one line into /tmp/snaps.txt:
-#   PHASE JOB uptime_s ios_completed server_run_ns busy_jiffies
+#   PHASE JOB uptime_s ios_completed server_run_ns busy_jiffies server_switches
 # (reads + writes completed; the server's threads' run time, 0 without
 # one; the guest's busy time from /proc/stat's cpu line: all but idle and
-# iowait).
+# iowait; the server's threads' context switches, voluntary and not).
 cat > /tmp/snap.sh <<'SNAP'
 #!/bin/sh
 phase=$1 job=$2 dev=$3 pid=$4
 tasks=""
-[ "$pid" = - ] || tasks="/proc/$pid/task/*/schedstat"
+[ "$pid" = - ] || tasks="/proc/$pid/task/*/schedstat /proc/$pid/task/*/status"
 # shellcheck disable=SC2086 # the glob expands here
 awk -v phase="$phase" -v job="$job" '
   FILENAME == "/proc/uptime" { now = $1 }
   FILENAME == "/proc/stat" && $1 == "cpu" { busy = $2 + $3 + $4 + $7 + $8 + $9 }
   FILENAME ~ /^\/sys\/block/ { ios = $1 + $5 }
   FILENAME ~ /schedstat$/ { run += $1 }
-  END { printf "%s %s %s %.0f %.0f %.0f\n", phase, job, now, ios, run, busy }
+  /^(non)?voluntary_ctxt_switches/ { switches += $2 }
+  END { printf "%s %s %s %.0f %.0f %.0f %.0f\n", phase, job, now, ios, run, busy, switches }
 ' /proc/uptime /proc/stat "/sys/block/$dev/stat" $tasks >> /tmp/snaps.txt
 SNAP
 chmod +x /tmp/snap.sh
@@ -167,8 +184,8 @@ emit_runs() {
     case $row in *write*) dir=write ;; *) dir=read ;; esac
     delta=$(awk -v j="$name" '$2 == j && $1 == "pre" { for (i = 3; i <= NF; i++) a[i] = $i }
       $2 == j && $1 == "post" { for (i = 3; i <= NF; i++) b[i] = $i }
-      END { printf "{\"window_s\":%.3f,\"ios\":%.0f,\"server_run_ns\":%.0f,\"busy_jiffies\":%.0f}",
-        b[3] - a[3], b[4] - a[4], b[5] - a[5], b[6] - a[6] }' /tmp/snaps.txt)
+      END { printf "{\"window_s\":%.3f,\"ios\":%.0f,\"server_run_ns\":%.0f,\"busy_jiffies\":%.0f,\"server_switches\":%.0f}",
+        b[3] - a[3], b[4] - a[4], b[5] - a[5], b[6] - a[6], b[7] - a[7] }' /tmp/snaps.txt)
     jq -M -c --argjson round "$round" --arg row "$row" --arg device "$d" --arg dir "$dir" --argjson delta "$delta" \
       --arg name "$name" --argjson hz "$(getconf CLK_TCK)" \
       '.jobs[] | select(.jobname == $name) |
@@ -198,6 +215,20 @@ for round in $(seq 1 "$rounds"); do
   emit_runs /tmp/round.json
   echo "round $round done at $(($(date +%s) - t_start)) s" >&2
 done
+# ---- profile (UBENCH_PROFILE=1), not timed: where the guest's CPU goes ------------
+# perf record -a of cpu-clock (perf's cycles never fire under TCG) over a
+# 1 MiB read and write job on each device, one fio job at a time.
+if [ "${UBENCH_PROFILE:-0}" = 1 ] && command -v perf > /dev/null; then
+  for row in read-1m-qd4 write-1m-qd4; do
+    for d in "${devices[@]}"; do
+      { echo "$fio_global"; job_section "prof.0.$row.$d" "$d" "$row"; } | sed 's/^runtime=.*/runtime=3/' > /tmp/prof.fio
+      perf record -a -e cpu-clock -F 999 -o /tmp/prof.data -- fio /tmp/prof.fio > /tmp/prof.log 2>&1
+      perf report -i /tmp/prof.data --stdio --no-children --sort comm,dso,sym --percent-limit 1 2> /dev/null |
+        grep -v '^#' | grep -v '^$' | head -n 30 | sed "s/^/PROFILE $row $d: /"
+    done
+  done
+fi
+
 # The zero-copy server's own counts: every read and write zero copy, none
 # copied after a failed registration.
 kill "${pid[zero_copy]}"

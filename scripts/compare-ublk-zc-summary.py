@@ -9,7 +9,8 @@ completed in the job's window) and the whole guest's busy CPU per I/O
 (/proc/stat: fio, the kernel, the server). Then, per row, the ratios the
 zero-copy path is judged by, each the median (min-max) of the per-round
 ratios: IOPS against loop with direct I/O and against the copying path,
-server CPU per I/O against the copying path's. Writes OUT.json and OUT.txt.
+server CPU per I/O against the copying path's (zero_copy and copy: both
+reap=client). Writes OUT.json and OUT.txt.
 """
 import json
 import statistics
@@ -31,6 +32,7 @@ def per_io(r):
         "iops": r["iops"],
         "server_cpu_us_per_io": r["server_run_ns"] / ios / 1000 if r["device"] != "loop" else None,
         "guest_cpu_us_per_io": r["busy_jiffies"] * 1e6 / r["clk_tck"] / ios,
+        "server_switches_per_io": r["server_switches"] / ios if r["device"] != "loop" else None,
     }
 
 
@@ -50,7 +52,8 @@ for row in rows:
     summary[row] = {}
     for d in names:
         got = by_round(row, d)
-        summary[row][d] = {k: spread([g[k] for g in got.values()]) for k in ("iops", "server_cpu_us_per_io", "guest_cpu_us_per_io")}
+        keys = ("iops", "server_cpu_us_per_io", "guest_cpu_us_per_io", "server_switches_per_io")
+        summary[row][d] = {k: spread([g[k] for g in got.values()]) for k in keys}
     ratios = {}
     zc, copy, loop = by_round(row, "zero_copy"), by_round(row, "copy"), by_round(row, "loop")
     rounds = sorted(zc)
@@ -79,12 +82,12 @@ t.append(f"guest: Linux {guest['kernel']}, {guest['cpus']} vCPUs (qemu TCG), {gu
 t.append(f"zero-copy device flags: {guest['zero_copy_device_flags']}")
 t.append("one 1 GiB file on ext4 on a RAM disk (brd), direct I/O everywhere; median (min-max) over the rounds")
 t.append("")
-t.append(f"{'row':18} {'device':10} {'kIOPS':22} {'server CPU us/IO':22} {'guest CPU us/IO':22}")
+t.append(f"{'row':18} {'device':12} {'kIOPS':22} {'server CPU us/IO':22} {'guest CPU us/IO':22} {'server switches/IO':22}")
 for row in rows:
     for d in names:
         s = summary[row][d]
-        t.append(f"{row:18} {d:10} {fmt(s['iops'], 1e-3, 2):22} {fmt(s['server_cpu_us_per_io']):22} "
-                 f"{fmt(s['guest_cpu_us_per_io']):22}")
+        t.append(f"{row:18} {d:12} {fmt(s['iops'], 1e-3, 2):22} {fmt(s['server_cpu_us_per_io']):22} "
+                 f"{fmt(s['guest_cpu_us_per_io']):22} {fmt(s['server_switches_per_io'], 1, 2):22}")
 t.append("")
 t.append("zero copy, per-round ratios, median (min-max):")
 t.append(f"{'row':18} {'IOPS / loop dio':22} {'IOPS / copying':22} {'server CPU / copying':22} {'guest CPU / copying':22}")
@@ -95,11 +98,12 @@ for row in rows:
 t.append("")
 t.append("server CPU: the server process's threads' run time (schedstat) over the I/Os the device completed in the")
 t.append("job's window; loop has no server (its work is the kernel's, in the guest CPU column). guest CPU: /proc/stat's")
-t.append("busy time of the whole guest (fio, the kernel, the server) over the same I/Os.")
+t.append("busy time of the whole guest (fio, the kernel, the server) over the same I/Os. server switches: its threads'")
+t.append("context switches (voluntary and not) over the same I/Os: exact counts, which the machine's load does not move.")
 if zc_summary:
     t.append(f"zero-copy server at the end: {zc_summary}")
 t.append("")
 t.append("devices:")
 for d in devices:
-    t.append(f"  {d['device']:10} {d['path']:12} max_sectors_kb {d['max_sectors_kb']}: {d['command']}")
+    t.append(f"  {d['device']:12} {d['path']:12} max_sectors_kb {d['max_sectors_kb']}: {d['command']}")
 open(out + ".txt", "w").write("\n".join(t) + "\n")

@@ -9,7 +9,8 @@
 #
 #   scripts/compare-ublk-zc.sh [ROUNDS]      (default 3; needs root)
 #
-# Environment: UBENCH_RUNTIME (s per job, 4), UBENCH_RAMP (1),
+# Environment: UBENCH_RUNTIME (s per job, 4), UBENCH_RAMP (1), UBENCH_PROFILE
+# (0; 1: perf profiles of the 1 MiB rows into $UBENCH_OUT-profile.txt),
 # UBENCH_OUT (docs/results/ublk-zero-copy), UBENCH_RUBLK (1; 0: without
 # rublk).
 #
@@ -51,7 +52,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cat > "$work/job.sh" <<JOB
 export MQBLK_BIN=$root/target/release/mqblk RUBLK_BIN=$rublk KMOD_BLOCK_DIR=$blockdir UBENCH_ROUNDS=$rounds
-export UBENCH_RUNTIME=${UBENCH_RUNTIME:-4} UBENCH_RAMP=${UBENCH_RAMP:-1}
+export UBENCH_RUNTIME=${UBENCH_RUNTIME:-4} UBENCH_RAMP=${UBENCH_RAMP:-1} UBENCH_PROFILE=${UBENCH_PROFILE:-0}
 exec bash $root/scripts/compare-ublk-zc-guest.sh
 JOB
 status=0
@@ -65,6 +66,7 @@ if [ "$status" != 0 ]; then
 fi
 mkdir -p "$(dirname "$out")"
 cp "$work/guest.out" "$out-guest.log"
+grep '^PROFILE ' "$work/guest.out" | sed 's/^PROFILE //' > "$out-profile.txt" || true
 grep '^{' "$work/guest.out" > "$work/lines.jsonl"
 command="scripts/compare-ublk-zc.sh $rounds (UBENCH_RUNTIME=${UBENCH_RUNTIME:-4} UBENCH_RAMP=${UBENCH_RAMP:-1})"
 python3 scripts/compare-ublk-zc-summary.py "$work/lines.jsonl" "$out" "$command" "$elapsed" \

@@ -7,8 +7,9 @@
 # Uses the host's target/release/mqblk (MQBLK_BIN overrides it). Checks,
 # inside the guest, each on its own line ("ok: ..." or "FAIL: ..."), over
 # two devices in turn: null:gb=1,memory_backed=1 and a file device
-# (file:path=/tmp/ublk.img,create=1,size=512m: write cache, FUA, discard
-# and write zeroes), then the stop paths over the null device:
+# (file:path=/tmp/ublk.img,create=1,size=512m,reap=client: write cache,
+# FUA, discard and write zeroes; each queue thread reaps the file's ring
+# itself), then the stop paths over the null device:
 #   1. `mqblk ublk add --device SPEC --queues 2 --depth 64` in the
 #      background brings up /dev/ublkb0 (bounded wait), and `mqblk ublk
 #      list` shows it LIVE; the file device also zeroes a range
@@ -236,7 +237,9 @@ case "$(uname -r)" in
   6.*) file_fs=none want_path="copied by the kernel" ;;
   *) file_fs=ext4 want_path="zero copy" ;;
 esac
-check_device file:path=/tmp/ublk.img,create=1,size=512m file 2m 8m "$file_fs" 32
+# reap=client: the queue thread reaps the file's ring (no completion
+# thread); the recovery device below keeps the completion thread.
+check_device file:path=/tmp/ublk.img,create=1,size=512m,reap=client file 2m 8m "$file_fs" 32
 if grep -q "KiB, $want_path)" /tmp/ublk-server.out; then
   pass "file: data path '$want_path' on Linux $(uname -r): $(head -n 1 /tmp/ublk-server.out)"
 else

@@ -32,7 +32,10 @@
 //!
 //! Completions of mqblk come back through the client's completion eventfd,
 //! polled on the same ring (IORING_OP_POLL_ADD), so the thread sleeps in
-//! one place: io_uring_enter. Every command of a queue must come from this
+//! one place: io_uring_enter. A device whose submitters reap their own
+//! completions (file `reap=client`) has no completion thread: the ring
+//! also polls the client's queue (`Client::poll_fd`, the file ring's fd)
+//! and the thread reaps it, one wakeup a completion fewer. Every command of a queue must come from this
 //! one thread (the kernel binds a queue to the task that fetched it).
 //!
 //! Nothing on the I/O path allocates: one buffer per tag of the largest
@@ -66,6 +69,8 @@ use ring::build_ring;
 
 /// user_data of the eventfd poll (tags are below 4096).
 const EVENTFD_TOKEN: u64 = u64::MAX;
+/// user_data of the poll of the client's queue (`Client::poll_fd`).
+const POLL_FD_TOKEN: u64 = u64::MAX - 1;
 
 /// What one queue thread needs.
 pub(crate) struct QueueConfig {
@@ -137,6 +142,10 @@ pub(crate) struct Queue {
     reports: Vec<u16>,
     done: Vec<Completion>,
     completion_fd: RawFd,
+    /// The queue the client polls itself (file `reap=client`): readable
+    /// when it has completions, which this thread then reaps (`do_io`),
+    /// with no completion thread between the file's ring and this one.
+    poll_fd: Option<RawFd>,
     /// Tags not ended.
     live: usize,
     stats: QueueStats,
@@ -150,11 +159,7 @@ impl Queue {
         let entries = (u32::from(depth) + 1).next_power_of_two();
         let ring = build_ring(entries).map_err(|e| Error::Queue { q_id, what: "io_uring_setup", source: e })?;
         let mut client = device.client_with_capacity(usize::from(depth));
-        if client.poll_fd().is_some() {
-            return Err(Error::BadOption(
-                "devices whose submitters reap (file reap=client) are not served by ublk yet".into(),
-            ));
-        }
+        let poll_fd = client.poll_fd();
         let completion_fd = client.completion_fd().map_err(Error::Device)?;
         let tags = (0..depth)
             .map(|_| {
@@ -186,6 +191,7 @@ impl Queue {
             reports: Vec::with_capacity(usize::from(depth)),
             done: Vec::with_capacity(usize::from(depth)),
             completion_fd,
+            poll_fd,
             live: usize::from(depth),
             stats: QueueStats::default(),
         })
@@ -200,6 +206,7 @@ impl Queue {
             self.push_io_cmd(uapi::UBLK_U_IO_FETCH_REQ, tag, 0, addr)?;
         }
         self.arm_eventfd()?;
+        self.arm_poll_fd()?;
         self.ring.submit().map_err(|e| Error::Queue { q_id: self.q_id, what: "submitting FETCH_REQ", source: e })?;
         if let Some(cqe) = self.ring.completion().next() {
             let source = io::Error::from_raw_os_error(-cqe.result());
@@ -234,12 +241,16 @@ impl Queue {
     fn handle_cqes(&mut self) -> Result<(), Error> {
         let Self { cqes, client, tags, descs, live, stats, q_id, refused, reports, user_copy, zero_copy, cdev, .. } =
             self;
-        let mut eventfd_fired = false;
+        let (mut eventfd_fired, mut poll_fd_fired) = (false, false);
         let nr_ios = u32::try_from(cqes.len()).unwrap_or(u32::MAX).max(1);
         client.with_plug(nr_ios, |client| {
             for &(user_data, res) in cqes.iter() {
                 if user_data == EVENTFD_TOKEN {
                     eventfd_fired = true;
+                    continue;
+                }
+                if user_data == POLL_FD_TOKEN {
+                    poll_fd_fired = true;
                     continue;
                 }
                 let Some(tag) = tags.get_mut(user_data as usize) else {
@@ -301,6 +312,11 @@ impl Queue {
         if eventfd_fired {
             self.drain_eventfd();
             self.arm_eventfd()?;
+        }
+        if poll_fd_fired {
+            // Submitted with the next io_uring_enter, after `reap_and_commit`
+            // emptied the queue: it fires again only for new completions.
+            self.arm_poll_fd()?;
         }
         Ok(())
     }

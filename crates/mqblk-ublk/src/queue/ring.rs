@@ -11,7 +11,7 @@ use std::os::fd::AsRawFd;
 
 use io_uring::{opcode, squeue, types, IoUring};
 
-use super::{Queue, EVENTFD_TOKEN};
+use super::{Queue, EVENTFD_TOKEN, POLL_FD_TOKEN};
 use crate::error::Error;
 use crate::uapi::{self, IoCmd};
 
@@ -30,6 +30,14 @@ impl Queue {
             .cmd(cmd.to_bytes())
             .build()
             .user_data(u64::from(tag));
+        self.push(&sqe)
+    }
+
+    /// Polls the queue the client reaps itself, if it has one (one shot,
+    /// re-armed after it fires).
+    pub(super) fn arm_poll_fd(&mut self) -> Result<(), Error> {
+        let Some(fd) = self.poll_fd else { return Ok(()) };
+        let sqe = opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32).build().user_data(POLL_FD_TOKEN);
         self.push(&sqe)
     }
 
