@@ -30,7 +30,8 @@
 # RUBLK_BIN (empty: no rublk), KMOD_BLOCK_DIR (the guest kernel's
 # drivers/block, for brd.ko.xz and loop.ko.xz),
 # UBENCH_ROUNDS (3), UBENCH_RUNTIME (4 s), UBENCH_RAMP (1 s), UBENCH_PROFILE
-# (0; 1: a perf profile of the 1 MiB rows after the timed rounds).
+# (0; 1: a perf profile of the 1 MiB rows after the timed rounds;
+# UBENCH_PROFILE_ROWS names others).
 #
 # SPDX-License-Identifier: MIT OR Apache-2.0
 set -uo pipefail
@@ -219,7 +220,7 @@ done
 # perf record -a of cpu-clock (perf's cycles never fire under TCG) over a
 # 1 MiB read and write job on each device, one fio job at a time.
 if [ "${UBENCH_PROFILE:-0}" = 1 ] && command -v perf > /dev/null; then
-  for row in read-1m-qd4 write-1m-qd4; do
+  for row in ${UBENCH_PROFILE_ROWS:-read-1m-qd4 write-1m-qd4}; do
     for d in "${devices[@]}"; do
       { echo "$fio_global"; job_section "prof.0.$row.$d" "$d" "$row"; } | sed 's/^runtime=.*/runtime=3/' > /tmp/prof.fio
       perf record -a -e cpu-clock -F 999 -o /tmp/prof.data -- fio /tmp/prof.fio > /tmp/prof.log 2>&1

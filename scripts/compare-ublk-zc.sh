@@ -53,6 +53,7 @@ trap 'rm -rf "$work"' EXIT
 cat > "$work/job.sh" <<JOB
 export MQBLK_BIN=$root/target/release/mqblk RUBLK_BIN=$rublk KMOD_BLOCK_DIR=$blockdir UBENCH_ROUNDS=$rounds
 export UBENCH_RUNTIME=${UBENCH_RUNTIME:-4} UBENCH_RAMP=${UBENCH_RAMP:-1} UBENCH_PROFILE=${UBENCH_PROFILE:-0}
+export UBENCH_PROFILE_ROWS="${UBENCH_PROFILE_ROWS:-read-1m-qd4 write-1m-qd4}"
 exec bash $root/scripts/compare-ublk-zc-guest.sh
 JOB
 status=0

@@ -8,7 +8,8 @@
 //! 2. READ_FIXED or WRITE_FIXED on the file with that index, the address
 //!    being the offset into the buffer (a registered kernel buffer starts
 //!    at 0); hard-linked (IOSQE_IO_HARDLINK), so the unregistration runs
-//!    even when the transfer fails or is short.
+//!    even when the transfer fails or is short; its CQE is posted only
+//!    then (IOSQE_CQE_SKIP_SUCCESS).
 //! 3. UBLK_U_IO_UNREGISTER_IO_BUF gives the index back. Its CQE ends the
 //!    chain, and only then does the request end: the tag's next request
 //!    may register at the same index, and the ublk request may complete
@@ -76,11 +77,15 @@ fn io_cmd(kbuf: KernelBuf, index: u16) -> [u8; 16] {
 
 impl Ring {
     /// Pushes the chain for what is left of the slot's request.
-    pub(super) fn push_chain(&self, slot: &Slot, tag: usize) {
-        let inf = slot.io.as_ref().expect("a request in the slot");
-        let chain = inf.chain.expect("a kernel-buffer request");
+    pub(super) fn push_chain(&self, slot: &mut Slot, tag: usize) {
+        let inf = slot.io.as_mut().expect("a request in the slot");
         let index = table_index(tag);
         let (off, left) = (inf.offset + inf.done, (inf.len - inf.done) as u32);
+        let chain = inf.chain.as_mut().expect("a kernel-buffer request");
+        // The transfer posts a CQE only if it moves less (or fails): until
+        // then, it moved everything.
+        (chain.register_res, chain.transfer_res) = (0, i32::try_from(left).expect("a request below 2 GiB"));
+        let chain = *chain;
         // The fixed opcodes address a registered kernel buffer from 0.
         let at = inf.done as usize as *mut u8;
         let fua = if inf.rq.flags().contains(ReqFlags::FUA) { libc::RWF_DSYNC } else { 0 };
@@ -102,7 +107,13 @@ impl Ring {
                 .build()
                 .flags(squeue::Flags::IO_LINK)
                 .user_data(tag as u64 | STEP_REGISTER),
-            transfer.flags(squeue::Flags::IO_HARDLINK).user_data(tag as u64 | STEP_TRANSFER),
+            // SKIP_SUCCESS: a whole transfer posts no CQE (one wakeup of a
+            // reaper fewer); a short or failed one does, since io_uring
+            // clears the flag of a request that does not move all it was
+            // asked to ("io_uring: add support for IOSQE_CQE_SKIP_SUCCESS").
+            transfer
+                .flags(squeue::Flags::IO_HARDLINK | squeue::Flags::SKIP_SUCCESS)
+                .user_data(tag as u64 | STEP_TRANSFER),
             opcode::UringCmd16::new(ublk, UBLK_U_IO_UNREGISTER_IO_BUF)
                 .cmd(cmd)
                 .build()
@@ -130,8 +141,6 @@ impl Ring {
                     Some(status) => status,
                     None if salvaging => Status::IoErr,
                     None => {
-                        let chain = inf.chain.as_mut().expect("checked above");
-                        (chain.register_res, chain.transfer_res) = (0, 0);
                         self.push_chain(slot, tag);
                         self.submit();
                         return None;
