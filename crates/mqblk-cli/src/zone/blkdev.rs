@@ -69,6 +69,25 @@ pub struct BlkdevTarget {
     huge: Option<HugeBuf>,
 }
 
+/// Makes the calling thread SCHED_FIFO, so that on the oracle's one-vCPU
+/// guests no SCHED_NORMAL thread runs while it is runnable: a zone write
+/// plug's work (blk_zone_wplug_bio_work, on a WQ_HIGHPRI workqueue) then
+/// runs only once a write's submitter sleeps, not whenever its wakeup
+/// preempts the submitter at a might_sleep() inside null_blk (a
+/// memory-backed zone's mutex, a page allocation), which left the order of
+/// a write's pieces across zones, and so the zone answers, to the
+/// scheduler (the order mqblk then models: zone/plug.rs). The guest turns
+/// RT throttling off (sched_rt_runtime_us -1), so a long script is never
+/// paused mid-write.
+fn run_unpreempted() -> Result<(), String> {
+    let param = libc::sched_param { sched_priority: 1 };
+    // SAFETY: sets this thread's policy from a valid sched_param.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
+        return Err(format!("cannot run the script SCHED_FIFO: {}", std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
 /// A huge page's size (x86-64's PMD size, MAP_HUGE_2MB).
 const HUGE_PAGE: usize = 2 << 20;
 
@@ -143,6 +162,7 @@ impl BlkdevTarget {
         if !ok || zone_sectors == 0 {
             return Err(format!("{path} is not a zoned block device ({})", std::io::Error::last_os_error()));
         }
+        run_unpreempted()?;
         Ok(Self { file, zone_sectors: u64::from(zone_sectors), nr_zones, capacity_sectors: bytes >> 9, huge: None })
     }
 

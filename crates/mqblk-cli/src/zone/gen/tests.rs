@@ -72,25 +72,6 @@ fn writes_keep_to_whole_blocks_mostly() {
     assert!(whole < w.len() && whole * 10 > w.len() * 8, "{whole} of {} aligned", w.len());
 }
 
-#[test]
-fn room_counts_the_zones_a_write_may_open_and_activate() {
-    use Cond::*;
-    let shape =
-        Shape { zones: 6, nr_conv: 1, zone_sectors: 8, cap_sectors: 8, block_sectors: 1, max_open: 2, max_active: 3 };
-    let mut m = Model::new(shape);
-    m.cond = vec![Conv, Open, Closed, Empty, Full, Empty];
-    // One open, two active now.
-    assert!(m.room(0, 1), "a conventional and an open zone open nothing");
-    assert!(m.room(1, 2), "reopening the closed zone: 2 open");
-    assert!(!m.room(2, 3), "the closed and the empty zone: 3 open");
-    assert!(m.room(4, 5), "a full zone takes nothing; the empty one: 2 open, 3 active");
-    m.shape.max_open = 0;
-    assert!(m.room(2, 3), "no open limit; 3 active");
-    assert!(!m.room(3, 5), "two empty zones: 4 active");
-    m.shape.max_active = 0;
-    assert!(m.room(0, 5));
-}
-
 /// The zones open and active in a JSON line's report.
 fn open_active(line: &str) -> Option<(u64, u64, Vec<String>)> {
     let v: serde_json::Value = serde_json::from_str(line).unwrap();
@@ -101,7 +82,7 @@ fn open_active(line: &str) -> Option<(u64, u64, Vec<String>)> {
 }
 
 #[test]
-fn writes_reach_past_their_zone_only_with_room_under_the_limits() {
+fn writes_reach_past_their_zone_with_and_without_room_under_the_limits() {
     // 16 zones of 4 MiB (8192 sectors), 3 MiB capacity, at most 3 open and
     // 4 active: the limits are often reached.
     let spec = "null:size=64,zoned=1,zone_size=4,zone_capacity=3,zone_nr_conv=1,zone_max_open=3,zone_max_active=4";
@@ -126,7 +107,7 @@ fn writes_reach_past_their_zone_only_with_room_under_the_limits() {
         max_active: 0,
         device: Some(spec.into()),
     };
-    let (mut spanning, mut checked) = (0, 0);
+    let (mut room, mut no_room) = (0, 0);
     for seed in 1..=3 {
         let script = run(args(seed)).unwrap();
         if seed == 1 {
@@ -142,16 +123,22 @@ fn writes_reach_past_their_zone_only_with_room_under_the_limits() {
             if let (ZoneOp::Write { zone, off, nr }, Some((open, active, conds))) = (op, &before) {
                 let last = ((zone * 8192 + off + nr - 1) / 8192).min(15);
                 if last > *zone {
-                    spanning += 1;
+                    // Whether every zone it may open fits under both
+                    // limits with those open and active now.
                     let span = &conds[*zone as usize..=last as usize];
                     let to_open = span.iter().filter(|c| *c == "EMPTY" || *c == "CLOSED").count() as u64;
                     let to_activate = span.iter().filter(|c| *c == "EMPTY").count() as u64;
-                    assert!(open + to_open <= 3 && active + to_activate <= 4, "seed {seed}: {op:?} with {conds:?}");
-                    checked += 1;
+                    if open + to_open <= 3 && active + to_activate <= 4 {
+                        room += 1;
+                    } else {
+                        no_room += 1;
+                    }
                 }
             }
             before = open_active(line);
         }
     }
-    assert!(checked >= 10, "only {checked} of {spanning} writes past their zone were checked");
+    // Both classes, the second the order of zone write plugs decides
+    // (plug.rs), are generated.
+    assert!(room >= 5 && no_room >= 5, "writes past their zone: {room} with room, {no_room} at a limit");
 }

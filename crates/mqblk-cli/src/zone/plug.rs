@@ -1,0 +1,200 @@
+//! The order in which one write's pieces reach a zoned driver when the
+//! kernel has zone write plugs (Linux 6.12 and 7.x, "block: Introduce zone
+//! write plugging") and runs on one CPU, as the kernel oracle's guests do.
+//!
+//! The block layer cuts a write into pieces of at most max_sectors that
+//! never cross a zone boundary, front first (bio_split_to_limits), and the
+//! writing task submits them in that order under its plug. The first piece
+//! of each sequential zone finds the zone's write plug idle and becomes a
+//! request at once (blk_zone_plug_bio); the zone's further pieces wait in
+//! its plug, and its work (blk_zone_wplug_bio_work) issues them one at a
+//! time, each after the previous completes. On one CPU that work runs only
+//! once the task sleeps on the write: so every zone's first piece reaches
+//! the driver first, zone after zone, and then the rest of each zone, zone
+//! after zone. A later zone's first piece thus meets zone_max_open or
+//! zone_max_active while the earlier zone is still open, and the earlier
+//! zone fills after it. Measured on Debian's 6.12 and 7.3 under qemu with
+//! one vCPU (tests/oracle/, docs/results/zoned-oracle-7.txt); 6.1 has no
+//! zone write plugs and issues every piece in order from the task, as
+//! mqblk's block layer does.
+//!
+//! Conventional zones have no write plug: their pieces go out with the
+//! task's. The write's status is bio_chain's: the last piece (the parent
+//! bio of the chain) fails with its own error; otherwise the first error
+//! of the pieces in completion order stands.
+
+use std::collections::VecDeque;
+
+/// One piece of a write: its first sector and length, in sectors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Piece {
+    pub sector: u64,
+    pub nr: u64,
+}
+
+/// The pieces of a write of `nr` sectors at `sector`, front first: each at
+/// most `max_sectors` (already aligned to the logical block) and inside
+/// one zone of `zone_sectors`.
+pub fn pieces(sector: u64, nr: u64, zone_sectors: u64, max_sectors: u64) -> Vec<Piece> {
+    assert!(zone_sectors > 0 && max_sectors > 0, "zone size and max_sectors must be positive");
+    let mut out = Vec::new();
+    let (mut at, end) = (sector, sector + nr);
+    while at < end {
+        let zone_end = (at / zone_sectors + 1) * zone_sectors;
+        let len = (end - at).min(max_sectors).min(zone_end - at);
+        out.push(Piece { sector: at, nr: len });
+        at += len;
+    }
+    debug_assert_eq!(out.iter().map(|p| p.nr).sum::<u64>(), nr);
+    out
+}
+
+/// The order (indices into `pieces`) in which the driver sees them with
+/// zone write plugs on one CPU: conventional zones' pieces (below
+/// `nr_conv` zones) and each sequential zone's first piece, as submitted;
+/// then the zones' other pieces, one zone's next piece at a time in turn
+/// (round robin, in zone order). Each first piece's completion queues its
+/// zone's work; each work issues one piece, whose completion (inline: one
+/// CPU, one context per queue, blk_mq_complete_request_remote) queues the
+/// work again, behind the other zones' works.
+pub fn plugged_order(pieces: &[Piece], zone_sectors: u64, nr_conv: u64) -> Vec<usize> {
+    let zone = |i: usize| pieces[i].sector / zone_sectors;
+    let mut order = Vec::with_capacity(pieces.len());
+    // Each sequential zone's plugged pieces, in zone order.
+    let mut plugs: VecDeque<VecDeque<usize>> = VecDeque::new();
+    for i in 0..pieces.len() {
+        let first_of_zone = i == 0 || zone(i - 1) != zone(i);
+        if zone(i) < nr_conv || first_of_zone {
+            order.push(i);
+        } else if zone(i - 1) == zone(i) && plugs.back().is_some_and(|p| p.back() == Some(&(i - 1))) {
+            plugs.back_mut().expect("checked").push_back(i);
+        } else {
+            plugs.push_back(VecDeque::from([i]));
+        }
+    }
+    while let Some(mut plug) = plugs.pop_front() {
+        order.push(plug.pop_front().expect("no empty plug is queued"));
+        if !plug.is_empty() {
+            plugs.push_back(plug);
+        }
+    }
+    debug_assert_eq!(order.len(), pieces.len());
+    order
+}
+
+/// Issues `pieces` (a write cut by `pieces`) through `issue` in
+/// `plugged_order` and returns the write's status. A failed piece of a
+/// sequential zone aborts the zone's pieces still plugged
+/// (disk_zone_wplug_abort from blk_zone_write_plug_bio_endio): they never
+/// reach the driver and end with EIO, and, since bio_endio runs the zone
+/// write plug's end before the chain's, before the failed piece's own
+/// error reaches the parent.
+pub fn issue_plugged(
+    pieces: &[Piece],
+    zone_sectors: u64,
+    nr_conv: u64,
+    mut issue: impl FnMut(Piece) -> Result<(), i32>,
+) -> Result<(), i32> {
+    let zone = |i: usize| pieces[i].sector / zone_sectors;
+    let mut done = vec![false; pieces.len()];
+    let mut results = Vec::with_capacity(pieces.len());
+    for i in plugged_order(pieces, zone_sectors, nr_conv) {
+        if done[i] {
+            continue; // aborted
+        }
+        done[i] = true;
+        let result = issue(pieces[i]);
+        if result.is_err() && zone(i) >= nr_conv {
+            for j in (i + 1..pieces.len()).take_while(|&j| zone(j) == zone(i)) {
+                if !done[j] {
+                    done[j] = true;
+                    results.push((j, Err(libc::EIO)));
+                }
+            }
+        }
+        results.push((i, result));
+    }
+    chained_status(&results, pieces.len() - 1)
+}
+
+/// The write's status from its pieces' results in completion order
+/// (`(piece index, result)`), where piece `last` is the chain's parent.
+pub fn chained_status(results: &[(usize, Result<(), i32>)], last: usize) -> Result<(), i32> {
+    if let Some((_, Err(e))) = results.iter().find(|(i, _)| *i == last) {
+        return Err(*e);
+    }
+    results.iter().find_map(|(_, r)| r.err()).map_or(Ok(()), Err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_stop_at_max_sectors_and_zone_ends_front_first() {
+        // 100 sectors before zone 1's start, 600 after: 100 | 255 255 90.
+        let p = pieces(924, 700, 1024, 255);
+        let want = [(924, 100), (1024, 255), (1279, 255), (1534, 90)];
+        assert_eq!(p, want.map(|(sector, nr)| Piece { sector, nr }));
+        assert!(pieces(0, 0, 1024, 255).is_empty());
+    }
+
+    #[test]
+    fn every_zones_first_piece_goes_before_any_plugged_one() {
+        // Zone 0: 3 pieces, zone 1: 3 pieces, zone 2: 1 piece.
+        let p = pieces(1024 - 600, 600 + 1024 + 10, 1024, 255);
+        let zones: Vec<u64> = p.iter().map(|p| p.sector / 1024).collect();
+        assert_eq!(zones, [0, 0, 0, 1, 1, 1, 1, 1, 2]);
+        // First pieces, then zone 0's and zone 1's in turn.
+        assert_eq!(plugged_order(&p, 1024, 0), [0, 3, 8, 1, 4, 2, 5, 6, 7]);
+        // A conventional zone 0 has no plug: its pieces go out in order.
+        assert_eq!(plugged_order(&p, 1024, 1), [0, 1, 2, 3, 8, 4, 5, 6, 7]);
+        // One zone: the order it was cut in.
+        let one = pieces(0, 1000, 1024, 255);
+        assert_eq!(plugged_order(&one, 1024, 0), [0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn a_failed_piece_aborts_its_zones_plugged_ones_before_its_error_counts() {
+        // Zone 0: pieces 0-2, zone 1: pieces 3-7, zone 2: piece 8.
+        let p = pieces(1024 - 600, 600 + 1024 + 10, 1024, 255);
+        let mut issued = Vec::new();
+        // Zone 0's first piece fails (no open zone left): its other two
+        // never reach the driver, and their EIO reaches the chain first.
+        let status = issue_plugged(&p, 1024, 0, |piece| {
+            issued.push(piece.sector);
+            if piece.sector == 424 {
+                Err(libc::ETOOMANYREFS)
+            } else {
+                Ok(())
+            }
+        });
+        assert_eq!(status, Err(libc::EIO));
+        let want: Vec<u64> = [0, 3, 8, 4, 5, 6, 7].iter().map(|&i| p[i].sector).collect();
+        assert_eq!(issued, want);
+        // With no plugged piece behind it, the failed piece's own error.
+        let two = pieces(1024 - 100, 200, 1024, 255);
+        assert_eq!(
+            issue_plugged(&two, 1024, 0, |piece| if piece.sector == 924 { Err(libc::EOVERFLOW) } else { Ok(()) }),
+            Err(libc::EOVERFLOW)
+        );
+        // The parent's own error wins.
+        assert_eq!(
+            issue_plugged(&two, 1024, 0, |piece| if piece.sector == 1024 {
+                Err(libc::EOVERFLOW)
+            } else {
+                Err(libc::EIO)
+            }),
+            Err(libc::EOVERFLOW)
+        );
+    }
+
+    #[test]
+    fn the_parents_error_wins_else_the_first_to_complete() {
+        let (eio, eov, many) = (libc::EIO, libc::EOVERFLOW, libc::ETOOMANYREFS);
+        assert_eq!(chained_status(&[(0, Ok(())), (2, Ok(())), (1, Ok(()))], 2), Ok(()));
+        assert_eq!(chained_status(&[(0, Ok(())), (2, Err(eov)), (1, Err(eio))], 2), Err(eov));
+        assert_eq!(chained_status(&[(0, Err(many)), (2, Ok(())), (1, Err(eio))], 2), Err(many));
+        assert_eq!(chained_status(&[(0, Err(many)), (1, Ok(())), (2, Err(eio))], 2), Err(eio));
+    }
+}
