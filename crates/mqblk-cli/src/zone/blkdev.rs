@@ -78,7 +78,7 @@ pub struct BlkdevTarget {
 /// a write's pieces across zones, and so the zone answers, to the
 /// scheduler (the order mqblk then models: zone/plug.rs). The guest turns
 /// RT throttling off (sched_rt_runtime_us -1), so a long script is never
-/// paused mid-write.
+/// paused mid-write. Each op starts after `settle`.
 fn run_unpreempted() -> Result<(), String> {
     let param = libc::sched_param { sched_priority: 1 };
     // SAFETY: sets this thread's policy from a valid sched_param.
@@ -86,6 +86,21 @@ fn run_unpreempted() -> Result<(), String> {
         return Err(format!("cannot run the script SCHED_FIFO: {}", std::io::Error::last_os_error()));
     }
     Ok(())
+}
+
+/// How long the runner sleeps before each op.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// Sleeps briefly before an op, so that the work the kernel deferred
+/// after the last one (zone write plug work, the freeing of a plug after
+/// a reset or a failed write) runs first, as it would beside a
+/// SCHED_NORMAL task. A SCHED_FIFO runner that never slept kept that work
+/// from running between ops: Linux 7.3 then failed, with EIO and without
+/// writing, a write at the write pointer after a zone that had a failed
+/// write was reset and written again, which 6.12 and 7.3 both took when
+/// the runner slept between ops (docs/results/zoned-oracle-7.txt).
+fn settle() {
+    std::thread::sleep(SETTLE);
 }
 
 /// A huge page's size (x86-64's PMD size, MAP_HUGE_2MB).
@@ -183,6 +198,7 @@ impl ZoneTarget for BlkdevTarget {
     }
 
     fn report(&mut self) -> Result<Vec<(&'static str, u64)>, i32> {
+        settle();
         #[repr(C)]
         struct Report {
             sector: u64,
@@ -211,6 +227,7 @@ impl ZoneTarget for BlkdevTarget {
     }
 
     fn mgmt(&mut self, op: ZoneMgmt, zone: Option<u64>) -> Result<(), i32> {
+        settle();
         let request = match op {
             ZoneMgmt::Reset => BLKRESETZONE,
             ZoneMgmt::Open => BLKOPENZONE,
@@ -240,6 +257,7 @@ impl ZoneTarget for BlkdevTarget {
     }
 
     fn write(&mut self, offset_bytes: u64, data: &[u8]) -> Result<(), i32> {
+        settle();
         if let Err(e) = self.prepare_writes(data.len()) {
             eprintln!("zone script: {e}");
             return Err(libc::ENOMEM);
@@ -257,6 +275,7 @@ impl ZoneTarget for BlkdevTarget {
     }
 
     fn read(&mut self, offset_bytes: u64, out: &mut [u8]) -> Result<(), i32> {
+        settle();
         let mut buf = Buf::new(out.len());
         match self.file.read_at(&mut buf, offset_bytes) {
             Ok(n) if n == out.len() => {

@@ -17,21 +17,34 @@
 //! on Debian's 6.1 and 6.12 with null_blk, traced). `zone script --blkdev`
 //! issues each write as one direct-I/O bio (blkdev.rs), which the block
 //! layer splits at max_sectors and zone boundaries:
-//! - Every class is deterministic on both kernels with one vCPU, so all
-//!   are generated: writes past the zone capacity of any size (the pieces
-//!   before the one that crosses it land, that one fails, the rest fail
-//!   or, on 6.12, are aborted by disk_zone_wplug_abort), across the zone's
-//!   end into the next zones and past the device's end (the pwrite is cut
-//!   at the end, a short write), longer than a zone from its start, of any
-//!   size around max_sectors, and writes that reach a later zone while
-//!   zone_max_open or zone_max_active is reached. For the last, 6.1 issues
-//!   every piece in order from the task; 6.12 and 7.x issue each zone's
-//!   first piece from the task and the zone's further pieces from its zone
-//!   write plug's work once the task sleeps, so a later zone's first piece
-//!   meets the limit while the earlier zone is still open (plug.rs). With
-//!   several vCPUs that work ran beside the task and the answers changed
-//!   from run to run, which is why the oracle's guests have one.
-//!
+//! - Deterministic on both kernels, so generated: writes past the zone
+//!   capacity of any size (the pieces before the one that crosses it land,
+//!   that one fails, the rest fail or, on 6.12, are aborted by
+//!   disk_zone_wplug_abort), across the zone's end into the next zones and
+//!   past the device's end (the pwrite is cut at the end, a short write),
+//!   longer than a zone from its start, and of any size around max_sectors.
+//! - Generated only with `--spans-at-limits` (the kernel oracle's scripts):
+//!   a write that reaches a later zone while that zone could only open by
+//!   implicitly closing another or not at all (zone_max_open or
+//!   zone_max_active reached). Which zone null_blk closes, or which piece
+//!   it refuses (null_check_zone_resources), follows the order in which
+//!   the zones' pieces reach it. 6.1 issues every piece in order from the
+//!   writing task. 6.12 and 7.x issue the first piece of each zone from the
+//!   task and the zone's further pieces one at a time from its zone write
+//!   plug's work (blk_zone_wplug_bio_work) as each completes: on one CPU,
+//!   with the task not preempted by that work, the zones' first pieces
+//!   and then one piece of each zone in turn (plug.rs), the same on every
+//!   run, which is how the oracle's guests run (one vCPU, `zone script
+//!   --blkdev` SCHED_FIFO: blkdev.rs). When the work preempted the task
+//!   (one vCPU, the task SCHED_NORMAL) or ran beside it (several vCPUs),
+//!   and under ublk, whose pieces complete later from its server, the
+//!   order changed from run to run: zone 7 ended CLOSED in one run and
+//!   IMP_OPEN in the next, and a write over three zones filled one of
+//!   them in one run and two in another. Without the option a write
+//!   reaches past its zone only when every zone it may open fits under
+//!   both limits at once (`Model::room`), so that guest tests comparing
+//!   two zoned devices may use the scripts.
+
 //! Writes are at most `MAX_WRITE` sectors, to keep a 1 GiB guest's memory
 //! (the huge pages of the write, its copy, the memory-backed null_blk)
 //! sane.
@@ -88,6 +101,11 @@ pub struct GenArgs {
     /// true write pointers.
     #[arg(long, value_name = "SPEC")]
     device: Option<String>,
+    /// Also let writes reach later zones while zone_max_open or
+    /// zone_max_active is reached (deterministic only on one CPU with the
+    /// script runner unpreempted, as in the kernel oracle).
+    #[arg(long)]
+    spans_at_limits: bool,
 }
 
 /// The script's shape: the device it is aimed at.
@@ -103,6 +121,8 @@ pub struct Shape {
     /// zone_max_open and zone_max_active (0: no limit).
     pub max_open: u64,
     pub max_active: u64,
+    /// Writes may reach later zones while a limit is reached.
+    pub spans_at_limits: bool,
 }
 
 /// The largest write in sectors (72 MiB: a 64 MiB zone and then some, two
@@ -146,6 +166,23 @@ impl Model {
     fn new(shape: Shape) -> Self {
         let cond = (0..shape.zones).map(|z| if z < shape.nr_conv { Cond::Conv } else { Cond::Empty }).collect();
         Self { shape, wp: vec![0; shape.zones as usize], cond }
+    }
+
+    /// Whether a write into zones `first..=last` cannot depend on the order
+    /// in which the zones' pieces reach the driver: every sequential zone it
+    /// may open or activate fits under zone_max_open and zone_max_active
+    /// together with the zones open and active now, so null_blk neither
+    /// closes a zone implicitly nor refuses one. Full zones are not counted
+    /// (their pieces fail before any resource check).
+    fn room(&self, first: u64, last: u64) -> bool {
+        let count = |f: &dyn Fn(Cond) -> bool| self.cond.iter().filter(|&&c| f(c)).count() as u64;
+        let open = count(&|c| c == Cond::Open);
+        let active = count(&|c| matches!(c, Cond::Open | Cond::Closed));
+        let span = &self.cond[first as usize..=last as usize];
+        let to_open = span.iter().filter(|&&c| matches!(c, Cond::Empty | Cond::Closed)).count() as u64;
+        let to_activate = span.iter().filter(|&&c| c == Cond::Empty).count() as u64;
+        let Shape { max_open, max_active, .. } = self.shape;
+        (max_open == 0 || open + to_open <= max_open) && (max_active == 0 || active + to_activate <= max_active)
     }
 
     /// The guess after `write z off n`, as if it succeeded where it starts
@@ -245,7 +282,7 @@ pub fn generate(seed: u64, ops: u64, shape: Shape, mut target: Option<&mut dyn Z
 /// max_sectors or over 1 MiB; across the zone's end; longer than a zone
 /// from its start. The model's guess follows it.
 fn write_op(rng: &mut Rng, model: &mut Model, z: u64, block: u64) -> String {
-    let Shape { zone_sectors, cap_sectors, .. } = model.shape;
+    let Shape { zones, zone_sectors, cap_sectors, .. } = model.shape;
     let wp = model.wp[z as usize];
     let left = cap_sectors.saturating_sub(wp);
     let to_zone_end = zone_sectors - wp.min(zone_sectors);
@@ -287,6 +324,14 @@ fn write_op(rng: &mut Rng, model: &mut Model, z: u64, block: u64) -> String {
     };
     // MAX_WRITE is a multiple of any block size.
     let (off, n) = aligned(off.min(zone_sectors - block), n.clamp(1, MAX_WRITE), block);
+    // Zones the write reaches on the device (it is cut at the device's end).
+    let last = ((z * zone_sectors + off + n - 1) / zone_sectors).min(zones - 1);
+    let n = if last == z || model.shape.spans_at_limits || model.room(z, last) {
+        n
+    } else {
+        // No room for the next zones: up to the zone's end only.
+        n.min(zone_sectors - off)
+    };
     model.guess_write(z, off, n);
     format!("write {z} {off} {n}")
 }
@@ -337,6 +382,7 @@ pub fn run(args: GenArgs) -> Result<String, String> {
         max_open,
         max_active,
         device,
+        spans_at_limits,
     } = args;
     let cap_sectors = capacity_sectors.unwrap_or(zone_sectors);
     if zones == 0
@@ -350,7 +396,8 @@ pub fn run(args: GenArgs) -> Result<String, String> {
                     dividing zone-sectors"
             .into());
     }
-    let mut shape = Shape { zones, nr_conv, zone_sectors, cap_sectors, block_sectors, max_open, max_active };
+    let mut shape =
+        Shape { zones, nr_conv, zone_sectors, cap_sectors, block_sectors, max_open, max_active, spans_at_limits };
     let mut target = match device {
         Some(spec) => Some(super::DeviceTarget::open(&spec)?),
         None => None,

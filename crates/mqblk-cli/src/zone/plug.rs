@@ -1,20 +1,24 @@
 //! The order in which one write's pieces reach a zoned driver when the
 //! kernel has zone write plugs (Linux 6.12 and 7.x, "block: Introduce zone
-//! write plugging") and runs on one CPU, as the kernel oracle's guests do.
+//! write plugging") and runs on one CPU with the writing task never
+//! preempted by a kernel worker, as in the kernel oracle's guests (one
+//! vCPU, `zone script --blkdev` SCHED_FIFO: blkdev.rs).
 //!
 //! The block layer cuts a write into pieces of at most max_sectors that
 //! never cross a zone boundary, front first (bio_split_to_limits), and the
 //! writing task submits them in that order under its plug. The first piece
 //! of each sequential zone finds the zone's write plug idle and becomes a
-//! request at once (blk_zone_plug_bio); the zone's further pieces wait in
-//! its plug, and its work (blk_zone_wplug_bio_work) issues them one at a
-//! time, each after the previous completes. On one CPU that work runs only
-//! once the task sleeps on the write: so every zone's first piece reaches
-//! the driver first, zone after zone, and then the rest of each zone, zone
-//! after zone. A later zone's first piece thus meets zone_max_open or
-//! zone_max_active while the earlier zone is still open, and the earlier
-//! zone fills after it. Measured on Debian's 6.12 and 7.3 under qemu with
-//! one vCPU (tests/oracle/, docs/results/zoned-oracle-7.txt); 6.1 has no
+//! request (blk_zone_plug_bio); the zone's further pieces wait in its
+//! plug. The task's plug goes out when it finishes submitting, and each
+//! first piece completes at once (one CPU: blk_mq_complete_request
+//! completes in place), queueing its zone's work (blk_zone_wplug_bio_work)
+//! on the zone write plugs' workqueue. Those works run once the task
+//! sleeps on the write, each issuing one piece, whose completion queues
+//! the work again behind the other zones': one piece of each zone in turn.
+//! So a later zone's first piece meets zone_max_open or zone_max_active
+//! while the earlier zone is still open (it fails, or implicitly closes
+//! another open zone), and the zones then fill side by side. Measured on
+//! Debian's 6.12 and 7.3 (docs/results/zoned-oracle-7.txt); 6.1 has no
 //! zone write plugs and issues every piece in order from the task, as
 //! mqblk's block layer does.
 //!

@@ -50,16 +50,18 @@
 //! - A write that crosses zones when a zone it opens finds zone_max_open
 //!   or zone_max_active reached: the order of its pieces decides which
 //!   zone null_blk closes implicitly, or whether it refuses the next zone.
-//!   6.1 issues them zone after zone. 6.12 and 7.x, with one CPU (the
-//!   oracle's guests), issue every zone's first piece from the writing
-//!   task, and each zone's further pieces from its zone write plug's work
-//!   once the task sleeps: the later zone's first piece meets the limit
-//!   while the earlier zone is still open (it fails, ETOOMANYREFS or
-//!   EOVERFLOW, or closes another open zone), and the earlier zone fills
-//!   after it. With several CPUs that work runs beside the task and the
-//!   answers change from run to run. mqblk's block layer issues a split
-//!   bio's pieces in order, as 6.1; `mqblk zone script` issues such a
-//!   write in the zone write plugs' order for 6.12 and 7.x
+//!   6.1 issues them zone after zone. 6.12 and 7.x, on one CPU with the
+//!   writing task not preempted by the zone write plug's work (the
+//!   oracle's guests: one vCPU, the script runner SCHED_FIFO), issue every
+//!   zone's first piece from the task, then the zones' further pieces one
+//!   zone at a time in turn from their plugs' work once the task sleeps:
+//!   the later zone's first piece meets the limit while the earlier zone
+//!   is still open (it fails, ETOOMANYREFS or EOVERFLOW, or closes another
+//!   open zone). When that work preempts the task, or runs beside it on
+//!   another CPU, the answers change from run to run (measured:
+//!   docs/results/zoned-oracle-7.txt). mqblk's block layer has no zone
+//!   write plugs and issues a split bio's pieces in order, as 6.1; `mqblk
+//!   zone script` issues such a write in the plugs' order for 6.12 and 7
 //!   (crates/mqblk-cli/src/zone/plug.rs), and the generator makes them.
 //!   From ordinary pages a pwrite over 1 MiB is several direct-I/O bios
 //!   whose boundaries follow the buffer's physical layout, in both
