@@ -12,7 +12,8 @@
 # kernels ("6.1 6.12 7": Debian 12's 6.1, its backported 6.12 and Debian's
 # newest 7.x). A failing script is kept in
 # /tmp/mqblk-oracle-failed-<kernel>-<i>-<seed>.txt. Each kernel also runs
-# zero-length.txt (fixed) on two of the configurations.
+# zero-length.txt (fixed) on two of the configurations and
+# failed-write-then-reset.txt on one.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -57,11 +58,14 @@ for spec in "${configs[0]%%|*}" "${configs[3]%%|*}"; do
   pairs+=("$spec" tests/oracle/zero-length.txt)
   seeds+=(zero-length)
 done
+# And writes after a zone's failed write and its reset (capacity 25 MB).
+pairs+=("${configs[3]%%|*}" tests/oracle/failed-write-then-reset.txt)
+seeds+=(failed-write-then-reset)
 # The kernels' guests run side by side, each one TCG vCPU (two cores here;
 # the times of the three side by side, 300 ops a script, are in
 # docs/results/zoned-oracle-7.txt).
 for k in $kernels; do
-  echo "== oracle, kernel $k: $((${#seeds[@]} - 2)) scripts of $ops ops (seeds ${seeds[0]}..${seeds[-3]}) and zero-length.txt twice"
+  echo "== oracle, kernel $k: $((${#seeds[@]} - 3)) scripts of $ops ops (seeds ${seeds[0]}..${seeds[-4]}), zero-length.txt twice and failed-write-then-reset.txt"
   (
     start=$(date +%s)
     status=0
