@@ -37,14 +37,14 @@
 //!   run, which is how the oracle's guests run (one vCPU, `zone script
 //!   --blkdev` SCHED_FIFO: blkdev.rs). When the work preempted the task
 //!   (one vCPU, the task SCHED_NORMAL) or ran beside it (several vCPUs),
-//!   and under ublk, whose pieces complete later from its server, the
-//!   order changed from run to run: zone 7 ended CLOSED in one run and
+//!   the order changed from run to run: zone 7 ended CLOSED in one run and
 //!   IMP_OPEN in the next, and a write over three zones filled one of
 //!   them in one run and two in another. Without the option a write
 //!   reaches past its zone only when every zone it may open fits under
-//!   both limits at once (`Model::room`), so that guest tests comparing
-//!   two zoned devices may use the scripts.
-
+//!   both limits at once (`Model::room`), so that tests comparing two
+//!   zoned devices whose pieces complete at different times (null_blk and
+//!   ublk in tests/guest/ublk_zoned.sh, on two vCPUs) may use the scripts.
+//!
 //! Writes are at most `MAX_WRITE` sectors, to keep a 1 GiB guest's memory
 //! (the huge pages of the write, its copy, the memory-backed null_blk)
 //! sane.
