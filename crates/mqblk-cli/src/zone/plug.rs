@@ -193,6 +193,34 @@ mod tests {
         );
     }
 
+    /// The zones after the last op of `script` on a null device of
+    /// `spec` (conditions and write pointers of the zones not EMPTY at 0).
+    fn zones_after(spec: &str, script: &str) -> Vec<(usize, String, u64)> {
+        let mut t = crate::zone::DeviceTarget::open(spec).unwrap();
+        let out = crate::zone::script::run_script(&mut t, script).unwrap();
+        let last: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+        let zones = last["zones"].as_array().unwrap().iter().enumerate();
+        let conds = zones.map(|(i, z)| (i, z[0].as_str().unwrap().to_string(), z[1].as_u64().unwrap()));
+        conds.filter(|(_, c, wp)| c != "EMPTY" || *wp != 0).collect()
+    }
+
+    #[test]
+    fn a_write_into_a_zone_at_the_open_limit_closes_another_under_6_12_not_6_1() {
+        // Zones of 8192 sectors, two may be open: zones 0 and 1 are. The
+        // write fills zone 1 and puts 300 sectors into zone 2.
+        let spec = "null:size=64,zoned=1,zone_size=4,zone_max_open=2,memory_backed=1";
+        let script = "write 0 0 8\nwrite 1 0 8\nwrite 1 8 8484\n";
+        let z = |i, c: &str, wp| (i, c.to_string(), wp);
+        // 6.12 (and 7): zone 2's first piece comes while zone 1 is still
+        // open, so null_blk closes zone 0 (round robin from the first).
+        let plugged = [z(0, "CLOSED", 8), z(1, "FULL", 8192), z(2, "IMP_OPEN", 300)];
+        assert_eq!(zones_after(spec, script), plugged);
+        assert_eq!(zones_after(&format!("{spec},zoned_compat=7"), script), plugged);
+        // 6.1: zone 1 fills first and frees its open slot.
+        let in_order = [z(0, "IMP_OPEN", 8), z(1, "FULL", 8192), z(2, "IMP_OPEN", 300)];
+        assert_eq!(zones_after(&format!("{spec},zoned_compat=6.1"), script), in_order);
+    }
+
     #[test]
     fn the_parents_error_wins_else_the_first_to_complete() {
         let (eio, eov, many) = (libc::EIO, libc::EOVERFLOW, libc::ETOOMANYREFS);
