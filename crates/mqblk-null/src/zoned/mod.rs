@@ -5,7 +5,9 @@
 //!
 //! Kernel version (`zoned_compat`): Linux 6.12 by default, 6.1 or 7 (7.x,
 //! measured on Debian's 7.3) on request. All run the same state machine;
-//! 7.x answered every oracle script as 6.12 (docs/results/zoned-oracle-7.txt),
+//! 7.x answered every oracle script as 6.12 (docs/results/zoned-oracle-7.txt:
+//! once the script runner let the kernel's deferred work run between ops;
+//! before, 7.3 alone refused writes to a zone reset after a failed write),
 //! so `7` behaves as `6.12`. What 6.12 changed from 6.1, seen through the
 //! kernel oracle (tests/oracle/) and read in its source:
 //! - A failed write makes the zone refuse writes until its write pointer
@@ -62,7 +64,8 @@
 //!   docs/results/zoned-oracle-7.txt). mqblk's block layer has no zone
 //!   write plugs and issues a split bio's pieces in order, as 6.1; `mqblk
 //!   zone script` issues such a write in the plugs' order for 6.12 and 7
-//!   (crates/mqblk-cli/src/zone/plug.rs), and the generator makes them.
+//!   (crates/mqblk-cli/src/zone/plug.rs), and the generator makes them
+//!   with `--spans-at-limits` (the oracle's scripts).
 //!   From ordinary pages a pwrite over 1 MiB is several direct-I/O bios
 //!   whose boundaries follow the buffer's physical layout, in both
 //!   kernels: the script runner writes from huge pages so that a write is
