@@ -137,7 +137,7 @@ guest_log=target/guest-tests.log
 oracle_log=target/oracle.log
 rm -f target/guest-tests.status target/oracle.status target/background.times
 rm -rf target/oracle.claim
-# The zoned kernel oracle (Linux 6.1 and 6.12 null_blk under qemu against
+# The zoned kernel oracle (Linux 6.1, 6.12 and 7.x null_blk under qemu against
 # mqblk: 5 configurations x 300 ops, one boot per kernel) runs in
 # whichever lane comes to it first: the background lane after its guest
 # tests, or the foreground after the fuzzing while the guests still run
@@ -147,10 +147,10 @@ run_oracle() { # LANE
   mkdir target/oracle.claim 2>/dev/null || return 0
   local start=$SECONDS status=0
   # Fixed seeds keep CI reproducible; explore with tests/oracle/ci.sh 300 $(date +%s) 4.
-  # The 6.12 kernel comes through tests/guest/run.sh (fetched once, cached).
+  # The 6.12 and 7.x kernels come through tests/guest/run.sh (fetched once, cached).
   tests/oracle/ci.sh 300 100 > "$oracle_log" 2>&1 || status=$?
   echo "$status" > target/oracle.status
-  printf '%6d  the zoned kernel oracle (Linux 6.1 and 6.12 null_blk vs mqblk), in the %s\n' $((SECONDS - start)) "$1" >> target/background.times
+  printf '%6d  the zoned kernel oracle (Linux 6.1, 6.12 and 7.x null_blk vs mqblk), in the %s\n' $((SECONDS - start)) "$1" >> target/background.times
 }
 if ! wait "$fetch_pid"; then
   echo "== fetching the guests' kernels failed (target/kernel-fetch.log below); the guests try again"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The kernel differential oracle for zoned null devices.
 #
-#   tests/oracle/run.sh [--kernel 6.1|6.12] SPEC SCRIPT [SPEC SCRIPT ...]
+#   tests/oracle/run.sh [--kernel 6.1|6.12|7] SPEC SCRIPT [SPEC SCRIPT ...]
 #
 # Boots a Linux guest under qemu (TCG) once and, for each SPEC SCRIPT pair
 # in turn, loads null_blk with SPEC's parameters, runs SCRIPT on
@@ -24,6 +24,12 @@
 #   6.12 Debian's 6.12 from bookworm-backports, through tests/guest/run.sh
 #        (which fetches and caches it; needs root), running the host's
 #        target/release/mqblk in the guest.
+#   7    Debian's newest 7.x (MQBLK_GUEST_SERIES=7 of tests/guest/run.sh),
+#        the same way; mqblk's side gets `zoned_compat=7` unless SPEC
+#        names one.
+# Every guest has one vCPU: there the kernels' zone write plugs issue a
+# write's pieces across zones in the same order on every run (the zoned/
+# module doc of crates/mqblk-null).
 #
 # SPEC is an mqblk null spec (`null:gb=1,zoned=1,zone_size=64,...`); keys
 # that are not null_blk module parameters (zone_lock, zoned_compat) are kept
@@ -32,13 +38,13 @@
 # Runs from anywhere; builds what it needs.
 set -euo pipefail
 
-usage="usage: tests/oracle/run.sh [--kernel 6.1|6.12] SPEC SCRIPT [SPEC SCRIPT ...]"
+usage="usage: tests/oracle/run.sh [--kernel 6.1|6.12|7] SPEC SCRIPT [SPEC SCRIPT ...]"
 kernel_series=6.1
 if [ "${1:-}" = --kernel ]; then
   kernel_series=${2:?$usage}
   shift 2
 fi
-case "$kernel_series" in 6.1|6.12) ;; *) echo "oracle: --kernel takes 6.1 or 6.12; $usage" >&2; exit 2 ;; esac
+case "$kernel_series" in 6.1|6.12|7) ;; *) echo "oracle: --kernel takes 6.1, 6.12 or 7; $usage" >&2; exit 2 ;; esac
 if [ $# -lt 2 ] || [ $(($# % 2)) != 0 ]; then echo "$usage" >&2; exit 2; fi
 specs=() scripts=()
 while [ $# -gt 0 ]; do
@@ -86,6 +92,8 @@ huge_pages=$(((max_write * 512 + (2 << 20) - 1) / (2 << 20)))
 # escapes: the host matches lines by their content). $MQBLK and $MODULES
 # come from the caller.
 {
+  # `zone script --blkdev` runs SCHED_FIFO (blkdev.rs): never throttled.
+  echo "echo -1 > /proc/sys/kernel/sched_rt_runtime_us"
   echo "echo $huge_pages > /proc/sys/vm/nr_hugepages"
   echo "[ \"\$(cat /proc/sys/vm/nr_hugepages)\" = $huge_pages ] || echo \"ORACLE-HUGEPAGES: \$(cat /proc/sys/vm/nr_hugepages) of $huge_pages reserved\""
   cat <<'GUEST'
@@ -107,7 +115,7 @@ GUEST
   echo 'echo ORACLE-DONE'
 } > "$work/jobs.sh"
 
-if [ "$kernel_series" = 6.12 ]; then
+if [ "$kernel_series" != 6.1 ]; then
   # The guest chroots into the host's /, so it runs the host's mqblk; its
   # /tmp is its own tmpfs (the harness ships a script under /tmp itself).
   {
@@ -115,10 +123,11 @@ if [ "$kernel_series" = 6.12 ]; then
     cat "$work/jobs.sh"
   } > "$work/guest.sh"
   status=0
-  MQBLK_GUEST_TIMEOUT=$timeout_s "$root/tests/guest/run.sh" "$work/guest.sh" --mem 2048 --cpus 1 > "$work/console.txt" || status=$?
-  kver="6.12 guest"
+  MQBLK_GUEST_SERIES=$kernel_series MQBLK_GUEST_TIMEOUT=$timeout_s "$root/tests/guest/run.sh" "$work/guest.sh" \
+    --mem 2048 --cpus 1 > "$work/console.txt" || status=$?
+  kver="$kernel_series guest"
   if [ "$status" != 0 ] || ! grep -q ORACLE-DONE "$work/console.txt"; then
-    echo "oracle: the 6.12 guest run failed (status $status); its output:" >&2
+    echo "oracle: the $kernel_series guest run failed (status $status); its output:" >&2
     tail -n 30 "$work/console.txt" >&2
     exit 2
   fi
@@ -173,8 +182,8 @@ grep -o 'ORACLE-HUGEPAGES: .*' "$work/console.txt" >&2 || true
 for i in "${!specs[@]}"; do
   spec=${specs[$i]}
   mqblk_spec=$spec
-  if [ "$kernel_series" = 6.1 ]; then
-    case ",${spec#null:}," in *,zoned_compat=*) ;; *) mqblk_spec="$spec,zoned_compat=6.1" ;; esac
+  if [ "$kernel_series" != 6.12 ]; then
+    case ",${spec#null:}," in *,zoned_compat=*) ;; *) mqblk_spec="$spec,zoned_compat=$kernel_series" ;; esac
   fi
   grep -o "ORACLE-$i: {\"op\".*" "$work/console.txt" | sed "s/^ORACLE-$i: //" > "$work/kernel-$i.jsonl" || true
   if ! grep -q "ORACLE-$i-EXIT=0" "$work/console.txt"; then

@@ -465,9 +465,13 @@ mod tests {
         assert_eq!(old.compat, ZonedCompat::Linux6_1);
         let c = NullConfig::new().zoned(Some(old.clone()));
         assert_eq!(round_trip(&c).zoned, Some(old), "round-trips through the spec form");
+        let seven = z("null:zoned=1,zoned_compat=7").unwrap();
+        assert_eq!(seven.compat, ZonedCompat::Linux7);
+        let c = NullConfig::new().zoned(Some(seven.clone()));
+        assert_eq!(round_trip(&c).zoned, Some(seven), "7 round-trips too");
         assert!(z("null:zoned=1,zone_full=1").unwrap().zone_full);
         for (spec, why) in [
-            ("null:zoned=1,zoned_compat=5.4", "accepted: 6.12, 6.1"),
+            ("null:zoned=1,zoned_compat=5.4", "accepted: 6.12, 6.1, 7"),
             ("null:zoned_compat=6.1", "zoned_compat needs zoned=1"),
             ("null:zoned=1,zone_full=1,zoned_compat=6.1", "null_blk 6.1 has no such parameter"),
             ("null:zoned=1,zoned_compt=6.1", "did you mean 'zoned_compat'"),

@@ -65,7 +65,7 @@
 //! | zone_readonly | 0 | the last sequential zones start READONLY (before those of zone_offline) |
 //! | zone_offline | 0 | the last sequential zones start OFFLINE |
 //! | zone_full | 0 | the other sequential zones start FULL, write pointer at the capacity (Linux 6.12; refused with zoned_compat=6.1) |
-//! | zoned_compat | 6.12 | the Linux whose zoned null_blk to follow: `6.12`, or `6.1` (Debian 12's, the first kernel oracle's): no zone write plugs, so after a failed write a write at the write pointer succeeds without a zone report first; no zone_full; zone appends up to the zone size |
+//! | zoned_compat | 6.12 | the Linux whose zoned null_blk to follow: `6.12`, `7` (Linux 7.x: as 6.12), or `6.1` (Debian 12's, the first kernel oracle's): no zone write plugs, so after a failed write a write at the write pointer succeeds without a zone report first; no zone_full; zone appends up to the zone size |
 //! | badblocks | (none) | sectors whose I/O fails with EIO: inclusive `START-END` ranges of 512-byte sectors, `:`-separated; on a live device the `badblocks` attribute takes `+START-END` and `-START-END` |
 //! | badblocks_once | 0 | a bad range is cleared by the first I/O that fails on it |
 //! | badblocks_partial_io | 0 | an I/O on a bad range transfers the blocks before the first bad sector, then fails |

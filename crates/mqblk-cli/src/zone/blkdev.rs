@@ -69,6 +69,40 @@ pub struct BlkdevTarget {
     huge: Option<HugeBuf>,
 }
 
+/// Makes the calling thread SCHED_FIFO, so that on the oracle's one-vCPU
+/// guests no SCHED_NORMAL thread runs while it is runnable: a zone write
+/// plug's work (blk_zone_wplug_bio_work, on a WQ_HIGHPRI workqueue) then
+/// runs only once a write's submitter sleeps, not whenever its wakeup
+/// preempts the submitter at a might_sleep() inside null_blk (a
+/// memory-backed zone's mutex, a page allocation), which left the order of
+/// a write's pieces across zones, and so the zone answers, to the
+/// scheduler (the order mqblk then models: zone/plug.rs). The guest turns
+/// RT throttling off (sched_rt_runtime_us -1), so a long script is never
+/// paused mid-write. Each op starts after `settle`.
+fn run_unpreempted() -> Result<(), String> {
+    let param = libc::sched_param { sched_priority: 1 };
+    // SAFETY: sets this thread's policy from a valid sched_param.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
+        return Err(format!("cannot run the script SCHED_FIFO: {}", std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// How long the runner sleeps before each op.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// Sleeps briefly before an op, so that the work the kernel deferred
+/// after the last one (zone write plug work, the freeing of a plug after
+/// a reset or a failed write) runs first, as it would beside a
+/// SCHED_NORMAL task. A SCHED_FIFO runner that never slept kept that work
+/// from running between ops: Linux 7.3 then failed, with EIO and without
+/// writing, a write at the write pointer after a zone that had a failed
+/// write was reset and written again, which 6.12 and 7.3 both took when
+/// the runner slept between ops (docs/results/zoned-oracle-7.txt).
+fn settle() {
+    std::thread::sleep(SETTLE);
+}
+
 /// A huge page's size (x86-64's PMD size, MAP_HUGE_2MB).
 const HUGE_PAGE: usize = 2 << 20;
 
@@ -143,6 +177,7 @@ impl BlkdevTarget {
         if !ok || zone_sectors == 0 {
             return Err(format!("{path} is not a zoned block device ({})", std::io::Error::last_os_error()));
         }
+        run_unpreempted()?;
         Ok(Self { file, zone_sectors: u64::from(zone_sectors), nr_zones, capacity_sectors: bytes >> 9, huge: None })
     }
 
@@ -163,6 +198,7 @@ impl ZoneTarget for BlkdevTarget {
     }
 
     fn report(&mut self) -> Result<Vec<(&'static str, u64)>, i32> {
+        settle();
         #[repr(C)]
         struct Report {
             sector: u64,
@@ -191,6 +227,7 @@ impl ZoneTarget for BlkdevTarget {
     }
 
     fn mgmt(&mut self, op: ZoneMgmt, zone: Option<u64>) -> Result<(), i32> {
+        settle();
         let request = match op {
             ZoneMgmt::Reset => BLKRESETZONE,
             ZoneMgmt::Open => BLKOPENZONE,
@@ -220,6 +257,7 @@ impl ZoneTarget for BlkdevTarget {
     }
 
     fn write(&mut self, offset_bytes: u64, data: &[u8]) -> Result<(), i32> {
+        settle();
         if let Err(e) = self.prepare_writes(data.len()) {
             eprintln!("zone script: {e}");
             return Err(libc::ENOMEM);
@@ -237,6 +275,7 @@ impl ZoneTarget for BlkdevTarget {
     }
 
     fn read(&mut self, offset_bytes: u64, out: &mut [u8]) -> Result<(), i32> {
+        settle();
         let mut buf = Buf::new(out.len());
         match self.file.read_at(&mut buf, offset_bytes) {
             Ok(n) if n == out.len() => {

@@ -23,21 +23,27 @@
 //!   disk_zone_wplug_abort), across the zone's end into the next zones and
 //!   past the device's end (the pwrite is cut at the end, a short write),
 //!   longer than a zone from its start, and of any size around max_sectors.
-//! - Not deterministic on 6.12, so never generated: a write that reaches a
-//!   later zone while that zone could only open by implicitly closing
-//!   another or not at all (zone_max_open or zone_max_active reached). 6.12
-//!   issues the first piece of each zone from the writing task and the
-//!   zone's further pieces one at a time from its zone write plug's work
-//!   (blk_zone_wplug_bio_work) as each completes; whether the next zone's
-//!   first piece reaches null_blk before or after the current zone's last
-//!   ones changed from run to run, and with a limit reached null_blk then
-//!   closed a different zone or failed a different piece
-//!   (null_check_zone_resources): zone 7 ended CLOSED in one run and
-//!   IMP_OPEN in the next, and a write over three zones filled one of them
-//!   in one run and two in another. So a write reaches past its
-//!   zone only when every zone it may open fits under both limits at once
-//!   (`Model::room`). 6.1 issues every piece in order from the task and was
-//!   deterministic in all of them.
+//! - Generated only with `--spans-at-limits` (the kernel oracle's scripts):
+//!   a write that reaches a later zone while that zone could only open by
+//!   implicitly closing another or not at all (zone_max_open or
+//!   zone_max_active reached). Which zone null_blk closes, or which piece
+//!   it refuses (null_check_zone_resources), follows the order in which
+//!   the zones' pieces reach it. 6.1 issues every piece in order from the
+//!   writing task. 6.12 and 7.x issue the first piece of each zone from the
+//!   task and the zone's further pieces one at a time from its zone write
+//!   plug's work (blk_zone_wplug_bio_work) as each completes: on one CPU,
+//!   with the task not preempted by that work, the zones' first pieces
+//!   and then one piece of each zone in turn (plug.rs), the same on every
+//!   run, which is how the oracle's guests run (one vCPU, `zone script
+//!   --blkdev` SCHED_FIFO: blkdev.rs). When the work preempted the task
+//!   (one vCPU, the task SCHED_NORMAL) or ran beside it (several vCPUs),
+//!   the order changed from run to run: zone 7 ended CLOSED in one run and
+//!   IMP_OPEN in the next, and a write over three zones filled one of
+//!   them in one run and two in another. Without the option a write
+//!   reaches past its zone only when every zone it may open fits under
+//!   both limits at once (`Model::room`), so that tests comparing two
+//!   zoned devices whose pieces complete at different times (null_blk and
+//!   ublk in tests/guest/ublk_zoned.sh, on two vCPUs) may use the scripts.
 //!
 //! Writes are at most `MAX_WRITE` sectors, to keep a 1 GiB guest's memory
 //! (the huge pages of the write, its copy, the memory-backed null_blk)
@@ -95,6 +101,11 @@ pub struct GenArgs {
     /// true write pointers.
     #[arg(long, value_name = "SPEC")]
     device: Option<String>,
+    /// Also let writes reach later zones while zone_max_open or
+    /// zone_max_active is reached (deterministic only on one CPU with the
+    /// script runner unpreempted, as in the kernel oracle).
+    #[arg(long)]
+    spans_at_limits: bool,
 }
 
 /// The script's shape: the device it is aimed at.
@@ -110,6 +121,8 @@ pub struct Shape {
     /// zone_max_open and zone_max_active (0: no limit).
     pub max_open: u64,
     pub max_active: u64,
+    /// Writes may reach later zones while a limit is reached.
+    pub spans_at_limits: bool,
 }
 
 /// The largest write in sectors (72 MiB: a 64 MiB zone and then some, two
@@ -313,7 +326,7 @@ fn write_op(rng: &mut Rng, model: &mut Model, z: u64, block: u64) -> String {
     let (off, n) = aligned(off.min(zone_sectors - block), n.clamp(1, MAX_WRITE), block);
     // Zones the write reaches on the device (it is cut at the device's end).
     let last = ((z * zone_sectors + off + n - 1) / zone_sectors).min(zones - 1);
-    let n = if last == z || model.room(z, last) {
+    let n = if last == z || model.shape.spans_at_limits || model.room(z, last) {
         n
     } else {
         // No room for the next zones: up to the zone's end only.
@@ -369,6 +382,7 @@ pub fn run(args: GenArgs) -> Result<String, String> {
         max_open,
         max_active,
         device,
+        spans_at_limits,
     } = args;
     let cap_sectors = capacity_sectors.unwrap_or(zone_sectors);
     if zones == 0
@@ -382,7 +396,8 @@ pub fn run(args: GenArgs) -> Result<String, String> {
                     dividing zone-sectors"
             .into());
     }
-    let mut shape = Shape { zones, nr_conv, zone_sectors, cap_sectors, block_sectors, max_open, max_active };
+    let mut shape =
+        Shape { zones, nr_conv, zone_sectors, cap_sectors, block_sectors, max_open, max_active, spans_at_limits };
     let mut target = match device {
         Some(spec) => Some(super::DeviceTarget::open(&spec)?),
         None => None,

@@ -242,8 +242,9 @@ impl NullConfig {
                 "global" => ZoneLock::Global,
                 _ => ZoneLock::PerZone,
             },
-            compat: match p.choice("zoned_compat", "6.12", &["6.12", "6.1"])? {
+            compat: match p.choice("zoned_compat", "6.12", &["6.12", "6.1", "7"])? {
                 "6.1" => ZonedCompat::Linux6_1,
+                "7" => ZonedCompat::Linux7,
                 _ => ZonedCompat::Linux6_12,
             },
         }))

@@ -16,15 +16,25 @@ pub enum ZonedCompat {
     Linux6_12,
     /// Linux 6.1 (Debian 12's kernel, the first oracle's).
     Linux6_1,
+    /// Linux 7.x (Debian's 7.3, the third oracle's): as 6.12.
+    Linux7,
 }
 
 impl ZonedCompat {
-    /// The spec value (`6.12` or `6.1`): `ZonedCompat::Linux6_1.name() == "6.1"`.
+    /// The spec value (`6.12`, `6.1` or `7`): `ZonedCompat::Linux6_1.name() == "6.1"`.
     pub fn name(self) -> &'static str {
         match self {
             Self::Linux6_12 => "6.12",
             Self::Linux6_1 => "6.1",
+            Self::Linux7 => "7",
         }
+    }
+
+    /// Whether the block layer has zone write plugs ("block: Introduce
+    /// zone write plugging", 6.10): 6.12 and 7.x, not 6.1.
+    /// `ZonedCompat::Linux7.zone_write_plugs()` is true.
+    pub fn zone_write_plugs(self) -> bool {
+        self != Self::Linux6_1
     }
 }
 

@@ -3,8 +3,12 @@
 //! (drivers/block/null_blk/zoned.c) and the
 //! locking design of "null_blk: improve zone locking" (2020).
 //!
-//! Kernel version (`zoned_compat`): Linux 6.12 by default, 6.1 on request.
-//! Both run the same state machine; what 6.12 changed, seen through the
+//! Kernel version (`zoned_compat`): Linux 6.12 by default, 6.1 or 7 (7.x,
+//! measured on Debian's 7.3) on request. All run the same state machine;
+//! 7.x answered every oracle script as 6.12 (docs/results/zoned-oracle-7.txt:
+//! once the script runner let the kernel's deferred work run between ops;
+//! before, 7.3 alone refused writes to a zone reset after a failed write),
+//! so `7` behaves as `6.12`. What 6.12 changed from 6.1, seen through the
 //! kernel oracle (tests/oracle/) and read in its source:
 //! - A failed write makes the zone refuse writes until its write pointer
 //!   is learnt again ("block: Introduce zone write plugging", 6.10, with
@@ -45,13 +49,23 @@
 //!   the next zone's land, status EIO), and one past the device's end (a
 //!   short write, then ENOSPC). The pwrite's status is the last piece's
 //!   error if it failed, else the first failed piece's (bio_chain).
-//! - Not reproducible in 6.12 itself: a write that crosses zones when a
-//!   zone it opens finds zone_max_open or zone_max_active reached. The
-//!   per-zone kworkers interleave the zones' pieces differently from run
-//!   to run, so which zone null_blk closes implicitly, or whether it
-//!   refuses the next zone (EOVERFLOW), changes between runs of the same
-//!   script. mqblk answers as when the pieces arrive zone after zone (6.1's
-//!   order, one of 6.12's), and `mqblk zone gen` leaves such writes out.
+//! - A write that crosses zones when a zone it opens finds zone_max_open
+//!   or zone_max_active reached: the order of its pieces decides which
+//!   zone null_blk closes implicitly, or whether it refuses the next zone.
+//!   6.1 issues them zone after zone. 6.12 and 7.x, on one CPU with the
+//!   writing task not preempted by the zone write plug's work (the
+//!   oracle's guests: one vCPU, the script runner SCHED_FIFO), issue every
+//!   zone's first piece from the task, then the zones' further pieces one
+//!   zone at a time in turn from their plugs' work once the task sleeps:
+//!   the later zone's first piece meets the limit while the earlier zone
+//!   is still open (it fails, ETOOMANYREFS or EOVERFLOW, or closes another
+//!   open zone). When that work preempts the task, or runs beside it on
+//!   another CPU, the answers change from run to run (measured:
+//!   docs/results/zoned-oracle-7.txt). mqblk's block layer has no zone
+//!   write plugs and issues a split bio's pieces in order, as 6.1; `mqblk
+//!   zone script` issues such a write in the plugs' order for 6.12 and 7
+//!   (crates/mqblk-cli/src/zone/plug.rs), and the generator makes them
+//!   with `--spans-at-limits` (the oracle's scripts).
 //!   From ordinary pages a pwrite over 1 MiB is several direct-I/O bios
 //!   whose boundaries follow the buffer's physical layout, in both
 //!   kernels: the script runner writes from huge pages so that a write is
@@ -213,7 +227,7 @@ impl NullZoned {
             capacity_sectors,
             zone_capacity_sectors,
             zones,
-            wp_update_after_error: cfg.compat == ZonedCompat::Linux6_12,
+            wp_update_after_error: cfg.compat.zone_write_plugs(),
             lock_kind,
             need_res: max_open > 0 || max_active > 0,
             res: Mutex::new(Res { imp_close_zone_no: nr_conv, tracked: true, ..Res::default() }),
@@ -282,7 +296,7 @@ impl NullZoned {
         let sectors = match cfg.compat {
             ZonedCompat::Linux6_1 if requested == 0 => zone_sectors,
             ZonedCompat::Linux6_1 => requested,
-            ZonedCompat::Linux6_12 => {
+            ZonedCompat::Linux6_12 | ZonedCompat::Linux7 => {
                 let block_sectors = u64::from(bs >> SECTOR_SHIFT).max(1);
                 match requested / block_sectors * block_sectors {
                     0 => capacity_sectors,
