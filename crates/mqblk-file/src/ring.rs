@@ -241,29 +241,22 @@ impl Ring {
     }
 
     fn push(&self, entry: &squeue::Entry) {
-        let _g = self.sq_lock.lock();
-        loop {
-            // SAFETY: `sq_lock` makes us the only user of the SQ; the entry's
-            // iovecs and buffers live in the slot until its CQE.
-            let pushed = unsafe { self.ring.submission_shared().push(entry) };
-            if pushed.is_ok() {
-                return;
-            }
-            // Full (only if submissions lag): hand what is queued to the kernel.
-            let _ = self.ring.submitter().submit();
-        }
+        self.push_linked(std::slice::from_ref(entry));
     }
 
-    /// Pushes linked SQEs together (a link is a run of adjacent SQEs:
-    /// another submitter's SQE between them would join the chain).
+    /// Pushes SQEs together, so a link is a run of adjacent SQEs (another
+    /// submitter's SQE between them would join the chain).
     fn push_linked(&self, entries: &[squeue::Entry]) {
         let _g = self.sq_lock.lock();
         loop {
-            // SAFETY: as in `push`; the chain's buffer lives in the kernel.
+            // SAFETY: `sq_lock` makes us the only user of the SQ; the
+            // entries' iovecs and buffers live in the slot until their CQEs
+            // (a chain's buffer lives in the kernel).
             let pushed = unsafe { self.ring.submission_shared().push_multiple(entries) };
             if pushed.is_ok() {
                 return;
             }
+            // Full (only if submissions lag): hand what is queued to the kernel.
             let _ = self.ring.submitter().submit();
         }
     }
@@ -294,11 +287,7 @@ impl Ring {
     /// tag, and for a kernel-buffer chain its step) with `res`.
     fn complete(&self, user_data: u64, res: i32) {
         if user_data & STEP_MASK != 0 {
-            if let Some((inf, status)) = self.chain_cqe(user_data, res, false) {
-                self.inflight.fetch_sub(1, Ordering::Relaxed);
-                inf.rq.complete(status);
-            }
-            return;
+            return self.chain_cqe(user_data, res, false);
         }
         let tag = user_data as usize;
         // SAFETY: this CQE makes us the tag's owner (see the Sync impl).

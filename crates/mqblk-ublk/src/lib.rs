@@ -3,7 +3,8 @@
 //! it to mqblk's block layer through its own `Client`.
 //!
 //! Modules: uapi.rs (the kernel ABI, by hand), ctrl.rs (the control
-//! device), queue.rs (one thread per queue: fetch, serve, commit),
+//! device), params.rs (the device's ublk parameters from its limits),
+//! queue.rs (one thread per queue: fetch, serve, commit),
 //! server.rs (the device's life: add, start, stop, delete), devices.rs
 //! (list, info and delete from any process), recovery.rs
 //! (a new server for a device whose server died), unpriv.rs (devices
@@ -18,6 +19,7 @@
 pub mod ctrl;
 mod devices;
 mod error;
+mod params;
 mod queue;
 pub mod recovery;
 pub mod server;

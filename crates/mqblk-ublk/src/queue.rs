@@ -44,8 +44,8 @@
 //!
 //! Relies on: uapi.rs (structs, command numbers); mqblk's Client (submit,
 //! plug, do_io, completion_fd) and Buf; desc.rs (the descriptor area),
-//! ring.rs (the io_uring and the commands queued on it) and copy.rs (user
-//! copy and zero copy).
+//! ring.rs (the io_uring and the commands queued on it), copy.rs (user
+//! copy and zero copy) and zones.rs (report zones).
 
 use std::fs::File;
 use std::io;
@@ -53,7 +53,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 
 use io_uring::{squeue, IoUring};
-use mqblk::zoned::{Zone, ZoneMgmt, ZoneType};
+use mqblk::zoned::ZoneMgmt;
 use mqblk::{Bio, Buf, Client, Completion, Device, KernelBuf, Op, ReqFlags, Status, SECTOR_SHIFT};
 
 use crate::error::Error;
@@ -62,6 +62,7 @@ use crate::uapi::{self, IoDesc};
 mod copy;
 mod desc;
 mod ring;
+mod zones;
 
 use copy::{bio_with_data, copy_out, zero_copy_bio};
 use desc::DescMap;
@@ -277,8 +278,12 @@ impl Queue {
                     reports.push(tag_id);
                     continue;
                 }
-                let kbuf = KernelBuf { fd: cdev.as_raw_fd(), q_id: *q_id, tag: tag_id };
-                let parsed = match if *zero_copy { zero_copy_bio(&desc, kbuf) } else { None } {
+                let zero_copied = if *zero_copy {
+                    zero_copy_bio(&desc, KernelBuf { fd: cdev.as_raw_fd(), q_id: *q_id, tag: tag_id })
+                } else {
+                    None
+                };
+                let parsed = match zero_copied {
                     Some(parsed) => parsed,
                     None => bio_with_data(&desc, tag, *user_copy, cdev, *q_id, tag_id),
                 };
@@ -398,35 +403,6 @@ impl Queue {
             }
         }
     }
-
-    /// Answers a report-zones request (`nr_sectors` holds the number of
-    /// zones): the device's zones from `start_sector`, written as
-    /// `struct blk_zone`s into the request by user copy. Returns the
-    /// commit's result.
-    fn report_zones(&mut self, tag: u16) -> i32 {
-        let desc = self.descs.get(tag);
-        let Some(offset) = desc.start_sector.checked_mul(512) else { return -libc::EINVAL };
-        let Some(buf) = self.tags[usize::from(tag)].buf.as_mut() else { return -libc::EIO };
-        let room = buf.capacity() / std::mem::size_of::<uapi::BlkZone>();
-        let Some(device_zones) = self.device.zones() else { return -libc::EOPNOTSUPP };
-        let zones = match device_zones.report(offset, (desc.nr_sectors as usize).min(room)) {
-            Ok(zones) => zones,
-            Err(e) => return -e.errno(),
-        };
-        buf.set_len(zones.len() * std::mem::size_of::<uapi::BlkZone>());
-        for (chunk, zone) in buf.chunks_exact_mut(64).zip(&zones) {
-            chunk.copy_from_slice(&blk_zone(zone).to_bytes());
-        }
-        if let Err(errno) = copy_out(&self.cdev, self.q_id, tag, buf) {
-            return -errno;
-        }
-        // The kernel zeroed its buffer, so a short list ends at the first
-        // zero-length entry; the result must still cover the whole request
-        // or the block layer would see a partial completion and requeue it.
-        // ublk clamps a result beyond the request to its length
-        // (__ublk_complete_rq), so the buffer's capacity is always enough.
-        i32::try_from(buf.capacity()).unwrap_or(i32::MAX)
-    }
 }
 
 /// The bio for a request and what a success returns (bytes for reads and
@@ -474,22 +450,6 @@ fn bio_for(desc: &IoDesc, tag: &mut Tag) -> Result<(Bio, i32), i32> {
             Ok((Bio::write_zeroes(offset, bytes).with_flags(flags), 0))
         }
         _ => Err(libc::EOPNOTSUPP),
-    }
-}
-
-/// One zone as the kernel's report reads it.
-fn blk_zone(zone: &Zone) -> uapi::BlkZone {
-    uapi::BlkZone {
-        start: zone.start,
-        len: zone.len,
-        wp: zone.wp,
-        ztype: match zone.ztype {
-            ZoneType::Conventional => uapi::BLK_ZONE_TYPE_CONVENTIONAL,
-            ZoneType::SeqWriteRequired => uapi::BLK_ZONE_TYPE_SEQWRITE_REQ,
-        },
-        cond: zone.cond as u8,
-        capacity: zone.capacity,
-        ..uapi::BlkZone::default()
     }
 }
 
@@ -590,22 +550,5 @@ mod tests {
         assert_eq!((bio.op, bio.offset, bio.len, result), (mqblk::Op::ZoneAppend, 4096 * 512, 4096, 4096));
         assert!(bio.flags.contains(ReqFlags::FUA));
         assert!(t.buf.is_none());
-    }
-
-    #[test]
-    fn zones_convert_to_the_kernel_report_entry() {
-        let seq = Zone {
-            start: 131072,
-            len: 131072,
-            capacity: 98304,
-            wp: 131080,
-            ztype: ZoneType::SeqWriteRequired,
-            cond: mqblk::zoned::ZoneCond::ImpOpen,
-        };
-        let z = blk_zone(&seq);
-        assert_eq!((z.start, z.len, z.capacity, z.wp), (131072, 131072, 98304, 131080));
-        assert_eq!((z.ztype, z.cond), (uapi::BLK_ZONE_TYPE_SEQWRITE_REQ, 0x2));
-        let conv = Zone { ztype: ZoneType::Conventional, cond: mqblk::zoned::ZoneCond::NotWp, ..seq };
-        assert_eq!((blk_zone(&conv).ztype, blk_zone(&conv).cond), (uapi::BLK_ZONE_TYPE_CONVENTIONAL, 0));
     }
 }

@@ -123,15 +123,15 @@ impl Ring {
         self.push_linked(&entries);
     }
 
-    /// A CQE of a chain (`user_data`'s step not 0). Returns the request's
-    /// status once its chain is over and it ends (None: it goes on, or
-    /// runs again for the rest). `salvaging`: the completion thread died;
-    /// nothing is submitted again, and a partial transfer is an error.
-    pub(super) fn chain_cqe(&self, user_data: u64, res: i32, salvaging: bool) -> Option<(Inflight, Status)> {
+    /// A CQE of a chain (`user_data`'s step not 0): ends the request once
+    /// its chain is over, or runs it again for the rest. `salvaging`: the
+    /// completion thread died; nothing is submitted again, and a partial
+    /// transfer is an error.
+    pub(super) fn chain_cqe(&self, user_data: u64, res: i32, salvaging: bool) {
         let tag = (user_data & !STEP_MASK) as usize;
         // SAFETY: this CQE makes us the tag's owner (see the Sync impl).
         let slot = unsafe { &mut *self.slots[tag].get() };
-        let inf = slot.io.as_mut()?;
+        let Some(inf) = slot.io.as_mut() else { return };
         let chain = inf.chain.as_mut().expect("a chain's CQE for a kernel-buffer request");
         match user_data & STEP_MASK {
             STEP_REGISTER => chain.register_res = res,
@@ -143,14 +143,14 @@ impl Ring {
                     None => {
                         self.push_chain(slot, tag);
                         self.submit();
-                        return None;
+                        return;
                     }
                 };
                 let inf = slot.io.take().expect("checked above");
-                return Some((inf, status));
+                self.inflight.fetch_sub(1, Ordering::Release);
+                inf.rq.complete(status);
             }
         }
-        None
     }
 }
 

@@ -51,11 +51,7 @@ impl Ring {
     /// with success only if the whole transfer is done, else an error.
     pub(super) fn end_salvaged(&self, user_data: u64, res: i32) {
         if user_data & STEP_MASK != 0 {
-            if let Some((inf, status)) = self.chain_cqe(user_data, res, true) {
-                self.inflight.fetch_sub(1, Ordering::Release);
-                inf.rq.complete(status);
-            }
-            return;
+            return self.chain_cqe(user_data, res, true);
         }
         let tag = user_data as usize;
         // SAFETY: this CQE makes us the tag's owner (see the Sync impl).

@@ -20,13 +20,14 @@ use std::sync::Arc;
 
 mod fixed;
 mod kernel;
+mod seg_array;
 mod vec;
 
 pub use fixed::FixedBufs;
 use fixed::Region;
 pub use kernel::KernelBuf;
+pub(crate) use seg_array::{SegArray, SegArrayRaw};
 pub use vec::{BioVec, BIO_MAX_VECS};
-pub(crate) use vec::{SegArray, SegArrayRaw};
 
 /// Alignment of every `Buf` (but a borrowed one): a page, enough for
 /// O_DIRECT on any device.

@@ -27,8 +27,9 @@
 //! `Buf`s (`VEC`, bit 2 clear) from everything else in one test
 //! ([`BioVec::owns_vec`]).
 //!
-//! The block layer walks segments through [`SegArray`], which reads either
-//! array (or a kernel buffer's one segment) as (address, length) pairs.
+//! The block layer walks segments through `SegArray` (seg_array.rs), which
+//! reads either array (or a kernel buffer's one segment) as (address,
+//! length) pairs.
 //!
 //! Relies on: `Buf` being `#[repr(C)]` with `ptr`, `len`, `owner` in this
 //! order, its owner kinds using only the values 0-2 of the two low bits.
@@ -37,6 +38,7 @@ use std::fmt;
 use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
 
+use super::seg_array::{SegArray, SegArrayRaw};
 use super::{Buf, OWNER_KIND};
 
 /// `owner`'s kind bits of a vector of segments (`Buf` uses 0-2).
@@ -513,86 +515,6 @@ impl fmt::Debug for BioVec {
             (false, 0) => write!(f, "BioVec(none)"),
             (false, _) => write!(f, "BioVec({} bytes)", self.len),
             (true, n) => write!(f, "BioVec({n} segments, {} bytes)", self.len_bytes()),
-        }
-    }
-}
-
-/// A bio's segments as (address, length) pairs: its `Buf`s, or the
-/// caller's iovecs.
-#[derive(Clone, Copy)]
-pub(crate) enum SegArray<'a> {
-    Bufs(&'a [Buf]),
-    Iovecs(&'a [libc::iovec]),
-    /// A kernel buffer of this many bytes: one segment at "address" 0, its
-    /// offset into the buffer (kernel.rs).
-    Kernel(usize),
-}
-
-impl<'a> SegArray<'a> {
-    #[inline(always)]
-    pub(crate) fn len(self) -> usize {
-        match self {
-            SegArray::Bufs(b) => b.len(),
-            SegArray::Iovecs(v) => v.len(),
-            SegArray::Kernel(_) => 1,
-        }
-    }
-
-    /// Segment `i`'s address (its bytes' own pointer, never one derived
-    /// from a reference to its `Buf`) and length.
-    #[inline(always)]
-    pub(crate) fn span(self, i: usize) -> (usize, usize) {
-        match self {
-            SegArray::Bufs(b) => (b[i].raw_ptr() as usize, b[i].len()),
-            SegArray::Iovecs(v) => (v[i].iov_base as usize, v[i].iov_len),
-            SegArray::Kernel(len) => {
-                assert_eq!(i, 0, "a kernel buffer is one segment");
-                (0, len)
-            }
-        }
-    }
-
-    /// Every segment's (address, length), in order.
-    #[inline(always)]
-    pub(crate) fn spans(self) -> impl Iterator<Item = (usize, usize)> + 'a {
-        (0..self.len()).map(move |i| self.span(i))
-    }
-
-    /// The segments from `index` on, the first of them `skip` bytes in.
-    pub(crate) fn spans_from(self, index: usize, skip: usize) -> impl Iterator<Item = (usize, usize)> + 'a {
-        (index..self.len()).map(move |i| {
-            let (addr, len) = self.span(i);
-            let skip = if i == index { skip } else { 0 };
-            (addr + skip, len - skip)
-        })
-    }
-}
-
-/// A segment array kept by a split piece's view, without a lifetime: its
-/// start, whether it holds iovecs or `Buf`s, how many.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct SegArrayRaw {
-    pub(crate) base: *const u8,
-    pub(crate) iovecs: bool,
-    pub(crate) nr: usize,
-}
-
-impl SegArrayRaw {
-    /// The array again.
-    ///
-    /// # Safety
-    /// The array is still where it was when `seg_array_raw` was taken, and
-    /// nothing changes it for `'a`.
-    #[inline(always)]
-    pub(crate) unsafe fn get<'a>(self) -> SegArray<'a> {
-        // SAFETY: forwarded contract; `base` and `nr` came from a live array
-        // of the kind `iovecs` says.
-        unsafe {
-            if self.iovecs {
-                SegArray::Iovecs(std::slice::from_raw_parts(self.base.cast::<libc::iovec>(), self.nr))
-            } else {
-                SegArray::Bufs(std::slice::from_raw_parts(self.base.cast::<Buf>(), self.nr))
-            }
         }
     }
 }
