@@ -31,7 +31,8 @@
 # drivers/block, for brd.ko.xz and loop.ko.xz),
 # UBENCH_ROUNDS (3), UBENCH_RUNTIME (4 s), UBENCH_RAMP (1 s), UBENCH_PROFILE
 # (0; 1: a perf profile of the 1 MiB rows after the timed rounds;
-# UBENCH_PROFILE_ROWS names others).
+# UBENCH_PROFILE_ROWS names others), UBENCH_ROWS and UBENCH_DEVICES (empty:
+# all; else the rows and devices to run, space-separated).
 #
 # SPDX-License-Identifier: MIT OR Apache-2.0
 set -uo pipefail
@@ -153,6 +154,15 @@ SNAP
 chmod +x /tmp/snap.sh
 
 rows=(randread-4k-qd1 randwrite-4k-qd1 randread-4k-qd32 randwrite-4k-qd32 read-1m-qd4 write-1m-qd4)
+# shellcheck disable=SC2206 # word splitting wanted: a list of names
+[ -z "${UBENCH_ROWS:-}" ] || rows=($UBENCH_ROWS)
+if [ -n "${UBENCH_DEVICES:-}" ]; then
+  keep=()
+  for d in "${devices[@]}"; do
+    [[ " $UBENCH_DEVICES " == *" $d "* ]] && keep+=("$d")
+  done
+  devices=("${keep[@]}")
+fi
 job_section() { # NAME DEVICE ROW
   local name=$1 d=$2 row=$3 rw bs qd
   IFS=- read -r rw bs qd <<< "$row"

@@ -12,7 +12,8 @@
 # Environment: UBENCH_RUNTIME (s per job, 4), UBENCH_RAMP (1), UBENCH_PROFILE
 # (0; 1: perf profiles of the 1 MiB rows into $UBENCH_OUT-profile.txt),
 # UBENCH_OUT (docs/results/ublk-zero-copy), UBENCH_RUBLK (1; 0: without
-# rublk).
+# rublk), UBENCH_ROWS and UBENCH_DEVICES (space-separated subsets of the
+# rows and devices below, for a targeted run; the ratios need loop and copy).
 #
 # Writes $UBENCH_OUT.json (every run, the devices, the summary),
 # $UBENCH_OUT.txt (the table: median, min and max per device and row; the
@@ -54,6 +55,7 @@ cat > "$work/job.sh" <<JOB
 export MQBLK_BIN=$root/target/release/mqblk RUBLK_BIN=$rublk KMOD_BLOCK_DIR=$blockdir UBENCH_ROUNDS=$rounds
 export UBENCH_RUNTIME=${UBENCH_RUNTIME:-4} UBENCH_RAMP=${UBENCH_RAMP:-1} UBENCH_PROFILE=${UBENCH_PROFILE:-0}
 export UBENCH_PROFILE_ROWS="${UBENCH_PROFILE_ROWS:-read-1m-qd4 write-1m-qd4}"
+export UBENCH_ROWS="${UBENCH_ROWS:-}" UBENCH_DEVICES="${UBENCH_DEVICES:-}"
 exec bash $root/scripts/compare-ublk-zc-guest.sh
 JOB
 status=0
@@ -69,7 +71,8 @@ mkdir -p "$(dirname "$out")"
 cp "$work/guest.out" "$out-guest.log"
 grep '^PROFILE ' "$work/guest.out" | sed 's/^PROFILE //' > "$out-profile.txt" || true
 grep '^{' "$work/guest.out" > "$work/lines.jsonl"
-command="scripts/compare-ublk-zc.sh $rounds (UBENCH_RUNTIME=${UBENCH_RUNTIME:-4} UBENCH_RAMP=${UBENCH_RAMP:-1})"
+command="scripts/compare-ublk-zc.sh $rounds (UBENCH_RUNTIME=${UBENCH_RUNTIME:-4} UBENCH_RAMP=${UBENCH_RAMP:-1}\
+${UBENCH_ROWS:+ UBENCH_ROWS=\"$UBENCH_ROWS\"}${UBENCH_DEVICES:+ UBENCH_DEVICES=\"$UBENCH_DEVICES\"})"
 python3 scripts/compare-ublk-zc-summary.py "$work/lines.jsonl" "$out" "$command" "$elapsed" \
   "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates || echo '+dirty')"
 cat "$out.txt"

@@ -93,6 +93,18 @@ pub(crate) struct Ring {
     pub(crate) fixed_ios: AtomicUsize,
     /// Kernel-buffer chains issued (kbuf.rs; shown by `show`).
     pub(crate) kernel_ios: AtomicUsize,
+    /// Unregistrations of a kernel buffer that failed (kbuf.rs; shown by
+    /// `show`): 0 unless the ublk driver refused one.
+    pub(crate) unregister_failures: AtomicUsize,
+    /// The SQ's size (what `enter` asks to submit).
+    sq_entries: u32,
+    /// SQEs a reaper's CQEs queued (kbuf.rs), submitted at the end of its
+    /// batch (`finish_batch`).
+    submit_pending: std::sync::atomic::AtomicBool,
+    /// Kernel-buffer requests whose transfer is over, ended by
+    /// `finish_batch` once their unregistrations are submitted (capacity:
+    /// the depth; only the reaper of the moment touches it).
+    ended: Mutex<Vec<(Rq, Status)>>,
     /// The ring has a sparse buffer table of 1 + depth entries: index 0
     /// for the registered region, 1 + tag for each tag's kernel buffer.
     pub(crate) kernel_buffers: bool,
@@ -152,6 +164,7 @@ impl Ring {
         b.setup_coop_taskrun();
         // Room for a kernel-buffer chain's three CQEs per request.
         let ring = b.setup_cqsize(depth.next_power_of_two() * 4).build(depth.next_power_of_two())?;
+        let sq_entries = ring.params().sq_entries();
         // The buffer table, sparse until something registers in it. Not on
         // IOPOLL rings, which cannot issue the ublk commands a kernel
         // buffer needs; a kernel without sparse tables (before 5.19) has
@@ -175,6 +188,10 @@ impl Ring {
             inflight: AtomicUsize::new(0),
             fixed_ios: AtomicUsize::new(0),
             kernel_ios: AtomicUsize::new(0),
+            unregister_failures: AtomicUsize::new(0),
+            sq_entries,
+            submit_pending: std::sync::atomic::AtomicBool::new(false),
+            ended: Mutex::new(Vec::with_capacity(depth as usize)),
             kernel_buffers,
             polled: polled || iopoll,
             iopoll,
@@ -257,7 +274,7 @@ impl Ring {
                 return;
             }
             // Full (only if submissions lag): hand what is queued to the kernel.
-            let _ = self.ring.submitter().submit();
+            let _ = self.enter(0);
         }
     }
 
@@ -265,7 +282,7 @@ impl Ring {
     /// serialises).
     pub(crate) fn submit(&self) {
         loop {
-            match self.ring.submitter().submit() {
+            match self.enter(0) {
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
                 Err(e) if e.raw_os_error() == Some(libc::EAGAIN) || e.raw_os_error() == Some(libc::EBUSY) => {
                     std::thread::yield_now();
@@ -273,6 +290,29 @@ impl Ring {
                 _ => return,
             }
         }
+    }
+
+    /// io_uring_enter submitting everything queued by then, then (`wait`
+    /// above 0) waiting for that many completions. to_submit is the SQ's
+    /// size, not the count this thread saw queued: the kernel takes what
+    /// is there up to the tail, and a tail is always at the end of a push
+    /// (`push_linked`), so a link is never split. A count read earlier
+    /// could end inside a chain another thread pushed since (another
+    /// submitter having taken what this thread saw), and the kernel would
+    /// issue the chain's first SQEs as a link of their own and the rest
+    /// later, unlinked. The wait is an io_uring_enter of its own, since the
+    /// kernel skips GETEVENTS when it submitted fewer than asked.
+    fn enter(&self, wait: u32) -> std::io::Result<usize> {
+        let submit_flags = if self.iopoll { IORING_ENTER_GETEVENTS } else { 0 };
+        // SAFETY: no signal mask; the SQEs' buffers live until their CQEs
+        // (see `push_linked`).
+        let submitted =
+            unsafe { self.ring.submitter().enter::<libc::sigset_t>(self.sq_entries, 0, submit_flags, None) };
+        if wait == 0 {
+            return submitted;
+        }
+        // SAFETY: as above; to_submit 0: only waits.
+        unsafe { self.ring.submitter().enter::<libc::sigset_t>(0, wait, IORING_ENTER_GETEVENTS, None) }
     }
 
     /// Reaps what the CQ holds into `out` (user_data, result).
@@ -349,7 +389,7 @@ impl Ring {
             // if our own completion was reaped by another client already
             // (we then wake at the next completion of the ring).
             if wait && scratch.is_empty() && self.inflight.load(Ordering::Relaxed) > 0 {
-                let _ = self.ring.submitter().submit_and_wait(1);
+                let _ = self.enter(1);
             } else if scratch.is_empty() && self.single_issuer && self.taskrun_pending() {
                 // DEFER_TASKRUN: completions that io_uring's workers
                 // finished wait as task work until the issuer enters, and
@@ -363,6 +403,7 @@ impl Ring {
         for &(user_data, res) in scratch.iter() {
             self.complete(user_data, res);
         }
+        self.finish_batch();
         scratch.len()
     }
 
@@ -519,6 +560,7 @@ fn completion_loop(ring: &Ring, batch: &mut Vec<(u64, i32)>, next: &mut usize) {
                 ring.complete(user_data, res);
             }
         }
+        ring.finish_batch();
         // After the stop, wait for what is still in flight (a client
         // that went away without reaping).
         if stop || (stopping && ring.inflight.load(Ordering::Relaxed) == 0) {

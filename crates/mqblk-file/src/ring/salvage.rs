@@ -30,13 +30,16 @@ impl Ring {
         self.push(&cancel);
         let mut batch = Vec::with_capacity(self.slots.len() * 2);
         for _ in 0..SALVAGE_ROUNDS {
+            // Kernel-buffer requests whose transfers are over end once
+            // their unregistrations are submitted.
+            self.finish_batch();
             if self.inflight.load(Ordering::SeqCst) == 0 {
                 return;
             }
             // Submits the cancel (and anything queued meanwhile), then
             // waits for a CQE; an error here is retried a bounded number
             // of times.
-            let _ = self.ring.submitter().submit_and_wait(1);
+            let _ = self.enter(1);
             batch.clear();
             self.drain_cq(&mut batch);
             for &(user_data, res) in batch.iter() {
