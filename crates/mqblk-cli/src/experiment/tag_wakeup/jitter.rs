@@ -8,7 +8,9 @@
 //! that find no tag. Both policies side by side at each jitter (0, 10, 25,
 //! 50%), the headline's jobs, every cell over the rounds; the cut is each
 //! round's ratio, so a drift of the machine between rounds falls on both
-//! terms alike.
+//! terms alike. At the profile's own jitter (25%) the cells are table 1's
+//! (the same commands): 72 jobs' 1 MB buffers make each cell several
+//! seconds of set-up, so the sweep runs only the other three.
 
 use serde_json::{json, Value};
 
@@ -48,21 +50,43 @@ fn device(pct: u32) -> String {
     keys.join(",")
 }
 
-/// Runs the sweep: the headline's jobs (72; 48 in a quick run, as its
-/// table 1), the pair and every jitter alternating within each round.
-pub(super) fn run(opts: &Options) -> Result<Sweep, ExperimentError> {
-    let (jobs, runtime) = if opts.quick { (48, "250ms") } else { (72, "1") };
-    let row =
-        Row { table: 1, profile: &NVME, bs: "1m", total_iodepth: NVME.iodepth_1m * jobs, jobs, pieces: 4, runtime };
-    let variants = JITTER_PCT.len() * PAIR.len();
+/// The jitter of the nvme profile itself: its table 1 cells at the
+/// sweep's jobs are the sweep's at this jitter (the same commands), so
+/// they are not run again.
+const PROFILE_JITTER_PCT: u32 = 25;
+
+/// The sweep's jobs: the headline's (72; 48 in a quick run, as its table 1).
+pub(super) fn jobs(quick: bool) -> usize {
+    if quick {
+        48
+    } else {
+        72
+    }
+}
+
+/// Runs the sweep on `row` (table 1's nvme row at `jobs`), the pair and
+/// every jitter but the profile's own alternating within each round;
+/// `profile_cells` are that row's batch2020 and stash rounds, the sweep's
+/// cells at the profile's own jitter.
+pub(super) fn run(opts: &Options, row: Row, profile_cells: [Vec<Cell>; 2]) -> Result<Sweep, ExperimentError> {
+    assert!(std::ptr::eq(row.profile, &NVME) && row.table == 1, "the sweep runs table 1's nvme row");
+    let swept: Vec<u32> = JITTER_PCT.iter().copied().filter(|&p| p != PROFILE_JITTER_PCT).collect();
+    let variants = swept.len() * PAIR.len();
     let mut runs = super::super::alternate(variants, opts.rounds, |v, round| {
-        let (pct, policy) = (JITTER_PCT[v / PAIR.len()], PAIR[v % PAIR.len()]);
-        eprintln!("tag-wakeup: nvme jitter {pct}% jobs={jobs} wake={policy} (round {})", round + 1);
+        let (pct, policy) = (swept[v / PAIR.len()], PAIR[v % PAIR.len()]);
+        eprintln!("tag-wakeup: nvme jitter {pct}% jobs={} wake={policy} (round {})", row.jobs, round + 1);
         super::super::run_cell(&row.args_on(&device(pct), policy))
     })?
     .into_iter();
-    let by_jitter = JITTER_PCT.iter().map(|_| [runs.next().unwrap_or_default(), runs.next().unwrap_or_default()]);
-    Ok(Sweep { row, by_jitter: by_jitter.collect() })
+    let mut profile_cells = Some(profile_cells);
+    let by_jitter = JITTER_PCT
+        .iter()
+        .map(|&pct| match (pct == PROFILE_JITTER_PCT).then(|| profile_cells.take()).flatten() {
+            Some(cells) => cells,
+            None => [runs.next().unwrap_or_default(), runs.next().unwrap_or_default()],
+        })
+        .collect();
+    Ok(Sweep { row, by_jitter })
 }
 
 impl Sweep {
@@ -103,7 +127,13 @@ impl Sweep {
                 let cut = self.cut(j);
                 let mut cut_json = cut.json();
                 cut_json["spread_pct"] = cut.spread_pct().into();
-                json!({ "jitter_pct": pct, "device": device(*pct), "policies": policies, "cut": cut_json })
+                json!({
+                    "jitter_pct": pct,
+                    "device": device(*pct),
+                    "table_1_cells": *pct == PROFILE_JITTER_PCT,
+                    "policies": policies,
+                    "cut": cut_json,
+                })
             })
             .collect();
         json!({
@@ -124,7 +154,7 @@ impl Sweep {
              {WHY}\n\
              ours: --device {},wake=P (jitter_pct=J) --rw=randread --bs=1m --numjobs={} --iodepth={} --runtime={} \
              --time_based --gtod_reduce=1; cut: batch2020's voluntary switches per I/O over the stash's, each \
-             round's ratio, median (min-max)\n\
+             round's ratio, median (min-max); at {PROFILE_JITTER_PCT}% (the profile's own) these are table 1's cells\n\
              jitter % | batch2020 switches per I/O | stash switches per I/O | cut | tag waits per I/O batch2020 | \
              stash\n",
             self.row.jobs,

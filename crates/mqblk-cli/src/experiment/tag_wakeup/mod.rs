@@ -295,7 +295,14 @@ pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentErro
         })?;
         measured.push(Measured { row, by_policy });
     }
-    let sweep = jitter::run(opts)?;
+    let jobs = jitter::jobs(opts.quick);
+    let nvme = measured
+        .iter()
+        .find(|m| m.row.table == 1 && std::ptr::eq(m.row.profile, &NVME) && m.row.jobs == jobs)
+        .ok_or_else(|| ExperimentError::Failed(format!("no nvme row at {jobs} jobs for the jitter sweep")))?;
+    assert_eq!(POLICIES[..2], ["batch2020", "stash"], "POLICIES begins with the sweep's pair");
+    let pair = [nvme.by_policy[0].clone(), nvme.by_policy[1].clone()];
+    let sweep = jitter::run(opts, nvme.row, pair)?;
     let mut table = tables(&measured, opts);
     table.push_str(&sweep.table());
     let profiles: Vec<Value> = [&HDD, &SSD_1M, &NVME, &SSD_4K]
