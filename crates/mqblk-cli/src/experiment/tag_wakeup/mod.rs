@@ -298,7 +298,7 @@ pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentErro
     let jobs = jitter::jobs(opts.quick);
     let nvme = measured
         .iter()
-        .find(|m| m.row.table == 1 && std::ptr::eq(m.row.profile, &NVME) && m.row.jobs == jobs)
+        .find(|m| m.row.table == 1 && m.row.profile.name == NVME.name && m.row.jobs == jobs)
         .ok_or_else(|| ExperimentError::Failed(format!("no nvme row at {jobs} jobs for the jitter sweep")))?;
     assert_eq!(POLICIES[..2], ["batch2020", "stash"], "POLICIES begins with the sweep's pair");
     let pair = [nvme.by_policy[0].clone(), nvme.by_policy[1].clone()];
@@ -378,7 +378,7 @@ fn tables(measured: &[Measured], opts: &Options) -> String {
     );
     for (profile, source) in [(&HDD, &SRC_HDD), (&SSD_1M, &SRC_SSD), (&NVME, &SRC_NVME)] {
         let rows: Vec<&Measured> =
-            measured.iter().filter(|m| m.row.table == 1 && std::ptr::eq(m.row.profile, profile)).collect();
+            measured.iter().filter(|m| m.row.table == 1 && m.row.profile.name == profile.name).collect();
         if let Some(first) = rows.first() {
             out.push_str(&table1(profile, source, &rows, first.row));
         }
