@@ -221,3 +221,79 @@ pub fn panels(doc: &Value) -> Vec<Panel> {
     }
     panels
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::experiment::plot::Origin;
+
+    /// A table 1 cell of the nvme profile: `runs` of voluntary switches
+    /// per I/O and per second.
+    fn cell(policy: &str, jobs: u64, per_io: &[f64]) -> Value {
+        let per_sec: Vec<f64> = per_io.iter().map(|v| v * 3000.0).collect();
+        json!({
+            "table": 1, "profile": "nvme", "jobs": jobs, "total_iodepth": 65 * jobs, "policy": policy,
+            "metrics": {
+                "ctx_voluntary_per_io": { "runs": per_io },
+                "ctx_voluntary_per_sec": { "runs": per_sec },
+            },
+        })
+    }
+
+    fn doc() -> Value {
+        json!({
+            "experiment": "tag-wakeup",
+            "provenance": { "cpus": 2 },
+            "profiles": [{ "name": "nvme", "hw_queues": 4 }],
+            "results": [
+                cell("batch2020", 1, &[0.2, 0.2, 0.2]),
+                cell("stash", 1, &[0.2, 0.2, 0.2]),
+                cell("batch2020", 72, &[2.0, 1.8, 1.5]),
+                cell("stash", 72, &[0.4, 0.3, 0.5]),
+            ],
+            "jitter": {
+                "jobs": 72,
+                "source_cut_72_jobs": 6.0,
+                "rows": [
+                    { "jitter_pct": 0, "cut": { "runs": [2.0, 2.2, 1.9] } },
+                    { "jitter_pct": 50, "cut": { "runs": [5.0, 4.8, 5.1] } },
+                ],
+            },
+        })
+    }
+
+    fn panel<'a>(panels: &'a [Panel], title: &str) -> &'a Panel {
+        panels.iter().find(|p| p.title.contains(title)).unwrap_or_else(|| panic!("no panel '{title}'"))
+    }
+
+    #[test]
+    fn the_cut_pairs_the_policies_round_by_round() {
+        let panels = panels(&doc());
+        let cut = panel(&panels, "nvme: the cut");
+        let ours = &cut.series[0];
+        assert_eq!(ours.origin, Origin::Measured);
+        // Rounds 5x, 6x, 3x: median 5, min 3, max 6 (the ratio of the
+        // medians, 1.8 / 0.4, would be 4.5).
+        assert_eq!(ours.points, vec![(1.0, 1.0), (72.0, 5.0)]);
+        assert_eq!(ours.spread[1], (3.0, 6.0));
+        // The source's per I/O at 72 jobs: 24,221 / 2,984 over 4,054 / 2,990.
+        let source = &cut.series[1];
+        assert!((source.points.last().unwrap().1 - 5.99).abs() < 0.01, "{:?}", source.points);
+    }
+
+    #[test]
+    fn switches_per_second_go_on_a_log_axis_and_threads_count_the_device_threads() {
+        let panels = panels(&doc());
+        let rates = panel(&panels, "nvme: context switches/s");
+        assert!(rates.log_y);
+        // 4 completion threads on 2 CPUs: one job already oversubscribes.
+        assert!(
+            matches!(rates.x, crate::experiment::plot::XAxis::Numeric { oversubscribed_from: Some(x) } if x == 1.0)
+        );
+        let jitter = panel(&panels, "the cut by jitter");
+        assert_eq!(jitter.series[0].points, vec![(0.0, 2.0), (50.0, 5.0)]);
+        assert_eq!(jitter.series[1].points, vec![(0.0, 6.0), (50.0, 6.0)]);
+    }
+}
