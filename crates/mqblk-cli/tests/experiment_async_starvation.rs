@@ -61,6 +61,25 @@ fn bfq_depth_limits_keep_tags_for_the_starting_app() {
     // behind the writers: at least as many tag waits as the 2017 wakeup.
     let handoff = case("wake=handoff (mqblk): bfq without limits");
     assert!(median(handoff, "app_tag_waits") >= median(before, "app_tag_waits"), "{handoff}\n{before}");
+    // The device is derived from the drive's published figures, each
+    // printed with its source and the model's prediction: the rated 4K
+    // random writes (the fit) within 1%, every other published figure
+    // beside its residual.
+    assert!(table.contains("device calibration"), "{table}");
+    let calibration = &v["device_calibration"];
+    assert!(results.iter().all(|r| r["command"].as_str().unwrap().contains(",channels=8,")), "{calibration}");
+    let checks = calibration["checks"].as_array().unwrap();
+    assert!(checks.len() >= 4, "{calibration}");
+    for check in checks {
+        assert!(!check["source"].as_str().unwrap().is_empty(), "{check}");
+        assert!(check["model"].as_f64().unwrap() > 0.0, "{check}");
+        if let Some(published) = check["published"].as_f64() {
+            let residual = check["residual_pct"].as_f64().unwrap();
+            assert!((check["model"].as_f64().unwrap() / published - 1.0 - residual / 100.0).abs() < 1e-9, "{check}");
+        }
+    }
+    let rated_writes = checks.iter().find(|c| c["figure"] == "4K random write IOPS, QD32, rated").expect("the fit");
+    assert!(rated_writes["residual_pct"].as_f64().unwrap().abs() < 1.0, "{rated_writes}");
     // The plot: bars for the cases, with the source's three figures.
     assert!(run.svg.contains("source"), "the source's figures are plotted");
     assert_eq!(median(case("idle"), "app_tag_waits"), 0.0);

@@ -81,6 +81,43 @@ fn tag_wakeup_quick_reproduces_the_source_directions() {
     let batch = median(cell(results, 1, "nvme", 48, "batch2020"), "ctx_voluntary_per_io");
     let stash = median(cell(results, 1, "nvme", 48, "stash"), "ctx_voluntary_per_io");
     assert!(1.5 * stash < batch, "nvme: stash {stash:.3} vs batch2020 {batch:.3} voluntary context switches per I/O");
-    // The plots carry the source's figures beside ours.
+    // The nvme's cut against its channels' jitter: every jitter value,
+    // both policies over every round, the cut each round's ratio, and why
+    // a real device has jitter. The quick run's cells are short, so only
+    // the direction the sweep shows is asserted: drifting completions
+    // (25%) give the stash more to cut than channels in lockstep (0%).
+    let sweep = &v["jitter"];
+    assert_eq!(sweep["profile"], "nvme");
+    assert_eq!(sweep["jobs"], 48, "the quick run's headline jobs");
+    assert!(table.contains("the cut against the channels' jitter") && table.contains("lockstep"), "{table}");
+    let rows = sweep["rows"].as_array().unwrap();
+    let pcts: Vec<u64> = rows.iter().map(|r| r["jitter_pct"].as_u64().unwrap()).collect();
+    assert_eq!(pcts, vec![0, 10, 25, 50]);
+    for r in rows {
+        assert!(r["device"].as_str().unwrap().contains(&format!(",jitter_pct={},", r["jitter_pct"])), "{r}");
+        for policy in ["batch2020", "stash"] {
+            let per_io = &r["policies"][policy]["ctx_voluntary_per_io"];
+            assert_eq!(per_io["runs"].as_array().unwrap().len() as u64, rounds, "{r}");
+            assert!(per_io["min"].as_f64().unwrap() > 0.0, "{r}");
+        }
+        let cut = &r["cut"];
+        let ratios: Vec<f64> = r["policies"]["batch2020"]["ctx_voluntary_per_io"]["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(r["policies"]["stash"]["ctx_voluntary_per_io"]["runs"].as_array().unwrap())
+            .map(|(b, s)| b.as_f64().unwrap() / s.as_f64().unwrap())
+            .collect();
+        let runs: Vec<f64> = cut["runs"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+        assert_eq!(runs.len(), ratios.len(), "{r}");
+        assert!(runs.iter().zip(&ratios).all(|(a, b)| (a - b).abs() < 1e-9), "the cut is each round's ratio: {r}");
+    }
+    let cut = |pct: u64| rows.iter().find(|r| r["jitter_pct"] == pct).unwrap()["cut"]["median"].as_f64().unwrap();
+    assert!(cut(25) > cut(0), "the cut at 25% jitter {:.2} vs in lockstep {:.2}", cut(25), cut(0));
+    // The plots carry the source's figures beside ours, the cut against
+    // jobs and against jitter.
     assert!(svg.contains("source 5.6.15"), "the source's figures are plotted");
+    for title in ["nvme: the cut (batch2020 / stash)", "the cut by jitter"] {
+        assert!(svg.contains(title), "no panel '{title}'");
+    }
 }

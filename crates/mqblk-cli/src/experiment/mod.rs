@@ -53,6 +53,10 @@ pub struct Options {
     /// Runs of every cell (median and spread are reported over them).
     #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub rounds: u32,
+    /// Runs nothing: draws NAME.svg and NAME.png into the results folder
+    /// again from a NAME.json the experiment wrote (tag-wakeup only).
+    #[arg(long, value_name = "JSON")]
+    pub replot: Option<PathBuf>,
 }
 
 /// One measured cell of an experiment.
@@ -139,7 +143,35 @@ pub fn run(opts: &Options) -> Result<String, ExperimentError> {
     Ok(out)
 }
 
+/// Draws NAME.svg and NAME.png again from `json_path`, running nothing.
+fn replot(opts: &Options, json_path: &std::path::Path) -> Result<String, ExperimentError> {
+    let text = std::fs::read_to_string(json_path)
+        .map_err(|e| ExperimentError::BadInput(format!("{}: {e}", json_path.display())))?;
+    let doc: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| ExperimentError::BadInput(format!("{}: {e}", json_path.display())))?;
+    if doc["experiment"] != opts.name.as_str() {
+        return Err(ExperimentError::BadInput(format!(
+            "{} holds experiment {}, not {}",
+            json_path.display(),
+            doc["experiment"],
+            opts.name
+        )));
+    }
+    let panels = match opts.name.as_str() {
+        "tag-wakeup" => tag_wakeup::plot::panels(&doc),
+        other => return Err(ExperimentError::BadInput(format!("--replot draws tag-wakeup only, not {other}"))),
+    };
+    std::fs::create_dir_all(&opts.out_dir)
+        .map_err(|e| ExperimentError::Failed(format!("cannot create {}: {e}", opts.out_dir.display())))?;
+    let (svg, png) = (opts.out_dir.join(format!("{}.svg", opts.name)), opts.out_dir.join(format!("{}.png", opts.name)));
+    plot::write_chart(&panels, panels.len().clamp(1, 3), &svg, &png).map_err(ExperimentError::Failed)?;
+    Ok(format!("drew {} and {} from {}\n", svg.display(), png.display(), json_path.display()))
+}
+
 fn run_one(opts: &Options) -> Result<String, ExperimentError> {
+    if let Some(json_path) = &opts.replot {
+        return replot(opts, json_path);
+    }
     let started = provenance::Start::now();
     let (mut doc, panels, table) = match opts.name.as_str() {
         "tag-wakeup" => tag_wakeup::run(opts)?,

@@ -1,10 +1,13 @@
 //! Panels drawn with plotters into one SVG: a numeric axis as lines with
 //! min-max error bars (the source's figures as dashed grey triangles,
-//! filled then hollow, the oversubscribed range shaded), named cases as
+//! filled then hollow, the oversubscribed range shaded; the value axis
+//! linear or logarithmic), named cases as
 //! horizontal grouped bars (long names stay readable on the vertical axis)
 //! with their values. Each panel's key sits in a strip below its plot, so
 //! it never covers a point or a bar.
 
+use plotters::coord::ranged1d::{Ranged, ValueFormatter};
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -151,24 +154,82 @@ fn draw_keys(strip: &Area, keys: &Keys) -> Result<(), String> {
     Ok(())
 }
 
-/// Draws a numeric panel's plot; returns its key.
+/// Draws a numeric panel's plot, on a linear or (`Panel::log_values`) a
+/// logarithmic value axis; returns its key.
 fn numeric(area: &Area, p: &Panel, oversubscribed_from: Option<f64>) -> Result<Keys, String> {
-    let mut keys = Keys::new();
     let xs = || p.series.iter().flat_map(|s| s.points.iter().map(|q| q.0));
     let (x_lo, x_hi) = (xs().fold(f64::MAX, f64::min).min(0.0), xs().fold(0.0, f64::max).max(1.0));
-    let x_hi = x_hi + (x_hi - x_lo) * 0.05;
-    let y_hi = value_top(&p.series, 0.08);
+    let x = (x_lo, x_hi + (x_hi - x_lo) * 0.05);
+    let mut builder = ChartBuilder::on(area);
+    builder.caption(&p.title, ("sans-serif", 15)).margin(12).x_label_area_size(42).y_label_area_size(70);
+    if p.log_y {
+        let (y_lo, y_hi) = log_range(&p.series);
+        let y = (y_lo..y_hi).log_scale().with_key_points(log_ticks(y_lo, y_hi));
+        let mut chart = builder.build_cartesian_2d(x.0..x.1, y).map_err(failed)?;
+        numeric_body(&mut chart, p, x, (y_lo, y_hi), oversubscribed_from)
+    } else {
+        let y_hi = value_top(&p.series, 0.08);
+        let mut chart = builder.build_cartesian_2d(x.0..x.1, 0.0..y_hi).map_err(failed)?;
+        numeric_body(&mut chart, p, x, (0.0, y_hi), oversubscribed_from)
+    }
+}
+
+/// A logarithmic axis's range: the smallest positive value and the largest
+/// (medians and spreads), a quarter beyond each.
+fn log_range(series: &[Series]) -> (f64, f64) {
+    let values =
+        || series.iter().flat_map(|s| s.points.iter().map(|p| p.1).chain(s.spread.iter().flat_map(|r| [r.0, r.1])));
+    let lo = values().filter(|v| *v > 0.0).fold(f64::MAX, f64::min);
+    let hi = values().fold(0.0, f64::max);
+    if lo == f64::MAX || hi <= 0.0 {
+        return (1.0, 10.0);
+    }
+    (lo / 1.25, (hi * 1.25).max(lo * 2.0))
+}
+
+/// Ticks of a logarithmic axis from `lo` to `hi`: 1, 2 and 5 times each
+/// power of ten, or the powers alone when those would be more than a dozen.
+fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    assert!(0.0 < lo && lo < hi, "a logarithmic axis from {lo} to {hi}");
+    let mut ticks = Vec::new();
+    let mut power = 10f64.powf(lo.log10().floor());
+    while power <= hi {
+        ticks.extend([1.0, 2.0, 5.0].iter().map(|m| m * power).filter(|v| (lo..=hi).contains(v)));
+        power *= 10.0;
+    }
+    if ticks.len() > 12 {
+        ticks.retain(|v| (v.log10() - v.log10().round()).abs() < 1e-9);
+    }
+    ticks
+}
+
+/// Where the shade of the oversubscribed range starts: halfway between the
+/// last point below `from` and `from`, so it covers exactly the points at
+/// or past `from` (the axis's start when none is below).
+fn shade_start(p: &Panel, from: f64, x_lo: f64) -> f64 {
+    let below = p.series.iter().flat_map(|s| s.points.iter().map(|q| q.0)).filter(|x| *x < from);
+    below.fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x)))).map_or(x_lo, |x| (x + from) / 2.0)
+}
+
+/// A numeric panel's mesh, shade and series on `chart`, whose value axis
+/// spans `y` (on a logarithmic axis, values that are not positive are left
+/// out).
+fn numeric_body<Y>(
+    chart: &mut ChartContext<'_, SVGBackend<'_>, Cartesian2d<RangedCoordf64, Y>>,
+    p: &Panel,
+    x: (f64, f64),
+    y: (f64, f64),
+    oversubscribed_from: Option<f64>,
+) -> Result<Keys, String>
+where
+    Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
+{
+    let mut keys = Keys::new();
+    let xs = || p.series.iter().flat_map(|s| s.points.iter().map(|q| q.0));
     // Counts (jobs) get whole-number ticks, one per unit up to 16.
     let whole = xs().all(|x| x.fract() == 0.0);
-    let x_ticks = if whole && x_hi - x_lo <= 16.0 { (x_hi - x_lo) as usize + 1 } else { 10 };
+    let x_ticks = if whole && x.1 - x.0 <= 16.0 { (x.1 - x.0) as usize + 1 } else { 10 };
     let x_text = |v: &f64| if whole && v.fract() != 0.0 { String::new() } else { number(*v) };
-    let mut chart = ChartBuilder::on(area)
-        .caption(&p.title, ("sans-serif", 15))
-        .margin(12)
-        .x_label_area_size(42)
-        .y_label_area_size(70)
-        .build_cartesian_2d(x_lo..x_hi, 0.0..y_hi)
-        .map_err(failed)?;
     chart
         .configure_mesh()
         .x_desc(p.x_label.as_str())
@@ -184,30 +245,32 @@ fn numeric(area: &Area, p: &Panel, oversubscribed_from: Option<f64>) -> Result<K
         .map_err(failed)?;
     if let Some(from) = oversubscribed_from {
         let shade = RGBColor(0, 0, 0).mix(0.07).filled();
-        let start = from - (x_hi - x_lo) * 0.02;
-        chart.draw_series(std::iter::once(Rectangle::new([(start, 0.0), (x_hi, y_hi)], shade))).map_err(failed)?;
+        let start = shade_start(p, from, x.0);
+        chart.draw_series(std::iter::once(Rectangle::new([(start, y.0), (x.1, y.1)], shade))).map_err(failed)?;
         keys.push((shade_label(from), Mark::Shade));
     }
+    let shown = |v: f64| !p.log_y || v > 0.0;
     let mut sources = 0;
     for (i, s) in p.series.iter().enumerate() {
         let color = PALETTE[i % PALETTE.len()];
+        let points = || s.points.iter().copied().filter(|q| shown(q.1));
         match s.origin {
             Origin::Measured => {
-                chart.draw_series(LineSeries::new(s.points.iter().copied(), color.stroke_width(2))).map_err(failed)?;
+                chart.draw_series(LineSeries::new(points(), color.stroke_width(2))).map_err(failed)?;
                 keys.push((s.label.clone(), Mark::Line(color)));
-                chart.draw_series(s.points.iter().map(|&q| Circle::new(q, 3, color.filled()))).map_err(failed)?;
-                let bars = s.points.iter().zip(&s.spread);
+                chart.draw_series(points().map(|q| Circle::new(q, 3, color.filled()))).map_err(failed)?;
+                let bars = s.points.iter().zip(&s.spread).filter(|(q, r)| shown(q.1) && shown(r.0));
                 chart
                     .draw_series(bars.map(|(&(x, y), &(lo, hi))| ErrorBar::new_vertical(x, lo, y, hi, color, 8)))
                     .map_err(failed)?;
             }
             Origin::Source => {
-                let dashed = DashedLineSeries::new(s.points.iter().copied(), 5, 4, SOURCE_GREY.stroke_width(1));
+                let dashed = DashedLineSeries::new(points(), 5, 4, SOURCE_GREY.stroke_width(1));
                 chart.draw_series(dashed).map_err(failed)?;
                 let filled = sources == 0;
                 sources += 1;
                 let style = if filled { SOURCE_GREY.filled() } else { SOURCE_GREY.stroke_width(1) };
-                chart.draw_series(s.points.iter().map(|&q| TriangleMarker::new(q, 6, style))).map_err(failed)?;
+                chart.draw_series(points().map(|q| TriangleMarker::new(q, 6, style))).map_err(failed)?;
                 keys.push((s.label.clone(), Mark::Triangle { filled }));
             }
         }
@@ -386,6 +449,40 @@ mod tests {
         assert!(text_y(&svg, "jobs panel") < plot_bottom, "the title stays on the plot");
         // Three short labels: two to a row, so two rows.
         assert_eq!(key_height(&sample()[0]), 10 + 2 * KEY_ROW_PX);
+    }
+
+    #[test]
+    fn log_ticks_are_one_two_five_per_decade() {
+        assert_eq!(log_ticks(150.0, 30_000.0), vec![200.0, 500.0, 1_000.0, 2_000.0, 5_000.0, 10_000.0, 20_000.0]);
+        // Seven decades: the powers of ten alone.
+        assert_eq!(log_ticks(0.5, 2e7), vec![1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6, 1e7]);
+    }
+
+    #[test]
+    fn the_shade_starts_between_the_last_point_before_it_and_it() {
+        let panel = |xs: &[f64]| {
+            Panel::numeric("p", "jobs", "v").with(Series::measured("s", xs.iter().map(|&x| (x, 1.0)).collect()))
+        };
+        assert_eq!(shade_start(&panel(&[1.0, 2.0, 4.0, 8.0]), 3.0, 0.0), 2.5);
+        assert_eq!(shade_start(&panel(&[1.0, 24.0, 48.0]), 2.0, 0.0), 1.5);
+        // Every point oversubscribed: from the axis's start.
+        assert_eq!(shade_start(&panel(&[1.0, 18.0]), 1.0, 0.0), 0.0);
+    }
+
+    #[test]
+    fn a_log_panel_draws_series_a_decade_apart() {
+        let panel = Panel::numeric("log panel", "jobs", "switches/s")
+            .log_values()
+            .oversubscribed_from(2.0)
+            .with(
+                Series::measured("ours", vec![(1.0, 300.0), (48.0, 900.0)])
+                    .with_spread(vec![(250.0, 350.0), (0.0, 950.0)]),
+            )
+            .with(Series::source("source", vec![(1.0, 5_000.0), (48.0, 19_000.0)]));
+        let svg = chart(&[panel], 1).unwrap();
+        for text in ["log panel", "ours", "source", "1000", "10,000", "more threads than CPUs"] {
+            assert!(svg.contains(text), "no '{text}' in the chart");
+        }
     }
 
     #[test]

@@ -72,6 +72,9 @@ pub struct Panel {
     pub y_label: String,
     pub x: XAxis,
     pub series: Vec<Series>,
+    /// A logarithmic value axis (numeric panels): series whose values lie
+    /// a decade or more apart stay readable side by side.
+    pub log_y: bool,
 }
 
 impl Panel {
@@ -83,6 +86,7 @@ impl Panel {
             y_label: y_label.into(),
             x: XAxis::Numeric { oversubscribed_from: None },
             series: Vec::new(),
+            log_y: false,
         }
     }
 
@@ -94,13 +98,24 @@ impl Panel {
             y_label: y_label.into(),
             x: XAxis::Categories(names),
             series: Vec::new(),
+            log_y: false,
         }
     }
 
-    /// Marks the points at or past `x` as run with more threads than CPUs.
+    /// Marks the points at or past `x` as run with more threads than CPUs
+    /// (count every thread that runs: the jobs and the device's own); the
+    /// shade starts halfway between the last point before `x` and `x`.
     pub fn oversubscribed_from(mut self, x: f64) -> Panel {
         assert!(matches!(self.x, XAxis::Numeric { .. }), "only a numeric axis marks oversubscribed points");
         self.x = XAxis::Numeric { oversubscribed_from: Some(x) };
+        self
+    }
+
+    /// Puts the values on a logarithmic axis (ticks at 1, 2 and 5 times
+    /// each power of ten); values that are not positive are not drawn.
+    pub fn log_values(mut self) -> Panel {
+        assert!(matches!(self.x, XAxis::Numeric { .. }), "only a numeric panel has a logarithmic value axis");
+        self.log_y = true;
         self
     }
 

@@ -33,28 +33,23 @@
 //! the rounds, and below the table how much of the "before" time is tag
 //! waits. Then (not in quick runs) how much of the headline is the device:
 //! idle, before and after again with the device's service time halved and
-//! doubled (`SCALES`).
+//! doubled (`SCALES`). Last, the device's calibration (device.rs): the
+//! drive's published figures, where each comes from, and what the model
+//! predicts of each.
+
+mod device;
 
 use serde_json::{json, Value};
 
 use super::plot::{Panel, Series};
 use super::{ExperimentError, Options, Spread};
 use crate::bench::report::Entry;
+use device::{scaled_device, DEVICE, DEVICE_MODEL};
 
-/// An SSD calibrated to the source's (DEVICE_MODEL), 32 driver tags (so
-/// nr_requests = 64 scheduler tags).
-const DEVICE: &str = "null:gb=64,irqmode=2,channels=4,completion_nsec=100000,mbps=65,hw_queue_depth=32";
-/// The device's per-request time and per-channel bandwidth (DEVICE's
-/// completion_nsec and mbps), which the sensitivity rows scale.
-const DEVICE_NSEC: f64 = 100_000.0;
-const DEVICE_MBPS: f64 = 65.0;
 /// The sensitivity rows' scales of the device's service time: 0.5 is a
 /// device twice as fast (half the per-request time, twice the bandwidth),
 /// 2 one twice as slow.
 const SCALES: &[f64] = &[0.5, 2.0];
-const DEVICE_MODEL: &str = "a SATA SSD like the source's PLEXTOR PX-256M5S: 4 channels x (100 us + 65 MiB/s) per \
-                            request (a 4k read at QD1 in about 0.1 ms, 260 MiB/s of sequential writes), 32 driver \
-                            tags (NCQ), 64 scheduler tags";
 /// bfq's limits on this device (nr_requests 64), as sched/bfq.rs computes
 /// them.
 const LIMITS: &str = "bfq's depth limits of 64 scheduler tags: async writes 32 (50%), sync writes 48 (75%); \
@@ -155,7 +150,9 @@ pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentErro
     let sensitivity = if opts.quick { Vec::new() } else { sensitivity(opts, &shape)? };
     let mut table = table(&rows, idle, &shape);
     table.push_str(&sensitivity_table(&sensitivity, &rows, idle));
+    table.push_str(&device::calibration());
     let mut doc = document(opts, &rows, idle, &shape);
+    doc["device_calibration"] = device::calibration_json();
     doc["sensitivity"] = sensitivity.iter().map(Scaled::json).collect::<Vec<_>>().into();
     Ok((doc, panels(&rows, idle), table))
 }
@@ -187,13 +184,6 @@ impl Scaled {
             "commands": self.rows.iter().map(|r| r.command.clone()).collect::<Vec<_>>(),
         })
     }
-}
-
-/// The device at `scale` x its service time: per-request time x scale,
-/// bandwidth / scale.
-fn scaled_device(scale: f64) -> String {
-    let (nsec, mbps) = ((DEVICE_NSEC * scale).round(), (DEVICE_MBPS / scale).round());
-    format!("null:gb=64,irqmode=2,channels=4,completion_nsec={nsec},mbps={mbps},hw_queue_depth=32")
 }
 
 /// How much of the headline is the device: idle, before and after again
@@ -425,16 +415,4 @@ fn table(rows: &[Row], idle: f64, shape: &Shape) -> String {
     );
     out.push_str(&explain(rows, idle, shape));
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_unscaled_device_is_the_calibrated_one() {
-        // DEVICE_NSEC and DEVICE_MBPS restate DEVICE's keys: they must agree.
-        assert_eq!(scaled_device(1.0), DEVICE);
-        assert!(scaled_device(2.0).contains("completion_nsec=200000,mbps=33,"), "{}", scaled_device(2.0));
-    }
 }

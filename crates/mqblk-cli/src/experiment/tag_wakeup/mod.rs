@@ -23,11 +23,16 @@
 //!
 //! Beside them every table prints tag waits per I/O and the mean time a
 //! tag wait slept, so a row without contention is visible as such, and
-//! table 2 what Little's law says of the source's 5x.
+//! table 2 what Little's law says of the source's 5x. Then the nvme's cut
+//! (batch2020's switches per I/O over the stash's) against its channels'
+//! jitter (jitter.rs). The charts are drawn from the JSON (plot.rs).
+
+mod jitter;
+pub mod plot;
 
 use serde_json::{json, Value};
 
-use super::plot::{Panel, Series};
+use super::plot::Panel;
 use super::{Cell, ExperimentError, Options, Spread};
 
 /// A device the jobs run on (the wake policy is appended per cell).
@@ -75,8 +80,8 @@ const SSD_1M: Profile = Profile {
 /// machine's memory with one job still able to fill its queue. Its channels'
 /// jitter keeps their completions apart: alike, 32 channels finish together
 /// and a burst of 32 frees serves every woken sleeper, so 5.6's wakeup
-/// wastes nothing and the stash has nothing to cut
-/// (docs/results/tag-wakeup-nvme-jitter.txt).
+/// wastes little and the stash has little to cut (the jitter sweep,
+/// jitter.rs, measures the cut at 0, 10, 25 and 50%).
 const NVME: Profile = Profile {
     name: "nvme",
     device: "null:gb=2000,irqmode=2,completion_nsec=20000,channels=32,mbps=100,jitter_pct=25,max_sectors=512,\
@@ -180,9 +185,14 @@ impl Row {
     }
 
     fn args(&self, policy: &str) -> Vec<String> {
+        self.args_on(self.profile.device, policy)
+    }
+
+    /// The row's arguments on `device` (the profile's, or a variant of it).
+    fn args_on(&self, device: &str, policy: &str) -> Vec<String> {
         vec![
             "--device".to_string(),
-            format!("{},wake={policy}", self.profile.device),
+            format!("{device},wake={policy}"),
             "--group_reporting".into(),
             "--name=tagwake".into(),
             "--rw=randread".into(),
@@ -285,7 +295,16 @@ pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentErro
         })?;
         measured.push(Measured { row, by_policy });
     }
-    let table = tables(&measured, opts);
+    let jobs = jitter::jobs(opts.quick);
+    let nvme = measured
+        .iter()
+        .find(|m| m.row.table == 1 && m.row.profile.name == NVME.name && m.row.jobs == jobs)
+        .ok_or_else(|| ExperimentError::Failed(format!("no nvme row at {jobs} jobs for the jitter sweep")))?;
+    assert_eq!(POLICIES[..2], ["batch2020", "stash"], "POLICIES begins with the sweep's pair");
+    let pair = [nvme.by_policy[0].clone(), nvme.by_policy[1].clone()];
+    let sweep = jitter::run(opts, nvme.row, pair)?;
+    let mut table = tables(&measured, opts);
+    table.push_str(&sweep.table());
     let profiles: Vec<Value> = [&HDD, &SSD_1M, &NVME, &SSD_4K]
         .iter()
         .map(|p| {
@@ -302,13 +321,15 @@ pub fn run(opts: &Options) -> Result<(Value, Vec<Panel>, String), ExperimentErro
         "policies": POLICIES,
         "profiles": profiles,
         "results": measured.iter().flat_map(cell_json).collect::<Vec<_>>(),
+        "jitter": sweep.json(),
         "notes": "table 1: 1 MB reads split into 4 requests of 256 KiB (max_sectors=512, the source's \
                   max_sectors_kb=256); table 2: 4k reads. Context switches are the job threads' voluntary ones \
                   (getrusage per thread) and, in ctx_system_*, the whole system's (/proc/stat ctxt over the run, \
                   every task, other processes' included); a tag wait is one allocation that slept (it may \
                   sleep more than once).",
     });
-    Ok((doc, panels(&measured), table))
+    let panels = plot::panels(&doc);
+    Ok((doc, panels, table))
 }
 
 fn cell_json(m: &Measured) -> Vec<Value> {
@@ -357,7 +378,7 @@ fn tables(measured: &[Measured], opts: &Options) -> String {
     );
     for (profile, source) in [(&HDD, &SRC_HDD), (&SSD_1M, &SRC_SSD), (&NVME, &SRC_NVME)] {
         let rows: Vec<&Measured> =
-            measured.iter().filter(|m| m.row.table == 1 && std::ptr::eq(m.row.profile, profile)).collect();
+            measured.iter().filter(|m| m.row.table == 1 && m.row.profile.name == profile.name).collect();
         if let Some(first) = rows.first() {
             out.push_str(&table1(profile, source, &rows, first.row));
         }
@@ -504,85 +525,4 @@ control, {most} jobs (IOPS): {}
 ",
         cells.join("; ")
     )
-}
-
-/// Table 1: voluntary context switches per second (the source's unit) per
-/// profile, and the hdd's IOPS (the only 1 MB IOPS the wakeup moves; the
-/// ssd's and nvme's sit at the device's bandwidth, as the source's do);
-/// table 2: IOPS per total iodepth. Our medians with their min-max, the
-/// source's 5.6 and patched figures beside them, points with more jobs
-/// than CPUs marked.
-fn panels(measured: &[Measured]) -> Vec<Panel> {
-    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get()) as f64;
-    let ours = |panel: Panel, rows: &[&Measured], f: fn(&Cell) -> f64| -> Panel {
-        (0..POLICIES.len()).fold(panel, |panel, p| {
-            let points = rows.iter().map(|m| (m.row.jobs as f64, spread(m, p, f).median)).collect();
-            let minmax = rows
-                .iter()
-                .map(|m| {
-                    let s = spread(m, p, f);
-                    (s.min, s.max)
-                })
-                .collect();
-            panel.with(Series::measured(POLICY_TITLES[p], points).with_spread(minmax))
-        })
-    };
-    let mut panels = Vec::new();
-    type Figures = fn(&Source1) -> &'static [(u32, u32)];
-    /// Title, y label, our metric, the source's column, the profiles.
-    type Table1Panel = (&'static str, &'static str, fn(&Cell) -> f64, Figures, &'static [&'static str]);
-    let table1: [Table1Panel; 2] = [
-        (
-            "context switches per second",
-            "voluntary ctx switches/s",
-            |c| c.ctx_voluntary_per_sec,
-            |s| s.cs,
-            &["hdd", "ssd", "nvme"],
-        ),
-        ("IOPS", "IOPS", |c| c.iops, |s| s.iops, &["hdd"]),
-    ];
-    for (what, y_label, f, figures, profiles) in table1 {
-        for (profile, source) in [(&HDD, &SRC_HDD), (&SSD_1M, &SRC_SSD), (&NVME, &SRC_NVME)] {
-            if !profiles.contains(&profile.name) {
-                continue;
-            }
-            let rows: Vec<&Measured> =
-                measured.iter().filter(|m| m.row.table == 1 && std::ptr::eq(m.row.profile, profile)).collect();
-            if rows.is_empty() {
-                continue;
-            }
-            let panel = Panel::numeric(format!("1 MB randread, {}: {what}", profile.name), "jobs", y_label)
-                .oversubscribed_from(cpus + 1.0);
-            let mut panel = ours(panel, &rows, f);
-            for (i, label) in [(0, "source 5.6.15"), (1, "source 5.6.15-patched (stash)")] {
-                let points = source
-                    .jobs
-                    .iter()
-                    .zip(figures(source))
-                    .map(|(&j, v)| (j as f64, f64::from(if i == 0 { v.0 } else { v.1 })))
-                    .collect();
-                panel = panel.with(Series::source(label, points));
-            }
-            panels.push(panel);
-        }
-    }
-    let mut depths: Vec<usize> = measured.iter().filter(|m| m.row.table == 2).map(|m| m.row.total_iodepth).collect();
-    depths.dedup();
-    for depth in depths {
-        let rows: Vec<&Measured> =
-            measured.iter().filter(|m| m.row.table == 2 && m.row.total_iodepth == depth).collect();
-        let panel = Panel::numeric(format!("4k randread, total iodepth {depth}: IOPS"), "jobs", "IOPS")
-            .oversubscribed_from(cpus + 1.0);
-        let mut panel = ours(panel, &rows, |c| c.iops);
-        for (i, label) in [(0, "source 5.6"), (1, "source 5.6 patched (stash)")] {
-            let points = SRC_4K
-                .iter()
-                .filter(|s| s.0 == depth)
-                .map(|s| (s.1 as f64, f64::from(if i == 0 { s.2 } else { s.3 }) * 1000.0))
-                .collect();
-            panel = panel.with(Series::source(label, points));
-        }
-        panels.push(panel);
-    }
-    panels
 }
