@@ -6,7 +6,7 @@
 //!
 //! Each in-flight request sits in the slot of its driver tag with its
 //! iovecs and progress, so nothing is allocated per I/O. A request over a
-//! kernel buffer (a ublk request's pages) becomes a chain of three SQEs
+//! kernel buffer (a ublk request's pages) becomes a chain of SQEs
 //! instead (kbuf.rs), through the ring's sparse buffer table. Short reads and
 //! writes are resubmitted for the remainder, EAGAIN is retried, any other
 //! errno becomes the request's status.
@@ -14,11 +14,11 @@
 //! Relies on: the io-uring crate; the block layer's guarantee that a tag
 //! is in flight at most once (so its slot has one owner at a time);
 //! sqe.rs for the SQE each request becomes, kbuf.rs for the chain,
+//! completion_thread.rs for the reaper of a ring no client polls,
 //! salvage.rs for a ring whose completion thread died.
 
 use std::cell::UnsafeCell;
 use std::os::fd::RawFd;
-use std::thread::JoinHandle;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -28,9 +28,12 @@ use parking_lot::Mutex;
 use mqblk::driver::Rq;
 use mqblk::Status;
 
+mod completion_thread;
 mod kbuf;
 mod salvage;
 mod sqe;
+
+pub(crate) use completion_thread::spawn_completion_thread;
 
 use kbuf::{Chain, STEP_MASK};
 use sqe::advance;
@@ -503,72 +506,6 @@ impl Ring {
     pub(crate) fn stop(&self) {
         self.push(&opcode::Nop::new().build().user_data(STOP));
         self.submit();
-    }
-}
-
-/// The completion thread of a (non-poll) ring: sleeps in io_uring_enter
-/// until completions arrive, then ends their requests. If it panics, the
-/// ring is marked dead and its requests in flight are salvaged, so no
-/// client waits forever for them.
-pub(crate) fn spawn_completion_thread(ring: std::sync::Arc<Ring>, index: usize) -> std::io::Result<JoinHandle<()>> {
-    std::thread::Builder::new().name(format!("uring-cq{index}")).spawn(move || {
-        let mut batch = Vec::with_capacity(ring.slots.len() * 2);
-        let mut next = 0;
-        let reaped =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| completion_loop(&ring, &mut batch, &mut next)));
-        if let Err(panic) = reaped {
-            // Dead first: a client woken by the completions ended below
-            // must find its next request refused, not queued to a ring
-            // nobody reaps.
-            ring.dead.store(true, Ordering::SeqCst);
-            // CQEs reaped but not yet handled (the one that panicked
-            // included) are not in the CQ any more: end them first.
-            for &(user_data, res) in &batch[next.min(batch.len())..] {
-                if user_data != STOP {
-                    ring.end_salvaged(user_data, res);
-                }
-            }
-            ring.salvage();
-            std::panic::resume_unwind(panic);
-        }
-    })
-}
-
-/// Reaps and ends requests until stopped; `next` is the index in `batch`
-/// of the CQE being handled (what a panic left unhandled).
-fn completion_loop(ring: &Ring, batch: &mut Vec<(u64, i32)>, next: &mut usize) {
-    let mut stopping = false;
-    loop {
-        // SAFETY: to_submit 0: only waits for one completion.
-        let r = unsafe { ring.ring.submitter().enter::<libc::sigset_t>(0, 1, IORING_ENTER_GETEVENTS, None) };
-        if let Err(e) = r {
-            if e.raw_os_error() != Some(libc::EINTR) {
-                panic!("io_uring_enter failed in the completion thread: {e}");
-            }
-        }
-        batch.clear();
-        *next = 0;
-        ring.drain_cq(batch);
-        let mut stop = false;
-        for (i, &(user_data, res)) in batch.iter().enumerate() {
-            *next = i;
-            if user_data == STOP {
-                stop = true;
-            } else {
-                #[cfg(test)]
-                tests::maybe_inject_panic(ring, (user_data & !STEP_MASK) as usize);
-                ring.complete(user_data, res);
-            }
-        }
-        ring.finish_batch();
-        // After the stop, wait for what is still in flight (a client
-        // that went away without reaping).
-        if stop || (stopping && ring.inflight.load(Ordering::Relaxed) == 0) {
-            if ring.inflight.load(Ordering::Relaxed) == 0 {
-                return;
-            }
-            stopping = true;
-        }
     }
 }
 
