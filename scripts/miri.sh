@@ -116,7 +116,7 @@ binaries_for() {
     # reset's included: mem::release_tests) in null's unit tests and
     # null_memory. The two cost 480 of the stage's 1,840 lane-seconds in
     # the suite's run at 66d65c5 (4 of its 17 minutes, beside the guests).
-    *) echo "mqblk-null:lib mqblk-null:poll_hybrid mqblk:lib mqblk:plug mqblk-null:null_memory mqblk:driver_contract mqblk:poll mqblk:sbitmap_props mqblk:split mqblk:segments mqblk-sync:lib" ;;
+    *) echo "mqblk-null:lib mqblk-null:poll_toggle mqblk:lib mqblk:plug mqblk-null:null_memory mqblk:driver_contract mqblk:poll mqblk:sbitmap_props mqblk:split mqblk:segments mqblk-sync:lib" ;;
   esac
 }
 flags_for() {

@@ -3,28 +3,33 @@
 //! the source's figures, and the direction of every claim the headline
 //! makes, each a ratio of figures measured side by side in one run, with
 //! generous margins (the machine is shared):
-//! - hybrid polling (the patch's design, the headline) gains IOPS at 4k,
+//! - notification toggling (the patch's design, the headline) gains IOPS at 4k,
 //!   and a polled 4k I/O completes sooner than an interrupt-driven one;
 //! - at 128k, where the device's bandwidth sets the pace with the
 //!   interrupt too, polling saves a much smaller share of an I/O's time
 //!   at the median than at 4k (the source's 128k gained 0%). IOPS at 64k and 128k are not asserted: the
 //!   source's gained nothing, ours gain 2-18% in quick runs (the interrupt
 //!   path's tail on 2 shared CPUs lowers the mean, not the median; seen at
-//!   128k: hybrid +6.9% and +12.4% with the median I/O 1.3 and 0.4 us
+//!   128k: toggle +6.9% and +12.4% with the median I/O 1.3 and 0.4 us
 //!   slower polled), and BENCHMARKS names 64k not reproduced;
 //! - 16k costs the device more than 4k (the transfer term);
 //! - polling job threads spend more CPU per I/O than the interrupt path's
 //!   job threads, and the device's completion threads less.
 //!
-//! The IOPS assertions are the ones a loaded machine can break: a
+//! The calibration must meet its target: the grid's 4k randread cell with
+//! interrupts measures a per-I/O time within the stated tolerance of the
+//! source's, or the gains are not measured on the source's device.
+//!
+//! The IOPS assertions and the target are the ones a loaded machine can break: a
 //! spinning poller gets only its fair share of a CPU that other processes
 //! want (seen: polling job threads running a quarter of the time at a load
 //! of 10 on 2 cores, and "gains" of -70%), while a sleeping job is
 //! favoured at wakeup. So they pool the rounds of randread and randwrite
 //! in which the polling job threads held their CPUs (ran at least 70% of
 //! the time, from their own CPU time); a run with no such round is made
-//! again (up to `ATTEMPTS` quick runs), and the checks fail if none has
-//! one: they never pass having checked nothing.
+//! again (up to `ATTEMPTS` quick runs), as is a run that missed the
+//! target, and the checks fail if none has one: they never pass having
+//! checked nothing, nor on a device that missed the target.
 //!
 //! One run serves every check (nextest runs each test in a process of its
 //! own, and two runs side by side would compete for the CPUs): the test
@@ -45,15 +50,21 @@ const ATTEMPTS: usize = 3;
 fn quick_run_supports_every_claim() {
     let mut run = common::quick_experiment("poll");
     for attempt in 2..=ATTEMPTS {
-        if !pooled_gains(&run.json, "hybrid", "4k").is_empty()
+        let target_met = run.json["calibration"]["target_met"] == true;
+        if target_met
+            && !pooled_gains(&run.json, "toggle", "4k").is_empty()
             && !pooled_savings(&run.json, "4k").is_empty()
             && !pooled_savings(&run.json, "128k").is_empty()
         {
             break;
         }
         // Too loaded to measure polling (the pollers never held their
-        // CPUs): run again rather than pass having checked nothing.
-        eprintln!("poll: no round in which the pollers held their CPUs; quick run {attempt} of {ATTEMPTS}");
+        // CPUs) or to meet the target: run again rather than pass having
+        // checked nothing; the last run's checks say what failed.
+        eprintln!(
+            "poll: target met {target_met}, or no round in which the pollers held their CPUs; \
+             quick run {attempt} of {ATTEMPTS}"
+        );
         run = common::quick_experiment("poll");
     }
     assert!(run.svg.starts_with("<svg") && run.svg.contains("<polyline"));
@@ -65,7 +76,7 @@ fn quick_run_supports_every_claim() {
         ),
         ("source_gains_are_quoted_as_printed", source_gains_are_quoted_as_printed),
         ("calibration_targets_the_source_per_io_time", calibration_targets_the_source_per_io_time),
-        ("hybrid_polling_gains_iops_at_4k", hybrid_polling_gains_iops_at_4k),
+        ("toggle_polling_gains_iops_at_4k", toggle_polling_gains_iops_at_4k),
         ("a_polled_4k_io_completes_sooner", a_polled_4k_io_completes_sooner),
         ("polling_saves_time_per_io_at_4k_not_at_128k", polling_saves_time_per_io_at_4k_not_at_128k),
         ("sixteen_k_costs_the_device_more_than_4k", sixteen_k_costs_the_device_more_than_4k),
@@ -160,11 +171,11 @@ fn reports_every_cell_headline_design_first_with_spreads(table: &str, v: &Value)
     assert_eq!(v["experiment"], "poll");
     let rounds = v["rounds"].as_u64().unwrap() as usize;
     assert_eq!(rounds, 3, "the default");
-    assert_eq!(v["headline_design"], "hybrid");
+    assert_eq!(v["headline_design"], "toggle");
     assert_eq!(v["source_table"].as_array().unwrap().len(), 16, "rw x bs of the patch's table");
     let results = v["results"].as_array().unwrap();
     assert_eq!(results.len(), 2 * 4 * 2 * 2, "rw x bs x design x hipri");
-    assert_eq!(results[0]["design"], "hybrid", "the patch's design leads");
+    assert_eq!(results[0]["design"], "toggle", "the patch's design leads");
     for r in results {
         for key in ["iops", "lat_mean_us", "lat_p99_us", "job_threads_cpu_us_per_io", "device_threads_cpu_us_per_io"] {
             let (min, max) = (r[key]["min"].as_f64().unwrap(), r[key]["max"].as_f64().unwrap());
@@ -180,7 +191,7 @@ fn reports_every_cell_headline_design_first_with_spreads(table: &str, v: &Value)
     // The table: the headline design's rows come first, no CPU column is
     // CPUs over IOPS, and no guess about other processes is printed.
     let first_row = table.lines().find(|l| l.contains("| randread  | 4k")).expect("a 4k randread row");
-    assert!(first_row.starts_with("hybrid"), "{first_row}");
+    assert!(first_row.starts_with("toggle"), "{first_row}");
     assert!(table.contains("job CPU us/IO") && table.contains("device CPU us/IO"), "{table}");
     assert!(!table.contains("competed") && !table.contains("CPUs busy"), "{table}");
     let mixed = v["mixed"].as_array().unwrap();
@@ -218,25 +229,32 @@ fn calibration_targets_the_source_per_io_time(_: &str, v: &Value) {
     let by_bs = &cal["device_keys"]["completion_nsec_by_bs"];
     let (c4, c16) = (by_bs["4k"].as_f64().unwrap(), by_bs["16k"].as_f64().unwrap());
     assert!(c16 > c4, "16k costs the device more than 4k: {cal}");
-    // The calibrated device's 4k time with interrupts, as measured: the
-    // median I/O within a factor of two of the source's per-I/O time (the
-    // mean is what a loaded machine moves most, and is not asserted).
-    let measured = cal["measured_lat_p50_ns_4k_randread_hipri0"].as_f64().unwrap();
-    assert!(measured > target / 2.0 && measured < target * 2.0, "median {measured} ns, target {target} ns");
-    assert!(cal["measured_ns_per_io_4k_randread_hipri0"].as_f64().unwrap() > 0.0, "{cal}");
+    // The calibrated device's 4k time with interrupts, as the grid measured
+    // it: the per-I/O time (jobs / IOPS) the table sets beside the
+    // source's, within the stated tolerance of the target.
+    let measured = cal["measured_ns_per_io_4k_randread_hipri0"].as_f64().unwrap();
+    let tolerance = cal["target_tolerance"].as_f64().unwrap();
+    assert!(tolerance > 0.0 && tolerance <= 0.15, "a tolerance that means something: {cal}");
+    let within = (measured / target - 1.0).abs() <= tolerance;
+    assert_eq!(cal["target_met"], within, "target_met is the per-I/O time against the target: {cal}");
+    assert!(
+        within,
+        "target missed in {ATTEMPTS} quick runs: {measured:.0} ns per I/O against {target:.0} ns (tolerance {:.0}%)",
+        tolerance * 100.0
+    );
     // Every cell's device carries the calibrated keys for its block size.
-    let command = cell(v, "hybrid", "randread", "16k", false)["command"].as_str().unwrap();
+    let command = cell(v, "toggle", "randread", "16k", false)["command"].as_str().unwrap();
     assert!(command.contains(&format!("completion_nsec={c16},mbps={timeline}")), "{command}");
 }
 
-fn hybrid_polling_gains_iops_at_4k(_: &str, v: &Value) {
-    let gains = pooled_gains(v, "hybrid", "4k");
-    assert!(!gains.is_empty(), "hybrid 4k: no round in which the pollers held their CPUs, in {ATTEMPTS} quick runs");
-    assert!(median_of(gains.clone()) > 0.0, "hybrid 4k gains (rounds in which the pollers held their CPUs): {gains:?}");
+fn toggle_polling_gains_iops_at_4k(_: &str, v: &Value) {
+    let gains = pooled_gains(v, "toggle", "4k");
+    assert!(!gains.is_empty(), "toggle 4k: no round in which the pollers held their CPUs, in {ATTEMPTS} quick runs");
+    assert!(median_of(gains.clone()) > 0.0, "toggle 4k gains (rounds in which the pollers held their CPUs): {gains:?}");
 }
 
 fn a_polled_4k_io_completes_sooner(_: &str, v: &Value) {
-    for design in ["hybrid", "poll_queues"] {
+    for design in ["toggle", "poll_queues"] {
         let (irq, poll) = (both_rw(v, design, "4k", false, "lat_p50_us"), both_rw(v, design, "4k", true, "lat_p50_us"));
         assert!(poll < irq * 0.97, "{design}: median 4k latency polled {poll} us, interrupt {irq} us");
     }
@@ -248,7 +266,7 @@ fn a_polled_4k_io_completes_sooner(_: &str, v: &Value) {
 fn pooled_savings(v: &Value, bs: &str) -> Vec<f64> {
     let mut out = Vec::new();
     for rw in ["randread", "randwrite"] {
-        let (irq, poll) = (cell(v, "hybrid", rw, bs, false), cell(v, "hybrid", rw, bs, true));
+        let (irq, poll) = (cell(v, "toggle", rw, bs, false), cell(v, "toggle", rw, bs, true));
         let held = held_shares(v, poll).into_iter().map(|s| s >= HELD_CPU_SHARE);
         let rounds = runs(&irq["lat_p50_us"]).into_iter().zip(runs(&poll["lat_p50_us"])).zip(held);
         out.extend(rounds.filter(|(_, held)| *held).map(|((i, p), _)| (i - p) / i));
@@ -268,13 +286,13 @@ fn polling_saves_time_per_io_at_4k_not_at_128k(table: &str, v: &Value) {
     let (s4, s128) = (pooled_savings(v, "4k"), pooled_savings(v, "128k"));
     assert!(
         !s4.is_empty() && !s128.is_empty(),
-        "hybrid: no round in which the pollers held their CPUs at 4k and at 128k, in {ATTEMPTS} quick runs"
+        "toggle: no round in which the pollers held their CPUs at 4k and at 128k, in {ATTEMPTS} quick runs"
     );
     let (s4, s128) = (median_of(s4), median_of(s128));
-    assert!(s4 > 0.05, "hybrid 4k: polling saves {:.1}% of the median I/O", s4 * 100.0);
+    assert!(s4 > 0.05, "toggle 4k: polling saves {:.1}% of the median I/O", s4 * 100.0);
     assert!(
         s128 < s4 / 2.0,
-        "hybrid 128k: polling saves {:.1}% of the median I/O against 4k's {:.1}%",
+        "toggle 128k: polling saves {:.1}% of the median I/O against 4k's {:.1}%",
         s128 * 100.0,
         s4 * 100.0
     );
@@ -282,12 +300,12 @@ fn polling_saves_time_per_io_at_4k_not_at_128k(table: &str, v: &Value) {
 
 fn sixteen_k_costs_the_device_more_than_4k(_: &str, v: &Value) {
     // Polled: the median I/O's latency is the device's time.
-    let (l4, l16) = (both_rw(v, "hybrid", "4k", true, "lat_p50_us"), both_rw(v, "hybrid", "16k", true, "lat_p50_us"));
+    let (l4, l16) = (both_rw(v, "toggle", "4k", true, "lat_p50_us"), both_rw(v, "toggle", "16k", true, "lat_p50_us"));
     assert!(l16 > l4 * 1.05, "median polled latency 16k {l16} us, 4k {l4} us");
 }
 
 fn polling_moves_cpu_from_the_device_threads_to_the_job_threads(_: &str, v: &Value) {
-    for design in ["hybrid", "poll_queues"] {
+    for design in ["toggle", "poll_queues"] {
         for bs in ["4k", "16k", "64k", "128k"] {
             let jobs = |hipri| both_rw(v, design, bs, hipri, "job_threads_cpu_us_per_io");
             let device = |hipri| both_rw(v, design, bs, hipri, "device_threads_cpu_us_per_io");

@@ -87,9 +87,9 @@ impl IrqMode {
 /// use mqblk::{Bio, Buf, Device, ReqFlags};
 /// use mqblk_null::{NullConfig, PollMode};
 ///
-/// for mode in [PollMode::Queues, PollMode::Hybrid] {
+/// for mode in [PollMode::Queues, PollMode::Toggle] {
 ///     let mut cfg = NullConfig::new().gb(1).poll_mode(mode);
-///     if mode == PollMode::Hybrid {
+///     if mode == PollMode::Toggle {
 ///         cfg = cfg.poll_queues(0); // every queue takes both kinds
 ///     }
 ///     let dev = Device::builder(cfg).build()?;
@@ -106,8 +106,9 @@ pub enum PollMode {
     /// merged design, NVMe's and later virtio_blk's).
     Queues,
     /// Shared queues that toggle notifications (the RFC "virtio_blk:
-    /// implement blk_mq_ops->poll()", whose design was not merged).
-    Hybrid,
+    /// implement blk_mq_ops->poll()", whose design was not merged):
+    /// `poll_mode=toggle`.
+    Toggle,
 }
 
 /// null_blk's parameters (the keys of the crate docs' table):
@@ -403,7 +404,7 @@ mod tests {
             "null:size=64,channels=32,completion_nsec=20000,mbps=100,jitter_pct=25",
             "null:size=512,memory_backed=1,cache_size=4,cache_mode=writethrough,powercut_tear=1",
             "null:gb=1,zoned=1,zone_size=64,zone_capacity=32,zone_max_open=3,zone_lock=global,zoned_compat=6.1",
-            "null:size=8,poll_mode=hybrid,rotational=1,seek_nsec=100,badblocks=8-15:64-64,error_read=1:100:0:-1",
+            "null:size=8,poll_mode=toggle,rotational=1,seek_nsec=100,badblocks=8-15:64-64,error_read=1:100:0:-1",
             "null:gb=1,irqmode=1,sched=mq-deadline,fifo_batch=4,wake=batch,nr_requests=16",
         ] {
             let parsed = mqblk::DeviceConfig::parse(spec).unwrap();

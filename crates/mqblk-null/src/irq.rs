@@ -7,7 +7,9 @@
 //! fails) tagged with the time they are due. Submissions are in time order
 //! per queue, so the ring is (almost exactly) a timer list sorted by due
 //! time. The thread sleeps while the ring is empty (woken by the submitter
-//! only when it really sleeps) and sleeps-then-spins to each due time.
+//! only when it really sleeps) and, in timer mode, sleeps to just before
+//! each due time and spins the rest (timer.rs), as the kernel's null_blk
+//! arms an hrtimer and leaves the CPU free until it fires.
 //!
 //! A handoff between two threads that each sleep when idle has a trap on a
 //! shared CPU: a wakeup preempts the waker, so whichever side holds the
@@ -20,11 +22,19 @@
 //! pays a futex wake per I/O, which slows it further. So after the ring
 //! empties the thread looks for new requests for `HANDOFF_SPIN_NS` (about
 //! what a sleep and a wake cost) before it sleeps, unless its last waker
-//! shared its CPU.
+//! shared its CPU. Timer mode does the same. A longer idle spin, to be
+//! awake for the next due time, would run on the CPUs the jobs need; and
+//! it buys nothing measurable: at QD1 with 2 jobs on 2 CPUs, sleeping at
+//! once and spinning 5 us first gave the same median latency, lateness
+//! (about 1 us) and device CPU per I/O. A submitter on the thread's CPU
+//! wakes it in 1-2 us, one on another CPU in about 20 us (an IPI to an
+//! idle vCPU here, as late as a timer), either within a completion time
+//! of tens of microseconds.
 
 use std::thread::JoinHandle;
 
-use mqblk::clock::{now_ns, set_precise_timer_slack, wait_until};
+use super::timer::TimerLead;
+use mqblk::clock::{now_ns, set_precise_timer_slack};
 use mqblk::driver::{CompletionBatch, Rq};
 use mqblk::Status;
 use mqblk_sync::ring::MpscRing;
@@ -32,11 +42,12 @@ use std::sync::Arc;
 
 use mqblk_sync::{AtomicBool, AtomicU64, Mutex, Ordering, SleepGate};
 
-/// Spin for the last 60 us before a due time: timer sleeps here overshoot
-/// by about 30 us on average and up to ~90 us. Under Miri 1 us: its clock
-/// advances with every interpreted step and its sleeps end on time, so a
-/// spin there costs minutes of interpretation and buys nothing.
-pub(crate) const SPIN_NS: u64 = if cfg!(miri) { 1_000 } else { 60_000 };
+/// irqmode=0 with a bandwidth limit: the submitter waits its own turn,
+/// spinning for the last 60 us (timer sleeps here overshoot by about 20 us
+/// and at times by far more). Under Miri 1 us: its clock advances with
+/// every interpreted step and its sleeps end on time, so a spin there
+/// costs minutes of interpretation and buys nothing.
+pub(crate) const INLINE_SPIN_NS: u64 = if cfg!(miri) { 1_000 } else { 60_000 };
 
 /// irqmode=1: after the ring empties, look for new requests for this long
 /// before sleeping, unless the last submitter to wake this thread ran on
@@ -47,14 +58,8 @@ pub(crate) const SPIN_NS: u64 = if cfg!(miri) { 1_000 } else { 60_000 };
 /// spinning before blocking). Without it, a submitter on another CPU,
 /// slower than this thread, finds it going to sleep after each request and
 /// pays a futex wake per I/O, which slows it further: that handoff settles
-/// there too. Under Miri 1 us, as `SPIN_NS`.
+/// there too. Under Miri 1 us, as `INLINE_SPIN_NS`.
 pub(crate) const HANDOFF_SPIN_NS: u64 = if cfg!(miri) { 1_000 } else { 5_000 };
-
-/// Timer mode: after the ring empties, look for new requests for this long
-/// before sleeping. Waking a sleeping thread takes 10-30 us here, longer than
-/// a typical completion_nsec, so a thread that slept would be late.
-/// Under Miri 1 us, as `SPIN_NS`.
-pub(crate) const IDLE_SPIN_NS: u64 = if cfg!(miri) { 1_000 } else { 50_000 };
 
 pub(crate) struct Pending {
     pub(crate) rq: Rq,
@@ -72,6 +77,11 @@ struct Shared {
     timed: AtomicU64,
     late_ns_sum: AtomicU64,
     late_ns_max: AtomicU64,
+    /// The timer's sleeps, its spin in total (ns) and its current lead
+    /// (ns): how much of each wait the thread left the CPU.
+    timer_sleeps: AtomicU64,
+    timer_spin_ns: AtomicU64,
+    timer_lead_ns: AtomicU64,
 }
 
 /// Completions between two wakeups of their clients at most, so that a
@@ -90,9 +100,8 @@ pub(crate) struct IrqQueue {
 }
 
 impl IrqQueue {
-    /// `idle_spin`: stay awake `IDLE_SPIN_NS` after going idle (timer mode);
     /// `cpu`: the one CPU the thread may run on (`irq_cpus`).
-    pub(crate) fn start(index: usize, depth: usize, idle_spin: bool, cpu: Option<usize>) -> std::io::Result<Self> {
+    pub(crate) fn start(index: usize, depth: usize, cpu: Option<usize>) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             ring: MpscRing::new(depth),
             gate: SleepGate::default(),
@@ -101,11 +110,14 @@ impl IrqQueue {
             timed: AtomicU64::new(0),
             late_ns_sum: AtomicU64::new(0),
             late_ns_max: AtomicU64::new(0),
+            timer_sleeps: AtomicU64::new(0),
+            timer_spin_ns: AtomicU64::new(0),
+            timer_lead_ns: AtomicU64::new(0),
         });
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
             .name(format!("null-irq{index}"))
-            .spawn(move || completion_loop(&thread_shared, idle_spin))?;
+            .spawn(move || completion_loop(&thread_shared))?;
         let queue = Self { shared, thread: Mutex::new(Some(thread)) };
         if let Some(cpu) = cpu {
             // On error, dropping `queue` stops the thread.
@@ -147,6 +159,16 @@ impl IrqQueue {
         (n, sum.checked_div(n).unwrap_or(0), self.shared.late_ns_max.load(Ordering::Relaxed))
     }
 
+    /// (sleeps, total spin ns, current lead ns) of the timer.
+    pub(crate) fn timer(&self) -> (u64, u64, u64) {
+        let s = &self.shared;
+        (
+            s.timer_sleeps.load(Ordering::Relaxed),
+            s.timer_spin_ns.load(Ordering::Relaxed),
+            s.timer_lead_ns.load(Ordering::Relaxed),
+        )
+    }
+
     /// Completes everything still queued (at its due time) and joins.
     pub(crate) fn stop(&self) {
         self.shared.stop.store(true, Ordering::SeqCst);
@@ -164,9 +186,10 @@ impl Drop for IrqQueue {
     }
 }
 
-fn completion_loop(shared: &Shared, idle_spin: bool) {
+fn completion_loop(shared: &Shared) {
     set_precise_timer_slack();
     let mut idle_since: Option<u64> = None;
+    let mut timer = TimerLead::default();
     // The clients of a run of completions are woken once, when it ends
     // (the core's completion/batch.rs), as an interrupt handler completes
     // its whole queue before the tasks it woke run: a wakeup that preempted
@@ -183,7 +206,7 @@ fn completion_loop(shared: &Shared, idle_spin: bool) {
                     batch.flush();
                     in_batch = 0;
                 }
-                let late_ns = wait_until(p.due_ns, SPIN_NS) - p.due_ns;
+                let late_ns = timer.wait_until(p.due_ns) - p.due_ns;
                 // Only this thread writes these: plain load/store suffices.
                 let st = shared;
                 st.timed.store(st.timed.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
@@ -191,6 +214,9 @@ fn completion_loop(shared: &Shared, idle_spin: bool) {
                 if late_ns > st.late_ns_max.load(Ordering::Relaxed) {
                     st.late_ns_max.store(late_ns, Ordering::Relaxed);
                 }
+                st.timer_sleeps.store(timer.sleeps, Ordering::Relaxed);
+                st.timer_spin_ns.store(timer.spin_ns, Ordering::Relaxed);
+                st.timer_lead_ns.store(timer.lead_ns(), Ordering::Relaxed);
             }
             super::end_rq(p.rq, p.status);
             shared.completed.fetch_add(1, Ordering::Relaxed);
@@ -209,7 +235,7 @@ fn completion_loop(shared: &Shared, idle_spin: bool) {
         if shared.stop.load(Ordering::SeqCst) {
             return; // ring empty and no submitter left (the queue is going)
         }
-        if keep_spinning(&mut idle_since, idle_spin_ns(shared, idle_spin)) {
+        if keep_spinning(&mut idle_since, idle_spin_ns(&shared.gate)) {
             continue;
         }
         idle_since = None;
@@ -226,13 +252,11 @@ fn completion_loop(shared: &Shared, idle_spin: bool) {
     }
 }
 
-/// How long to look for new requests after the ring empties: timer mode
-/// `IDLE_SPIN_NS`; irqmode=1 `HANDOFF_SPIN_NS`, or not at all when the
-/// last wakeup came from this CPU (its submitter shares it).
-fn idle_spin_ns(shared: &Shared, idle_spin: bool) -> u64 {
-    if idle_spin {
-        IDLE_SPIN_NS
-    } else if shared.gate.woken_on_this_cpu() {
+/// How long to look for new requests after the ring empties:
+/// `HANDOFF_SPIN_NS`, or not at all when the last wakeup came from this
+/// CPU (its submitter shares it, and cannot submit while we spin).
+pub(crate) fn idle_spin_ns(gate: &SleepGate) -> u64 {
+    if gate.woken_on_this_cpu() {
         0
     } else {
         HANDOFF_SPIN_NS

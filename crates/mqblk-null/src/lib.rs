@@ -35,7 +35,7 @@
 //! | bs | 512 | logical block size: 512, 1024, 2048 or 4096 |
 //! | submit_queues | 1 | hardware queues |
 //! | poll_queues | 1 | poll queues besides them (hipri requests; completed when their submitter polls) |
-//! | poll_mode | queues | `queues`: hipri requests go to the dedicated poll queues; `hybrid`: no poll queues, every queue takes both kinds and turns its completion notifications off while hipri requests are in flight |
+//! | poll_mode | queues | `queues`: hipri requests go to the dedicated poll queues; `toggle`: no poll queues, every queue takes both kinds and turns its completion notifications off while hipri requests are in flight |
 //! | hw_queue_depth | 64 | tags per hardware queue |
 //! | irqmode | 1 | 0: complete inline, 1: softirq (completion thread), 2: timer |
 //! | completion_nsec | 10000 | irqmode=2: time from submission to completion |
@@ -78,8 +78,8 @@
 //!
 //! Relies on: the Driver trait, config.rs for the parameters (spec.rs
 //! writes them back as a spec), data.rs for the data path, irq.rs for
-//! completion threads, hybrid.rs for queues shared by polled and
-//! interrupt-style requests, store.rs (mem/, or a file with
+//! completion threads (timer.rs for their timer in irqmode=2), toggle.rs
+//! for queues shared by polled and interrupt-style requests, store.rs (mem/, or a file with
 //! `backing_file`) for the data, cache.rs for the volatile write cache,
 //! service.rs for the service models and the bandwidth limit, fault.rs
 //! for fault injection, zoned/ for zones, caps.rs for the capabilities
@@ -91,7 +91,6 @@ mod caps;
 mod config;
 mod data;
 mod fault;
-pub(crate) mod hybrid;
 mod irq;
 mod mem;
 mod service;
@@ -99,6 +98,8 @@ mod show;
 mod spec;
 mod splitmix;
 mod store;
+mod timer;
+pub(crate) mod toggle;
 pub mod zoned;
 
 use std::collections::VecDeque;
@@ -119,15 +120,15 @@ use badblocks::BadBlocks;
 use cache::WriteCache;
 pub use config::{CacheMode, FaultSpec, IrqMode, NullConfig, PollMode};
 use fault::{FaultAttr, Faults};
-use hybrid::HybridQueue;
 /// The most completions the irqmode=1 and 2 threads end before they wake
 /// their clients: a job that keeps this many I/Os in flight is woken once
 /// per batch.
 pub use irq::BATCH_MAX as COMPLETION_BATCH;
-use irq::{IrqQueue, Pending, SPIN_NS};
+use irq::{IrqQueue, Pending, INLINE_SPIN_NS};
 use mem::MemStore;
 use service::{Channels, Rotational, Throttle};
 use store::{FileStore, Store};
+use toggle::ToggleQueue;
 use zoned::NullZoned;
 
 /// Ends a request with the status `handle` decided. A failure after a
@@ -212,9 +213,9 @@ pub struct NullDriver {
     /// One completion thread per submit queue (irqmode=1/2, or a service
     /// model); stopped in place at shutdown, never removed.
     irq: Box<[IrqQueue]>,
-    /// poll_mode=hybrid: the submit queues' shared completion sides (in
+    /// poll_mode=toggle: the submit queues' shared completion sides (in
     /// place of `irq`).
-    hybrid: Box<[HybridQueue]>,
+    toggle: Box<[ToggleQueue]>,
     /// Requests of the poll queues, in submission order, until a poll
     /// finds them due.
     poll_lists: Box<[Mutex<VecDeque<Pending>>]>,
@@ -241,7 +242,7 @@ impl NullDriver {
         cfg.validate()?;
         cfg.max_sectors = cfg.max_sectors_aligned();
         let modelled = cfg.mbps > 0 || cfg.rotational || cfg.channels > 0;
-        let (irq, hybrid) = Self::start_completion_threads(&cfg, modelled)?;
+        let (irq, toggle) = Self::start_completion_threads(&cfg, modelled)?;
         let zoned = match &cfg.zoned {
             Some(z) => Some(
                 NullZoned::new(z, cfg.size_bytes, cfg.bs, cfg.memory_backed)
@@ -254,13 +255,13 @@ impl NullDriver {
         let mem = Self::open_medium(&cfg)?;
         let plain_inline = faults.is_none()
             && irq.is_empty()
-            && hybrid.is_empty()
+            && toggle.is_empty()
             && !modelled
             && zoned.is_none()
             && !cfg.memory_backed;
         let direct_reads = faults.is_none()
             && irq.is_empty()
-            && hybrid.is_empty()
+            && toggle.is_empty()
             && !modelled
             && zoned.is_none()
             && cfg.cache_size_mb == 0;
@@ -292,24 +293,22 @@ impl NullDriver {
             badblocks,
             faults,
             irq: irq.into_boxed_slice(),
-            hybrid: hybrid.into_boxed_slice(),
+            toggle: toggle.into_boxed_slice(),
             zoned,
         })
     }
 
     /// One completion thread per submit queue, where requests complete on
     /// threads (irqmode 1 or 2, or a service model): `IrqQueue`s, or the
-    /// shared queues of poll_mode=hybrid.
+    /// shared queues of poll_mode=toggle.
     fn start_completion_threads(
         cfg: &NullConfig,
         modelled: bool,
-    ) -> Result<(Vec<IrqQueue>, Vec<HybridQueue>), mqblk::Error> {
+    ) -> Result<(Vec<IrqQueue>, Vec<ToggleQueue>), mqblk::Error> {
         let mut irq = Vec::new();
-        let mut hybrid = Vec::new();
+        let mut toggle = Vec::new();
         if cfg.irq_mode() != IrqMode::None || modelled {
             for i in 0..cfg.submit_queues {
-                // Timer mode stays awake briefly when idle, for precision.
-                let idle_spin = cfg.irq_mode() == IrqMode::Timer;
                 let depth = cfg.hw_queue_depth as usize;
                 let cpu = (!cfg.irq_cpus.is_empty()).then(|| cfg.irq_cpus[i % cfg.irq_cpus.len()]);
                 let thread_err = |e| {
@@ -317,12 +316,12 @@ impl NullDriver {
                     mqblk::Error::Setup(format!("null: cannot start the completion thread of queue {i}{on}: {e}"))
                 };
                 match cfg.poll_mode {
-                    PollMode::Queues => irq.push(IrqQueue::start(i, depth, idle_spin, cpu).map_err(thread_err)?),
-                    PollMode::Hybrid => hybrid.push(HybridQueue::start(i, depth, idle_spin, cpu).map_err(thread_err)?),
+                    PollMode::Queues => irq.push(IrqQueue::start(i, depth, cpu).map_err(thread_err)?),
+                    PollMode::Toggle => toggle.push(ToggleQueue::start(i, depth, cpu).map_err(thread_err)?),
                 }
             }
         }
-        Ok((irq, hybrid))
+        Ok((irq, toggle))
     }
 
     /// The `badblocks` table, with the configured ranges set.
@@ -381,7 +380,7 @@ impl NullDriver {
 
 impl NullDriver {
     /// `queue_rq` for everything but a plain inline completion: faults,
-    /// data, service models, poll and hybrid queues, completion threads.
+    /// data, service models, poll and toggling queues, completion threads.
     /// Out of line so that the plain case pays no frame for it.
     #[inline(never)]
     fn queue_rq_slow(&self, hctx: &Hctx, mut rq: Rq) -> QueueRqResult {
@@ -407,7 +406,7 @@ impl NullDriver {
             list.lock().push_back(Pending { rq, due_ns, status });
             return QueueRqResult::Queued;
         }
-        if let Some(q) = self.hybrid.get(hctx.index()) {
+        if let Some(q) = self.toggle.get(hctx.index()) {
             q.submit(rq, status, due_ns, rq_is_hipri);
             return QueueRqResult::Queued;
         }
@@ -417,7 +416,7 @@ impl NullDriver {
         }
         if self.cfg.irq_mode() == IrqMode::None {
             // Throttled inline completion: the submitter waits its turn.
-            wait_until(due_ns, SPIN_NS);
+            wait_until(due_ns, INLINE_SPIN_NS);
             end_rq(rq, status);
             return QueueRqResult::Queued;
         }
@@ -434,7 +433,7 @@ impl Driver for NullDriver {
     fn tag_set(&self) -> TagSetConfig {
         let mut t = TagSetConfig::new(self.cfg.submit_queues + self.cfg.poll_queues, self.cfg.hw_queue_depth);
         t.poll_queues = self.cfg.poll_queues;
-        t.shared_poll = self.cfg.poll_mode == PollMode::Hybrid;
+        t.shared_poll = self.cfg.poll_mode == PollMode::Toggle;
         t
     }
 
@@ -475,7 +474,7 @@ impl Driver for NullDriver {
     /// order; each completes outside the list's lock, since completing may
     /// issue the next request to this very queue).
     fn poll(&self, hctx: &Hctx) -> usize {
-        if let Some(q) = self.hybrid.get(hctx.index()) {
+        if let Some(q) = self.toggle.get(hctx.index()) {
             return q.poll();
         }
         let Some(list) = hctx.index().checked_sub(self.cfg.submit_queues).and_then(|i| self.poll_lists.get(i)) else {
@@ -535,7 +534,7 @@ impl Driver for NullDriver {
         for q in self.irq.iter() {
             q.stop();
         }
-        for q in self.hybrid.iter() {
+        for q in self.toggle.iter() {
             q.stop();
         }
         // Requests nobody polled end with an error (dropping a token does),

@@ -4,7 +4,7 @@
 //! the kernel's null_blk shows them in configfs and debugfs.
 //!
 //! Relies on: lib.rs (`NullDriver`'s fields); store.rs, badblocks.rs,
-//! cache.rs, fault.rs, hybrid.rs and irq.rs for their counters.
+//! cache.rs, fault.rs, toggle.rs and irq.rs for their counters.
 
 use std::fmt::Write as _;
 
@@ -55,27 +55,36 @@ impl NullDriver {
         }
     }
 
-    /// The completion threads: each hybrid queue's notification state and
+    /// The completion threads: each toggling queue's notification state and
     /// counts, each irq thread's completions and lateness.
     pub(crate) fn show_queues(&self, out: &mut String) {
-        for (i, q) in self.hybrid.iter().enumerate() {
+        for (i, q) in self.toggle.iter().enumerate() {
             let s = q.stats();
             let (hipri, lopri, on) = q.snapshot();
+            let timed = s.timed.load(Ordering::Relaxed);
             let _ = writeln!(
                 out,
-                "null/hybrid{i}/notify={} hipri={hipri} lopri={lopri} notify_off={} notify_on={} irq_reaped={} poll_reaped={}",
+                "null/toggle{i}/notify={} hipri={hipri} lopri={lopri} notify_off={} notify_on={} irq_reaped={} poll_reaped={} \
+                 timed={timed} late_ns_mean={} late_ns_max={} timer_sleeps={} timer_spin_ns={} timer_lead_ns={}",
                 on as u8,
                 s.notify_off.load(Ordering::Relaxed),
                 s.notify_on.load(Ordering::Relaxed),
                 s.irq_reaped.load(Ordering::Relaxed),
                 s.poll_reaped.load(Ordering::Relaxed),
+                s.late_ns_sum.load(Ordering::Relaxed).checked_div(timed).unwrap_or(0),
+                s.late_ns_max.load(Ordering::Relaxed),
+                s.timer_sleeps.load(Ordering::Relaxed),
+                s.timer_spin_ns.load(Ordering::Relaxed),
+                s.timer_lead_ns.load(Ordering::Relaxed),
             );
         }
         for (i, q) in self.irq.iter().enumerate() {
             let (timed, late_mean, late_max) = q.lateness();
+            let (sleeps, spin_ns, lead_ns) = q.timer();
             let _ = writeln!(
                 out,
-                "null/irq{i}/completed={} pending={} timed={timed} late_ns_mean={late_mean} late_ns_max={late_max}",
+                "null/irq{i}/completed={} pending={} timed={timed} late_ns_mean={late_mean} late_ns_max={late_max} \
+                 timer_sleeps={sleeps} timer_spin_ns={spin_ns} timer_lead_ns={lead_ns}",
                 q.completed(),
                 q.pending()
             );

@@ -26,8 +26,8 @@ impl DriverConfig for NullConfig {
         self.write_size(w, &d);
         w.pair_if_not("bs", self.bs, d.bs);
         w.pair_if_not("submit_queues", self.submit_queues, d.submit_queues);
-        if self.poll_mode == PollMode::Hybrid {
-            w.pair("poll_mode", "hybrid");
+        if self.poll_mode == PollMode::Toggle {
+            w.pair("poll_mode", "toggle");
         } else {
             w.pair_if_not("poll_queues", self.poll_queues, d.poll_queues);
         }

@@ -49,8 +49,8 @@ fn completion_threads_run_on_the_listed_cpus() {
     assert_eq!(cpus_of_threads_named("null-irq0"), vec!["0".to_string()]);
     assert_eq!(cpus_of_threads_named("null-irq1"), vec!["0".to_string()], "round-robin over a list of one");
     drop(dev);
-    let dev = open("null:gb=1,irqmode=1,poll_mode=hybrid,irq_cpus=0").unwrap();
-    assert_eq!(cpus_of_threads_named("null-hybrid0"), vec!["0".to_string()]);
+    let dev = open("null:gb=1,irqmode=1,poll_mode=toggle,irq_cpus=0").unwrap();
+    assert_eq!(cpus_of_threads_named("null-toggle0"), vec!["0".to_string()]);
     drop(dev);
 }
 

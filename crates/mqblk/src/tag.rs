@@ -41,7 +41,7 @@ pub struct TagSetConfig {
     /// (HCTX_TYPE_POLL): hipri requests go there and complete only when
     /// their submitter polls.
     pub poll_queues: usize,
-    /// The default queues also serve the POLL map (the hybrid design of
+    /// The default queues also serve the POLL map (the notification-toggling design of
     /// the RFC "virtio_blk: implement blk_mq_ops->poll()"): hipri requests
     /// stay on them, flagged, and their submitters poll those queues.
     /// Excludes `poll_queues`.

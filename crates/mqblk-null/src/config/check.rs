@@ -108,8 +108,8 @@ impl NullConfig {
 
     fn check_completion(&self) -> Result<(), ConfigError> {
         let conflict = |message: &str| Err(ConfigError::conflict("null", message));
-        if self.poll_mode == PollMode::Hybrid && self.poll_queues > 0 {
-            return conflict("poll_mode=hybrid polls the submit queues themselves: poll_queues must be 0");
+        if self.poll_mode == PollMode::Toggle && self.poll_queues > 0 {
+            return conflict("poll_mode=toggle polls the submit queues themselves: poll_queues must be 0");
         }
         if self.rotational && self.channels > 0 {
             return conflict("rotational=1 and channels=N are different service models: choose one");

@@ -77,11 +77,17 @@ impl NullConfig {
             true => IrqMode::from_number(int("irqmode", 1, range::IRQMODE)?),
             false => None,
         };
-        let poll_mode = match p.choice("poll_mode", "queues", &["queues", "hybrid"])? {
-            "hybrid" => PollMode::Hybrid,
+        if p.raw("poll_mode") == Some("hybrid") {
+            return Err(p.conflict(
+                "poll_mode=hybrid: the mode that turns notifications off while hipri requests are in flight is \
+                 poll_mode=toggle (hybrid polling, sleeping before spinning, is the queue option hybrid_poll_delay)",
+            ));
+        }
+        let poll_mode = match p.choice("poll_mode", "queues", &["queues", "toggle"])? {
+            "toggle" => PollMode::Toggle,
             _ => PollMode::Queues,
         };
-        let default_poll_queues = if poll_mode == PollMode::Hybrid { 0 } else { 1 };
+        let default_poll_queues = if poll_mode == PollMode::Toggle { 0 } else { 1 };
         let mut cfg = Self {
             size_bytes,
             bs: int("bs", 512, range::BS)? as u32,

@@ -503,7 +503,7 @@ impl Client {
         if (hctx.is_poll() || polled_here) && !nowait {
             // Tags of a poll queue free only when someone polls: poll while
             // waiting instead of sleeping (nobody would wake us). On a
-            // hybrid queue the same holds while our hipri requests are in
+            // toggling queue the same holds while our hipri requests are in
             // flight (its notifications may be off).
             loop {
                 if let Some(got) = pool.get(&mut self.alloc, reserved, true, || {}) {

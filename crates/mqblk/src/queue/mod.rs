@@ -192,7 +192,8 @@ impl RequestQueue {
         self.tag_set.submitter_reaps
     }
 
-    /// Whether hipri requests are polled on the default queues (hybrid).
+    /// Whether hipri requests are polled on the default queues (notification
+    /// toggling, null `poll_mode=toggle`).
     pub(crate) fn shared_poll(&self) -> bool {
         self.tag_set.shared_poll
     }

@@ -19,18 +19,24 @@
 //! (2,207 x 2 / 4 = 1,103 MiB/s with 2 jobs): the source's 4 jobs shared
 //! 2,207 MiB/s, and at the full rate 2 jobs would never fill it, so 64k
 //! would stay latency-bound and polling would gain there where the
-//! source's did not. The service time is what the run measures: probes at 4k
-//! randread with interrupts find this machine's own per-I/O overhead
-//! (submission, completion thread, wakeup; from the median I/O) and the
-//! service time is the target minus it, so the calibrated device's
-//! per-I/O time with interrupts is the source's. Where the overhead alone exceeds the
-//! target (a debug build on a loaded machine), the service time floors at
-//! `MIN_SERVICE_NSEC` and the JSON's `target_met` says false.
+//! source's did not. The service time is what the run measures: probes at
+//! 4k randread with interrupts measure the per-I/O time (jobs / IOPS, the
+//! figure the table compares with the source's), and each step sets the
+//! service time to the target minus the overhead they saw (their median,
+//! kept between the bounds earlier steps set; see `calibrate`), so that
+//! this machine's own per-I/O overhead (submission, the completion thread's timer,
+//! wakeups, and what the threads wait for a CPU) is inside the target, not
+//! added to it. `target_met` then says whether the grid's own 4k randread
+//! cell with interrupts came within `TARGET_TOLERANCE` of the target: the
+//! gains the table prints are measured on that device, never scaled to the
+//! target. Where the overhead alone exceeds the target (a debug build on a
+//! loaded machine), the service time floors at `MIN_SERVICE_NSEC` and
+//! `target_met` says false.
 
 use serde_json::{json, Value};
 
 use super::source::{source, SOURCE_JOBS};
-use super::{measure, Placement, HYBRID};
+use super::{measure, Placement, TOGGLE};
 use crate::experiment::ExperimentError;
 
 /// Keys common to every cell: 4 GiB (the jobs' random offsets), the timer
@@ -42,6 +48,11 @@ const BASE_KEYS: &str = "gb=4,irqmode=2,memory_backed=0";
 /// machine's own overhead already exceeds the target, the device does not
 /// go below it and the JSON says the target was missed.
 const MIN_SERVICE_NSEC: u64 = 1_000;
+
+/// How far (a share of the target) the measured per-I/O time may be from
+/// the target for `target_met`: the spread of a quick run's rounds on a
+/// quiet 2-core machine is a few percent.
+pub(super) const TARGET_TOLERANCE: f64 = 0.10;
 
 /// One probe: the service time tried, the median I/O's latency and the
 /// per-I/O time (jobs / IOPS) measured.
@@ -121,6 +132,31 @@ impl Calibration {
         (want.max(0.0) as u64).max(MIN_SERVICE_NSEC)
     }
 
+    /// The service time to probe next, after probes at `service_nsec` ran
+    /// `ns_per_io` per I/O (their median): narrows the open interval
+    /// `bounds` (low, high) that holds the answer, and corrects by the miss
+    /// if that stays inside it, else takes its middle.
+    fn next_service(&self, bounds: &mut (u64, u64), ns_per_io: f64) -> u64 {
+        if ns_per_io > self.target_ns_per_io {
+            bounds.1 = bounds.1.min(self.service_nsec);
+        } else {
+            bounds.0 = bounds.0.max(self.service_nsec);
+        }
+        let guess = self.service_for(ns_per_io - self.completion_nsec("4k") as f64);
+        let (low, high) = *bounds;
+        if low < guess && guess < high {
+            guess
+        } else {
+            low + (high - low) / 2
+        }
+    }
+
+    /// Whether a measured per-I/O time (ns) is within `TARGET_TOLERANCE`
+    /// of the target.
+    pub fn meets_target(&self, ns_per_io: f64) -> bool {
+        (ns_per_io / self.target_ns_per_io - 1.0).abs() <= TARGET_TOLERANCE
+    }
+
     /// The device keys of a cell of block size `bs`.
     pub fn keys(&self, bs: &str) -> String {
         format!("{BASE_KEYS},completion_nsec={},mbps={}", self.completion_nsec(bs), self.timeline_mbps())
@@ -165,37 +201,57 @@ impl Calibration {
                 .collect::<Vec<_>>(),
             "measured_ns_per_io_4k_randread_hipri0": measured_ns_per_io,
             "measured_lat_p50_ns_4k_randread_hipri0": measured.map(|m| m.1),
-            "target_met": measured_ns_per_io.map(|m| (m / self.target_ns_per_io - 1.0).abs() < 0.15),
+            "target_tolerance": TARGET_TOLERANCE,
+            "target_met_is": "the grid's 4k randread hipri=0 per-I/O time (jobs / IOPS, median over the rounds) \
+                              within target_tolerance of target_ns_per_io",
+            "target_met": measured_ns_per_io.map(|m| self.meets_target(m)),
         })
     }
 }
 
-/// Probes per calibration step.
+/// Probes per calibration step, and steps.
 const PROBES_PER_STEP: usize = 3;
+const STEPS_QUICK: usize = 3;
+const STEPS_FULL: usize = 4;
 
 /// Finds the service time: probes 4k randread with interrupts on the
-/// hybrid device, `PROBES_PER_STEP` at a time (one step with `--quick`,
-/// else two, the second probing the first's device). Each probe's median
-/// latency minus the device's time is this machine's overhead per I/O; the
-/// least over every probe so far sets the service time (the target minus
-/// it). The median I/O, not the mean: on a shared machine a probe's mean
-/// carries the milliseconds some I/Os waited for a CPU that another
-/// process held, which is no part of the I/O path; and the least, since
-/// contention only ever adds time.
+/// toggling device, `PROBES_PER_STEP` at a time, over `STEPS_QUICK` steps
+/// (`STEPS_FULL` without `--quick`). The median of a step's per-I/O times
+/// (jobs / IOPS) minus the device's time is this machine's overhead per
+/// I/O, and the next service time is the target minus it. The per-I/O
+/// time, not the median I/O's latency, since it is what the table sets
+/// beside the source's and what `target_met` checks (the two differ by the
+/// interrupt path's tail); their median, as `target_met` takes the median
+/// over the grid's rounds (the least probe, on a machine loaded by other
+/// work, set a device whose rounds then ran 10% over the target).
+///
+/// Several steps, each bracketing the answer, since the overhead depends
+/// on the service time: on a shared 2-core machine, with a device time
+/// near the ~20 us a cross-CPU wakeup takes here, the jobs and completion
+/// threads can settle where every wakeup crosses CPUs and each I/O takes
+/// 2-3 times as long (seen in a debug build: 48 us per I/O at a 25 us
+/// service time, 9 us at 3 us), so one step can land far off. A step whose
+/// probes ran slower than the target bounds the service time from above,
+/// one faster from below, and the next guess stays strictly between the
+/// bounds (their middle when the correction leaves them).
 pub(super) fn calibrate(place: &Placement, quick: bool) -> Result<Calibration, ExperimentError> {
     let mut cal = Calibration::uncalibrated(place.jobs as u32);
-    let steps = if quick { 1 } else { 2 };
-    let mut least_overhead_ns = f64::INFINITY;
+    let steps = if quick { STEPS_QUICK } else { STEPS_FULL };
+    // The service time lies in (low, high): the target less the transfer
+    // is an upper bound (the overhead is never negative).
+    let mut bounds = (MIN_SERVICE_NSEC, cal.service_nsec + 1);
     for _ in 0..steps {
+        let mut ns_per_io = Vec::with_capacity(PROBES_PER_STEP);
         for _ in 0..PROBES_PER_STEP {
-            let args = place.job_args(&cal, HYBRID, "randread", "4k", false, "200ms");
+            let args = place.job_args(&cal, TOGGLE, "randread", "4k", false, "200ms");
             eprintln!("poll: calibration probe, service time {} ns", cal.service_nsec);
             let (run, _) = measure(&args, "randread", place.jobs)?;
             let lat_p50_ns = run.lat_p50_us * 1e3;
             cal.probes.push(Probe { service_nsec: cal.service_nsec, lat_p50_ns, ns_per_io: run.ns_per_io_per_job });
-            least_overhead_ns = least_overhead_ns.min(lat_p50_ns - cal.completion_nsec("4k") as f64);
+            ns_per_io.push(run.ns_per_io_per_job);
         }
-        cal.service_nsec = cal.service_for(least_overhead_ns);
+        ns_per_io.sort_by(f64::total_cmp);
+        cal.service_nsec = cal.next_service(&mut bounds, ns_per_io[ns_per_io.len() / 2]);
     }
     Ok(cal)
 }
@@ -217,5 +273,23 @@ mod tests {
         assert!(extra_ns.abs_diff(c.transfer_ns(65536)) <= 1, "64 KiB more costs its transfer: {extra_ns}");
         assert_eq!(c.completion_nsec("4k"), 26_769, "no overhead yet: the target itself");
         assert_eq!(c.service_for(1e9), MIN_SERVICE_NSEC, "an overhead past the target floors");
+        assert!(c.meets_target(26_769.0 * (1.0 + TARGET_TOLERANCE * 0.9)));
+        // Bracketing: 48 us per I/O at 25 us of service bounds it from
+        // above and the correction (to 3.8 us) stays inside; then 9 us per
+        // I/O bounds it from below, and a correction past the upper bound
+        // takes the middle.
+        let mut c = Calibration::uncalibrated(2);
+        let mut bounds = (MIN_SERVICE_NSEC, c.service_nsec + 1);
+        c.service_nsec = c.next_service(&mut bounds, 48_000.0);
+        assert_eq!(bounds, (MIN_SERVICE_NSEC, 25_000));
+        assert_eq!(c.service_nsec, 3_769, "25,000 less the 21,231 ns miss");
+        c.service_nsec = c.next_service(&mut bounds, 9_000.0);
+        assert_eq!(bounds, (3_769, 25_000));
+        assert_eq!(c.service_nsec, 21_538, "3,769 plus the 17,769 ns miss, inside the bounds");
+        c.service_nsec = c.next_service(&mut bounds, 60_000.0);
+        assert_eq!(bounds, (3_769, 21_538));
+        assert_eq!(c.service_nsec, 3_769 + (21_538 - 3_769) / 2, "a correction at the bound: the middle");
+        assert!(!c.meets_target(26_769.0 * (1.0 + TARGET_TOLERANCE * 1.1)), "past the tolerance");
+        assert!(!c.meets_target(26_769.0 * (1.0 - TARGET_TOLERANCE * 1.1)), "short of it too");
     }
 }

@@ -5,8 +5,8 @@
 //! implement blk_mq_ops->poll()" (Stefan Hajnoczi, 2021).
 //!
 //! Both designs run, each against its own interrupt-style run: first the
-//! patch's own, hybrid toggling of notifications on shared queues (null
-//! `poll_mode=hybrid`), then dedicated poll queues (NVMe's, and what
+//! patch's own, notification toggling of notifications on shared queues (null
+//! `poll_mode=toggle`), then dedicated poll queues (NVMe's, and what
 //! virtio_blk merged in 2022). The device is calibrated to the source's
 //! (calibrate.rs). Reported: IOPS and the gain of polling (median and
 //! min-max over the rounds), mean and p99 latency, and CPU per I/O of the
@@ -37,11 +37,11 @@ struct Design {
 
 /// The patch's design: every queue shared, notifications off while hipri
 /// requests are in flight.
-const HYBRID: Design = Design { name: "hybrid", keys: "poll_mode=hybrid" };
+const TOGGLE: Design = Design { name: "toggle", keys: "poll_mode=toggle" };
 /// NVMe's design: hipri requests on dedicated poll queues.
 const POLL_QUEUES: Design = Design { name: "poll_queues", keys: "poll_mode=queues" };
 /// Headline first.
-const DESIGNS: [Design; 2] = [HYBRID, POLL_QUEUES];
+const DESIGNS: [Design; 2] = [TOGGLE, POLL_QUEUES];
 
 /// Where the jobs and the completion threads run.
 struct Placement {
@@ -155,6 +155,49 @@ struct Run {
     job_cpu_us_per_io: f64,
     /// The emulated device's threads' CPU per I/O (us), same window.
     device_cpu_us_per_io: f64,
+    /// The completion threads' timer over the whole run.
+    timer: TimerFigures,
+}
+
+/// How the completion threads' timed waits went (null's show lines:
+/// timed, late_ns_mean, late_ns_max, timer_sleeps, timer_spin_ns).
+#[derive(Debug, Clone, Copy, Default)]
+struct TimerFigures {
+    /// Waits for a due time, over every completion thread.
+    timed: u64,
+    /// How late the waits ended past their due times: mean and worst (us).
+    late_us_mean: f64,
+    late_us_max: f64,
+    /// Share of the waits that slept (the rest only spun: due sooner than
+    /// the timer's lead), and the mean spin per wait (us).
+    slept_share: f64,
+    spin_us_per_wait: f64,
+}
+
+impl TimerFigures {
+    /// Sums the `null/toggleN/` and `null/irqN/` lines of a device's stats.
+    fn parse(stats: &str) -> Self {
+        let (mut timed, mut late_ns_sum, mut late_ns_max, mut sleeps, mut spin_ns) = (0u64, 0u64, 0u64, 0u64, 0u64);
+        for line in stats.lines().filter(|l| l.starts_with("null/toggle") || l.starts_with("null/irq")) {
+            let value = |key: &str| -> u64 {
+                line.split(['/', ' ']).find_map(|f| f.strip_prefix(key)?.strip_prefix('=')?.parse().ok()).unwrap_or(0)
+            };
+            let n = value("timed");
+            timed += n;
+            late_ns_sum += value("late_ns_mean") * n;
+            late_ns_max = late_ns_max.max(value("late_ns_max"));
+            sleeps += value("timer_sleeps");
+            spin_ns += value("timer_spin_ns");
+        }
+        let per_wait = |x: u64| x as f64 / timed.max(1) as f64;
+        TimerFigures {
+            timed,
+            late_us_mean: per_wait(late_ns_sum) / 1e3,
+            late_us_max: late_ns_max as f64 / 1e3,
+            slept_share: per_wait(sleeps),
+            spin_us_per_wait: per_wait(spin_ns) / 1e3,
+        }
+    }
 }
 
 /// One cell: its runs over the rounds, and the command that made them.
@@ -218,6 +261,7 @@ fn measure(args: &[String], rw: &str, jobs: usize) -> Result<(Run, String), Expe
         lat_p99_us: d.lat_percentile(99.0) as f64 / 1e3,
         job_cpu_us_per_io: cpu.job_threads_ns_per_io() / 1e3,
         device_cpu_us_per_io: cpu.device_threads_ns_per_io() / 1e3,
+        timer: TimerFigures::parse(&out.stats),
     };
     Ok((run, command))
 }
@@ -251,8 +295,8 @@ fn grid_cells(
 }
 
 /// The mixed runs: one queue, one hipri job and one plain job sharing it
-/// (hybrid) or the hipri job on the poll queue (poll_queues). Shows what
-/// each design costs the plain job: under hybrid toggling its completions
+/// (toggle) or the hipri job on the poll queue (poll_queues). Shows what
+/// each design costs the plain job: under notification toggling its completions
 /// wait for the poller while notifications are off (the patch's drawback).
 /// The CPU figures are the two jobs' and the device's together.
 fn mixed_cells(
@@ -287,6 +331,7 @@ fn mixed_cells(
                     lat_p99_us: e.run.read.lat_percentile(99.0) as f64 / 1e3,
                     job_cpu_us_per_io: e.cpu_ns_per_io() / 1e3,
                     device_cpu_us_per_io: cpu.device_threads_ns_per_io() / 1e3,
+                    timer: TimerFigures::parse(&out.stats),
                 }
             })
             .collect();
@@ -321,4 +366,24 @@ fn gain(cells: &[Cell], design: Design, rw: &str, bs: &str) -> Option<Spread> {
     let gains: Vec<f64> =
         irq.runs.iter().zip(&poll.runs).map(|(a, b)| (b.iops / a.iops.max(1.0) - 1.0) * 100.0).collect();
     Some(Spread::of(&gains))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TimerFigures;
+
+    #[test]
+    fn timer_figures_sum_every_completion_thread() {
+        let stats = "null/toggle0/notify=1 hipri=0 timed=3 late_ns_mean=1000 late_ns_max=2500 timer_sleeps=1 \
+                     timer_spin_ns=9000 timer_lead_ns=20000\n\
+                     null/irq1/completed=1 pending=0 timed=1 late_ns_mean=5000 late_ns_max=5000 timer_sleeps=1 \
+                     timer_spin_ns=3000 timer_lead_ns=20000\nnull/other=7\n";
+        let t = TimerFigures::parse(stats);
+        assert_eq!(t.timed, 4);
+        assert!((t.late_us_mean - 2.0).abs() < 1e-9, "(3 x 1 + 5) / 4 us: {t:?}");
+        assert!((t.late_us_max - 5.0).abs() < 1e-9, "{t:?}");
+        assert!((t.slept_share - 0.5).abs() < 1e-9, "{t:?}");
+        assert!((t.spin_us_per_wait - 3.0).abs() < 1e-9, "{t:?}");
+        assert_eq!(TimerFigures::parse("").timed, 0, "no completion thread: nothing timed");
+    }
 }

@@ -1,6 +1,8 @@
-//! `poll_mode=hybrid`: a hardware queue shared by polled (hipri) and
+//! `poll_mode=toggle`: a hardware queue shared by polled (hipri) and
 //! interrupt-style requests, whose completion notifications are turned off
 //! while hipri requests are in flight (the RFC "virtio_blk: implement blk_mq_ops->poll()").
+//! Not the kernel's hybrid polling (io_poll_delay: sleep, then spin), which
+//! mqblk's queues offer as `hybrid_poll_delay`.
 //!
 //! The emulated device posts a request's completion at its due time. Who
 //! reaps it depends on the queue's notification state:
@@ -27,14 +29,18 @@
 //! while a poller turns notifications on: the sleep gate's Dekker protocol
 //! closes it, and the loom model at the end of this file checks both.
 //!
-//! Relies on: sync.rs (Mutex, SleepGate; loom-aware), nothing of the block
-//! layer: the payload is generic so the model can use plain numbers.
+//! The completion thread waits for a due time with timer.rs (sleep to just
+//! before it, spin the rest) and, idle, spins as irq.rs's threads do.
+//!
+//! Relies on: sync.rs (Mutex, SleepGate; loom-aware), timer.rs, nothing of
+//! the block layer: the payload is generic so the model can use plain numbers.
 
 use std::collections::VecDeque;
 use std::thread::JoinHandle;
 
-use super::irq::{keep_spinning, IDLE_SPIN_NS, SPIN_NS};
-use mqblk::clock::{now_ns, set_precise_timer_slack, wait_until};
+use super::irq::{idle_spin_ns, keep_spinning};
+use super::timer::TimerLead;
+use mqblk::clock::{now_ns, set_precise_timer_slack};
 use mqblk::driver::Rq;
 use mqblk::Status;
 use mqblk_sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering, SleepGate};
@@ -82,23 +88,47 @@ pub(crate) enum IrqReap<T> {
 
 /// Toggle and reap counters (shown by the null driver).
 #[derive(Debug, Default)]
-pub(crate) struct HybridStats {
+pub(crate) struct ToggleStats {
     pub(crate) notify_off: AtomicU64,
     pub(crate) notify_on: AtomicU64,
     pub(crate) irq_reaped: AtomicU64,
     pub(crate) poll_reaped: AtomicU64,
+    /// The completion thread's timed waits, how late they ended in total
+    /// and at worst (ns past the due time), and its timer's sleeps, spin
+    /// (ns) and lead (ns), as irq.rs counts them.
+    pub(crate) timed: AtomicU64,
+    pub(crate) late_ns_sum: AtomicU64,
+    pub(crate) late_ns_max: AtomicU64,
+    pub(crate) timer_sleeps: AtomicU64,
+    pub(crate) timer_spin_ns: AtomicU64,
+    pub(crate) timer_lead_ns: AtomicU64,
 }
 
-/// One hybrid hardware queue's completion side.
-pub(crate) struct HybridCq<T> {
+impl ToggleStats {
+    /// Records one timed wait of the completion thread (its only writer:
+    /// plain loads and stores suffice).
+    fn record_wait(&self, late_ns: u64, timer: &TimerLead) {
+        self.timed.store(self.timed.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        self.late_ns_sum.store(self.late_ns_sum.load(Ordering::Relaxed) + late_ns, Ordering::Relaxed);
+        if late_ns > self.late_ns_max.load(Ordering::Relaxed) {
+            self.late_ns_max.store(late_ns, Ordering::Relaxed);
+        }
+        self.timer_sleeps.store(timer.sleeps, Ordering::Relaxed);
+        self.timer_spin_ns.store(timer.spin_ns, Ordering::Relaxed);
+        self.timer_lead_ns.store(timer.lead_ns(), Ordering::Relaxed);
+    }
+}
+
+/// One toggling hardware queue's completion side.
+pub(crate) struct ToggleCq<T> {
     state: Mutex<CqState<T>>,
     /// Mirror of `notify_on` for the completion thread's sleep check.
     notify_on: AtomicBool,
     pub(crate) gate: SleepGate,
-    pub(crate) stats: HybridStats,
+    pub(crate) stats: ToggleStats,
 }
 
-impl<T> HybridCq<T> {
+impl<T> ToggleCq<T> {
     pub(crate) fn new(depth: usize) -> Self {
         Self {
             state: Mutex::new(CqState {
@@ -109,7 +139,7 @@ impl<T> HybridCq<T> {
             }),
             notify_on: AtomicBool::new(true),
             gate: SleepGate::default(),
-            stats: HybridStats::default(),
+            stats: ToggleStats::default(),
         }
     }
 
@@ -215,25 +245,25 @@ impl<T> HybridCq<T> {
     }
 }
 
-/// A hybrid queue of the null device: the completion side plus its
+/// A toggling queue of the null device: the completion side plus its
 /// completion thread.
-pub(crate) struct HybridQueue {
-    cq: Arc<HybridCq<(Rq, Status)>>,
+pub(crate) struct ToggleQueue {
+    cq: Arc<ToggleCq<(Rq, Status)>>,
     stop: Arc<AtomicBool>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
-impl HybridQueue {
-    /// `idle_spin`: stay awake `IDLE_SPIN_NS` after going idle (timer
-    /// mode), as the interrupt-only queues do, so both designs compare fairly;
+impl ToggleQueue {
+    /// After going idle the thread spins as the interrupt-only queues'
+    /// does (`idle_spin_ns`), so both designs compare fairly;
     /// `cpu`: the one CPU the thread may run on (`irq_cpus`).
-    pub(crate) fn start(index: usize, depth: usize, idle_spin: bool, cpu: Option<usize>) -> std::io::Result<Self> {
-        let cq = Arc::new(HybridCq::new(depth));
+    pub(crate) fn start(index: usize, depth: usize, cpu: Option<usize>) -> std::io::Result<Self> {
+        let cq = Arc::new(ToggleCq::new(depth));
         let stop = Arc::new(AtomicBool::new(false));
         let (thread_cq, thread_stop) = (cq.clone(), stop.clone());
         let thread = std::thread::Builder::new()
-            .name(format!("null-hybrid{index}"))
-            .spawn(move || hybrid_loop(&thread_cq, &thread_stop, idle_spin))?;
+            .name(format!("null-toggle{index}"))
+            .spawn(move || toggle_loop(&thread_cq, &thread_stop))?;
         let queue = Self { cq, stop, thread: Mutex::new(Some(thread)) };
         if let Some(cpu) = cpu {
             // On error, dropping `queue` stops the thread.
@@ -258,7 +288,7 @@ impl HybridQueue {
         done
     }
 
-    pub(crate) fn stats(&self) -> &HybridStats {
+    pub(crate) fn stats(&self) -> &ToggleStats {
         &self.cq.stats
     }
 
@@ -277,15 +307,16 @@ impl HybridQueue {
     }
 }
 
-impl Drop for HybridQueue {
+impl Drop for ToggleQueue {
     fn drop(&mut self) {
         self.stop();
     }
 }
 
-fn hybrid_loop(cq: &HybridCq<(Rq, Status)>, stop: &AtomicBool, idle_spin: bool) {
+fn toggle_loop(cq: &ToggleCq<(Rq, Status)>, stop: &AtomicBool) {
     set_precise_timer_slack();
     let mut idle_since: Option<u64> = None;
+    let mut timer = TimerLead::default();
     loop {
         let stopping = stop.load(Ordering::SeqCst);
         match cq.irq_one(now_ns(), stopping) {
@@ -296,7 +327,8 @@ fn hybrid_loop(cq: &HybridCq<(Rq, Status)>, stop: &AtomicBool, idle_spin: bool) 
             }
             IrqReap::NotDue(due_ns) => {
                 // A poller may reap it meanwhile: the next round sees that.
-                wait_until(due_ns, SPIN_NS);
+                let late_ns = timer.wait_until(due_ns) - due_ns;
+                cq.stats.record_wait(late_ns, &timer);
                 continue;
             }
             IrqReap::Idle => {}
@@ -304,7 +336,7 @@ fn hybrid_loop(cq: &HybridCq<(Rq, Status)>, stop: &AtomicBool, idle_spin: bool) 
         if stopping && cq.is_empty() {
             return; // no submitter is left (the queue is going)
         }
-        if idle_spin && keep_spinning(&mut idle_since, IDLE_SPIN_NS) {
+        if keep_spinning(&mut idle_since, idle_spin_ns(&cq.gate)) {
             continue;
         }
         idle_since = None;
@@ -318,7 +350,7 @@ mod tests {
 
     #[test]
     fn first_hipri_turns_notifications_off_and_last_turns_them_back_on() {
-        let cq = HybridCq::new(8);
+        let cq = ToggleCq::new(8);
         cq.submit(1u32, 0, false);
         assert_eq!(cq.snapshot(), (0, 1, true));
         cq.submit(2, 0, true);
@@ -339,7 +371,7 @@ mod tests {
 
     #[test]
     fn an_idle_queue_turns_notifications_on_for_the_next_non_hipri() {
-        let cq = HybridCq::new(4);
+        let cq = ToggleCq::new(4);
         cq.submit(1u32, 0, true);
         assert_eq!(cq.poll_one(0), Some(1));
         assert_eq!(cq.snapshot(), (0, 0, false), "nothing pending: stays off (the RFC)");
@@ -350,7 +382,7 @@ mod tests {
 
     #[test]
     fn shutdown_reaps_regardless_of_notifications() {
-        let cq = HybridCq::new(4);
+        let cq = ToggleCq::new(4);
         cq.submit(1u32, 0, true);
         assert_eq!(cq.irq_one(0, false), IrqReap::Idle);
         assert_eq!(cq.irq_one(0, true), IrqReap::Done(1));
@@ -370,7 +402,7 @@ mod loom_tests {
         b.check(f);
     }
 
-    /// Hybrid polling (null poll_mode=hybrid, this module): a poller
+    /// Notification toggling (null poll_mode=toggle, this module): a poller
     /// submits a hipri request and reaps it; another client's plain request
     /// lands on the same queue meanwhile. The completion thread runs its real
     /// loop (reap while notifications are on, else sleep on the gate). Each
@@ -378,8 +410,8 @@ mod loom_tests {
     /// plain request must still be reaped: a toggle that loses it leaves the
     /// completion thread asleep, which loom reports as a deadlock.
     #[test]
-    fn loom_hybrid_toggle_never_loses_a_completion() {
-        use super::{HybridCq, IrqReap};
+    fn loom_toggle_never_loses_a_completion() {
+        use super::{IrqReap, ToggleCq};
         use mqblk_sync::{AtomicU32, Ordering};
         const HIPRI: u64 = 0;
         const PLAIN: u64 = 1;
@@ -395,7 +427,7 @@ mod loom_tests {
             }
         }
         model(|| {
-            let cq = Arc::new(HybridCq::<u64>::new(2));
+            let cq = Arc::new(ToggleCq::<u64>::new(2));
             let seen = Arc::new(Seen([AtomicU32::new(0), AtomicU32::new(0)], AtomicU32::new(0)));
             let poller = {
                 let (cq, seen) = (cq.clone(), seen.clone());
