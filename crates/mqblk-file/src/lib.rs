@@ -460,8 +460,7 @@ impl Driver for FileDriver {
         let c = &self.cfg;
         let _ = writeln!(
             out,
-            "file/path={} direct={} size_bytes={} bs={} blockdev={} rings={} poll_queues={} fixed_ios={} kernel_buffer_ios={} \
-             kernel_unregister_failures={}",
+            "file/path={} direct={} size_bytes={} bs={} blockdev={} rings={} poll_queues={} fixed_ios={} kernel_buffer_ios={}",
             c.path,
             c.direct as u8,
             self.size_bytes,
@@ -470,8 +469,7 @@ impl Driver for FileDriver {
             self.rings.len(),
             c.nr_poll_queues(),
             self.rings.iter().map(|r| r.fixed_ios.load(std::sync::atomic::Ordering::Relaxed)).sum::<usize>(),
-            self.rings.iter().map(|r| r.kernel_ios.load(std::sync::atomic::Ordering::Relaxed)).sum::<usize>(),
-            self.rings.iter().map(|r| r.unregister_failures.load(std::sync::atomic::Ordering::Relaxed)).sum::<usize>()
+            self.rings.iter().map(|r| r.kernel_ios.load(std::sync::atomic::Ordering::Relaxed)).sum::<usize>()
         );
     }
 }

@@ -6,7 +6,7 @@
 //!
 //! Each in-flight request sits in the slot of its driver tag with its
 //! iovecs and progress, so nothing is allocated per I/O. A request over a
-//! kernel buffer (a ublk request's pages) becomes a chain of SQEs
+//! kernel buffer (a ublk request's pages) becomes a chain of three SQEs
 //! instead (kbuf.rs), through the ring's sparse buffer table. Short reads and
 //! writes are resubmitted for the remainder, EAGAIN is retried, any other
 //! errno becomes the request's status.
@@ -96,18 +96,8 @@ pub(crate) struct Ring {
     pub(crate) fixed_ios: AtomicUsize,
     /// Kernel-buffer chains issued (kbuf.rs; shown by `show`).
     pub(crate) kernel_ios: AtomicUsize,
-    /// Unregistrations of a kernel buffer that failed (kbuf.rs; shown by
-    /// `show`): 0 unless the ublk driver refused one.
-    pub(crate) unregister_failures: AtomicUsize,
     /// The SQ's size (what `enter` asks to submit).
     sq_entries: u32,
-    /// SQEs a reaper's CQEs queued (kbuf.rs), submitted at the end of its
-    /// batch (`finish_batch`).
-    submit_pending: std::sync::atomic::AtomicBool,
-    /// Kernel-buffer requests whose transfer is over, ended by
-    /// `finish_batch` once their unregistrations are submitted (capacity:
-    /// the depth; only the reaper of the moment touches it).
-    ended: Mutex<Vec<(Rq, Status)>>,
     /// The ring has a sparse buffer table of 1 + depth entries: index 0
     /// for the registered region, 1 + tag for each tag's kernel buffer.
     pub(crate) kernel_buffers: bool,
@@ -191,10 +181,7 @@ impl Ring {
             inflight: AtomicUsize::new(0),
             fixed_ios: AtomicUsize::new(0),
             kernel_ios: AtomicUsize::new(0),
-            unregister_failures: AtomicUsize::new(0),
             sq_entries,
-            submit_pending: std::sync::atomic::AtomicBool::new(false),
-            ended: Mutex::new(Vec::with_capacity(depth as usize)),
             kernel_buffers,
             polled: polled || iopoll,
             iopoll,
@@ -306,6 +293,10 @@ impl Ring {
     /// later, unlinked. The wait is an io_uring_enter of its own, since the
     /// kernel skips GETEVENTS when it submitted fewer than asked.
     fn enter(&self, wait: u32) -> std::io::Result<usize> {
+        if wait > 0 && self.sq_is_empty() {
+            // SAFETY: no signal mask; to_submit 0: only waits.
+            return unsafe { self.ring.submitter().enter::<libc::sigset_t>(0, wait, IORING_ENTER_GETEVENTS, None) };
+        }
         let submit_flags = if self.iopoll { IORING_ENTER_GETEVENTS } else { 0 };
         // SAFETY: no signal mask; the SQEs' buffers live until their CQEs
         // (see `push_linked`).
@@ -316,6 +307,15 @@ impl Ring {
         }
         // SAFETY: as above; to_submit 0: only waits.
         unsafe { self.ring.submitter().enter::<libc::sigset_t>(0, wait, IORING_ENTER_GETEVENTS, None) }
+    }
+
+    /// Whether nothing waits in the SQ (what another thread pushes after
+    /// this look, that thread submits).
+    fn sq_is_empty(&self) -> bool {
+        let _g = self.sq_lock.lock();
+        // SAFETY: `sq_lock` makes this the only SubmissionQueue; it only
+        // reads the head and tail.
+        unsafe { self.ring.submission_shared().is_empty() }
     }
 
     /// Reaps what the CQ holds into `out` (user_data, result).
@@ -406,7 +406,6 @@ impl Ring {
         for &(user_data, res) in scratch.iter() {
             self.complete(user_data, res);
         }
-        self.finish_batch();
         scratch.len()
     }
 

@@ -1,11 +1,10 @@
 //! The completion thread of a ring no client polls (interrupt style): it
-//! sleeps in io_uring_enter until CQEs arrive, ends their requests, and
-//! ends its batch (`Ring::finish_batch`). If it panics, the ring is marked
+//! sleeps in io_uring_enter until CQEs arrive and ends their requests. If
+//! it panics, the ring is marked
 //! dead and its requests in flight are salvaged (salvage.rs), so no client
 //! waits forever for them.
 //!
-//! Relies on: ring.rs (the ring, `complete`, `finish_batch`, the in-flight
-//! count, STOP).
+//! Relies on: ring.rs (the ring, `complete`, the in-flight count, STOP).
 
 use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
@@ -66,7 +65,6 @@ fn completion_loop(ring: &Ring, batch: &mut Vec<(u64, i32)>, next: &mut usize) {
                 ring.complete(user_data, res);
             }
         }
-        ring.finish_batch();
         // After the stop, wait for what is still in flight (a client
         // that went away without reaping).
         if stop || (stopping && ring.inflight.load(Ordering::Relaxed) == 0) {

@@ -30,9 +30,6 @@ impl Ring {
         self.push(&cancel);
         let mut batch = Vec::with_capacity(self.slots.len() * 2);
         for _ in 0..SALVAGE_ROUNDS {
-            // Kernel-buffer requests whose transfers are over end once
-            // their unregistrations are submitted.
-            self.finish_batch();
             if self.inflight.load(Ordering::SeqCst) == 0 {
                 return;
             }
