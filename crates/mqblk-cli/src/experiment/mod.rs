@@ -44,7 +44,7 @@ pub struct Options {
     /// The experiment to run (`all`: every one, in order).
     #[arg(value_parser = clap::builder::PossibleValuesParser::new(NAMES.iter().copied()))]
     pub name: String,
-    /// Reduced matrix, short runs: under a minute (CI smoke runs).
+    /// Reduced matrix, short runs: a minute or two each, tag-wakeup about three (CI smoke runs).
     #[arg(long)]
     pub quick: bool,
     /// The results folder for NAME.json and NAME.svg.
