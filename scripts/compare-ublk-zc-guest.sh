@@ -234,8 +234,12 @@ if [ "${UBENCH_PROFILE:-0}" = 1 ] && command -v perf > /dev/null; then
     for d in "${devices[@]}"; do
       { echo "$fio_global"; job_section "prof.0.$row.$d" "$d" "$row"; } | sed 's/^runtime=.*/runtime=3/' > /tmp/prof.fio
       perf record -a -e cpu-clock -F 999 -o /tmp/prof.data -- fio /tmp/prof.fio > /tmp/prof.log 2>&1
-      perf report -i /tmp/prof.data --stdio --no-children --sort comm,dso,sym --percent-limit 1 2> /dev/null |
-        grep -v '^#' | grep -v '^$' | head -n 30 | sed "s/^/PROFILE $row $d: /"
+      # By thread first (whose CPU: the server's queue thread, io_uring's
+      # workers, loop's kworkers, fio), then by thread and symbol.
+      perf report -i /tmp/prof.data --stdio --no-children --sort comm --percent-limit 0.2 2> /dev/null |
+        grep -v '^#' | grep -v '^$' | head -n 30 | sed "s/^/PROFILE $row $d comm: /"
+      perf report -i /tmp/prof.data --stdio --no-children --sort comm,sym --percent-limit 0.25 2> /dev/null |
+        grep -v '^#' | grep -v '^$' | head -n 80 | sed "s/^/PROFILE $row $d: /"
     done
   done
 fi
