@@ -23,10 +23,10 @@
 //! 4k randread with interrupts measure the per-I/O time (jobs / IOPS, the
 //! figure the table compares with the source's), and each step sets the
 //! service time to the target minus the overhead they saw (the least
-//! probe's, kept between the bounds earlier steps set; see `calibrate`), so that
-//! this machine's own per-I/O overhead (submission, the completion thread's timer,
-//! wakeups, and what the threads wait for a CPU) is inside the target, not
-//! added to it. `target_met` then says whether the grid's own 4k randread
+//! probe's, kept between the bounds earlier steps set; see `calibrate`),
+//! so that this machine's own per-I/O overhead (submission, the
+//! completion thread's timer, wakeups, and what the threads wait for a
+//! CPU) is inside the target, not added to it. `target_met` then says whether the grid's own 4k randread
 //! cell with interrupts came within `TARGET_TOLERANCE` of the target: the
 //! gains the table prints are measured on that device, never scaled to the
 //! target. Where the overhead alone exceeds the target (a debug build on a
@@ -245,16 +245,15 @@ pub(super) fn calibrate(place: &Placement, quick: bool) -> Result<Calibration, E
     // is an upper bound (the overhead is never negative).
     let mut bounds = (MIN_SERVICE_NSEC, cal.service_nsec + 1);
     for _ in 0..steps {
-        let mut ns_per_io = Vec::with_capacity(PROBES_PER_STEP);
+        let mut least = f64::INFINITY;
         for _ in 0..PROBES_PER_STEP {
             let args = place.job_args(&cal, TOGGLE, "randread", "4k", false, "200ms");
             eprintln!("poll: calibration probe, service time {} ns", cal.service_nsec);
             let (run, _) = measure(&args, "randread", place.jobs)?;
             let lat_p50_ns = run.lat_p50_us * 1e3;
             cal.probes.push(Probe { service_nsec: cal.service_nsec, lat_p50_ns, ns_per_io: run.ns_per_io_per_job });
-            ns_per_io.push(run.ns_per_io_per_job);
+            least = least.min(run.ns_per_io_per_job);
         }
-        let least = ns_per_io.iter().copied().fold(f64::INFINITY, f64::min);
         cal.service_nsec = cal.next_service(&mut bounds, least);
     }
     Ok(cal)
