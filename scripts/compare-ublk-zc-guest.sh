@@ -4,13 +4,18 @@
 # host to collect.
 #
 # One 1 GiB file, written through once, on ext4 on a RAM disk (brd:
-# O_DIRECT reaches memory, no host I/O under TCG), served five ways, each
+# O_DIRECT reaches memory, no host I/O under TCG), served each of these ways,
 # 1 queue of 64 tags, scheduler none, direct I/O on the file:
 #   zero_copy    /dev/ublkb0  `mqblk ublk add --device file:...,direct=1,reap=client
-#                             --zero-copy on` (the queue thread reaps the file's ring)
+#                             --zero-copy on`: the kernel registers each request's
+#                             pages in the queue's ring (AUTO_BUF_REG), which reads
+#                             and writes the file with them
+#   zero_copy_explicit /dev/ublkb5  the same with --zero-copy explicit: the file
+#                             driver registers the pages in its own ring (three
+#                             linked SQEs a request; the queue thread reaps that ring)
 #   copy         /dev/ublkb1  the same with --zero-copy off (the kernel
 #                             copies through the server's buffers)
-#   zero_copy_cq /dev/ublkb3  zero copy without reap=client: the file
+#   zero_copy_cq /dev/ublkb3  explicit zero copy without reap=client: the file
 #                             driver's completion thread wakes the queue thread
 #   loop         /dev/loopN   `losetup --direct-io=on` (the kernel's own)
 #   rublk        /dev/ublkb2  `rublk add loop` (the peer ublk server; its loop
@@ -31,7 +36,8 @@
 # drivers/block, for brd.ko.xz and loop.ko.xz),
 # UBENCH_ROUNDS (3), UBENCH_RUNTIME (4 s), UBENCH_RAMP (1 s), UBENCH_PROFILE
 # (0; 1: a perf profile of the 1 MiB rows after the timed rounds;
-# UBENCH_PROFILE_ROWS names others), UBENCH_ROWS and UBENCH_DEVICES (empty:
+# UBENCH_PROFILE_ROWS names others), UBENCH_COUNT (0; 1: exact counts per
+# I/O of those rows: perf stat's tracepoints, the server's threads' switches), UBENCH_ROWS and UBENCH_DEVICES (empty:
 # all; else the rows and devices to run, space-separated).
 #
 # SPDX-License-Identifier: MIT OR Apache-2.0
@@ -63,7 +69,7 @@ dd if=/dev/zero of=$img bs=1M count=1024 oflag=direct status=none || { echo "wri
 depth=64
 spec="file:path=$img,direct=1"
 declare -A path=() pid=() cmd=()
-devices=(zero_copy copy zero_copy_cq loop)
+devices=(zero_copy zero_copy_explicit copy zero_copy_cq loop)
 
 # start_mqblk NAME ID MODE [SPEC_EXTRA]
 start_mqblk() {
@@ -81,19 +87,22 @@ start_mqblk() {
   echo "$name: $(cat "/tmp/$name.out")" >&2
 }
 cleanup() {
-  for d in zero_copy copy zero_copy_cq; do [ -z "${pid[$d]:-}" ] || kill "${pid[$d]}" 2>/dev/null; done
+  for d in zero_copy zero_copy_explicit copy zero_copy_cq; do [ -z "${pid[$d]:-}" ] || kill "${pid[$d]}" 2>/dev/null; done
   [ -z "$rublk" ] || { "$rublk" del -n 2; "$rublk" del -n 4; } > /dev/null 2>&1
   [ -z "${path[loop]:-}" ] || losetup -d "${path[loop]}"
 }
 trap cleanup EXIT
 
-# reap=client: the ublk queue thread reaps the file's ring itself, one
-# wakeup a request; zero_copy_cq keeps the file driver's completion
-# thread (two wakeups a request: that thread's, then the queue thread's).
+# reap=client: under explicit registration the ublk queue thread reaps
+# the file's ring itself, one wakeup a request; zero_copy_cq keeps the
+# file driver's completion thread (two wakeups a request: that thread's,
+# then the queue thread's). Auto registration has no second ring.
 start_mqblk zero_copy 0 on ,reap=client
-grep -q "zero copy)" /tmp/zero_copy.out || { echo "zero_copy: not zero copy: $(cat /tmp/zero_copy.out)" >&2; exit 1; }
+grep -q "zero copy, auto-registered)" /tmp/zero_copy.out || { echo "zero_copy: not auto-registered zero copy: $(cat /tmp/zero_copy.out)" >&2; exit 1; }
+start_mqblk zero_copy_explicit 5 explicit ,reap=client
+grep -q "zero copy)" /tmp/zero_copy_explicit.out || { echo "zero_copy_explicit: not zero copy: $(cat /tmp/zero_copy_explicit.out)" >&2; exit 1; }
 start_mqblk copy 1 off ,reap=client
-start_mqblk zero_copy_cq 3 on
+start_mqblk zero_copy_cq 3 explicit
 cmd[loop]="losetup --direct-io=on -f --show $img"
 path[loop]=$(${cmd[loop]}) || { echo "losetup failed" >&2; exit 1; }
 pid[loop]=-
@@ -233,13 +242,48 @@ if [ "${UBENCH_PROFILE:-0}" = 1 ] && command -v perf > /dev/null; then
   for row in ${UBENCH_PROFILE_ROWS:-read-1m-qd4 write-1m-qd4}; do
     for d in "${devices[@]}"; do
       { echo "$fio_global"; job_section "prof.0.$row.$d" "$d" "$row"; } | sed 's/^runtime=.*/runtime=3/' > /tmp/prof.fio
-      perf record -a -e cpu-clock -F 999 -o /tmp/prof.data -- fio /tmp/prof.fio > /tmp/prof.log 2>&1
+      b=${path[$d]#/dev/}
+      before=$(awk '{ print $1 + $5 }' "/sys/block/$b/stat")
+      perf record -a ${UBENCH_PROFILE_G:+-g} -e cpu-clock -F 999 -o /tmp/prof.data -- fio /tmp/prof.fio > /tmp/prof.log 2>&1
+      echo "PROFILE $row $d ios $(($(awk '{ print $1 + $5 }' "/sys/block/$b/stat") - before)) samples $(perf report -i /tmp/prof.data --stdio 2>/dev/null | awk '/^# Samples/ { print $3 }')"
       # By thread first (whose CPU: the server's queue thread, io_uring's
       # workers, loop's kworkers, fio), then by thread and symbol.
       perf report -i /tmp/prof.data --stdio --no-children --sort comm --percent-limit 0.2 2> /dev/null |
         grep -v '^#' | grep -v '^$' | head -n 30 | sed "s/^/PROFILE $row $d comm: /"
       perf report -i /tmp/prof.data --stdio --no-children --sort comm,sym --percent-limit 0.25 2> /dev/null |
         grep -v '^#' | grep -v '^$' | head -n 80 | sed "s/^/PROFILE $row $d: /"
+    done
+  done
+fi
+
+# ---- counts (UBENCH_COUNT=1), not timed: exact events per I/O -----------------------
+# perf stat -a over one fio job per device: context switches, io_uring's
+# punts to its workers (io_uring_queue_async_work), io_uring_enter calls,
+# and the device's completed I/Os around it.
+thread_switches() { # PID: "tid comm switches" per thread (nothing for -)
+  [ "$1" != - ] || return 0
+  for t in /proc/$1/task/*; do
+    echo "${t##*/} $(cat "$t/comm") $(awk '/^voluntary_ctxt_switches/ { v = $2 } /^nonvoluntary_ctxt_switches/ { n = $2 } END { print v, n }' "$t/status")"
+  done
+}
+if [ "${UBENCH_COUNT:-0}" = 1 ] && command -v perf > /dev/null; then
+  for row in ${UBENCH_PROFILE_ROWS:-write-1m-qd4}; do
+    for d in "${devices[@]}"; do
+      { echo "$fio_global"; job_section "count.0.$row.$d" "$d" "$row"; } | sed 's/^runtime=.*/runtime=3/;/^exec_/d' > /tmp/count.fio
+      b=${path[$d]#/dev/}
+      before=$(awk '{ print $1 + $5 }' "/sys/block/$b/stat")
+      thread_switches "${pid[$d]}" > /tmp/th.before
+      perf stat -a -x, -e context-switches,io_uring:io_uring_queue_async_work,io_uring:io_uring_submit_req,syscalls:sys_enter_io_uring_enter,io_uring:io_uring_complete \
+        -o /tmp/count.txt -- fio /tmp/count.fio > /tmp/count.log 2>&1
+      after=$(awk '{ print $1 + $5 }' "/sys/block/$b/stat")
+      thread_switches "${pid[$d]}" > /tmp/th.after
+      ios=$((after - before))
+      awk -F, -v row="$row" -v d="$d" -v ios="$ios" '/^[0-9]/ { printf "COUNT %s %s ios %d %s %.3f per I/O (%s)\n", row, d, ios, $3, $1 / ios, $1 }' /tmp/count.txt
+      if [ "${pid[$d]}" != - ]; then
+        awk -v row="$row" -v d="$d" -v ios="$ios" 'FNR == 1 { f++ } { if (f == 1) { a[$1] = $3; an[$1] = $4 } else { c[$1] = $2; b[$1] = $3; bn[$1] = $4 } }
+          END { for (t in b) printf "COUNT %s %s thread %s %s switches voluntary %.3f involuntary %.3f per I/O\n", row, d, t, c[t], (b[t] - a[t]) / ios, (bn[t] - an[t]) / ios }' \
+          /tmp/th.before /tmp/th.after
+      fi
     done
   done
 fi

@@ -10,7 +10,12 @@
 #   scripts/compare-ublk-zc.sh [ROUNDS]      (default 3; needs root)
 #
 # Environment: UBENCH_RUNTIME (s per job, 4), UBENCH_RAMP (1), UBENCH_PROFILE
-# (0; 1: perf profiles of the 1 MiB rows into $UBENCH_OUT-profile.txt),
+# (0; 1: perf profiles of the 1 MiB rows into $UBENCH_OUT-profile.txt, each
+# with the I/Os done while it ran; UBENCH_PROFILE_G=1 adds call graphs),
+# UBENCH_COUNT (0; 1: exact counts per I/O of the rows UBENCH_PROFILE_ROWS
+# names, from perf stat's tracepoints and the server's threads, into
+# $UBENCH_OUT-counts.txt; its tracepoints once crashed a TCG guest that had
+# just profiled: run it without UBENCH_PROFILE),
 # UBENCH_OUT (docs/results/ublk-zero-copy), UBENCH_RUBLK (1; 0: without
 # rublk), UBENCH_ROWS and UBENCH_DEVICES (space-separated subsets of the
 # rows and devices below, for a targeted run; the ratios need loop and copy).
@@ -53,7 +58,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cat > "$work/job.sh" <<JOB
 export MQBLK_BIN=$root/target/release/mqblk RUBLK_BIN=$rublk KMOD_BLOCK_DIR=$blockdir UBENCH_ROUNDS=$rounds
-export UBENCH_RUNTIME=${UBENCH_RUNTIME:-4} UBENCH_RAMP=${UBENCH_RAMP:-1} UBENCH_PROFILE=${UBENCH_PROFILE:-0}
+export UBENCH_RUNTIME=${UBENCH_RUNTIME:-4} UBENCH_RAMP=${UBENCH_RAMP:-1} UBENCH_PROFILE=${UBENCH_PROFILE:-0} UBENCH_COUNT=${UBENCH_COUNT:-0} UBENCH_PROFILE_G=${UBENCH_PROFILE_G:-}
 export UBENCH_PROFILE_ROWS="${UBENCH_PROFILE_ROWS:-read-1m-qd4 write-1m-qd4}"
 export UBENCH_ROWS="${UBENCH_ROWS:-}" UBENCH_DEVICES="${UBENCH_DEVICES:-}"
 exec bash $root/scripts/compare-ublk-zc-guest.sh
@@ -70,6 +75,8 @@ fi
 mkdir -p "$(dirname "$out")"
 cp "$work/guest.out" "$out-guest.log"
 grep '^PROFILE ' "$work/guest.out" | sed 's/^PROFILE //' > "$out-profile.txt" || true
+grep '^COUNT ' "$work/guest.out" | sed 's/^COUNT //' > "$out-counts.txt" || true
+[ -s "$out-counts.txt" ] || rm -f "$out-counts.txt"
 grep '^{' "$work/guest.out" > "$work/lines.jsonl"
 command="scripts/compare-ublk-zc.sh $rounds (UBENCH_RUNTIME=${UBENCH_RUNTIME:-4} UBENCH_RAMP=${UBENCH_RAMP:-1}\
 ${UBENCH_ROWS:+ UBENCH_ROWS=\"$UBENCH_ROWS\"}${UBENCH_DEVICES:+ UBENCH_DEVICES=\"$UBENCH_DEVICES\"})"

@@ -25,8 +25,12 @@
 #   4. SIGTERM stops the server: exit status 0, /dev/ublkb0 and /dev/ublkc0
 #      gone (after each device's checks 1-3); the file device's data path
 #      is zero copy on 7.x (every read and write with the request's own
-#      pages, none copied after a failed registration) and the kernel's
-#      copy on 6.12, as the server's first and last lines say;
+#      pages, all registered by the kernel in the queue's ring, none
+#      copied) and the kernel's copy on 6.12, as the server's first and
+#      last lines say; on 7.x, a buffer table of one entry makes the
+#      kernel's registration fail for every other tag, and fio's verified
+#      1 MiB writes pass through the fallback (the file driver registers
+#      the pages);
 #   5. `mqblk ublk del 0` from another process ends a running server;
 #   6. a server killed with SIGKILL during fio: fio ends with errors (no
 #      hang), /dev/ublkb0 goes away, and `mqblk ublk del 0` removes the
@@ -230,12 +234,13 @@ check_device() {
 }
 
 check_device null:gb=1,memory_backed=1 null 4m 16m ext4 "1 32" || { echo "ublk: cannot go on without the device" >&2; exit 1; }
-# The file device's data path: zero copy where the kernel offers it (7.x:
-# SUPPORT_ZERO_COPY and BUF_REG_OFF_DAEMON), where ext4 runs on it too;
-# the kernel's copy through the server's buffers on 6.12.
+# The file device's data path: zero copy with the kernel's auto
+# registration where the kernel offers it (7.x: SUPPORT_ZERO_COPY,
+# BUF_REG_OFF_DAEMON and AUTO_BUF_REG), where ext4 runs on it too; the
+# kernel's copy through the server's buffers on 6.12.
 case "$(uname -r)" in
   6.*) file_fs=none want_path="copied by the kernel" ;;
-  *) file_fs=ext4 want_path="zero copy" ;;
+  *) file_fs=ext4 want_path="zero copy, auto-registered" ;;
 esac
 # reap=client: the queue thread reaps the file's ring (no completion
 # thread); the recovery device below keeps the completion thread.
@@ -246,13 +251,37 @@ else
   fail "file: want data path '$want_path' on Linux $(uname -r): $(head -n 1 /tmp/ublk-server.out)"
 fi
 summary=$(tail -n 1 /tmp/ublk-server.out)
-if [ "$want_path" = "zero copy" ]; then
-  # Every read and write went through the request's own pages.
-  zc=$(sed -n 's/.*, \([0-9]*\) zero copy, \([0-9]*\) copied.*/\1 \2/p' <<< "$summary")
-  if [ -n "$zc" ] && [ "${zc% *}" -gt 1000 ] && [ "${zc#* }" = 0 ]; then
-    pass "file: ${zc% *} reads and writes with zero copy, none copied after a failed registration: $summary"
+if [ "$want_path" != "copied by the kernel" ]; then
+  # Every read and write went through the request's own pages, which the
+  # kernel registered itself.
+  zc=$(sed -n 's/.*, \([0-9]*\) zero copy, \([0-9]*\) copied.*, \([0-9]*\) registered by the kernel, \([0-9]*\) by the server.*/\1 \2 \3 \4/p' <<< "$summary")
+  read -r zc_ios zc_copied zc_auto zc_explicit <<< "$zc"
+  if [ -n "$zc" ] && [ "$zc_ios" -gt 1000 ] && [ "$zc_copied" = 0 ] && [ "$zc_auto" = "$zc_ios" ] && [ "$zc_explicit" = 0 ]; then
+    pass "file: $zc_ios reads and writes with zero copy, all registered by the kernel: $summary"
   else
     fail "file: zero copy counts: $summary"
+  fi
+  # The fallback, for real: a buffer table of one entry
+  # (MQBLK_UBLK_TEST_AUTO_TABLE_ENTRIES) leaves the kernel no room for the
+  # pages of any tag but 0, so their requests come marked NEED_REG_BUF
+  # and the file driver registers them in its own ring; fio verifies.
+  spec=file:path=/tmp/ublk.img,size=512m,reap=client
+  export MQBLK_UBLK_TEST_AUTO_TABLE_ENTRIES=1
+  start_server
+  unset MQBLK_UBLK_TEST_AUTO_TABLE_ENTRIES
+  "$fio" --name=fallback --filename=/dev/ublkb0 --direct=1 --ioengine=io_uring --rw=randwrite --bs=1m --size=64m \
+    --iodepth=8 --verify=crc32c --do_verify=1 > /tmp/fallback-fio.log 2>&1
+  fio_status=$?
+  kill -TERM "$server_pid"
+  wait_exit "$server_pid" 300
+  summary=$(tail -n 1 /tmp/ublk-server.out)
+  zc=$(sed -n 's/.*, \([0-9]*\) zero copy, \([0-9]*\) copied.*, \([0-9]*\) registered by the kernel, \([0-9]*\) by the server.*/\1 \2 \3 \4/p' <<< "$summary")
+  read -r zc_ios zc_copied zc_auto zc_explicit <<< "$zc"
+  if [ "$fio_status" = 0 ] && [ "$exit_status" = 0 ] && [ -n "$zc" ] && [ "$zc_explicit" -gt 64 ] &&
+    [ "$zc_copied" = 0 ] && [ $((zc_auto + zc_explicit)) = "$zc_ios" ]; then
+    pass "file: auto registration's fallback: fio verify of 64 MiB passed; $zc_explicit requests registered by the server, $zc_auto by the kernel: $summary"
+  else
+    fail "file: auto registration's fallback: fio status $fio_status, server $exit_status: $summary; fio: $(tail -n 3 /tmp/fallback-fio.log)"
   fi
 fi
 rm -f /tmp/ublk.img

@@ -73,9 +73,12 @@ pub struct AddArgs {
     #[arg(long)]
     unprivileged: bool,
     /// Reads and writes with the request's own pages, no copy through the
-    /// server (UBLK_F_SUPPORT_ZERO_COPY, Linux 6.16+, a file: device):
-    /// auto (where the kernel and the device can), on (refused where they
-    /// cannot, naming why), off (the kernel copies through the server).
+    /// server (UBLK_F_SUPPORT_ZERO_COPY, Linux 6.16+, a file: device; the
+    /// kernel registers the pages itself where it offers
+    /// UBLK_F_AUTO_BUF_REG): auto (where the kernel and the device can),
+    /// on (refused where they cannot, naming why), explicit (as on, but
+    /// the file driver registers every request's pages), off (the kernel
+    /// copies through the server).
     #[arg(long, value_name = "MODE", default_value = "auto")]
     zero_copy: String,
 }
@@ -184,7 +187,18 @@ fn serve(
     }
     let appends = if zoned { format!(", {} zone appends", summary.zone_appends) } else { String::new() };
     let zero_copy = if summary.zero_copy_ios + summary.copy_fallbacks > 0 {
-        format!(", {} zero copy, {} copied after a failed registration", summary.zero_copy_ios, summary.copy_fallbacks)
+        let auto = if summary.auto_registered_ios + summary.auto_fallbacks > 0 {
+            format!(
+                ", {} registered by the kernel, {} by the server after the kernel could not",
+                summary.auto_registered_ios, summary.auto_fallbacks
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            ", {} zero copy, {} copied after a failed registration{auto}",
+            summary.zero_copy_ios, summary.copy_fallbacks
+        )
     } else {
         String::new()
     };
@@ -197,7 +211,9 @@ fn serve(
 /// How a device's data moves, by the flags it was added with.
 fn data_path(flags: u64) -> &'static str {
     use mqblk_ublk::uapi;
-    if flags & uapi::UBLK_F_SUPPORT_ZERO_COPY != 0 {
+    if flags & uapi::UBLK_F_AUTO_BUF_REG != 0 {
+        "zero copy, auto-registered"
+    } else if flags & uapi::UBLK_F_SUPPORT_ZERO_COPY != 0 {
         "zero copy"
     } else if flags & uapi::UBLK_F_USER_COPY != 0 {
         "user copy"

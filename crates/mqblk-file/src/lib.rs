@@ -410,10 +410,10 @@ impl Driver for FileDriver {
         self.poll_ring(hctx, false)
     }
 
-    /// Registered buffers always; block status for files (a block device
-    /// cannot tell its holes).
+    /// Registered buffers and the file itself always; block status for
+    /// files (a block device cannot tell its holes).
     fn capabilities(&self) -> mqblk::driver::Capabilities<'_> {
-        let caps = mqblk::driver::Capabilities::none().fixed_buffers(self);
+        let caps = mqblk::driver::Capabilities::none().fixed_buffers(self).backing_file(self);
         if self.blockdev {
             caps
         } else {
@@ -519,6 +519,14 @@ impl mqblk::driver::BlockStatus for FileDriver {
             };
             pos = next;
         }
+    }
+}
+
+/// The file itself, for a front end whose own ring holds a request's pages
+/// (ublk's auto buffer registration).
+impl mqblk::driver::BackingFile for FileDriver {
+    fn backing_fd(&self) -> RawFd {
+        self.file.as_raw_fd()
     }
 }
 

@@ -28,7 +28,12 @@
 //! its ring and reads or writes the file with them, so no byte passes
 //! through the server. Should the registration fail (the completion says
 //! `DevResource`), the request is served again by user copy through the
-//! tag's buffer, made on the first such fallback and kept.
+//! tag's buffer, made on the first such fallback and kept. With auto
+//! registration (UBLK_F_AUTO_BUF_REG) the kernel registers the pages in
+//! this queue's ring before handing the request over, and the thread reads
+//! or writes the device's backing file itself, one SQE on this ring
+//! (auto_reg.rs); a request the kernel could not register takes the
+//! explicit path above.
 //!
 //! Completions of mqblk come back through the client's completion eventfd,
 //! polled on the same ring (IORING_OP_POLL_ADD), so the thread sleeps in
@@ -45,7 +50,8 @@
 //! Relies on: uapi.rs (structs, command numbers); mqblk's Client (submit,
 //! plug, do_io, completion_fd) and Buf; desc.rs (the descriptor area),
 //! ring.rs (the io_uring and the commands queued on it), copy.rs (user
-//! copy and zero copy) and zones.rs (report zones).
+//! copy and zero copy), auto_reg.rs (auto registration) and zones.rs
+//! (report zones).
 
 use std::fs::File;
 use std::io;
@@ -59,11 +65,13 @@ use mqblk::{Bio, Buf, Client, Completion, Device, KernelBuf, Op, ReqFlags, Statu
 use crate::error::Error;
 use crate::uapi::{self, IoDesc};
 
+mod auto_reg;
 mod copy;
 mod desc;
 mod ring;
 mod zones;
 
+use auto_reg::{table_entries, AutoReg, TRANSFER};
 use copy::{bio_with_data, copy_out, zero_copy_bio};
 use desc::DescMap;
 use ring::build_ring;
@@ -84,6 +92,10 @@ pub(crate) struct QueueConfig {
     /// UBLK_F_SUPPORT_ZERO_COPY: reads and writes are bios over the
     /// request's pages (user copy is their fallback).
     pub zero_copy: bool,
+    /// UBLK_F_AUTO_BUF_REG: the kernel registers each request's pages in
+    /// this queue's ring; reads and writes go to the device's backing
+    /// file on it (auto_reg.rs).
+    pub auto_buf_reg: bool,
     /// /dev/ublkcN, opened once by the server (the kernel allows one open).
     pub cdev: Arc<File>,
     pub device: Device,
@@ -100,6 +112,12 @@ pub struct QueueStats {
     pub zero_copy_ios: u64,
     /// Zero-copy requests whose registration failed, served by copying.
     pub copy_fallbacks: u64,
+    /// Of the zero-copy ones, those whose pages the kernel registered in
+    /// the queue's ring (auto registration).
+    pub auto_registered_ios: u64,
+    /// Requests the kernel could not auto-register, served by explicit
+    /// registration instead.
+    pub auto_fallbacks: u64,
 }
 
 /// Where a tag is.
@@ -150,15 +168,32 @@ pub(crate) struct Queue {
     /// Tags not ended.
     live: usize,
     stats: QueueStats,
+    /// Auto registration, if the device was added with it.
+    auto: Option<AutoReg>,
+    /// Found while taking CQEs, served after the plug: auto-registered
+    /// requests to start, and transfers' CQEs (tag, result).
+    auto_starts: Vec<u16>,
+    transfers: Vec<(u16, i32)>,
 }
 
 impl Queue {
     /// Maps the descriptors, makes the ring, the client and the buffers.
     pub(crate) fn new(cfg: QueueConfig) -> Result<Self, Error> {
-        let QueueConfig { q_id, depth, buf_bytes, user_copy, zero_copy, cdev, device } = cfg;
+        let QueueConfig { q_id, depth, buf_bytes, user_copy, zero_copy, auto_buf_reg, cdev, device } = cfg;
         let descs = DescMap::map(&cdev, q_id, depth)?;
         let entries = (u32::from(depth) + 1).next_power_of_two();
         let ring = build_ring(entries).map_err(|e| Error::Queue { q_id, what: "io_uring_setup", source: e })?;
+        let auto = if auto_buf_reg {
+            let fd = device.backing_fd().ok_or_else(|| {
+                Error::BadOption(
+                    "auto buffer registration needs a device whose data is one file (a file: device)".into(),
+                )
+            })?;
+            let table = AutoReg::new(&ring, fd, depth, table_entries(depth));
+            Some(table.map_err(|e| Error::Queue { q_id, what: "registering a sparse buffer table", source: e })?)
+        } else {
+            None
+        };
         let mut client = device.client_with_capacity(usize::from(depth));
         let poll_fd = client.poll_fd();
         let completion_fd = client.completion_fd().map_err(Error::Device)?;
@@ -195,6 +230,9 @@ impl Queue {
             poll_fd,
             live: usize::from(depth),
             stats: QueueStats::default(),
+            auto,
+            auto_starts: Vec::with_capacity(usize::from(depth)),
+            transfers: Vec::with_capacity(usize::from(depth)),
         })
     }
 
@@ -240,8 +278,24 @@ impl Queue {
     /// Turns the CQEs just taken into bios, submitted under one plug;
     /// requests that cannot be served are committed with an error.
     fn handle_cqes(&mut self) -> Result<(), Error> {
-        let Self { cqes, client, tags, descs, live, stats, q_id, refused, reports, user_copy, zero_copy, cdev, .. } =
-            self;
+        let auto = self.auto.is_some();
+        let Self {
+            cqes,
+            client,
+            tags,
+            descs,
+            live,
+            stats,
+            q_id,
+            refused,
+            reports,
+            user_copy,
+            zero_copy,
+            cdev,
+            auto_starts,
+            transfers,
+            ..
+        } = self;
         let (mut eventfd_fired, mut poll_fd_fired) = (false, false);
         let nr_ios = u32::try_from(cqes.len()).unwrap_or(u32::MAX).max(1);
         client.with_plug(nr_ios, |client| {
@@ -252,6 +306,10 @@ impl Queue {
                 }
                 if user_data == POLL_FD_TOKEN {
                     poll_fd_fired = true;
+                    continue;
+                }
+                if user_data & TRANSFER != 0 {
+                    transfers.push(((user_data & !TRANSFER) as u16, res));
                     continue;
                 }
                 let Some(tag) = tags.get_mut(user_data as usize) else {
@@ -277,6 +335,16 @@ impl Queue {
                 if desc.op() == uapi::UBLK_IO_OP_REPORT_ZONES {
                     reports.push(tag_id);
                     continue;
+                }
+                if auto && matches!(desc.op(), uapi::UBLK_IO_OP_READ | uapi::UBLK_IO_OP_WRITE) {
+                    if desc.flags() & uapi::UBLK_IO_F_NEED_REG_BUF == 0 && desc.nr_sectors > 0 {
+                        auto_starts.push(tag_id);
+                        continue;
+                    }
+                    // The kernel could not register the pages: the
+                    // explicit path below registers them in the file
+                    // driver's ring.
+                    stats.auto_fallbacks += 1;
                 }
                 let zero_copied = if *zero_copy {
                     zero_copy_bio(&desc, KernelBuf { fd: cdev.as_raw_fd(), q_id: *q_id, tag: tag_id })
@@ -314,6 +382,7 @@ impl Queue {
             }
         });
         self.commit_refused_and_reports()?;
+        self.serve_auto_registered()?;
         if eventfd_fired {
             self.drain_eventfd();
             self.arm_eventfd()?;

@@ -106,7 +106,7 @@ pub struct Started {
 }
 
 /// How the server ended.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Summary {
     pub dev_id: u32,
     pub requests: u64,
@@ -116,6 +116,12 @@ pub struct Summary {
     pub zero_copy_ios: u64,
     /// Of those, the ones whose registration failed, served by copying.
     pub copy_fallbacks: u64,
+    /// Of the zero-copy ones, those the kernel registered itself (auto
+    /// registration).
+    pub auto_registered_ios: u64,
+    /// Requests the kernel could not auto-register, registered by the
+    /// file driver instead.
+    pub auto_fallbacks: u64,
 }
 
 enum Event {
@@ -187,7 +193,8 @@ impl Server {
         let unprivileged_flag = if self.opts.unprivileged { uapi::UBLK_F_UNPRIVILEGED_DEV } else { 0 };
         let flags = device_flags(&limits) | self.opts.recovery.flags() | unprivileged_flag;
         let features = probe(&mut ctrl, flags)?;
-        let flags = flags | self.opts.zero_copy.flag(features, &limits, self.opts.unprivileged)?;
+        let backing_file = self.device.backing_fd().is_some();
+        let flags = flags | self.opts.zero_copy.flags(features, &limits, self.opts.unprivileged, backing_file)?;
         let max_io = max_io_bytes(&limits);
         let wanted = DevInfo {
             nr_hw_queues: self.opts.queues,
@@ -234,9 +241,14 @@ impl Server {
         let info = recovery::start(&mut ctrl, dev_id, &limits, device_flags(&limits))?;
         // The device keeps the data path it was added with.
         let zero_copy = info.flags & uapi::UBLK_F_SUPPORT_ZERO_COPY != 0;
+        let auto_buf_reg = info.flags & uapi::UBLK_F_AUTO_BUF_REG != 0;
         let result = if zero_copy && !limits.kernel_buffers {
             Err(Error::BadOption(format!(
                 "device {dev_id} was added with zero copy: --device must take kernel buffers (a file: device)"
+            )))
+        } else if auto_buf_reg && self.device.backing_fd().is_none() {
+            Err(Error::BadOption(format!(
+                "device {dev_id} was added with auto buffer registration: --device must be one file (a file: device)"
             )))
         } else {
             unpriv::open_char_device(dev_id, ctrl.is_unprivileged(dev_id))
@@ -290,6 +302,7 @@ impl Server {
                 // copied through /dev/ublkcN.
                 user_copy: info.flags & (uapi::UBLK_F_USER_COPY | uapi::UBLK_F_SUPPORT_ZERO_COPY) != 0,
                 zero_copy: info.flags & uapi::UBLK_F_SUPPORT_ZERO_COPY != 0,
+                auto_buf_reg: info.flags & uapi::UBLK_F_AUTO_BUF_REG != 0,
                 cdev: cdev.clone(),
                 device: self.device.clone(),
             };
@@ -301,8 +314,7 @@ impl Server {
         if let Err(e) = ctrl.stop(dev_id) {
             log::debug!("STOP_DEV: {e}");
         }
-        let mut summary =
-            Summary { dev_id, requests: 0, errors: 0, zone_appends: 0, zero_copy_ios: 0, copy_fallbacks: 0 };
+        let mut summary = Summary { dev_id, ..Summary::default() };
         let mut first_error = outcome.err();
         for thread in threads {
             match thread.join() {
@@ -312,6 +324,8 @@ impl Server {
                     summary.zone_appends += stats.zone_appends;
                     summary.zero_copy_ios += stats.zero_copy_ios;
                     summary.copy_fallbacks += stats.copy_fallbacks;
+                    summary.auto_registered_ios += stats.auto_registered_ios;
+                    summary.auto_fallbacks += stats.auto_fallbacks;
                 }
                 Ok(Err(e)) => {
                     first_error.get_or_insert(e);

@@ -178,6 +178,24 @@ pub const UBLK_IO_OP_REPORT_ZONES: u8 = 18;
 /// op_flags bits above the op byte.
 pub const UBLK_IO_F_FUA: u32 = 1 << 13;
 pub const UBLK_IO_F_NOUNMAP: u32 = 1 << 15;
+/// The kernel could not auto-register this request's pages (with
+/// UBLK_AUTO_BUF_REG_FALLBACK asked): the server registers them itself,
+/// or copies.
+pub const UBLK_IO_F_NEED_REG_BUF: u32 = 1 << 17;
+
+/// `struct ublk_auto_buf_reg`'s flags: on a failed auto registration,
+/// hand the request over anyway, marked UBLK_IO_F_NEED_REG_BUF (else the
+/// kernel fails the request).
+pub const UBLK_AUTO_BUF_REG_FALLBACK: u8 = 1;
+
+/// `struct ublk_auto_buf_reg { __u16 index; __u8 flags; __u8 reserved0;
+/// __u32 reserved1; }` as the u64 a FETCH or COMMIT_AND_FETCH SQE carries
+/// in its own `addr` field (not in `ublksrv_io_cmd.addr`, which stays 0:
+/// a FETCH with it there fails with EINVAL): register the request's pages
+/// at `index` of the ring's buffer table.
+pub fn auto_buf_reg(index: u16, flags: u8) -> u64 {
+    u64::from(index) | u64::from(flags) << 16
+}
 
 // ---- parameter attributes and types --------------------------------------------
 pub const UBLK_ATTR_READ_ONLY: u32 = 1 << 0;

@@ -2,8 +2,14 @@
 //! own pages (UBLK_F_SUPPORT_ZERO_COPY), and what that needs: the kernel's
 //! registration of a request's pages from any task, a driver that takes
 //! kernel buffers (mqblk's file driver registers them in its own rings),
-//! a device neither zoned nor unprivileged. The queue's side is queue.rs
-//! and queue/copy.rs; the file driver's, mqblk-file's ring/kbuf.rs.
+//! a device neither zoned nor unprivileged. Where the kernel also offers
+//! auto registration (UBLK_F_AUTO_BUF_REG: it registers each request's
+//! pages in the ublk queue's own ring as it hands the request over) and
+//! the device's data is one file (`Device::backing_fd`), the queue reads
+//! and writes that file on its own ring, one SQE a request, and the
+//! explicit registration is the fallback. The queue's side is queue.rs,
+//! queue/auto_reg.rs and queue/copy.rs; the file driver's, mqblk-file's
+//! ring/kbuf.rs.
 //!
 //! Relies on: uapi.rs (flags, their names); the device's `QueueLimits`.
 
@@ -27,25 +33,48 @@ pub enum ZeroCopy {
     Auto,
     /// Always: refused, naming what is missing, where it cannot be.
     On,
+    /// As `On`, but never auto registration: every request's pages are
+    /// registered by the file driver in its own ring (to compare the two,
+    /// or for a kernel whose auto registration misbehaves).
+    Explicit,
     /// Never: the kernel copies through the server's buffers.
     Off,
 }
 
 impl ZeroCopy {
-    pub const NAMES: [&'static str; 3] = ["auto", "on", "off"];
+    pub const NAMES: [&'static str; 4] = ["auto", "on", "explicit", "off"];
 
     pub fn from_name(name: &str) -> Option<Self> {
         match name {
             "auto" => Some(Self::Auto),
             "on" => Some(Self::On),
+            "explicit" => Some(Self::Explicit),
             "off" => Some(Self::Off),
             _ => None,
         }
     }
 
-    /// UBLK_F_SUPPORT_ZERO_COPY or nothing, for a device of `limits`
-    /// added with `features` offered; Err names why `On` cannot be.
-    pub fn flag(self, features: u64, limits: &QueueLimits, unprivileged: bool) -> Result<u64, Error> {
+    /// The zero-copy flags for a device of `limits` (whose data is one
+    /// file if `backing_file`) added with `features` offered:
+    /// UBLK_F_SUPPORT_ZERO_COPY, with UBLK_F_AUTO_BUF_REG where the kernel
+    /// offers it and the device is one file (not for `Explicit`), or
+    /// nothing; Err names why `On` or `Explicit` cannot be.
+    pub fn flags(
+        self,
+        features: u64,
+        limits: &QueueLimits,
+        unprivileged: bool,
+        backing_file: bool,
+    ) -> Result<u64, Error> {
+        let zero_copy = self.flag(features, limits, unprivileged)?;
+        let auto =
+            zero_copy != 0 && self != Self::Explicit && backing_file && features & uapi::UBLK_F_AUTO_BUF_REG != 0;
+        Ok(if auto { zero_copy | uapi::UBLK_F_AUTO_BUF_REG } else { zero_copy })
+    }
+
+    /// UBLK_F_SUPPORT_ZERO_COPY or nothing (`flags` without auto
+    /// registration); Err names why `On` cannot be.
+    fn flag(self, features: u64, limits: &QueueLimits, unprivileged: bool) -> Result<u64, Error> {
         let why_not = if features & ZERO_COPY_FEATURES != ZERO_COPY_FEATURES {
             Some(format!(
                 "the kernel does not offer {} (Linux 6.16 or later does)",
@@ -67,6 +96,7 @@ impl ZeroCopy {
             (ZeroCopy::Off, _) | (ZeroCopy::Auto, Some(_)) => Ok(0),
             (_, None) => Ok(uapi::UBLK_F_SUPPORT_ZERO_COPY),
             (ZeroCopy::On, Some(why)) => Err(Error::BadOption(format!("--zero-copy on: {why}"))),
+            (ZeroCopy::Explicit, Some(why)) => Err(Error::BadOption(format!("--zero-copy explicit: {why}"))),
         }
     }
 }
@@ -74,6 +104,28 @@ impl ZeroCopy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn auto_registration_where_the_kernel_offers_it_and_the_device_is_one_file() {
+        const LINUX_7_3: u64 = 0x1f_ffff;
+        const LINUX_6_15: u64 = 0x1f_ffff & !(uapi::UBLK_F_AUTO_BUF_REG | uapi::UBLK_F_BUF_REG_OFF_DAEMON);
+        let mut limits = QueueLimits::new(1 << 30, 512);
+        limits.kernel_buffers = true;
+        let (zc, auto) = (uapi::UBLK_F_SUPPORT_ZERO_COPY, uapi::UBLK_F_AUTO_BUF_REG);
+        assert_eq!(ZeroCopy::Auto.flags(LINUX_7_3, &limits, false, true).unwrap(), zc | auto);
+        assert_eq!(ZeroCopy::On.flags(LINUX_7_3, &limits, false, true).unwrap(), zc | auto);
+        assert_eq!(ZeroCopy::Explicit.flags(LINUX_7_3, &limits, false, true).unwrap(), zc, "never auto");
+        assert_eq!(ZeroCopy::On.flags(LINUX_7_3, &limits, false, false).unwrap(), zc, "no backing file");
+        assert_eq!(ZeroCopy::On.flags(LINUX_7_3 & !auto, &limits, false, true).unwrap(), zc, "6.15's zero copy");
+        assert_eq!(ZeroCopy::Off.flags(LINUX_7_3, &limits, false, true).unwrap(), 0);
+        assert_eq!(
+            ZeroCopy::Auto.flags(LINUX_6_15, &limits, false, true).unwrap(),
+            0,
+            "no registration off the daemon"
+        );
+        let e = ZeroCopy::Explicit.flags(LINUX_6_15, &limits, false, true).unwrap_err().to_string();
+        assert!(e.contains("--zero-copy explicit:") && e.contains("BUF_REG_OFF_DAEMON"), "{e}");
+    }
 
     #[test]
     fn zero_copy_needs_the_kernel_the_driver_and_a_plain_privileged_device() {
@@ -96,6 +148,7 @@ mod tests {
         assert_eq!(ZeroCopy::Auto.flag(LINUX_7_3, &limits, false).unwrap(), 0);
         assert!(ZeroCopy::On.flag(LINUX_7_3, &limits, false).unwrap_err().to_string().contains("kernel buffers"));
         assert_eq!(ZeroCopy::from_name("auto"), Some(ZeroCopy::Auto));
+        assert_eq!(ZeroCopy::from_name("explicit"), Some(ZeroCopy::Explicit));
         assert_eq!(ZeroCopy::from_name("yes"), None);
     }
 }

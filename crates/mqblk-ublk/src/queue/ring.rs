@@ -30,6 +30,7 @@ impl Queue {
             .cmd(cmd.to_bytes())
             .build()
             .user_data(u64::from(tag));
+        let sqe = self.with_auto_buf_reg(sqe, tag);
         self.push(&sqe)
     }
 
@@ -56,7 +57,7 @@ impl Queue {
         let _ = unsafe { libc::read(self.completion_fd, std::ptr::addr_of_mut!(count).cast(), 8) };
     }
 
-    fn push(&mut self, sqe: &squeue::Entry) -> Result<(), Error> {
+    pub(super) fn push(&mut self, sqe: &squeue::Entry) -> Result<(), Error> {
         loop {
             // SAFETY: our SQEs name no memory of ours but the tags'
             // buffers (by address, for the kernel's copies), which live as

@@ -56,6 +56,13 @@ impl Device {
     pub fn fixed_buffers(&self) -> Option<RegisteredBuffers<'_>> {
         Some(RegisteredBuffers { ops: self.q.driver.capabilities().fixed_buffers? })
     }
+
+    /// The driver's backing file, open as long as the device lives, where
+    /// its data is one file (example: [`driver::BackingFile`]). I/O on it
+    /// passes none of the device's scheduling, statistics or trace.
+    pub fn backing_fd(&self) -> Option<std::os::fd::RawFd> {
+        Some(self.q.driver.capabilities().backing_file?.backing_fd())
+    }
 }
 
 /// Which parts of a device hold data ([`Device::block_status`]). (The

@@ -493,7 +493,7 @@ pub trait FixedBuffers: Send + Sync {
 /// assert_eq!(
 ///     format!("{:?}", Capabilities::none()),
 ///     "Capabilities { zones: false, direct_access: false, block_status: false, \
-///      attributes: false, power: false, fixed_buffers: false }"
+///      attributes: false, power: false, fixed_buffers: false, backing_file: false }"
 /// );
 ///
 /// // The device hands out a handle per capability the driver offers.
@@ -512,6 +512,7 @@ pub struct Capabilities<'a> {
     pub attributes: Option<&'a dyn Attributes>,
     pub power: Option<&'a dyn PowerControl>,
     pub fixed_buffers: Option<&'a dyn FixedBuffers>,
+    pub backing_file: Option<&'a dyn super::BackingFile>,
 }
 
 impl<'a> Capabilities<'a> {
@@ -555,6 +556,12 @@ impl<'a> Capabilities<'a> {
         self.fixed_buffers = Some(fixed_buffers);
         self
     }
+
+    /// Offers its backing file (driver/backing.rs).
+    pub fn backing_file(mut self, backing_file: &'a dyn super::BackingFile) -> Self {
+        self.backing_file = Some(backing_file);
+        self
+    }
 }
 
 impl std::fmt::Debug for Capabilities<'_> {
@@ -566,6 +573,7 @@ impl std::fmt::Debug for Capabilities<'_> {
             .field("attributes", &self.attributes.is_some())
             .field("power", &self.power.is_some())
             .field("fixed_buffers", &self.fixed_buffers.is_some())
+            .field("backing_file", &self.backing_file.is_some())
             .finish()
     }
 }

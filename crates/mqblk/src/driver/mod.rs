@@ -16,8 +16,8 @@
 //!    [`DriverConfig`]), or register it by name ([`register_driver`]) so
 //!    that specs such as `mine:key=value,sched=bfq` open it.
 //! 6. Offer what it can do besides requests (zone reports, direct access,
-//!    block status, live attributes, power control, registered buffers)
-//!    through [`Driver::capabilities`] ([`Capabilities`]).
+//!    block status, live attributes, power control, registered buffers, a
+//!    backing file) through [`Driver::capabilities`] ([`Capabilities`]).
 //!
 //! ```
 //! use mqblk::driver::{Driver, Hctx, QueueRqResult, Rq};
@@ -52,6 +52,7 @@
 //! is inside a call from the block layer (inline completion, `poll`). That is
 //! what keeps the queue alive while a completion runs.
 
+mod backing;
 mod caps;
 mod config;
 mod extents;
@@ -59,6 +60,7 @@ mod registry;
 
 use std::time::Duration;
 
+pub use backing::BackingFile;
 pub use caps::{Attributes, BlockStatus, Capabilities, DirectAccess, FixedBuffers, PowerControl, ReadFn, Zoned};
 pub use config::{DriverConfig, DriverConfigObject, OpenFn, SpecConfig};
 pub use extents::{extents_by, MAX_EXTENTS};
