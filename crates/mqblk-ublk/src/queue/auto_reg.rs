@@ -67,15 +67,23 @@ pub(super) fn table_entries(depth: u16) -> u32 {
 }
 
 impl Queue {
-    /// Starts the auto-registered reads and writes `handle_cqes` found,
-    /// and goes on with the transfers whose CQEs it found.
+    /// Goes on with the transfers whose CQEs `handle_cqes` found, then
+    /// starts the auto-registered reads and writes it found, each in the
+    /// order the CQEs came. Commits first: the kernel takes SQEs in order,
+    /// and a transfer it can do at once (a read or write of the page cache
+    /// or a RAM disk) copies inside io_uring_enter, so a commit queued
+    /// behind it would wait for that copy (measured on the 7.3 guest: 1 MiB
+    /// writes 0.70 kIOPS with the commits last, docs/results/ublk-zero-copy-auto-1m-2026-11-30.txt).
     pub(super) fn serve_auto_registered(&mut self) -> Result<(), Error> {
-        while let Some(tag_id) = self.auto_starts.pop() {
-            self.start_transfer(tag_id)?;
-        }
-        while let Some((tag_id, res)) = self.transfers.pop() {
+        for i in 0..self.transfers.len() {
+            let (tag_id, res) = self.transfers[i];
             self.transfer_done(tag_id, res)?;
         }
+        self.transfers.clear();
+        for i in 0..self.auto_starts.len() {
+            self.start_transfer(self.auto_starts[i])?;
+        }
+        self.auto_starts.clear();
         Ok(())
     }
 

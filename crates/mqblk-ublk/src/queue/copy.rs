@@ -5,8 +5,8 @@
 //! own pages (`KernelBuf`), with user copy as its fallback when the pages
 //! cannot be registered.
 //!
-//! Relies on: queue.rs (the tag, its state and buffer; `bio_for`); uapi.rs
-//! (the descriptor, user copy's offsets).
+//! Relies on: queue.rs (the tag, its state and buffer), bio.rs
+//! (`bio_for`); uapi.rs (the descriptor, user copy's offsets).
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
