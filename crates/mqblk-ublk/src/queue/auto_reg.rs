@@ -72,8 +72,10 @@ impl Queue {
     /// order the CQEs came. Commits first: the kernel takes SQEs in order,
     /// and a transfer it can do at once (a read or write of the page cache
     /// or a RAM disk) copies inside io_uring_enter, so a commit queued
-    /// behind it would wait for that copy (measured on the 7.3 guest: 1 MiB
-    /// writes 0.70 kIOPS with the commits last, docs/results/ublk-zero-copy-auto-1m-2026-11-30.txt).
+    /// behind it would wait for that copy (measured on the 7.3 guest: with
+    /// the commits last, 1 MiB reads switched 0.17 times an I/O, against
+    /// 0.02 with them first; docs/results/ublk-zero-copy-auto-1m-2026-11-30.txt
+    /// and ublk-zero-copy-auto-1m-commits-first-2026-11-30.txt).
     pub(super) fn serve_auto_registered(&mut self) -> Result<(), Error> {
         for i in 0..self.transfers.len() {
             let (tag_id, res) = self.transfers[i];
