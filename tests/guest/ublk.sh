@@ -251,11 +251,16 @@ else
   fail "file: want data path '$want_path' on Linux $(uname -r): $(head -n 1 /tmp/ublk-server.out)"
 fi
 summary=$(tail -n 1 /tmp/ublk-server.out)
+# zero_copy_counts SUMMARY: the server's last line's zero-copy counts
+# into zc ("" if it has none), zc_ios, zc_copied, zc_auto, zc_explicit.
+zero_copy_counts() {
+  zc=$(sed -n 's/.*, \([0-9]*\) zero copy, \([0-9]*\) copied.*, \([0-9]*\) registered by the kernel, \([0-9]*\) by the server.*/\1 \2 \3 \4/p' <<< "$1")
+  read -r zc_ios zc_copied zc_auto zc_explicit <<< "$zc"
+}
 if [ "$want_path" != "copied by the kernel" ]; then
   # Every read and write went through the request's own pages, which the
   # kernel registered itself.
-  zc=$(sed -n 's/.*, \([0-9]*\) zero copy, \([0-9]*\) copied.*, \([0-9]*\) registered by the kernel, \([0-9]*\) by the server.*/\1 \2 \3 \4/p' <<< "$summary")
-  read -r zc_ios zc_copied zc_auto zc_explicit <<< "$zc"
+  zero_copy_counts "$summary"
   if [ -n "$zc" ] && [ "$zc_ios" -gt 1000 ] && [ "$zc_copied" = 0 ] && [ "$zc_auto" = "$zc_ios" ] && [ "$zc_explicit" = 0 ]; then
     pass "file: $zc_ios reads and writes with zero copy, all registered by the kernel: $summary"
   else
@@ -275,8 +280,7 @@ if [ "$want_path" != "copied by the kernel" ]; then
   kill -TERM "$server_pid"
   wait_exit "$server_pid" 300
   summary=$(tail -n 1 /tmp/ublk-server.out)
-  zc=$(sed -n 's/.*, \([0-9]*\) zero copy, \([0-9]*\) copied.*, \([0-9]*\) registered by the kernel, \([0-9]*\) by the server.*/\1 \2 \3 \4/p' <<< "$summary")
-  read -r zc_ios zc_copied zc_auto zc_explicit <<< "$zc"
+  zero_copy_counts "$summary"
   if [ "$fio_status" = 0 ] && [ "$exit_status" = 0 ] && [ -n "$zc" ] && [ "$zc_explicit" -gt 64 ] &&
     [ "$zc_copied" = 0 ] && [ $((zc_auto + zc_explicit)) = "$zc_ios" ]; then
     pass "file: auto registration's fallback: fio verify of 64 MiB passed; $zc_explicit requests registered by the server, $zc_auto by the kernel: $summary"

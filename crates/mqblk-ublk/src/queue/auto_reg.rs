@@ -176,14 +176,16 @@ impl Queue {
 
 /// Sets an SQE's `addr` (bytes 16-23 of `struct io_uring_sqe`), which the
 /// io-uring crate's UringCmd16 builder leaves 0.
+///
+/// squeue::Entry is #[repr(C)] around the 64-byte struct io_uring_sqe
+/// (transmute checks the size), made only of integers, and its builders
+/// start from zeroes: every byte is initialised, and any bytes are a valid
+/// SQE, so both transmutes below are sound.
 fn with_sqe_addr(sqe: squeue::Entry, addr: u64) -> squeue::Entry {
-    // SAFETY: squeue::Entry is #[repr(C)] around the 64-byte struct
-    // io_uring_sqe (transmute checks the size), made only of integers, and
-    // its builders start from zeroes, so every byte is initialised and any
-    // bytes are a valid SQE.
+    // SAFETY: an initialised 64-byte SQE read as its bytes (see above).
     let mut raw: [u8; 64] = unsafe { std::mem::transmute::<squeue::Entry, [u8; 64]>(sqe) };
     raw[16..24].copy_from_slice(&addr.to_ne_bytes());
-    // SAFETY: as above.
+    // SAFETY: any 64 bytes are a valid SQE (see above).
     unsafe { std::mem::transmute::<[u8; 64], squeue::Entry>(raw) }
 }
 
