@@ -9,7 +9,9 @@
 #   zero_copy    /dev/ublkb0  `mqblk ublk add --device file:...,direct=1,reap=client
 #                             --zero-copy on`: the kernel registers each request's
 #                             pages in the queue's ring (AUTO_BUF_REG), which reads
-#                             and writes the file with them
+#                             and writes the file with them; its queue thread
+#                             pinned to one CPU (--cpu-affinity single, the default)
+#   zero_copy_unpinned /dev/ublkb6  the same with --cpu-affinity off
 #   zero_copy_explicit /dev/ublkb5  the same with --zero-copy explicit: the file
 #                             driver registers the pages in its own ring (three
 #                             linked SQEs a request; the queue thread reaps that ring)
@@ -69,12 +71,12 @@ dd if=/dev/zero of=$img bs=1M count=1024 oflag=direct status=none || { echo "wri
 depth=64
 spec="file:path=$img,direct=1"
 declare -A path=() pid=() cmd=()
-devices=(zero_copy zero_copy_explicit copy zero_copy_cq loop)
+devices=(zero_copy zero_copy_unpinned zero_copy_explicit copy zero_copy_cq loop)
 
-# start_mqblk NAME ID MODE [SPEC_EXTRA]
+# start_mqblk NAME ID MODE [SPEC_EXTRA [OPTIONS]]
 start_mqblk() {
-  local name=$1 id=$2 mode=$3 extra=${4:-}
-  cmd[$name]="$mqblk ublk add --device $spec$extra --queues 1 --depth $depth --id $id --zero-copy $mode"
+  local name=$1 id=$2 mode=$3 extra=${4:-} opts=${5:-}
+  cmd[$name]="$mqblk ublk add --device $spec$extra --queues 1 --depth $depth --id $id --zero-copy $mode$opts"
   ${cmd[$name]} > "/tmp/$name.out" 2> "/tmp/$name.err" &
   pid[$name]=$!
   for _ in $(seq 600); do
@@ -87,7 +89,7 @@ start_mqblk() {
   echo "$name: $(cat "/tmp/$name.out")" >&2
 }
 cleanup() {
-  for d in zero_copy zero_copy_explicit copy zero_copy_cq; do [ -z "${pid[$d]:-}" ] || kill "${pid[$d]}" 2>/dev/null; done
+  for d in zero_copy zero_copy_unpinned zero_copy_explicit copy zero_copy_cq; do [ -z "${pid[$d]:-}" ] || kill "${pid[$d]}" 2>/dev/null; done
   [ -z "$rublk" ] || { "$rublk" del -n 2; "$rublk" del -n 4; } > /dev/null 2>&1
   [ -z "${path[loop]:-}" ] || losetup -d "${path[loop]}"
 }
@@ -98,9 +100,11 @@ trap cleanup EXIT
 # file driver's completion thread (two wakeups a request: that thread's,
 # then the queue thread's). Auto registration has no second ring.
 start_mqblk zero_copy 0 on ,reap=client
-grep -q "zero copy, auto-registered)" /tmp/zero_copy.out || { echo "zero_copy: not auto-registered zero copy: $(cat /tmp/zero_copy.out)" >&2; exit 1; }
+grep -q "zero copy, auto-registered, queue 0 on CPU" /tmp/zero_copy.out || { echo "zero_copy: not auto-registered zero copy on one CPU: $(cat /tmp/zero_copy.out)" >&2; exit 1; }
+start_mqblk zero_copy_unpinned 6 on ,reap=client " --cpu-affinity off"
+grep -q "zero copy, auto-registered, queue threads unpinned" /tmp/zero_copy_unpinned.out || { echo "zero_copy_unpinned: $(cat /tmp/zero_copy_unpinned.out)" >&2; exit 1; }
 start_mqblk zero_copy_explicit 5 explicit ,reap=client
-grep -q "zero copy)" /tmp/zero_copy_explicit.out || { echo "zero_copy_explicit: not zero copy: $(cat /tmp/zero_copy_explicit.out)" >&2; exit 1; }
+grep -q "zero copy, queue 0" /tmp/zero_copy_explicit.out || { echo "zero_copy_explicit: not zero copy: $(cat /tmp/zero_copy_explicit.out)" >&2; exit 1; }
 start_mqblk copy 1 off ,reap=client
 start_mqblk zero_copy_cq 3 explicit
 cmd[loop]="losetup --direct-io=on -f --show $img"

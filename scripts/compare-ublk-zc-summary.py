@@ -10,7 +10,9 @@ completed in the job's window) and the whole guest's busy CPU per I/O
 zero-copy path is judged by, each the median (min-max) of the per-round
 ratios: IOPS against loop with direct I/O and against the copying path,
 server CPU per I/O against the copying path's (zero_copy and copy: both
-reap=client). Writes OUT.json and OUT.txt.
+reap=client). Last, every other device's IOPS against zero_copy's, round
+by round (median, min-max, and the rounds it was ahead), for the variants
+a targeted run puts beside it. Writes OUT.json and OUT.txt.
 """
 import json
 import statistics
@@ -64,6 +66,14 @@ for row in rows:
     ratios["guest_cpu_vs_copy"] = spread(
         [zc[k]["guest_cpu_us_per_io"] / copy[k]["guest_cpu_us_per_io"] for k in rounds if k in copy])
     summary[row]["ratios"] = ratios
+    against = {}
+    for d in names:
+        other = by_round(row, d)
+        if d == "zero_copy" or not other:
+            continue
+        per_round = [other[k]["iops"] / zc[k]["iops"] for k in rounds if k in other]
+        against[d] = dict(spread(per_round) or {}, ahead=sum(r > 1 for r in per_round))
+    summary[row]["iops_vs_zero_copy"] = against
 
 json.dump({"command": command, "commit": commit, "elapsed_s": int(elapsed), "guest": guest, "devices": devices,
            "zero_copy_summary": zc_summary, "runs": runs, "summary": summary}, open(out + ".json", "w"), indent=1)
@@ -95,6 +105,12 @@ for row in rows:
     r = summary[row]["ratios"]
     t.append(f"{row:18} {fmt(r['iops_vs_loop'], 1, 2):22} {fmt(r['iops_vs_copy'], 1, 2):22} "
              f"{fmt(r['server_cpu_vs_copy'], 1, 2):22} {fmt(r['guest_cpu_vs_copy'], 1, 2):22}")
+t.append("")
+t.append("each device against zero_copy: per-round IOPS ratios, median (min-max), rounds ahead of it:")
+for row in rows:
+    for d, r in summary[row]["iops_vs_zero_copy"].items():
+        if r:
+            t.append(f"{row:18} {d + ' / zero_copy':34} {fmt(r, 1, 2):22} {r['ahead']} of {len(r['runs'])}")
 t.append("")
 t.append("server CPU: the server process's threads' run time (schedstat) over the I/Os the device completed in the")
 t.append("job's window; loop has no server (its work is the kernel's, in the guest CPU column). guest CPU: /proc/stat's")

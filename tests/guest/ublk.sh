@@ -98,10 +98,53 @@ start_server() {
   done
   if [ -b /dev/ublkb0 ]; then
     pass "server up: $(cat /tmp/ublk-server.out) ($(since "$t0"))"
+    check_pinned
     return 0
   fi
   fail "no /dev/ublkb0 after $(since "$t0"); server said: $(cat /tmp/ublk-server.out /tmp/ublk-server.err)"
   return 1
+}
+
+# The queue threads run where the start line says, and that is where
+# --cpu-affinity single puts them: each on the last CPU the kernel maps to
+# its queue (the kernel's own map: /sys/block/ublkb0/mq/N/cpu_list). With
+# two queues on two vCPUs, each queue has a CPU of its own.
+check_pinned() {
+  local line q cpu want t allowed pinned=0 threads
+  line=$(head -n 1 /tmp/ublk-server.out)
+  threads=$(grep -l '^ublk-q' /proc/"$server_pid"/task/*/comm | wc -l)
+  if grep -q 'queue threads unpinned)' <<< "$line"; then
+    # --cpu-affinity off: where the server itself may run.
+    want=$(awk '$1 == "Cpus_allowed_list:" { print $2 }' /proc/"$server_pid"/status)
+    for t in /proc/"$server_pid"/task/*; do
+      grep -q '^ublk-q' "$t/comm" && [ "$(awk '$1 == "Cpus_allowed_list:" { print $2 }' "$t/status")" = "$want" ] &&
+        pinned=$((pinned + 1))
+    done
+    if [ "$pinned" = "$threads" ]; then
+      pass "the $threads queue threads are unpinned (CPUs $want), as the start line says"
+    else
+      fail "$((threads - pinned)) of $threads queue threads pinned, with --cpu-affinity off: $line"
+    fi
+    return
+  fi
+  while read -r q cpu; do
+    [ -n "$q" ] || continue
+    want=$(grep -o '[0-9]*' "/sys/block/ublkb0/mq/$q/cpu_list" | tail -n 1)
+    allowed=""
+    for t in /proc/"$server_pid"/task/*; do
+      [ "$(cat "$t/comm")" = "ublk-q$q" ] && allowed=$(awk '$1 == "Cpus_allowed_list:" { print $2 }' "$t/status")
+    done
+    if [ "$cpu" = "$want" ] && [ "$allowed" = "$cpu" ]; then
+      pinned=$((pinned + 1))
+    else
+      fail "queue $q: start line says CPU $cpu, the kernel maps CPUs $(cat "/sys/block/ublkb0/mq/$q/cpu_list") to it, its thread may run on $allowed"
+    fi
+  done <<< "$(grep -o 'queue [0-9]* on CPU [0-9]*' <<< "$line" | awk '{ print $2, $5 }')"
+  if [ "$pinned" -gt 0 ] && [ "$pinned" = "$threads" ]; then
+    pass "the $threads queue threads are pinned as the start line says"
+  else
+    fail "$pinned of $threads queue threads pinned: $line"
+  fi
 }
 
 # Waits (at most $2 tenths of a second) for our child $1 to end; sets
@@ -245,7 +288,7 @@ esac
 # reap=client: the queue thread reaps the file's ring (no completion
 # thread); the recovery device below keeps the completion thread.
 check_device file:path=/tmp/ublk.img,create=1,size=512m,reap=client file 2m 8m "$file_fs" 32
-if grep -q "KiB, $want_path)" /tmp/ublk-server.out; then
+if grep -q "KiB, $want_path, queue" /tmp/ublk-server.out; then
   pass "file: data path '$want_path' on Linux $(uname -r): $(head -n 1 /tmp/ublk-server.out)"
 else
   fail "file: want data path '$want_path' on Linux $(uname -r): $(head -n 1 /tmp/ublk-server.out)"
@@ -341,7 +384,7 @@ fi
 
 # ---- 7. a power cut through the control socket ---------------------------------------------------
 spec=null:size=64,memory_backed=1,cache_size=8
-server_args=(--control /run/ublk-ctl)
+server_args=(--control /run/ublk-ctl --cpu-affinity off)
 if start_server; then
   wc=$(cat /sys/block/ublkb0/queue/write_cache)
   [ "$wc" = "write back" ] && pass "cached device: write_cache '$wc'" || fail "cached device: write_cache '$wc'"
@@ -466,7 +509,7 @@ if start_server; then
     sleep 0.1
   done
   owners="$(stat -c %u:%g /dev/ublkc1 2>/dev/null) $(stat -c %u:%g /dev/ublkb1 2>/dev/null)"
-  if [ -b /dev/ublkb1 ] && grep -q 'unprivileged' /tmp/ublk-unpriv.out && [ "$owners" = "$nobody:$nobody $nobody:$nobody" ]; then
+  if [ -b /dev/ublkb1 ] && grep -q 'unprivileged, queue 0 on CPU' /tmp/ublk-unpriv.out && [ "$owners" = "$nobody:$nobody $nobody:$nobody" ]; then
     pass "unprivileged: uid $nobody serves device 1 ($(since "$t0")): $(cat /tmp/ublk-unpriv.out); /dev/ublkc1 and /dev/ublkb1 given to $owners"
     "$mqblk" ublk info 1 > /tmp/ublk-info.txt 2>&1
     if grep -qx 'unprivileged yes' /tmp/ublk-info.txt && grep -qx "owner $nobody:$nobody" /tmp/ublk-info.txt; then

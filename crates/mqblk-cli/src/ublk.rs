@@ -15,7 +15,7 @@
 use std::io::Write;
 
 use mqblk::Device;
-use mqblk_ublk::{Error, Options, Recovery, Server, ZeroCopy};
+use mqblk_ublk::{CpuAffinity, Error, Options, Recovery, Server, ZeroCopy};
 
 /// Linux ublk devices served by mqblk.
 #[derive(clap::Subcommand, Debug)]
@@ -81,6 +81,12 @@ pub struct AddArgs {
     /// copies through the server).
     #[arg(long, value_name = "MODE", default_value = "auto")]
     zero_copy: String,
+    /// Which CPUs each queue thread runs on, of those the kernel maps to
+    /// its queue (UBLK_CMD_GET_QUEUE_AFFINITY) and this process may use:
+    /// single (one of them, the last), queue (all of them), off (wherever
+    /// the scheduler puts it).
+    #[arg(long, value_name = "MODE", default_value = "single")]
+    cpu_affinity: String,
 }
 
 #[derive(clap::Args, Debug)]
@@ -125,6 +131,9 @@ fn add(args: AddArgs) -> Result<String, (u8, String)> {
         .ok_or_else(|| (2, format!("--recovery {}: accepted: {}", args.recovery, Recovery::NAMES.join(", "))))?;
     let zero_copy = ZeroCopy::from_name(&args.zero_copy)
         .ok_or_else(|| (2, format!("--zero-copy {}: accepted: {}", args.zero_copy, ZeroCopy::NAMES.join(", "))))?;
+    let cpu_affinity = CpuAffinity::from_name(&args.cpu_affinity).ok_or_else(|| {
+        (2, format!("--cpu-affinity {}: accepted: {}", args.cpu_affinity, CpuAffinity::NAMES.join(", ")))
+    })?;
     let opts = Options {
         queues: args.queues,
         depth: args.depth,
@@ -132,6 +141,7 @@ fn add(args: AddArgs) -> Result<String, (u8, String)> {
         recovery,
         unprivileged: args.unprivileged,
         zero_copy,
+        cpu_affinity,
     };
     serve(&args.device, opts, args.control.as_deref(), None)
 }
@@ -163,13 +173,14 @@ fn serve(
         let mut out = std::io::stdout().lock();
         let _ = writeln!(
             out,
-            "mqblk ublk: {} serving {spec} ({} queues x {} tags, requests up to {} KiB, {}{})",
+            "mqblk ublk: {} serving {spec} ({} queues x {} tags, requests up to {} KiB, {}{}, {})",
             mqblk_ublk::uapi::block_path(s.dev_id),
             s.queues,
             s.depth,
             s.max_io_bytes / 1024,
             data_path(s.flags),
-            if s.unprivileged { ", unprivileged" } else { "" }
+            if s.unprivileged { ", unprivileged" } else { "" },
+            queue_placement(&s.queue_cpus)
         );
         let _ = out.flush();
     };
@@ -206,6 +217,25 @@ fn serve(
         "mqblk ublk: device {} stopped and deleted ({} requests, {} failed{appends}{zero_copy})\n",
         summary.dev_id, summary.requests, summary.errors
     ))
+}
+
+/// "queue 0 on CPU 1, queue 1 on CPU 3", or "queue threads unpinned".
+fn queue_placement(queue_cpus: &[Vec<usize>]) -> String {
+    if queue_cpus.iter().all(Vec::is_empty) {
+        return "queue threads unpinned".to_string();
+    }
+    let each: Vec<String> = queue_cpus
+        .iter()
+        .enumerate()
+        .map(|(q, cpus)| {
+            if cpus.is_empty() {
+                format!("queue {q} unpinned")
+            } else {
+                format!("queue {q} on {}", mqblk_ublk::cpu_list(cpus))
+            }
+        })
+        .collect();
+    each.join(", ")
 }
 
 /// How a device's data moves, by the flags it was added with.

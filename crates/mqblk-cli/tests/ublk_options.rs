@@ -34,3 +34,11 @@ fn what_the_kernel_refuses_unprivileged_devices_is_refused_before_anything_runs(
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--unprivileged with a zoned device"), "{err}");
 }
+
+#[test]
+fn cpu_affinity_modes_are_checked_before_anything_runs() {
+    let out = mqblk(&["ublk", "add", "--device", "null:gb=1", "--cpu-affinity", "everywhere"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--cpu-affinity everywhere: accepted: single, queue, off"), "{err}");
+}

@@ -9,13 +9,15 @@
 //! (list, info and delete from any process), recovery.rs
 //! (a new server for a device whose server died), unpriv.rs (devices
 //! added and served without root), zero_copy.rs (whether reads and writes
-//! move with the request's own pages), error.rs.
+//! move with the request's own pages), affinity.rs (which CPUs each queue
+//! thread runs on), error.rs.
 //!
 //! Relies on: the `io-uring` crate (UringCmd16/UringCmd80, SQE128 rings),
-//! libc (mmap, eventfd reads), mqblk. Linux 6.5 or later with ublk_drv.
+//! libc (mmap, eventfd reads, CPU affinity), mqblk. Linux 6.5 or later with ublk_drv.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod affinity;
 pub mod ctrl;
 mod devices;
 mod error;
@@ -27,6 +29,7 @@ pub mod uapi;
 mod unpriv;
 mod zero_copy;
 
+pub use affinity::{cpu_list, CpuAffinity};
 pub use devices::{delete, info, list, Listed};
 pub use error::Error;
 pub use queue::QueueStats;

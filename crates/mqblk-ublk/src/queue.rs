@@ -100,6 +100,8 @@ pub(crate) struct QueueConfig {
     /// /dev/ublkcN, opened once by the server (the kernel allows one open).
     pub cdev: Arc<File>,
     pub device: Device,
+    /// The CPUs the queue's thread runs on (empty: unpinned; affinity.rs).
+    pub cpus: Vec<usize>,
 }
 
 /// Counts of one queue's life, for the server's summary.
@@ -180,7 +182,7 @@ pub(crate) struct Queue {
 impl Queue {
     /// Maps the descriptors, makes the ring, the client and the buffers.
     pub(crate) fn new(cfg: QueueConfig) -> Result<Self, Error> {
-        let QueueConfig { q_id, depth, buf_bytes, user_copy, zero_copy, auto_buf_reg, cdev, device } = cfg;
+        let QueueConfig { q_id, depth, buf_bytes, user_copy, zero_copy, auto_buf_reg, cdev, device, .. } = cfg;
         let descs = DescMap::map(&cdev, q_id, depth)?;
         let entries = (u32::from(depth) + 1).next_power_of_two();
         let ring = build_ring(entries).map_err(|e| Error::Queue { q_id, what: "io_uring_setup", source: e })?;

@@ -34,6 +34,7 @@ use std::thread::JoinHandle;
 
 use mqblk::{Bio, Device, QueueLimits};
 
+use crate::affinity::{self, CpuAffinity};
 use crate::ctrl::Control;
 use crate::error::Error;
 use crate::params::{check_zoned, max_io_bytes};
@@ -76,11 +77,21 @@ pub struct Options {
     pub unprivileged: bool,
     /// Whether reads and writes move with no copy through the server.
     pub zero_copy: ZeroCopy,
+    /// Which CPUs each queue thread runs on (affinity.rs).
+    pub cpu_affinity: CpuAffinity,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { queues: 1, depth: 64, id: None, recovery: Recovery::Off, unprivileged: false, zero_copy: ZeroCopy::Auto }
+        Self {
+            queues: 1,
+            depth: 64,
+            id: None,
+            recovery: Recovery::Off,
+            unprivileged: false,
+            zero_copy: ZeroCopy::Auto,
+            cpu_affinity: CpuAffinity::Single,
+        }
     }
 }
 
@@ -103,6 +114,8 @@ pub struct Started {
     pub depth: u16,
     pub max_io_bytes: u32,
     pub flags: u64,
+    /// Per queue, the CPUs its thread is pinned to (empty: unpinned).
+    pub queue_cpus: Vec<Vec<usize>>,
 }
 
 /// How the server ended.
@@ -292,6 +305,7 @@ impl Server {
         let dev_id = info.dev_id;
         let cdev = Arc::new(cdev);
         let mut threads = Vec::new();
+        let queue_cpus = self.queue_cpus(ctrl, info)?;
         for q_id in 0..info.nr_hw_queues {
             let cfg = QueueConfig {
                 q_id,
@@ -305,11 +319,12 @@ impl Server {
                 auto_buf_reg: info.flags & uapi::UBLK_F_AUTO_BUF_REG != 0,
                 cdev: cdev.clone(),
                 device: self.device.clone(),
+                cpus: queue_cpus[usize::from(q_id)].clone(),
             };
             threads.push(spawn_queue(cfg, self.events_tx.clone())?);
         }
         drop(cdev);
-        let outcome = self.start_and_wait(ctrl, info, begin, &mut threads, on_started);
+        let outcome = self.start_and_wait(ctrl, info, begin, &mut threads, queue_cpus, on_started);
         // Stop whatever happened: aborts the fetches the threads wait on.
         if let Err(e) = ctrl.stop(dev_id) {
             log::debug!("STOP_DEV: {e}");
@@ -345,6 +360,36 @@ impl Server {
         }
     }
 
+    /// Per queue, the CPUs its thread is to be pinned to under
+    /// `Options::cpu_affinity`: of those the kernel maps to the queue, the
+    /// ones this process may use (none: left unpinned, with a warning).
+    fn queue_cpus(&self, ctrl: &mut Control, info: &DevInfo) -> Result<Vec<Vec<usize>>, Error> {
+        let mode = self.opts.cpu_affinity;
+        if mode == CpuAffinity::Off {
+            return Ok(vec![Vec::new(); usize::from(info.nr_hw_queues)]);
+        }
+        let allowed = affinity::allowed_cpus().map_err(|e| Error::Queue {
+            q_id: u16::MAX,
+            what: "reading the server's CPU affinity",
+            source: e,
+        })?;
+        let mut all = Vec::new();
+        for q_id in 0..info.nr_hw_queues {
+            let mapped = ctrl.queue_cpus(info.dev_id, q_id)?;
+            let cpus = mode.choose(&mapped, &allowed);
+            if cpus.is_empty() {
+                log::warn!(
+                    "queue {q_id}: the kernel maps {} to it, none of which this process may use ({}): its thread \
+                     stays unpinned",
+                    affinity::cpu_list(&mapped),
+                    affinity::cpu_list(&allowed)
+                );
+            }
+            all.push(cpus);
+        }
+        Ok(all)
+    }
+
     /// Waits for every queue to be ready, starts the device, then waits
     /// for a stop or a queue's end.
     fn start_and_wait(
@@ -353,6 +398,7 @@ impl Server {
         info: &DevInfo,
         begin: Begin,
         threads: &mut [JoinHandle<Result<QueueStats, Error>>],
+        queue_cpus: Vec<Vec<usize>>,
         on_started: impl FnOnce(&Started),
     ) -> Result<(), Error> {
         let mut ready = 0;
@@ -387,6 +433,7 @@ impl Server {
             depth: info.queue_depth,
             max_io_bytes: info.max_io_buf_bytes,
             flags: info.flags,
+            queue_cpus,
         });
         match self.events_rx.recv() {
             Ok(Event::Exited(q_id)) => log::info!("queue {q_id} ended: the device was stopped or deleted"),
@@ -414,6 +461,9 @@ fn spawn_queue(cfg: QueueConfig, events: mpsc::Sender<Event>) -> Result<JoinHand
     std::thread::Builder::new()
         .name(format!("ublk-q{q_id}"))
         .spawn(move || {
+            if let Err(e) = affinity::pin_current_thread(&cfg.cpus) {
+                log::warn!("queue {q_id}: pinning its thread to {}: {e}", affinity::cpu_list(&cfg.cpus));
+            }
             let setup = Queue::new(cfg).and_then(|mut q| q.fetch_all().map(|()| q));
             let queue = match setup {
                 Ok(q) => q,

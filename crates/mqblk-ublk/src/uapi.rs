@@ -39,6 +39,9 @@ const fn iowr(nr: u32, size: usize) -> u32 {
 
 // ---- control commands (to /dev/ublk-control, SQE128) ----------------------
 const CTRL: usize = size_of::<CtrlCmd>();
+/// The CPUs the kernel maps to a queue (its number in `data[0]`), as a
+/// cpu mask of `len` bytes.
+pub const UBLK_U_CMD_GET_QUEUE_AFFINITY: u32 = ior(0x01, CTRL);
 pub const UBLK_U_CMD_GET_DEV_INFO: u32 = ior(0x02, CTRL);
 pub const UBLK_U_CMD_ADD_DEV: u32 = iowr(0x04, CTRL);
 pub const UBLK_U_CMD_DEL_DEV: u32 = iowr(0x05, CTRL);
@@ -485,6 +488,7 @@ mod tests {
         // Values of the _IOR/_IOWR macros of ublk_cmd.h, computed by hand.
         assert_eq!(UBLK_U_CMD_ADD_DEV, 0xc020_7504);
         assert_eq!(UBLK_U_CMD_GET_DEV_INFO, 0x8020_7502);
+        assert_eq!(UBLK_U_CMD_GET_QUEUE_AFFINITY, 0x8020_7501);
         assert_eq!(UBLK_U_CMD_GET_FEATURES, 0x8020_7513);
         assert_eq!(UBLK_U_CMD_GET_DEV_INFO2, 0x8020_7512);
         assert_eq!(UBLK_U_CMD_DEL_DEV, 0xc020_7505);
