@@ -305,7 +305,7 @@ impl Server {
         let dev_id = info.dev_id;
         let cdev = Arc::new(cdev);
         let mut threads = Vec::new();
-        let queue_cpus = self.queue_cpus(ctrl, info)?;
+        let queue_cpus = self.queue_cpus(ctrl, info);
         for q_id in 0..info.nr_hw_queues {
             let cfg = QueueConfig {
                 q_id,
@@ -362,20 +362,33 @@ impl Server {
 
     /// Per queue, the CPUs its thread is to be pinned to under
     /// `Options::cpu_affinity`: of those the kernel maps to the queue, the
-    /// ones this process may use (none: left unpinned, with a warning).
-    fn queue_cpus(&self, ctrl: &mut Control, info: &DevInfo) -> Result<Vec<Vec<usize>>, Error> {
+    /// ones this process may use (none, or either affinity unknown: left
+    /// unpinned, with a warning).
+    fn queue_cpus(&self, ctrl: &mut Control, info: &DevInfo) -> Vec<Vec<usize>> {
         let mode = self.opts.cpu_affinity;
+        let unpinned = vec![Vec::new(); usize::from(info.nr_hw_queues)];
         if mode == CpuAffinity::Off {
-            return Ok(vec![Vec::new(); usize::from(info.nr_hw_queues)]);
+            return unpinned;
         }
-        let allowed = affinity::allowed_cpus().map_err(|e| Error::Queue {
-            q_id: u16::MAX,
-            what: "reading the server's CPU affinity",
-            source: e,
-        })?;
+        let allowed = match affinity::allowed_cpus() {
+            Ok(allowed) => allowed,
+            Err(e) => {
+                log::warn!("the queue threads stay unpinned: reading the server's CPU affinity: {e}");
+                return unpinned;
+            }
+        };
         let mut all = Vec::new();
         for q_id in 0..info.nr_hw_queues {
-            let mapped = ctrl.queue_cpus(info.dev_id, q_id)?;
+            // Where the kernel will not say (more CPUs than the mask
+            // holds), the queue runs unpinned rather than not at all.
+            let mapped = match ctrl.queue_cpus(info.dev_id, q_id) {
+                Ok(mapped) => mapped,
+                Err(e) => {
+                    log::warn!("queue {q_id}: its thread stays unpinned: {e}");
+                    all.push(Vec::new());
+                    continue;
+                }
+            };
             let cpus = mode.choose(&mapped, &allowed);
             if cpus.is_empty() {
                 log::warn!(
@@ -387,7 +400,7 @@ impl Server {
             }
             all.push(cpus);
         }
-        Ok(all)
+        all
     }
 
     /// Waits for every queue to be ready, starts the device, then waits
