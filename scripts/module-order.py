@@ -20,7 +20,7 @@ SRC = os.path.join(os.path.dirname(__file__), "..", "crates", "mqblk", "src")
 # hardware context and the driver (sched, hctx, driver), and completes up
 # through the completion rings.
 MODULE_ORDER = """
-sync clock socket_mode status zoned config registry buf bio error segment limits trace sbitmap completion request tag
+sync clock cpus socket_mode status zoned config registry buf bio error segment limits trace sbitmap completion request tag
 driver merge sched hctx queue plug client device
 """.split()
 

@@ -8,37 +8,35 @@ fn mqblk(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_mqblk")).args(args).output().expect("run mqblk")
 }
 
+/// Runs mqblk, which must refuse with exit 2; returns what it said.
+fn refused(args: &[&str]) -> String {
+    let out = mqblk(args);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 #[test]
 fn ublk_recovery_modes_are_checked_before_anything_runs() {
-    let out = mqblk(&["ublk", "add", "--device", "null:gb=1", "--recovery=sometimes"]);
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused(&["ublk", "add", "--device", "null:gb=1", "--recovery=sometimes"]);
     assert!(err.contains("--recovery sometimes: accepted: off, reissue, fail_io"), "{err}");
     // recover needs a device to serve from; clap names what is missing.
-    let out = mqblk(&["ublk", "recover", "0"]);
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--device"), "{out:?}");
+    let err = refused(&["ublk", "recover", "0"]);
+    assert!(err.contains("--device"), "{err}");
 }
 
 #[test]
 fn what_the_kernel_refuses_unprivileged_devices_is_refused_before_anything_runs() {
     // The kernel drops recovery for unprivileged devices and refuses them
     // user copy, which zoned devices need: refused by option, exit 2.
-    let out = mqblk(&["ublk", "add", "--unprivileged", "--device", "null:gb=1", "--recovery=reissue"]);
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused(&["ublk", "add", "--unprivileged", "--device", "null:gb=1", "--recovery=reissue"]);
     assert!(err.contains("--unprivileged with --recovery"), "{err}");
     let zoned = "null:gb=1,zoned=1,zone_size=64";
-    let out = mqblk(&["ublk", "add", "--unprivileged", "--device", zoned]);
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused(&["ublk", "add", "--unprivileged", "--device", zoned]);
     assert!(err.contains("--unprivileged with a zoned device"), "{err}");
 }
 
 #[test]
 fn cpu_affinity_modes_are_checked_before_anything_runs() {
-    let out = mqblk(&["ublk", "add", "--device", "null:gb=1", "--cpu-affinity", "everywhere"]);
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused(&["ublk", "add", "--device", "null:gb=1", "--cpu-affinity", "everywhere"]);
     assert!(err.contains("--cpu-affinity everywhere: accepted: single, queue, off"), "{err}");
 }

@@ -17,9 +17,7 @@
 //! the last avoids CPU 0, where interrupts and housekeeping land unless
 //! told otherwise.
 //!
-//! Relies on: libc (sched_getaffinity, sched_setaffinity).
-
-use std::io;
+//! Relies on: mqblk's cpus.rs (reading and setting a thread's CPUs).
 
 /// Where a queue thread runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,55 +53,6 @@ impl CpuAffinity {
             Self::Single => both.max().into_iter().collect(),
         }
     }
-}
-
-/// A kernel cpu mask as the kernel lays it out (an array of unsigned
-/// longs, CPU n at bit n % 64 of word n / 64), as large as glibc's
-/// cpu_set_t: 1,024 CPUs.
-pub type CpuMask = [u64; 16];
-
-const MASK_CPUS: usize = 64 * 16;
-
-/// The CPUs of a mask (GET_QUEUE_AFFINITY's answer, or
-/// sched_getaffinity's), in order.
-pub fn cpus_of(mask: &CpuMask) -> Vec<usize> {
-    (0..MASK_CPUS).filter(|&cpu| mask[cpu / 64] & (1 << (cpu % 64)) != 0).collect()
-}
-
-fn mask_of(cpus: &[usize]) -> CpuMask {
-    let mut mask = [0u64; 16];
-    for &cpu in cpus {
-        assert!(cpu < MASK_CPUS, "CPU {cpu} beyond a {MASK_CPUS}-CPU mask");
-        mask[cpu / 64] |= 1 << (cpu % 64);
-    }
-    mask
-}
-
-/// The CPUs this thread may run on.
-pub fn allowed_cpus() -> io::Result<Vec<usize>> {
-    let mut mask: CpuMask = [0; 16];
-    // SAFETY: the kernel writes at most size_of::<CpuMask>() bytes into
-    // `mask`, which is laid out as the cpu_set_t it expects (size 128,
-    // alignment 8).
-    let rc = unsafe { libc::sched_getaffinity(0, size_of::<CpuMask>(), mask.as_mut_ptr().cast()) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(cpus_of(&mask))
-}
-
-/// Pins the calling thread to `cpus` (none: leaves it as it is).
-pub fn pin_current_thread(cpus: &[usize]) -> io::Result<()> {
-    if cpus.is_empty() {
-        return Ok(());
-    }
-    let mask = mask_of(cpus);
-    // SAFETY: the kernel reads size_of::<CpuMask>() bytes of a live `mask`.
-    let rc = unsafe { libc::sched_setaffinity(0, size_of::<CpuMask>(), mask.as_ptr().cast()) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// "CPU 3", "CPUs 0-3", "CPUs 0,2,5-7": a set as the kernel's cpulist
@@ -157,33 +106,9 @@ mod tests {
     }
 
     #[test]
-    fn masks_put_cpu_n_at_bit_n() {
-        let mask = mask_of(&[0, 63, 64, 1023]);
-        assert_eq!(mask[0], 1 | 1 << 63);
-        assert_eq!(mask[1], 1);
-        assert_eq!(mask[15], 1 << 63);
-        assert_eq!(cpus_of(&mask), [0, 63, 64, 1023]);
-    }
-
-    #[test]
     fn cpu_lists_read_as_the_kernel_writes_them() {
         assert_eq!(cpu_list(&[3]), "CPU 3");
         assert_eq!(cpu_list(&[0, 1, 2, 3]), "CPUs 0-3");
         assert_eq!(cpu_list(&[0, 2, 5, 6, 7]), "CPUs 0,2,5-7");
-    }
-
-    #[test]
-    fn this_thread_can_be_pinned_to_a_cpu_it_may_use_and_back() {
-        let allowed = allowed_cpus().expect("sched_getaffinity");
-        assert!(!allowed.is_empty());
-        let one = CpuAffinity::Single.choose(&allowed, &allowed);
-        std::thread::spawn(move || {
-            pin_current_thread(&one).expect("sched_setaffinity");
-            assert_eq!(allowed_cpus().unwrap(), one);
-            pin_current_thread(&allowed).expect("sched_setaffinity back");
-            assert_eq!(allowed_cpus().unwrap(), allowed);
-        })
-        .join()
-        .unwrap();
     }
 }

@@ -241,9 +241,9 @@ impl Control {
     /// GET_QUEUE_AFFINITY: the CPUs the kernel maps to queue `q_id` (set
     /// when the device was added).
     pub fn queue_cpus(&mut self, dev_id: u32, q_id: u16) -> Result<Vec<usize>, Error> {
-        let mut mask: crate::affinity::CpuMask = [0; 16];
+        let mut mask: mqblk::cpus::CpuMask = [0; 16];
         self.dev_cmd(uapi::UBLK_U_CMD_GET_QUEUE_AFFINITY, "GET_QUEUE_AFFINITY", dev_id, u64::from(q_id), &mut mask)?;
-        Ok(crate::affinity::cpus_of(&mask))
+        Ok(mqblk::cpus::cpus_of(&mask))
     }
 
     /// START_DEV: waits until every queue has fetched all its tags, then

@@ -370,7 +370,7 @@ impl Server {
         if mode == CpuAffinity::Off {
             return unpinned;
         }
-        let allowed = match affinity::allowed_cpus() {
+        let allowed = match mqblk::cpus::allowed_cpus() {
             Ok(allowed) => allowed,
             Err(e) => {
                 log::warn!("the queue threads stay unpinned: reading the server's CPU affinity: {e}");
@@ -474,7 +474,7 @@ fn spawn_queue(cfg: QueueConfig, events: mpsc::Sender<Event>) -> Result<JoinHand
     std::thread::Builder::new()
         .name(format!("ublk-q{q_id}"))
         .spawn(move || {
-            if let Err(e) = affinity::pin_current_thread(&cfg.cpus) {
+            if let Err(e) = mqblk::cpus::pin_current_thread(&cfg.cpus) {
                 log::warn!("queue {q_id}: pinning its thread to {}: {e}", affinity::cpu_list(&cfg.cpus));
             }
             let setup = Queue::new(cfg).and_then(|mut q| q.fetch_all().map(|()| q));

@@ -88,6 +88,7 @@ mod client;
 pub mod clock;
 mod completion;
 pub mod config;
+pub mod cpus;
 mod device;
 pub mod driver;
 mod error;

@@ -6,7 +6,7 @@
 //! beside the kernel threads that complete its I/O; pinning both programs
 //! of a comparison the same way takes that variable out.
 //!
-//! Relies on: libc's cpu_set_t (at most CPU_SETSIZE CPUs).
+//! Relies on: mqblk's cpus.rs (at most CPU_SETSIZE, 1,024, CPUs).
 
 use super::options::OptionError;
 
@@ -60,29 +60,12 @@ pub fn check_available(cpus: &[usize]) -> Result<(), String> {
 /// Restricts the calling thread to `cpus` (checked as `check_available`).
 pub fn pin_current_thread(cpus: &[usize]) -> Result<(), String> {
     check_available(cpus)?;
-    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for &c in cpus {
-        // SAFETY: c < CPU_SETSIZE (checked when parsing).
-        unsafe { libc::CPU_SET(c, &mut set) };
-    }
-    // SAFETY: pid 0 is this thread; the set is initialised above.
-    if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
-        return Err(format!("cpus_allowed: sched_setaffinity: {}", std::io::Error::last_os_error()));
-    }
-    Ok(())
+    mqblk::cpus::pin_current_thread(cpus).map_err(|e| format!("cpus_allowed: sched_setaffinity: {e}"))
 }
 
 /// The CPUs this thread may run on now.
 pub fn allowed_cpus() -> Result<Vec<usize>, String> {
-    // SAFETY: as above.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: pid 0 is this thread; the kernel fills `set`.
-    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
-        return Err(format!("cpus_allowed: sched_getaffinity: {}", std::io::Error::last_os_error()));
-    }
-    // SAFETY: reads the set filled above.
-    Ok((0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect())
+    mqblk::cpus::allowed_cpus().map_err(|e| format!("cpus_allowed: sched_getaffinity: {e}"))
 }
 
 #[cfg(test)]
